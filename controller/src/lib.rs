@@ -1,0 +1,1 @@
+//! Reconciles Interconnects into Qpid Dispatch Router workloads.

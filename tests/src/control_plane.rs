@@ -1,0 +1,473 @@
+//! A real control plane: etcd, kube-apiserver and, on request, kube-controller-manager,
+//! on free loopback ports, driven the way controller-runtime's envtest drives them.
+
+use std::io::{Read, Write};
+use std::net::{TcpListener, TcpStream};
+use std::path::{Path, PathBuf};
+use std::process::Command;
+use std::time::{Duration, Instant};
+
+use base64::Engine as _;
+use k8s_openapi::api::core::v1::Namespace;
+use kube::api::{Api, PostParams};
+use kube::config::{KubeConfigOptions, Kubeconfig};
+use tokio::sync::OnceCell;
+
+use crate::pki::{CertPair, Pki};
+use crate::process::{Process, remove_at_exit};
+use crate::testbin::Testbin;
+use crate::Error;
+
+/// How long kube-apiserver may take to report `/readyz` OK (2 shared cores are slow).
+pub const READY_TIMEOUT: Duration = Duration::from_secs(120);
+
+/// Options for [`ControlPlane::start`].
+#[derive(Debug, Clone, Default)]
+pub struct Options {
+    /// Keep state here instead of a temporary directory that is removed at exit
+    /// (the local run uses `target/dev-cluster`). The kubeconfig is `<dir>/kubeconfig`.
+    pub state_dir: Option<PathBuf>,
+    /// Also start kube-controller-manager (garbage collection, Deployments → ReplicaSets,
+    /// namespace deletion, default ServiceAccounts).
+    pub controller_manager: bool,
+}
+
+/// A running control plane. Dropping it stops the processes (the shared one lives
+/// until the test process exits and is torn down then).
+#[derive(Debug)]
+pub struct ControlPlane {
+    dir: PathBuf,
+    _tmp: Option<tempfile::TempDir>,
+    testbin: Testbin,
+    pki: Pki,
+    server: String,
+    kubeconfig: PathBuf,
+    etcd: Process,
+    apiserver: Process,
+    kcm: OnceCell<Process>,
+    /// Seconds from spawning etcd until `/readyz` answered OK and namespace `default` existed.
+    pub startup: Duration,
+}
+
+static SHARED: OnceCell<ControlPlane> = OnceCell::const_new();
+
+/// The one control plane of this test binary, started on first use.
+///
+/// # Panics
+/// When the control plane cannot start; the message carries the cause, the build command
+/// for missing binaries, and the tail of every process log.
+pub async fn shared() -> &'static ControlPlane {
+    SHARED
+        .get_or_try_init(|| ControlPlane::start(Options::default()))
+        .await
+        .unwrap_or_else(|e| panic!("test control plane failed to start: {e}"))
+}
+
+/// Like [`shared`], and makes sure kube-controller-manager runs too.
+///
+/// # Panics
+/// As [`shared`].
+pub async fn shared_with_controller_manager() -> &'static ControlPlane {
+    let cp = shared().await;
+    cp.start_controller_manager()
+        .await
+        .unwrap_or_else(|e| panic!("kube-controller-manager failed to start: {e}"));
+    cp
+}
+
+fn free_port() -> Result<u16, Error> {
+    let l = TcpListener::bind("127.0.0.1:0").map_err(|e| Error::io("binding a free port", e))?;
+    Ok(l.local_addr().map_err(|e| Error::io("reading a bound port", e))?.port())
+}
+
+fn write(path: &Path, contents: &str) -> Result<(), Error> {
+    std::fs::write(path, contents).map_err(|e| Error::io(format!("writing {}", path.display()), e))
+}
+
+impl ControlPlane {
+    /// Builds the PKI, starts etcd and kube-apiserver (and kube-controller-manager when
+    /// asked), waits for `/readyz` and namespace `default`, and writes a kubeconfig.
+    ///
+    /// # Errors
+    /// [`Error::MissingBinary`] with the build command when a binary is missing;
+    /// [`Error::Startup`] with the process logs when a process exits or does not become
+    /// ready within [`READY_TIMEOUT`].
+    pub async fn start(opts: Options) -> Result<ControlPlane, Error> {
+        let testbin = Testbin::locate()?;
+        let (dir, tmp) = match &opts.state_dir {
+            Some(d) => {
+                std::fs::create_dir_all(d).map_err(|e| Error::io(format!("creating {}", d.display()), e))?;
+                (d.clone(), None)
+            }
+            None => {
+                let t = tempfile::Builder::new()
+                    .prefix("qdr-control-plane-")
+                    .tempdir()
+                    .map_err(|e| Error::io("creating a temporary directory", e))?;
+                remove_at_exit(t.path());
+                (t.path().to_path_buf(), Some(t))
+            }
+        };
+        let began = Instant::now();
+        let pki = Pki::new()?;
+        let serving = pki.serving("kube-apiserver", &["localhost", "127.0.0.1", "::1"])?;
+        let admin = pki.client("admin", &["system:masters"])?;
+        let pki_dir = dir.join("pki");
+        std::fs::create_dir_all(&pki_dir).map_err(|e| Error::io("creating pki dir", e))?;
+        write(&pki_dir.join("ca.crt"), pki.ca_pem())?;
+        write(&pki_dir.join("apiserver.crt"), &serving.cert_pem)?;
+        write(&pki_dir.join("apiserver.key"), &serving.key_pem)?;
+        write(&pki_dir.join("sa.key"), &pki.service_account_key_pem)?;
+
+        let (client_port, peer_port, api_port) = (free_port()?, free_port()?, free_port()?);
+        let etcd_data = dir.join("etcd");
+        let mut etcd_cmd = Command::new(testbin.path("etcd"));
+        let peer = format!("http://127.0.0.1:{peer_port}");
+        let client_url = format!("http://127.0.0.1:{client_port}");
+        etcd_cmd.args([
+            &format!("--data-dir={}", etcd_data.display()),
+            &format!("--listen-client-urls={client_url}"),
+            &format!("--advertise-client-urls={client_url}"),
+            &format!("--listen-peer-urls={peer}"),
+            &format!("--initial-advertise-peer-urls={peer}"),
+            &format!("--initial-cluster=default={peer}"),
+            "--name=default",
+            "--unsafe-no-fsync=true",
+            "--logger=zap",
+            "--log-level=warn",
+        ]);
+        let etcd = Process::spawn("etcd", etcd_cmd, &dir.join("etcd.log"))?;
+        wait_etcd(&etcd, client_port).await?;
+
+        let server = format!("https://127.0.0.1:{api_port}");
+        let mut api_cmd = Command::new(testbin.path("kube-apiserver"));
+        let p = |f: &str| pki_dir.join(f).display().to_string();
+        api_cmd.args([
+            format!("--etcd-servers={client_url}"),
+            "--bind-address=127.0.0.1".into(),
+            "--advertise-address=127.0.0.1".into(),
+            format!("--secure-port={api_port}"),
+            format!("--tls-cert-file={}", p("apiserver.crt")),
+            format!("--tls-private-key-file={}", p("apiserver.key")),
+            format!("--client-ca-file={}", p("ca.crt")),
+            "--authorization-mode=RBAC".into(),
+            format!("--service-account-issuer={server}/"),
+            format!("--service-account-key-file={}", p("sa.key")),
+            format!("--service-account-signing-key-file={}", p("sa.key")),
+            "--service-cluster-ip-range=10.0.0.0/24".into(),
+            "--allow-privileged=true".into(),
+            "--disable-admission-plugins=ServiceAccount".into(),
+            "--endpoint-reconciler-type=none".into(),
+            "--enable-priority-and-fairness=false".into(),
+            "--max-requests-inflight=0".into(),
+            "--max-mutating-requests-inflight=0".into(),
+            "--profiling=false".into(),
+            format!("--cert-dir={}", pki_dir.display()),
+            "--v=0".into(),
+        ]);
+        let apiserver = Process::spawn("kube-apiserver", api_cmd, &dir.join("kube-apiserver.log"))?;
+
+        let kubeconfig = dir.join("kubeconfig");
+        write(&kubeconfig, &kubeconfig_json(&server, pki.ca_pem(), &admin))?;
+
+        let mut cp = ControlPlane {
+            dir,
+            _tmp: tmp,
+            testbin,
+            pki,
+            server,
+            kubeconfig,
+            etcd,
+            apiserver,
+            kcm: OnceCell::new(),
+            startup: Duration::ZERO,
+        };
+        cp.wait_ready().await?;
+        cp.startup = began.elapsed();
+        if opts.controller_manager {
+            cp.start_controller_manager().await?;
+        }
+        Ok(cp)
+    }
+
+    async fn wait_ready(&self) -> Result<(), Error> {
+        let deadline = Instant::now() + READY_TIMEOUT;
+        let client = self.client().await?;
+        let mut last;
+        loop {
+            if let Some(status) = self.apiserver.exited() {
+                return Err(self.startup_error(format!("kube-apiserver exited ({status})")));
+            }
+            let req = http::Request::get("/readyz").body(Vec::new()).expect("static request");
+            match client.request_text(req).await {
+                Ok(body) if body.trim() == "ok" => break,
+                Ok(body) => last = body,
+                Err(e) => last = e.to_string(),
+            }
+            if Instant::now() > deadline {
+                return Err(self.startup_error(format!("/readyz not ok after {READY_TIMEOUT:?}: {last}")));
+            }
+            tokio::time::sleep(Duration::from_millis(200)).await;
+        }
+        let namespaces: Api<Namespace> = Api::all(client);
+        while namespaces.get_opt("default").await.ok().flatten().is_none() {
+            if Instant::now() > deadline {
+                return Err(self.startup_error("namespace default never appeared".into()));
+            }
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+        Ok(())
+    }
+
+    fn startup_error(&self, what: String) -> Error {
+        Error::Startup { what, logs: self.logs_tail(40) }
+    }
+
+    /// Starts kube-controller-manager once; later calls return at once.
+    ///
+    /// # Errors
+    /// [`Error::Startup`] with its log when it exits or `/healthz` stays unhealthy.
+    pub async fn start_controller_manager(&self) -> Result<(), Error> {
+        self.kcm
+            .get_or_try_init(|| async {
+                let port = free_port()?;
+                let kcm_dir = self.dir.join("kcm");
+                std::fs::create_dir_all(&kcm_dir).map_err(|e| Error::io("creating kcm dir", e))?;
+                let serving = self.pki.serving("kube-controller-manager", &["localhost", "127.0.0.1"])?;
+                write(&kcm_dir.join("tls.crt"), &serving.cert_pem)?;
+                write(&kcm_dir.join("tls.key"), &serving.key_pem)?;
+                let kc = self.kubeconfig.display().to_string();
+                let mut cmd = Command::new(self.testbin.path("kube-controller-manager"));
+                cmd.args([
+                    format!("--kubeconfig={kc}"),
+                    format!("--authentication-kubeconfig={kc}"),
+                    format!("--authorization-kubeconfig={kc}"),
+                    "--leader-elect=false".into(),
+                    "--bind-address=127.0.0.1".into(),
+                    format!("--secure-port={port}"),
+                    format!("--tls-cert-file={}", kcm_dir.join("tls.crt").display()),
+                    format!("--tls-private-key-file={}", kcm_dir.join("tls.key").display()),
+                    format!("--service-account-private-key-file={}", self.dir.join("pki/sa.key").display()),
+                    format!("--root-ca-file={}", self.dir.join("pki/ca.crt").display()),
+                    "--controllers=*".into(),
+                    "--v=0".into(),
+                ]);
+                let kcm = Process::spawn("kube-controller-manager", cmd, &self.dir.join("kube-controller-manager.log"))?;
+                // Health on its own port, trusting our CA (its serving cert is ours).
+                let mut cfg = kube::Config::new(format!("https://127.0.0.1:{port}").parse().expect("valid url"));
+                cfg.root_cert = Some(vec![pem_to_der(self.pki.ca_pem())]);
+                let client = kube::Client::try_from(cfg).map_err(|e| Error::Kube(Box::new(e)))?;
+                let deadline = Instant::now() + READY_TIMEOUT;
+                loop {
+                    if let Some(status) = kcm.exited() {
+                        return Err(Error::Startup {
+                            what: format!("kube-controller-manager exited ({status})"),
+                            logs: kcm.log_tail(40),
+                        });
+                    }
+                    let req = http::Request::get("/healthz").body(Vec::new()).expect("static request");
+                    if matches!(client.request_text(req).await, Ok(b) if b.trim() == "ok") {
+                        break;
+                    }
+                    if Instant::now() > deadline {
+                        return Err(Error::Startup {
+                            what: "kube-controller-manager /healthz not ok".into(),
+                            logs: kcm.log_tail(40),
+                        });
+                    }
+                    tokio::time::sleep(Duration::from_millis(200)).await;
+                }
+                Ok(kcm)
+            })
+            .await
+            .map(|_| ())
+    }
+
+    /// Whether kube-controller-manager runs.
+    pub fn has_controller_manager(&self) -> bool {
+        self.kcm.initialized()
+    }
+
+    /// A new client for the admin user (`system:masters`). Make one per test: a client is
+    /// bound to the tokio runtime it was first used on, and each `#[tokio::test]` has its own.
+    ///
+    /// # Errors
+    /// [`Error::Kube`] if the kubeconfig cannot be read.
+    pub async fn client(&self) -> Result<kube::Client, Error> {
+        let kc = Kubeconfig::read_from(&self.kubeconfig).map_err(|e| Error::Kube(Box::new(e.into())))?;
+        let cfg = kube::Config::from_custom_kubeconfig(kc, &KubeConfigOptions::default())
+            .await
+            .map_err(|e| Error::Kube(Box::new(e.into())))?;
+        kube::Client::try_from(cfg).map_err(|e| Error::Kube(Box::new(e)))
+    }
+
+    /// `https://127.0.0.1:<port>` of kube-apiserver.
+    pub fn server(&self) -> &str {
+        &self.server
+    }
+
+    /// Path of the admin kubeconfig (JSON, which kubectl reads like YAML).
+    pub fn kubeconfig(&self) -> &Path {
+        &self.kubeconfig
+    }
+
+    /// The directory holding the PKI, data and logs.
+    pub fn dir(&self) -> &Path {
+        &self.dir
+    }
+
+    /// The CA that signed every serving certificate of this control plane, PEM.
+    pub fn ca_pem(&self) -> &str {
+        self.pki.ca_pem()
+    }
+
+    /// A serving certificate signed by [`Self::ca_pem`], e.g. for a webhook on
+    /// `127.0.0.1` registered with `url` + `caBundle`.
+    ///
+    /// # Errors
+    /// [`Error::Pki`] for a SAN that is neither a DNS name nor an IP address.
+    pub fn issue_serving_cert(&self, sans: &[&str]) -> Result<CertPair, Error> {
+        self.pki.serving(sans.first().copied().unwrap_or("localhost"), sans)
+    }
+
+    /// A `kubectl` command (the pinned build) with `--kubeconfig` set to this control plane.
+    pub fn kubectl(&self) -> Command {
+        let mut cmd = Command::new(self.testbin.path("kubectl"));
+        cmd.arg("--kubeconfig").arg(&self.kubeconfig);
+        cmd.env("NO_PROXY", "127.0.0.1,localhost").env("no_proxy", "127.0.0.1,localhost");
+        cmd
+    }
+
+    /// The last `lines` lines of every process log, each under a header.
+    pub fn logs_tail(&self, lines: usize) -> String {
+        let mut out = String::new();
+        for p in [Some(&self.etcd), Some(&self.apiserver), self.kcm.get()].into_iter().flatten() {
+            out.push_str(&format!(
+                "----- {} (pid {}, {}) -----\n{}\n",
+                p.name(),
+                p.pid(),
+                p.log_path().display(),
+                p.log_tail(lines)
+            ));
+        }
+        out
+    }
+
+    /// Creates a fresh namespace `<prefix>-<random>` for one test. The returned guard
+    /// prints the control plane's logs if the test panics while it is alive.
+    ///
+    /// # Panics
+    /// If the namespace cannot be created.
+    pub async fn namespace(&'static self, prefix: &str) -> TestNamespace {
+        let client = self.client().await.expect("client for test namespace");
+        let api: Api<Namespace> = Api::all(client.clone());
+        let mut ns = Namespace::default();
+        ns.metadata.generate_name = Some(format!("{prefix}-"));
+        ns.metadata.labels = Some([("qdr-operator.test/namespace".to_string(), "true".to_string())].into());
+        let created = api.create(&PostParams::default(), &ns).await.expect("creating test namespace");
+        TestNamespace { name: created.metadata.name.expect("server set a name"), client, cp: self }
+    }
+
+    /// Stops kube-controller-manager, kube-apiserver and etcd (SIGTERM, then SIGKILL).
+    pub fn stop(&self) {
+        if let Some(k) = self.kcm.get() {
+            k.stop(Duration::from_secs(5));
+        }
+        self.apiserver.stop(Duration::from_secs(10));
+        self.etcd.stop(Duration::from_secs(5));
+    }
+}
+
+impl Drop for ControlPlane {
+    fn drop(&mut self) {
+        self.stop();
+    }
+}
+
+/// A namespace that belongs to one test, with a client for it.
+pub struct TestNamespace {
+    /// The generated name.
+    pub name: String,
+    /// An admin client bound to the current test's runtime.
+    pub client: kube::Client,
+    cp: &'static ControlPlane,
+}
+
+impl TestNamespace {
+    /// A namespaced `Api<K>` in this namespace.
+    pub fn api<K>(&self) -> Api<K>
+    where
+        K: kube::Resource<Scope = k8s_openapi::NamespaceResourceScope>,
+        <K as kube::Resource>::DynamicType: Default,
+    {
+        Api::namespaced(self.client.clone(), &self.name)
+    }
+
+    /// The control plane this namespace lives on.
+    pub fn control_plane(&self) -> &'static ControlPlane {
+        self.cp
+    }
+}
+
+impl Drop for TestNamespace {
+    fn drop(&mut self) {
+        // Namespaces are not deleted: without kube-controller-manager they would stay
+        // Terminating forever, and the control plane is thrown away at exit anyway.
+        if std::thread::panicking() {
+            eprintln!(
+                "\n===== test in namespace {} failed; control-plane logs ({}) =====\n{}",
+                self.name,
+                self.cp.dir().display(),
+                self.cp.logs_tail(60)
+            );
+        }
+    }
+}
+
+async fn wait_etcd(etcd: &Process, port: u16) -> Result<(), Error> {
+    let deadline = Instant::now() + Duration::from_secs(30);
+    loop {
+        if let Some(status) = etcd.exited() {
+            return Err(Error::Startup { what: format!("etcd exited ({status})"), logs: etcd.log_tail(40) });
+        }
+        if etcd_healthy(port) {
+            return Ok(());
+        }
+        if Instant::now() > deadline {
+            return Err(Error::Startup { what: "etcd /health not true after 30s".into(), logs: etcd.log_tail(40) });
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+}
+
+/// `GET /health` over plain HTTP on loopback; true when etcd answers `"health":"true"`.
+fn etcd_healthy(port: u16) -> bool {
+    let Ok(mut s) = TcpStream::connect(("127.0.0.1", port)) else { return false };
+    let _ = s.set_read_timeout(Some(Duration::from_secs(2)));
+    if s.write_all(b"GET /health HTTP/1.0\r\nHost: 127.0.0.1\r\n\r\n").is_err() {
+        return false;
+    }
+    let mut body = String::new();
+    let _ = s.read_to_string(&mut body);
+    body.contains("\"health\":\"true\"")
+}
+
+fn pem_to_der(pem: &str) -> Vec<u8> {
+    let b64: String = pem.lines().filter(|l| !l.starts_with("-----")).collect();
+    base64::engine::general_purpose::STANDARD.decode(b64).expect("our own PEM is valid base64")
+}
+
+fn kubeconfig_json(server: &str, ca_pem: &str, admin: &CertPair) -> String {
+    let b64 = |s: &str| base64::engine::general_purpose::STANDARD.encode(s);
+    let kc = serde_json::json!({
+        "apiVersion": "v1",
+        "kind": "Config",
+        "clusters": [{"name": "qdr-test", "cluster": {"server": server, "certificate-authority-data": b64(ca_pem)}}],
+        "users": [{"name": "admin", "user": {
+            "client-certificate-data": b64(&admin.cert_pem),
+            "client-key-data": b64(&admin.key_pem)}}],
+        "contexts": [{"name": "qdr-test", "context": {"cluster": "qdr-test", "user": "admin"}}],
+        "current-context": "qdr-test",
+    });
+    serde_json::to_string_pretty(&kc).expect("json value serializes")
+}

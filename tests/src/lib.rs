@@ -1,0 +1,70 @@
+//! A real Kubernetes control plane for tests and local runs, and the integration tests
+//! that use it.
+//!
+//! etcd, kube-apiserver, kube-controller-manager and kubectl are pinned Go builds made by
+//! `make testbin` (see `tools/testbin/`). [`shared`] starts one control plane per test
+//! binary on first use; each test then takes its own namespace:
+//!
+//! ```no_run
+//! # async fn t() {
+//! let cp = qdr_tests::shared().await;
+//! let ns = cp.namespace("smoke").await;
+//! let status = cp.kubectl().args(["get", "cm", "-n", &ns.name]).status().unwrap();
+//! # }
+//! ```
+//!
+//! Child processes are killed when the test process ends, however it ends, and their
+//! logs are printed when a test fails while holding a [`TestNamespace`].
+
+mod control_plane;
+mod pki;
+mod process;
+mod testbin;
+
+pub use control_plane::{
+    ControlPlane, Options, READY_TIMEOUT, TestNamespace, shared, shared_with_controller_manager,
+};
+pub use pki::{CertPair, Pki};
+pub use process::Process;
+pub use testbin::{BUILD_HINT, TESTBIN_ENV, Testbin, workspace_root};
+
+/// Why the control plane could not be started or used.
+#[derive(Debug, thiserror::Error)]
+pub enum Error {
+    /// A pinned binary is not where it should be.
+    #[error("missing control-plane binary {path}: build it with `{hint}`")]
+    MissingBinary {
+        /// The path that was looked at.
+        path: std::path::PathBuf,
+        /// The command that builds it.
+        hint: &'static str,
+    },
+    /// A process exited or did not become ready.
+    #[error("{what}\n{logs}")]
+    Startup {
+        /// What went wrong.
+        what: String,
+        /// The tail of the process logs.
+        logs: String,
+    },
+    /// A file or process operation failed.
+    #[error("{what}: {source}")]
+    Io {
+        /// What was being done.
+        what: String,
+        /// The OS error.
+        source: std::io::Error,
+    },
+    /// rcgen could not make a certificate.
+    #[error("certificate generation: {0}")]
+    Pki(#[from] rcgen::Error),
+    /// kube could not build a client or read the kubeconfig.
+    #[error("kube client: {0}")]
+    Kube(Box<kube::Error>),
+}
+
+impl Error {
+    pub(crate) fn io(what: impl Into<String>, source: std::io::Error) -> Self {
+        Error::Io { what: what.into(), source }
+    }
+}

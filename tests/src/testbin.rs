@@ -1,0 +1,76 @@
+//! Locating the pinned control-plane binaries built by `make testbin`.
+
+use std::path::{Path, PathBuf};
+use std::process::Command;
+
+use crate::Error;
+
+/// Environment variable that points at a directory holding `etcd`, `kube-apiserver`,
+/// `kube-controller-manager` and `kubectl`. When unset, the directory that
+/// `tools/testbin/build.sh --print` names (the build cache) is used.
+pub const TESTBIN_ENV: &str = "QDR_TESTBIN";
+
+/// The command that builds the binaries, quoted in every "missing binary" error.
+pub const BUILD_HINT: &str = "make testbin";
+
+/// The four binaries the control plane needs, all from one pinned build.
+#[derive(Debug, Clone)]
+pub struct Testbin {
+    dir: PathBuf,
+}
+
+impl Testbin {
+    /// Finds the binaries: `$QDR_TESTBIN` if set, else the cache directory of
+    /// `tools/testbin/build.sh`.
+    ///
+    /// # Errors
+    /// [`Error::MissingBinary`] when the directory or any binary in it is missing; the
+    /// message names the missing path and the command that builds it.
+    pub fn locate() -> Result<Self, Error> {
+        let dir = match std::env::var_os(TESTBIN_ENV) {
+            Some(d) => PathBuf::from(d),
+            None => Self::cache_dir()?,
+        };
+        let tb = Testbin { dir };
+        for name in ["etcd", "kube-apiserver", "kube-controller-manager", "kubectl"] {
+            let p = tb.path(name);
+            if !p.is_file() {
+                return Err(Error::MissingBinary { path: p, hint: BUILD_HINT });
+            }
+        }
+        Ok(tb)
+    }
+
+    /// The directory the binaries are in.
+    pub fn dir(&self) -> &Path {
+        &self.dir
+    }
+
+    /// Full path of one binary (`etcd`, `kube-apiserver`, `kube-controller-manager`, `kubectl`).
+    pub fn path(&self, name: &str) -> PathBuf {
+        self.dir.join(name)
+    }
+
+    /// The cache directory `tools/testbin/build.sh --print` names for the pinned versions.
+    fn cache_dir() -> Result<PathBuf, Error> {
+        let script = workspace_root().join("tools/testbin/build.sh");
+        let out = Command::new("bash")
+            .arg(&script)
+            .arg("--print")
+            .output()
+            .map_err(|e| Error::Io { what: format!("running {}", script.display()), source: e })?;
+        if !out.status.success() {
+            return Err(Error::MissingBinary { path: script, hint: BUILD_HINT });
+        }
+        let dir = String::from_utf8_lossy(&out.stdout).trim().to_string();
+        Ok(PathBuf::from(dir))
+    }
+}
+
+/// The repository root (the directory holding the workspace `Cargo.toml`).
+pub fn workspace_root() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR"))
+        .parent()
+        .expect("tests crate lives one level below the workspace root")
+        .to_path_buf()
+}

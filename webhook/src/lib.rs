@@ -1,0 +1,1 @@
+//! Validating and defaulting admission webhook for Interconnects.
