@@ -13,10 +13,10 @@ use kube::api::{Api, PostParams};
 use kube::config::{KubeConfigOptions, Kubeconfig};
 use tokio::sync::OnceCell;
 
+use crate::Error;
 use crate::pki::{CertPair, Pki};
 use crate::process::{Process, remove_at_exit};
 use crate::testbin::Testbin;
-use crate::Error;
 
 /// How long kube-apiserver may take to report `/readyz` OK (2 shared cores are slow).
 pub const READY_TIMEOUT: Duration = Duration::from_secs(120);
@@ -118,6 +118,7 @@ impl ControlPlane {
         write(&pki_dir.join("apiserver.crt"), &serving.cert_pem)?;
         write(&pki_dir.join("apiserver.key"), &serving.key_pem)?;
         write(&pki_dir.join("sa.key"), &pki.service_account_key_pem)?;
+        write(&pki_dir.join("sa.pub"), &pki.service_account_pub_pem)?;
 
         let (client_port, peer_port, api_port) = (free_port()?, free_port()?, free_port()?);
         let etcd_data = dir.join("etcd");
@@ -152,7 +153,7 @@ impl ControlPlane {
             format!("--client-ca-file={}", p("ca.crt")),
             "--authorization-mode=RBAC".into(),
             format!("--service-account-issuer={server}/"),
-            format!("--service-account-key-file={}", p("sa.key")),
+            format!("--service-account-key-file={}", p("sa.pub")),
             format!("--service-account-signing-key-file={}", p("sa.key")),
             "--service-cluster-ip-range=10.0.0.0/24".into(),
             "--allow-privileged=true".into(),
@@ -252,9 +253,14 @@ impl ControlPlane {
                     "--controllers=*".into(),
                     "--v=0".into(),
                 ]);
-                let kcm = Process::spawn("kube-controller-manager", cmd, &self.dir.join("kube-controller-manager.log"))?;
+                let kcm = Process::spawn(
+                    "kube-controller-manager",
+                    cmd,
+                    &self.dir.join("kube-controller-manager.log"),
+                )?;
                 // Health on its own port, trusting our CA (its serving cert is ours).
-                let mut cfg = kube::Config::new(format!("https://127.0.0.1:{port}").parse().expect("valid url"));
+                let mut cfg =
+                    kube::Config::new(format!("https://127.0.0.1:{port}").parse().expect("valid url"));
                 cfg.root_cert = Some(vec![pem_to_der(self.pki.ca_pem())]);
                 let client = kube::Client::try_from(cfg).map_err(|e| Error::Kube(Box::new(e)))?;
                 let deadline = Instant::now() + READY_TIMEOUT;
@@ -434,7 +440,10 @@ async fn wait_etcd(etcd: &Process, port: u16) -> Result<(), Error> {
             return Ok(());
         }
         if Instant::now() > deadline {
-            return Err(Error::Startup { what: "etcd /health not true after 30s".into(), logs: etcd.log_tail(40) });
+            return Err(Error::Startup {
+                what: "etcd /health not true after 30s".into(),
+                logs: etcd.log_tail(40),
+            });
         }
         tokio::time::sleep(Duration::from_millis(100)).await;
     }

@@ -26,8 +26,10 @@ pub struct CertPair {
 pub struct Pki {
     issuer: Issuer<'static, KeyPair>,
     ca_pem: String,
-    /// PEM PKCS#8 P-256 key used to sign and verify service-account tokens.
+    /// PEM PKCS#8 P-256 key that signs service-account tokens.
     pub service_account_key_pem: String,
+    /// PEM public key that verifies them.
+    pub service_account_pub_pem: String,
 }
 
 impl std::fmt::Debug for Pki {
@@ -58,10 +60,12 @@ impl Pki {
             vec![KeyUsagePurpose::KeyCertSign, KeyUsagePurpose::CrlSign, KeyUsagePurpose::DigitalSignature];
         validity(&mut params);
         let ca = params.self_signed(&key)?;
+        let sa = KeyPair::generate()?;
         Ok(Pki {
             ca_pem: ca.pem(),
             issuer: Issuer::new(params, key),
-            service_account_key_pem: KeyPair::generate()?.serialize_pem(),
+            service_account_key_pem: sa.serialize_pem(),
+            service_account_pub_pem: sa.public_key_pem(),
         })
     }
 

@@ -47,8 +47,7 @@ impl Process {
         // The API server and its peers must never reach a proxy for loopback traffic.
         cmd.env("NO_PROXY", "127.0.0.1,localhost,::1").env("no_proxy", "127.0.0.1,localhost,::1");
         set_parent_death_signal(&mut cmd);
-        let child = spawn_on_spawner_thread(cmd)
-            .map_err(|e| Error::io(format!("starting {name}"), e))?;
+        let child = spawn_on_spawner_thread(cmd).map_err(|e| Error::io(format!("starting {name}"), e))?;
         install_atexit();
         CLEANUP.lock().unwrap_or_else(|p| p.into_inner()).pids.push(child.id() as i32);
         Ok(Process { name: name.to_string(), child: Mutex::new(child), log: log.to_path_buf() })

@@ -27,10 +27,17 @@ impl Testbin {
     /// [`Error::MissingBinary`] when the directory or any binary in it is missing; the
     /// message names the missing path and the command that builds it.
     pub fn locate() -> Result<Self, Error> {
-        let dir = match std::env::var_os(TESTBIN_ENV) {
-            Some(d) => PathBuf::from(d),
-            None => Self::cache_dir()?,
-        };
+        match std::env::var_os(TESTBIN_ENV) {
+            Some(d) => Self::from_dir(PathBuf::from(d)),
+            None => Self::from_dir(Self::cache_dir()?),
+        }
+    }
+
+    /// Uses the binaries in `dir`.
+    ///
+    /// # Errors
+    /// [`Error::MissingBinary`] naming the first missing binary and the build command.
+    pub fn from_dir(dir: PathBuf) -> Result<Self, Error> {
         let tb = Testbin { dir };
         for name in ["etcd", "kube-apiserver", "kube-controller-manager", "kubectl"] {
             let p = tb.path(name);

@@ -1,0 +1,28 @@
+# qdr-operator: build, test and run targets. `make help` lists them.
+SHELL := bash
+.SHELLFLAGS := -eu -o pipefail -c
+CARGO ?= cargo
+
+.PHONY: help testbin test fmt lint unit dev-cluster clean-testbin
+
+help: ## List the targets
+	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  %-16s %s\n", $$1, $$2}'
+
+testbin: ## Build (once, cached) etcd, kube-apiserver, kube-controller-manager and kubectl; print where
+	@tools/testbin/build.sh
+
+fmt: ## Format the code
+	$(CARGO) fmt --all
+
+lint: ## rustfmt check and clippy with warnings as errors
+	$(CARGO) fmt --all --check
+	$(CARGO) clippy --workspace --all-targets --locked -- -D warnings
+
+test: lint ## Everything CI runs: lint, unit tests and integration tests on a real control plane
+	QDR_TESTBIN="$$(tools/testbin/build.sh)" $(CARGO) test --workspace --locked
+
+dev-cluster: ## Run the local control plane (with kube-controller-manager) until Ctrl-C
+	QDR_TESTBIN="$$(tools/testbin/build.sh)" $(CARGO) run --locked -p qdr-tests --bin dev-cluster
+
+clean-testbin: ## Remove the cached control-plane binaries
+	rm -rf "$$(dirname "$$(tools/testbin/build.sh --print)")"

@@ -1,0 +1,39 @@
+//! Runs the local control plane in the foreground until Ctrl-C.
+//!
+//! State (PKI, etcd data, logs, kubeconfig) lives in `target/dev-cluster/` unless
+//! `--dir` says otherwise. Prints the kubeconfig path and example kubectl commands.
+
+use std::path::PathBuf;
+
+fn main() -> Result<(), Box<dyn std::error::Error>> {
+    let mut args = std::env::args().skip(1);
+    let mut dir = qdr_tests::workspace_root().join("target/dev-cluster");
+    let mut kcm = true;
+    while let Some(a) = args.next() {
+        match a.as_str() {
+            "--dir" => dir = PathBuf::from(args.next().ok_or("--dir needs a path")?),
+            "--no-controller-manager" => kcm = false,
+            "-h" | "--help" => {
+                println!("usage: dev-cluster [--dir DIR] [--no-controller-manager]");
+                return Ok(());
+            }
+            other => return Err(format!("unknown argument {other:?} (see --help)").into()),
+        }
+    }
+    let rt = tokio::runtime::Runtime::new()?;
+    rt.block_on(async {
+        let opts = qdr_tests::Options { state_dir: Some(dir), controller_manager: kcm };
+        let cp = qdr_tests::ControlPlane::start(opts).await?;
+        let kc = cp.kubeconfig().display().to_string();
+        let kubectl = qdr_tests::Testbin::locate()?.path("kubectl").display().to_string();
+        println!("control plane ready in {:.1?} at {}", cp.startup, cp.server());
+        println!("logs:       {}", cp.dir().display());
+        println!("kubeconfig: {kc}");
+        println!("try:        {kubectl} --kubeconfig {kc} get ns");
+        println!("Ctrl-C stops it.");
+        tokio::signal::ctrl_c().await?;
+        println!("stopping");
+        cp.stop();
+        Ok::<_, Box<dyn std::error::Error>>(())
+    })
+}
