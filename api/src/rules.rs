@@ -1,0 +1,354 @@
+//! The API server's share of validation: CEL rules (`x-kubernetes-validations`) and the
+//! `required` lists that the Rust types cannot express, attached to the schema derived
+//! from [`crate::types`]. [`crate::validate`] enforces each of these with the same
+//! meaning; the tests prove the two agree.
+//!
+//! A location is a path in the `openAPIV3Schema`: `spec.listeners[]` is the item schema of
+//! `spec.listeners`, `""` the root.
+
+use serde_json::{Value, json};
+
+/// The three listener lists, in rendering order.
+pub const LISTENER_LISTS: [&str; 3] = ["listeners", "interRouterListeners", "edgeListeners"];
+/// The three connector lists, in rendering order.
+pub const CONNECTOR_LISTS: [&str; 3] = ["connectors", "interRouterConnectors", "edgeConnectors"];
+/// sslProfile names that [`crate::defaults`] defines when a listener or connector refers
+/// to them and `sslProfiles` lacks them.
+pub const AUTO_PROFILES: [&str; 2] = ["default", "inter-router"];
+/// Default of `deploymentPlan.livenessPort` (Go operator parity).
+pub const DEFAULT_LIVENESS_PORT: i32 = 8888;
+
+/// One CEL rule and where it sits.
+#[derive(Debug, Clone, PartialEq)]
+pub struct CelRule {
+    /// Stable identifier, used in tests and docs.
+    pub id: &'static str,
+    /// Schema location (see the module docs).
+    pub location: String,
+    /// The CEL expression; `self` is the value at `location`.
+    pub rule: String,
+    /// What the API server prints when the rule fails.
+    pub message: String,
+    /// Path, relative to `location`, that the error is reported at.
+    pub field_path: Option<String>,
+    /// `FieldValueForbidden`, `FieldValueRequired`, ... (default `FieldValueInvalid`).
+    pub reason: Option<&'static str>,
+}
+
+/// Fields whose values are written into the router's `qdrouterd.conf` text, by schema
+/// location, and whether `#` is allowed (only in `pattern`, which the router's parser
+/// exempts from comment stripping). See `docs/router-config` in the API reference.
+pub fn config_strings() -> Vec<(String, bool)> {
+    let mut v = Vec::new();
+    for l in LISTENER_LISTS {
+        for f in ["host", "saslMechanisms", "sslProfile"] {
+            v.push((format!("spec.{l}[].{f}"), false));
+        }
+    }
+    for c in CONNECTOR_LISTS {
+        for f in ["host", "sslProfile"] {
+            v.push((format!("spec.{c}[].{f}"), false));
+        }
+    }
+    for f in ["ciphers", "protocols"] {
+        v.push((format!("spec.sslProfiles[].{f}"), false));
+    }
+    v.push(("spec.addresses[].prefix".into(), false));
+    v.push(("spec.addresses[].pattern".into(), true));
+    for f in ["address", "containerId", "connection", "externalAddress"] {
+        v.push((format!("spec.autoLinks[].{f}"), false));
+    }
+    for f in ["prefix", "containerId", "connection", "addExternalPrefix", "delExternalPrefix"] {
+        v.push((format!("spec.linkRoutes[].{f}"), false));
+    }
+    v.push(("spec.linkRoutes[].pattern".into(), true));
+    v
+}
+
+/// The characters a config value may not contain, as a human-readable list.
+pub const FORBIDDEN_CONFIG_CHARS: &str = "'#', '\"', '\\', '{', '}' or a line break";
+
+/// `required` lists added to item schemas (fields that are plain values in Rust so that
+/// absence reaches `validate` as a field error instead of failing the decode).
+pub fn required_fields() -> Vec<(String, Vec<&'static str>)> {
+    let mut v = Vec::new();
+    for l in LISTENER_LISTS {
+        v.push((format!("spec.{l}[]"), vec!["port"]));
+    }
+    for c in CONNECTOR_LISTS {
+        v.push((format!("spec.{c}[]"), vec!["host", "port"]));
+    }
+    v.push(("spec.sslProfiles[]".into(), vec!["name"]));
+    v.push(("spec.autoLinks[]".into(), vec!["address", "direction"]));
+    v.push(("spec.linkRoutes[]".into(), vec!["direction"]));
+    v
+}
+
+const DNS_SUBDOMAIN_RE: &str = r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$";
+const ROLE_IS_EDGE: &str =
+    "(has(self.deploymentPlan) && has(self.deploymentPlan.role) && self.deploymentPlan.role == 'edge')";
+
+fn rule(id: &'static str, location: &str, rule: String, message: String) -> CelRule {
+    CelRule { id, location: location.into(), rule, message, field_path: None, reason: None }
+}
+
+/// Every CEL rule of the CRD.
+pub fn cel_rules() -> Vec<CelRule> {
+    let mut rules = Vec::new();
+
+    rules.push(rule(
+        "name-dns-label",
+        "",
+        "self.metadata.name.size() <= 63 && self.metadata.name.matches('^[a-z]([-a-z0-9]*[a-z0-9])?$')"
+            .into(),
+        "metadata.name must be at most 63 lowercase letters, digits and '-', start with a letter and end \
+         with a letter or digit: it names the router Service, Deployment and container"
+            .into(),
+    ));
+
+    rules.push(CelRule {
+        field_path: Some(".size".into()),
+        reason: Some("FieldValueForbidden"),
+        ..rule(
+            "every-without-size",
+            "spec.deploymentPlan",
+            "!(has(self.placement) && self.placement == 'Every' && has(self.size))".into(),
+            "size must not be set with placement Every (a DaemonSet runs one router on every node): remove \
+             size, or use placement Any or AntiAffinity"
+                .into(),
+        )
+    });
+
+    for (id, list) in [
+        ("edge-without-inter-router-listeners", "interRouterListeners"),
+        ("edge-without-edge-listeners", "edgeListeners"),
+        ("edge-without-inter-router-connectors", "interRouterConnectors"),
+    ] {
+        rules.push(CelRule {
+            field_path: Some(format!(".{list}")),
+            reason: Some("FieldValueForbidden"),
+            ..rule(
+                id,
+                "spec",
+                format!("!{ROLE_IS_EDGE} || !has(self.{list}) || size(self.{list}) == 0"),
+                format!(
+                    "an edge router (deploymentPlan.role: edge) cannot have {list}: remove them, or use role \
+                     interior"
+                ),
+            )
+        });
+    }
+    rules.push(CelRule {
+        field_path: Some(".edgeConnectors".into()),
+        reason: Some("FieldValueForbidden"),
+        ..rule(
+            "interior-without-edge-connectors",
+            "spec",
+            format!("{ROLE_IS_EDGE} || !has(self.edgeConnectors) || size(self.edgeConnectors) == 0"),
+            "an interior router (deploymentPlan.role absent or interior) cannot have edgeConnectors: use \
+             interRouterConnectors, or set role edge"
+                .into(),
+        )
+    });
+
+    let ports = LISTENER_LISTS
+        .iter()
+        .map(|l| format!("(has(self.{l}) ? self.{l}.filter(l, has(l.port)).map(l, l.port) : [])"))
+        .chain(std::iter::once(format!(
+            "[has(self.deploymentPlan) && has(self.deploymentPlan.livenessPort) ? \
+             self.deploymentPlan.livenessPort : {DEFAULT_LIVENESS_PORT}]"
+        )))
+        .collect::<Vec<_>>()
+        .join(" + ");
+    rules.push(rule(
+        "listener-ports-unique",
+        "spec",
+        format!("({ports}).all(p, ({ports}).filter(q, q == p).size() == 1)"),
+        format!(
+            "listener ports must be unique across listeners, interRouterListeners, edgeListeners and \
+             deploymentPlan.livenessPort (default {DEFAULT_LIVENESS_PORT}): change the duplicated port"
+        ),
+    ));
+
+    for (id, lists, what) in [
+        (
+            "listener-names-unique",
+            LISTENER_LISTS,
+            "listener names must be unique across listeners, interRouterListeners and edgeListeners",
+        ),
+        (
+            "connector-names-unique",
+            CONNECTOR_LISTS,
+            "connector names must be unique across connectors, interRouterConnectors and edgeConnectors",
+        ),
+    ] {
+        let names = lists
+            .iter()
+            .map(|l| format!("(has(self.{l}) ? self.{l}.filter(x, has(x.name)).map(x, x.name) : [])"))
+            .collect::<Vec<_>>()
+            .join(" + ");
+        rules.push(rule(
+            id,
+            "spec",
+            format!("({names}).all(n, ({names}).filter(m, m == n).size() == 1)"),
+            format!("{what}: rename the duplicate"),
+        ));
+    }
+
+    let auto = AUTO_PROFILES.iter().map(|p| format!("'{p}'")).collect::<Vec<_>>().join(", ");
+    for list in LISTENER_LISTS.iter().chain(CONNECTOR_LISTS.iter()) {
+        rules.push(CelRule {
+            field_path: Some(format!(".{list}")),
+            ..rule(
+                "ssl-profile-defined",
+                "spec",
+                format!(
+                    "!has(self.{list}) || self.{list}.all(x, !has(x.sslProfile) || x.sslProfile in [{auto}] || \
+                     (has(self.sslProfiles) && self.sslProfiles.exists(p, p.name == x.sslProfile)))"
+                ),
+                format!(
+                    "every sslProfile named in {list} must be defined in sslProfiles (only 'default' and \
+                     'inter-router' are added automatically): add the profile or correct the name"
+                ),
+            )
+        });
+    }
+    rules.push(rule(
+        "ssl-profile-names-unique",
+        "spec.sslProfiles",
+        "self.all(p, self.exists_one(q, q.name == p.name))".into(),
+        "sslProfile names must be unique: rename or merge the duplicate".into(),
+    ));
+
+    for list in ["addresses", "linkRoutes"] {
+        rules.push(rule(
+            "prefix-xor-pattern",
+            &format!("spec.{list}[]"),
+            "has(self.prefix) != has(self.pattern)".into(),
+            "exactly one of prefix and pattern must be set".into(),
+        ));
+    }
+    for list in ["linkRoutes", "autoLinks"] {
+        rules.push(CelRule {
+            reason: Some("FieldValueForbidden"),
+            ..rule(
+                "container-id-xor-connection",
+                &format!("spec.{list}[]"),
+                "!(has(self.containerId) && has(self.connection))".into(),
+                "containerId and connection are mutually exclusive (the router would drop the entry): set at \
+                 most one"
+                    .into(),
+            )
+        });
+    }
+
+    for l in LISTENER_LISTS {
+        rules.push(rule(
+            "listener-name-iana",
+            &format!("spec.{l}[].name"),
+            "self.matches('[a-z]') && !self.contains('--')".into(),
+            "must be an IANA service name (it names the container and Service port): include at least one \
+             letter and no '--'"
+                .into(),
+        ));
+    }
+
+    rules.push(rule(
+        "users-secret-name",
+        "spec.users",
+        format!(
+            "self.lowerAscii() == 'none' || self.lowerAscii() == 'false' || self.matches('{DNS_SUBDOMAIN_RE}')"
+        ),
+        "must be the name of a Secret (lowercase letters, digits, '-' and '.') or 'none' for no SASL users"
+            .into(),
+    ));
+
+    for (loc, hash_ok) in config_strings() {
+        let (class, what) = if hash_ok {
+            (r#"["\\\\{}\\n\\r]"#, "'\"', '\\', '{', '}' or a line break")
+        } else {
+            (r#"["\\\\{}#\\n\\r]"#, FORBIDDEN_CONFIG_CHARS)
+        };
+        rules.push(rule(
+            if hash_ok { "config-safe-pattern" } else { "config-safe" },
+            &loc,
+            format!("!self.matches('{class}')"),
+            format!("must not contain {what}: the router's configuration format cannot carry them"),
+        ));
+    }
+    rules
+}
+
+fn node<'a>(schema: &'a mut Value, location: &str) -> &'a mut Value {
+    let mut cur = schema;
+    if location.is_empty() {
+        return cur;
+    }
+    for seg in location.split('.') {
+        let (name, item) = match seg.strip_suffix("[]") {
+            Some(n) => (n, true),
+            None => (seg, false),
+        };
+        cur = cur
+            .get_mut("properties")
+            .and_then(|p| p.get_mut(name))
+            .unwrap_or_else(|| panic!("schema has no property {name} at {location}"));
+        if item {
+            cur = cur.get_mut("items").unwrap_or_else(|| panic!("{name} at {location} is not an array"));
+        }
+    }
+    cur
+}
+
+/// Adds [`cel_rules`] and [`required_fields`] to an `openAPIV3Schema` derived from the
+/// types.
+///
+/// # Panics
+/// When a location names no property of the schema (a programming error caught by the
+/// unit tests).
+pub fn apply(schema: &mut Value) {
+    strip_defaults(schema);
+    for r in cel_rules() {
+        let mut entry = json!({"rule": r.rule, "message": r.message});
+        if let Some(fp) = &r.field_path {
+            entry["fieldPath"] = json!(fp);
+        }
+        if let Some(reason) = r.reason {
+            entry["reason"] = json!(reason);
+        }
+        let n = node(schema, &r.location);
+        match n.get_mut("x-kubernetes-validations").and_then(Value::as_array_mut) {
+            Some(list) => list.push(entry),
+            None => n["x-kubernetes-validations"] = json!([entry]),
+        }
+    }
+    for (loc, fields) in required_fields() {
+        let n = node(schema, &loc);
+        let req = n.as_object_mut().expect("object schema").entry("required").or_insert_with(|| json!([]));
+        for f in fields {
+            req.as_array_mut().expect("required is a list").push(json!(f));
+        }
+    }
+}
+
+/// Removes the `default` values schemars emits for `#[serde(default)]` fields: defaults are
+/// the webhook's job ([`crate::defaults`]), and a schema default of `0` or `""` would both
+/// violate the field's own bounds and hide absence from `validate`.
+fn strip_defaults(schema: &mut Value) {
+    match schema {
+        Value::Object(map) => {
+            map.remove("default");
+            for (key, v) in map.iter_mut() {
+                if key == "properties" {
+                    if let Value::Object(props) = v {
+                        props.values_mut().for_each(strip_defaults);
+                    }
+                } else {
+                    strip_defaults(v);
+                }
+            }
+        }
+        Value::Array(items) => items.iter_mut().for_each(strip_defaults),
+        _ => {}
+    }
+}

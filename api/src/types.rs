@@ -1,0 +1,591 @@
+//! The `Interconnect` custom resource, `interconnectedcloud.github.io/v1alpha1`.
+//!
+//! Every JSON name is the one the Go operator used, so objects written for it deserialize
+//! unchanged. Every field is optional in Rust so that [`crate::defaults`] can tell an
+//! absent field from an explicit one; the API server's schema marks required what the
+//! router needs.
+
+use k8s_openapi::api::core::v1::ResourceRequirements;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::Condition;
+use kube::CustomResource;
+use schemars::JsonSchema;
+use serde::{Deserialize, Deserializer, Serialize};
+
+use crate::enums::string_enum;
+
+/// Desired state of a Qpid Dispatch Router network: how the routers run
+/// (`deploymentPlan`), what they listen on and connect to, their TLS profiles and their
+/// address, link-route and auto-link configuration. Absent fields are filled in by the
+/// defaulting webhook (see the API reference for every default).
+#[derive(CustomResource, Serialize, Deserialize, Clone, Debug, Default, PartialEq, JsonSchema)]
+#[kube(
+    group = "interconnectedcloud.github.io",
+    version = "v1alpha1",
+    kind = "Interconnect",
+    plural = "interconnects",
+    singular = "interconnect",
+    shortname = "ic",
+    namespaced,
+    status = "InterconnectStatus",
+    doc = "An Interconnect is a network of Apache Qpid Dispatch Routers run by qdr-operator: a Deployment (or a DaemonSet for placement Every) of routers, their Service, configuration and credentials.",
+    printcolumn(
+        name = "Role",
+        type_ = "string",
+        json_path = ".spec.deploymentPlan.role",
+        description = "Router mode: interior or edge"
+    ),
+    printcolumn(
+        name = "Size",
+        type_ = "integer",
+        json_path = ".spec.deploymentPlan.size",
+        description = "Desired routers (empty for placement Every)"
+    ),
+    printcolumn(
+        name = "Ready",
+        type_ = "integer",
+        json_path = ".status.readyReplicas",
+        description = "Routers ready"
+    ),
+    printcolumn(
+        name = "Status",
+        type_ = "string",
+        json_path = ".status.conditions[?(@.type==\"Ready\")].reason",
+        description = "Reason of the Ready condition"
+    ),
+    printcolumn(name = "Age", type_ = "date", json_path = ".metadata.creationTimestamp")
+)]
+#[serde(rename_all = "camelCase")]
+pub struct InterconnectSpec {
+    /// How the routers are run: image, number, role, placement, resources and ports.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub deployment_plan: Option<DeploymentPlan>,
+
+    /// Name of the Secret holding SASL users (each key a user name, each value its
+    /// password), or `none` (or `false`, any case) for no SASL user database. Default:
+    /// `<name>-users`, created by the operator with user `guest` and a random password
+    /// when it does not exist. Logins are `<user>@<interconnect name>`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(length(min = 1, max = 253))]
+    pub users: Option<String>,
+
+    /// Client (normal and route-container) listeners. Default when absent: AMQP on 5672,
+    /// the web console on 8080 (http, authenticatePeer, expose) and AMQPS on 5671 with
+    /// sslProfile `default`. Ports are unique across all listener kinds and the liveness
+    /// port. At least 1, at most 32.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(length(min = 1, max = 32))]
+    pub listeners: Option<Vec<Listener>>,
+
+    /// Listeners for connections from other interior routers (role `inter-router`).
+    /// Interior routers only. Default for interior routers when absent: port 55671 with
+    /// sslProfile `inter-router`, authenticatePeer, saslMechanisms EXTERNAL, exposed.
+    /// Set `[]` for none. At most 32.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(length(max = 32))]
+    pub inter_router_listeners: Option<Vec<Listener>>,
+
+    /// Listeners for connections from edge routers (role `edge`). Interior routers only.
+    /// Default for interior routers when absent: port 45672. Set `[]` for none. At most 32.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(length(max = 32))]
+    pub edge_listeners: Option<Vec<Listener>>,
+
+    /// TLS profiles that listeners and connectors name in `sslProfile`. The profiles
+    /// `default` and `inter-router` are added automatically when referenced and absent.
+    /// Names are unique. At most 32.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(length(max = 32))]
+    pub ssl_profiles: Option<Vec<SslProfile>>,
+
+    /// Address configuration (distribution, waypoints, phases). Default when absent:
+    /// prefixes closest, unicast and exclusive (distribution closest) and multicast and
+    /// broadcast (distribution multicast). Set `[]` for none. At most 256.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(length(max = 256))]
+    pub addresses: Option<Vec<Address>>,
+
+    /// Auto-links: links the router attaches itself, typically to waypoints on brokers.
+    /// At most 256.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(length(max = 256))]
+    pub auto_links: Option<Vec<AutoLink>>,
+
+    /// Link routes: address spaces whose link attaches are routed to a container.
+    /// At most 256.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(length(max = 256))]
+    pub link_routes: Option<Vec<LinkRoute>>,
+
+    /// Outgoing client connections (role normal or route-container). At most 64.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(length(max = 64))]
+    pub connectors: Option<Vec<Connector>>,
+
+    /// Outgoing connections to interior routers of another network (role
+    /// `inter-router`). Interior routers only; the routers of this Interconnect mesh
+    /// with each other by themselves. At most 64.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(length(max = 64))]
+    pub inter_router_connectors: Option<Vec<Connector>>,
+
+    /// Outgoing connections from an edge router to interior routers (role `edge`), e.g.
+    /// to `<mesh>:45672`. Edge routers only. At most 64.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(length(max = 64))]
+    pub edge_connectors: Option<Vec<Connector>>,
+
+    /// Deprecated and ignored. The Go operator's CRD had this field but never read it;
+    /// it is accepted so that old manifests still apply. Use `deploymentPlan.issuer`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(length(max = 253))]
+    pub issuer: Option<String>,
+}
+
+string_enum! {
+    /// Router mode.
+    pub enum Role {
+        /// Interior routers mesh with each other and accept edge routers.
+        Interior = "interior",
+        /// Edge routers connect to interior routers and never route between them.
+        Edge = "edge",
+    }
+}
+
+string_enum! {
+    /// How router pods are spread over nodes.
+    pub enum Placement {
+        /// A Deployment of `size` routers, anywhere.
+        Any = "Any",
+        /// A DaemonSet: one router on every schedulable node.
+        Every = "Every",
+        /// A Deployment of `size` routers, at most one per node (required pod anti-affinity).
+        AntiAffinity = "AntiAffinity",
+    }
+}
+
+string_enum! {
+    /// Kubernetes Service type of the router Service.
+    pub enum ServiceType {
+        /// A cluster-internal virtual IP.
+        ClusterIp = "ClusterIP",
+        /// ClusterIP plus a port on every node.
+        NodePort = "NodePort",
+        /// NodePort plus an external load balancer.
+        LoadBalancer = "LoadBalancer",
+    }
+}
+
+string_enum! {
+    /// Message distribution for an address (router schema `address.distribution`).
+    pub enum Distribution {
+        /// Each message goes to one consumer, balanced by outstanding deliveries.
+        Balanced = "balanced",
+        /// Each message goes to the nearest consumer.
+        Closest = "closest",
+        /// Each message goes to every consumer.
+        Multicast = "multicast",
+        /// Messages are rejected as undeliverable.
+        Unavailable = "unavailable",
+    }
+}
+
+string_enum! {
+    /// Link direction (router schema `direction`): `in` for client senders, `out` for
+    /// client receivers.
+    pub enum Direction {
+        /// Links carrying messages into the router.
+        In = "in",
+        /// Links carrying messages out of the router.
+        Out = "out",
+    }
+}
+
+/// How the routers are run.
+#[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct DeploymentPlan {
+    /// Router container image. When absent, the controller's configured default image is
+    /// used (the Go operator's `QDROUTERD_IMAGE`), so that an operator upgrade can move
+    /// unpinned routers to a newer image.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(length(min = 1, max = 1024))]
+    pub image: Option<String>,
+
+    /// Number of routers, 1 to 16. Default 1. Must be absent for placement `Every`,
+    /// where the number of nodes decides.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(range(min = 1, max = 16))]
+    pub size: Option<i32>,
+
+    /// Router mode: `interior` (default) or `edge`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub role: Option<Role>,
+
+    /// Pod placement: `Any` (default; a Deployment), `AntiAffinity` (a Deployment with at
+    /// most one router per node) or `Every` (a DaemonSet). The Go operator's `Node` was
+    /// never implemented and is rejected.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub placement: Option<Placement>,
+
+    /// Compute resources of the router container, copied to the pod unchanged.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub resources: Option<ResourceRequirements>,
+
+    /// Name of a Secret (`tls.crt`, `tls.key`) holding a CA that signs the generated
+    /// credentials instead of a CA the operator creates. Despite its name this is a
+    /// Secret, not a cert-manager Issuer (Go operator compatibility).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(
+        length(min = 1, max = 253),
+        regex(pattern = r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$")
+    )]
+    pub issuer: Option<String>,
+
+    /// Port of the router's built-in HTTP listener for `/healthz` (liveness probe) and
+    /// `/metrics` (Prometheus). 1 to 65535, default 8888. Must not be used by a listener.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(range(min = 1, max = 65535))]
+    pub liveness_port: Option<i32>,
+
+    /// Type of the router Service: `ClusterIP` (the default when absent), `NodePort` or
+    /// `LoadBalancer`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub service_type: Option<ServiceType>,
+}
+
+/// A port the router listens on. The same shape serves `listeners`,
+/// `interRouterListeners` and `edgeListeners`; the list decides the connection role.
+#[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct Listener {
+    /// Name of the listener: the router entity name and the container and Service port
+    /// name. An IANA service name: at most 15 lowercase letters, digits and '-', with at
+    /// least one letter, no leading, trailing or double '-'. Unique across all listener
+    /// kinds. When absent, ports are named after the number.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(length(min = 1, max = 15), regex(pattern = r"^[a-z0-9]([a-z0-9-]*[a-z0-9])?$"))]
+    pub name: Option<String>,
+
+    /// Address to bind: a host name or an IPv4 or IPv6 literal. Default `0.0.0.0`
+    /// (rendered; the stored object keeps it absent).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(length(min = 1, max = 253))]
+    pub host: Option<String>,
+
+    /// TCP port, 1 to 65535. Required. Unique across all listener kinds and
+    /// `deploymentPlan.livenessPort`.
+    #[serde(default)]
+    #[schemars(range(min = 1, max = 65535))]
+    pub port: i32,
+
+    /// Normal listeners only: connections get role `route-container` (for brokers and
+    /// other containers that link routes and auto-links reach) instead of `normal`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub route_container: Option<bool>,
+
+    /// Normal listeners only: accept HTTP (the web console and AMQP over WebSocket).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub http: Option<bool>,
+
+    /// Cost of the inter-router or edge links over this listener, at least 1 (router
+    /// default 1). Not used by normal listeners.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(range(min = 1, max = 2147483647))]
+    pub cost: Option<i32>,
+
+    /// Name of the entry in `sslProfiles` that secures this listener with TLS.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(length(min = 1, max = 63))]
+    pub ssl_profile: Option<String>,
+
+    /// Space-separated SASL mechanisms accepted, e.g. `EXTERNAL` or `PLAIN SCRAM-SHA-256`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(length(min = 1, max = 256))]
+    pub sasl_mechanisms: Option<String>,
+
+    /// Require clients to authenticate (SASL, or a client certificate with EXTERNAL).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub authenticate_peer: Option<bool>,
+
+    /// Expose the port outside the cluster: an Ingress, or a Route on OpenShift (TLS
+    /// passthrough when `sslProfile` is set).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub expose: Option<bool>,
+
+    /// Link capacity in deliveries (credit per link), at least 1.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(range(min = 1, max = 2147483647))]
+    pub link_capacity: Option<i32>,
+
+    /// Deprecated and ignored. The Go operator's CRD had a boolean `role` on listeners but
+    /// never read it; it is accepted so that old manifests still apply.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub role: Option<bool>,
+}
+
+/// An outgoing connection. The same shape serves `connectors`, `interRouterConnectors`
+/// and `edgeConnectors`; the list decides the connection role.
+#[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct Connector {
+    /// Name of the connector (the router entity name, which link routes and auto-links
+    /// refer to in `connection`). A DNS label: at most 63 lowercase letters, digits and
+    /// '-'. Unique across all connector kinds.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(length(min = 1, max = 63), regex(pattern = r"^[a-z0-9]([a-z0-9-]*[a-z0-9])?$"))]
+    pub name: Option<String>,
+
+    /// Host to connect to: a host name or an IPv4 or IPv6 literal. Required.
+    #[serde(default)]
+    #[schemars(length(min = 1, max = 253))]
+    pub host: String,
+
+    /// TCP port to connect to, 1 to 65535. Required.
+    #[serde(default)]
+    #[schemars(range(min = 1, max = 65535))]
+    pub port: i32,
+
+    /// Normal connectors only: the connection gets role `route-container` instead of
+    /// `normal`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub route_container: Option<bool>,
+
+    /// Cost of the inter-router or edge link, at least 1 (router default 1).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(range(min = 1, max = 2147483647))]
+    pub cost: Option<i32>,
+
+    /// Check that the server certificate matches `host`. Default false, as with the Go
+    /// operator (the auto-meshed routers connect by pod IP); set true for external peers.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub verify_hostname: Option<bool>,
+
+    /// Name of the entry in `sslProfiles` that secures this connection with TLS.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(length(min = 1, max = 63))]
+    pub ssl_profile: Option<String>,
+
+    /// Link capacity in deliveries (credit per link), at least 1.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(range(min = 1, max = 2147483647))]
+    pub link_capacity: Option<i32>,
+}
+
+/// A TLS profile: certificate, key and trusted CA, taken from Secrets mounted at
+/// `/etc/qpid-dispatch-certs/<name>/<secret>/`.
+#[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct SslProfile {
+    /// Profile name, referenced by `sslProfile` of listeners and connectors. A DNS label
+    /// (at most 63 lowercase letters, digits and '-'). Required and unique.
+    #[serde(default)]
+    #[schemars(length(min = 1, max = 63), regex(pattern = r"^[a-z0-9]([a-z0-9-]*[a-z0-9])?$"))]
+    pub name: String,
+
+    /// Secret with `tls.crt` and `tls.key` (and `ca.crt` when issued by a CA). Default
+    /// `<interconnect>-<profile>-credentials`, generated, when both this and `caCert`
+    /// are absent or when `mutualAuth` is set.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(
+        length(min = 1, max = 253),
+        regex(pattern = r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$")
+    )]
+    pub credentials: Option<String>,
+
+    /// Secret with the CA certificate that peers must be signed by. Default
+    /// `<interconnect>-<profile>-ca`, generated, when `mutualAuth` is set.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(
+        length(min = 1, max = 253),
+        regex(pattern = r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$")
+    )]
+    pub ca_cert: Option<String>,
+
+    /// Have the operator issue `credentials` (signed by this profile's CA when
+    /// `mutualAuth`, else by the Interconnect's CA).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub generate_credentials: Option<bool>,
+
+    /// Have the operator create the CA in Secret `caCert`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub generate_ca_cert: Option<bool>,
+
+    /// Peers authenticate each other with certificates from this profile's own CA.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub mutual_auth: Option<bool>,
+
+    /// OpenSSL cipher list for TLS 1.2 and lower, e.g. `ECDHE-RSA-AES128-GCM-SHA256`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(length(min = 1, max = 1024))]
+    pub ciphers: Option<String>,
+
+    /// Space-separated TLS protocols allowed, e.g. `TLSv1.2 TLSv1.3`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(length(min = 1, max = 256))]
+    pub protocols: Option<String>,
+}
+
+/// Treatment of messages sent to an address space (router entity `address`).
+#[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct Address {
+    /// Address prefix the settings apply to. Exactly one of `prefix` and `pattern`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(length(min = 1, max = 1024))]
+    pub prefix: Option<String>,
+
+    /// Wildcard pattern (`*` one token, `#` any number of tokens) the settings apply to.
+    /// Exactly one of `prefix` and `pattern`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(length(min = 1, max = 1024))]
+    pub pattern: Option<String>,
+
+    /// `balanced` (router default), `closest`, `multicast` or `unavailable`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub distribution: Option<Distribution>,
+
+    /// The address is a waypoint: messages go through a broker queue via auto-links.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub waypoint: Option<bool>,
+
+    /// Ingress phase override, 0 to 9.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(range(min = 0, max = 9))]
+    pub ingress_phase: Option<i32>,
+
+    /// Egress phase override, 0 to 9.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(range(min = 0, max = 9))]
+    pub egress_phase: Option<i32>,
+
+    /// Priority given to messages without one, 0 to 9.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(range(min = 0, max = 9))]
+    pub priority: Option<i32>,
+
+    /// Deliver to fallback destinations when no consumer is reachable.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub enable_fallback: Option<bool>,
+}
+
+/// A link the router attaches itself (router entity `autoLink`).
+#[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct AutoLink {
+    /// The address of the node on the remote container. Required.
+    #[serde(default)]
+    #[schemars(length(min = 1, max = 1024))]
+    pub address: String,
+
+    /// `in` (the router receives) or `out` (the router sends). Required.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub direction: Option<Direction>,
+
+    /// Container id of the target container. At most one of `containerId` and
+    /// `connection`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(length(min = 1, max = 253))]
+    pub container_id: Option<String>,
+
+    /// Name of the connector or listener the link uses. At most one of `containerId` and
+    /// `connection`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(length(min = 1, max = 253))]
+    pub connection: Option<String>,
+
+    /// Address on the remote container, when it differs from `address`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(length(min = 1, max = 1024))]
+    pub external_address: Option<String>,
+
+    /// Address phase of the link, 0 to 9.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(range(min = 0, max = 9))]
+    pub phase: Option<i32>,
+
+    /// The link serves as the fallback destination of the address.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub fallback: Option<bool>,
+}
+
+/// An address space whose link attaches are routed to a container (router entity
+/// `linkRoute`).
+#[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct LinkRoute {
+    /// Address prefix routed. Exactly one of `prefix` and `pattern`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(length(min = 1, max = 1024))]
+    pub prefix: Option<String>,
+
+    /// Wildcard pattern routed. Exactly one of `prefix` and `pattern`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(length(min = 1, max = 1024))]
+    pub pattern: Option<String>,
+
+    /// `in` (client senders) or `out` (client receivers). Required by the router.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub direction: Option<Direction>,
+
+    /// Container id of the target container. At most one of `containerId` and
+    /// `connection`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(length(min = 1, max = 253))]
+    pub container_id: Option<String>,
+
+    /// Name of the connector or listener that reaches the container. At most one of
+    /// `containerId` and `connection`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(length(min = 1, max = 253))]
+    pub connection: Option<String>,
+
+    /// Prefix added to the address on the route-container link.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(length(min = 1, max = 1024))]
+    pub add_external_prefix: Option<String>,
+
+    /// Prefix removed from the address on the route-container link.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(length(min = 1, max = 1024))]
+    pub del_external_prefix: Option<String>,
+}
+
+/// Observed state, written by the controller only.
+#[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct InterconnectStatus {
+    /// Latest observations: `Ready`, `Available`, `Progressing`, `Degraded` and
+    /// `SpecValid` (Kubernetes API conventions; one entry per type).
+    #[serde(default, deserialize_with = "lenient_conditions")]
+    #[schemars(extend("x-kubernetes-list-type" = "map", "x-kubernetes-list-map-keys" = ["type"]), length(max = 16))]
+    pub conditions: Vec<Condition>,
+
+    /// `metadata.generation` of the spec this status describes.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub observed_generation: Option<i64>,
+
+    /// Names of the router pods that are not being deleted.
+    #[serde(default)]
+    #[schemars(length(max = 1024))]
+    pub pods: Vec<String>,
+
+    /// Routers desired by the workload (nodes, for a DaemonSet).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub replicas: Option<i32>,
+
+    /// Routers whose pods are ready.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub ready_replicas: Option<i32>,
+
+    /// Routers running the current configuration.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub updated_replicas: Option<i32>,
+}
+
+/// Reads `conditions`, dropping entries that are not `metav1.Condition`s: the Go operator
+/// wrote `{type, reason, transitionTime}` entries, which must not make its objects
+/// unreadable. The controller replaces them on its first status write.
+fn lenient_conditions<'de, D: Deserializer<'de>>(d: D) -> Result<Vec<Condition>, D::Error> {
+    let raw = Option::<Vec<serde_json::Value>>::deserialize(d)?.unwrap_or_default();
+    Ok(raw.into_iter().filter_map(|v| serde_json::from_value(v).ok()).collect())
+}

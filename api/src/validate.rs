@@ -1,0 +1,709 @@
+//! Validation: one pure function that returns every violation at once.
+//!
+//! Each [`FieldError`] has the shape of an apimachinery `field.Error`: a path such as
+//! `spec.listeners[1].port`, a type (Required, Invalid, ...), the bad value and a detail
+//! message, and prints the way the API server prints its own field errors. [`validate`]
+//! enforces every schema constraint and CEL rule of the CRD (see [`crate::rules`]) with the
+//! same meaning, plus the rules listed under "validate-only" in the API reference.
+
+use std::collections::HashMap;
+use std::fmt;
+
+use serde_json::Value;
+
+use crate::rules::{AUTO_PROFILES, CONNECTOR_LISTS, DEFAULT_LIVENESS_PORT, LISTENER_LISTS};
+use crate::types::{Connector, Interconnect, InterconnectSpec, Listener, Role};
+
+/// The kind of a field error, as in `k8s.io/apimachinery/pkg/util/validation/field`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum ErrorType {
+    /// A required field is absent or empty.
+    Required,
+    /// A value is malformed or out of range.
+    Invalid,
+    /// A value that must be unique is repeated.
+    Duplicate,
+    /// A value is not one of the supported values.
+    NotSupported,
+    /// A field may not be set in this context.
+    Forbidden,
+    /// A list has more items than allowed.
+    TooMany,
+    /// A string is longer than allowed.
+    TooLong,
+}
+
+impl ErrorType {
+    /// The `reason` of a `metav1.StatusCause` (`FieldValueInvalid`, ...).
+    pub fn reason(self) -> &'static str {
+        match self {
+            ErrorType::Required => "FieldValueRequired",
+            ErrorType::Invalid => "FieldValueInvalid",
+            ErrorType::Duplicate => "FieldValueDuplicate",
+            ErrorType::NotSupported => "FieldValueNotSupported",
+            ErrorType::Forbidden => "FieldValueForbidden",
+            ErrorType::TooMany => "FieldValueTooMany",
+            ErrorType::TooLong => "FieldValueTooLong",
+        }
+    }
+
+    /// The text apimachinery prints for the type (`Invalid value`, ...).
+    pub fn as_str(self) -> &'static str {
+        match self {
+            ErrorType::Required => "Required value",
+            ErrorType::Invalid => "Invalid value",
+            ErrorType::Duplicate => "Duplicate value",
+            ErrorType::NotSupported => "Unsupported value",
+            ErrorType::Forbidden => "Forbidden",
+            ErrorType::TooMany => "Too many",
+            ErrorType::TooLong => "Too long",
+        }
+    }
+}
+
+/// One violation: where, what kind, the offending value and what to do.
+#[derive(Debug, Clone, PartialEq)]
+pub struct FieldError {
+    /// Path of the field, e.g. `spec.listeners[1].port`.
+    pub field: String,
+    /// The kind of violation.
+    pub error_type: ErrorType,
+    /// The offending value, when the type shows one (Invalid, Duplicate, NotSupported, TooMany).
+    pub bad_value: Option<Value>,
+    /// What is wrong and how to fix it.
+    pub detail: String,
+}
+
+impl FieldError {
+    fn new(
+        field: String,
+        error_type: ErrorType,
+        bad_value: Option<Value>,
+        detail: impl Into<String>,
+    ) -> Self {
+        FieldError { field, error_type, bad_value, detail: detail.into() }
+    }
+
+    /// The message without the field path: `Invalid value: 70000: must be ...`, as
+    /// apimachinery's `ErrorBody` prints it.
+    pub fn body(&self) -> String {
+        let mut s = self.error_type.as_str().to_string();
+        let show_value = matches!(
+            self.error_type,
+            ErrorType::Invalid | ErrorType::Duplicate | ErrorType::NotSupported | ErrorType::TooMany
+        );
+        if let (true, Some(v)) = (show_value, &self.bad_value) {
+            s.push_str(": ");
+            s.push_str(&v.to_string());
+        }
+        if !self.detail.is_empty() {
+            s.push_str(": ");
+            s.push_str(&self.detail);
+        }
+        s
+    }
+}
+
+impl fmt::Display for FieldError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{}: {}", self.field, self.body())
+    }
+}
+
+/// Validates an Interconnect (its `metadata.name` and `spec`) and returns every violation,
+/// in field order; an empty list means valid. Pure: it reads nothing but its argument.
+pub fn validate(ic: &Interconnect) -> Vec<FieldError> {
+    let mut v = Validator::default();
+    let name = ic.metadata.name.as_deref().unwrap_or_default();
+    if !is_dns1035_label(name) {
+        v.push(
+            "metadata.name",
+            ErrorType::Invalid,
+            Some(name.into()),
+            "must be at most 63 lowercase letters, digits and '-', start with a letter and end with a letter \
+             or digit: it names the router Service, Deployment and container",
+        );
+    }
+    v.spec(&ic.spec);
+    v.errors
+}
+
+/// Validates a spec alone (no `metadata.name` check).
+pub fn validate_spec(spec: &InterconnectSpec) -> Vec<FieldError> {
+    let mut v = Validator::default();
+    v.spec(spec);
+    v.errors
+}
+
+#[derive(Default)]
+struct Validator {
+    errors: Vec<FieldError>,
+}
+
+/// `^[a-z0-9]([-a-z0-9]*[a-z0-9])?$`, without the length limit.
+fn is_label_chars(s: &str) -> bool {
+    !s.is_empty()
+        && s.bytes().all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'-')
+        && !s.starts_with('-')
+        && !s.ends_with('-')
+}
+
+/// A DNS-1123 label of at most 63 characters.
+pub fn is_dns_label(s: &str) -> bool {
+    s.len() <= 63 && is_label_chars(s)
+}
+
+/// A DNS-1035 label: a DNS-1123 label that starts with a letter.
+pub fn is_dns1035_label(s: &str) -> bool {
+    is_dns_label(s) && s.starts_with(|c: char| c.is_ascii_lowercase())
+}
+
+/// A DNS-1123 subdomain of at most 253 characters (Secret and ConfigMap names).
+pub fn is_dns_subdomain(s: &str) -> bool {
+    s.len() <= 253 && s.split('.').all(is_label_chars)
+}
+
+/// An IANA service name (`IANA_SVC_NAME`): at most 15 characters of `[a-z0-9-]`, at least
+/// one letter, no leading, trailing or double '-'. Required of container port names.
+pub fn is_iana_svc_name(s: &str) -> bool {
+    s.len() <= 15 && is_label_chars(s) && s.bytes().any(|b| b.is_ascii_lowercase()) && !s.contains("--")
+}
+
+/// A value the router's `qdrouterd.conf` text format can carry: none of `"`, `\`, `{`,
+/// `}`, CR or LF, and no `#` unless `hash_ok` (the parser strips `#` comments in every
+/// attribute except `pattern`).
+pub fn is_config_safe(s: &str, hash_ok: bool) -> bool {
+    !s.chars().any(|c| matches!(c, '"' | '\\' | '{' | '}' | '\n' | '\r') || (!hash_ok && c == '#'))
+}
+
+fn supported_list(values: &[&str]) -> String {
+    let quoted: Vec<String> = values.iter().map(|v| format!("\"{v}\"")).collect();
+    format!("supported values: {}", quoted.join(", "))
+}
+
+impl Validator {
+    fn push(
+        &mut self,
+        field: impl Into<String>,
+        t: ErrorType,
+        value: Option<Value>,
+        detail: impl Into<String>,
+    ) {
+        self.errors.push(FieldError::new(field.into(), t, value, detail));
+    }
+
+    /// Length bounds and, for config values, the character rule.
+    fn string(&mut self, path: &str, s: &str, max: usize, config: Option<bool>) {
+        if s.is_empty() {
+            self.push(path, ErrorType::Invalid, Some(s.into()), "must not be empty");
+        } else if s.chars().count() > max {
+            self.push(path, ErrorType::TooLong, None, format!("may not be more than {max} characters"));
+        }
+        if let Some(hash_ok) = config
+            && !is_config_safe(s, hash_ok)
+        {
+            let what = if hash_ok {
+                "'\"', '\\', '{', '}' or a line break"
+            } else {
+                crate::rules::FORBIDDEN_CONFIG_CHARS
+            };
+            self.push(
+                path,
+                ErrorType::Invalid,
+                Some(s.into()),
+                format!("must not contain {what}: the router's configuration format cannot carry them"),
+            );
+        }
+    }
+
+    fn opt_string(&mut self, path: &str, s: &Option<String>, max: usize, config: Option<bool>) {
+        if let Some(s) = s {
+            self.string(path, s, max, config);
+        }
+    }
+
+    fn secret_name(&mut self, path: &str, s: &Option<String>) {
+        if let Some(s) = s {
+            self.string(path, s, 253, None);
+            if !s.is_empty() && s.len() <= 253 && !is_dns_subdomain(s) {
+                self.push(
+                    path,
+                    ErrorType::Invalid,
+                    Some(s.as_str().into()),
+                    "must be a Secret name: lowercase letters, digits, '-' and '.', starting and ending with a \
+                     letter or digit",
+                );
+            }
+        }
+    }
+
+    fn range(&mut self, path: &str, v: Option<i32>, min: i32, max: i32) {
+        if let Some(v) = v
+            && !(min..=max).contains(&v)
+        {
+            self.push(
+                path,
+                ErrorType::Invalid,
+                Some(v.into()),
+                format!("must be between {min} and {max}, inclusive"),
+            );
+        }
+    }
+
+    fn port(&mut self, path: &str, port: i32) {
+        if port == 0 {
+            self.push(path, ErrorType::Required, None, "a port between 1 and 65535 is required");
+        } else {
+            self.range(path, Some(port), 1, 65535);
+        }
+    }
+
+    fn enumeration(&mut self, path: &str, value: &str, supported: bool, values: &[&str], hint: &str) {
+        if !supported {
+            let mut detail = supported_list(values);
+            if !hint.is_empty() {
+                detail.push_str(hint);
+            }
+            self.push(path, ErrorType::NotSupported, Some(value.into()), detail);
+        }
+    }
+
+    fn max_items<T>(&mut self, path: &str, list: &Option<Vec<T>>, max: usize) {
+        if let Some(l) = list
+            && l.len() > max
+        {
+            self.push(
+                path,
+                ErrorType::TooMany,
+                Some(l.len().into()),
+                format!("must have at most {max} items"),
+            );
+        }
+    }
+
+    fn spec(&mut self, spec: &InterconnectSpec) {
+        let edge = spec.deployment_plan.as_ref().and_then(|p| p.role.as_ref()) == Some(&Role::Edge);
+        if let Some(plan) = &spec.deployment_plan {
+            self.opt_string("spec.deploymentPlan.image", &plan.image, 1024, None);
+            self.range("spec.deploymentPlan.size", plan.size, 1, 16);
+            if let Some(r) = &plan.role {
+                self.enumeration(
+                    "spec.deploymentPlan.role",
+                    r.as_str(),
+                    r.is_supported(),
+                    Role::SUPPORTED,
+                    "",
+                );
+            }
+            if let Some(p) = &plan.placement {
+                self.enumeration(
+                    "spec.deploymentPlan.placement",
+                    p.as_str(),
+                    p.is_supported(),
+                    crate::types::Placement::SUPPORTED,
+                    if p.as_str() == "Node" {
+                        " (Node placement was never implemented by the Go operator: use Every for one router per node)"
+                    } else {
+                        ""
+                    },
+                );
+                if *p == crate::types::Placement::Every && plan.size.is_some() {
+                    self.push(
+                        "spec.deploymentPlan.size",
+                        ErrorType::Forbidden,
+                        None,
+                        "size must not be set with placement Every (a DaemonSet runs one router on every node): \
+                         remove size, or use placement Any or AntiAffinity",
+                    );
+                }
+            }
+            self.secret_name("spec.deploymentPlan.issuer", &plan.issuer);
+            self.range("spec.deploymentPlan.livenessPort", plan.liveness_port, 1, 65535);
+            if let Some(t) = &plan.service_type {
+                self.enumeration(
+                    "spec.deploymentPlan.serviceType",
+                    t.as_str(),
+                    t.is_supported(),
+                    crate::types::ServiceType::SUPPORTED,
+                    "",
+                );
+            }
+        }
+
+        if let Some(users) = &spec.users {
+            self.string("spec.users", users, 253, None);
+            let lower = users.to_ascii_lowercase();
+            if !users.is_empty() && lower != "none" && lower != "false" && !is_dns_subdomain(users) {
+                self.push(
+                    "spec.users",
+                    ErrorType::Invalid,
+                    Some(users.as_str().into()),
+                    "must be the name of a Secret (lowercase letters, digits, '-' and '.') or 'none' for no SASL \
+                     users",
+                );
+            }
+        }
+        self.opt_string("spec.issuer", &spec.issuer, 253, None);
+
+        if let Some(l) = &spec.listeners
+            && l.is_empty()
+        {
+            self.push(
+                "spec.listeners",
+                ErrorType::Invalid,
+                Some(Value::Array(vec![])),
+                "must have at least 1 item: remove the field to get the default listeners",
+            );
+        }
+        let listener_lists = [&spec.listeners, &spec.inter_router_listeners, &spec.edge_listeners];
+        for (name, list) in LISTENER_LISTS.iter().zip(listener_lists) {
+            self.max_items(&format!("spec.{name}"), list, 32);
+            for (i, l) in list.iter().flatten().enumerate() {
+                self.listener(&format!("spec.{name}[{i}]"), l);
+            }
+        }
+        let connector_lists = [&spec.connectors, &spec.inter_router_connectors, &spec.edge_connectors];
+        for (name, list) in CONNECTOR_LISTS.iter().zip(connector_lists) {
+            self.max_items(&format!("spec.{name}"), list, 64);
+            for (i, c) in list.iter().flatten().enumerate() {
+                self.connector(&format!("spec.{name}[{i}]"), c);
+            }
+        }
+
+        // Role rules (CEL: edge-without-*, interior-without-edge-connectors).
+        let nonempty = |l: &Option<Vec<_>>| l.as_ref().is_some_and(|l: &Vec<_>| !l.is_empty());
+        if edge {
+            for (list, present) in [
+                ("interRouterListeners", nonempty(&spec.inter_router_listeners)),
+                ("edgeListeners", nonempty(&spec.edge_listeners)),
+            ] {
+                if present {
+                    self.push(
+                        format!("spec.{list}"),
+                        ErrorType::Forbidden,
+                        None,
+                        format!(
+                            "an edge router (deploymentPlan.role: edge) cannot have {list}: remove them, or use \
+                             role interior"
+                        ),
+                    );
+                }
+            }
+            if spec.inter_router_connectors.as_ref().is_some_and(|l| !l.is_empty()) {
+                self.push(
+                    "spec.interRouterConnectors",
+                    ErrorType::Forbidden,
+                    None,
+                    "an edge router (deploymentPlan.role: edge) cannot have interRouterConnectors: remove them, \
+                     or use role interior",
+                );
+            }
+        } else if spec.edge_connectors.as_ref().is_some_and(|l| !l.is_empty()) {
+            self.push(
+                "spec.edgeConnectors",
+                ErrorType::Forbidden,
+                None,
+                "an interior router (deploymentPlan.role absent or interior) cannot have edgeConnectors: use \
+                 interRouterConnectors, or set role edge",
+            );
+        }
+
+        self.unique_ports(spec, &listener_lists);
+        self.unique_names(
+            LISTENER_LISTS.iter().zip(listener_lists).flat_map(|(n, l)| {
+                l.iter()
+                    .flatten()
+                    .enumerate()
+                    .map(move |(i, x)| (format!("spec.{n}[{i}].name"), x.name.as_deref()))
+            }),
+            "listener names must be unique across listeners, interRouterListeners and edgeListeners",
+        );
+        self.unique_names(
+            CONNECTOR_LISTS.iter().zip(connector_lists).flat_map(|(n, l)| {
+                l.iter()
+                    .flatten()
+                    .enumerate()
+                    .map(move |(i, x)| (format!("spec.{n}[{i}].name"), x.name.as_deref()))
+            }),
+            "connector names must be unique across connectors, interRouterConnectors and edgeConnectors",
+        );
+        self.port_name_collisions(&listener_lists[..2]);
+
+        // sslProfiles and references to them.
+        self.max_items("spec.sslProfiles", &spec.ssl_profiles, 32);
+        let mut defined: HashMap<&str, usize> = HashMap::new();
+        for (i, p) in spec.ssl_profiles.iter().flatten().enumerate() {
+            let path = format!("spec.sslProfiles[{i}]");
+            if p.name.is_empty() {
+                self.push(format!("{path}.name"), ErrorType::Required, None, "every sslProfile needs a name");
+            } else if p.name.len() > 63 {
+                self.push(
+                    format!("{path}.name"),
+                    ErrorType::TooLong,
+                    None,
+                    "may not be more than 63 characters",
+                );
+            } else if !is_dns_label(&p.name) {
+                self.push(
+                    format!("{path}.name"),
+                    ErrorType::Invalid,
+                    Some(p.name.as_str().into()),
+                    "must be lowercase letters, digits and '-', starting and ending with a letter or digit",
+                );
+            } else if defined.insert(&p.name, i).is_some() {
+                self.push(
+                    format!("{path}.name"),
+                    ErrorType::Duplicate,
+                    Some(p.name.as_str().into()),
+                    "sslProfile names must be unique: rename or merge the duplicate",
+                );
+            }
+            self.secret_name(&format!("{path}.credentials"), &p.credentials);
+            self.secret_name(&format!("{path}.caCert"), &p.ca_cert);
+            self.opt_string(&format!("{path}.ciphers"), &p.ciphers, 1024, Some(false));
+            self.opt_string(&format!("{path}.protocols"), &p.protocols, 256, Some(false));
+        }
+        let refs = LISTENER_LISTS
+            .iter()
+            .zip(listener_lists)
+            .flat_map(|(n, l)| {
+                l.iter().flatten().enumerate().map(move |(i, x)| (*n, i, x.ssl_profile.as_deref()))
+            })
+            .chain(CONNECTOR_LISTS.iter().zip(connector_lists).flat_map(|(n, l)| {
+                l.iter().flatten().enumerate().map(move |(i, x)| (*n, i, x.ssl_profile.as_deref()))
+            }));
+        let mut missing = Vec::new();
+        for (list, i, r) in refs {
+            if let Some(r) = r
+                && !AUTO_PROFILES.contains(&r)
+                && !spec.ssl_profiles.iter().flatten().any(|p| p.name == r)
+            {
+                missing.push(FieldError::new(
+                    format!("spec.{list}[{i}].sslProfile"),
+                    ErrorType::Invalid,
+                    Some(r.into()),
+                    format!(
+                        "no sslProfile named {r:?} in sslProfiles (only 'default' and 'inter-router' are added \
+                         automatically): add the profile or correct the name"
+                    ),
+                ));
+            }
+        }
+        self.errors.extend(missing);
+
+        self.max_items("spec.addresses", &spec.addresses, 256);
+        for (i, a) in spec.addresses.iter().flatten().enumerate() {
+            let path = format!("spec.addresses[{i}]");
+            self.opt_string(&format!("{path}.prefix"), &a.prefix, 1024, Some(false));
+            self.opt_string(&format!("{path}.pattern"), &a.pattern, 1024, Some(true));
+            if a.prefix.is_some() == a.pattern.is_some() {
+                self.push(&path, ErrorType::Invalid, None, "exactly one of prefix and pattern must be set");
+            }
+            if let Some(d) = &a.distribution {
+                self.enumeration(
+                    &format!("{path}.distribution"),
+                    d.as_str(),
+                    d.is_supported(),
+                    crate::types::Distribution::SUPPORTED,
+                    "",
+                );
+            }
+            self.range(&format!("{path}.ingressPhase"), a.ingress_phase, 0, 9);
+            self.range(&format!("{path}.egressPhase"), a.egress_phase, 0, 9);
+            self.range(&format!("{path}.priority"), a.priority, 0, 9);
+        }
+
+        self.max_items("spec.autoLinks", &spec.auto_links, 256);
+        for (i, a) in spec.auto_links.iter().flatten().enumerate() {
+            let path = format!("spec.autoLinks[{i}]");
+            if a.address.is_empty() {
+                self.push(
+                    format!("{path}.address"),
+                    ErrorType::Required,
+                    None,
+                    "the address to link is required",
+                );
+            } else {
+                self.string(&format!("{path}.address"), &a.address, 1024, Some(false));
+            }
+            self.direction(&format!("{path}.direction"), &a.direction);
+            self.opt_string(&format!("{path}.containerId"), &a.container_id, 253, Some(false));
+            self.opt_string(&format!("{path}.connection"), &a.connection, 253, Some(false));
+            self.opt_string(&format!("{path}.externalAddress"), &a.external_address, 1024, Some(false));
+            self.range(&format!("{path}.phase"), a.phase, 0, 9);
+            self.container_xor_connection(&path, a.container_id.is_some(), a.connection.is_some());
+        }
+
+        self.max_items("spec.linkRoutes", &spec.link_routes, 256);
+        for (i, r) in spec.link_routes.iter().flatten().enumerate() {
+            let path = format!("spec.linkRoutes[{i}]");
+            self.opt_string(&format!("{path}.prefix"), &r.prefix, 1024, Some(false));
+            self.opt_string(&format!("{path}.pattern"), &r.pattern, 1024, Some(true));
+            if r.prefix.is_some() == r.pattern.is_some() {
+                self.push(&path, ErrorType::Invalid, None, "exactly one of prefix and pattern must be set");
+            }
+            self.direction(&format!("{path}.direction"), &r.direction);
+            self.opt_string(&format!("{path}.containerId"), &r.container_id, 253, Some(false));
+            self.opt_string(&format!("{path}.connection"), &r.connection, 253, Some(false));
+            self.opt_string(&format!("{path}.addExternalPrefix"), &r.add_external_prefix, 1024, Some(false));
+            self.opt_string(&format!("{path}.delExternalPrefix"), &r.del_external_prefix, 1024, Some(false));
+            self.container_xor_connection(&path, r.container_id.is_some(), r.connection.is_some());
+        }
+    }
+
+    fn listener(&mut self, path: &str, l: &Listener) {
+        if let Some(name) = &l.name {
+            let p = format!("{path}.name");
+            if name.is_empty() {
+                self.push(&p, ErrorType::Invalid, Some("".into()), "must not be empty");
+            } else if name.len() > 15 {
+                self.push(&p, ErrorType::TooLong, None, "may not be more than 15 characters");
+            } else if !is_iana_svc_name(name) {
+                self.push(
+                    &p,
+                    ErrorType::Invalid,
+                    Some(name.as_str().into()),
+                    "must be an IANA service name (it names the container and Service port): lowercase letters, \
+                     digits and '-', at least one letter, no leading, trailing or double '-'",
+                );
+            }
+        }
+        self.opt_string(&format!("{path}.host"), &l.host, 253, Some(false));
+        self.port(&format!("{path}.port"), l.port);
+        self.range(&format!("{path}.cost"), l.cost, 1, i32::MAX);
+        self.opt_string(&format!("{path}.sslProfile"), &l.ssl_profile, 63, Some(false));
+        self.opt_string(&format!("{path}.saslMechanisms"), &l.sasl_mechanisms, 256, Some(false));
+        self.range(&format!("{path}.linkCapacity"), l.link_capacity, 1, i32::MAX);
+    }
+
+    fn connector(&mut self, path: &str, c: &Connector) {
+        if let Some(name) = &c.name {
+            let p = format!("{path}.name");
+            if name.is_empty() {
+                self.push(&p, ErrorType::Invalid, Some("".into()), "must not be empty");
+            } else if name.len() > 63 {
+                self.push(&p, ErrorType::TooLong, None, "may not be more than 63 characters");
+            } else if !is_dns_label(name) {
+                self.push(
+                    &p,
+                    ErrorType::Invalid,
+                    Some(name.as_str().into()),
+                    "must be lowercase letters, digits and '-', starting and ending with a letter or digit",
+                );
+            }
+        }
+        if c.host.is_empty() {
+            self.push(
+                format!("{path}.host"),
+                ErrorType::Required,
+                None,
+                "the host to connect to is required",
+            );
+        } else {
+            self.string(&format!("{path}.host"), &c.host, 253, Some(false));
+        }
+        self.port(&format!("{path}.port"), c.port);
+        self.range(&format!("{path}.cost"), c.cost, 1, i32::MAX);
+        self.opt_string(&format!("{path}.sslProfile"), &c.ssl_profile, 63, Some(false));
+        self.range(&format!("{path}.linkCapacity"), c.link_capacity, 1, i32::MAX);
+    }
+
+    fn direction(&mut self, path: &str, d: &Option<crate::types::Direction>) {
+        match d {
+            None => self.push(path, ErrorType::Required, None, "direction is required: in or out"),
+            Some(d) => {
+                self.enumeration(path, d.as_str(), d.is_supported(), crate::types::Direction::SUPPORTED, "")
+            }
+        }
+    }
+
+    fn container_xor_connection(&mut self, path: &str, container: bool, connection: bool) {
+        if container && connection {
+            self.push(
+                path,
+                ErrorType::Forbidden,
+                None,
+                "containerId and connection are mutually exclusive (the router would drop the entry): set at \
+                 most one",
+            );
+        }
+    }
+
+    /// Ports unique across the liveness port and all listeners (CEL: listener-ports-unique).
+    fn unique_ports(&mut self, spec: &InterconnectSpec, lists: &[&Option<Vec<Listener>>; 3]) {
+        let liveness = spec.deployment_plan.as_ref().and_then(|p| p.liveness_port);
+        let mut seen: HashMap<i32, String> = HashMap::new();
+        seen.insert(
+            liveness.unwrap_or(DEFAULT_LIVENESS_PORT),
+            match liveness {
+                Some(_) => "deploymentPlan.livenessPort".into(),
+                None => {
+                    format!("the liveness port (deploymentPlan.livenessPort default {DEFAULT_LIVENESS_PORT})")
+                }
+            },
+        );
+        for (name, list) in LISTENER_LISTS.iter().zip(lists) {
+            for (i, l) in list.iter().flatten().enumerate() {
+                if l.port == 0 {
+                    continue;
+                }
+                let path = format!("spec.{name}[{i}].port");
+                match seen.get(&l.port) {
+                    Some(first) => {
+                        let detail = format!(
+                            "port {} is already used by {first}: listener ports must be unique across listeners, \
+                             interRouterListeners, edgeListeners and deploymentPlan.livenessPort",
+                            l.port
+                        );
+                        self.push(&path, ErrorType::Duplicate, Some(l.port.into()), detail);
+                    }
+                    None => {
+                        seen.insert(l.port, path.trim_start_matches("spec.").to_string());
+                    }
+                }
+            }
+        }
+    }
+
+    fn unique_names<'a>(&mut self, names: impl Iterator<Item = (String, Option<&'a str>)>, what: &str) {
+        let mut seen: HashMap<&str, String> = HashMap::new();
+        for (path, name) in names {
+            let Some(name) = name else { continue };
+            match seen.get(name) {
+                Some(first) => {
+                    let detail = format!("{what}: {first} has the same name");
+                    self.push(path, ErrorType::Duplicate, Some(name.into()), detail);
+                }
+                None => {
+                    seen.insert(name, path.trim_start_matches("spec.").to_string());
+                }
+            }
+        }
+    }
+
+    /// Validate-only: an unnamed normal or inter-router listener gets container port name
+    /// `port-<N>`; a named listener may not take that name.
+    fn port_name_collisions(&mut self, lists: &[&Option<Vec<Listener>>]) {
+        let generated: Vec<String> = lists
+            .iter()
+            .flat_map(|l| l.iter().flatten())
+            .filter(|l| l.name.is_none() && l.port != 0)
+            .map(|l| format!("port-{}", l.port))
+            .collect();
+        for (name, list) in LISTENER_LISTS.iter().zip(lists) {
+            for (i, l) in list.iter().flatten().enumerate() {
+                if let Some(n) = &l.name
+                    && generated.contains(n)
+                {
+                    self.push(
+                        format!("spec.{name}[{i}].name"),
+                        ErrorType::Duplicate,
+                        Some(n.as_str().into()),
+                        "this is the container port name given to the unnamed listener on that port: choose \
+                         another name, or name that listener",
+                    );
+                }
+            }
+        }
+    }
+}
