@@ -13,6 +13,8 @@
 mod enums;
 
 pub mod defaults;
+#[cfg(feature = "offline")]
+pub mod offline;
 pub mod rules;
 pub mod types;
 pub mod validate;
