@@ -77,7 +77,7 @@ impl OfflineValidator {
         if let Some(props) = plain.get_mut("properties").and_then(Value::as_object_mut) {
             props.insert("apiVersion".into(), json!({"type": "string"}));
             props.insert("kind".into(), json!({"type": "string"}));
-            props.insert("metadata".into(), json!({"type": "object"}));
+            props.entry("metadata").or_insert_with(|| json!({"type": "object"}));
         }
         let schema = jsonschema::draft4::new(&plain).map_err(|e| e.to_string())?;
         Ok(OfflineValidator { schema, cel: compile_schema(&raw) })

@@ -84,6 +84,9 @@ pub fn required_fields() -> Vec<(String, Vec<&'static str>)> {
     v
 }
 
+/// `metadata.name`: a DNS-1035 label (at most 63 characters, starting with a letter).
+pub const NAME_PATTERN: &str = "^[a-z]([-a-z0-9]*[a-z0-9])?$";
+
 const DNS_SUBDOMAIN_RE: &str = r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$";
 const ROLE_IS_EDGE: &str =
     "(has(self.deploymentPlan) && has(self.deploymentPlan.role) && self.deploymentPlan.role == 'edge')";
@@ -95,16 +98,6 @@ fn rule(id: &'static str, location: &str, rule: String, message: String) -> CelR
 /// Every CEL rule of the CRD.
 pub fn cel_rules() -> Vec<CelRule> {
     let mut rules = Vec::new();
-
-    rules.push(rule(
-        "name-dns-label",
-        "",
-        "self.metadata.name.size() <= 63 && self.metadata.name.matches('^[a-z]([-a-z0-9]*[a-z0-9])?$')"
-            .into(),
-        "metadata.name must be at most 63 lowercase letters, digits and '-', start with a letter and end \
-         with a letter or digit: it names the router Service, Deployment and container"
-            .into(),
-    ));
 
     rules.push(CelRule {
         field_path: Some(".size".into()),
@@ -308,6 +301,12 @@ fn node<'a>(schema: &'a mut Value, location: &str) -> &'a mut Value {
 /// unit tests).
 pub fn apply(schema: &mut Value) {
     strip_defaults(schema);
+    // metadata.name names the router Service, so it must be a DNS-1035 label. A CRD schema
+    // may restrict metadata.name (and nothing else in metadata) with maxLength and pattern.
+    schema["properties"]["metadata"] = json!({
+        "type": "object",
+        "properties": {"name": {"type": "string", "maxLength": 63, "pattern": NAME_PATTERN}}
+    });
     for r in cel_rules() {
         let mut entry = json!({"rule": r.rule, "message": r.message});
         if let Some(fp) = &r.field_path {
