@@ -17,6 +17,9 @@ use crate::enums::string_enum;
 /// (`deploymentPlan`), what they listen on and connect to, their TLS profiles and their
 /// address, link-route and auto-link configuration. Absent fields are filled in by the
 /// defaulting webhook (see the API reference for every default).
+// kube's `printcolumn(...)` repeats `type_ = ...` per column, which clippy mistakes for a
+// duplicated attribute.
+#[allow(clippy::duplicated_attributes)]
 #[derive(CustomResource, Serialize, Deserialize, Clone, Debug, Default, PartialEq, JsonSchema)]
 #[kube(
     group = "interconnectedcloud.github.io",

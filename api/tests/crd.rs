@@ -59,3 +59,18 @@ fn schema_is_structural_and_bounded() {
     }
     walk("", &schema);
 }
+
+/// The rules page names every CEL rule id, so the documentation cannot silently fall behind.
+#[test]
+fn every_cel_rule_is_documented() {
+    let doc = std::fs::read_to_string(
+        std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../docs/validation-and-defaults.md"),
+    )
+    .unwrap();
+    for r in qdr_api::rules::cel_rules() {
+        let id = r.id;
+        let documented = doc.contains(&format!("`{id}`"))
+            || id.starts_with("edge-without-") && doc.contains("`edge-without-*`");
+        assert!(documented, "CEL rule {id} is not in docs/validation-and-defaults.md");
+    }
+}

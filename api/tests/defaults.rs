@@ -1,0 +1,122 @@
+//! Concrete defaults: parity with the Go operator (with cert-manager present, since this
+//! project issues credentials itself) and the deliberate differences.
+
+use qdr_api::{Distribution, Interconnect, InterconnectSpec, Placement, Role, defaults, validate};
+use serde_json::{Value, json};
+
+fn default_of(name: &str, spec: Value) -> InterconnectSpec {
+    let ic: Interconnect = serde_json::from_value(json!({
+        "apiVersion": "interconnectedcloud.github.io/v1alpha1", "kind": "Interconnect",
+        "metadata": {"name": name}, "spec": spec,
+    }))
+    .unwrap();
+    let out = defaults(&ic);
+    assert!(validate(&out).is_empty(), "{:#?}", validate(&out));
+    out.spec
+}
+
+#[test]
+fn empty_spec_gets_the_go_operators_secure_defaults() {
+    let spec = default_of("cluster1-router-mesh", json!({}));
+    // Reference §2, "Defaulted spec for an empty spec with cert-manager present".
+    let expected = json!({
+        "addresses": [
+            {"prefix": "closest", "distribution": "closest"}, {"prefix": "multicast", "distribution": "multicast"},
+            {"prefix": "unicast", "distribution": "closest"}, {"prefix": "exclusive", "distribution": "closest"},
+            {"prefix": "broadcast", "distribution": "multicast"}],
+        "deploymentPlan": {"livenessPort": 8888, "placement": "Any", "role": "interior", "size": 1},
+        "edgeListeners": [{"port": 45672}],
+        "interRouterListeners": [{"authenticatePeer": true, "expose": true, "port": 55671, "saslMechanisms": "EXTERNAL", "sslProfile": "inter-router"}],
+        "listeners": [{"port": 5672}, {"authenticatePeer": true, "expose": true, "http": true, "port": 8080}, {"port": 5671, "sslProfile": "default"}],
+        "sslProfiles": [
+            {"name": "default", "credentials": "cluster1-router-mesh-default-credentials", "generateCredentials": true},
+            {"name": "inter-router", "credentials": "cluster1-router-mesh-inter-router-credentials",
+             "caCert": "cluster1-router-mesh-inter-router-ca", "generateCredentials": true, "generateCaCert": true, "mutualAuth": true}],
+        "users": "cluster1-router-mesh-users",
+    });
+    assert_eq!(serde_json::to_value(&spec).unwrap(), expected);
+}
+
+#[test]
+fn edge_routers_get_no_inter_router_or_edge_listeners() {
+    let spec = default_of("edge", json!({"deploymentPlan": {"role": "edge"}}));
+    assert_eq!(spec.deployment_plan.as_ref().unwrap().role, Some(Role::Edge));
+    assert!(spec.inter_router_listeners.is_none());
+    assert!(spec.edge_listeners.is_none());
+    // The `default` profile is still added for the 5671 listener; `inter-router` is not.
+    let names: Vec<_> = spec.ssl_profiles.unwrap().into_iter().map(|p| p.name).collect();
+    assert_eq!(names, ["default"]);
+}
+
+#[test]
+fn placement_every_gets_no_size() {
+    let spec = default_of("edge", json!({"deploymentPlan": {"role": "edge", "placement": "Every"}}));
+    let plan = spec.deployment_plan.unwrap();
+    assert_eq!(plan.placement, Some(Placement::Every));
+    assert_eq!(plan.size, None, "the Go operator set size 1 here; a DaemonSet has no size");
+}
+
+#[test]
+fn only_absent_fields_are_filled() {
+    let spec = default_of(
+        "r",
+        json!({"deploymentPlan": {"size": 3}, "users": "none", "addresses": [], "interRouterListeners": [],
+               "listeners": [{"port": 6000}]}),
+    );
+    assert_eq!(spec.deployment_plan.unwrap().size, Some(3));
+    assert_eq!(spec.users.as_deref(), Some("none"));
+    assert_eq!(
+        spec.addresses,
+        Some(vec![]),
+        "an explicit empty list means none (the Go operator re-filled it)"
+    );
+    assert_eq!(spec.inter_router_listeners, Some(vec![]));
+    assert_eq!(spec.listeners.unwrap().len(), 1);
+    assert_eq!(spec.edge_listeners.unwrap()[0].port, 45672, "absent lists are still defaulted");
+}
+
+#[test]
+fn default_listeners_skip_ports_already_taken() {
+    let spec =
+        default_of("r", json!({"deploymentPlan": {"livenessPort": 5672}, "edgeListeners": [{"port": 8080}]}));
+    let ports: Vec<i32> = spec.listeners.unwrap().iter().map(|l| l.port).collect();
+    assert_eq!(ports, [5671], "5672 is the liveness port and 8080 an edge listener");
+}
+
+#[test]
+fn referenced_well_known_profiles_are_added_for_connectors_too() {
+    // Go bug 9: only normal and inter-router listeners triggered the profiles.
+    let spec = default_of(
+        "r",
+        json!({"deploymentPlan": {"role": "edge"}, "listeners": [{"port": 5672}],
+               "edgeConnectors": [{"host": "mesh", "port": 45671, "sslProfile": "inter-router"}]}),
+    );
+    let p = spec.ssl_profiles.unwrap();
+    assert_eq!(p.len(), 1);
+    assert_eq!(p[0].name, "inter-router");
+    assert_eq!(p[0].ca_cert.as_deref(), Some("r-inter-router-ca"));
+    assert_eq!(p[0].mutual_auth, Some(true));
+}
+
+#[test]
+fn user_profiles_get_generated_credentials_like_the_go_operator() {
+    let spec = default_of(
+        "r",
+        json!({"listeners": [{"port": 5672, "sslProfile": "tryme"}, {"port": 5673, "sslProfile": "mine"}],
+               "sslProfiles": [{"name": "tryme"}, {"name": "mine", "credentials": "my-secret", "mutualAuth": true}]}),
+    );
+    let p = spec.ssl_profiles.unwrap();
+    assert_eq!(p[0].credentials.as_deref(), Some("r-tryme-credentials"));
+    assert_eq!(p[0].generate_credentials, Some(true));
+    assert_eq!(p[0].ca_cert, None);
+    assert_eq!(p[1].credentials.as_deref(), Some("my-secret"), "user-supplied Secret kept");
+    assert_eq!(p[1].generate_credentials, None);
+    assert_eq!(p[1].ca_cert.as_deref(), Some("r-mine-ca"));
+    assert_eq!(p[1].generate_ca_cert, Some(true));
+}
+
+#[test]
+fn distributions_are_typed() {
+    let spec = default_of("r", json!({}));
+    assert_eq!(spec.addresses.unwrap()[1].distribution, Some(Distribution::Multicast));
+}
