@@ -1,1 +1,39 @@
-//! Self-managed TLS for the webhook and the routers: CA and serving certificates kept in a Secret, rotated before expiry.
+//! Self-managed TLS: an ECDSA P-256 CA and serving certificates made with rcgen, kept in one
+//! Secret, rotated before expiry with overlapping trust, served by hot-swapping a rustls
+//! resolver, and the `caBundle` of the webhook configurations kept right by server-side
+//! apply.
+//!
+//! * [`pki`]: making, parsing and verifying certificates.
+//! * [`rotation`]: the pure state machine (create, stage, promote, retire, renew).
+//! * [`store`]: the Secret and its encoding, written with optimistic concurrency.
+//! * [`manager`]: the per-replica driver against the API.
+//! * [`serving`]: the swappable rustls certificate resolver, and a files mode.
+//!
+//! The router credentials of the controller reuse [`pki`].
+
+pub mod manager;
+pub mod pki;
+pub mod rotation;
+pub mod serving;
+pub mod store;
+
+pub use manager::{CA_BUNDLE_MANAGER, CertManager, Target};
+pub use rotation::{Material, Policy, Step};
+pub use serving::CertResolver;
+
+/// Why a certificate operation failed.
+#[derive(Debug, thiserror::Error)]
+pub enum Error {
+    /// A certificate or key could not be made, parsed or verified.
+    #[error("certificate: {0}")]
+    Certificate(String),
+    /// An API request failed.
+    #[error("kubernetes API: {0}")]
+    Kube(#[from] kube::Error),
+}
+
+impl From<rcgen::Error> for Error {
+    fn from(e: rcgen::Error) -> Self {
+        Error::Certificate(e.to_string())
+    }
+}
