@@ -18,10 +18,12 @@ pub mod offline;
 pub mod rules;
 pub mod types;
 pub mod validate;
+pub mod warnings;
 
 pub use defaults::{apply_defaults, defaults};
 pub use types::*;
 pub use validate::{ErrorType, FieldError, validate, validate_spec};
+pub use warnings::warnings;
 
 use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
 use kube::CustomResourceExt;

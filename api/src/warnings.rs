@@ -1,0 +1,98 @@
+//! Warnings: valid but risky specs. Each is at most [`MAX_WARNING_LEN`] characters,
+//! formatted `path: message` (Kubernetes API guidance for admission warnings), and never
+//! about something the user cannot change.
+
+use crate::rules::LISTENER_LISTS;
+use crate::types::Interconnect;
+
+/// Upper bound of one warning, in characters (the API server guidance is 120).
+pub const MAX_WARNING_LEN: usize = 120;
+
+/// The warnings for `ic` (best read on the defaulted object), in field order.
+pub fn warnings(ic: &Interconnect) -> Vec<String> {
+    let spec = &ic.spec;
+    let mut w = Vec::new();
+    let no_users = spec
+        .users
+        .as_deref()
+        .is_some_and(|u| u.eq_ignore_ascii_case("none") || u.eq_ignore_ascii_case("false"));
+    let lists = [&spec.listeners, &spec.inter_router_listeners, &spec.edge_listeners];
+    for (kind, (name, list)) in LISTENER_LISTS.iter().zip(lists).enumerate() {
+        for (i, l) in list.iter().flatten().enumerate() {
+            let p = format!("spec.{name}[{i}]");
+            let exposed = l.expose == Some(true);
+            if exposed && l.ssl_profile.is_none() {
+                w.push(format!("{p}: exposed outside the cluster without TLS (no sslProfile)"));
+            }
+            if exposed && l.authenticate_peer != Some(true) {
+                w.push(format!("{p}: exposed outside the cluster without authenticatePeer"));
+            }
+            if kind == 1 && l.ssl_profile.is_none() {
+                w.push(format!(
+                    "{p}: inter-router links without TLS: any pod that reaches port {} can join",
+                    l.port
+                ));
+            }
+            if kind != 0 && (l.route_container.is_some() || l.http.is_some()) {
+                w.push(format!(
+                    "{p}: routeContainer and http apply only to spec.listeners and are ignored here"
+                ));
+            }
+            if kind == 0 && l.cost.is_some() {
+                w.push(format!(
+                    "{p}.cost: ignored on normal listeners; cost applies to inter-router and edge links"
+                ));
+            }
+            if l.role.is_some() {
+                w.push(format!("{p}.role: deprecated and ignored (the list decides the role)"));
+            }
+            let external =
+                l.sasl_mechanisms.as_deref().is_some_and(|m| m.split_whitespace().any(|m| m == "EXTERNAL"));
+            if no_users && l.authenticate_peer == Some(true) && !external {
+                w.push(format!(
+                    "{p}: authenticatePeer with users: none; only clients with certificates can log in"
+                ));
+            }
+        }
+    }
+    for (i, c) in spec.inter_router_connectors.iter().flatten().enumerate() {
+        if c.ssl_profile.is_none() {
+            w.push(format!("spec.interRouterConnectors[{i}]: inter-router link without TLS"));
+        }
+    }
+    if spec.issuer.is_some() {
+        w.push("spec.issuer: deprecated and ignored; use spec.deploymentPlan.issuer".into());
+    }
+    // Link routes and auto-links that name a connection nobody defines stay inactive.
+    let names: Vec<&str> = lists
+        .iter()
+        .flat_map(|l| l.iter().flatten().filter_map(|l| l.name.as_deref()))
+        .chain(
+            [&spec.connectors, &spec.inter_router_connectors, &spec.edge_connectors]
+                .iter()
+                .flat_map(|l| l.iter().flatten().filter_map(|c| c.name.as_deref())),
+        )
+        .collect();
+    for (list, conns) in [
+        (
+            "linkRoutes",
+            spec.link_routes.iter().flatten().map(|r| r.connection.as_deref()).collect::<Vec<_>>(),
+        ),
+        ("autoLinks", spec.auto_links.iter().flatten().map(|a| a.connection.as_deref()).collect()),
+    ] {
+        for (i, c) in conns.into_iter().enumerate() {
+            if let Some(c) = c
+                && !names.contains(&c)
+            {
+                let short: String = c.chars().take(30).collect();
+                w.push(format!("spec.{list}[{i}].connection: no listener or connector named {short:?}; inactive until one exists"));
+            }
+        }
+    }
+    for m in &mut w {
+        if m.chars().count() > MAX_WARNING_LEN {
+            *m = m.chars().take(MAX_WARNING_LEN - 1).collect::<String>() + "…";
+        }
+    }
+    w
+}

@@ -1,0 +1,190 @@
+//! `qdr-webhook`: the Interconnect admission webhook server. See `--help`.
+
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::sync::atomic::Ordering;
+use std::time::Duration;
+
+use clap::{Parser, ValueEnum};
+use qdr_certs::{CertManager, CertResolver, Policy, Target};
+use qdr_webhook::metrics::Metrics;
+use qdr_webhook::server::{AppState, admission_router, health_router};
+
+/// Where the serving certificate comes from.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+enum TlsMode {
+    /// Made and rotated by this webhook, kept in a Secret, caBundle injected.
+    Secret,
+    /// Read from tls.crt and tls.key in --tls-dir and reloaded on change (cert-manager etc.).
+    Files,
+}
+
+/// Validating and defaulting admission webhook for Interconnects
+/// (interconnectedcloud.github.io/v1alpha1).
+///
+/// Serves POST /mutate and POST /validate (AdmissionReview v1) over TLS, and /livez,
+/// /readyz and /metrics on both the TLS port and the plain health port. Every replica serves;
+/// in secret mode they share one Secret and coordinate certificate rotation through it.
+#[derive(Debug, Parser)]
+#[command(version, about)]
+struct Args {
+    /// Address of the TLS (admission) listener.
+    #[arg(long, env = "QDR_WEBHOOK_LISTEN", default_value = "0.0.0.0:8443")]
+    listen: SocketAddr,
+
+    /// Address of the plain HTTP listener for probes and metrics.
+    #[arg(long, env = "QDR_WEBHOOK_HEALTH_LISTEN", default_value = "0.0.0.0:8081")]
+    health_listen: SocketAddr,
+
+    /// Where the serving certificate comes from.
+    #[arg(long, env = "QDR_WEBHOOK_TLS_MODE", value_enum, default_value = "secret")]
+    tls_mode: TlsMode,
+
+    /// Files mode: directory holding tls.crt and tls.key.
+    #[arg(long, env = "QDR_WEBHOOK_TLS_DIR", required_if_eq("tls_mode", "files"))]
+    tls_dir: Option<PathBuf>,
+
+    /// Namespace of the Secret and the Service (defaults to the pod's namespace).
+    #[arg(long, env = "POD_NAMESPACE", default_value = "qdr-operator")]
+    namespace: String,
+
+    /// Secret mode: name of the Secret holding the CA and serving certificate.
+    #[arg(long, env = "QDR_WEBHOOK_SECRET", default_value = "qdr-webhook-tls")]
+    secret_name: String,
+
+    /// Name of the webhook Service; the certificate is for <svc>, <svc>.<ns> and <svc>.<ns>.svc.
+    #[arg(long, env = "QDR_WEBHOOK_SERVICE", default_value = "qdr-webhook")]
+    service_name: String,
+
+    /// Additional certificate names (DNS names or IP addresses), e.g. 127.0.0.1 when the API
+    /// server calls the webhook by URL. Repeat or comma-separate.
+    #[arg(long, env = "QDR_WEBHOOK_EXTRA_SANS", value_delimiter = ',')]
+    extra_san: Vec<String>,
+
+    /// ValidatingWebhookConfiguration whose caBundle this webhook keeps right (empty: none).
+    #[arg(long, env = "QDR_WEBHOOK_VALIDATING_CONFIG", default_value = "qdr-operator-validating")]
+    validating_config: String,
+
+    /// MutatingWebhookConfiguration whose caBundle this webhook keeps right (empty: none).
+    #[arg(long, env = "QDR_WEBHOOK_MUTATING_CONFIG", default_value = "qdr-operator-mutating")]
+    mutating_config: String,
+
+    /// CA lifetime; the CA is rotated, with overlapping trust, at 2/3 of it.
+    #[arg(long, env = "QDR_WEBHOOK_CA_LIFETIME", value_parser = humantime::parse_duration, default_value = "365d")]
+    ca_lifetime: Duration,
+
+    /// Serving-certificate lifetime; it is renewed at 2/3 of it.
+    #[arg(long, env = "QDR_WEBHOOK_CERT_LIFETIME", value_parser = humantime::parse_duration, default_value = "90d")]
+    cert_lifetime: Duration,
+
+    /// How long a new CA must be trusted by the webhook configurations before it signs.
+    #[arg(long, env = "QDR_WEBHOOK_CA_SOAK", value_parser = humantime::parse_duration, default_value = "10s")]
+    ca_soak: Duration,
+
+    /// How long the previous CA stays trusted after the new one starts signing.
+    #[arg(long, env = "QDR_WEBHOOK_CA_RETIRE_GRACE", value_parser = humantime::parse_duration, default_value = "60s")]
+    ca_retire_grace: Duration,
+
+    /// How often to check whether a rotation step is due (and re-sync the caBundle).
+    #[arg(long, env = "QDR_WEBHOOK_CHECK_INTERVAL", value_parser = humantime::parse_duration, default_value = "30s")]
+    check_interval: Duration,
+
+    /// On SIGTERM, keep serving (not ready) this long so endpoints drop the pod first.
+    #[arg(long, env = "QDR_WEBHOOK_SHUTDOWN_DELAY", value_parser = humantime::parse_duration, default_value = "10s")]
+    shutdown_delay: Duration,
+
+    /// Log format.
+    #[arg(long, env = "QDR_LOG_FORMAT", value_parser = ["text", "json"], default_value = "text")]
+    log_format: String,
+}
+
+#[tokio::main]
+async fn main() -> Result<(), Box<dyn std::error::Error>> {
+    let args = Args::parse();
+    let filter = tracing_subscriber::EnvFilter::try_from_default_env().unwrap_or_else(|_| "info".into());
+    if args.log_format == "json" {
+        tracing_subscriber::fmt().json().with_env_filter(filter).init();
+    } else {
+        tracing_subscriber::fmt().with_env_filter(filter).init();
+    }
+    let _ = rustls::crypto::ring::default_provider().install_default();
+
+    let resolver = CertResolver::new();
+    let (readiness, expiry): (Box<dyn Fn() -> Result<(), String> + Send + Sync>, _) = match args.tls_mode {
+        TlsMode::Files => {
+            let dir = args.tls_dir.clone().expect("clap requires --tls-dir in files mode");
+            tokio::spawn(qdr_certs::serving::watch_files(dir, resolver.clone(), Duration::from_secs(1)));
+            let r = resolver.clone();
+            (
+                Box::new(move || r.cert_pem().map(|_| ()).ok_or_else(|| "no certificate loaded".to_string())),
+                resolver.clone(),
+            )
+        }
+        TlsMode::Secret => {
+            let client = kube::Client::try_default().await?;
+            let svc = &args.service_name;
+            let ns = &args.namespace;
+            let mut sans = vec![format!("{svc}.{ns}.svc"), format!("{svc}.{ns}"), svc.clone()];
+            sans.extend(args.extra_san.iter().cloned());
+            let policy = Policy {
+                ca_lifetime: args.ca_lifetime,
+                leaf_lifetime: args.cert_lifetime,
+                soak: args.ca_soak,
+                retire_grace: args.ca_retire_grace,
+                ..Policy::new(format!("{svc}-ca"), sans)
+            };
+            let mut targets = Vec::new();
+            if !args.validating_config.is_empty() {
+                targets.push(Target::Validating(args.validating_config.clone()));
+            }
+            if !args.mutating_config.is_empty() {
+                targets.push(Target::Mutating(args.mutating_config.clone()));
+            }
+            let manager =
+                Arc::new(CertManager::new(client, ns, &args.secret_name, policy, targets, resolver.clone()));
+            tokio::spawn(manager.clone().run(args.check_interval));
+            let m = manager.clone();
+            (Box::new(move || m.serving_trusted().map_err(|e| e.to_string())), resolver.clone())
+        }
+    };
+    let state = Arc::new(AppState {
+        metrics: Metrics::default(),
+        readiness,
+        expiry: Box::new(move || expiry.not_after()),
+        draining: Default::default(),
+    });
+
+    let health = tokio::net::TcpListener::bind(args.health_listen).await?;
+    tracing::info!(addr = %health.local_addr()?, "health and metrics listening");
+    let health_app = health_router(state.clone()).with_state(state.clone());
+    tokio::spawn(async move { axum::serve(health, health_app).await });
+
+    let tls = axum_server::tls_rustls::RustlsConfig::from_config(Arc::new(resolver.server_config()));
+    let handle = axum_server::Handle::new();
+    let app = admission_router(state.clone());
+    let server =
+        axum_server::bind_rustls(args.listen, tls).handle(handle.clone()).serve(app.into_make_service());
+    tracing::info!(addr = %args.listen, mode = ?args.tls_mode, "admission webhook listening");
+
+    let shutdown = {
+        let state = state.clone();
+        let delay = args.shutdown_delay;
+        async move {
+            let mut term = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())
+                .expect("installing the SIGTERM handler");
+            tokio::select! {
+                _ = term.recv() => {},
+                _ = tokio::signal::ctrl_c() => {},
+            }
+            tracing::info!(?delay, "shutting down: not ready, still serving");
+            state.draining.store(true, Ordering::SeqCst);
+            tokio::time::sleep(delay).await;
+            handle.graceful_shutdown(Some(Duration::from_secs(10)));
+        }
+    };
+    tokio::spawn(shutdown);
+    server.await?;
+    tracing::info!("stopped");
+    Ok(())
+}

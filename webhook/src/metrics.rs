@@ -1,0 +1,88 @@
+//! Prometheus metrics of the webhook (text exposition at `/metrics`).
+
+use std::sync::atomic::AtomicU64;
+use std::time::Duration;
+
+use prometheus_client::encoding::EncodeLabelSet;
+use prometheus_client::metrics::counter::Counter;
+use prometheus_client::metrics::family::Family;
+use prometheus_client::metrics::gauge::Gauge;
+use prometheus_client::metrics::histogram::{Histogram, exponential_buckets};
+use prometheus_client::registry::Registry;
+
+use crate::admission::{Operation, Outcome};
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct RequestLabels {
+    operation: &'static str,
+    result: &'static str,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct OperationLabels {
+    operation: &'static str,
+}
+
+/// The webhook's metrics:
+/// * `qdr_webhook_requests_total{operation, result}`: reviews by webhook (`mutate`,
+///   `validate`) and outcome (`allowed`, `denied`, `bad_request`);
+/// * `qdr_webhook_request_duration_seconds{operation}`: handling time, 50 µs to ~1.6 s buckets;
+/// * `qdr_webhook_certificate_expiry_seconds`: seconds until the served certificate expires.
+pub struct Metrics {
+    registry: Registry,
+    requests: Family<RequestLabels, Counter>,
+    latency: Family<OperationLabels, Histogram, fn() -> Histogram>,
+    expiry: Gauge<f64, AtomicU64>,
+}
+
+impl std::fmt::Debug for Metrics {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Metrics").finish_non_exhaustive()
+    }
+}
+
+impl Default for Metrics {
+    fn default() -> Self {
+        let mut registry = Registry::default();
+        let requests = Family::<RequestLabels, Counter>::default();
+        let latency: Family<OperationLabels, Histogram, fn() -> Histogram> =
+            Family::new_with_constructor(|| Histogram::new(exponential_buckets(0.00005, 2.0, 16)));
+        let expiry = Gauge::<f64, AtomicU64>::default();
+        registry.register(
+            "qdr_webhook_requests",
+            "Admission reviews by webhook and outcome",
+            requests.clone(),
+        );
+        registry.register(
+            "qdr_webhook_request_duration_seconds",
+            "Time to handle one admission review",
+            latency.clone(),
+        );
+        registry.register(
+            "qdr_webhook_certificate_expiry_seconds",
+            "Seconds until the served certificate expires",
+            expiry.clone(),
+        );
+        Metrics { registry, requests, latency, expiry }
+    }
+}
+
+impl Metrics {
+    /// Records one handled review.
+    pub fn observe(&self, op: Operation, outcome: Outcome, elapsed: Duration) {
+        self.requests
+            .get_or_create(&RequestLabels { operation: op.as_str(), result: outcome.as_str() })
+            .inc();
+        self.latency
+            .get_or_create(&OperationLabels { operation: op.as_str() })
+            .observe(elapsed.as_secs_f64());
+    }
+
+    /// The text exposition, after setting the expiry gauge to `expiry_secs`.
+    pub fn encode(&self, expiry_secs: Option<f64>) -> String {
+        self.expiry.set(expiry_secs.unwrap_or(0.0));
+        let mut out = String::new();
+        prometheus_client::encoding::text::encode(&mut out, &self.registry).expect("writing to a String");
+        out
+    }
+}

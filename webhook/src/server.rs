@@ -1,0 +1,87 @@
+//! The HTTP side: routes, body limit, health and metrics.
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::{Instant, SystemTime};
+
+use axum::Router;
+use axum::body::Bytes;
+use axum::extract::{DefaultBodyLimit, State};
+use axum::http::{StatusCode, header};
+use axum::response::{IntoResponse, Response};
+use axum::routing::{get, post};
+
+use crate::admission::{Body, Operation, handle};
+use crate::metrics::Metrics;
+
+/// Largest accepted request body: an AdmissionReview carries the object and, on UPDATE,
+/// the old object; the API server caps each at 3 MiB.
+pub const MAX_BODY_BYTES: usize = 8 * 1024 * 1024;
+
+/// Shared state of the handlers.
+pub struct AppState {
+    /// Request metrics.
+    pub metrics: Metrics,
+    /// `Ok` when this replica may receive traffic; `Err(reason)` otherwise.
+    pub readiness: Box<dyn Fn() -> Result<(), String> + Send + Sync>,
+    /// When the served certificate expires (for the expiry metric).
+    pub expiry: Box<dyn Fn() -> Option<SystemTime> + Send + Sync>,
+    /// Set on SIGTERM: readiness fails so endpoints drop this replica while it still serves.
+    pub draining: AtomicBool,
+}
+
+impl std::fmt::Debug for AppState {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("AppState").field("draining", &self.draining).finish_non_exhaustive()
+    }
+}
+
+/// Admission routes (`POST /mutate`, `POST /validate`) plus the health routes.
+pub fn admission_router(state: Arc<AppState>) -> Router {
+    Router::new()
+        .route("/mutate", post(|s, b| admit(Operation::Mutate, s, b)))
+        .route("/validate", post(|s, b| admit(Operation::Validate, s, b)))
+        .merge(health_router(state.clone()))
+        .layer(DefaultBodyLimit::max(MAX_BODY_BYTES))
+        .with_state(state)
+}
+
+/// `GET /livez`, `/readyz` and `/metrics`.
+pub fn health_router(state: Arc<AppState>) -> Router<Arc<AppState>> {
+    let _ = state;
+    Router::new()
+        .route("/livez", get(|| async { "ok" }))
+        .route("/readyz", get(readyz))
+        .route("/metrics", get(metrics))
+}
+
+async fn admit(op: Operation, State(st): State<Arc<AppState>>, body: Bytes) -> Response {
+    let start = Instant::now();
+    let reply = handle(op, &body);
+    st.metrics.observe(op, reply.outcome, start.elapsed());
+    let status = StatusCode::from_u16(reply.http_status).unwrap_or(StatusCode::BAD_REQUEST);
+    match reply.body {
+        Body::Review(v) => {
+            (status, [(header::CONTENT_TYPE, "application/json")], v.to_string()).into_response()
+        }
+        Body::Text(t) => (status, [(header::CONTENT_TYPE, "text/plain; charset=utf-8")], t).into_response(),
+    }
+}
+
+async fn readyz(State(st): State<Arc<AppState>>) -> Response {
+    if st.draining.load(Ordering::SeqCst) {
+        return (StatusCode::SERVICE_UNAVAILABLE, "draining").into_response();
+    }
+    match (st.readiness)() {
+        Ok(()) => "ok".into_response(),
+        Err(reason) => (StatusCode::SERVICE_UNAVAILABLE, format!("not ready: {reason}")).into_response(),
+    }
+}
+
+async fn metrics(State(st): State<Arc<AppState>>) -> Response {
+    let expiry = (st.expiry)().map(|t| match t.duration_since(SystemTime::now()) {
+        Ok(d) => d.as_secs_f64(),
+        Err(e) => -e.duration().as_secs_f64(),
+    });
+    ([(header::CONTENT_TYPE, "text/plain; version=0.0.4")], st.metrics.encode(expiry)).into_response()
+}

@@ -1,0 +1,221 @@
+//! The admission handler on AdmissionReview JSON, with no server: defaulting patches,
+//! denials in the API server's shape, warnings and every kind of bad input.
+
+use base64::Engine as _;
+use proptest::prelude::*;
+use qdr_webhook::admission::{Body, Operation, Outcome, handle};
+use serde_json::{Value, json};
+
+fn review(op: &str, object: Value) -> Vec<u8> {
+    serde_json::to_vec(&json!({
+        "apiVersion": "admission.k8s.io/v1", "kind": "AdmissionReview",
+        "request": {
+            "uid": "705ab4f5-6393-11e8-b7cc-42010a800002",
+            "kind": {"group": "interconnectedcloud.github.io", "version": "v1alpha1", "kind": "Interconnect"},
+            "resource": {"group": "interconnectedcloud.github.io", "version": "v1alpha1", "resource": "interconnects"},
+            "name": "mesh", "namespace": "ns", "operation": op, "object": object, "dryRun": false,
+        }
+    }))
+    .unwrap()
+}
+
+fn ic(spec: Value) -> Value {
+    json!({"apiVersion": "interconnectedcloud.github.io/v1alpha1", "kind": "Interconnect",
+           "metadata": {"name": "mesh", "namespace": "ns"}, "spec": spec})
+}
+
+fn response(op: Operation, body: &[u8]) -> Value {
+    let reply = handle(op, body);
+    assert_eq!(reply.http_status, 200, "{reply:?}");
+    let Body::Review(v) = reply.body else { panic!("not a review") };
+    assert_eq!(v["response"]["uid"], "705ab4f5-6393-11e8-b7cc-42010a800002");
+    v["response"].clone()
+}
+
+fn patch_of(resp: &Value) -> Option<json_patch::Patch> {
+    let b64 = resp.get("patch")?.as_str()?;
+    assert_eq!(resp["patchType"], "JSONPatch");
+    Some(serde_json::from_slice(&base64::engine::general_purpose::STANDARD.decode(b64).unwrap()).unwrap())
+}
+
+#[test]
+fn mutate_adds_the_defaults_and_only_adds() {
+    let object = ic(json!({"deploymentPlan": {"size": 3}, "unknownField": 1}));
+    let resp = response(Operation::Mutate, &review("CREATE", object.clone()));
+    assert_eq!(resp["allowed"], true);
+    let patch = patch_of(&resp).expect("a patch");
+    for op in &patch.0 {
+        assert!(matches!(op, json_patch::PatchOperation::Add(_)), "non-add op {op:?}");
+    }
+    let mut patched = object.clone();
+    json_patch::patch(&mut patched, &patch).unwrap();
+    assert_eq!(patched["spec"]["deploymentPlan"]["size"], 3, "user value kept");
+    assert_eq!(patched["spec"]["unknownField"], 1, "nothing removed, not even unknown fields");
+    assert_eq!(patched["spec"]["deploymentPlan"]["role"], "interior");
+    assert_eq!(patched["spec"]["listeners"].as_array().unwrap().len(), 3);
+    // Applying the webhook again, or on an UPDATE of the defaulted object: empty patch.
+    for op in ["CREATE", "UPDATE"] {
+        let again = response(Operation::Mutate, &review(op, patched.clone()));
+        assert!(patch_of(&again).is_none(), "{op}: {again}");
+    }
+}
+
+#[test]
+fn validate_denies_with_every_cause_like_the_api_server() {
+    let object = ic(json!({"deploymentPlan": {"role": "edge", "placement": "Node"},
+                           "listeners": [{"port": 0}], "interRouterListeners": [{"port": 55672}]}));
+    let resp = response(Operation::Validate, &review("CREATE", object));
+    assert_eq!(resp["allowed"], false);
+    let status = &resp["status"];
+    assert_eq!(status["code"], 422);
+    assert_eq!(status["reason"], "Invalid");
+    assert_eq!(status["details"]["kind"], "Interconnect");
+    assert_eq!(status["details"]["group"], "interconnectedcloud.github.io");
+    assert_eq!(status["details"]["name"], "mesh");
+    let causes = status["details"]["causes"].as_array().unwrap();
+    let fields: Vec<&str> = causes.iter().map(|c| c["field"].as_str().unwrap()).collect();
+    assert_eq!(
+        fields,
+        ["spec.deploymentPlan.placement", "spec.listeners[0].port", "spec.interRouterListeners"]
+    );
+    assert_eq!(causes[1]["reason"], "FieldValueRequired");
+    assert_eq!(causes[1]["message"], "Required value: a port between 1 and 65535 is required");
+    let message = status["message"].as_str().unwrap();
+    assert!(
+        message.starts_with("Interconnect.interconnectedcloud.github.io \"mesh\" is invalid: ["),
+        "{message}"
+    );
+    for f in fields {
+        assert!(message.contains(f), "message lacks {f}: {message}");
+    }
+}
+
+#[test]
+fn validate_allows_a_valid_spec_with_warnings_of_at_most_120_chars() {
+    let object = ic(json!({"listeners": [{"port": 5672, "expose": true}], "issuer": "old"}));
+    let resp = response(Operation::Validate, &review("CREATE", object));
+    assert_eq!(resp["allowed"], true, "{resp}");
+    let warnings: Vec<&str> =
+        resp["warnings"].as_array().unwrap().iter().map(|w| w.as_str().unwrap()).collect();
+    assert!(
+        warnings.contains(&"spec.listeners[0]: exposed outside the cluster without TLS (no sslProfile)"),
+        "{warnings:#?}"
+    );
+    assert!(warnings.contains(&"spec.listeners[0]: exposed outside the cluster without authenticatePeer"));
+    assert!(warnings.iter().any(|w| w.starts_with("spec.issuer: deprecated")));
+    assert!(warnings.iter().all(|w| w.chars().count() <= 120));
+}
+
+#[test]
+fn a_type_error_is_a_field_error_not_a_crash() {
+    let object = ic(json!({"listeners": [{"port": "amqp"}]}));
+    let resp = response(Operation::Validate, &review("CREATE", object.clone()));
+    assert_eq!(resp["status"]["code"], 422);
+    assert_eq!(resp["status"]["details"]["causes"][0]["field"], "spec.listeners[0].port");
+    // The defaulting webhook leaves it to validation.
+    let m = response(Operation::Mutate, &review("CREATE", object));
+    assert_eq!(m["allowed"], true);
+    assert!(m.get("patch").is_none());
+}
+
+#[test]
+fn bad_reviews_get_clear_errors() {
+    let text = |body: &[u8]| {
+        let r = handle(Operation::Validate, body);
+        assert_eq!(r.http_status, 400);
+        assert_eq!(r.outcome, Outcome::BadRequest);
+        match r.body {
+            Body::Text(t) => t,
+            Body::Review(v) => panic!("expected text, got {v}"),
+        }
+    };
+    assert!(text(b"{not json").starts_with("malformed JSON"));
+    assert!(text(b"[]").contains("expected an admission.k8s.io/v1 AdmissionReview"));
+    assert!(
+        text(br#"{"apiVersion":"admission.k8s.io/v1beta1","kind":"AdmissionReview"}"#).contains("v1beta1")
+    );
+    assert_eq!(
+        text(br#"{"apiVersion":"admission.k8s.io/v1","kind":"AdmissionReview"}"#),
+        "AdmissionReview has no request"
+    );
+    assert!(
+        text(br#"{"apiVersion":"admission.k8s.io/v1","kind":"AdmissionReview","request":{}}"#)
+            .contains("uid")
+    );
+
+    // Reviews with a uid are answered in-band.
+    let mut other: Value = serde_json::from_slice(&review("CREATE", ic(json!({})))).unwrap();
+    other["request"]["kind"] = json!({"group": "", "version": "v1", "kind": "Pod"});
+    let resp = response(Operation::Validate, &serde_json::to_vec(&other).unwrap());
+    assert_eq!(resp["allowed"], false);
+    assert_eq!(resp["status"]["code"], 400);
+    let mut missing: Value = serde_json::from_slice(&review("CREATE", ic(json!({})))).unwrap();
+    missing["request"].as_object_mut().unwrap().remove("object");
+    let resp = response(Operation::Validate, &serde_json::to_vec(&missing).unwrap());
+    assert_eq!(resp["status"]["message"], "request.object is missing");
+    let resp = response(Operation::Validate, &review("DELETE", Value::Null));
+    assert_eq!(resp["allowed"], true);
+}
+
+fn arb_json() -> impl Strategy<Value = Value> {
+    let leaf = prop_oneof![
+        Just(Value::Null),
+        any::<bool>().prop_map(Value::Bool),
+        any::<i64>().prop_map(|n| json!(n)),
+        any::<f64>().prop_filter("finite", |f| f.is_finite()).prop_map(|f| json!(f)),
+        "[a-zA-Z0-9#{}\"\\\\ .-]{0,12}".prop_map(Value::String),
+        prop::sample::select(vec!["edge", "Every", "port", "5672", "default"]).prop_map(|s| json!(s)),
+    ];
+    leaf.prop_recursive(4, 48, 6, |inner| {
+        let keys = prop::sample::select(vec![
+            "spec",
+            "deploymentPlan",
+            "listeners",
+            "port",
+            "name",
+            "sslProfiles",
+            "role",
+            "placement",
+            "size",
+            "addresses",
+            "prefix",
+            "pattern",
+            "connectors",
+            "host",
+            "edgeConnectors",
+            "linkRoutes",
+            "direction",
+            "users",
+            "x",
+        ]);
+        prop_oneof![
+            prop::collection::vec(inner.clone(), 0..4).prop_map(Value::Array),
+            prop::collection::btree_map(keys, inner, 0..5)
+                .prop_map(|m| Value::Object(m.into_iter().map(|(k, v)| (k.to_string(), v)).collect())),
+        ]
+    })
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig { cases: 1024, failure_persistence: None, ..ProptestConfig::default() })]
+
+    #[test]
+    fn arbitrary_bytes_never_panic(bytes in prop::collection::vec(any::<u8>(), 0..512)) {
+        for op in [Operation::Mutate, Operation::Validate] {
+            let r = handle(op, &bytes);
+            prop_assert!(r.http_status == 200 || r.http_status == 400);
+        }
+    }
+
+    #[test]
+    fn arbitrary_objects_never_panic_and_always_answer(spec in arb_json(), meta in arb_json()) {
+        let mut object = ic(spec);
+        object["metadata"] = meta;
+        for op in [Operation::Mutate, Operation::Validate] {
+            let r = handle(op, &review("CREATE", object.clone()));
+            prop_assert_eq!(r.http_status, 200);
+            let Body::Review(v) = r.body else { panic!("review expected") };
+            prop_assert!(v["response"]["allowed"].is_boolean());
+        }
+    }
+}
