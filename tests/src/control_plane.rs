@@ -45,6 +45,7 @@ pub struct ControlPlane {
     etcd: Process,
     apiserver: Process,
     kcm: OnceCell<Process>,
+    crd: OnceCell<()>,
     /// Seconds from spawning etcd until `/readyz` answered OK and namespace `default` existed.
     pub startup: Duration,
 }
@@ -181,6 +182,7 @@ impl ControlPlane {
             etcd,
             apiserver,
             kcm: OnceCell::new(),
+            crd: OnceCell::new(),
             startup: Duration::ZERO,
         };
         cp.wait_ready().await?;
@@ -372,6 +374,50 @@ impl ControlPlane {
         ns.metadata.labels = Some([("qdr-operator.test/namespace".to_string(), "true".to_string())].into());
         let created = api.create(&PostParams::default(), &ns).await.expect("creating test namespace");
         TestNamespace { name: created.metadata.name.expect("server set a name"), client, cp: self }
+    }
+
+    /// Installs the committed Interconnect CRD (server-side apply, as a cluster admin would)
+    /// once per control plane and waits until it is Established and served.
+    ///
+    /// # Panics
+    /// When kubectl fails or the CRD is not served within 30 s.
+    pub async fn install_crd(&self) {
+        self.crd
+            .get_or_init(|| async {
+                let path = crate::workspace_root().join(qdr_api::CRD_PATH);
+                let out = self
+                    .kubectl()
+                    .args(["apply", "--server-side", "-f"])
+                    .arg(&path)
+                    .output()
+                    .expect("kubectl");
+                assert!(
+                    out.status.success(),
+                    "installing the CRD failed: {}",
+                    String::from_utf8_lossy(&out.stderr)
+                );
+                let deadline = Instant::now() + Duration::from_secs(30);
+                loop {
+                    let out = self
+                        .kubectl()
+                        .args([
+                            "wait",
+                            "--for=condition=Established",
+                            "--timeout=10s",
+                            "crd/interconnects.interconnectedcloud.github.io",
+                        ])
+                        .output()
+                        .expect("kubectl");
+                    let served =
+                        self.kubectl().args(["get", "interconnects", "-A"]).output().expect("kubectl");
+                    if out.status.success() && served.status.success() {
+                        break;
+                    }
+                    assert!(Instant::now() < deadline, "CRD never became established and served");
+                    tokio::time::sleep(Duration::from_millis(200)).await;
+                }
+            })
+            .await;
     }
 
     /// Stops kube-controller-manager, kube-apiserver and etcd (SIGTERM, then SIGKILL).
