@@ -43,6 +43,7 @@ pub struct CertManager {
     resolver: Arc<CertResolver>,
     live: Mutex<Option<Vec<String>>>,
     steps: Mutex<Vec<(Step, SystemTime)>>,
+    lost: std::sync::atomic::AtomicU64,
 }
 
 impl std::fmt::Debug for CertManager {
@@ -72,6 +73,7 @@ impl CertManager {
             resolver,
             live: Mutex::new(None),
             steps: Mutex::new(Vec::new()),
+            lost: Default::default(),
         }
     }
 
@@ -83,6 +85,12 @@ impl CertManager {
     /// The steps this replica wrote, with their times (for tests and metrics).
     pub fn steps(&self) -> Vec<(Step, SystemTime)> {
         self.steps.lock().unwrap_or_else(|p| p.into_inner()).clone()
+    }
+
+    /// How many of this replica's writes lost an optimistic-concurrency race to another
+    /// replica (and were re-planned from the winner's state).
+    pub fn lost_races(&self) -> u64 {
+        self.lost.load(std::sync::atomic::Ordering::Relaxed)
     }
 
     /// The `caBundle` of every entry of every target (`None` for a missing field).

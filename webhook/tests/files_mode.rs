@@ -1,0 +1,73 @@
+//! Files mode (certificates managed by cert-manager or similar): the webhook serves
+//! `tls.crt`/`tls.key` from a directory and reloads them when they change, including the
+//! kubelet's atomic `..data` symlink swap of a mounted Secret, with no restart.
+
+mod common;
+
+use std::path::Path;
+use std::process::Command;
+use std::time::{Duration, Instant};
+
+fn write_kubelet_style(dir: &Path, generation: u32, cert: &str, key: &str) {
+    // <dir>/..data -> ..<generation>/ ; tls.crt -> ..data/tls.crt (what the kubelet does).
+    let data = dir.join(format!("..{generation}"));
+    std::fs::create_dir_all(&data).unwrap();
+    std::fs::write(data.join("tls.crt"), cert).unwrap();
+    std::fs::write(data.join("tls.key"), key).unwrap();
+    let tmp = dir.join("..data_tmp");
+    let _ = std::fs::remove_file(&tmp);
+    std::os::unix::fs::symlink(format!("..{generation}"), &tmp).unwrap();
+    std::fs::rename(&tmp, dir.join("..data")).unwrap();
+    for f in ["tls.crt", "tls.key"] {
+        if std::fs::symlink_metadata(dir.join(f)).is_err() {
+            std::os::unix::fs::symlink(format!("..data/{f}"), dir.join(f)).unwrap();
+        }
+    }
+}
+
+#[tokio::test]
+async fn files_mode_serves_the_directory_and_reloads_on_change() {
+    let cp = qdr_tests::shared().await;
+    let dir = tempfile::tempdir().unwrap();
+    let first = cp.issue_serving_cert(&["127.0.0.1", "first.example"]).unwrap();
+    let second = cp.issue_serving_cert(&["127.0.0.1", "second.example"]).unwrap();
+    write_kubelet_style(dir.path(), 1, &first.cert_pem, &first.key_pem);
+
+    let (port, health) = (common::free_port(), common::free_port());
+    let mut cmd = Command::new(env!("CARGO_BIN_EXE_qdr-webhook"));
+    cmd.args([
+        "--tls-mode=files",
+        &format!("--tls-dir={}", dir.path().display()),
+        &format!("--listen=127.0.0.1:{port}"),
+        &format!("--health-listen=127.0.0.1:{health}"),
+        "--shutdown-delay=0s",
+    ]);
+    let p = qdr_tests::Process::spawn("qdr-webhook-files", cmd, &cp.dir().join("webhook-files.log")).unwrap();
+    let tls = common::see_any_cert();
+    let wait_for = |want: &str| {
+        let want = qdr_certs::pki::first_der(want).unwrap();
+        let deadline = Instant::now() + Duration::from_secs(10);
+        loop {
+            if common::served_leaf(port, &tls).as_ref() == Some(&want) {
+                return Instant::now();
+            }
+            assert!(p.exited().is_none(), "webhook exited:\n{}", p.log_tail(30));
+            assert!(Instant::now() < deadline, "certificate not served:\n{}", p.log_tail(30));
+            std::thread::sleep(Duration::from_millis(50));
+        }
+    };
+    wait_for(&first.cert_pem);
+    assert_eq!(common::http_get(health, "/readyz").unwrap().0, 200);
+
+    let swapped = Instant::now();
+    write_kubelet_style(dir.path(), 2, &second.cert_pem, &second.key_pem);
+    let served = wait_for(&second.cert_pem);
+    eprintln!("files mode: new certificate served {:?} after the symlink swap", served - swapped);
+    assert!(served - swapped < Duration::from_secs(3));
+    assert!(p.exited().is_none(), "reloaded without a restart");
+
+    // A broken pair is ignored: the last good certificate stays.
+    write_kubelet_style(dir.path(), 3, "garbage", "garbage");
+    std::thread::sleep(Duration::from_millis(1500));
+    assert_eq!(common::served_leaf(port, &tls), Some(qdr_certs::pki::first_der(&second.cert_pem).unwrap()));
+}
