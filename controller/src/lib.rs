@@ -1,1 +1,4 @@
-//! Reconciles Interconnects into Qpid Dispatch Router workloads.
+//! The qdr-operator controller: reconciles valid Interconnects into Qpid Dispatch Router
+//! workloads.
+
+pub mod config;
