@@ -1,0 +1,221 @@
+//! Lease-based leader election (`coordination.k8s.io/v1`), with the properties the
+//! project needs and no kube-5 crate was found to have together:
+//!
+//! * **expiry by local observation** (as client-go): a follower takes over only after it
+//!   has seen the same Lease record, unchanged, for a whole `lease_duration` on its own
+//!   monotonic clock, so wall-clock skew between replicas does not matter;
+//! * **compare-and-swap** on every write (the Lease's `resourceVersion` is a precondition),
+//!   so two replicas can never both win;
+//! * **self-demotion**: a leader that has not renewed within `renew_deadline` (measured from
+//!   *before* its last successful renew request) stops leading at once, and since
+//!   `renew_deadline < lease_duration`, it stops before any follower may take over;
+//! * **release** on shutdown, after the caller has stopped reconciling, so a follower takes
+//!   over within one `retry_period`.
+
+use std::time::Duration;
+
+use k8s_openapi::api::coordination::v1::Lease;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::MicroTime;
+use kube::api::{Api, PostParams};
+use tokio::sync::watch;
+use tokio::time::Instant;
+
+/// Timing of the election. Defaults: 15 s lease, 10 s renew deadline, 2 s retry (client-go).
+#[derive(Debug, Clone)]
+pub struct Timing {
+    /// How long followers wait, after the last change they saw, before taking over.
+    pub lease_duration: Duration,
+    /// How long a leader keeps leading without a successful renew.
+    pub renew_deadline: Duration,
+    /// How often the leader renews and followers look.
+    pub retry_period: Duration,
+}
+
+impl Default for Timing {
+    fn default() -> Self {
+        Timing {
+            lease_duration: Duration::from_secs(15),
+            renew_deadline: Duration::from_secs(10),
+            retry_period: Duration::from_secs(2),
+        }
+    }
+}
+
+/// One replica's participation in the election of Lease `name`.
+pub struct Elector {
+    api: Api<Lease>,
+    name: String,
+    identity: String,
+    timing: Timing,
+    leading: watch::Sender<bool>,
+}
+
+impl std::fmt::Debug for Elector {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Elector")
+            .field("lease", &self.name)
+            .field("identity", &self.identity)
+            .finish_non_exhaustive()
+    }
+}
+
+fn now_micro() -> MicroTime {
+    MicroTime(k8s_openapi::jiff::Timestamp::now())
+}
+
+impl Elector {
+    /// An elector for Lease `name` in the namespace of `api`, as `identity` (the pod name).
+    ///
+    /// # Panics
+    /// When `renew_deadline` is not shorter than `lease_duration` (that would allow two
+    /// leaders).
+    pub fn new(api: Api<Lease>, name: &str, identity: &str, timing: Timing) -> Self {
+        assert!(
+            timing.renew_deadline < timing.lease_duration,
+            "renew_deadline must be shorter than lease_duration"
+        );
+        Elector {
+            api,
+            name: name.into(),
+            identity: identity.into(),
+            timing,
+            leading: watch::channel(false).0,
+        }
+    }
+
+    /// A receiver that is `true` exactly while this replica may act as leader.
+    pub fn subscribe(&self) -> watch::Receiver<bool> {
+        self.leading.subscribe()
+    }
+
+    /// This replica's identity.
+    pub fn identity(&self) -> &str {
+        &self.identity
+    }
+
+    /// One attempt to take or keep the Lease. `observed` tracks the record a follower saw
+    /// and since when (its resourceVersion and holder).
+    async fn try_acquire(&self, observed: &mut Option<(String, Instant)>) -> Result<bool, kube::Error> {
+        let secs = self.timing.lease_duration.as_secs().max(1) as i32;
+        let Some(mut lease) = self.api.get_opt(&self.name).await? else {
+            let mut lease = Lease::default();
+            lease.metadata.name = Some(self.name.clone());
+            lease.spec = Some(k8s_openapi::api::coordination::v1::LeaseSpec {
+                holder_identity: Some(self.identity.clone()),
+                lease_duration_seconds: Some(secs),
+                acquire_time: Some(now_micro()),
+                renew_time: Some(now_micro()),
+                lease_transitions: Some(0),
+                ..Default::default()
+            });
+            return match self.api.create(&PostParams::default(), &lease).await {
+                Ok(_) => Ok(true),
+                Err(kube::Error::Api(s)) if s.code == 409 => Ok(false),
+                Err(e) => Err(e),
+            };
+        };
+        let spec = lease.spec.get_or_insert_with(Default::default);
+        let holder = spec.holder_identity.clone().unwrap_or_default();
+        let rv = lease.metadata.resource_version.clone().unwrap_or_default();
+        let mine = holder == self.identity;
+        if !mine && !holder.is_empty() {
+            // Someone else holds it: take over only after seeing this exact record unchanged
+            // for a whole lease duration on our own clock.
+            match observed {
+                Some((seen, since)) if *seen == rv => {
+                    if since.elapsed() < self.timing.lease_duration {
+                        return Ok(false);
+                    }
+                }
+                _ => {
+                    *observed = Some((rv, Instant::now()));
+                    return Ok(false);
+                }
+            }
+        }
+        if !mine {
+            spec.acquire_time = Some(now_micro());
+            spec.lease_transitions = Some(spec.lease_transitions.unwrap_or(0) + 1);
+        }
+        spec.holder_identity = Some(self.identity.clone());
+        spec.lease_duration_seconds = Some(secs);
+        spec.renew_time = Some(now_micro());
+        // The resourceVersion in `lease` makes this a compare-and-swap.
+        match self.api.replace(&self.name, &PostParams::default(), &lease).await {
+            Ok(_) => Ok(true),
+            Err(kube::Error::Api(s)) if s.code == 409 => Ok(false),
+            Err(e) => Err(e),
+        }
+    }
+
+    /// Runs the election until `stop` turns true: follows, leads, demotes itself when it
+    /// cannot renew in time. On `stop` it stops leading; call [`Self::release`] once the
+    /// reconcilers have stopped.
+    pub async fn run(&self, mut stop: watch::Receiver<bool>) {
+        let mut observed = None;
+        loop {
+            if *stop.borrow() {
+                let _ = self.leading.send(false);
+                return;
+            }
+            // Follower.
+            let acquired = matches!(self.try_acquire(&mut observed).await, Ok(true));
+            if !acquired {
+                tokio::select! {
+                    _ = tokio::time::sleep(self.timing.retry_period) => {},
+                    _ = stop.changed() => {},
+                }
+                continue;
+            }
+            tracing::info!(identity = %self.identity, lease = %self.name, "became leader");
+            let _ = self.leading.send(true);
+            observed = None;
+            // Leader: renew every retry period; demote at the deadline.
+            let mut deadline = Instant::now() + self.timing.renew_deadline;
+            loop {
+                tokio::select! {
+                    _ = tokio::time::sleep_until(deadline) => {
+                        tracing::warn!(identity = %self.identity, "could not renew the lease in time: no longer leader");
+                        let _ = self.leading.send(false);
+                        break;
+                    }
+                    _ = stop.changed() => {
+                        let _ = self.leading.send(false);
+                        return;
+                    }
+                    _ = tokio::time::sleep(self.timing.retry_period) => {
+                        let attempt_started = Instant::now();
+                        let budget = deadline.saturating_duration_since(attempt_started);
+                        let renewed = tokio::time::timeout(budget, self.try_acquire(&mut observed)).await;
+                        match renewed {
+                            Ok(Ok(true)) => deadline = attempt_started + self.timing.renew_deadline,
+                            Ok(Ok(false)) => {
+                                tracing::warn!(identity = %self.identity, "lease taken by another replica: no longer leader");
+                                let _ = self.leading.send(false);
+                                break;
+                            }
+                            _ => tracing::debug!("lease renew failed; retrying until the deadline"),
+                        }
+                    }
+                }
+            }
+        }
+    }
+
+    /// Gives the Lease up if this replica holds it (holder cleared, so followers take over
+    /// at their next look instead of waiting for expiry).
+    pub async fn release(&self) {
+        let Ok(Some(mut lease)) = self.api.get_opt(&self.name).await else { return };
+        let spec = lease.spec.get_or_insert_with(Default::default);
+        if spec.holder_identity.as_deref() != Some(self.identity.as_str()) {
+            return;
+        }
+        spec.holder_identity = None;
+        spec.lease_duration_seconds = Some(1);
+        spec.renew_time = Some(now_micro());
+        match self.api.replace(&self.name, &PostParams::default(), &lease).await {
+            Ok(_) => tracing::info!(identity = %self.identity, "released the lease"),
+            Err(e) => tracing::warn!(error = %e, "could not release the lease"),
+        }
+    }
+}

@@ -1,0 +1,189 @@
+//! `qdr-controller`: reconciles Interconnects into Qpid Dispatch Router workloads. Runs as
+//! several replicas; only the Lease holder reconciles. See `--help`.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use axum::Router;
+use axum::routing::get;
+use clap::Parser;
+use futures::StreamExt;
+use k8s_openapi::api::apps::v1::{DaemonSet, Deployment};
+use k8s_openapi::api::coordination::v1::Lease;
+use k8s_openapi::api::core::v1::{ConfigMap, Pod, Secret, Service, ServiceAccount};
+use k8s_openapi::api::networking::v1::Ingress;
+use k8s_openapi::api::rbac::v1::{Role, RoleBinding};
+use kube::api::Api;
+use kube::runtime::events::{Recorder, Reporter};
+use kube::runtime::reflector::ObjectRef;
+use kube::runtime::{Controller, watcher};
+use qdr_api::Interconnect;
+use qdr_controller::builders::Settings;
+use qdr_controller::lease::{Elector, Timing};
+use qdr_controller::metrics::Metrics;
+use qdr_controller::reconcile::{Context, error_policy, reconcile};
+
+/// Reconciles Interconnects (interconnectedcloud.github.io/v1alpha1) into router
+/// Deployments or DaemonSets, Services, ConfigMaps, Secrets, RBAC and Ingresses.
+///
+/// Run several replicas: they elect a leader through a Lease, and only the leader
+/// reconciles. /livez, /readyz and /metrics are served on --health-listen.
+#[derive(Debug, Parser)]
+#[command(version, about)]
+struct Args {
+    /// Namespace to watch; empty for all namespaces.
+    #[arg(long, env = "WATCH_NAMESPACE", default_value = "")]
+    watch_namespace: String,
+
+    /// Router image for Interconnects that do not set spec.deploymentPlan.image.
+    #[arg(long, env = "QDROUTERD_IMAGE", default_value = "quay.io/interconnectedcloud/qdrouterd:1.19.0")]
+    default_image: String,
+
+    /// Namespace of the leader-election Lease (the operator's namespace).
+    #[arg(long, env = "POD_NAMESPACE", default_value = "qdr-operator")]
+    lease_namespace: String,
+
+    /// Name of the leader-election Lease.
+    #[arg(long, env = "QDR_LEASE_NAME", default_value = "qdr-operator-controller")]
+    lease_name: String,
+
+    /// This replica's identity in the Lease (defaults to the pod name, else hostname-pid).
+    #[arg(long, env = "POD_NAME")]
+    identity: Option<String>,
+
+    /// How long followers wait after the last renewal they saw before taking over.
+    #[arg(long, env = "QDR_LEASE_DURATION", value_parser = humantime::parse_duration, default_value = "15s")]
+    lease_duration: Duration,
+
+    /// How long a leader keeps reconciling without a successful renewal.
+    #[arg(long, env = "QDR_RENEW_DEADLINE", value_parser = humantime::parse_duration, default_value = "10s")]
+    renew_deadline: Duration,
+
+    /// How often the leader renews and followers check the Lease.
+    #[arg(long, env = "QDR_RETRY_PERIOD", value_parser = humantime::parse_duration, default_value = "2s")]
+    retry_period: Duration,
+
+    /// Address of the plain HTTP listener for probes and metrics.
+    #[arg(long, env = "QDR_CONTROLLER_HEALTH_LISTEN", default_value = "0.0.0.0:8080")]
+    health_listen: std::net::SocketAddr,
+
+    /// Log format.
+    #[arg(long, env = "QDR_LOG_FORMAT", value_parser = ["text", "json"], default_value = "text")]
+    log_format: String,
+}
+
+fn api<K>(client: &kube::Client, ns: &str) -> Api<K>
+where
+    K: kube::Resource<Scope = k8s_openapi::NamespaceResourceScope, DynamicType = ()>,
+{
+    if ns.is_empty() { Api::all(client.clone()) } else { Api::namespaced(client.clone(), ns) }
+}
+
+#[tokio::main]
+async fn main() -> Result<(), Box<dyn std::error::Error>> {
+    let args = Args::parse();
+    let filter = tracing_subscriber::EnvFilter::try_from_default_env().unwrap_or_else(|_| "info".into());
+    if args.log_format == "json" {
+        tracing_subscriber::fmt().json().with_env_filter(filter).init();
+    } else {
+        tracing_subscriber::fmt().with_env_filter(filter).init();
+    }
+    let _ = rustls::crypto::ring::default_provider().install_default();
+    let client = kube::Client::try_default().await?;
+    let identity = args.identity.clone().unwrap_or_else(|| {
+        let host = std::fs::read_to_string("/etc/hostname").unwrap_or_default().trim().to_string();
+        format!("{host}-{}", std::process::id())
+    });
+    let metrics = Arc::new(Metrics::default());
+
+    let health = tokio::net::TcpListener::bind(args.health_listen).await?;
+    let m = metrics.clone();
+    let app = Router::new()
+        .route("/livez", get(|| async { "ok" }))
+        .route("/readyz", get(|| async { "ok" }))
+        .route("/metrics", get(move || async move { m.encode() }));
+    tokio::spawn(async move { axum::serve(health, app).await });
+
+    let timing = Timing {
+        lease_duration: args.lease_duration,
+        renew_deadline: args.renew_deadline,
+        retry_period: args.retry_period,
+    };
+    let elector = Arc::new(Elector::new(
+        Api::<Lease>::namespaced(client.clone(), &args.lease_namespace),
+        &args.lease_name,
+        &identity,
+        timing,
+    ));
+    let (stop_tx, stop_rx) = tokio::sync::watch::channel(false);
+    tokio::spawn(async move {
+        let mut term = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())
+            .expect("SIGTERM handler");
+        tokio::select! { _ = term.recv() => {}, _ = tokio::signal::ctrl_c() => {} }
+        tracing::info!("shutting down");
+        let _ = stop_tx.send(true);
+    });
+    let election = tokio::spawn({
+        let e = elector.clone();
+        let stop = stop_rx.clone();
+        async move { e.run(stop).await }
+    });
+
+    let ctx = Arc::new(Context {
+        client: client.clone(),
+        settings: Settings { default_image: args.default_image.clone() },
+        recorder: Recorder::new(
+            client.clone(),
+            Reporter { controller: "qdr-operator".into(), instance: Some(identity.clone()) },
+        ),
+        metrics: metrics.clone(),
+    });
+    let mut leading = elector.subscribe();
+    let ns = args.watch_namespace.clone();
+    loop {
+        // Follow until elected or stopped.
+        while !*leading.borrow() && !*stop_rx.borrow() {
+            let mut stop = stop_rx.clone();
+            tokio::select! { _ = leading.changed() => {}, _ = stop.changed() => {} }
+        }
+        if *stop_rx.borrow() {
+            break;
+        }
+        metrics.leader.set(1);
+        tracing::info!(%identity, "leading: reconciling");
+        let wc = watcher::Config::default();
+        let controller = Controller::new(api::<Interconnect>(&client, &ns), wc.clone())
+            .owns(api::<Deployment>(&client, &ns), wc.clone())
+            .owns(api::<DaemonSet>(&client, &ns), wc.clone())
+            .owns(api::<Service>(&client, &ns), wc.clone())
+            .owns(api::<ConfigMap>(&client, &ns), wc.clone())
+            .owns(api::<Secret>(&client, &ns), wc.clone())
+            .owns(api::<Ingress>(&client, &ns), wc.clone())
+            .owns(api::<ServiceAccount>(&client, &ns), wc.clone())
+            .owns(api::<Role>(&client, &ns), wc.clone())
+            .owns(api::<RoleBinding>(&client, &ns), wc.clone())
+            .watches(api::<Pod>(&client, &ns), wc.clone().labels("interconnect_cr"), |pod: Pod| {
+                let name = pod.metadata.labels.as_ref().and_then(|l| l.get("interconnect_cr")).cloned();
+                name.map(|n| ObjectRef::new(&n).within(pod.metadata.namespace.as_deref().unwrap_or_default()))
+            })
+            .run(reconcile, error_policy, ctx.clone())
+            .for_each(|_| futures::future::ready(()));
+        let lost = async {
+            while *leading.borrow() {
+                if leading.changed().await.is_err() {
+                    break;
+                }
+            }
+        };
+        // Losing the lease (or SIGTERM, which ends leadership) drops the controller at once.
+        tokio::select! { _ = controller => {}, _ = lost => {} }
+        metrics.leader.set(0);
+        tracing::info!(%identity, "not leading: stopped reconciling");
+        if *stop_rx.borrow() {
+            break;
+        }
+    }
+    elector.release().await;
+    election.abort();
+    Ok(())
+}

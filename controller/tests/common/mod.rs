@@ -1,0 +1,52 @@
+//! Running real `qdr-controller` processes against the test control plane.
+#![allow(dead_code)]
+
+use std::process::Command;
+use std::time::{Duration, Instant};
+
+use kube::api::{Api, ApiResource, DynamicObject, GroupVersionKind};
+use qdr_tests::{ControlPlane, Process};
+
+pub fn free_port() -> u16 {
+    std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port()
+}
+
+/// Starts a controller replica with a fast Lease (`lease`, 4 s / 3 s / 0.5 s).
+pub fn start_controller(cp: &ControlPlane, lease_ns: &str, lease: &str, identity: &str) -> Process {
+    let mut cmd = Command::new(env!("CARGO_BIN_EXE_qdr-controller"));
+    cmd.env("KUBECONFIG", cp.kubeconfig()).env("RUST_LOG", "info,kube=warn").args([
+        &format!("--lease-namespace={lease_ns}"),
+        &format!("--lease-name={lease}"),
+        &format!("--identity={identity}"),
+        "--lease-duration=4s",
+        "--renew-deadline=3s",
+        "--retry-period=500ms",
+        &format!("--health-listen=127.0.0.1:{}", free_port()),
+        "--default-image=quay.io/interconnectedcloud/qdrouterd:1.19.0",
+    ]);
+    Process::spawn(identity, cmd, &cp.dir().join(format!("{identity}.log"))).expect("start controller")
+}
+
+pub fn interconnects(client: &kube::Client, ns: &str) -> Api<DynamicObject> {
+    let ar = ApiResource::from_gvk_with_plural(
+        &GroupVersionKind::gvk("interconnectedcloud.github.io", "v1alpha1", "Interconnect"),
+        "interconnects",
+    );
+    Api::namespaced_with(client.clone(), ns, &ar)
+}
+
+/// Polls `check` every 100 ms until it returns Some, or panics after `timeout`.
+pub async fn eventually<T, F, Fut>(what: &str, timeout: Duration, mut check: F) -> T
+where
+    F: FnMut() -> Fut,
+    Fut: std::future::Future<Output = Option<T>>,
+{
+    let deadline = Instant::now() + timeout;
+    loop {
+        if let Some(v) = check().await {
+            return v;
+        }
+        assert!(Instant::now() < deadline, "timed out after {timeout:?} waiting for {what}");
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+}

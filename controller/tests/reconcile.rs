@@ -1,0 +1,371 @@
+//! The controller on a real control plane with kube-controller-manager: each example
+//! reconciles to the expected objects, scaling, image and listener changes, Any → Every,
+//! garbage collection, invalid objects, and `kubectl wait --for=condition=Ready`.
+
+mod common;
+
+use std::time::Duration;
+
+use common::{eventually, interconnects};
+use k8s_openapi::api::apps::v1::{DaemonSet, Deployment};
+use k8s_openapi::api::core::v1::{ConfigMap, Pod, Secret, Service, ServiceAccount};
+use k8s_openapi::api::networking::v1::Ingress;
+use k8s_openapi::api::rbac::v1::{Role, RoleBinding};
+use kube::api::{Api, DeleteParams, DynamicObject, ListParams, Patch, PatchParams, PostParams};
+use qdr_tests::Process;
+use serde_json::{Value, json};
+use tokio::sync::OnceCell;
+
+static CONTROLLER: OnceCell<Process> = OnceCell::const_new();
+
+async fn setup() -> &'static qdr_tests::ControlPlane {
+    let cp = qdr_tests::shared_with_controller_manager().await;
+    cp.install_crd().await;
+    CONTROLLER
+        .get_or_init(|| async {
+            let ns = cp.namespace("controller-system").await.name.clone();
+            common::start_controller(cp, &ns, "qdr-operator-controller", "controller-0")
+        })
+        .await;
+    cp
+}
+
+async fn create(ns: &qdr_tests::TestNamespace, obj: Value) -> String {
+    let o: DynamicObject = serde_json::from_value(obj).unwrap();
+    let name = o.metadata.name.clone().unwrap();
+    interconnects(&ns.client, &ns.name).create(&PostParams::default(), &o).await.unwrap();
+    name
+}
+
+async fn deployment(ns: &qdr_tests::TestNamespace, name: &str) -> Deployment {
+    let api: Api<Deployment> = ns.api();
+    eventually(&format!("Deployment {name}"), Duration::from_secs(30), || async {
+        api.get_opt(name).await.ok().flatten()
+    })
+    .await
+}
+
+fn env<'a>(d: &'a Deployment, name: &str) -> Option<&'a str> {
+    let c = &d.spec.as_ref()?.template.spec.as_ref()?.containers[0];
+    c.env.as_ref()?.iter().find(|e| e.name == name)?.value.as_deref()
+}
+
+fn hash(d: &Deployment) -> String {
+    d.spec.as_ref().unwrap().template.metadata.as_ref().unwrap().annotations.as_ref().unwrap()["qdr-operator.io/config-hash"].clone()
+}
+
+fn example(file: &str) -> Value {
+    let p = qdr_tests::workspace_root().join("api/tests/data/go-operator").join(file);
+    serde_saphyr::from_str(&std::fs::read_to_string(p).unwrap()).unwrap()
+}
+
+#[tokio::test]
+async fn interior_example_reconciles_to_the_go_operators_object_graph() {
+    let cp = setup().await;
+    let ns = cp.namespace("ctl-interior").await;
+    let name = create(&ns, example("d-basic-interior.yaml")).await;
+    let d = deployment(&ns, &name).await;
+    let uid = interconnects(&ns.client, &ns.name).get(&name).await.unwrap().metadata.uid.unwrap();
+    let owned = |m: &k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta| {
+        m.owner_references
+            .iter()
+            .flatten()
+            .any(|o| o.uid == uid && o.controller == Some(true) && o.kind == "Interconnect")
+    };
+    assert!(owned(&d.metadata));
+    assert_eq!(d.spec.as_ref().unwrap().replicas, Some(3));
+    let labels = d.metadata.labels.clone().unwrap();
+    assert_eq!(labels["application"], name);
+    assert_eq!(labels["interconnect_cr"], name);
+    assert_eq!(labels["app.kubernetes.io/managed-by"], "qdr-operator");
+    let pod = d.spec.as_ref().unwrap().template.spec.as_ref().unwrap();
+    let c = &pod.containers[0];
+    assert_eq!(c.name, name);
+    assert_eq!(c.image.as_deref(), Some("quay.io/interconnectedcloud/qdrouterd:1.13.0"));
+    assert!(env(&d, "QDROUTERD_CONF").unwrap().contains("mode: interior"));
+    assert_eq!(env(&d, "QDROUTERD_AUTO_MESH_DISCOVERY"), Some("QUERY"));
+    assert_eq!(env(&d, "APPLICATION_NAME"), Some(name.as_str()));
+    assert_eq!(env(&d, "POD_COUNT"), Some("3"));
+    let probe = c.liveness_probe.as_ref().unwrap().http_get.as_ref().unwrap();
+    assert_eq!(probe.path.as_deref(), Some("/healthz"));
+    let ports: Vec<i32> = c.ports.iter().flatten().map(|p| p.container_port).collect();
+    assert_eq!(ports, [5672, 8080, 5671, 55671]);
+    let mounts: Vec<&str> = c.volume_mounts.iter().flatten().map(|m| m.mount_path.as_str()).collect();
+    assert!(
+        mounts.contains(
+            &format!("/etc/qpid-dispatch-certs/inter-router/{name}-inter-router-credentials").as_str()
+        ),
+        "{mounts:?}"
+    );
+    assert!(mounts.contains(&"/etc/qpid-dispatch/sasl-users"));
+    // Go bug 4: no unmounted extra CA volume; every volume is mounted.
+    let vols: Vec<&str> = pod.volumes.iter().flatten().map(|v| v.name.as_str()).collect();
+    let mounted: Vec<&str> = c.volume_mounts.iter().flatten().map(|m| m.name.as_str()).collect();
+    assert_eq!(vols.len(), mounted.len(), "volumes {vols:?} vs mounts {mounted:?}");
+
+    let svc: Service = ns.api::<Service>().get(&name).await.unwrap();
+    assert!(owned(&svc.metadata));
+    let sports: Vec<(String, i32)> =
+        svc.spec.unwrap().ports.unwrap().into_iter().map(|p| (p.name.unwrap(), p.port)).collect();
+    assert_eq!(
+        sports,
+        [
+            ("5672".into(), 5672),
+            ("8080".into(), 8080),
+            ("5671".into(), 5671),
+            ("55671".into(), 55671),
+            ("45672".into(), 45672)
+        ]
+    );
+    for n in [&name] {
+        assert!(owned(&ns.api::<ServiceAccount>().get(n).await.unwrap().metadata));
+        assert!(owned(&ns.api::<Role>().get(n).await.unwrap().metadata));
+        assert!(owned(&ns.api::<RoleBinding>().get(n).await.unwrap().metadata));
+    }
+    let cm: ConfigMap = ns.api::<ConfigMap>().get(&format!("{name}-sasl-config")).await.unwrap();
+    assert!(cm.data.unwrap()["qdrouterd.conf"].contains("sasldb_path: /tmp/qdrouterd.sasldb"));
+    let users: Secret = ns.api::<Secret>().get(&format!("{name}-users")).await.unwrap();
+    assert!(users.data.unwrap().contains_key("guest"));
+    for s in ["default-credentials", "inter-router-credentials", "inter-router-ca"] {
+        let sec: Secret = ns.api::<Secret>().get(&format!("{name}-{s}")).await.unwrap();
+        let data = sec.data.unwrap();
+        assert!(data.contains_key("tls.crt") && data.contains_key("tls.key"), "{s}");
+    }
+    // Exposed listeners: the console and the inter-router listener (networking.k8s.io/v1).
+    let ings: Vec<String> = ns
+        .api::<Ingress>()
+        .list(&ListParams::default())
+        .await
+        .unwrap()
+        .items
+        .into_iter()
+        .map(|i| i.metadata.name.unwrap())
+        .collect();
+    assert_eq!(ings.len(), 2, "{ings:?}");
+    // Go bug 1: the controller never writes the spec.
+    let stored = interconnects(&ns.client, &ns.name).get(&name).await.unwrap();
+    assert_eq!(stored.data["spec"], example("d-basic-interior.yaml")["spec"]);
+    assert_eq!(stored.metadata.generation, Some(1));
+}
+
+#[tokio::test]
+async fn scaling_image_and_listener_changes_reach_the_children() {
+    let cp = setup().await;
+    let ns = cp.namespace("ctl-changes").await;
+    let name = create(&ns, example("d-basic-interior.yaml")).await;
+    let ics = interconnects(&ns.client, &ns.name);
+    let deps: Api<Deployment> = ns.api();
+    let d0 = deployment(&ns, &name).await;
+    for size in [5, 3] {
+        ics.patch(
+            &name,
+            &PatchParams::default(),
+            &Patch::Merge(json!({"spec": {"deploymentPlan": {"size": size}}})),
+        )
+        .await
+        .unwrap();
+        eventually(&format!("replicas {size}"), Duration::from_secs(20), || async {
+            deps.get(&name).await.ok().filter(|d| d.spec.as_ref().unwrap().replicas == Some(size))
+        })
+        .await;
+    }
+    ics.patch(
+        &name,
+        &PatchParams::default(),
+        &Patch::Merge(json!({"spec": {"deploymentPlan": {"image": "example.invalid/qdrouterd:2"}}})),
+    )
+    .await
+    .unwrap();
+    eventually("new image", Duration::from_secs(20), || async {
+        deps.get(&name).await.ok().filter(|d| {
+            d.spec.as_ref().unwrap().template.spec.as_ref().unwrap().containers[0].image.as_deref()
+                == Some("example.invalid/qdrouterd:2")
+        })
+    })
+    .await;
+    let before = hash(&deps.get(&name).await.unwrap());
+    ics.patch(
+        &name,
+        &PatchParams::default(),
+        &Patch::Merge(json!({"spec": {"listeners": [{"port": 5672}, {"port": 6000, "name": "extra"}]}})),
+    )
+    .await
+    .unwrap();
+    let d = eventually("config change", Duration::from_secs(20), || async {
+        deps.get(&name).await.ok().filter(|d| hash(d) != before)
+    })
+    .await;
+    assert!(env(&d, "QDROUTERD_CONF").unwrap().contains("port: 6000"));
+    assert_ne!(hash(&d0), hash(&d));
+    // Go bug 6: the Service follows the listeners.
+    let svc: Api<Service> = ns.api();
+    eventually("Service port 6000", Duration::from_secs(20), || async {
+        svc.get(&name).await.ok().filter(|s| {
+            s.spec
+                .as_ref()
+                .unwrap()
+                .ports
+                .iter()
+                .flatten()
+                .any(|p| p.port == 6000 && p.name.as_deref() == Some("extra"))
+        })
+    })
+    .await;
+    // The console listener is no longer there: its Ingress is pruned.
+    let ing: Api<Ingress> = ns.api();
+    eventually("console Ingress pruned", Duration::from_secs(20), || async {
+        ing.get_opt(&format!("{name}-8080")).await.ok().filter(|i| i.is_none())
+    })
+    .await;
+}
+
+#[tokio::test]
+async fn placement_any_to_every_leaves_a_daemonset_and_no_deployment() {
+    let cp = setup().await;
+    let ns = cp.namespace("ctl-every").await;
+    let name = create(&ns, example("a-cr.yaml")).await;
+    deployment(&ns, &name).await;
+    interconnects(&ns.client, &ns.name)
+        .patch(
+            &name,
+            &PatchParams::default(),
+            &Patch::Merge(json!({"spec": {"deploymentPlan": {"placement": "Every", "size": null}}})),
+        )
+        .await
+        .unwrap();
+    let ds: Api<DaemonSet> = ns.api();
+    eventually("DaemonSet", Duration::from_secs(20), || async { ds.get_opt(&name).await.ok().flatten() })
+        .await;
+    let deps: Api<Deployment> = ns.api();
+    eventually("Deployment gone", Duration::from_secs(30), || async {
+        match deps.get_opt(&name).await {
+            Ok(None) => Some(()),
+            Ok(Some(d)) if d.metadata.deletion_timestamp.is_some() => Some(()),
+            _ => None,
+        }
+    })
+    .await;
+}
+
+#[tokio::test]
+async fn an_invalid_object_stored_without_webhook_gets_spec_valid_false_and_no_children() {
+    let cp = setup().await;
+    let ns = cp.namespace("ctl-invalid").await;
+    // Valid for the CRD, invalid for validate (a validate-only rule).
+    let name = create(
+        &ns,
+        json!({"apiVersion": "interconnectedcloud.github.io/v1alpha1", "kind": "Interconnect", "metadata": {"name": "bad"},
+               "spec": {"listeners": [{"port": 5672}, {"name": "port-5672", "port": 5673}]}}),
+    )
+    .await;
+    let ics = interconnects(&ns.client, &ns.name);
+    let status = eventually("SpecValid=False", Duration::from_secs(20), || async {
+        let o = ics.get(&name).await.ok()?;
+        let conds = o.data["status"]["conditions"].as_array()?.clone();
+        conds.into_iter().find(|c| c["type"] == "SpecValid" && c["status"] == "False")
+    })
+    .await;
+    assert!(status["message"].as_str().unwrap().contains("spec.listeners[1].name"), "{status}");
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    assert!(ns.api::<Deployment>().get_opt(&name).await.unwrap().is_none());
+    assert!(ns.api::<Service>().get_opt(&name).await.unwrap().is_none());
+}
+
+#[tokio::test]
+async fn deleting_the_interconnect_garbage_collects_its_children() {
+    let cp = setup().await;
+    let ns = cp.namespace("ctl-delete").await;
+    let name = create(&ns, example("a-cr.yaml")).await;
+    deployment(&ns, &name).await;
+    interconnects(&ns.client, &ns.name).delete(&name, &DeleteParams::background()).await.unwrap();
+    let deps: Api<Deployment> = ns.api();
+    let svc: Api<Service> = ns.api();
+    // The garbage collector rediscovers new kinds every 30 s.
+    eventually("children collected", Duration::from_secs(90), || async {
+        let gone = deps.get_opt(&name).await.ok()?.is_none() && svc.get_opt(&name).await.ok()?.is_none();
+        gone.then_some(())
+    })
+    .await;
+}
+
+// Multi-threaded: the pod-marking task runs while kubectl blocks a thread.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn kubectl_wait_for_ready_returns_once_the_routers_are_available() {
+    let cp = setup().await;
+    let ns = cp.namespace("ctl-ready").await;
+    let name = create(&ns, example("c-alm-example.yaml")).await;
+    deployment(&ns, &name).await;
+    // No kubelet: mark the router pods Ready through their status subresource.
+    let pods: Api<Pod> = ns.api();
+    let marker = {
+        let pods = pods.clone();
+        let name = name.clone();
+        tokio::spawn(async move {
+            loop {
+                for p in pods
+                    .list(&ListParams::default().labels(&format!("application={name}")))
+                    .await
+                    .map(|l| l.items)
+                    .unwrap_or_default()
+                {
+                    let ready = p
+                        .status
+                        .as_ref()
+                        .and_then(|s| s.conditions.as_ref())
+                        .is_some_and(|c| c.iter().any(|c| c.type_ == "Ready" && c.status == "True"));
+                    if !ready {
+                        let now = k8s_openapi::jiff::Timestamp::now().to_string();
+                        let patch = json!({"status": {"phase": "Running", "conditions": [
+                            {"type": "Ready", "status": "True", "lastTransitionTime": now},
+                            {"type": "ContainersReady", "status": "True", "lastTransitionTime": now}]}});
+                        if let Err(e) = pods
+                            .patch_status(
+                                &p.metadata.name.unwrap(),
+                                &PatchParams::default(),
+                                &Patch::Merge(patch),
+                            )
+                            .await
+                        {
+                            eprintln!("marking pod ready: {e}");
+                        }
+                    }
+                }
+                tokio::time::sleep(Duration::from_millis(300)).await;
+            }
+        })
+    };
+    let out = cp
+        .kubectl()
+        .args([
+            "wait",
+            "--for=condition=Ready",
+            &format!("interconnect/{name}"),
+            "-n",
+            &ns.name,
+            "--timeout=30s",
+        ])
+        .output()
+        .unwrap();
+    marker.abort();
+    if !out.status.success() {
+        let ic = interconnects(&ns.client, &ns.name).get(&name).await.unwrap();
+        let d = ns.api::<Deployment>().get(&name).await.unwrap();
+        let ps: Vec<_> = pods
+            .list(&ListParams::default())
+            .await
+            .unwrap()
+            .items
+            .into_iter()
+            .map(|p| (p.metadata.name, p.status.map(|s| s.phase)))
+            .collect();
+        panic!(
+            "{}\nstatus: {:#}\ndeployment status: {:?}\npods: {ps:?}",
+            String::from_utf8_lossy(&out.stderr),
+            ic.data["status"],
+            d.status
+        );
+    }
+    let ic = interconnects(&ns.client, &ns.name).get(&name).await.unwrap();
+    assert_eq!(ic.data["status"]["readyReplicas"], 2);
+    assert_eq!(ic.data["status"]["pods"].as_array().unwrap().len(), 2);
+}
