@@ -80,6 +80,23 @@ impl Process {
         all[all.len().saturating_sub(lines)..].join("\n")
     }
 
+    /// Sends `sig` (e.g. `libc::SIGTERM`, `libc::SIGKILL`) without waiting.
+    pub fn signal(&self, sig: i32) {
+        signal(self.pid() as i32, sig);
+    }
+
+    /// Waits up to `timeout` for the process to exit; returns whether it did.
+    pub fn wait_exit(&self, timeout: std::time::Duration) -> bool {
+        let deadline = std::time::Instant::now() + timeout;
+        while std::time::Instant::now() < deadline {
+            if self.exited().is_some() {
+                return true;
+            }
+            std::thread::sleep(std::time::Duration::from_millis(10));
+        }
+        false
+    }
+
     /// Sends SIGTERM, waits up to `grace`, then SIGKILLs. Returns once the process is reaped.
     pub fn stop(&self, grace: std::time::Duration) {
         let mut child = self.child.lock().unwrap_or_else(|p| p.into_inner());

@@ -1,0 +1,215 @@
+//! The pure builders, one test per Go operator bug (reference §6) they fix; each assertion
+//! fails on the Go operator's behaviour.
+
+use std::time::SystemTime;
+
+use qdr_api::{Interconnect, defaults};
+use qdr_controller::builders::{self, Settings, Target, Workload};
+use qdr_controller::credentials::{self, Existing};
+use serde_json::{Value, json};
+
+fn ic(spec: Value) -> Interconnect {
+    let mut ic: Interconnect = serde_json::from_value(json!({
+        "apiVersion": "interconnectedcloud.github.io/v1alpha1", "kind": "Interconnect",
+        "metadata": {"name": "mesh", "namespace": "ns", "uid": "0f1e2d3c-aaaa-bbbb-cccc-000000000001"}, "spec": spec,
+    }))
+    .unwrap();
+    ic = defaults(&ic);
+    ic
+}
+
+fn settings() -> Settings {
+    Settings { default_image: "quay.io/interconnectedcloud/qdrouterd:1.19.0".into() }
+}
+
+fn pod(ic: &Interconnect) -> Value {
+    builders::pod_template(&Target::new(ic), &settings())
+}
+
+fn env_names(p: &Value) -> Vec<String> {
+    p["spec"]["containers"][0]["env"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|e| e["name"].as_str().unwrap().to_string())
+        .collect()
+}
+
+/// Bug 3: `users: none` skipped the Secret and ConfigMap but still mounted them.
+#[test]
+fn users_none_means_no_sasl_objects_mounts_or_env() {
+    let ic = ic(json!({"users": "none"}));
+    let t = Target::new(&ic);
+    assert!(builders::sasl_config_map(&t).is_none());
+    let p = pod(&ic);
+    let vols = p["spec"]["volumes"].to_string();
+    assert!(!vols.contains("sasl"), "{vols}");
+    assert!(!env_names(&p).iter().any(|e| e.contains("SASLDB")));
+}
+
+/// Bug 4: the Deployment carried an extra, unmounted CA volume; the DaemonSet did not.
+#[test]
+fn deployment_and_daemonset_share_one_pod_template_and_mount_every_volume() {
+    let any = ic(json!({}));
+    let every = ic(json!({"deploymentPlan": {"placement": "Every"}}));
+    let (Workload::Deployment(d), Workload::DaemonSet(ds)) = (
+        builders::workload(&Target::new(&any), &settings()),
+        builders::workload(&Target::new(&every), &settings()),
+    ) else {
+        panic!("Any gives a Deployment and Every a DaemonSet")
+    };
+    let dt = serde_json::to_value(&d.spec.unwrap().template).unwrap();
+    let st = serde_json::to_value(&ds.spec.unwrap().template).unwrap();
+    assert_eq!(dt["spec"]["volumes"], st["spec"]["volumes"]);
+    let vols: Vec<&str> =
+        dt["spec"]["volumes"].as_array().unwrap().iter().map(|v| v["name"].as_str().unwrap()).collect();
+    let mounts: Vec<&str> = dt["spec"]["containers"][0]["volumeMounts"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|m| m["name"].as_str().unwrap())
+        .collect();
+    assert_eq!(vols, mounts);
+}
+
+/// Bug 5: adding an sslProfile later produced a mount without a volume.
+#[test]
+fn a_new_ssl_profile_brings_its_volume_and_mount_together() {
+    let before = pod(&ic(json!({})));
+    let after = pod(&ic(
+        json!({"sslProfiles": [{"name": "extra", "credentials": "extra-tls"}], "listeners": [{"port": 5672, "sslProfile": "extra"}]}),
+    ));
+    let secret_vols = |p: &Value| {
+        p["spec"]["volumes"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .filter_map(|v| v["secret"]["secretName"].as_str().map(String::from))
+            .collect::<Vec<_>>()
+    };
+    assert!(!secret_vols(&before).contains(&"extra-tls".to_string()));
+    assert!(secret_vols(&after).contains(&"extra-tls".to_string()));
+    let mounts = after["spec"]["containers"][0]["volumeMounts"].to_string();
+    assert!(mounts.contains("/etc/qpid-dispatch-certs/extra/extra-tls"));
+}
+
+/// Bug 11: certificate names ended with a bare dot on Kubernetes.
+#[test]
+fn generated_credentials_have_service_names_and_no_empty_domain() {
+    let ic = ic(json!({}));
+    let t = Target::new(&ic);
+    let secrets = credentials::missing_secrets(&t, &Existing::new(), SystemTime::now()).unwrap();
+    let names: Vec<String> = secrets.iter().map(|s| s.metadata.name.clone().unwrap()).collect();
+    assert_eq!(
+        names,
+        ["mesh-ca", "mesh-inter-router-ca", "mesh-default-credentials", "mesh-inter-router-credentials"]
+    );
+    let leaf = String::from_utf8(secrets[2].data.as_ref().unwrap()["tls.crt"].0.clone()).unwrap();
+    let info = qdr_certs::pki::CertInfo::parse(&leaf).unwrap();
+    assert_eq!(info.sans, ["mesh", "mesh.ns", "mesh.ns.svc", "mesh.ns.svc.cluster.local"]);
+    assert!(info.sans.iter().all(|n| !n.ends_with('.')));
+    // Mutual auth: signed by the profile's own CA, whose certificate is the ca.crt.
+    let ir = secrets[3].data.as_ref().unwrap();
+    let ca = String::from_utf8(secrets[1].data.as_ref().unwrap()["tls.crt"].0.clone()).unwrap();
+    assert_eq!(String::from_utf8(ir["ca.crt"].0.clone()).unwrap(), ca);
+    let ir_leaf = String::from_utf8(ir["tls.crt"].0.clone()).unwrap();
+    qdr_certs::pki::verify_leaf(&ir_leaf, &ca, "mesh.ns.svc", SystemTime::now()).unwrap();
+    // Existing Secrets are never replaced.
+    let mut existing = Existing::new();
+    for s in &secrets {
+        existing.insert(s.metadata.name.clone().unwrap(), s.data.clone().unwrap());
+    }
+    assert!(credentials::missing_secrets(&t, &existing, SystemTime::now()).unwrap().is_empty());
+}
+
+/// Bug 12: `deploymentPlan.issuer` was half-used; here its CA signs the credentials, and a
+/// missing issuer Secret is an error rather than a dangling reference.
+#[test]
+fn the_issuer_secret_signs_generated_credentials() {
+    let ic = ic(json!({"deploymentPlan": {"issuer": "corp-ca"}}));
+    let t = Target::new(&ic);
+    assert!(matches!(
+        credentials::missing_secrets(&t, &Existing::new(), SystemTime::now()),
+        Err(credentials::CredentialsError::MissingCa(n)) if n == "corp-ca"
+    ));
+    let ca = qdr_certs::pki::new_ca("corp", SystemTime::now(), std::time::Duration::from_secs(3600)).unwrap();
+    let mut existing = Existing::new();
+    existing.insert(
+        "corp-ca".into(),
+        [("tls.crt", &ca.cert_pem), ("tls.key", &ca.key_pem)]
+            .into_iter()
+            .map(|(k, v)| (k.to_string(), k8s_openapi::ByteString(v.as_bytes().to_vec())))
+            .collect(),
+    );
+    let secrets = credentials::missing_secrets(&t, &existing, SystemTime::now()).unwrap();
+    let default =
+        secrets.iter().find(|s| s.metadata.name.as_deref() == Some("mesh-default-credentials")).unwrap();
+    let leaf = String::from_utf8(default.data.as_ref().unwrap()["tls.crt"].0.clone()).unwrap();
+    qdr_certs::pki::verify_leaf(&leaf, &ca.cert_pem, "mesh", SystemTime::now()).unwrap();
+    assert!(
+        secrets.iter().all(|s| s.metadata.name.as_deref() != Some("mesh-ca")),
+        "no own CA when an issuer is given"
+    );
+}
+
+/// Bug 15: anti-affinity selected only on `application`.
+#[test]
+fn anti_affinity_selects_on_both_labels() {
+    let p = pod(&ic(json!({"deploymentPlan": {"placement": "AntiAffinity", "size": 3}})));
+    let sel = &p["spec"]["affinity"]["podAntiAffinity"]["requiredDuringSchedulingIgnoredDuringExecution"][0]
+        ["labelSelector"]["matchLabels"];
+    assert_eq!(sel, &json!({"application": "mesh", "interconnect_cr": "mesh"}));
+}
+
+/// Bug 16: the Deployment had no labels; two profiles sharing a Secret gave duplicate
+/// volume names.
+#[test]
+fn workloads_are_labelled_and_volume_names_are_unique() {
+    let ic = ic(
+        json!({"sslProfiles": [{"name": "a", "credentials": "shared"}, {"name": "b", "credentials": "shared"}],
+                       "listeners": [{"port": 5672, "sslProfile": "a"}, {"port": 5673, "sslProfile": "b"}]}),
+    );
+    let Workload::Deployment(d) = builders::workload(&Target::new(&ic), &settings()) else { panic!() };
+    assert_eq!(d.metadata.labels.as_ref().unwrap()["application"], "mesh");
+    let vols: Vec<String> =
+        d.spec.unwrap().template.spec.unwrap().volumes.unwrap().into_iter().map(|v| v.name).collect();
+    let mut unique = vols.clone();
+    unique.sort();
+    unique.dedup();
+    assert_eq!(unique.len(), vols.len(), "{vols:?}");
+}
+
+/// Bug 17: POD_COUNT stayed at its first value after scaling.
+#[test]
+fn pod_count_follows_the_size() {
+    let count = |size: i32| {
+        let p = pod(&ic(json!({"deploymentPlan": {"size": size}})));
+        p["spec"]["containers"][0]["env"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|e| e["name"] == "POD_COUNT")
+            .unwrap()["value"]
+            .clone()
+    };
+    assert_eq!(count(3), "3");
+    assert_eq!(count(5), "5");
+}
+
+/// Edge routers do not auto-mesh; interior routers do.
+#[test]
+fn auto_mesh_only_for_interior_routers() {
+    assert!(env_names(&pod(&ic(json!({})))).contains(&"QDROUTERD_AUTO_MESH_DISCOVERY".to_string()));
+    assert!(
+        !env_names(&pod(&ic(json!({"deploymentPlan": {"role": "edge"}}))))
+            .contains(&"QDROUTERD_AUTO_MESH_DISCOVERY".to_string())
+    );
+}
+
+/// Bug 14: `status.pods` serialized as null.
+#[test]
+fn status_pods_and_conditions_are_never_null() {
+    let s = serde_json::to_value(qdr_api::InterconnectStatus::default()).unwrap();
+    assert_eq!(s["pods"], json!([]));
+    assert_eq!(s["conditions"], json!([]));
+}

@@ -1,0 +1,88 @@
+//! High availability with real controller processes: only the Lease holder reconciles;
+//! after SIGTERM the leader releases the Lease and another replica reconciles a new change
+//! within 3 s; after SIGKILL, within the lease duration plus 3 s.
+
+mod common;
+
+use std::time::{Duration, Instant};
+
+use common::{eventually, interconnects};
+use k8s_openapi::api::apps::v1::Deployment;
+use k8s_openapi::api::coordination::v1::Lease;
+use kube::api::{Api, DynamicObject, Patch, PatchParams, PostParams};
+use qdr_tests::Process;
+use serde_json::json;
+
+/// Matches `start_controller`'s `--lease-duration`.
+const LEASE: Duration = Duration::from_secs(4);
+
+async fn holder(leases: &Api<Lease>) -> Option<String> {
+    leases.get_opt("ha-lease").await.ok().flatten()?.spec?.holder_identity.filter(|h| !h.is_empty())
+}
+
+async fn scale_and_time(ns: &qdr_tests::TestNamespace, size: i32) -> Duration {
+    let start = Instant::now();
+    interconnects(&ns.client, &ns.name)
+        .patch(
+            "ha",
+            &PatchParams::default(),
+            &Patch::Merge(json!({"spec": {"deploymentPlan": {"size": size}}})),
+        )
+        .await
+        .unwrap();
+    let deps: Api<Deployment> = ns.api();
+    eventually(&format!("replicas {size}"), Duration::from_secs(30), || async {
+        deps.get_opt("ha").await.ok().flatten().filter(|d| d.spec.as_ref().unwrap().replicas == Some(size))
+    })
+    .await;
+    start.elapsed()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn failover_after_sigterm_and_after_sigkill() {
+    let cp = qdr_tests::shared_with_controller_manager().await;
+    cp.install_crd().await;
+    let system = cp.namespace("ha-system").await;
+    let ns = cp.namespace("ha").await;
+    let leases: Api<Lease> = system.api();
+    let mut replicas: Vec<(String, Process)> = ["ha-a", "ha-b"]
+        .iter()
+        .map(|id| (id.to_string(), common::start_controller(cp, &system.name, "ha-lease", id)))
+        .collect();
+
+    let obj: DynamicObject = serde_json::from_value(
+        json!({"apiVersion": "interconnectedcloud.github.io/v1alpha1", "kind": "Interconnect",
+        "metadata": {"name": "ha"}, "spec": {"deploymentPlan": {"size": 1}}}),
+    )
+    .unwrap();
+    interconnects(&ns.client, &ns.name).create(&PostParams::default(), &obj).await.unwrap();
+    scale_and_time(&ns, 2).await;
+
+    // Graceful: SIGTERM the leader; once it has exited, change the spec.
+    let leader = eventually("a leader", Duration::from_secs(20), || holder(&leases)).await;
+    let i = replicas.iter().position(|(id, _)| *id == leader).unwrap();
+    let (_, p) = replicas.remove(i);
+    let t0 = Instant::now();
+    p.signal(libc::SIGTERM);
+    assert!(p.wait_exit(Duration::from_secs(10)), "leader did not exit on SIGTERM");
+    let exited = t0.elapsed();
+    let graceful = scale_and_time(&ns, 3).await;
+    let new_leader = holder(&leases).await;
+    assert_ne!(new_leader.as_deref(), Some(leader.as_str()));
+
+    // Crash: a third replica joins, then the current leader is SIGKILLed.
+    replicas.push(("ha-c".into(), common::start_controller(cp, &system.name, "ha-lease", "ha-c")));
+    let leader = eventually("a leader", Duration::from_secs(20), || holder(&leases)).await;
+    tokio::time::sleep(Duration::from_secs(1)).await; // let ha-c observe the Lease
+    let i = replicas.iter().position(|(id, _)| *id == leader).unwrap();
+    let (_, p) = replicas.remove(i);
+    p.signal(libc::SIGKILL);
+    assert!(p.wait_exit(Duration::from_secs(5)));
+    let crash = scale_and_time(&ns, 4).await;
+    eprintln!(
+        "failover: graceful (SIGTERM) leader exited in {exited:?}, next change reconciled {graceful:?} later; \
+         crash (SIGKILL) next change reconciled {crash:?} after the kill (lease {LEASE:?})"
+    );
+    assert!(graceful <= Duration::from_secs(3), "graceful failover took {graceful:?}");
+    assert!(crash <= LEASE + Duration::from_secs(3), "crash failover took {crash:?}");
+}
