@@ -1,0 +1,150 @@
+//! Leader election on the real API server, in process: a leader cut off from the API
+//! demotes itself at its renew deadline, before a follower may take over, so two replicas
+//! never lead at once; a released Lease is taken over within a retry period.
+
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use k8s_openapi::api::coordination::v1::Lease;
+use kube::api::Api;
+use kube::config::{KubeConfigOptions, Kubeconfig};
+use qdr_controller::lease::{Elector, Timing};
+use tokio::net::{TcpListener, TcpStream};
+use tokio::time::Instant;
+
+fn timing() -> Timing {
+    Timing {
+        lease_duration: Duration::from_secs(3),
+        renew_deadline: Duration::from_secs(2),
+        retry_period: Duration::from_millis(250),
+    }
+}
+
+/// A TCP proxy to the API server that can be cut (all connections dropped, new ones refused).
+async fn proxy(target: u16, cut: Arc<AtomicBool>) -> u16 {
+    let l = TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let port = l.local_addr().unwrap().port();
+    tokio::spawn(async move {
+        let conns: Arc<Mutex<Vec<tokio::task::JoinHandle<()>>>> = Arc::default();
+        let watcher_conns = conns.clone();
+        let watcher_cut = cut.clone();
+        tokio::spawn(async move {
+            while !watcher_cut.load(Ordering::SeqCst) {
+                tokio::time::sleep(Duration::from_millis(5)).await;
+            }
+            for c in watcher_conns.lock().unwrap().drain(..) {
+                c.abort();
+            }
+        });
+        loop {
+            let Ok((mut inbound, _)) = l.accept().await else { return };
+            if cut.load(Ordering::SeqCst) {
+                continue; // dropped: the connection is refused
+            }
+            conns.lock().unwrap().push(tokio::spawn(async move {
+                if let Ok(mut outbound) = TcpStream::connect(("127.0.0.1", target)).await {
+                    let _ = tokio::io::copy_bidirectional(&mut inbound, &mut outbound).await;
+                }
+            }));
+        }
+    });
+    port
+}
+
+async fn client_via(cp: &qdr_tests::ControlPlane, port: Option<u16>) -> kube::Client {
+    let kc = Kubeconfig::read_from(cp.kubeconfig()).unwrap();
+    let mut cfg = kube::Config::from_custom_kubeconfig(kc, &KubeConfigOptions::default()).await.unwrap();
+    if let Some(p) = port {
+        cfg.cluster_url = format!("https://127.0.0.1:{p}").parse().unwrap();
+    }
+    cfg.read_timeout = Some(Duration::from_secs(1));
+    cfg.connect_timeout = Some(Duration::from_secs(1));
+    kube::Client::try_from(cfg).unwrap()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_partitioned_leader_demotes_before_anyone_takes_over() {
+    let cp = qdr_tests::shared().await;
+    let ns = cp.namespace("lease").await;
+    let api_port: u16 = cp.server().rsplit(':').next().unwrap().parse().unwrap();
+    let cut = Arc::new(AtomicBool::new(false));
+    let via = proxy(api_port, cut.clone()).await;
+    let a = Arc::new(Elector::new(
+        Api::<Lease>::namespaced(client_via(cp, Some(via)).await, &ns.name),
+        "l",
+        "a",
+        timing(),
+    ));
+    let b = Arc::new(Elector::new(
+        Api::<Lease>::namespaced(client_via(cp, None).await, &ns.name),
+        "l",
+        "b",
+        timing(),
+    ));
+    let (stop_tx, stop_rx) = tokio::sync::watch::channel(false);
+    let (ra, rb) = (a.subscribe(), b.subscribe());
+    let ta = tokio::spawn({
+        let (a, s) = (a.clone(), stop_rx.clone());
+        async move { a.run(s).await }
+    });
+    // A leads first.
+    let start = Instant::now();
+    while !*ra.borrow() {
+        assert!(start.elapsed() < Duration::from_secs(10), "a never led");
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    let (stop_b_tx, stop_b_rx) = tokio::sync::watch::channel(false);
+    let tb = tokio::spawn({
+        let b = b.clone();
+        async move { b.run(stop_b_rx).await }
+    });
+    tokio::time::sleep(Duration::from_secs(1)).await;
+    assert!(*ra.borrow() && !*rb.borrow(), "b took over from a healthy leader");
+
+    // Cut A off the API and record both replicas' view every millisecond.
+    let t_cut = Instant::now();
+    cut.store(true, Ordering::SeqCst);
+    let (mut a_demoted, mut b_leads, mut overlap) = (None, None, 0);
+    while t_cut.elapsed() < Duration::from_secs(8) {
+        let (la, lb) = (*ra.borrow(), *rb.borrow());
+        if la && lb {
+            overlap += 1;
+        }
+        if !la && a_demoted.is_none() {
+            a_demoted = Some(t_cut.elapsed());
+        }
+        if lb && b_leads.is_none() {
+            b_leads = Some(t_cut.elapsed());
+        }
+        tokio::time::sleep(Duration::from_millis(1)).await;
+    }
+    let (a_demoted, b_leads) = (a_demoted.expect("a never demoted"), b_leads.expect("b never took over"));
+    eprintln!(
+        "partition: leader demoted itself {a_demoted:?} after the cut, follower led {b_leads:?} after it"
+    );
+    assert_eq!(overlap, 0, "both replicas led at once");
+    assert!(a_demoted <= timing().renew_deadline + Duration::from_millis(100), "{a_demoted:?}");
+    assert!(b_leads > a_demoted);
+
+    // Graceful hand-back: B stops and releases; A (reconnected) takes over within ~1 retry period.
+    cut.store(false, Ordering::SeqCst);
+    let _ = stop_b_tx.send(true);
+    tb.await.unwrap();
+    let released = Instant::now();
+    b.release().await;
+    // A's proxy drops connections accepted while cut; new ones go through now.
+    let mut took = None;
+    while released.elapsed() < Duration::from_secs(6) {
+        if *ra.borrow() {
+            took = Some(released.elapsed());
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
+    let took = took.expect("a did not take the released lease");
+    eprintln!("release: the other replica led {took:?} after the release");
+    assert!(took < Duration::from_secs(2), "{took:?}");
+    let _ = stop_tx.send(true);
+    ta.await.unwrap();
+}
