@@ -330,3 +330,36 @@ pub fn ingresses(t: &Target<'_>) -> Vec<Ingress> {
         })
         .collect()
 }
+
+/// OpenShift Routes (`route.openshift.io/v1`) `<name>-<listener name or port>` for exposed
+/// listeners, used instead of Ingresses when that API is served: TLS passthrough for
+/// listeners with an sslProfile, edge termination with redirect otherwise (Go operator parity).
+pub fn routes(t: &Target<'_>) -> Vec<kube::api::DynamicObject> {
+    let spec = &t.ic.spec;
+    [&spec.listeners, &spec.inter_router_listeners, &spec.edge_listeners]
+        .into_iter()
+        .flat_map(|l| l.iter().flatten())
+        .filter(|l| l.expose == Some(true))
+        .map(|l| {
+            let target = l.name.clone().unwrap_or_else(|| l.port.to_string());
+            let tls = if l.ssl_profile.is_some() {
+                json!({"termination": "passthrough", "insecureEdgeTerminationPolicy": "None"})
+            } else {
+                json!({"termination": "edge", "insecureEdgeTerminationPolicy": "Redirect"})
+            };
+            typed(json!({
+                "apiVersion": "route.openshift.io/v1", "kind": "Route",
+                "metadata": t.meta(&format!("{}-{target}", t.name)),
+                "spec": {"to": {"kind": "Service", "name": t.name}, "port": {"targetPort": l.port}, "tls": tls},
+            }))
+        })
+        .collect()
+}
+
+/// The API resource of OpenShift Routes.
+pub fn route_resource() -> kube::api::ApiResource {
+    kube::api::ApiResource::from_gvk_with_plural(
+        &kube::api::GroupVersionKind::gvk("route.openshift.io", "v1", "Route"),
+        "routes",
+    )
+}

@@ -129,7 +129,11 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
         async move { e.run(stop).await }
     });
 
+    // OpenShift: Routes instead of Ingresses when the API is served (checked once at start).
+    let openshift = client.list_api_groups().await?.groups.iter().any(|g| g.name == "route.openshift.io");
+    tracing::info!(openshift, "exposure through {}", if openshift { "Routes" } else { "Ingresses" });
     let ctx = Arc::new(Context {
+        openshift,
         client: client.clone(),
         settings: Settings { default_image: args.default_image.clone() },
         recorder: Recorder::new(

@@ -21,7 +21,7 @@ use k8s_openapi::api::core::v1::{ConfigMap, Pod, Secret, Service, ServiceAccount
 use k8s_openapi::api::networking::v1::Ingress;
 use k8s_openapi::api::rbac::v1::{Role, RoleBinding};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, Time};
-use kube::api::{Api, DeleteParams, ListParams, Patch, PatchParams, PostParams};
+use kube::api::{Api, DeleteParams, DynamicObject, ListParams, Patch, PatchParams, PostParams};
 use kube::runtime::controller::Action;
 use kube::runtime::events::{Event, EventType, Recorder};
 use kube::{Resource, ResourceExt};
@@ -44,6 +44,8 @@ pub struct Context {
     pub recorder: Recorder,
     /// Metrics.
     pub metrics: Arc<Metrics>,
+    /// Whether `route.openshift.io/v1` is served: exposed listeners get Routes, not Ingresses.
+    pub openshift: bool,
 }
 
 /// Why a reconcile failed, by stage. [`Self::category`] is a bounded metric label.
@@ -139,6 +141,33 @@ where
     Ok(deleted)
 }
 
+/// [`delete_orphans`] for Routes, which are not a compiled-in type.
+async fn delete_orphan_routes(
+    api: &Api<DynamicObject>,
+    t: &Target<'_>,
+    keep: &BTreeSet<String>,
+) -> Result<Vec<String>, Error> {
+    let uid = t.ic.metadata.uid.clone().unwrap_or_default();
+    let lp = ListParams::default()
+        .labels(&format!("interconnect_cr={},app.kubernetes.io/managed-by=qdr-operator", t.name));
+    let list = api.list(&lp).await.map_err(|source| Error::Observe { what: "routes".into(), source })?;
+    let mut deleted = Vec::new();
+    for o in list.items {
+        let owned =
+            o.metadata.owner_references.iter().flatten().any(|r| r.uid == uid && r.controller == Some(true));
+        let name = o.name_any();
+        if owned && !keep.contains(&name) {
+            api.delete(&name, &DeleteParams::background()).await.map_err(|source| Error::Delete {
+                kind: "Route".into(),
+                name: name.clone(),
+                source,
+            })?;
+            deleted.push(name);
+        }
+    }
+    Ok(deleted)
+}
+
 fn condition(
     type_: &str,
     ok: bool,
@@ -213,6 +242,9 @@ pub async fn reconcile(ic: Arc<Interconnect>, ctx: Arc<Context>) -> Result<Actio
     );
     let _enter = span.enter();
     let result = reconcile_inner(&ic, &ctx).await;
+    if let Err(e) = &result {
+        tracing::warn!(category = e.category(), error = %e, "reconcile failed");
+    }
     ctx.metrics.reconciled(started.elapsed(), result.as_ref().err().map(Error::category));
     result
 }
@@ -405,10 +437,22 @@ async fn reconcile_inner(ic: &Interconnect, ctx: &Context) -> Result<Action, Err
     };
     apply(&Api::<Service>::namespaced(c.clone(), ns), &builders::service(&t)).await?;
     let ingresses: Api<Ingress> = Api::namespaced(c.clone(), ns);
-    let mut keep_ing = BTreeSet::new();
-    for i in builders::ingresses(&t) {
-        keep_ing.insert(i.name_any());
-        apply(&ingresses, &i).await?;
+    let routes: Api<DynamicObject> = Api::namespaced_with(c.clone(), ns, &builders::route_resource());
+    let (mut keep_ing, mut keep_routes) = (BTreeSet::new(), BTreeSet::new());
+    if ctx.openshift {
+        for r in builders::routes(&t) {
+            let name = r.name_any();
+            routes
+                .patch(&name, &PatchParams::apply(FIELD_MANAGER).force(), &Patch::Apply(&r))
+                .await
+                .map_err(|source| Error::Apply { kind: "Route".into(), name: name.clone(), source })?;
+            keep_routes.insert(name);
+        }
+    } else {
+        for i in builders::ingresses(&t) {
+            keep_ing.insert(i.name_any());
+            apply(&ingresses, &i).await?;
+        }
     }
 
     // Orphans.
@@ -430,6 +474,10 @@ async fn reconcile_inner(ic: &Interconnect, ctx: &Context) -> Result<Action, Err
     deleted.extend(
         delete_orphans(&secrets, &t, &keep_secrets).await?.into_iter().map(|n| format!("Secret {n}")),
     );
+    if ctx.openshift {
+        let routes = delete_orphan_routes(&routes, &t, &keep_routes).await?;
+        deleted.extend(routes.into_iter().map(|n| format!("Route {n}")));
+    }
     if !deleted.is_empty() {
         event(
             ctx,
@@ -500,7 +548,6 @@ async fn reconcile_inner(ic: &Interconnect, ctx: &Context) -> Result<Action, Err
 
 /// What to do after a failed reconcile: record `Degraded=True` with the stage and retry.
 pub fn error_policy(ic: Arc<Interconnect>, err: &Error, ctx: Arc<Context>) -> Action {
-    tracing::warn!(name = ic.name_any(), category = err.category(), error = %err, "reconcile failed");
     let generation = ic.metadata.generation.unwrap_or_default();
     let prev = ic.status.clone().unwrap_or_default();
     let mut conditions: Vec<Condition> =

@@ -54,6 +54,18 @@ fn hash(d: &Deployment) -> String {
     d.spec.as_ref().unwrap().template.metadata.as_ref().unwrap().annotations.as_ref().unwrap()["qdr-operator.io/config-hash"].clone()
 }
 
+/// How many times an event with `reason` was recorded in the namespace (events.k8s.io/v1;
+/// the recorder folds repeats of one reason into a series on one object).
+async fn events(ns: &qdr_tests::TestNamespace, reason: &str) -> usize {
+    let api: Api<k8s_openapi::api::events::v1::Event> = ns.api();
+    let items = api.list(&ListParams::default()).await.unwrap().items;
+    items
+        .iter()
+        .filter(|e| e.reason.as_deref() == Some(reason))
+        .map(|e| e.series.as_ref().map_or(1, |s| s.count as usize))
+        .sum()
+}
+
 fn example(file: &str) -> Value {
     let p = qdr_tests::workspace_root().join("api/tests/data/go-operator").join(file);
     serde_saphyr::from_str(&std::fs::read_to_string(p).unwrap()).unwrap()
@@ -211,6 +223,8 @@ async fn scaling_image_and_listener_changes_reach_the_children() {
         })
     })
     .await;
+    assert_eq!(events(&ns, "Scaled").await, 2, "one event per scaling, not per pass");
+    assert_eq!(events(&ns, "ConfigChanged").await, 1, "one event per config rollout");
     // The console listener is no longer there: its Ingress is pruned.
     let ing: Api<Ingress> = ns.api();
     eventually("console Ingress pruned", Duration::from_secs(20), || async {
@@ -267,6 +281,7 @@ async fn an_invalid_object_stored_without_webhook_gets_spec_valid_false_and_no_c
     .await;
     assert!(status["message"].as_str().unwrap().contains("spec.listeners[1].name"), "{status}");
     tokio::time::sleep(Duration::from_secs(2)).await;
+    assert_eq!(events(&ns, "InvalidSpec").await, 1, "one Warning per invalid generation, not one per pass");
     assert!(ns.api::<Deployment>().get_opt(&name).await.unwrap().is_none());
     assert!(ns.api::<Service>().get_opt(&name).await.unwrap().is_none());
 }

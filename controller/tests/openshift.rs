@@ -1,0 +1,80 @@
+//! Where `route.openshift.io/v1` is served, exposed listeners get Routes (passthrough for
+//! TLS listeners, edge with redirect otherwise) instead of Ingresses. The API server here
+//! serves a Route CRD, which is what the controller discovers.
+
+mod common;
+
+use std::time::Duration;
+
+use common::{eventually, interconnects};
+
+use k8s_openapi::api::networking::v1::Ingress;
+use kube::api::{Api, DynamicObject, ListParams, Patch, PatchParams, PostParams};
+use qdr_controller::builders::route_resource;
+use serde_json::json;
+
+const ROUTE_CRD: &str = r#"{"apiVersion":"apiextensions.k8s.io/v1","kind":"CustomResourceDefinition",
+ "metadata":{"name":"routes.route.openshift.io"},
+ "spec":{"group":"route.openshift.io","scope":"Namespaced",
+  "names":{"plural":"routes","singular":"route","kind":"Route"},
+  "versions":[{"name":"v1","served":true,"storage":true,
+   "schema":{"openAPIV3Schema":{"type":"object","x-kubernetes-preserve-unknown-fields":true}}}]}}"#;
+
+#[tokio::test]
+async fn exposed_listeners_get_routes_on_openshift() {
+    let cp = qdr_tests::shared().await;
+    cp.install_crd().await;
+    let mut child =
+        cp.kubectl().args(["apply", "-f", "-"]).stdin(std::process::Stdio::piped()).spawn().unwrap();
+    std::io::Write::write_all(&mut child.stdin.take().unwrap(), ROUTE_CRD.as_bytes()).unwrap();
+    assert!(child.wait().unwrap().success());
+    let out = cp
+        .kubectl()
+        .args(["wait", "--for=condition=Established", "crd/routes.route.openshift.io", "--timeout=30s"])
+        .output()
+        .unwrap();
+    assert!(out.status.success());
+    let system = cp.namespace("os-system").await;
+    let controller = common::start_controller(cp, &system.name, "os-lease", "os-controller");
+
+    let ns = cp.namespace("openshift").await;
+    let obj: DynamicObject =
+        serde_json::from_value(json!({"apiVersion": "interconnectedcloud.github.io/v1alpha1",
+        "kind": "Interconnect", "metadata": {"name": "mesh"}, "spec": {}}))
+        .unwrap();
+    interconnects(&ns.client, &ns.name).create(&PostParams::default(), &obj).await.unwrap();
+    let routes: Api<DynamicObject> = Api::namespaced_with(ns.client.clone(), &ns.name, &route_resource());
+    let console = eventually("console Route", Duration::from_secs(30), || async {
+        routes.get_opt("mesh-8080").await.ok().flatten()
+    })
+    .await;
+    assert_eq!(console.data["spec"]["tls"]["termination"], "edge");
+    assert_eq!(console.data["spec"]["tls"]["insecureEdgeTerminationPolicy"], "Redirect");
+    assert_eq!(console.data["spec"]["to"]["name"], "mesh");
+    let ir = routes.get("mesh-55671").await.unwrap();
+    assert_eq!(ir.data["spec"]["tls"]["termination"], "passthrough");
+    assert!(
+        ns.api::<Ingress>().list(&ListParams::default()).await.unwrap().items.is_empty(),
+        "no Ingress on OpenShift"
+    );
+
+    // No longer exposed: the Route is pruned.
+    interconnects(&ns.client, &ns.name)
+        .patch(
+            "mesh",
+            &PatchParams::default(),
+            &Patch::Merge(json!({"spec": {"listeners": [{"port": 5672}]}})),
+        )
+        .await
+        .unwrap();
+    let deadline = std::time::Instant::now() + Duration::from_secs(30);
+    while routes.get_opt("mesh-8080").await.unwrap().is_some() {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "console Route not pruned (controller exited: {:?}); controller log:\n{}",
+            controller.exited(),
+            controller.log_tail(400)
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+}
