@@ -3,7 +3,7 @@ SHELL := bash
 .SHELLFLAGS := -eu -o pipefail -c
 CARGO ?= cargo
 
-.PHONY: help testbin test fmt lint crd dev-cluster clean-testbin
+.PHONY: help testbin test fmt lint crd docs dev-cluster clean-testbin
 
 help: ## List the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  %-16s %s\n", $$1, $$2}'
@@ -17,6 +17,9 @@ fmt: ## Format the code
 lint: ## rustfmt check and clippy with warnings as errors
 	$(CARGO) fmt --all --check
 	$(CARGO) clippy --workspace --all-targets --locked -- -D warnings
+
+docs: ## Regenerate docs/api-reference.md from the CRD
+	$(CARGO) run --locked -q -p qdr-api --bin docgen > docs/api-reference.md
 
 crd: ## Regenerate the committed CRD from the API types
 	$(CARGO) run --locked -q -p qdr-api --bin crdgen > deploy/crds/interconnects.interconnectedcloud.github.io.yaml

@@ -13,6 +13,7 @@
 mod enums;
 
 pub mod defaults;
+pub mod docs;
 #[cfg(feature = "offline")]
 pub mod offline;
 pub mod rules;

@@ -358,8 +358,9 @@ pub struct Connector {
     #[schemars(range(min = 1, max = 2147483647))]
     pub cost: Option<i32>,
 
-    /// Check that the server certificate matches `host`. Default false, as with the Go
-    /// operator (the auto-meshed routers connect by pod IP); set true for external peers.
+    /// Check that the server certificate matches `host`. When absent the router's default
+    /// (true) applies; the Go operator wrote `false` unless this was set, which silently
+    /// disabled the check. Set false for peers whose certificate does not name `host`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub verify_hostname: Option<bool>,
 

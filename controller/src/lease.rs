@@ -83,7 +83,9 @@ impl Elector {
         }
     }
 
-    /// A receiver that is `true` exactly while this replica may act as leader.
+    /// A receiver that is `true` exactly while this replica may act as leader. The value is
+    /// stored even while nobody subscribes (`send_replace`), so subscribing late cannot miss
+    /// an election won before.
     pub fn subscribe(&self) -> watch::Receiver<bool> {
         self.leading.subscribe()
     }
@@ -155,7 +157,7 @@ impl Elector {
         let mut observed = None;
         loop {
             if *stop.borrow() {
-                let _ = self.leading.send(false);
+                let _ = self.leading.send_replace(false);
                 return;
             }
             // Follower.
@@ -168,7 +170,7 @@ impl Elector {
                 continue;
             }
             tracing::info!(identity = %self.identity, lease = %self.name, "became leader");
-            let _ = self.leading.send(true);
+            let _ = self.leading.send_replace(true);
             observed = None;
             // Leader: renew every retry period; demote at the deadline.
             let mut deadline = Instant::now() + self.timing.renew_deadline;
@@ -176,11 +178,11 @@ impl Elector {
                 tokio::select! {
                     _ = tokio::time::sleep_until(deadline) => {
                         tracing::warn!(identity = %self.identity, "could not renew the lease in time: no longer leader");
-                        let _ = self.leading.send(false);
+                        let _ = self.leading.send_replace(false);
                         break;
                     }
                     _ = stop.changed() => {
-                        let _ = self.leading.send(false);
+                        let _ = self.leading.send_replace(false);
                         return;
                     }
                     _ = tokio::time::sleep(self.timing.retry_period) => {
@@ -191,7 +193,7 @@ impl Elector {
                             Ok(Ok(true)) => deadline = attempt_started + self.timing.renew_deadline,
                             Ok(Ok(false)) => {
                                 tracing::warn!(identity = %self.identity, "lease taken by another replica: no longer leader");
-                                let _ = self.leading.send(false);
+                                let _ = self.leading.send_replace(false);
                                 break;
                             }
                             _ => tracing::debug!("lease renew failed; retrying until the deadline"),

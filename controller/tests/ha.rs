@@ -20,7 +20,11 @@ async fn holder(leases: &Api<Lease>) -> Option<String> {
     leases.get_opt("ha-lease").await.ok().flatten()?.spec?.holder_identity.filter(|h| !h.is_empty())
 }
 
-async fn scale_and_time(ns: &qdr_tests::TestNamespace, size: i32) -> Duration {
+async fn scale_and_time(
+    ns: &qdr_tests::TestNamespace,
+    size: i32,
+    replicas: &[(String, Process)],
+) -> Duration {
     let start = Instant::now();
     interconnects(&ns.client, &ns.name)
         .patch(
@@ -31,11 +35,20 @@ async fn scale_and_time(ns: &qdr_tests::TestNamespace, size: i32) -> Duration {
         .await
         .unwrap();
     let deps: Api<Deployment> = ns.api();
-    eventually(&format!("replicas {size}"), Duration::from_secs(30), || async {
-        deps.get_opt("ha").await.ok().flatten().filter(|d| d.spec.as_ref().unwrap().replicas == Some(size))
-    })
-    .await;
-    start.elapsed()
+    loop {
+        let d = deps.get_opt("ha").await.ok().flatten();
+        if d.is_some_and(|d| d.spec.as_ref().unwrap().replicas == Some(size)) {
+            return start.elapsed();
+        }
+        if start.elapsed() > Duration::from_secs(30) {
+            let logs: Vec<String> = replicas
+                .iter()
+                .map(|(id, p)| format!("--- {id} (exited: {:?})\n{}", p.exited(), p.log_tail(40)))
+                .collect();
+            panic!("replicas {size} not reconciled in 30 s\n{}", logs.join("\n"));
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -56,7 +69,7 @@ async fn failover_after_sigterm_and_after_sigkill() {
     )
     .unwrap();
     interconnects(&ns.client, &ns.name).create(&PostParams::default(), &obj).await.unwrap();
-    scale_and_time(&ns, 2).await;
+    scale_and_time(&ns, 2, &replicas).await;
 
     // Graceful: SIGTERM the leader; once it has exited, change the spec.
     let leader = eventually("a leader", Duration::from_secs(20), || holder(&leases)).await;
@@ -66,7 +79,7 @@ async fn failover_after_sigterm_and_after_sigkill() {
     p.signal(libc::SIGTERM);
     assert!(p.wait_exit(Duration::from_secs(10)), "leader did not exit on SIGTERM");
     let exited = t0.elapsed();
-    let graceful = scale_and_time(&ns, 3).await;
+    let graceful = scale_and_time(&ns, 3, &replicas).await;
     let new_leader = holder(&leases).await;
     assert_ne!(new_leader.as_deref(), Some(leader.as_str()));
 
@@ -78,7 +91,7 @@ async fn failover_after_sigterm_and_after_sigkill() {
     let (_, p) = replicas.remove(i);
     p.signal(libc::SIGKILL);
     assert!(p.wait_exit(Duration::from_secs(5)));
-    let crash = scale_and_time(&ns, 4).await;
+    let crash = scale_and_time(&ns, 4, &replicas).await;
     eprintln!(
         "failover: graceful (SIGTERM) leader exited in {exited:?}, next change reconciled {graceful:?} later; \
          crash (SIGKILL) next change reconciled {crash:?} after the kill (lease {LEASE:?})"

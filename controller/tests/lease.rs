@@ -148,3 +148,34 @@ async fn a_partitioned_leader_demotes_before_anyone_takes_over() {
     let _ = stop_tx.send(true);
     ta.await.unwrap();
 }
+
+/// Regression: leadership won before anyone subscribed must not be lost (a watch `send`
+/// with no receiver does not store the value).
+#[tokio::test]
+async fn leadership_won_before_subscribing_is_visible() {
+    let cp = qdr_tests::shared().await;
+    let ns = cp.namespace("lease-late").await;
+    let e = Arc::new(Elector::new(
+        Api::<Lease>::namespaced(cp.client().await.unwrap(), &ns.name),
+        "late",
+        "x",
+        timing(),
+    ));
+    let (stop_tx, stop_rx) = tokio::sync::watch::channel(false);
+    let run = tokio::spawn({
+        let e = e.clone();
+        async move { e.run(stop_rx).await }
+    });
+    // Wait until the Lease names us, then subscribe.
+    let leases: Api<Lease> = ns.api();
+    let start = Instant::now();
+    while leases.get_opt("late").await.unwrap().and_then(|l| l.spec?.holder_identity).as_deref() != Some("x")
+    {
+        assert!(start.elapsed() < Duration::from_secs(5));
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    tokio::time::sleep(Duration::from_millis(100)).await;
+    assert!(*e.subscribe().borrow(), "the won election was lost");
+    let _ = stop_tx.send(true);
+    run.await.unwrap();
+}
