@@ -80,12 +80,20 @@ fn committed_api_reference_is_fresh() {
     let path = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("..").join(qdr_api::docs::DOCS_PATH);
     let committed = std::fs::read_to_string(&path).unwrap_or_default();
     let generated = qdr_api::docs::reference(&qdr_api::docs::repository_examples());
-    assert!(committed == generated, "{} is stale or missing: run `make docs` and commit the result", path.display());
+    assert!(
+        committed == generated,
+        "{} is stale or missing: run `make docs` and commit the result",
+        path.display()
+    );
     // Every CEL message appears, at its field.
     for r in qdr_api::rules::cel_rules() {
         assert!(generated.contains(&r.message.replace('|', "\\|")), "rule {} is not in the reference", r.id);
     }
-    for section in ["### interconnect.spec.deploymentPlan", "### interconnect.spec.listeners", "### interconnect.spec.sslProfiles"] {
+    for section in [
+        "### interconnect.spec.deploymentPlan",
+        "### interconnect.spec.listeners",
+        "### interconnect.spec.sslProfiles",
+    ] {
         assert!(generated.contains(section), "{section}");
     }
 }

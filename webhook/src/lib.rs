@@ -5,6 +5,7 @@
 
 pub mod admission;
 pub mod metrics;
+pub mod offline;
 pub mod server;
 
 pub use admission::{Operation, Outcome, Reply, handle};

@@ -11,6 +11,18 @@ use qdr_certs::{CertManager, CertResolver, Policy, Target};
 use qdr_webhook::metrics::Metrics;
 use qdr_webhook::server::{AppState, admission_router, health_router};
 
+#[derive(Debug, clap::Subcommand)]
+enum Cmd {
+    /// Check Interconnect manifests offline, as the cluster would (CRD schema and CEL rules,
+    /// then the webhook's defaults and validation). Prints every problem with its file,
+    /// document index and field; exits 1 if there is any, 0 otherwise.
+    Validate {
+        /// YAML files (several documents each allowed); `-` reads standard input.
+        #[arg(required = true)]
+        files: Vec<PathBuf>,
+    },
+}
+
 /// Where the serving certificate comes from.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
 enum TlsMode {
@@ -29,6 +41,10 @@ enum TlsMode {
 #[derive(Debug, Parser)]
 #[command(version, about)]
 struct Args {
+    /// A one-shot command instead of serving.
+    #[command(subcommand)]
+    command: Option<Cmd>,
+
     /// Address of the TLS (admission) listener.
     #[arg(long, env = "QDR_WEBHOOK_LISTEN", default_value = "0.0.0.0:8443")]
     listen: SocketAddr,
@@ -102,6 +118,17 @@ struct Args {
 #[tokio::main]
 async fn main() -> Result<(), Box<dyn std::error::Error>> {
     let args = Args::parse();
+    if let Some(Cmd::Validate { files }) = &args.command {
+        let report = qdr_webhook::offline::check_files(files)?;
+        for w in &report.warnings {
+            eprintln!("Warning: {w}");
+        }
+        for e in &report.errors {
+            println!("{e}");
+        }
+        eprintln!("{} Interconnect(s) checked, {} problem(s)", report.checked, report.errors.len());
+        std::process::exit(if report.errors.is_empty() { 0 } else { 1 });
+    }
     let filter = tracing_subscriber::EnvFilter::try_from_default_env().unwrap_or_else(|_| "info".into());
     if args.log_format == "json" {
         tracing_subscriber::fmt().json().with_env_filter(filter).init();

@@ -1,0 +1,64 @@
+//! `qdr-webhook validate`: offline checks for CI pipelines.
+
+use qdr_api::offline::OfflineValidator;
+use qdr_webhook::offline::{Report, check_text};
+
+fn check(text: &str) -> Report {
+    let mut r = Report::default();
+    check_text("test.yaml", text, &OfflineValidator::default(), &mut r);
+    r
+}
+
+#[test]
+fn every_problem_is_reported_with_file_document_and_field() {
+    let text = "kind: ConfigMap\napiVersion: v1\nmetadata: {name: skipped}\n---\n\
+        apiVersion: interconnectedcloud.github.io/v1alpha1\nkind: Interconnect\nmetadata: {name: bad}\n\
+        spec:\n  deploymentPlan: {role: edge, placement: Node, sise: 3}\n  listeners: [{port: 5672}, {port: 5672}]\n";
+    let r = check(text);
+    assert_eq!(r.checked, 1);
+    let has = |s: &str| r.errors.iter().any(|e| e.contains(s));
+    assert!(
+        has("test.yaml[1] Interconnect/bad: spec.deploymentPlan.placement: Unsupported value: \"Node\""),
+        "{:#?}",
+        r.errors
+    );
+    assert!(has("spec.listeners[1].port: Duplicate value: 5672"), "{:#?}", r.errors);
+    assert!(has("sise"), "unknown fields are reported: {:#?}", r.errors);
+}
+
+#[test]
+fn valid_manifests_pass_with_warnings_only() {
+    let r = check(
+        "apiVersion: interconnectedcloud.github.io/v1alpha1\nkind: Interconnect\nmetadata: {name: ok}\nspec: {}\n",
+    );
+    assert_eq!(r.checked, 1);
+    assert!(r.errors.is_empty(), "{:#?}", r.errors);
+    assert!(!r.warnings.is_empty(), "the exposed console without TLS is worth a warning");
+}
+
+#[test]
+fn not_yaml_is_an_error_not_a_crash() {
+    assert!(!check("{{{: [").errors.is_empty());
+}
+
+#[test]
+fn the_subcommand_exits_non_zero_on_any_violation() {
+    let root = qdr_tests::workspace_root();
+    let run = |files: &[&str]| {
+        std::process::Command::new(env!("CARGO_BIN_EXE_qdr-webhook"))
+            .arg("validate")
+            .args(files.iter().map(|f| root.join(f)))
+            .output()
+            .unwrap()
+    };
+    let ok = run(&[
+        "deploy/examples/interior-mesh.yaml",
+        "deploy/examples/edge-routers.yaml",
+        "deploy/examples/tls-listeners.yaml",
+    ]);
+    assert!(ok.status.success(), "{}", String::from_utf8_lossy(&ok.stdout));
+    let bad = run(&["deploy/examples/invalid/edge-with-inter-router-listener.yaml"]);
+    assert_eq!(bad.status.code(), Some(1));
+    let out = String::from_utf8_lossy(&bad.stdout);
+    assert!(out.contains("edge-with-inter-router-listener.yaml[0] Interconnect/broken: spec.interRouterListeners: Forbidden"), "{out}");
+}
