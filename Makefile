@@ -2,8 +2,9 @@
 SHELL := bash
 .SHELLFLAGS := -eu -o pipefail -c
 CARGO ?= cargo
+CARGO_TARGET_DIR_OR_DEFAULT := $(or $(CARGO_TARGET_DIR),target)
 
-.PHONY: help testbin test fmt lint crd docs dev-cluster clean-testbin
+.PHONY: help testbin test fmt lint crd docs run deploy dev-cluster clean-testbin
 
 help: ## List the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  %-16s %s\n", $$1, $$2}'
@@ -26,6 +27,13 @@ crd: ## Regenerate the committed CRD from the API types
 
 test: lint ## Everything CI runs: lint, unit tests and integration tests on a real control plane
 	QDR_TESTBIN="$$(tools/testbin/build.sh)" $(CARGO) test --workspace --locked
+
+run: ## Run the whole system on a local control plane with the examples, until Ctrl-C
+	$(CARGO) build --locked --bins
+	QDR_TESTBIN="$$(tools/testbin/build.sh)" $(CARGO_TARGET_DIR_OR_DEFAULT)/debug/local-run
+
+deploy: ## Install deploy/ into the cluster of the current kubeconfig (kubectl apply -k)
+	kubectl apply -k deploy/
 
 dev-cluster: ## Run the local control plane (with kube-controller-manager) until Ctrl-C
 	QDR_TESTBIN="$$(tools/testbin/build.sh)" $(CARGO) run --locked -p qdr-tests --bin dev-cluster

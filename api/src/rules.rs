@@ -337,6 +337,11 @@ fn strip_defaults(schema: &mut Value) {
     match schema {
         Value::Object(map) => {
             map.remove("default");
+            // `Option<Enum>` gets a `null` enum member; `nullable: true` already admits null,
+            // and a listed "null" only confuses `Unsupported value` messages.
+            if let Some(Value::Array(e)) = map.get_mut("enum") {
+                e.retain(|v| !v.is_null());
+            }
             for (key, v) in map.iter_mut() {
                 if key == "properties" {
                     if let Value::Object(props) = v {

@@ -31,7 +31,16 @@ async fn committed_crd_installs_and_is_established() {
     assert!(conds.iter().any(|c| c.type_ == "Established" && c.status == "True"), "{conds:?}");
     assert!(conds.iter().any(|c| c.type_ == "NamesAccepted" && c.status == "True"), "{conds:?}");
     // kubectl explain reads the field docs from the published schema.
-    let out = cp.kubectl().args(["explain", "interconnect.spec.deploymentPlan.placement"]).output().unwrap();
+    // The API server publishes a new CRD's OpenAPI asynchronously: retry for a while.
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(30);
+    let out = loop {
+        let out =
+            cp.kubectl().args(["explain", "interconnect.spec.deploymentPlan.placement"]).output().unwrap();
+        if out.status.success() || std::time::Instant::now() > deadline {
+            break out;
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(500)).await;
+    };
     let text = String::from_utf8_lossy(&out.stdout);
     assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
     assert!(text.contains("AntiAffinity") && text.contains("DaemonSet"), "{text}");

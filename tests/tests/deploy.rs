@@ -27,10 +27,12 @@ async fn deploy_applies_with_server_dry_run_and_meets_pod_security_restricted() 
     let cp = qdr_tests::shared().await;
     let root = qdr_tests::workspace_root();
     // The namespace must exist for a dry run of what lives in it.
-    let out = cp.kubectl().arg("apply").arg("-f").arg(root.join("deploy/base/namespace.yaml")).output().unwrap();
+    let out =
+        cp.kubectl().arg("apply").arg("-f").arg(root.join("deploy/base/namespace.yaml")).output().unwrap();
     assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
 
-    let out = cp.kubectl().args(["apply", "--dry-run=server", "-k"]).arg(root.join("deploy")).output().unwrap();
+    let out =
+        cp.kubectl().args(["apply", "--dry-run=server", "-k"]).arg(root.join("deploy")).output().unwrap();
     let (stdout, stderr) = (String::from_utf8_lossy(&out.stdout), String::from_utf8_lossy(&out.stderr));
     assert!(out.status.success(), "{stdout}\n{stderr}");
     assert!(!stderr.contains("would violate PodSecurity"), "{stderr}");
@@ -66,5 +68,9 @@ async fn deploy_applies_with_server_dry_run_and_meets_pod_security_restricted() 
     kubectl.args(["create", "--dry-run=server", "-f", "-"]);
     let out = run_stdin(kubectl, &bad.to_string());
     assert!(!out.status.success(), "a pod violating restricted was admitted");
-    assert!(String::from_utf8_lossy(&out.stderr).contains("violates PodSecurity"), "{}", String::from_utf8_lossy(&out.stderr));
+    assert!(
+        String::from_utf8_lossy(&out.stderr).contains("violates PodSecurity"),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
 }

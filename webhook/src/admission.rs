@@ -8,7 +8,8 @@
 //! | DELETE or CONNECT | 200, allowed (nothing to check) |
 //! | CREATE or UPDATE without `request.object` | 200, `allowed: false`, code 400 |
 //! | an object that does not decode (`port: "x"`) | mutate: allowed, no patch; validate: 422 `Invalid` with a cause at the field |
-//! | mutate | allowed, with the JSON Patch that adds what [`qdr_api::defaults`] adds |
+//! | mutate, valid object | allowed, with the JSON Patch that adds what [`qdr_api::defaults`] adds |
+//! | mutate, invalid object | 422 `Invalid` with every cause (before the API server's schema checks, which would hide the rest) |
 //! | validate | allowed with warnings, or 422 `Invalid`, one cause per violation, every cause also in `message` |
 
 use qdr_api::{FieldError, Interconnect, defaults, validate, warnings};
@@ -149,7 +150,15 @@ pub fn handle(op: Operation, body: &[u8]) -> Reply {
             review(json!({"uid": uid, "allowed": true}), Outcome::Allowed)
         }
         (Operation::Mutate, Ok(ic)) => {
-            let after = merged(object, &defaults(&ic));
+            // Deny here already: the mutating webhook runs before the API server's schema
+            // and CEL checks, which stop at the first failing layer. Answering now lists every
+            // problem at once; the validating webhook still checks the final object.
+            let effective = defaults(&ic);
+            let errors = validate(&effective);
+            if !errors.is_empty() {
+                return invalid(uid, &name, &errors, &[]);
+            }
+            let after = merged(object, &effective);
             let ops = add_only(json_patch::diff(object, &after));
             let mut resp = json!({"uid": uid, "allowed": true});
             if !ops.0.is_empty() {

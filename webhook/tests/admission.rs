@@ -219,3 +219,24 @@ proptest! {
         }
     }
 }
+
+/// The defaulting webhook denies invalid objects with every cause, because it runs before
+/// the API server's schema checks, which would hide the rest.
+#[test]
+fn mutate_denies_invalid_objects_with_every_cause() {
+    let object = ic(json!({"deploymentPlan": {"role": "edge", "placement": "Node"},
+                           "listeners": [{"port": 5672}, {"port": 5672}], "interRouterListeners": [{"port": 55672}]}));
+    let resp = response(Operation::Mutate, &review("CREATE", object));
+    assert_eq!(resp["allowed"], false);
+    assert_eq!(resp["status"]["code"], 422);
+    let fields: Vec<&str> = resp["status"]["details"]["causes"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|c| c["field"].as_str().unwrap())
+        .collect();
+    assert_eq!(
+        fields,
+        ["spec.deploymentPlan.placement", "spec.interRouterListeners", "spec.listeners[1].port"]
+    );
+}

@@ -1,0 +1,164 @@
+//! `make run`: the whole system on a local control plane, on real input.
+//!
+//! Starts etcd, kube-apiserver and kube-controller-manager (state in `target/dev-cluster/`,
+//! wiped at start), installs the CRD and the webhook configurations pointing at a locally
+//! running `qdr-webhook` (which creates its own CA and injects the caBundle), runs two
+//! `qdr-controller` replicas (one leads), applies `deploy/examples/`, then the invalid example
+//! to show the rejection, prints what was created, and stays up until Ctrl-C with the
+//! kubeconfig and commands to try. With `--once` it exits after printing (used by the tests).
+
+use std::path::PathBuf;
+use std::process::{Command, Stdio};
+use std::time::{Duration, Instant};
+
+use qdr_tests::{ControlPlane, Options, Process};
+
+fn free_port() -> u16 {
+    std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port()
+}
+
+fn http_ok(port: u16, path: &str) -> bool {
+    use std::io::{Read, Write};
+    let Ok(mut s) = std::net::TcpStream::connect(("127.0.0.1", port)) else { return false };
+    let _ = write!(s, "GET {path} HTTP/1.0\r\n\r\n");
+    let mut t = String::new();
+    let _ = s.read_to_string(&mut t);
+    t.starts_with("HTTP/1.0 200") || t.starts_with("HTTP/1.1 200")
+}
+
+fn kubectl(cp: &ControlPlane, args: &[&str]) -> std::process::Output {
+    cp.kubectl().args(args).output().expect("kubectl")
+}
+
+fn show(title: &str, out: &std::process::Output) {
+    println!("\n$ {title}");
+    print!("{}", String::from_utf8_lossy(&out.stdout));
+    eprint!("{}", String::from_utf8_lossy(&out.stderr));
+}
+
+fn main() -> Result<(), Box<dyn std::error::Error>> {
+    let mut args = std::env::args().skip(1);
+    let root = qdr_tests::workspace_root();
+    let target =
+        std::env::var_os("CARGO_TARGET_DIR").map(PathBuf::from).unwrap_or_else(|| root.join("target"));
+    let mut bin_dir = target.join("debug");
+    let mut once = false;
+    let mut state_override = None;
+    while let Some(a) = args.next() {
+        match a.as_str() {
+            "--bin-dir" => bin_dir = PathBuf::from(args.next().ok_or("--bin-dir needs a path")?),
+            "--once" => once = true,
+            "--state-dir" => {
+                state_override = Some(PathBuf::from(args.next().ok_or("--state-dir needs a path")?))
+            }
+            "-h" | "--help" => {
+                println!("usage: local-run [--bin-dir DIR] [--state-dir DIR] [--once]");
+                return Ok(());
+            }
+            other => return Err(format!("unknown argument {other:?}").into()),
+        }
+    }
+    for b in ["qdr-webhook", "qdr-controller"] {
+        if !bin_dir.join(b).is_file() {
+            return Err(
+                format!("{} missing: build with `cargo build --bins`", bin_dir.join(b).display()).into()
+            );
+        }
+    }
+    let state = state_override.unwrap_or_else(|| target.join("dev-cluster"));
+    let _ = std::fs::remove_dir_all(&state);
+    let rt = tokio::runtime::Runtime::new()?;
+    rt.block_on(async move {
+        println!("starting etcd, kube-apiserver and kube-controller-manager ...");
+        let cp = ControlPlane::start(Options { state_dir: Some(state.clone()), controller_manager: true }).await?;
+        println!("control plane ready in {:.1?}", cp.startup);
+        cp.install_crd().await;
+        show("kubectl create namespace qdr-operator", &kubectl(&cp, &["create", "namespace", "qdr-operator"]));
+
+        // Webhook configurations as in deploy/, but calling the local webhook by URL.
+        let port = free_port();
+        let configs = std::fs::read_to_string(root.join("deploy/base/webhook-configurations.yaml"))?
+            .replace("service: {name: qdr-webhook, namespace: qdr-operator, path: /validate, port: 443}", &format!("url: https://127.0.0.1:{port}/validate"))
+            .replace("service: {name: qdr-webhook, namespace: qdr-operator, path: /mutate, port: 443}", &format!("url: https://127.0.0.1:{port}/mutate"));
+        let mut apply = cp.kubectl().args(["apply", "-f", "-"]).stdin(Stdio::piped()).stdout(Stdio::piped()).stderr(Stdio::piped()).spawn()?;
+        std::io::Write::write_all(&mut apply.stdin.take().unwrap(), configs.as_bytes())?;
+        show("kubectl apply -f deploy/base/webhook-configurations.yaml (url clientConfig)", &apply.wait_with_output()?);
+
+        let health = free_port();
+        let mut cmd = Command::new(bin_dir.join("qdr-webhook"));
+        cmd.env("KUBECONFIG", cp.kubeconfig()).args([
+            &format!("--listen=127.0.0.1:{port}"),
+            &format!("--health-listen=127.0.0.1:{health}"),
+            "--namespace=qdr-operator",
+            "--extra-san=127.0.0.1",
+            "--shutdown-delay=0s",
+        ]);
+        let webhook = Process::spawn("qdr-webhook", cmd, &state.join("qdr-webhook.log"))?;
+        let controllers: Vec<Process> = (0..2)
+            .map(|i| {
+                let mut cmd = Command::new(bin_dir.join("qdr-controller"));
+                cmd.env("KUBECONFIG", cp.kubeconfig()).args([
+                    "--lease-namespace=qdr-operator",
+                    &format!("--identity=controller-{i}"),
+                    &format!("--health-listen=127.0.0.1:{}", free_port()),
+                ]);
+                Process::spawn(&format!("qdr-controller-{i}"), cmd, &state.join(format!("qdr-controller-{i}.log")))
+            })
+            .collect::<Result<_, _>>()?;
+        let deadline = Instant::now() + Duration::from_secs(60);
+        while !http_ok(health, "/readyz") {
+            if webhook.exited().is_some() || Instant::now() > deadline {
+                return Err(format!("webhook not ready:\n{}", webhook.log_tail(30)).into());
+            }
+            tokio::time::sleep(Duration::from_millis(200)).await;
+        }
+        println!("webhook ready on https://127.0.0.1:{port} (it made its CA and injected the caBundle)");
+        // The API server picks up webhook configuration changes within seconds.
+        let deadline = Instant::now() + Duration::from_secs(30);
+        loop {
+            let out = kubectl(&cp, &["apply", "--dry-run=server", "-f", &root.join("deploy/examples/interior-mesh.yaml").display().to_string(), "-o", "jsonpath={.spec.users}"]);
+            if String::from_utf8_lossy(&out.stdout) == "router-mesh-users" || Instant::now() > deadline {
+                break;
+            }
+            tokio::time::sleep(Duration::from_millis(200)).await;
+        }
+
+        let examples = root.join("deploy/examples").display().to_string();
+        show("kubectl apply -f deploy/examples/", &kubectl(&cp, &["apply", "-f", &examples]));
+        let invalid = root.join("deploy/examples/invalid").display().to_string();
+        show("kubectl apply -f deploy/examples/invalid/   (rejected, every cause listed)", &kubectl(&cp, &["apply", "-f", &invalid]));
+
+        // Let the leader reconcile.
+        let deadline = Instant::now() + Duration::from_secs(30);
+        while Instant::now() < deadline {
+            let out = kubectl(&cp, &["get", "deploy/router-mesh", "ds/edge-routers", "deploy/secure-router", "-o", "name"]);
+            if out.status.success() {
+                break;
+            }
+            tokio::time::sleep(Duration::from_millis(300)).await;
+        }
+        show(
+            "kubectl get interconnects,deploy,ds,svc,cm,secrets",
+            &kubectl(&cp, &["get", "interconnects,deploy,ds,svc,cm,secrets"]),
+        );
+        show("kubectl get lease -n qdr-operator", &kubectl(&cp, &["get", "lease", "-n", "qdr-operator"]));
+        let kc = cp.kubeconfig().display().to_string();
+        let k = qdr_tests::Testbin::locate()?.path("kubectl").display().to_string();
+        println!("\nThe routers' pods stay Pending: this local control plane has no kubelet.");
+        println!("Logs:       {}", state.display());
+        println!("Kubeconfig: {kc}");
+        println!("Try:        {k} --kubeconfig {kc} get interconnect router-mesh -o yaml");
+        println!("            {k} --kubeconfig {kc} explain interconnect.spec.deploymentPlan");
+        println!("            {k} --kubeconfig {kc} patch interconnect router-mesh --type merge -p '{{\"spec\":{{\"deploymentPlan\":{{\"size\":5}}}}}}'");
+        if !once {
+            println!("Ctrl-C stops everything.");
+            tokio::signal::ctrl_c().await?;
+        }
+        for c in &controllers {
+            c.stop(Duration::from_secs(5));
+        }
+        webhook.stop(Duration::from_secs(5));
+        cp.stop();
+        Ok::<_, Box<dyn std::error::Error>>(())
+    })
+}
