@@ -4,7 +4,7 @@ SHELL := bash
 CARGO ?= cargo
 CARGO_TARGET_DIR_OR_DEFAULT := $(or $(CARGO_TARGET_DIR),target)
 
-.PHONY: help testbin test fmt lint crd docs run deploy dev-cluster clean-testbin
+.PHONY: help testbin test fmt lint crd docs bench run deploy dev-cluster clean-testbin
 
 help: ## List the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  %-16s %s\n", $$1, $$2}'
@@ -27,6 +27,10 @@ crd: ## Regenerate the committed CRD from the API types
 
 test: lint ## Everything CI runs: lint, unit tests and integration tests on a real control plane
 	QDR_TESTBIN="$$(tools/testbin/build.sh)" $(CARGO) test --workspace --locked
+
+bench: ## Benchmarks: per-object cost, webhook over HTTPS, API server, controller convergence (one table)
+	$(CARGO) build --locked --release --bins
+	QDR_TESTBIN="$$(tools/testbin/build.sh)" $(CARGO_TARGET_DIR_OR_DEFAULT)/release/qdr-bench
 
 run: ## Run the whole system on a local control plane with the examples, until Ctrl-C
 	$(CARGO) build --locked --bins
