@@ -29,6 +29,7 @@ test: lint ## Everything CI runs: lint, unit tests and integration tests on a re
 	QDR_TESTBIN="$$(tools/testbin/build.sh)" $(CARGO) test --workspace --locked
 
 bench: ## Benchmarks: per-object cost, webhook over HTTPS, API server, controller convergence (one table)
+	$(CARGO) bench --locked -p qdr-controller --bench per_object
 	$(CARGO) build --locked --release --bins
 	QDR_TESTBIN="$$(tools/testbin/build.sh)" $(CARGO_TARGET_DIR_OR_DEFAULT)/release/qdr-bench
 

@@ -156,7 +156,11 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
         metrics.leader.set(1);
         tracing::info!(%identity, "leading: reconciling");
         let wc = watcher::Config::default();
+        // Debounce: a burst of child events (every apply echoes back) costs one reconcile.
+        let cfg =
+            kube::runtime::controller::Config::default().debounce(Duration::from_millis(500)).concurrency(16);
         let controller = Controller::new(api::<Interconnect>(&client, &ns), wc.clone())
+            .with_config(cfg)
             .owns(api::<Deployment>(&client, &ns), wc.clone())
             .owns(api::<DaemonSet>(&client, &ns), wc.clone())
             .owns(api::<Service>(&client, &ns), wc.clone())

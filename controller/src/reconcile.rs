@@ -455,28 +455,39 @@ async fn reconcile_inner(ic: &Interconnect, ctx: &Context) -> Result<Action, Err
         }
     }
 
-    // Orphans.
+    // Orphans. Children only become unwanted through a spec change, so the (list-heavy)
+    // pruning runs when this generation has not yet been reconciled successfully.
+    let spec_changed = !prev
+        .conditions
+        .iter()
+        .any(|c| c.type_ == "Degraded" && c.status == "False" && c.observed_generation == Some(generation));
     let mut deleted = Vec::new();
-    deleted.extend(
-        delete_orphans(&deployments, &t, &keep_deploy).await?.into_iter().map(|n| format!("Deployment {n}")),
-    );
-    deleted.extend(
-        delete_orphans(&daemonsets, &t, &keep_ds).await?.into_iter().map(|n| format!("DaemonSet {n}")),
-    );
-    deleted
-        .extend(delete_orphans(&ingresses, &t, &keep_ing).await?.into_iter().map(|n| format!("Ingress {n}")));
-    deleted.extend(
-        delete_orphans(&Api::<ConfigMap>::namespaced(c.clone(), ns), &t, &keep_cm)
-            .await?
-            .into_iter()
-            .map(|n| format!("ConfigMap {n}")),
-    );
-    deleted.extend(
-        delete_orphans(&secrets, &t, &keep_secrets).await?.into_iter().map(|n| format!("Secret {n}")),
-    );
-    if ctx.openshift {
-        let routes = delete_orphan_routes(&routes, &t, &keep_routes).await?;
-        deleted.extend(routes.into_iter().map(|n| format!("Route {n}")));
+    if spec_changed {
+        deleted.extend(
+            delete_orphans(&deployments, &t, &keep_deploy)
+                .await?
+                .into_iter()
+                .map(|n| format!("Deployment {n}")),
+        );
+        deleted.extend(
+            delete_orphans(&daemonsets, &t, &keep_ds).await?.into_iter().map(|n| format!("DaemonSet {n}")),
+        );
+        deleted.extend(
+            delete_orphans(&ingresses, &t, &keep_ing).await?.into_iter().map(|n| format!("Ingress {n}")),
+        );
+        deleted.extend(
+            delete_orphans(&Api::<ConfigMap>::namespaced(c.clone(), ns), &t, &keep_cm)
+                .await?
+                .into_iter()
+                .map(|n| format!("ConfigMap {n}")),
+        );
+        deleted.extend(
+            delete_orphans(&secrets, &t, &keep_secrets).await?.into_iter().map(|n| format!("Secret {n}")),
+        );
+        if ctx.openshift {
+            let routes = delete_orphan_routes(&routes, &t, &keep_routes).await?;
+            deleted.extend(routes.into_iter().map(|n| format!("Route {n}")));
+        }
     }
     if !deleted.is_empty() {
         event(

@@ -8,7 +8,9 @@ use std::process::Command;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use kube::api::{Api, ApiResource, DynamicObject, GroupVersionKind, ListParams, Patch, PatchParams, PostParams};
+use kube::api::{
+    Api, ApiResource, DynamicObject, GroupVersionKind, ListParams, Patch, PatchParams, PostParams,
+};
 use qdr_tests::{ControlPlane, Options, Process};
 use serde_json::{Value, json};
 
@@ -36,14 +38,19 @@ fn percentile(sorted: &[Duration], p: f64) -> Duration {
 
 fn peak_rss_mib(pid: u32) -> f64 {
     let s = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap_or_default();
-    s.lines().find_map(|l| l.strip_prefix("VmHWM:")).and_then(|v| v.split_whitespace().next()?.parse::<f64>().ok()).unwrap_or(0.0) / 1024.0
+    s.lines()
+        .find_map(|l| l.strip_prefix("VmHWM:"))
+        .and_then(|v| v.split_whitespace().next()?.parse::<f64>().ok())
+        .unwrap_or(0.0)
+        / 1024.0
 }
 
 fn cpu_seconds(pid: u32) -> f64 {
     let s = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap_or_default();
     let after = s.rsplit_once(')').map(|(_, r)| r).unwrap_or("");
     let f: Vec<&str> = after.split_whitespace().collect();
-    let ticks = f.get(11).and_then(|v| v.parse::<f64>().ok()).unwrap_or(0.0) + f.get(12).and_then(|v| v.parse::<f64>().ok()).unwrap_or(0.0);
+    let ticks = f.get(11).and_then(|v| v.parse::<f64>().ok()).unwrap_or(0.0)
+        + f.get(12).and_then(|v| v.parse::<f64>().ok()).unwrap_or(0.0);
     ticks / 100.0
 }
 
@@ -53,13 +60,18 @@ fn free_port() -> u16 {
 
 fn small() -> qdr_api::Interconnect {
     serde_json::from_value(json!({"metadata": {"name": "router-mesh", "namespace": "ns"},
-        "spec": {"deploymentPlan": {"size": 3, "role": "interior", "placement": "Any"}}})).unwrap()
+        "spec": {"deploymentPlan": {"size": 3, "role": "interior", "placement": "Any"}}}))
+    .unwrap()
 }
 
 /// Every list near its maxItems.
 fn large() -> qdr_api::Interconnect {
-    let listeners: Vec<Value> = (0..30).map(|i| json!({"name": format!("l{i}"), "port": 10000 + i, "sslProfile": format!("p{}", i % 30)})).collect();
-    let conns = |base: i32, n: i32| (0..n).map(|i| json!({"name": format!("c{}", base + i), "host": format!("h{i}.example"), "port": 20000 + base + i})).collect::<Vec<_>>();
+    let listeners: Vec<Value> = (0..30)
+        .map(|i| json!({"name": format!("l{i}"), "port": 10000 + i, "sslProfile": format!("p{}", i % 30)}))
+        .collect();
+    let conns = |base: i32, n: i32| {
+        (0..n).map(|i| json!({"name": format!("c{}", base + i), "host": format!("h{i}.example"), "port": 20000 + base + i})).collect::<Vec<_>>()
+    };
     let spec = json!({
         "deploymentPlan": {"size": 3},
         "listeners": listeners,
@@ -72,8 +84,14 @@ fn large() -> qdr_api::Interconnect {
         "autoLinks": (0..250).map(|i| json!({"address": format!("q{i}"), "direction": "in", "connection": "c0"})).collect::<Vec<_>>(),
         "linkRoutes": (0..250).map(|i| json!({"prefix": format!("r{i}"), "direction": "out", "containerId": "broker"})).collect::<Vec<_>>(),
     });
-    let ic: qdr_api::Interconnect = serde_json::from_value(json!({"metadata": {"name": "big", "namespace": "ns"}, "spec": spec})).unwrap();
-    assert!(qdr_api::validate(&qdr_api::defaults(&ic)).is_empty(), "{:?}", qdr_api::validate(&qdr_api::defaults(&ic)));
+    let ic: qdr_api::Interconnect =
+        serde_json::from_value(json!({"metadata": {"name": "big", "namespace": "ns"}, "spec": spec}))
+            .unwrap();
+    assert!(
+        qdr_api::validate(&qdr_api::defaults(&ic)).is_empty(),
+        "{:?}",
+        qdr_api::validate(&qdr_api::defaults(&ic))
+    );
     ic
 }
 
@@ -107,7 +125,13 @@ async fn saturate(client: &reqwest::Client, url: &str, conns: usize, dur: Durati
             tokio::spawn(async move {
                 let mut n = 0u64;
                 while start.elapsed() < dur {
-                    if c.post(&u).body(b.as_ref().clone()).send().await.and_then(|r| r.error_for_status()).is_ok() {
+                    if c.post(&u)
+                        .body(b.as_ref().clone())
+                        .send()
+                        .await
+                        .and_then(|r| r.error_for_status())
+                        .is_ok()
+                    {
                         n += 1;
                     }
                 }
@@ -135,7 +159,8 @@ async fn fixed_rate(client: &reqwest::Client, url: &str, rate: u64, dur: Duratio
         tokio::time::sleep_until(scheduled).await;
         let (c, u, b) = (client.clone(), url.to_string(), body.clone());
         tasks.push(tokio::spawn(async move {
-            let ok = c.post(&u).body(b.as_ref().clone()).send().await.and_then(|r| r.error_for_status()).is_ok();
+            let ok =
+                c.post(&u).body(b.as_ref().clone()).send().await.and_then(|r| r.error_for_status()).is_ok();
             (scheduled.elapsed(), ok)
         }));
     }
@@ -152,7 +177,11 @@ async fn fixed_rate(client: &reqwest::Client, url: &str, rate: u64, dur: Duratio
     (lat, errors)
 }
 
-async fn webhook_rows(rows: &mut Vec<Row>, runs: usize, bin_dir: &Path) -> Result<(), Box<dyn std::error::Error>> {
+async fn webhook_rows(
+    rows: &mut Vec<Row>,
+    runs: usize,
+    bin_dir: &Path,
+) -> Result<(), Box<dyn std::error::Error>> {
     let pki = qdr_tests::Pki::new()?;
     let dir = tempfile::tempdir()?;
     let cert = pki.serving("127.0.0.1", &["127.0.0.1"])?;
@@ -195,27 +224,48 @@ async fn webhook_rows(rows: &mut Vec<Row>, runs: usize, bin_dir: &Path) -> Resul
                 }
             }
         }
-        rows.push(Row { what: format!("webhook /{name}: throughput at saturation (32 conns)"), runs: sat, unit: "req/s", target: "≥ 10000".into() });
+        rows.push(Row {
+            what: format!("webhook /{name}: throughput at saturation (32 conns)"),
+            runs: sat,
+            unit: "req/s",
+            target: "≥ 10000".into(),
+        });
         for (i, rate) in [1000, 2000].into_iter().enumerate() {
             for (j, q) in ["p50", "p99", "p99.9"].into_iter().enumerate() {
                 let target = if rate == 2000 && q == "p99" { "≤ 1 ms" } else { "" };
-                rows.push(Row { what: format!("webhook /{name}: {q} latency at {rate} req/s"), runs: p50s[i * 3 + j].clone(), unit: "ms", target: target.into() });
+                rows.push(Row {
+                    what: format!("webhook /{name}: {q} latency at {rate} req/s"),
+                    runs: p50s[i * 3 + j].clone(),
+                    unit: "ms",
+                    target: target.into(),
+                });
             }
         }
     }
-    rows.push(Row { what: "webhook peak RSS".into(), runs: vec![peak_rss_mib(p.pid())], unit: "MiB", target: "≤ 32".into() });
+    rows.push(Row {
+        what: "webhook peak RSS".into(),
+        runs: vec![peak_rss_mib(p.pid())],
+        unit: "MiB",
+        target: "≤ 32".into(),
+    });
     p.stop(Duration::from_secs(2));
     Ok(())
 }
 
 fn interconnects(client: &kube::Client, ns: &str) -> Api<DynamicObject> {
-    let ar = ApiResource::from_gvk_with_plural(&GroupVersionKind::gvk("interconnectedcloud.github.io", "v1alpha1", "Interconnect"), "interconnects");
+    let ar = ApiResource::from_gvk_with_plural(
+        &GroupVersionKind::gvk("interconnectedcloud.github.io", "v1alpha1", "Interconnect"),
+        "interconnects",
+    );
     Api::namespaced_with(client.clone(), ns, &ar)
 }
 
 fn ic_obj(name: &str) -> DynamicObject {
-    serde_json::from_value(json!({"apiVersion": "interconnectedcloud.github.io/v1alpha1", "kind": "Interconnect",
-        "metadata": {"name": name}, "spec": {"deploymentPlan": {"size": 1}}})).unwrap()
+    serde_json::from_value(
+        json!({"apiVersion": "interconnectedcloud.github.io/v1alpha1", "kind": "Interconnect",
+        "metadata": {"name": name}, "spec": {"deploymentPlan": {"size": 1}}}),
+    )
+    .unwrap()
 }
 
 async fn kubectl_ok(cp: &ControlPlane, args: &[&str]) {
@@ -223,7 +273,12 @@ async fn kubectl_ok(cp: &ControlPlane, args: &[&str]) {
     assert!(out.status.success(), "kubectl {args:?}: {}", String::from_utf8_lossy(&out.stderr));
 }
 
-async fn api_server_rows(rows: &mut Vec<Row>, runs: usize, bin_dir: &Path, cp: &'static ControlPlane) -> Result<(), Box<dyn std::error::Error>> {
+async fn api_server_rows(
+    rows: &mut Vec<Row>,
+    runs: usize,
+    bin_dir: &Path,
+    cp: &'static ControlPlane,
+) -> Result<(), Box<dyn std::error::Error>> {
     let client = cp.client().await?;
     let with = cp.namespace("bench-webhook").await;
     let without = cp.namespace("bench-plain").await;
@@ -232,25 +287,38 @@ async fn api_server_rows(rows: &mut Vec<Row>, runs: usize, bin_dir: &Path, cp: &
     let port = free_port();
     let health = free_port();
     let rules = json!([{"apiGroups": ["interconnectedcloud.github.io"], "apiVersions": ["v1alpha1"], "operations": ["CREATE", "UPDATE"], "resources": ["interconnects"]}]);
-    let entry = |n: &str, path: &str| json!({"name": n, "admissionReviewVersions": ["v1"], "sideEffects": "None", "failurePolicy": "Fail", "timeoutSeconds": 5,
-        "rules": rules, "namespaceSelector": {"matchLabels": {"qdr-operator.test/webhook": "bench"}}, "clientConfig": {"url": format!("https://127.0.0.1:{port}/{path}")}});
+    let entry = |n: &str, path: &str| {
+        json!({"name": n, "admissionReviewVersions": ["v1"], "sideEffects": "None", "failurePolicy": "Fail", "timeoutSeconds": 5,
+        "rules": rules, "namespaceSelector": {"matchLabels": {"qdr-operator.test/webhook": "bench"}}, "clientConfig": {"url": format!("https://127.0.0.1:{port}/{path}")}})
+    };
     let v = json!({"apiVersion": "admissionregistration.k8s.io/v1", "kind": "ValidatingWebhookConfiguration", "metadata": {"name": "bench-v"}, "webhooks": [entry("v.bench.io", "validate")]});
     let m = json!({"apiVersion": "admissionregistration.k8s.io/v1", "kind": "MutatingWebhookConfiguration", "metadata": {"name": "bench-m"}, "webhooks": [entry("m.bench.io", "mutate")]});
     for o in [v, m] {
-        let mut child = cp.kubectl().args(["apply", "-f", "-"]).stdin(std::process::Stdio::piped()).stdout(std::process::Stdio::null()).spawn()?;
+        let mut child = cp
+            .kubectl()
+            .args(["apply", "-f", "-"])
+            .stdin(std::process::Stdio::piped())
+            .stdout(std::process::Stdio::null())
+            .spawn()?;
         std::io::Write::write_all(&mut child.stdin.take().unwrap(), o.to_string().as_bytes())?;
         child.wait()?;
     }
     let mut cmd = Command::new(bin_dir.join("qdr-webhook"));
     cmd.env("KUBECONFIG", cp.kubeconfig()).env("RUST_LOG", "warn").args([
-        &format!("--listen=127.0.0.1:{port}"), &format!("--health-listen=127.0.0.1:{health}"), &format!("--namespace={}", system.name),
-        "--extra-san=127.0.0.1", "--validating-config=bench-v", "--mutating-config=bench-m", "--check-interval=1s",
+        &format!("--listen=127.0.0.1:{port}"),
+        &format!("--health-listen=127.0.0.1:{health}"),
+        &format!("--namespace={}", system.name),
+        "--extra-san=127.0.0.1",
+        "--validating-config=bench-v",
+        "--mutating-config=bench-m",
+        "--check-interval=1s",
     ]);
     let wh = Process::spawn("qdr-webhook-bench", cmd, &cp.dir().join("webhook-bench.log"))?;
     let api_with = interconnects(&client, &with.name);
     let deadline = Instant::now() + Duration::from_secs(60);
     loop {
-        let probe = api_with.create(&PostParams { dry_run: true, ..Default::default() }, &ic_obj("probe")).await;
+        let probe =
+            api_with.create(&PostParams { dry_run: true, ..Default::default() }, &ic_obj("probe")).await;
         if probe.is_ok_and(|o| o.data["spec"]["users"] == "probe-users") {
             break;
         }
@@ -274,21 +342,44 @@ async fn api_server_rows(rows: &mut Vec<Row>, runs: usize, bin_dir: &Path, cp: &
         for l in &mut lat {
             l.sort();
         }
-        let (a, b) = (percentile(&lat[0], 0.5).as_secs_f64() * 1000.0, percentile(&lat[1], 0.5).as_secs_f64() * 1000.0);
+        let (a, b) = (
+            percentile(&lat[0], 0.5).as_secs_f64() * 1000.0,
+            percentile(&lat[1], 0.5).as_secs_f64() * 1000.0,
+        );
         p_with.push(a);
         p_without.push(b);
         ratio.push(a / b);
     }
     let added: Vec<f64> = p_with.iter().zip(&p_without).map(|(a, b)| a - b).collect();
-    rows.push(Row { what: "create through the API server, both webhooks: p50".into(), runs: p_with, unit: "ms", target: String::new() });
-    rows.push(Row { what: "create through the API server, no webhook: p50".into(), runs: p_without, unit: "ms", target: String::new() });
-    rows.push(Row { what: "  added by the webhooks at p50".into(), runs: added, unit: "ms", target: "≤ 2".into() });
+    rows.push(Row {
+        what: "create through the API server, both webhooks: p50".into(),
+        runs: p_with,
+        unit: "ms",
+        target: String::new(),
+    });
+    rows.push(Row {
+        what: "create through the API server, no webhook: p50".into(),
+        runs: p_without,
+        unit: "ms",
+        target: String::new(),
+    });
+    rows.push(Row {
+        what: "  added by the webhooks at p50".into(),
+        runs: added,
+        unit: "ms",
+        target: "≤ 2".into(),
+    });
     rows.push(Row { what: "  ratio with / without".into(), runs: ratio, unit: "×", target: String::new() });
     wh.stop(Duration::from_secs(2));
     Ok(())
 }
 
-async fn convergence_rows(rows: &mut Vec<Row>, runs: usize, bin_dir: &Path, cp: &'static ControlPlane) -> Result<(), Box<dyn std::error::Error>> {
+async fn convergence_rows(
+    rows: &mut Vec<Row>,
+    runs: usize,
+    bin_dir: &Path,
+    cp: &'static ControlPlane,
+) -> Result<(), Box<dyn std::error::Error>> {
     const N: usize = 500;
     let client = cp.client().await?;
     let (mut all, mut change, mut rss, mut cpu) = (Vec::new(), Vec::new(), Vec::new(), Vec::new());
@@ -312,11 +403,17 @@ async fn convergence_rows(rows: &mut Vec<Row>, runs: usize, bin_dir: &Path, cp: 
         }
         let mut cmd = Command::new(bin_dir.join("qdr-controller"));
         cmd.env("KUBECONFIG", cp.kubeconfig()).env("RUST_LOG", "warn").args([
-            &format!("--lease-namespace={}", system.name), "--identity=bench", &format!("--watch-namespace={}", ns.name),
+            &format!("--lease-namespace={}", system.name),
+            "--identity=bench",
+            &format!("--watch-namespace={}", ns.name),
             &format!("--health-listen=127.0.0.1:{}", free_port()),
         ]);
         let start = Instant::now();
-        let ctl = Process::spawn("qdr-controller-bench", cmd, &cp.dir().join(format!("controller-bench-{run}.log")))?;
+        let ctl = Process::spawn(
+            "qdr-controller-bench",
+            cmd,
+            &cp.dir().join(format!("controller-bench-{run}.log")),
+        )?;
         loop {
             let list = api.list(&ListParams::default()).await?;
             let done = list.items.iter().filter(|o| o.data["status"]["observedGeneration"] == 1).count();
@@ -335,7 +432,12 @@ async fn convergence_rows(rows: &mut Vec<Row>, runs: usize, bin_dir: &Path, cp: 
         for i in 0..20 {
             let name = format!("ic-{i}");
             let t = Instant::now();
-            api.patch(&name, &PatchParams::default(), &Patch::Merge(json!({"spec": {"deploymentPlan": {"size": 2}}}))).await?;
+            api.patch(
+                &name,
+                &PatchParams::default(),
+                &Patch::Merge(json!({"spec": {"deploymentPlan": {"size": 2}}})),
+            )
+            .await?;
             while deps.get(&name).await?.spec.and_then(|s| s.replicas) != Some(2) {
                 tokio::time::sleep(Duration::from_millis(5)).await;
             }
@@ -347,49 +449,88 @@ async fn convergence_rows(rows: &mut Vec<Row>, runs: usize, bin_dir: &Path, cp: 
         cpu.push(cpu_seconds(ctl.pid()));
         ctl.stop(Duration::from_secs(5));
     }
-    rows.push(Row { what: format!("controller: {N} Interconnects created at once, all converged"), runs: all, unit: "s", target: "≤ 60".into() });
-    rows.push(Row { what: "controller: spec change → updated child, p50".into(), runs: change, unit: "ms", target: String::new() });
+    rows.push(Row {
+        what: format!("controller: {N} Interconnects created at once, all converged"),
+        runs: all,
+        unit: "s",
+        target: "≤ 60".into(),
+    });
+    rows.push(Row {
+        what: "controller: spec change → updated child, p50".into(),
+        runs: change,
+        unit: "ms",
+        target: String::new(),
+    });
     rows.push(Row { what: "controller peak RSS".into(), runs: rss, unit: "MiB", target: "≤ 64".into() });
-    rows.push(Row { what: "controller CPU time for the whole run".into(), runs: cpu, unit: "s", target: String::new() });
+    rows.push(Row {
+        what: "controller CPU time for the whole run".into(),
+        runs: cpu,
+        unit: "s",
+        target: String::new(),
+    });
     Ok(())
 }
 
 fn main() -> Result<(), Box<dyn std::error::Error>> {
     let _ = rustls::crypto::ring::default_provider().install_default();
     let runs: usize = std::env::var("QDR_BENCH_RUNS").ok().and_then(|v| v.parse().ok()).unwrap_or(3).max(1);
-    let target = std::env::var_os("CARGO_TARGET_DIR").map(PathBuf::from).unwrap_or_else(|| qdr_tests::workspace_root().join("target"));
+    let target = std::env::var_os("CARGO_TARGET_DIR")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| qdr_tests::workspace_root().join("target"));
     let bin_dir = std::env::args().nth(1).map(PathBuf::from).unwrap_or_else(|| target.join("release"));
     let mut rows = Vec::new();
 
-    for (label, ic) in [("small (3-router example)", small()), ("large (every list near maxItems)", large())] {
+    for (label, ic) in [("small (3-router example)", small()), ("large (every list near maxItems)", large())]
+    {
         let mut dv = Vec::new();
         let mut render = Vec::new();
         let effective = qdr_api::defaults(&ic);
         for _ in 0..runs {
-            dv.push(per_call(|| {
-                let d = qdr_api::defaults(std::hint::black_box(&ic));
-                std::hint::black_box(qdr_api::validate(&d));
-            }) / 1000.0);
-            render.push(per_call(|| {
-                std::hint::black_box(qdr_controller_render(&effective));
-            }) / 1000.0);
+            dv.push(
+                per_call(|| {
+                    let d = qdr_api::defaults(std::hint::black_box(&ic));
+                    std::hint::black_box(qdr_api::validate(&d));
+                }) / 1000.0,
+            );
+            render.push(
+                per_call(|| {
+                    std::hint::black_box(qdr_controller_render(&effective));
+                }) / 1000.0,
+            );
         }
-        rows.push(Row { what: format!("defaults + validate, {label}"), runs: dv, unit: "µs", target: String::new() });
-        rows.push(Row { what: format!("router config rendering, {label}"), runs: render, unit: "µs", target: String::new() });
+        rows.push(Row {
+            what: format!("defaults + validate, {label}"),
+            runs: dv,
+            unit: "µs",
+            target: String::new(),
+        });
+        rows.push(Row {
+            what: format!("router config rendering, {label}"),
+            runs: render,
+            unit: "µs",
+            target: String::new(),
+        });
     }
 
     let rt = tokio::runtime::Runtime::new()?;
     rt.block_on(async {
         webhook_rows(&mut rows, runs, &bin_dir).await?;
-        let cp: &'static ControlPlane = Box::leak(Box::new(ControlPlane::start(Options { state_dir: None, controller_manager: false }).await?));
+        let cp: &'static ControlPlane = Box::leak(Box::new(
+            ControlPlane::start(Options { state_dir: None, controller_manager: false }).await?,
+        ));
         cp.install_crd().await;
         api_server_rows(&mut rows, runs, &bin_dir, cp).await?;
         convergence_rows(&mut rows, runs, &bin_dir, cp).await?;
         Ok::<_, Box<dyn std::error::Error>>(())
     })?;
 
-    println!("\nqdr-operator benchmarks: {} cores, {runs} runs per figure (median [min – max]).", std::thread::available_parallelism().map(|n| n.get()).unwrap_or(0));
-    println!("Warning: absolute figures on a shared machine are noisy; here the load generator, the webhook, the API server and etcd share the same cores.\n");
+    println!(
+        "\nqdr-operator benchmarks: {} cores, {runs} runs per figure (median [min – max]).",
+        std::thread::available_parallelism().map(|n| n.get()).unwrap_or(0)
+    );
+    println!(
+        "Warning: absolute figures on a shared machine are noisy; here the load generator, the webhook, the API server and etcd share the same cores.\n"
+    );
     println!("| benchmark | median | min – max | unit | target |\n|---|---:|---:|---|---|");
     for r in &rows {
         let (m, lo, hi) = r.stats();
