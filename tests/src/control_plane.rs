@@ -156,7 +156,8 @@ impl ControlPlane {
             format!("--service-account-issuer={server}/"),
             format!("--service-account-key-file={}", p("sa.pub")),
             format!("--service-account-signing-key-file={}", p("sa.key")),
-            "--service-cluster-ip-range=10.0.0.0/24".into(),
+            // A /16: benchmarks create hundreds of Services.
+            "--service-cluster-ip-range=10.96.0.0/16".into(),
             "--allow-privileged=true".into(),
             "--disable-admission-plugins=ServiceAccount".into(),
             "--endpoint-reconciler-type=none".into(),

@@ -420,8 +420,19 @@ async fn convergence_rows(
             if done == N {
                 break;
             }
-            if start.elapsed() > Duration::from_secs(600) {
-                return Err(format!("only {done}/{N} converged in 600 s").into());
+            if start.elapsed() > Duration::from_secs(300) {
+                let stuck: Vec<String> = list
+                    .items
+                    .iter()
+                    .filter(|o| o.data["status"]["observedGeneration"] != 1)
+                    .take(3)
+                    .map(|o| format!("{} {}", o.metadata.name.clone().unwrap_or_default(), o.data["status"]))
+                    .collect();
+                return Err(format!(
+                    "only {done}/{N} converged in 300 s; e.g. {stuck:?}\ncontroller log:\n{}",
+                    ctl.log_tail(30)
+                )
+                .into());
             }
             tokio::time::sleep(Duration::from_millis(250)).await;
         }
@@ -514,13 +525,20 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
 
     let rt = tokio::runtime::Runtime::new()?;
     rt.block_on(async {
-        webhook_rows(&mut rows, runs, &bin_dir).await?;
+        let only = std::env::var("QDR_BENCH_ONLY").unwrap_or_default();
+        if only.is_empty() || only == "webhook" {
+            webhook_rows(&mut rows, runs, &bin_dir).await?;
+        }
         let cp: &'static ControlPlane = Box::leak(Box::new(
             ControlPlane::start(Options { state_dir: None, controller_manager: false }).await?,
         ));
         cp.install_crd().await;
-        api_server_rows(&mut rows, runs, &bin_dir, cp).await?;
-        convergence_rows(&mut rows, runs, &bin_dir, cp).await?;
+        if only.is_empty() || only == "apiserver" {
+            api_server_rows(&mut rows, runs, &bin_dir, cp).await?;
+        }
+        if only.is_empty() || only == "controller" {
+            convergence_rows(&mut rows, runs, &bin_dir, cp).await?;
+        }
         Ok::<_, Box<dyn std::error::Error>>(())
     })?;
 
