@@ -51,7 +51,11 @@ async fn exposed_listeners_get_routes_on_openshift() {
     assert_eq!(console.data["spec"]["tls"]["termination"], "edge");
     assert_eq!(console.data["spec"]["tls"]["insecureEdgeTerminationPolicy"], "Redirect");
     assert_eq!(console.data["spec"]["to"]["name"], "mesh");
-    let ir = routes.get("mesh-55671").await.unwrap();
+    // Applied right after the console Route, in the same pass.
+    let ir = eventually("inter-router Route", Duration::from_secs(30), || async {
+        routes.get_opt("mesh-55671").await.ok().flatten()
+    })
+    .await;
     assert_eq!(ir.data["spec"]["tls"]["termination"], "passthrough");
     assert!(
         ns.api::<Ingress>().list(&ListParams::default()).await.unwrap().items.is_empty(),
