@@ -311,16 +311,21 @@ pub fn service(t: &Target<'_>) -> Service {
     with_meta(t, t.name, body)
 }
 
-/// Ingresses (networking.k8s.io/v1) `<name>-<listener name or port>` for exposed listeners.
-pub fn ingresses(t: &Target<'_>) -> Vec<Ingress> {
+/// Exposed listeners of every kind, with their Ingress or Route name
+/// `<name>-<listener name or port>`.
+fn exposed<'a>(t: &'a Target<'_>) -> impl Iterator<Item = (String, &'a Listener)> + 'a {
     let spec = &t.ic.spec;
     [&spec.listeners, &spec.inter_router_listeners, &spec.edge_listeners]
         .into_iter()
         .flat_map(|l| l.iter().flatten())
         .filter(|l| l.expose == Some(true))
-        .map(|l| {
-            let target = l.name.clone().unwrap_or_else(|| l.port.to_string());
-            let name = format!("{}-{target}", t.name);
+        .map(|l| (format!("{}-{}", t.name, l.name.clone().unwrap_or_else(|| l.port.to_string())), l))
+}
+
+/// Ingresses (networking.k8s.io/v1) `<name>-<listener name or port>` for exposed listeners.
+pub fn ingresses(t: &Target<'_>) -> Vec<Ingress> {
+    exposed(t)
+        .map(|(name, l)| {
             with_meta(
                 t,
                 &name,
@@ -335,13 +340,8 @@ pub fn ingresses(t: &Target<'_>) -> Vec<Ingress> {
 /// listeners, used instead of Ingresses when that API is served: TLS passthrough for
 /// listeners with an sslProfile, edge termination with redirect otherwise (Go operator parity).
 pub fn routes(t: &Target<'_>) -> Vec<kube::api::DynamicObject> {
-    let spec = &t.ic.spec;
-    [&spec.listeners, &spec.inter_router_listeners, &spec.edge_listeners]
-        .into_iter()
-        .flat_map(|l| l.iter().flatten())
-        .filter(|l| l.expose == Some(true))
-        .map(|l| {
-            let target = l.name.clone().unwrap_or_else(|| l.port.to_string());
+    exposed(t)
+        .map(|(name, l)| {
             let tls = if l.ssl_profile.is_some() {
                 json!({"termination": "passthrough", "insecureEdgeTerminationPolicy": "None"})
             } else {
@@ -349,7 +349,7 @@ pub fn routes(t: &Target<'_>) -> Vec<kube::api::DynamicObject> {
             };
             typed(json!({
                 "apiVersion": "route.openshift.io/v1", "kind": "Route",
-                "metadata": t.meta(&format!("{}-{target}", t.name)),
+                "metadata": t.meta(&name),
                 "spec": {"to": {"kind": "Service", "name": t.name}, "port": {"targetPort": l.port}, "tls": tls},
             }))
         })
