@@ -22,7 +22,7 @@
 //! used for routers that do not pin one. Defaults depend only on the object (its name and
 //! spec), never on cluster state; applying them twice changes nothing.
 
-use crate::rules::DEFAULT_LIVENESS_PORT;
+use crate::spec::DEFAULT_LIVENESS_PORT;
 use crate::types::{
     Address, DeploymentPlan, Distribution, Interconnect, InterconnectSpec, Listener, Placement, Role,
     SslProfile,
@@ -76,9 +76,7 @@ pub fn apply_defaults(name: &str, spec: &mut InterconnectSpec) {
 
     // Ports the user already took; defaults never reuse one.
     let mut used: Vec<i32> = vec![liveness];
-    for list in [&spec.listeners, &spec.inter_router_listeners, &spec.edge_listeners] {
-        used.extend(list.iter().flatten().map(|l| l.port));
-    }
+    used.extend(spec.every_listener().map(|(_, _, l)| l.port));
     let mut take = |candidates: Vec<Listener>| -> Vec<Listener> {
         let mut out = Vec::new();
         for l in candidates {
@@ -123,14 +121,8 @@ pub fn apply_defaults(name: &str, spec: &mut InterconnectSpec) {
 
     // Profiles referenced but not defined: only the two well-known names are added.
     let referenced = |n: &str| {
-        [&spec.listeners, &spec.inter_router_listeners, &spec.edge_listeners]
-            .iter()
-            .flat_map(|l| l.iter().flatten())
-            .any(|l| l.ssl_profile.as_deref() == Some(n))
-            || [&spec.connectors, &spec.inter_router_connectors, &spec.edge_connectors]
-                .iter()
-                .flat_map(|l| l.iter().flatten())
-                .any(|c| c.ssl_profile.as_deref() == Some(n))
+        spec.every_listener().any(|(_, _, l)| l.ssl_profile.as_deref() == Some(n))
+            || spec.every_connector().any(|(_, _, c)| c.ssl_profile.as_deref() == Some(n))
     };
     let mut add = Vec::new();
     for (profile, mutual) in [("default", false), ("inter-router", true)] {

@@ -7,6 +7,8 @@
 //!   copy is `deploy/crds/interconnects.interconnectedcloud.github.io.yaml`.
 //! * [`defaults()`]: one pure, idempotent defaulting function.
 //! * [`validate()`]: one pure validation function that returns every violation.
+//! * [`spec`]: what every part reads from a spec (the listener lists, every listener,
+//!   the Secrets it names); [`messages`]: rule texts shared by CEL and [`validate()`].
 //!
 //! The crate is pure: no client, no I/O, no async runtime.
 
@@ -14,14 +16,17 @@ mod enums;
 
 pub mod defaults;
 pub mod docs;
+pub mod messages;
 #[cfg(feature = "offline")]
 pub mod offline;
 pub mod rules;
+pub mod spec;
 pub mod types;
 pub mod validate;
 pub mod warnings;
 
 pub use defaults::{apply_defaults, defaults};
+pub use spec::{DEFAULT_LIVENESS_PORT, LinkRole};
 pub use types::*;
 pub use validate::{ErrorType, FieldError, validate, validate_spec};
 pub use warnings::warnings;

@@ -1,22 +1,16 @@
 //! The API server's share of validation: CEL rules (`x-kubernetes-validations`) and the
 //! `required` lists that the Rust types cannot express, attached to the schema derived
 //! from [`crate::types`]. [`crate::validate`] enforces each of these with the same
-//! meaning; the tests prove the two agree.
+//! meaning and the same message text (from [`crate::messages`]); the tests prove the two
+//! agree. Only CEL and schema rules live here.
 //!
 //! A location is a path in the `openAPIV3Schema`: `spec.listeners[]` is the item schema of
 //! `spec.listeners`, `""` the root.
 
 use serde_json::{Value, json};
 
-/// The three listener lists, in rendering order.
-pub const LISTENER_LISTS: [&str; 3] = ["listeners", "interRouterListeners", "edgeListeners"];
-/// The three connector lists, in rendering order.
-pub const CONNECTOR_LISTS: [&str; 3] = ["connectors", "interRouterConnectors", "edgeConnectors"];
-/// sslProfile names that [`crate::defaults`] defines when a listener or connector refers
-/// to them and `sslProfiles` lacks them.
-pub const AUTO_PROFILES: [&str; 2] = ["default", "inter-router"];
-/// Default of `deploymentPlan.livenessPort` (Go operator parity).
-pub const DEFAULT_LIVENESS_PORT: i32 = 8888;
+use crate::messages as msg;
+use crate::spec::{AUTO_PROFILES, CONNECTOR_LISTS, DEFAULT_LIVENESS_PORT, LISTENER_LISTS};
 
 /// One CEL rule and where it sits.
 #[derive(Debug, Clone, PartialEq)]
@@ -65,9 +59,6 @@ pub fn config_strings() -> Vec<(String, bool)> {
     v
 }
 
-/// The characters a config value may not contain, as a human-readable list.
-pub const FORBIDDEN_CONFIG_CHARS: &str = "'#', '\"', '\\', '{', '}' or a line break";
-
 /// `required` lists added to item schemas (fields that are plain values in Rust so that
 /// absence reaches `validate` as a field error instead of failing the decode).
 pub fn required_fields() -> Vec<(String, Vec<&'static str>)> {
@@ -106,9 +97,7 @@ pub fn cel_rules() -> Vec<CelRule> {
             "every-without-size",
             "spec.deploymentPlan",
             "!(has(self.placement) && self.placement == 'Every' && has(self.size))".into(),
-            "size must not be set with placement Every (a DaemonSet runs one router on every node): remove \
-             size, or use placement Any or AntiAffinity"
-                .into(),
+            msg::EVERY_WITHOUT_SIZE.into(),
         )
     });
 
@@ -124,10 +113,7 @@ pub fn cel_rules() -> Vec<CelRule> {
                 id,
                 "spec",
                 format!("!{ROLE_IS_EDGE} || !has(self.{list}) || size(self.{list}) == 0"),
-                format!(
-                    "an edge router (deploymentPlan.role: edge) cannot have {list}: remove them, or use role \
-                     interior"
-                ),
+                msg::edge_forbids(list),
             )
         });
     }
@@ -138,9 +124,7 @@ pub fn cel_rules() -> Vec<CelRule> {
             "interior-without-edge-connectors",
             "spec",
             format!("{ROLE_IS_EDGE} || !has(self.edgeConnectors) || size(self.edgeConnectors) == 0"),
-            "an interior router (deploymentPlan.role absent or interior) cannot have edgeConnectors: use \
-             interRouterConnectors, or set role edge"
-                .into(),
+            msg::INTERIOR_WITHOUT_EDGE_CONNECTORS.into(),
         )
     });
 
@@ -158,22 +142,14 @@ pub fn cel_rules() -> Vec<CelRule> {
         "spec",
         format!("({ports}).all(p, ({ports}).filter(q, q == p).size() == 1)"),
         format!(
-            "listener ports must be unique across listeners, interRouterListeners, edgeListeners and \
-             deploymentPlan.livenessPort (default {DEFAULT_LIVENESS_PORT}): change the duplicated port"
+            "{} (default {DEFAULT_LIVENESS_PORT}): change the duplicated port",
+            msg::LISTENER_PORTS_UNIQUE
         ),
     ));
 
     for (id, lists, what) in [
-        (
-            "listener-names-unique",
-            LISTENER_LISTS,
-            "listener names must be unique across listeners, interRouterListeners and edgeListeners",
-        ),
-        (
-            "connector-names-unique",
-            CONNECTOR_LISTS,
-            "connector names must be unique across connectors, interRouterConnectors and edgeConnectors",
-        ),
+        ("listener-names-unique", LISTENER_LISTS, msg::LISTENER_NAMES_UNIQUE),
+        ("connector-names-unique", CONNECTOR_LISTS, msg::CONNECTOR_NAMES_UNIQUE),
     ] {
         let names = lists
             .iter()
@@ -200,8 +176,8 @@ pub fn cel_rules() -> Vec<CelRule> {
                      (has(self.sslProfiles) && self.sslProfiles.exists(p, p.name == x.sslProfile)))"
                 ),
                 format!(
-                    "every sslProfile named in {list} must be defined in sslProfiles (only 'default' and \
-                     'inter-router' are added automatically): add the profile or correct the name"
+                    "every sslProfile named in {list} must be defined in sslProfiles {}",
+                    msg::SSL_PROFILE_UNDEFINED_HINT
                 ),
             )
         });
@@ -210,7 +186,7 @@ pub fn cel_rules() -> Vec<CelRule> {
         "ssl-profile-names-unique",
         "spec.sslProfiles",
         "self.all(p, self.exists_one(q, q.name == p.name))".into(),
-        "sslProfile names must be unique: rename or merge the duplicate".into(),
+        msg::SSL_PROFILE_NAMES_UNIQUE.into(),
     ));
 
     for list in ["addresses", "linkRoutes"] {
@@ -218,7 +194,7 @@ pub fn cel_rules() -> Vec<CelRule> {
             "prefix-xor-pattern",
             &format!("spec.{list}[]"),
             "has(self.prefix) != has(self.pattern)".into(),
-            "exactly one of prefix and pattern must be set".into(),
+            msg::PREFIX_XOR_PATTERN.into(),
         ));
     }
     for list in ["linkRoutes", "autoLinks"] {
@@ -228,9 +204,7 @@ pub fn cel_rules() -> Vec<CelRule> {
                 "container-id-xor-connection",
                 &format!("spec.{list}[]"),
                 "!(has(self.containerId) && has(self.connection))".into(),
-                "containerId and connection are mutually exclusive (the router would drop the entry): set at \
-                 most one"
-                    .into(),
+                msg::CONTAINER_ID_XOR_CONNECTION.into(),
             )
         });
     }
@@ -240,9 +214,7 @@ pub fn cel_rules() -> Vec<CelRule> {
             "listener-name-iana",
             &format!("spec.{l}[].name"),
             "self.matches('[a-z]') && !self.contains('--')".into(),
-            "must be an IANA service name (it names the container and Service port): include at least one \
-             letter and no '--'"
-                .into(),
+            format!("{}: include at least one letter and no '--'", msg::LISTENER_NAME_IANA),
         ));
     }
 
@@ -252,21 +224,16 @@ pub fn cel_rules() -> Vec<CelRule> {
         format!(
             "self.lowerAscii() == 'none' || self.lowerAscii() == 'false' || self.matches('{DNS_SUBDOMAIN_RE}')"
         ),
-        "must be the name of a Secret (lowercase letters, digits, '-' and '.') or 'none' for no SASL users"
-            .into(),
+        msg::USERS_SECRET_NAME.into(),
     ));
 
     for (loc, hash_ok) in config_strings() {
-        let (class, what) = if hash_ok {
-            (r#"["\\\\{}\\n\\r]"#, "'\"', '\\', '{', '}' or a line break")
-        } else {
-            (r#"["\\\\{}#\\n\\r]"#, FORBIDDEN_CONFIG_CHARS)
-        };
+        let class = if hash_ok { r#"["\\\\{}\\n\\r]"# } else { r#"["\\\\{}#\\n\\r]"# };
         rules.push(rule(
             if hash_ok { "config-safe-pattern" } else { "config-safe" },
             &loc,
             format!("!self.matches('{class}')"),
-            format!("must not contain {what}: the router's configuration format cannot carry them"),
+            msg::config_unsafe(hash_ok),
         ));
     }
     rules

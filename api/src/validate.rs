@@ -11,7 +11,8 @@ use std::fmt;
 
 use serde_json::Value;
 
-use crate::rules::{AUTO_PROFILES, CONNECTOR_LISTS, DEFAULT_LIVENESS_PORT, LISTENER_LISTS};
+use crate::messages as msg;
+use crate::spec::{AUTO_PROFILES, DEFAULT_LIVENESS_PORT, LinkRole, is_no_users};
 use crate::types::{Connector, Interconnect, InterconnectSpec, Listener, Role};
 
 /// The kind of a field error, as in `k8s.io/apimachinery/pkg/util/validation/field`.
@@ -202,17 +203,7 @@ impl Validator {
         if let Some(hash_ok) = config
             && !is_config_safe(s, hash_ok)
         {
-            let what = if hash_ok {
-                "'\"', '\\', '{', '}' or a line break"
-            } else {
-                crate::rules::FORBIDDEN_CONFIG_CHARS
-            };
-            self.push(
-                path,
-                ErrorType::Invalid,
-                Some(s.into()),
-                format!("must not contain {what}: the router's configuration format cannot carry them"),
-            );
+            self.push(path, ErrorType::Invalid, Some(s.into()), msg::config_unsafe(hash_ok));
         }
     }
 
@@ -312,8 +303,7 @@ impl Validator {
                         "spec.deploymentPlan.size",
                         ErrorType::Forbidden,
                         None,
-                        "size must not be set with placement Every (a DaemonSet runs one router on every node): \
-                         remove size, or use placement Any or AntiAffinity",
+                        msg::EVERY_WITHOUT_SIZE,
                     );
                 }
             }
@@ -332,14 +322,12 @@ impl Validator {
 
         if let Some(users) = &spec.users {
             self.string("spec.users", users, 253, None);
-            let lower = users.to_ascii_lowercase();
-            if !users.is_empty() && lower != "none" && lower != "false" && !is_dns_subdomain(users) {
+            if !users.is_empty() && !is_no_users(users) && !is_dns_subdomain(users) {
                 self.push(
                     "spec.users",
                     ErrorType::Invalid,
                     Some(users.as_str().into()),
-                    "must be the name of a Secret (lowercase letters, digits, '-' and '.') or 'none' for no SASL \
-                     users",
+                    msg::USERS_SECRET_NAME,
                 );
             }
         }
@@ -355,15 +343,15 @@ impl Validator {
                 "must have at least 1 item: remove the field to get the default listeners",
             );
         }
-        let listener_lists = [&spec.listeners, &spec.inter_router_listeners, &spec.edge_listeners];
-        for (name, list) in LISTENER_LISTS.iter().zip(listener_lists) {
+        for (role, list) in spec.listener_lists() {
+            let name = role.listeners_field();
             self.max_items(&format!("spec.{name}"), list, 32);
             for (i, l) in list.iter().flatten().enumerate() {
                 self.listener(&format!("spec.{name}[{i}]"), l);
             }
         }
-        let connector_lists = [&spec.connectors, &spec.inter_router_connectors, &spec.edge_connectors];
-        for (name, list) in CONNECTOR_LISTS.iter().zip(connector_lists) {
+        for (role, list) in spec.connector_lists() {
+            let name = role.connectors_field();
             self.max_items(&format!("spec.{name}"), list, 64);
             for (i, c) in list.iter().flatten().enumerate() {
                 self.connector(&format!("spec.{name}[{i}]"), c);
@@ -373,61 +361,40 @@ impl Validator {
         // Role rules (CEL: edge-without-*, interior-without-edge-connectors).
         let nonempty = |l: &Option<Vec<_>>| l.as_ref().is_some_and(|l: &Vec<_>| !l.is_empty());
         if edge {
-            for (list, present) in [
-                ("interRouterListeners", nonempty(&spec.inter_router_listeners)),
-                ("edgeListeners", nonempty(&spec.edge_listeners)),
-            ] {
+            let forbidden = [
+                (LinkRole::InterRouter.listeners_field(), nonempty(&spec.inter_router_listeners)),
+                (LinkRole::Edge.listeners_field(), nonempty(&spec.edge_listeners)),
+                (
+                    LinkRole::InterRouter.connectors_field(),
+                    spec.inter_router_connectors.as_ref().is_some_and(|l| !l.is_empty()),
+                ),
+            ];
+            for (list, present) in forbidden {
                 if present {
-                    self.push(
-                        format!("spec.{list}"),
-                        ErrorType::Forbidden,
-                        None,
-                        format!(
-                            "an edge router (deploymentPlan.role: edge) cannot have {list}: remove them, or use \
-                             role interior"
-                        ),
-                    );
+                    self.push(format!("spec.{list}"), ErrorType::Forbidden, None, msg::edge_forbids(list));
                 }
-            }
-            if spec.inter_router_connectors.as_ref().is_some_and(|l| !l.is_empty()) {
-                self.push(
-                    "spec.interRouterConnectors",
-                    ErrorType::Forbidden,
-                    None,
-                    "an edge router (deploymentPlan.role: edge) cannot have interRouterConnectors: remove them, \
-                     or use role interior",
-                );
             }
         } else if spec.edge_connectors.as_ref().is_some_and(|l| !l.is_empty()) {
             self.push(
                 "spec.edgeConnectors",
                 ErrorType::Forbidden,
                 None,
-                "an interior router (deploymentPlan.role absent or interior) cannot have edgeConnectors: use \
-                 interRouterConnectors, or set role edge",
+                msg::INTERIOR_WITHOUT_EDGE_CONNECTORS,
             );
         }
 
-        self.unique_ports(spec, &listener_lists);
+        self.unique_ports(spec);
         self.unique_names(
-            LISTENER_LISTS.iter().zip(listener_lists).flat_map(|(n, l)| {
-                l.iter()
-                    .flatten()
-                    .enumerate()
-                    .map(move |(i, x)| (format!("spec.{n}[{i}].name"), x.name.as_deref()))
-            }),
-            "listener names must be unique across listeners, interRouterListeners and edgeListeners",
+            spec.every_listener()
+                .map(|(r, i, x)| (format!("spec.{}[{i}].name", r.listeners_field()), x.name.as_deref())),
+            msg::LISTENER_NAMES_UNIQUE,
         );
         self.unique_names(
-            CONNECTOR_LISTS.iter().zip(connector_lists).flat_map(|(n, l)| {
-                l.iter()
-                    .flatten()
-                    .enumerate()
-                    .map(move |(i, x)| (format!("spec.{n}[{i}].name"), x.name.as_deref()))
-            }),
-            "connector names must be unique across connectors, interRouterConnectors and edgeConnectors",
+            spec.every_connector()
+                .map(|(r, i, x)| (format!("spec.{}[{i}].name", r.connectors_field()), x.name.as_deref())),
+            msg::CONNECTOR_NAMES_UNIQUE,
         );
-        self.port_name_collisions(&listener_lists[..2]);
+        self.port_name_collisions(spec);
 
         // sslProfiles and references to them.
         self.max_items("spec.sslProfiles", &spec.ssl_profiles, 32);
@@ -455,7 +422,7 @@ impl Validator {
                     format!("{path}.name"),
                     ErrorType::Duplicate,
                     Some(p.name.as_str().into()),
-                    "sslProfile names must be unique: rename or merge the duplicate",
+                    msg::SSL_PROFILE_NAMES_UNIQUE,
                 );
             }
             self.secret_name(&format!("{path}.credentials"), &p.credentials);
@@ -463,15 +430,10 @@ impl Validator {
             self.opt_string(&format!("{path}.ciphers"), &p.ciphers, 1024, Some(false));
             self.opt_string(&format!("{path}.protocols"), &p.protocols, 256, Some(false));
         }
-        let refs = LISTENER_LISTS
-            .iter()
-            .zip(listener_lists)
-            .flat_map(|(n, l)| {
-                l.iter().flatten().enumerate().map(move |(i, x)| (*n, i, x.ssl_profile.as_deref()))
-            })
-            .chain(CONNECTOR_LISTS.iter().zip(connector_lists).flat_map(|(n, l)| {
-                l.iter().flatten().enumerate().map(move |(i, x)| (*n, i, x.ssl_profile.as_deref()))
-            }));
+        let refs =
+            spec.every_listener().map(|(r, i, x)| (r.listeners_field(), i, x.ssl_profile.as_deref())).chain(
+                spec.every_connector().map(|(r, i, x)| (r.connectors_field(), i, x.ssl_profile.as_deref())),
+            );
         let mut missing = Vec::new();
         for (list, i, r) in refs {
             if let Some(r) = r
@@ -482,10 +444,7 @@ impl Validator {
                     format!("spec.{list}[{i}].sslProfile"),
                     ErrorType::Invalid,
                     Some(r.into()),
-                    format!(
-                        "no sslProfile named {r:?} in sslProfiles (only 'default' and 'inter-router' are added \
-                         automatically): add the profile or correct the name"
-                    ),
+                    format!("no sslProfile named {r:?} in sslProfiles {}", msg::SSL_PROFILE_UNDEFINED_HINT),
                 ));
             }
         }
@@ -497,7 +456,7 @@ impl Validator {
             self.opt_string(&format!("{path}.prefix"), &a.prefix, 1024, Some(false));
             self.opt_string(&format!("{path}.pattern"), &a.pattern, 1024, Some(true));
             if a.prefix.is_some() == a.pattern.is_some() {
-                self.push(&path, ErrorType::Invalid, None, "exactly one of prefix and pattern must be set");
+                self.push(&path, ErrorType::Invalid, None, msg::PREFIX_XOR_PATTERN);
             }
             if let Some(d) = &a.distribution {
                 self.enumeration(
@@ -540,7 +499,7 @@ impl Validator {
             self.opt_string(&format!("{path}.prefix"), &r.prefix, 1024, Some(false));
             self.opt_string(&format!("{path}.pattern"), &r.pattern, 1024, Some(true));
             if r.prefix.is_some() == r.pattern.is_some() {
-                self.push(&path, ErrorType::Invalid, None, "exactly one of prefix and pattern must be set");
+                self.push(&path, ErrorType::Invalid, None, msg::PREFIX_XOR_PATTERN);
             }
             self.direction(&format!("{path}.direction"), &r.direction);
             self.opt_string(&format!("{path}.containerId"), &r.container_id, 253, Some(false));
@@ -563,8 +522,11 @@ impl Validator {
                     &p,
                     ErrorType::Invalid,
                     Some(name.as_str().into()),
-                    "must be an IANA service name (it names the container and Service port): lowercase letters, \
-                     digits and '-', at least one letter, no leading, trailing or double '-'",
+                    format!(
+                        "{}: lowercase letters, digits and '-', at least one letter, no leading, trailing or double \
+                         '-'",
+                        msg::LISTENER_NAME_IANA
+                    ),
                 );
             }
         }
@@ -619,18 +581,12 @@ impl Validator {
 
     fn container_xor_connection(&mut self, path: &str, container: bool, connection: bool) {
         if container && connection {
-            self.push(
-                path,
-                ErrorType::Forbidden,
-                None,
-                "containerId and connection are mutually exclusive (the router would drop the entry): set at \
-                 most one",
-            );
+            self.push(path, ErrorType::Forbidden, None, msg::CONTAINER_ID_XOR_CONNECTION);
         }
     }
 
     /// Ports unique across the liveness port and all listeners (CEL: listener-ports-unique).
-    fn unique_ports(&mut self, spec: &InterconnectSpec, lists: &[&Option<Vec<Listener>>; 3]) {
+    fn unique_ports(&mut self, spec: &InterconnectSpec) {
         let liveness = spec.deployment_plan.as_ref().and_then(|p| p.liveness_port);
         let mut seen: HashMap<i32, String> = HashMap::new();
         seen.insert(
@@ -642,24 +598,19 @@ impl Validator {
                 }
             },
         );
-        for (name, list) in LISTENER_LISTS.iter().zip(lists) {
-            for (i, l) in list.iter().flatten().enumerate() {
-                if l.port == 0 {
-                    continue;
+        for (role, i, l) in spec.every_listener() {
+            if l.port == 0 {
+                continue;
+            }
+            let path = format!("spec.{}[{i}].port", role.listeners_field());
+            match seen.get(&l.port) {
+                Some(first) => {
+                    let detail =
+                        format!("port {} is already used by {first}: {}", l.port, msg::LISTENER_PORTS_UNIQUE);
+                    self.push(&path, ErrorType::Duplicate, Some(l.port.into()), detail);
                 }
-                let path = format!("spec.{name}[{i}].port");
-                match seen.get(&l.port) {
-                    Some(first) => {
-                        let detail = format!(
-                            "port {} is already used by {first}: listener ports must be unique across listeners, \
-                             interRouterListeners, edgeListeners and deploymentPlan.livenessPort",
-                            l.port
-                        );
-                        self.push(&path, ErrorType::Duplicate, Some(l.port.into()), detail);
-                    }
-                    None => {
-                        seen.insert(l.port, path.trim_start_matches("spec.").to_string());
-                    }
+                None => {
+                    seen.insert(l.port, path.trim_start_matches("spec.").to_string());
                 }
             }
         }
@@ -683,26 +634,25 @@ impl Validator {
 
     /// Validate-only: an unnamed normal or inter-router listener gets container port name
     /// `port-<N>`; a named listener may not take that name.
-    fn port_name_collisions(&mut self, lists: &[&Option<Vec<Listener>>]) {
-        let generated: Vec<String> = lists
-            .iter()
-            .flat_map(|l| l.iter().flatten())
-            .filter(|l| l.name.is_none() && l.port != 0)
-            .map(|l| format!("port-{}", l.port))
+    fn port_name_collisions(&mut self, spec: &InterconnectSpec) {
+        // Only normal and inter-router listeners become container ports.
+        let in_pod = |r: &LinkRole| *r != LinkRole::Edge;
+        let generated: Vec<String> = spec
+            .every_listener()
+            .filter(|(r, _, l)| in_pod(r) && l.name.is_none() && l.port != 0)
+            .map(|(_, _, l)| format!("port-{}", l.port))
             .collect();
-        for (name, list) in LISTENER_LISTS.iter().zip(lists) {
-            for (i, l) in list.iter().flatten().enumerate() {
-                if let Some(n) = &l.name
-                    && generated.contains(n)
-                {
-                    self.push(
-                        format!("spec.{name}[{i}].name"),
-                        ErrorType::Duplicate,
-                        Some(n.as_str().into()),
-                        "this is the container port name given to the unnamed listener on that port: choose \
-                         another name, or name that listener",
-                    );
-                }
+        for (role, i, l) in spec.every_listener().filter(|(r, _, _)| in_pod(r)) {
+            if let Some(n) = &l.name
+                && generated.contains(n)
+            {
+                self.push(
+                    format!("spec.{}[{i}].name", role.listeners_field()),
+                    ErrorType::Duplicate,
+                    Some(n.as_str().into()),
+                    "this is the container port name given to the unnamed listener on that port: choose \
+                     another name, or name that listener",
+                );
             }
         }
     }

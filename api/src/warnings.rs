@@ -2,7 +2,7 @@
 //! formatted `path: message` (Kubernetes API guidance for admission warnings), and never
 //! about something the user cannot change.
 
-use crate::rules::LISTENER_LISTS;
+use crate::spec::{LinkRole, is_no_users};
 use crate::types::Interconnect;
 
 /// Upper bound of one warning, in characters (the API server guidance is 120).
@@ -12,47 +12,39 @@ pub const MAX_WARNING_LEN: usize = 120;
 pub fn warnings(ic: &Interconnect) -> Vec<String> {
     let spec = &ic.spec;
     let mut w = Vec::new();
-    let no_users = spec
-        .users
-        .as_deref()
-        .is_some_and(|u| u.eq_ignore_ascii_case("none") || u.eq_ignore_ascii_case("false"));
-    let lists = [&spec.listeners, &spec.inter_router_listeners, &spec.edge_listeners];
-    for (kind, (name, list)) in LISTENER_LISTS.iter().zip(lists).enumerate() {
-        for (i, l) in list.iter().flatten().enumerate() {
-            let p = format!("spec.{name}[{i}]");
-            let exposed = l.expose == Some(true);
-            if exposed && l.ssl_profile.is_none() {
-                w.push(format!("{p}: exposed outside the cluster without TLS (no sslProfile)"));
-            }
-            if exposed && l.authenticate_peer != Some(true) {
-                w.push(format!("{p}: exposed outside the cluster without authenticatePeer"));
-            }
-            if kind == 1 && l.ssl_profile.is_none() {
-                w.push(format!(
-                    "{p}: inter-router links without TLS: any pod that reaches port {} can join",
-                    l.port
-                ));
-            }
-            if kind != 0 && (l.route_container.is_some() || l.http.is_some()) {
-                w.push(format!(
-                    "{p}: routeContainer and http apply only to spec.listeners and are ignored here"
-                ));
-            }
-            if kind == 0 && l.cost.is_some() {
-                w.push(format!(
-                    "{p}.cost: ignored on normal listeners; cost applies to inter-router and edge links"
-                ));
-            }
-            if l.role.is_some() {
-                w.push(format!("{p}.role: deprecated and ignored (the list decides the role)"));
-            }
-            let external =
-                l.sasl_mechanisms.as_deref().is_some_and(|m| m.split_whitespace().any(|m| m == "EXTERNAL"));
-            if no_users && l.authenticate_peer == Some(true) && !external {
-                w.push(format!(
-                    "{p}: authenticatePeer with users: none; only clients with certificates can log in"
-                ));
-            }
+    let no_users = spec.users.as_deref().is_some_and(is_no_users);
+    for (role, i, l) in spec.every_listener() {
+        let p = format!("spec.{}[{i}]", role.listeners_field());
+        let exposed = l.expose == Some(true);
+        if exposed && l.ssl_profile.is_none() {
+            w.push(format!("{p}: exposed outside the cluster without TLS (no sslProfile)"));
+        }
+        if exposed && l.authenticate_peer != Some(true) {
+            w.push(format!("{p}: exposed outside the cluster without authenticatePeer"));
+        }
+        if role == LinkRole::InterRouter && l.ssl_profile.is_none() {
+            w.push(format!(
+                "{p}: inter-router links without TLS: any pod that reaches port {} can join",
+                l.port
+            ));
+        }
+        if role != LinkRole::Normal && (l.route_container.is_some() || l.http.is_some()) {
+            w.push(format!("{p}: routeContainer and http apply only to spec.listeners and are ignored here"));
+        }
+        if role == LinkRole::Normal && l.cost.is_some() {
+            w.push(format!(
+                "{p}.cost: ignored on normal listeners; cost applies to inter-router and edge links"
+            ));
+        }
+        if l.role.is_some() {
+            w.push(format!("{p}.role: deprecated and ignored (the list decides the role)"));
+        }
+        let external =
+            l.sasl_mechanisms.as_deref().is_some_and(|m| m.split_whitespace().any(|m| m == "EXTERNAL"));
+        if no_users && l.authenticate_peer == Some(true) && !external {
+            w.push(format!(
+                "{p}: authenticatePeer with users: none; only clients with certificates can log in"
+            ));
         }
     }
     for (i, c) in spec.inter_router_connectors.iter().flatten().enumerate() {
@@ -64,14 +56,10 @@ pub fn warnings(ic: &Interconnect) -> Vec<String> {
         w.push("spec.issuer: deprecated and ignored; use spec.deploymentPlan.issuer".into());
     }
     // Link routes and auto-links that name a connection nobody defines stay inactive.
-    let names: Vec<&str> = lists
-        .iter()
-        .flat_map(|l| l.iter().flatten().filter_map(|l| l.name.as_deref()))
-        .chain(
-            [&spec.connectors, &spec.inter_router_connectors, &spec.edge_connectors]
-                .iter()
-                .flat_map(|l| l.iter().flatten().filter_map(|c| c.name.as_deref())),
-        )
+    let names: Vec<&str> = spec
+        .every_listener()
+        .filter_map(|(_, _, l)| l.name.as_deref())
+        .chain(spec.every_connector().filter_map(|(_, _, c)| c.name.as_deref()))
         .collect();
     for (list, conns) in [
         (

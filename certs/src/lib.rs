@@ -17,7 +17,7 @@ pub mod rotation;
 pub mod serving;
 pub mod store;
 
-pub use manager::{CA_BUNDLE_MANAGER, CertManager, Target};
+pub use manager::{CA_BUNDLE_MANAGER, CertManager, WebhookConfiguration};
 pub use rotation::{Material, Policy, Step};
 pub use serving::CertResolver;
 

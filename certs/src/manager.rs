@@ -26,7 +26,7 @@ pub const CA_BUNDLE_MANAGER: &str = "qdr-webhook-cabundle";
 /// A webhook configuration whose every entry's `clientConfig.caBundle` is kept equal to
 /// the trust bundle.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub enum Target {
+pub enum WebhookConfiguration {
     /// A `ValidatingWebhookConfiguration` by name.
     Validating(String),
     /// A `MutatingWebhookConfiguration` by name.
@@ -39,7 +39,7 @@ pub struct CertManager {
     client: kube::Client,
     store: SecretStore,
     policy: Policy,
-    targets: Vec<Target>,
+    targets: Vec<WebhookConfiguration>,
     resolver: Arc<CertResolver>,
     live: Mutex<Option<Vec<String>>>,
     steps: Mutex<Vec<(Step, SystemTime)>>,
@@ -62,7 +62,7 @@ impl CertManager {
         namespace: &str,
         secret: &str,
         policy: Policy,
-        targets: Vec<Target>,
+        targets: Vec<WebhookConfiguration>,
         resolver: Arc<CertResolver>,
     ) -> Self {
         CertManager {
@@ -98,7 +98,7 @@ impl CertManager {
         let mut out = Vec::new();
         for t in &self.targets {
             let bundles: Vec<Option<ByteString>> = match t {
-                Target::Validating(n) => {
+                WebhookConfiguration::Validating(n) => {
                     let api: Api<ValidatingWebhookConfiguration> = Api::all(self.client.clone());
                     api.get(n)
                         .await?
@@ -108,7 +108,7 @@ impl CertManager {
                         .map(|w| w.client_config.ca_bundle)
                         .collect()
                 }
-                Target::Mutating(n) => {
+                WebhookConfiguration::Mutating(n) => {
                     let api: Api<MutatingWebhookConfiguration> = Api::all(self.client.clone());
                     api.get(n)
                         .await?
@@ -137,7 +137,7 @@ impl CertManager {
         };
         for t in &self.targets {
             match t {
-                Target::Validating(n) => {
+                WebhookConfiguration::Validating(n) => {
                     let api: Api<ValidatingWebhookConfiguration> = Api::all(self.client.clone());
                     let names: Vec<String> =
                         api.get(n).await?.webhooks.unwrap_or_default().into_iter().map(|w| w.name).collect();
@@ -148,7 +148,7 @@ impl CertManager {
                     });
                     api.patch(n, &pp, &Patch::Apply(patch)).await?;
                 }
-                Target::Mutating(n) => {
+                WebhookConfiguration::Mutating(n) => {
                     let api: Api<MutatingWebhookConfiguration> = Api::all(self.client.clone());
                     let names: Vec<String> =
                         api.get(n).await?.webhooks.unwrap_or_default().into_iter().map(|w| w.name).collect();

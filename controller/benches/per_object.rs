@@ -3,7 +3,7 @@
 
 use criterion::{Criterion, criterion_group, criterion_main};
 use qdr_api::{Interconnect, defaults, validate};
-use qdr_controller::config::router_config;
+use qdr_controller::router_config::router_config;
 use serde_json::{Value, json};
 
 fn small() -> Interconnect {

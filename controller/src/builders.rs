@@ -1,5 +1,7 @@
-//! Pure builders: one function per child object of an Interconnect, from its effective
-//! (defaulted, validated) spec. No I/O: what they return is server-side applied as is.
+//! Pure builders: one function per child object of an Interconnect, from its [`Owner`]
+//! (defaulted and validated). No I/O, no clock: what they return is server-side applied as
+//! is. Every object is a k8s-openapi struct built field by field, so a misspelled field
+//! does not compile.
 //!
 //! Names, labels and pod shape follow the Go operator (reference §3) with its bugs fixed:
 //! every object carries the labels and an owner reference; volume names are generated, so
@@ -9,20 +11,25 @@
 
 use std::collections::BTreeMap;
 
-use k8s_openapi::api::apps::v1::{DaemonSet, Deployment};
-use k8s_openapi::api::core::v1::{ConfigMap, Service, ServiceAccount};
-use k8s_openapi::api::networking::v1::Ingress;
-use k8s_openapi::api::rbac::v1::{Role, RoleBinding};
-use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ObjectMeta, OwnerReference};
-use kube::Resource;
-use qdr_api::{Interconnect, Listener, Placement, Role as RouterRole};
-use serde_json::{Value, json};
-use sha2::Digest;
+use k8s_openapi::api::apps::v1::{DaemonSet, DaemonSetSpec, Deployment, DeploymentSpec};
+use k8s_openapi::api::core::v1::{
+    Affinity, ConfigMap, ConfigMapVolumeSource, Container, ContainerPort, EnvVar, EnvVarSource,
+    HTTPGetAction, ObjectFieldSelector, PodAffinityTerm, PodAntiAffinity, PodSpec, PodTemplateSpec, Probe,
+    Secret, SecretVolumeSource, Service, ServicePort, ServiceSpec, Volume, VolumeMount,
+};
+use k8s_openapi::api::networking::v1::{
+    HTTPIngressPath, HTTPIngressRuleValue, Ingress, IngressBackend, IngressRule, IngressServiceBackend,
+    IngressSpec, ServiceBackendPort,
+};
+use k8s_openapi::api::rbac::v1::{PolicyRule, Role, RoleBinding, RoleRef, Subject};
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::{LabelSelector, ObjectMeta};
+use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
+use qdr_api::{LinkRole, Listener, Placement, Role as RouterRole};
 
-use crate::config::{cert_dir, router_config};
+use crate::owner::Owner;
+use crate::route::{Route, RoutePort, RouteSpec, RouteTargetReference, TlsConfig};
+use crate::router_config::{Rendered, cert_dir};
 
-/// Field manager of every server-side apply by the controller.
-pub const FIELD_MANAGER: &str = "qdr-operator";
 /// Pod-template annotation holding the SHA-256 of the rendered config (a change rolls pods).
 pub const CONFIG_HASH: &str = "qdr-operator.io/config-hash";
 /// Where the SASL users Secret is mounted.
@@ -30,146 +37,74 @@ pub const SASL_USERS_DIR: &str = "/etc/qpid-dispatch/sasl-users";
 /// Content of the `<name>-sasl-config` ConfigMap (Go operator parity).
 pub const SASL_CONFIG: &str =
     "\npwcheck_method: auxprop\nauxprop_plugin: sasldb\nsasldb_path: /tmp/qdrouterd.sasldb\n";
+/// The user the generated users Secret holds (Go operator parity).
+pub const GENERATED_USER: &str = "guest";
 
-/// Everything the builders need besides the Interconnect.
+/// Everything the builders need besides the Interconnect: the controller's configuration
+/// and what it discovered about the cluster at start.
 #[derive(Debug, Clone)]
 pub struct Settings {
     /// Router image for Interconnects that do not pin one (the Go operator's `QDROUTERD_IMAGE`).
     pub default_image: String,
-}
-
-/// An Interconnect after `defaults`, with what the builders read from it.
-pub struct Target<'a> {
-    /// The object (its spec already defaulted).
-    pub ic: &'a Interconnect,
-    /// Its name.
-    pub name: &'a str,
-    /// Its namespace.
-    pub namespace: &'a str,
-}
-
-impl<'a> Target<'a> {
-    /// The target of `ic`, which must have a name, namespace and uid (stored objects do).
-    pub fn new(ic: &'a Interconnect) -> Self {
-        Target {
-            ic,
-            name: ic.metadata.name.as_deref().unwrap_or_default(),
-            namespace: ic.metadata.namespace.as_deref().unwrap_or_default(),
-        }
-    }
-
-    /// `application=<name>`, `interconnect_cr=<name>`: the Go operator's selector, kept
-    /// unchanged so existing Deployments (whose selector is immutable) can be adopted.
-    pub fn selector(&self) -> BTreeMap<String, String> {
-        [("application", self.name), ("interconnect_cr", self.name)]
-            .into_iter()
-            .map(|(k, v)| (k.to_string(), v.to_string()))
-            .collect()
-    }
-
-    /// The selector plus the recommended `app.kubernetes.io/*` labels.
-    pub fn labels(&self) -> BTreeMap<String, String> {
-        let mut l = self.selector();
-        for (k, v) in [
-            ("app.kubernetes.io/name", "qdrouterd"),
-            ("app.kubernetes.io/instance", self.name),
-            ("app.kubernetes.io/component", "router"),
-            ("app.kubernetes.io/managed-by", "qdr-operator"),
-        ] {
-            l.insert(k.into(), v.into());
-        }
-        l
-    }
-
-    /// Controller owner reference to the Interconnect (garbage collection on delete).
-    pub fn owner(&self) -> OwnerReference {
-        self.ic.controller_owner_ref(&()).expect("stored Interconnects have a name and uid")
-    }
-
-    /// Metadata of a child named `name`.
-    pub fn meta(&self, name: &str) -> ObjectMeta {
-        ObjectMeta {
-            name: Some(name.into()),
-            namespace: Some(self.namespace.into()),
-            labels: Some(self.labels()),
-            owner_references: Some(vec![self.owner()]),
-            ..Default::default()
-        }
-    }
-
-    fn plan(&self) -> qdr_api::DeploymentPlan {
-        self.ic.spec.deployment_plan.clone().unwrap_or_default()
-    }
-
-    /// Whether a SASL users database is used (`users` not `none`/`false`).
-    pub fn users_secret(&self) -> Option<&str> {
-        self.ic
-            .spec
-            .users
-            .as_deref()
-            .filter(|u| !u.eq_ignore_ascii_case("none") && !u.eq_ignore_ascii_case("false"))
-    }
-
-    /// Name of the SASL ConfigMap.
-    pub fn sasl_config_name(&self) -> String {
-        format!("{}-sasl-config", self.name)
-    }
-}
-
-fn typed<T: serde::de::DeserializeOwned>(v: Value) -> T {
-    serde_json::from_value(v).expect("builders produce valid objects")
-}
-
-fn with_meta<T: Resource<DynamicType = ()> + serde::Serialize + serde::de::DeserializeOwned>(
-    t: &Target<'_>,
-    name: &str,
-    body: Value,
-) -> T {
-    let mut v = body;
-    v["apiVersion"] = json!(T::api_version(&()));
-    v["kind"] = json!(T::kind(&()));
-    v["metadata"] = serde_json::to_value(t.meta(name)).expect("meta serializes");
-    typed(v)
+    /// Whether `route.openshift.io/v1` is served: exposed listeners get Routes, not Ingresses.
+    pub routes: bool,
 }
 
 /// ServiceAccount `<name>` for the router pods (auto-mesh reads the pod list with it).
-pub fn service_account(t: &Target<'_>) -> ServiceAccount {
-    with_meta(t, t.name, json!({}))
+pub fn service_account(o: &Owner) -> k8s_openapi::api::core::v1::ServiceAccount {
+    k8s_openapi::api::core::v1::ServiceAccount { metadata: o.meta(o.name()), ..Default::default() }
 }
 
 /// Role `<name>`: get and list pods (what the image's auto-mesh needs, nothing more).
-pub fn role(t: &Target<'_>) -> Role {
-    with_meta(
-        t,
-        t.name,
-        json!({"rules": [{"apiGroups": [""], "resources": ["pods"], "verbs": ["get", "list"]}]}),
-    )
+pub fn role(o: &Owner) -> Role {
+    Role {
+        metadata: o.meta(o.name()),
+        rules: Some(vec![PolicyRule {
+            api_groups: Some(vec![String::new()]),
+            resources: Some(vec!["pods".into()]),
+            verbs: vec!["get".into(), "list".into()],
+            ..Default::default()
+        }]),
+    }
 }
 
 /// RoleBinding `<name>` of the Role to the ServiceAccount.
-pub fn role_binding(t: &Target<'_>) -> RoleBinding {
-    with_meta(
-        t,
-        t.name,
-        json!({
-            "subjects": [{"kind": "ServiceAccount", "name": t.name, "namespace": t.namespace}],
-            "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "Role", "name": t.name},
-        }),
-    )
+pub fn role_binding(o: &Owner) -> RoleBinding {
+    RoleBinding {
+        metadata: o.meta(o.name()),
+        subjects: Some(vec![Subject {
+            kind: "ServiceAccount".into(),
+            name: o.name().into(),
+            namespace: Some(o.namespace().into()),
+            ..Default::default()
+        }]),
+        role_ref: RoleRef {
+            api_group: "rbac.authorization.k8s.io".into(),
+            kind: "Role".into(),
+            name: o.name().into(),
+        },
+    }
 }
 
 /// ConfigMap `<name>-sasl-config` pointing Cyrus SASL at the sasldb the image builds; `None`
 /// with `users: none`.
-pub fn sasl_config_map(t: &Target<'_>) -> Option<ConfigMap> {
-    t.users_secret()?;
-    Some(with_meta(t, &t.sasl_config_name(), json!({"data": {"qdrouterd.conf": SASL_CONFIG}})))
+pub fn sasl_config_map(o: &Owner) -> Option<ConfigMap> {
+    o.users_secret()?;
+    Some(ConfigMap {
+        metadata: o.meta(&o.sasl_config_name()),
+        data: Some(BTreeMap::from([("qdrouterd.conf".into(), SASL_CONFIG.into())])),
+        ..Default::default()
+    })
 }
 
-/// The rendered router configuration and its SHA-256 (hex).
-pub fn config_and_hash(t: &Target<'_>) -> (String, String) {
-    let text = router_config(&t.ic.spec).render();
-    let hash = sha2::Sha256::digest(text.as_bytes()).iter().map(|b| format!("{b:02x}")).collect();
-    (text, hash)
+/// The users Secret `name` the operator creates when it is missing: user
+/// [`GENERATED_USER`] with `password`.
+pub fn users_secret(o: &Owner, name: &str, password: &str) -> Secret {
+    Secret {
+        metadata: o.meta(name),
+        string_data: Some(BTreeMap::from([(GENERATED_USER.into(), password.into())])),
+        ..Default::default()
+    }
 }
 
 /// Container-port name of a listener: its name, or `port-<N>` (an IANA service name).
@@ -182,93 +117,154 @@ pub fn service_port_name(l: &Listener) -> String {
     l.name.clone().unwrap_or_else(|| l.port.to_string())
 }
 
-/// The pod template shared by the Deployment and the DaemonSet.
-pub fn pod_template(t: &Target<'_>, s: &Settings) -> Value {
-    let plan = t.plan();
-    let spec = &t.ic.spec;
-    let (conf, hash) = config_and_hash(t);
-    let liveness = plan.liveness_port.unwrap_or(qdr_api::rules::DEFAULT_LIVENESS_PORT);
-    let interior = plan.role != Some(RouterRole::Edge);
+fn env(name: &str, value: impl Into<String>) -> EnvVar {
+    EnvVar { name: name.into(), value: Some(value.into()), value_from: None }
+}
 
-    let mut env = vec![
-        json!({"name": "APPLICATION_NAME", "value": t.name}),
-        json!({"name": "QDROUTERD_CONF", "value": conf}),
-    ];
-    if t.users_secret().is_some() {
-        env.push(
-            json!({"name": "QDROUTERD_AUTO_CREATE_SASLDB_SOURCE", "value": format!("{SASL_USERS_DIR}/")}),
-        );
-        env.push(json!({"name": "QDROUTERD_AUTO_CREATE_SASLDB_PATH", "value": "/tmp/qdrouterd.sasldb"}));
+fn env_field(name: &str, field_path: &str) -> EnvVar {
+    EnvVar {
+        name: name.into(),
+        value: None,
+        value_from: Some(EnvVarSource {
+            field_ref: Some(ObjectFieldSelector { field_path: field_path.into(), api_version: None }),
+            ..Default::default()
+        }),
     }
-    env.push(json!({"name": "POD_COUNT", "value": plan.size.unwrap_or(1).to_string()}));
-    env.push(
-        json!({"name": "POD_NAMESPACE", "valueFrom": {"fieldRef": {"fieldPath": "metadata.namespace"}}}),
-    );
-    env.push(json!({"name": "POD_IP", "valueFrom": {"fieldRef": {"fieldPath": "status.podIP"}}}));
-    if interior {
-        env.push(json!({"name": "QDROUTERD_AUTO_MESH_DISCOVERY", "value": "QUERY"}));
+}
+
+fn mount(name: &str, path: String) -> VolumeMount {
+    VolumeMount { name: name.into(), mount_path: path, read_only: Some(true), ..Default::default() }
+}
+
+fn secret_volume(name: &str, secret: &str) -> Volume {
+    Volume {
+        name: name.into(),
+        secret: Some(SecretVolumeSource { secret_name: Some(secret.into()), ..Default::default() }),
+        ..Default::default()
     }
+}
 
-    let ports: Vec<Value> = spec
-        .listeners
-        .iter()
-        .flatten()
-        .chain(spec.inter_router_listeners.iter().flatten())
-        .map(|l| json!({"name": container_port_name(l), "containerPort": l.port, "protocol": "TCP"}))
-        .collect();
+/// The router container's environment: what the image's `configure.sh` reads.
+fn router_env(o: &Owner, config: &Rendered) -> Vec<EnvVar> {
+    let plan = o.plan();
+    let mut env_vars = vec![env("APPLICATION_NAME", o.name()), env("QDROUTERD_CONF", config.text.clone())];
+    if o.users_secret().is_some() {
+        env_vars.push(env("QDROUTERD_AUTO_CREATE_SASLDB_SOURCE", format!("{SASL_USERS_DIR}/")));
+        env_vars.push(env("QDROUTERD_AUTO_CREATE_SASLDB_PATH", "/tmp/qdrouterd.sasldb"));
+    }
+    env_vars.push(env("POD_COUNT", plan.size.unwrap_or(1).to_string()));
+    env_vars.push(env_field("POD_NAMESPACE", "metadata.namespace"));
+    env_vars.push(env_field("POD_IP", "status.podIP"));
+    if o.spec().role() != RouterRole::Edge {
+        env_vars.push(env("QDROUTERD_AUTO_MESH_DISCOVERY", "QUERY"));
+    }
+    env_vars
+}
 
+/// The volumes of the pod and the router container's mounts, in matching order: one per
+/// sslProfile Secret (credentials, and the CA when the config reads it from its own
+/// Secret), then the SASL users Secret and ConfigMap.
+fn volumes_and_mounts(o: &Owner) -> (Vec<Volume>, Vec<VolumeMount>) {
     let (mut volumes, mut mounts) = (Vec::new(), Vec::new());
-    for (i, p) in spec.ssl_profiles.iter().flatten().enumerate() {
+    for (i, p) in o.spec().ssl_profiles.iter().flatten().enumerate() {
         if let Some(cred) = &p.credentials {
             let v = format!("ssl-{i}-credentials");
-            volumes.push(json!({"name": v, "secret": {"secretName": cred}}));
-            mounts.push(json!({"name": v, "mountPath": cert_dir(&p.name, cred), "readOnly": true}));
+            volumes.push(secret_volume(&v, cred));
+            mounts.push(mount(&v, cert_dir(&p.name, cred)));
         }
         if let Some(ca) = &p.ca_cert {
             let needed = Some(ca) != p.credentials.as_ref()
                 && !(p.mutual_auth == Some(true) && p.generate_credentials == Some(true));
             if needed {
                 let v = format!("ssl-{i}-ca");
-                volumes.push(json!({"name": v, "secret": {"secretName": ca}}));
-                mounts.push(json!({"name": v, "mountPath": cert_dir(&p.name, ca), "readOnly": true}));
+                volumes.push(secret_volume(&v, ca));
+                mounts.push(mount(&v, cert_dir(&p.name, ca)));
             }
         }
     }
-    if let Some(users) = t.users_secret() {
-        volumes.push(json!({"name": "sasl-users", "secret": {"secretName": users}}));
-        volumes.push(json!({"name": "sasl-config", "configMap": {"name": t.sasl_config_name()}}));
-        mounts.push(json!({"name": "sasl-users", "mountPath": SASL_USERS_DIR, "readOnly": true}));
-        mounts.push(json!({"name": "sasl-config", "mountPath": "/etc/sasl2", "readOnly": true}));
+    if let Some(users) = o.users_secret() {
+        volumes.push(secret_volume("sasl-users", &users));
+        volumes.push(Volume {
+            name: "sasl-config".into(),
+            config_map: Some(ConfigMapVolumeSource { name: o.sasl_config_name(), ..Default::default() }),
+            ..Default::default()
+        });
+        mounts.push(mount("sasl-users", SASL_USERS_DIR.into()));
+        mounts.push(mount("sasl-config", "/etc/sasl2".into()));
     }
+    (volumes, mounts)
+}
 
-    let mut container = json!({
-        "name": t.name,
-        "image": plan.image.clone().unwrap_or_else(|| s.default_image.clone()),
-        "env": env,
-        "ports": ports,
-        "livenessProbe": {"httpGet": {"path": "/healthz", "port": liveness}, "initialDelaySeconds": 60},
-        "volumeMounts": mounts,
+/// The pod template shared by the Deployment and the DaemonSet; `config` is the rendered
+/// router configuration (in `QDROUTERD_CONF`, its hash in [`CONFIG_HASH`]).
+pub fn pod_template(o: &Owner, s: &Settings, config: &Rendered) -> PodTemplateSpec {
+    let plan = o.plan();
+    let liveness = o.spec().liveness_port();
+    let ports = [LinkRole::Normal, LinkRole::InterRouter]
+        .into_iter()
+        .flat_map(|r| o.spec().listeners_of(r).iter().flatten())
+        .map(|l| ContainerPort {
+            name: Some(container_port_name(l)),
+            container_port: l.port,
+            protocol: Some("TCP".into()),
+            ..Default::default()
+        })
+        .collect();
+    let (volumes, mounts) = volumes_and_mounts(o);
+    let container = Container {
+        name: o.name().into(),
+        image: Some(plan.image.clone().unwrap_or_else(|| s.default_image.clone())),
+        env: Some(router_env(o, config)),
+        ports: Some(ports),
+        liveness_probe: Some(Probe {
+            http_get: Some(HTTPGetAction {
+                path: Some("/healthz".into()),
+                port: IntOrString::Int(liveness),
+                ..Default::default()
+            }),
+            initial_delay_seconds: Some(60),
+            ..Default::default()
+        }),
+        volume_mounts: Some(mounts),
+        resources: plan.resources.clone(),
+        ..Default::default()
+    };
+    let affinity = (plan.placement == Some(Placement::AntiAffinity)).then(|| Affinity {
+        pod_anti_affinity: Some(PodAntiAffinity {
+            required_during_scheduling_ignored_during_execution: Some(vec![PodAffinityTerm {
+                label_selector: Some(LabelSelector {
+                    match_labels: Some(o.selector()),
+                    ..Default::default()
+                }),
+                topology_key: "kubernetes.io/hostname".into(),
+                ..Default::default()
+            }]),
+            ..Default::default()
+        }),
+        ..Default::default()
     });
-    if let Some(r) = &plan.resources {
-        container["resources"] = serde_json::to_value(r).expect("resources serialize");
+    PodTemplateSpec {
+        metadata: Some(ObjectMeta {
+            labels: Some(o.labels()),
+            annotations: Some(BTreeMap::from([
+                ("prometheus.io/port".into(), liveness.to_string()),
+                ("prometheus.io/scrape".into(), "true".into()),
+                (CONFIG_HASH.into(), config.hash.clone()),
+            ])),
+            ..Default::default()
+        }),
+        spec: Some(PodSpec {
+            service_account_name: Some(o.name().into()),
+            containers: vec![container],
+            volumes: Some(volumes),
+            affinity,
+            ..Default::default()
+        }),
     }
-    let mut pod = json!({"serviceAccountName": t.name, "containers": [container], "volumes": volumes});
-    if plan.placement == Some(Placement::AntiAffinity) {
-        pod["affinity"] = json!({"podAntiAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": [{
-            "labelSelector": {"matchLabels": t.selector()},
-            "topologyKey": "kubernetes.io/hostname",
-        }]}});
-    }
-    json!({
-        "metadata": {
-            "labels": t.labels(),
-            "annotations": {"prometheus.io/port": liveness.to_string(), "prometheus.io/scrape": "true", CONFIG_HASH: hash},
-        },
-        "spec": pod,
-    })
 }
 
 /// The workload: a Deployment for placement Any and AntiAffinity, a DaemonSet for Every.
+#[derive(Debug, Clone, PartialEq)]
 pub enum Workload {
     /// `size` routers.
     Deployment(Box<Deployment>),
@@ -276,90 +272,140 @@ pub enum Workload {
     DaemonSet(Box<DaemonSet>),
 }
 
-/// Deployment or DaemonSet `<name>`.
-pub fn workload(t: &Target<'_>, s: &Settings) -> Workload {
-    let plan = t.plan();
-    let template = pod_template(t, s);
-    let selector = json!({"matchLabels": t.selector()});
+impl Workload {
+    /// The pod template, whichever the kind.
+    pub fn template(&self) -> &PodTemplateSpec {
+        match self {
+            Workload::Deployment(d) => &d.spec.as_ref().expect("built with a spec").template,
+            Workload::DaemonSet(d) => &d.spec.as_ref().expect("built with a spec").template,
+        }
+    }
+}
+
+/// Deployment or DaemonSet `<name>` running `config`.
+pub fn workload(o: &Owner, s: &Settings, config: &Rendered) -> Workload {
+    let plan = o.plan();
+    let template = pod_template(o, s, config);
+    let selector = LabelSelector { match_labels: Some(o.selector()), ..Default::default() };
     if plan.placement == Some(Placement::Every) {
-        Workload::DaemonSet(Box::new(with_meta(
-            t,
-            t.name,
-            json!({"spec": {"selector": selector, "template": template}}),
-        )))
+        Workload::DaemonSet(Box::new(DaemonSet {
+            metadata: o.meta(o.name()),
+            spec: Some(DaemonSetSpec { selector, template, ..Default::default() }),
+            ..Default::default()
+        }))
     } else {
-        Workload::Deployment(Box::new(with_meta(
-            t,
-            t.name,
-            json!({"spec": {"replicas": plan.size.unwrap_or(1), "selector": selector, "template": template}}),
-        )))
+        Workload::Deployment(Box::new(Deployment {
+            metadata: o.meta(o.name()),
+            spec: Some(DeploymentSpec {
+                replicas: Some(plan.size.unwrap_or(1)),
+                selector,
+                template,
+                ..Default::default()
+            }),
+            ..Default::default()
+        }))
     }
 }
 
 /// Service `<name>`: one port per listener of every kind, the Service type when set.
-pub fn service(t: &Target<'_>) -> Service {
-    let spec = &t.ic.spec;
-    let ports: Vec<Value> = [&spec.listeners, &spec.inter_router_listeners, &spec.edge_listeners]
-        .into_iter()
-        .flat_map(|l| l.iter().flatten())
-        .map(|l| json!({"name": service_port_name(l), "protocol": "TCP", "port": l.port, "targetPort": l.port}))
+pub fn service(o: &Owner) -> Service {
+    let ports = o
+        .spec()
+        .every_listener()
+        .map(|(_, _, l)| ServicePort {
+            name: Some(service_port_name(l)),
+            protocol: Some("TCP".into()),
+            port: l.port,
+            target_port: Some(IntOrString::Int(l.port)),
+            ..Default::default()
+        })
         .collect();
-    let mut body = json!({"spec": {"selector": t.selector(), "ports": ports}});
-    if let Some(st) = t.plan().service_type {
-        body["spec"]["type"] = json!(st.as_str());
+    Service {
+        metadata: o.meta(o.name()),
+        spec: Some(ServiceSpec {
+            selector: Some(o.selector()),
+            ports: Some(ports),
+            type_: o.plan().service_type.map(|t| t.as_str().to_string()),
+            ..Default::default()
+        }),
+        ..Default::default()
     }
-    with_meta(t, t.name, body)
 }
 
 /// Exposed listeners of every kind, with their Ingress or Route name
 /// `<name>-<listener name or port>`.
-fn exposed<'a>(t: &'a Target<'_>) -> impl Iterator<Item = (String, &'a Listener)> + 'a {
-    let spec = &t.ic.spec;
-    [&spec.listeners, &spec.inter_router_listeners, &spec.edge_listeners]
-        .into_iter()
-        .flat_map(|l| l.iter().flatten())
+fn exposed(o: &Owner) -> impl Iterator<Item = (String, &Listener)> + '_ {
+    o.spec()
+        .every_listener()
+        .map(|(_, _, l)| l)
         .filter(|l| l.expose == Some(true))
-        .map(|l| (format!("{}-{}", t.name, l.name.clone().unwrap_or_else(|| l.port.to_string())), l))
+        .map(|l| (format!("{}-{}", o.name(), l.name.clone().unwrap_or_else(|| l.port.to_string())), l))
 }
 
 /// Ingresses (networking.k8s.io/v1) `<name>-<listener name or port>` for exposed listeners.
-pub fn ingresses(t: &Target<'_>) -> Vec<Ingress> {
-    exposed(t)
+pub fn ingresses(o: &Owner) -> Vec<Ingress> {
+    exposed(o)
+        .map(|(name, l)| Ingress {
+            metadata: o.meta(&name),
+            spec: Some(IngressSpec {
+                rules: Some(vec![IngressRule {
+                    host: Some(name.clone()),
+                    http: Some(HTTPIngressRuleValue {
+                        paths: vec![HTTPIngressPath {
+                            path: Some("/".into()),
+                            path_type: "Prefix".into(),
+                            backend: IngressBackend {
+                                service: Some(IngressServiceBackend {
+                                    name: o.name().into(),
+                                    port: Some(ServiceBackendPort { number: Some(l.port), name: None }),
+                                }),
+                                ..Default::default()
+                            },
+                        }],
+                    }),
+                }]),
+                ..Default::default()
+            }),
+            ..Default::default()
+        })
+        .collect()
+}
+
+/// OpenShift Routes `<name>-<listener name or port>` for exposed listeners, used instead of
+/// Ingresses when that API is served: TLS passthrough for listeners with an sslProfile, edge
+/// termination with redirect otherwise (Go operator parity).
+pub fn routes(o: &Owner) -> Vec<Route> {
+    exposed(o)
         .map(|(name, l)| {
-            with_meta(
-                t,
+            let (termination, insecure) =
+                if l.ssl_profile.is_some() { ("passthrough", "None") } else { ("edge", "Redirect") };
+            let mut route = Route::new(
                 &name,
-                json!({"spec": {"rules": [{"host": name, "http": {"paths": [{"path": "/", "pathType": "Prefix",
-                    "backend": {"service": {"name": t.name, "port": {"number": l.port}}}}]}}]}}),
-            )
+                RouteSpec {
+                    to: RouteTargetReference { kind: "Service".into(), name: o.name().into() },
+                    port: Some(RoutePort { target_port: IntOrString::Int(l.port) }),
+                    tls: Some(TlsConfig {
+                        termination: termination.into(),
+                        insecure_edge_termination_policy: Some(insecure.into()),
+                    }),
+                },
+            );
+            route.metadata = o.meta(&name);
+            route
         })
         .collect()
 }
 
-/// OpenShift Routes (`route.openshift.io/v1`) `<name>-<listener name or port>` for exposed
-/// listeners, used instead of Ingresses when that API is served: TLS passthrough for
-/// listeners with an sslProfile, edge termination with redirect otherwise (Go operator parity).
-pub fn routes(t: &Target<'_>) -> Vec<kube::api::DynamicObject> {
-    exposed(t)
-        .map(|(name, l)| {
-            let tls = if l.ssl_profile.is_some() {
-                json!({"termination": "passthrough", "insecureEdgeTerminationPolicy": "None"})
-            } else {
-                json!({"termination": "edge", "insecureEdgeTerminationPolicy": "Redirect"})
-            };
-            typed(json!({
-                "apiVersion": "route.openshift.io/v1", "kind": "Route",
-                "metadata": t.meta(&name),
-                "spec": {"to": {"kind": "Service", "name": t.name}, "port": {"targetPort": l.port}, "tls": tls},
-            }))
-        })
-        .collect()
+/// How exposed listeners leave the cluster.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Exposure {
+    /// networking.k8s.io/v1 Ingresses.
+    Ingresses(Vec<Ingress>),
+    /// OpenShift Routes (where `route.openshift.io/v1` is served).
+    Routes(Vec<Route>),
 }
 
-/// The API resource of OpenShift Routes.
-pub fn route_resource() -> kube::api::ApiResource {
-    kube::api::ApiResource::from_gvk_with_plural(
-        &kube::api::GroupVersionKind::gvk("route.openshift.io", "v1", "Route"),
-        "routes",
-    )
+/// [`ingresses`] or [`routes`], as `s` says the cluster serves.
+pub fn exposure(o: &Owner, s: &Settings) -> Exposure {
+    if s.routes { Exposure::Routes(routes(o)) } else { Exposure::Ingresses(ingresses(o)) }
 }

@@ -18,7 +18,7 @@ use k8s_openapi::ByteString;
 use k8s_openapi::api::core::v1::Secret;
 use qdr_certs::pki::{CertKey, new_ca, new_leaf};
 
-use crate::builders::Target;
+use crate::owner::Owner;
 
 /// Lifetime of generated CAs.
 pub const CA_LIFETIME: Duration = Duration::from_secs(5 * 365 * 24 * 3600);
@@ -45,58 +45,55 @@ fn pair(existing: &Existing, name: &str) -> Option<CertKey> {
     Some(CertKey { cert_pem: s("tls.crt")?, key_pem: s("tls.key")? })
 }
 
-fn secret(t: &Target<'_>, name: &str, data: &[(&str, &str)]) -> Secret {
+/// Label on every Secret the controller generated (CA or certificate), so that they can be
+/// told from user-provided ones.
+pub const GENERATED_LABEL: &str = "qdr-operator.io/credentials";
+
+fn secret(o: &Owner, name: &str, data: &[(&str, &str)]) -> Secret {
     let mut s = Secret {
-        metadata: t.meta(name),
+        metadata: o.meta(name),
         type_: Some("kubernetes.io/tls".into()),
         data: Some(data.iter().map(|(k, v)| (k.to_string(), ByteString(v.as_bytes().to_vec()))).collect()),
         ..Default::default()
     };
-    s.metadata
-        .labels
-        .get_or_insert_with(BTreeMap::new)
-        .insert("qdr-operator.io/credentials".into(), "true".into());
+    s.metadata.labels.get_or_insert_with(BTreeMap::new).insert(GENERATED_LABEL.into(), "true".into());
     s
 }
 
 /// The DNS names of router certificates.
-pub fn dns_names(t: &Target<'_>) -> Vec<String> {
-    let (n, ns) = (t.name, t.namespace);
+pub fn dns_names(o: &Owner) -> Vec<String> {
+    let (n, ns) = (o.name(), o.namespace());
     vec![n.to_string(), format!("{n}.{ns}"), format!("{n}.{ns}.svc"), format!("{n}.{ns}.svc.cluster.local")]
 }
 
-/// The Secrets to create so that every generated credential of `t` exists.
+/// The Secrets to create so that every generated credential of `o` exists, valid from
+/// `now`. `existing` holds the data of the Secrets that exist (by name).
 ///
 /// # Errors
 /// [`CredentialsError::MissingCa`] when a CA to sign with is named but absent.
 pub fn missing_secrets(
-    t: &Target<'_>,
+    o: &Owner,
     existing: &Existing,
     now: SystemTime,
 ) -> Result<Vec<Secret>, CredentialsError> {
     let mut out = Vec::new();
     let mut made: Existing = BTreeMap::new();
     let lookup = |made: &Existing, name: &str| pair(made, name).or_else(|| pair(existing, name));
-    let profiles: Vec<_> = t.ic.spec.ssl_profiles.iter().flatten().collect();
+    let profiles: Vec<_> = o.spec().ssl_profiles.iter().flatten().collect();
 
     let needs_ic_ca = profiles.iter().any(|p| {
         p.generate_credentials == Some(true)
             && p.mutual_auth != Some(true)
             && p.credentials.as_ref().is_some_and(|c| !existing.contains_key(c))
     });
-    let ic_ca_name =
-        t.ic.spec
-            .deployment_plan
-            .as_ref()
-            .and_then(|p| p.issuer.clone())
-            .unwrap_or_else(|| format!("{}-ca", t.name));
+    let ic_ca_name = o.issuer_secret();
     if needs_ic_ca && lookup(&made, &ic_ca_name).is_none() {
-        if t.ic.spec.deployment_plan.as_ref().and_then(|p| p.issuer.as_ref()).is_some() {
+        if o.spec().user_issuer().is_some() {
             return Err(CredentialsError::MissingCa(ic_ca_name));
         }
-        let ca = new_ca(&format!("{}-ca", t.name), now, CA_LIFETIME)?;
+        let ca = new_ca(&format!("{}-ca", o.name()), now, CA_LIFETIME)?;
         out.push(secret(
-            t,
+            o,
             &ic_ca_name,
             &[("tls.crt", &ca.cert_pem), ("tls.key", &ca.key_pem), ("ca.crt", &ca.cert_pem)],
         ));
@@ -107,9 +104,9 @@ pub fn missing_secrets(
             && let Some(ca_name) = &p.ca_cert
             && lookup(&made, ca_name).is_none()
         {
-            let ca = new_ca(&format!("{}-{}-ca", t.name, p.name), now, CA_LIFETIME)?;
+            let ca = new_ca(&format!("{}-{}-ca", o.name(), p.name), now, CA_LIFETIME)?;
             out.push(secret(
-                t,
+                o,
                 ca_name,
                 &[("tls.crt", &ca.cert_pem), ("tls.key", &ca.key_pem), ("ca.crt", &ca.cert_pem)],
             ));
@@ -130,9 +127,9 @@ pub fn missing_secrets(
         };
         let signer =
             lookup(&made, &signer_name).ok_or_else(|| CredentialsError::MissingCa(signer_name.clone()))?;
-        let leaf = new_leaf(&signer, &dns_names(t), now, CERT_LIFETIME)?;
+        let leaf = new_leaf(&signer, &dns_names(o), now, CERT_LIFETIME)?;
         out.push(secret(
-            t,
+            o,
             cred,
             &[("tls.crt", &leaf.cert_pem), ("tls.key", &leaf.key_pem), ("ca.crt", &signer.cert_pem)],
         ));

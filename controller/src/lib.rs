@@ -1,9 +1,20 @@
 //! The qdr-operator controller: reconciles valid Interconnects into Qpid Dispatch Router
 //! workloads.
+//!
+//! * [`owner`]: the Interconnect being built (defaulted and validated);
+//! * [`builders`] (pure, one function per child), [`router_config`] (the typed
+//!   `qdrouterd.conf`), [`credentials`] (generated CAs and certificates), [`route`]
+//!   (OpenShift Routes);
+//! * [`reconcile`]: one pass as stages (observe, build, apply, status, events);
+//! * [`runtime`]: the kube-runtime controller and [`runtime::run_while_leading`];
+//! * [`lease`]: Lease-based leader election; [`metrics`]: Prometheus metrics.
 
 pub mod builders;
-pub mod config;
 pub mod credentials;
 pub mod lease;
 pub mod metrics;
+pub mod owner;
 pub mod reconcile;
+pub mod route;
+pub mod router_config;
+pub mod runtime;

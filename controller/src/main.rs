@@ -7,21 +7,15 @@ use std::time::Duration;
 use axum::Router;
 use axum::routing::get;
 use clap::Parser;
-use futures::StreamExt;
-use k8s_openapi::api::apps::v1::{DaemonSet, Deployment};
 use k8s_openapi::api::coordination::v1::Lease;
-use k8s_openapi::api::core::v1::{ConfigMap, Pod, Secret, Service, ServiceAccount};
-use k8s_openapi::api::networking::v1::Ingress;
-use k8s_openapi::api::rbac::v1::{Role, RoleBinding};
 use kube::api::Api;
 use kube::runtime::events::{Recorder, Reporter};
-use kube::runtime::reflector::ObjectRef;
-use kube::runtime::{Controller, watcher};
-use qdr_api::Interconnect;
 use qdr_controller::builders::Settings;
 use qdr_controller::lease::{Elector, Timing};
 use qdr_controller::metrics::Metrics;
-use qdr_controller::reconcile::{Context, error_policy, reconcile};
+use qdr_controller::reconcile::Context;
+use qdr_controller::runtime::{run_controller, run_while_leading};
+use tracing::Instrument;
 
 /// Reconciles Interconnects (interconnectedcloud.github.io/v1alpha1) into router
 /// Deployments or DaemonSets, Services, ConfigMaps, Secrets, RBAC and Ingresses.
@@ -72,13 +66,6 @@ struct Args {
     log_format: String,
 }
 
-fn api<K>(client: &kube::Client, ns: &str) -> Api<K>
-where
-    K: kube::Resource<Scope = k8s_openapi::NamespaceResourceScope, DynamicType = ()>,
-{
-    if ns.is_empty() { Api::all(client.clone()) } else { Api::namespaced(client.clone(), ns) }
-}
-
 #[tokio::main]
 async fn main() -> Result<(), Box<dyn std::error::Error>> {
     let args = Args::parse();
@@ -102,7 +89,7 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
         .route("/livez", get(|| async { "ok" }))
         .route("/readyz", get(|| async { "ok" }))
         .route("/metrics", get(move || async move { m.encode() }));
-    tokio::spawn(async move { axum::serve(health, app).await });
+    tokio::spawn(async move { axum::serve(health, app).await }.instrument(tracing::info_span!("health")));
 
     let timing = Timing {
         lease_duration: args.lease_duration,
@@ -124,73 +111,33 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
         let _ = stop_tx.send(true);
     });
     let election = tokio::spawn({
-        let e = elector.clone();
-        let stop = stop_rx.clone();
-        async move { e.run(stop).await }
+        let (e, stop) = (elector.clone(), stop_rx.clone());
+        async move { e.run(stop).await }.instrument(tracing::info_span!("election"))
     });
 
     // OpenShift: Routes instead of Ingresses when the API is served (checked once at start).
-    let openshift = client.list_api_groups().await?.groups.iter().any(|g| g.name == "route.openshift.io");
-    tracing::info!(openshift, "exposure through {}", if openshift { "Routes" } else { "Ingresses" });
+    let routes = client.list_api_groups().await?.groups.iter().any(|g| g.name == "route.openshift.io");
+    tracing::info!(routes, "exposure through {}", if routes { "Routes" } else { "Ingresses" });
     let ctx = Arc::new(Context {
-        openshift,
         client: client.clone(),
-        settings: Settings { default_image: args.default_image.clone() },
+        settings: Settings { default_image: args.default_image.clone(), routes },
         recorder: Recorder::new(
             client.clone(),
             Reporter { controller: "qdr-operator".into(), instance: Some(identity.clone()) },
         ),
         metrics: metrics.clone(),
     });
-    let mut leading = elector.subscribe();
     let ns = args.watch_namespace.clone();
-    loop {
-        // Follow until elected or stopped.
-        while !*leading.borrow() && !*stop_rx.borrow() {
-            let mut stop = stop_rx.clone();
-            tokio::select! { _ = leading.changed() => {}, _ = stop.changed() => {} }
+    run_while_leading(elector.subscribe(), stop_rx, Duration::from_secs(1), || {
+        let (ctx, ns, identity) = (ctx.clone(), ns.clone(), identity.clone());
+        async move {
+            let _leading = ctx.metrics.leading();
+            tracing::info!(%identity, "leading: reconciling");
+            run_controller(ctx.clone(), &ns).await;
         }
-        if *stop_rx.borrow() {
-            break;
-        }
-        metrics.leader.set(1);
-        tracing::info!(%identity, "leading: reconciling");
-        let wc = watcher::Config::default();
-        // Debounce: a burst of child events (every apply echoes back) costs one reconcile.
-        let cfg =
-            kube::runtime::controller::Config::default().debounce(Duration::from_millis(500)).concurrency(16);
-        let controller = Controller::new(api::<Interconnect>(&client, &ns), wc.clone())
-            .with_config(cfg)
-            .owns(api::<Deployment>(&client, &ns), wc.clone())
-            .owns(api::<DaemonSet>(&client, &ns), wc.clone())
-            .owns(api::<Service>(&client, &ns), wc.clone())
-            .owns(api::<ConfigMap>(&client, &ns), wc.clone())
-            .owns(api::<Secret>(&client, &ns), wc.clone())
-            .owns(api::<Ingress>(&client, &ns), wc.clone())
-            .owns(api::<ServiceAccount>(&client, &ns), wc.clone())
-            .owns(api::<Role>(&client, &ns), wc.clone())
-            .owns(api::<RoleBinding>(&client, &ns), wc.clone())
-            .watches(api::<Pod>(&client, &ns), wc.clone().labels("interconnect_cr"), |pod: Pod| {
-                let name = pod.metadata.labels.as_ref().and_then(|l| l.get("interconnect_cr")).cloned();
-                name.map(|n| ObjectRef::new(&n).within(pod.metadata.namespace.as_deref().unwrap_or_default()))
-            })
-            .run(reconcile, error_policy, ctx.clone())
-            .for_each(|_| futures::future::ready(()));
-        let lost = async {
-            while *leading.borrow() {
-                if leading.changed().await.is_err() {
-                    break;
-                }
-            }
-        };
-        // Losing the lease (or SIGTERM, which ends leadership) drops the controller at once.
-        tokio::select! { _ = controller => {}, _ = lost => {} }
-        metrics.leader.set(0);
-        tracing::info!(%identity, "not leading: stopped reconciling");
-        if *stop_rx.borrow() {
-            break;
-        }
-    }
+    })
+    .await;
+    tracing::info!(%identity, "not reconciling");
     elector.release().await;
     election.abort();
     Ok(())

@@ -16,8 +16,8 @@ struct Category {
 }
 
 /// * `qdr_controller_reconciles_total`: reconciles run;
-/// * `qdr_controller_reconcile_errors_total{category}`: failures by stage (`observe`,
-///   `apply`, `delete`, `credentials`, `status`);
+/// * `qdr_controller_reconcile_errors_total{category}`: failures by stage (`owner`,
+///   `observe`, `build`, `apply`, `status`);
 /// * `qdr_controller_reconcile_duration_seconds`: time per reconcile;
 /// * `qdr_controller_leader`: 1 while this replica leads, else 0.
 pub struct Metrics {
@@ -64,10 +64,26 @@ impl Metrics {
         }
     }
 
+    /// Sets `qdr_controller_leader` to 1 until the guard is dropped.
+    pub fn leading(&self) -> LeadingGuard {
+        self.leader.set(1);
+        LeadingGuard(self.leader.clone())
+    }
+
     /// The text exposition.
     pub fn encode(&self) -> String {
         let mut out = String::new();
         prometheus_client::encoding::text::encode(&mut out, &self.registry).expect("writing to a String");
         out
+    }
+}
+
+/// Keeps `qdr_controller_leader` at 1 while alive (see [`Metrics::leading`]).
+#[derive(Debug)]
+pub struct LeadingGuard(Gauge<i64, AtomicI64>);
+
+impl Drop for LeadingGuard {
+    fn drop(&mut self) {
+        self.0.set(0);
     }
 }

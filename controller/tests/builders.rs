@@ -3,27 +3,33 @@
 
 use std::time::SystemTime;
 
-use qdr_api::{Interconnect, defaults};
-use qdr_controller::builders::{self, Settings, Target, Workload};
+use qdr_api::Interconnect;
+use qdr_controller::builders::{self, Settings, Workload};
 use qdr_controller::credentials::{self, Existing};
+use qdr_controller::owner::Owner;
+use qdr_controller::router_config::Rendered;
 use serde_json::{Value, json};
 
-fn ic(spec: Value) -> Interconnect {
-    let mut ic: Interconnect = serde_json::from_value(json!({
+/// The Owner of a stored Interconnect `mesh` in `ns` with `spec` (defaulted, validated).
+fn ic(spec: Value) -> Owner {
+    let ic: Interconnect = serde_json::from_value(json!({
         "apiVersion": "interconnectedcloud.github.io/v1alpha1", "kind": "Interconnect",
         "metadata": {"name": "mesh", "namespace": "ns", "uid": "0f1e2d3c-aaaa-bbbb-cccc-000000000001"}, "spec": spec,
     }))
     .unwrap();
-    ic = defaults(&ic);
-    ic
+    Owner::new(&ic).unwrap()
 }
 
 fn settings() -> Settings {
-    Settings { default_image: "quay.io/interconnectedcloud/qdrouterd:1.19.0".into() }
+    Settings { default_image: "quay.io/interconnectedcloud/qdrouterd:1.19.0".into(), routes: false }
 }
 
-fn pod(ic: &Interconnect) -> Value {
-    builders::pod_template(&Target::new(ic), &settings())
+fn workload(o: &Owner) -> Workload {
+    builders::workload(o, &settings(), &Rendered::of(o.spec()))
+}
+
+fn pod(o: &Owner) -> Value {
+    serde_json::to_value(builders::pod_template(o, &settings(), &Rendered::of(o.spec()))).unwrap()
 }
 
 fn env_names(p: &Value) -> Vec<String> {
@@ -39,8 +45,7 @@ fn env_names(p: &Value) -> Vec<String> {
 #[test]
 fn users_none_means_no_sasl_objects_mounts_or_env() {
     let ic = ic(json!({"users": "none"}));
-    let t = Target::new(&ic);
-    assert!(builders::sasl_config_map(&t).is_none());
+    assert!(builders::sasl_config_map(&ic).is_none());
     let p = pod(&ic);
     let vols = p["spec"]["volumes"].to_string();
     assert!(!vols.contains("sasl"), "{vols}");
@@ -52,10 +57,7 @@ fn users_none_means_no_sasl_objects_mounts_or_env() {
 fn deployment_and_daemonset_share_one_pod_template_and_mount_every_volume() {
     let any = ic(json!({}));
     let every = ic(json!({"deploymentPlan": {"placement": "Every"}}));
-    let (Workload::Deployment(d), Workload::DaemonSet(ds)) = (
-        builders::workload(&Target::new(&any), &settings()),
-        builders::workload(&Target::new(&every), &settings()),
-    ) else {
+    let (Workload::Deployment(d), Workload::DaemonSet(ds)) = (workload(&any), workload(&every)) else {
         panic!("Any gives a Deployment and Every a DaemonSet")
     };
     let dt = serde_json::to_value(&d.spec.unwrap().template).unwrap();
@@ -97,8 +99,7 @@ fn a_new_ssl_profile_brings_its_volume_and_mount_together() {
 #[test]
 fn generated_credentials_have_service_names_and_no_empty_domain() {
     let ic = ic(json!({}));
-    let t = Target::new(&ic);
-    let secrets = credentials::missing_secrets(&t, &Existing::new(), SystemTime::now()).unwrap();
+    let secrets = credentials::missing_secrets(&ic, &Existing::new(), SystemTime::now()).unwrap();
     let names: Vec<String> = secrets.iter().map(|s| s.metadata.name.clone().unwrap()).collect();
     assert_eq!(
         names,
@@ -119,7 +120,7 @@ fn generated_credentials_have_service_names_and_no_empty_domain() {
     for s in &secrets {
         existing.insert(s.metadata.name.clone().unwrap(), s.data.clone().unwrap());
     }
-    assert!(credentials::missing_secrets(&t, &existing, SystemTime::now()).unwrap().is_empty());
+    assert!(credentials::missing_secrets(&ic, &existing, SystemTime::now()).unwrap().is_empty());
 }
 
 /// Bug 12: `deploymentPlan.issuer` was half-used; here its CA signs the credentials, and a
@@ -127,9 +128,8 @@ fn generated_credentials_have_service_names_and_no_empty_domain() {
 #[test]
 fn the_issuer_secret_signs_generated_credentials() {
     let ic = ic(json!({"deploymentPlan": {"issuer": "corp-ca"}}));
-    let t = Target::new(&ic);
     assert!(matches!(
-        credentials::missing_secrets(&t, &Existing::new(), SystemTime::now()),
+        credentials::missing_secrets(&ic, &Existing::new(), SystemTime::now()),
         Err(credentials::CredentialsError::MissingCa(n)) if n == "corp-ca"
     ));
     let ca = qdr_certs::pki::new_ca("corp", SystemTime::now(), std::time::Duration::from_secs(3600)).unwrap();
@@ -141,7 +141,7 @@ fn the_issuer_secret_signs_generated_credentials() {
             .map(|(k, v)| (k.to_string(), k8s_openapi::ByteString(v.as_bytes().to_vec())))
             .collect(),
     );
-    let secrets = credentials::missing_secrets(&t, &existing, SystemTime::now()).unwrap();
+    let secrets = credentials::missing_secrets(&ic, &existing, SystemTime::now()).unwrap();
     let default =
         secrets.iter().find(|s| s.metadata.name.as_deref() == Some("mesh-default-credentials")).unwrap();
     let leaf = String::from_utf8(default.data.as_ref().unwrap()["tls.crt"].0.clone()).unwrap();
@@ -169,7 +169,7 @@ fn workloads_are_labelled_and_volume_names_are_unique() {
         json!({"sslProfiles": [{"name": "a", "credentials": "shared"}, {"name": "b", "credentials": "shared"}],
                        "listeners": [{"port": 5672, "sslProfile": "a"}, {"port": 5673, "sslProfile": "b"}]}),
     );
-    let Workload::Deployment(d) = builders::workload(&Target::new(&ic), &settings()) else { panic!() };
+    let Workload::Deployment(d) = workload(&ic) else { panic!() };
     assert_eq!(d.metadata.labels.as_ref().unwrap()["application"], "mesh");
     let vols: Vec<String> =
         d.spec.unwrap().template.spec.unwrap().volumes.unwrap().into_iter().map(|v| v.name).collect();

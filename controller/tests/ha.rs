@@ -1,6 +1,8 @@
 //! High availability with real controller processes: only the Lease holder reconciles;
-//! after SIGTERM the leader releases the Lease and another replica reconciles a new change
-//! within 3 s; after SIGKILL, within the lease duration plus 3 s.
+//! after SIGTERM the leader releases the Lease and another replica takes over faster than
+//! expiry allows; after SIGKILL another replica takes over once the Lease expires. Each
+//! time, a change made after the failure is reconciled by the new leader. Figures are
+//! printed; assertions use margins derived from the configured lease timing.
 
 mod common;
 
@@ -15,9 +17,23 @@ use serde_json::json;
 
 /// Matches `start_controller`'s `--lease-duration`.
 const LEASE: Duration = Duration::from_secs(4);
+/// Matches `start_controller`'s `--retry-period`.
+const RETRY: Duration = Duration::from_millis(500);
 
 async fn holder(leases: &Api<Lease>) -> Option<String> {
     leases.get_opt("ha-lease").await.ok().flatten()?.spec?.holder_identity.filter(|h| !h.is_empty())
+}
+
+/// How long after `since` the Lease names a holder other than `old` (polled every 20 ms;
+/// panics after `limit`).
+async fn takeover(leases: &Api<Lease>, old: &str, since: Instant, limit: Duration) -> (String, Duration) {
+    loop {
+        if let Some(h) = holder(leases).await.filter(|h| h != old) {
+            return (h, since.elapsed());
+        }
+        assert!(since.elapsed() < limit, "no replica took the Lease from {old} within {limit:?}");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
 }
 
 async fn scale_and_time(
@@ -77,25 +93,38 @@ async fn failover_after_sigterm_and_after_sigkill() {
     let (_, p) = replicas.remove(i);
     let t0 = Instant::now();
     p.signal(libc::SIGTERM);
+    let (_, graceful_takeover) = takeover(&leases, &leader, t0, 4 * LEASE).await;
     assert!(p.wait_exit(Duration::from_secs(10)), "leader did not exit on SIGTERM");
     let exited = t0.elapsed();
     let graceful = scale_and_time(&ns, 3, &replicas).await;
-    let new_leader = holder(&leases).await;
-    assert_ne!(new_leader.as_deref(), Some(leader.as_str()));
 
     // Crash: a third replica joins, then the current leader is SIGKILLed.
     replicas.push(("ha-c".into(), common::start_controller(cp, &system.name, "ha-lease", "ha-c")));
     let leader = eventually("a leader", Duration::from_secs(20), || holder(&leases)).await;
-    tokio::time::sleep(Duration::from_secs(1)).await; // let ha-c observe the Lease
+    // Let ha-c start and observe the Lease: wait until its log shows it running.
+    let c = &replicas.last().unwrap().1;
+    eventually("ha-c running", Duration::from_secs(20), || async {
+        c.log_tail(50).contains("exposure through").then_some(())
+    })
+    .await;
     let i = replicas.iter().position(|(id, _)| *id == leader).unwrap();
     let (_, p) = replicas.remove(i);
+    let t1 = Instant::now();
     p.signal(libc::SIGKILL);
+    let (_, crash_takeover) = takeover(&leases, &leader, t1, 6 * LEASE).await;
     assert!(p.wait_exit(Duration::from_secs(5)));
     let crash = scale_and_time(&ns, 4, &replicas).await;
     eprintln!(
-        "failover: graceful (SIGTERM) leader exited in {exited:?}, next change reconciled {graceful:?} later; \
-         crash (SIGKILL) next change reconciled {crash:?} after the kill (lease {LEASE:?})"
+        "failover: graceful (SIGTERM) Lease taken over {graceful_takeover:?} after the signal, leader exited in \
+         {exited:?}, next change reconciled {graceful:?} after that; crash (SIGKILL) Lease taken over \
+         {crash_takeover:?} after the kill, next change reconciled {crash:?} after that (lease {LEASE:?}, retry \
+         {RETRY:?})"
     );
-    assert!(graceful <= Duration::from_secs(3), "graceful failover took {graceful:?}");
-    assert!(crash <= LEASE + Duration::from_secs(3), "crash failover took {crash:?}");
+    // Released, not expired: a follower takes an unreleased Lease only after seeing it
+    // unchanged for a lease duration, counted from at most one retry period after the last
+    // renewal, and the signal came at most one retry period after that renewal.
+    assert!(graceful_takeover < LEASE - 2 * RETRY, "graceful takeover took {graceful_takeover:?}");
+    // Expired: within the lease duration plus one follower retry, with one more lease
+    // duration of slack for a loaded machine.
+    assert!(crash_takeover < 2 * LEASE + RETRY, "crash takeover took {crash_takeover:?}");
 }

@@ -9,8 +9,9 @@ use std::time::Duration;
 use common::{eventually, interconnects};
 
 use k8s_openapi::api::networking::v1::Ingress;
+use kube::api::ApiResource;
 use kube::api::{Api, DynamicObject, ListParams, Patch, PatchParams, PostParams};
-use qdr_controller::builders::route_resource;
+use qdr_controller::route::Route;
 use serde_json::json;
 
 const ROUTE_CRD: &str = r#"{"apiVersion":"apiextensions.k8s.io/v1","kind":"CustomResourceDefinition",
@@ -43,7 +44,8 @@ async fn exposed_listeners_get_routes_on_openshift() {
         "kind": "Interconnect", "metadata": {"name": "mesh"}, "spec": {}}))
         .unwrap();
     interconnects(&ns.client, &ns.name).create(&PostParams::default(), &obj).await.unwrap();
-    let routes: Api<DynamicObject> = Api::namespaced_with(ns.client.clone(), &ns.name, &route_resource());
+    let routes: Api<DynamicObject> =
+        Api::namespaced_with(ns.client.clone(), &ns.name, &ApiResource::erase::<Route>(&()));
     let console = eventually("console Route", Duration::from_secs(30), || async {
         routes.get_opt("mesh-8080").await.ok().flatten()
     })

@@ -17,6 +17,8 @@ use serde_json::{Value, json};
 use tokio::sync::OnceCell;
 
 static CONTROLLER: OnceCell<Process> = OnceCell::const_new();
+/// The health (metrics) port of that controller.
+static HEALTH: std::sync::OnceLock<u16> = std::sync::OnceLock::new();
 
 async fn setup() -> &'static qdr_tests::ControlPlane {
     let cp = qdr_tests::shared_with_controller_manager().await;
@@ -24,7 +26,8 @@ async fn setup() -> &'static qdr_tests::ControlPlane {
     CONTROLLER
         .get_or_init(|| async {
             let ns = cp.namespace("controller-system").await.name.clone();
-            common::start_controller(cp, &ns, "qdr-operator-controller", "controller-0")
+            let health = *HEALTH.get_or_init(common::free_port);
+            common::start_controller_on(cp, &ns, "qdr-operator-controller", "controller-0", health)
         })
         .await;
     cp
@@ -280,7 +283,21 @@ async fn an_invalid_object_stored_without_webhook_gets_spec_valid_false_and_no_c
     })
     .await;
     assert!(status["message"].as_str().unwrap().contains("spec.listeners[1].name"), "{status}");
-    tokio::time::sleep(Duration::from_secs(2)).await;
+    // Another pass over the same generation (an annotation is a change to the object, not
+    // to its spec); once the controller has run it, exactly one Warning exists.
+    let health = *HEALTH.get().unwrap();
+    let before = common::reconciles(health).await.expect("controller metrics");
+    ics.patch(
+        &name,
+        &PatchParams::default(),
+        &Patch::Merge(json!({"metadata": {"annotations": {"touch": "1"}}})),
+    )
+    .await
+    .unwrap();
+    eventually("another reconcile", Duration::from_secs(20), || async {
+        common::reconciles(health).await.filter(|n| *n > before)
+    })
+    .await;
     assert_eq!(events(&ns, "InvalidSpec").await, 1, "one Warning per invalid generation, not one per pass");
     assert!(ns.api::<Deployment>().get_opt(&name).await.unwrap().is_none());
     assert!(ns.api::<Service>().get_opt(&name).await.unwrap().is_none());
@@ -417,7 +434,7 @@ async fn every_go_operator_example_reconciles_to_its_objects() {
         let ports: Vec<i32> = c.ports.iter().flatten().map(|p| p.container_port).collect();
         assert_eq!(ports, want_ports, "{file}");
         let conf = env(&d, "QDROUTERD_CONF").unwrap();
-        assert_eq!(conf, qdr_controller::config::router_config(&effective.spec).render(), "{file}");
+        assert_eq!(conf, qdr_controller::router_config::router_config(&effective.spec).render(), "{file}");
         let svc: Service = eventually(&format!("{file}: Service"), Duration::from_secs(20), || async {
             ns.api::<Service>().get_opt(&name).await.ok().flatten()
         })

@@ -9,7 +9,7 @@ use std::collections::{BTreeMap, HashSet};
 
 use proptest::prelude::*;
 use qdr_api::{Interconnect, defaults, validate};
-use qdr_controller::config::{RouterConfig, router_config};
+use qdr_controller::router_config::{RouterConfig, router_config};
 use serde_json::{Value, json};
 
 type Parsed = Vec<(String, BTreeMap<String, String>)>;
@@ -277,7 +277,7 @@ proptest! {
 /// The checker itself rejects what the router rejects (or silently mangles).
 #[test]
 fn the_checker_catches_what_the_router_would_refuse() {
-    use qdr_controller::config::{Section, Value as V};
+    use qdr_controller::router_config::{Section, Value as V};
     let router = |mode: &str| Section { entity: "router", attrs: vec![("mode", V::Str(mode.into()))] };
     let bad = [
         (

@@ -1,9 +1,14 @@
-//! AdmissionReview handling, pure: bytes in, HTTP status and JSON out. No I/O, so a
-//! dry-run request can have no side effect.
+//! AdmissionReview handling, pure: bytes in, an HTTP status and a typed
+//! [`AdmissionResponse`] out. No I/O, so a dry-run request can have no side effect.
+//!
+//! The review is decoded as `kube::core::admission::AdmissionReview<DynamicObject>`, so
+//! `operation`, `old_object`, `dry_run` and `sub_resource` are typed; the object is then
+//! decoded as an [`Interconnect`] with the path of any type error.
 //!
 //! | input | answer |
 //! |---|---|
-//! | not JSON, not an object, another kind or version, no `request`, no `request.uid` | HTTP 400, a plain-text reason (there is no uid to answer) |
+//! | not JSON, not an `admission.k8s.io/v1` AdmissionReview, no `request`, no `request.uid` | HTTP 400, a plain-text reason (there is no uid to answer) |
+//! | a request with a uid that does not decode (no `kind`, malformed `metadata`) | 200, `allowed: false`, code 400, the reason |
 //! | a review of something other than an Interconnect | 200, `allowed: false`, code 400, the reason |
 //! | DELETE or CONNECT | 200, allowed (nothing to check) |
 //! | CREATE or UPDATE without `request.object` | 200, `allowed: false`, code 400 |
@@ -12,29 +17,35 @@
 //! | mutate, invalid object | 422 `Invalid` with every cause (before the API server's schema checks, which would hide the rest) |
 //! | validate | allowed with warnings, or 422 `Invalid`, one cause per violation, every cause also in `message` |
 
+use base64::Engine as _;
+use kube::core::admission::{
+    AdmissionRequest, AdmissionResponse, AdmissionReview, META_API_VERSION_V1, META_KIND, Operation,
+};
+use kube::core::response::{StatusCause, StatusDetails, StatusSummary};
+use kube::core::{DynamicObject, Status};
 use qdr_api::{FieldError, Interconnect, defaults, validate, warnings};
-use serde_json::{Value, json};
+use serde_json::Value;
 
 /// API group of Interconnects.
 pub const GROUP: &str = "interconnectedcloud.github.io";
 /// Kind of Interconnects.
 pub const KIND: &str = "Interconnect";
 
-/// Which webhook a review is for.
+/// Which of the two webhooks a review is for.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
-pub enum Operation {
+pub enum Webhook {
     /// The mutating (defaulting) webhook, `POST /mutate`.
     Mutate,
     /// The validating webhook, `POST /validate`.
     Validate,
 }
 
-impl Operation {
+impl Webhook {
     /// `mutate` or `validate` (metric label).
     pub fn as_str(self) -> &'static str {
         match self {
-            Operation::Mutate => "mutate",
-            Operation::Validate => "validate",
+            Webhook::Mutate => "mutate",
+            Webhook::Validate => "validate",
         }
     }
 }
@@ -66,7 +77,7 @@ impl Outcome {
 pub struct Reply {
     /// HTTP status: 200 with an AdmissionReview, or 400 with a plain-text reason.
     pub http_status: u16,
-    /// The body: AdmissionReview JSON (200) or the reason (400).
+    /// The body.
     pub body: Body,
     /// For metrics.
     pub outcome: Outcome,
@@ -75,101 +86,133 @@ pub struct Reply {
 /// A reply body.
 #[derive(Debug, Clone, PartialEq)]
 pub enum Body {
-    /// An AdmissionReview with `response`.
-    Review(Value),
+    /// An AdmissionReview carrying this response.
+    Review(Box<AdmissionResponse>),
     /// A plain-text error.
     Text(String),
 }
 
-fn bad_http(reason: impl Into<String>) -> Reply {
+impl Reply {
+    /// The body as sent: the AdmissionReview JSON (see [`review_json`]) or the text.
+    pub fn to_bytes(&self) -> Vec<u8> {
+        match &self.body {
+            Body::Review(r) => serde_json::to_vec(&review_json(r)).expect("a review serializes"),
+            Body::Text(t) => t.clone().into_bytes(),
+        }
+    }
+}
+
+/// The `admission.k8s.io/v1` AdmissionReview JSON of `response`, with `patch` as the
+/// base64 string the API documents (kube-core serializes its bytes as a number array,
+/// kube-rs issue 1781).
+pub fn review_json(response: &AdmissionResponse) -> Value {
+    let mut review = serde_json::to_value(response.clone().into_review()).expect("a review serializes");
+    review["apiVersion"] = META_API_VERSION_V1.into();
+    review["kind"] = META_KIND.into();
+    if let Some(patch) = &response.patch {
+        review["response"]["patch"] = base64::engine::general_purpose::STANDARD.encode(patch).into();
+    }
+    review
+}
+
+fn text(reason: impl Into<String>) -> Reply {
     Reply { http_status: 400, body: Body::Text(reason.into()), outcome: Outcome::BadRequest }
 }
 
-fn review(response: Value, outcome: Outcome) -> Reply {
-    Reply {
-        http_status: 200,
-        body: Body::Review(
-            json!({"apiVersion": "admission.k8s.io/v1", "kind": "AdmissionReview", "response": response}),
-        ),
-        outcome,
+fn reply(response: AdmissionResponse, outcome: Outcome) -> Reply {
+    Reply { http_status: 200, body: Body::Review(Box::new(response)), outcome }
+}
+
+/// A response to a request that only has a uid (it did not decode).
+fn bad_request_for_uid(uid: &str, message: String) -> Reply {
+    let mut req: AdmissionRequest<DynamicObject> = serde_json::from_value(serde_json::json!({
+        "uid": uid, "kind": {"group": "", "version": "", "kind": ""},
+        "resource": {"group": "", "version": "", "resource": ""}, "operation": "CREATE",
+        "userInfo": {}}))
+    .expect("a minimal request decodes");
+    req.types.api_version = META_API_VERSION_V1.into();
+    req.types.kind = META_KIND.into();
+    reply(deny(&req, 400, "BadRequest", message), Outcome::BadRequest)
+}
+
+fn deny(
+    req: &AdmissionRequest<DynamicObject>,
+    code: u16,
+    reason: &str,
+    message: String,
+) -> AdmissionResponse {
+    let mut r = AdmissionResponse::from(req);
+    r.allowed = false;
+    r.result = Status::failure(&message, reason).with_code(code);
+    r
+}
+
+/// Handles one AdmissionReview request body for `webhook`.
+pub fn handle(webhook: Webhook, body: &[u8]) -> Reply {
+    let review: AdmissionReview<DynamicObject> = match serde_json::from_slice(body) {
+        Ok(r) => r,
+        Err(e) if e.is_syntax() || e.is_eof() => return text(format!("malformed JSON: {e}")),
+        Err(e) => {
+            // Answer in-band when the request at least has a uid.
+            let uid = serde_json::from_slice::<Value>(body)
+                .ok()
+                .and_then(|v| v.pointer("/request/uid").and_then(Value::as_str).map(String::from));
+            return match uid {
+                Some(uid) => bad_request_for_uid(&uid, format!("the admission request does not decode: {e}")),
+                None => text(format!("expected an admission.k8s.io/v1 AdmissionReview: {e}")),
+            };
+        }
+    };
+    if review.types.api_version != META_API_VERSION_V1 || review.types.kind != META_KIND {
+        return text(format!(
+            "expected an admission.k8s.io/v1 AdmissionReview, got apiVersion {:?} kind {:?}",
+            review.types.api_version, review.types.kind
+        ));
+    }
+    match review.try_into() {
+        Ok(req) => answer(webhook, &req),
+        Err(_) => text("AdmissionReview has no request"),
     }
 }
 
-/// Handles one AdmissionReview request body.
-pub fn handle(op: Operation, body: &[u8]) -> Reply {
-    let v: Value = match serde_json::from_slice(body) {
-        Ok(v) => v,
-        Err(e) => return bad_http(format!("malformed JSON: {e}")),
-    };
-    if v.get("apiVersion").and_then(Value::as_str) != Some("admission.k8s.io/v1")
-        || v.get("kind").and_then(Value::as_str) != Some("AdmissionReview")
-    {
-        return bad_http(format!(
-            "expected an admission.k8s.io/v1 AdmissionReview, got apiVersion {} kind {}",
-            v.get("apiVersion").unwrap_or(&Value::Null),
-            v.get("kind").unwrap_or(&Value::Null)
-        ));
-    }
-    let Some(req) = v.get("request").filter(|r| r.is_object()) else {
-        return bad_http("AdmissionReview has no request");
-    };
-    let Some(uid) = req.get("uid").and_then(Value::as_str) else {
-        return bad_http("AdmissionReview request has no uid");
-    };
-    let deny = |code: u16, reason: &str, message: String| {
-        review(
-            json!({"uid": uid, "allowed": false,
-                   "status": {"status": "Failure", "code": code, "reason": reason, "message": message}}),
-            Outcome::BadRequest,
-        )
-    };
-    let kind = req.get("kind").cloned().unwrap_or(Value::Null);
-    if kind.get("group").and_then(Value::as_str) != Some(GROUP)
-        || kind.get("kind").and_then(Value::as_str) != Some(KIND)
-    {
-        return deny(
-            400,
-            "BadRequest",
-            format!("this webhook admits only {GROUP} {KIND} objects, not {kind}"),
+/// Answers one decoded request (see the module docs).
+pub fn answer(webhook: Webhook, req: &AdmissionRequest<DynamicObject>) -> Reply {
+    if req.kind.group != GROUP || req.kind.kind != KIND {
+        let message = format!(
+            "this webhook admits only {GROUP} {KIND} objects, not {}/{} {}",
+            req.kind.group, req.kind.version, req.kind.kind
         );
+        return reply(deny(req, 400, "BadRequest", message), Outcome::BadRequest);
     }
-    match req.get("operation").and_then(Value::as_str) {
-        Some("CREATE" | "UPDATE") => {}
-        Some(_) => return review(json!({"uid": uid, "allowed": true}), Outcome::Allowed),
-        None => return deny(400, "BadRequest", "request.operation is missing".into()),
+    if !matches!(req.operation, Operation::Create | Operation::Update) {
+        return reply(AdmissionResponse::from(req), Outcome::Allowed);
     }
-    let Some(object) = req.get("object").filter(|o| o.is_object()) else {
-        return deny(400, "BadRequest", "request.object is missing".into());
+    let Some(object) = &req.object else {
+        return reply(deny(req, 400, "BadRequest", "request.object is missing".into()), Outcome::BadRequest);
     };
-    let name = object.pointer("/metadata/name").and_then(Value::as_str).unwrap_or_default().to_string();
-
-    let decoded: Result<Interconnect, _> = serde_path_to_error::deserialize(object);
-    match (op, decoded) {
-        (Operation::Mutate, Err(_)) => {
-            // Not ours to reject: validation (schema and webhook) reports it with its path.
-            review(json!({"uid": uid, "allowed": true}), Outcome::Allowed)
-        }
-        (Operation::Mutate, Ok(ic)) => {
+    let name = object.metadata.name.clone().unwrap_or_else(|| req.name.clone());
+    let raw = serde_json::to_value(object).expect("a decoded object serializes");
+    let decoded: Result<Interconnect, _> = serde_path_to_error::deserialize(&raw);
+    match (webhook, decoded) {
+        // Not ours to reject: validation (schema and webhook) reports it with its path.
+        (Webhook::Mutate, Err(_)) => reply(AdmissionResponse::from(req), Outcome::Allowed),
+        (Webhook::Mutate, Ok(ic)) => {
             // Deny here already: the mutating webhook runs before the API server's schema
             // and CEL checks, which stop at the first failing layer. Answering now lists every
             // problem at once; the validating webhook still checks the final object.
             let effective = defaults(&ic);
             let errors = validate(&effective);
             if !errors.is_empty() {
-                return invalid(uid, &name, &errors, &[]);
+                return reply(invalid(req, &name, &errors, &[]), Outcome::Denied);
             }
-            let after = merged(object, &effective);
-            let ops = add_only(json_patch::diff(object, &after));
-            let mut resp = json!({"uid": uid, "allowed": true});
+            let ops = defaulting_patch(raw.get("spec"), &effective);
+            let mut response = AdmissionResponse::from(req);
             if !ops.0.is_empty() {
-                let bytes = serde_json::to_vec(&ops).expect("patch serializes");
-                use base64::Engine as _;
-                resp["patchType"] = json!("JSONPatch");
-                resp["patch"] = json!(base64::engine::general_purpose::STANDARD.encode(bytes));
+                response = response.with_patch(ops).expect("a JSON patch serializes");
             }
-            review(resp, Outcome::Allowed)
+            reply(response, Outcome::Allowed)
         }
-        (Operation::Validate, Err(e)) => {
+        (Webhook::Validate, Err(e)) => {
             let path = e.path().to_string();
             let err = FieldError {
                 field: if path == "." { "spec".into() } else { path },
@@ -177,61 +220,77 @@ pub fn handle(op: Operation, body: &[u8]) -> Reply {
                 bad_value: None,
                 detail: e.into_inner().to_string(),
             };
-            invalid(uid, &name, &[err], &[])
+            reply(invalid(req, &name, &[err], &[]), Outcome::Denied)
         }
-        (Operation::Validate, Ok(ic)) => {
+        (Webhook::Validate, Ok(ic)) => {
             let effective = defaults(&ic);
             let errors = validate(&effective);
             let warns = warnings(&effective);
-            if errors.is_empty() {
-                let mut resp = json!({"uid": uid, "allowed": true});
-                if !warns.is_empty() {
-                    resp["warnings"] = json!(warns);
-                }
-                review(resp, Outcome::Allowed)
-            } else {
-                invalid(uid, &name, &errors, &warns)
+            if !errors.is_empty() {
+                return reply(invalid(req, &name, &errors, &warns), Outcome::Denied);
             }
+            let mut response = AdmissionResponse::from(req);
+            if !warns.is_empty() {
+                response.warnings = Some(warns);
+            }
+            reply(response, Outcome::Allowed)
         }
     }
 }
 
-/// `object` with its spec replaced by the defaulted one (other fields untouched).
-fn merged(object: &Value, defaulted: &Interconnect) -> Value {
-    let mut after = object.clone();
-    after["spec"] = serde_json::to_value(&defaulted.spec).expect("spec serializes");
-    after
-}
-
-/// Keeps only `add` operations: defaults never remove or change what the user wrote, even
-/// where the typed round trip would (unknown fields, number formats, explicit nulls).
-fn add_only(patch: json_patch::Patch) -> json_patch::Patch {
+/// The JSON Patch from the stored `spec` to the defaulted one, keeping only `add`
+/// operations: defaults never remove or change what the user wrote, even where the typed
+/// round trip would (unknown fields, number formats, explicit nulls).
+fn defaulting_patch(spec: Option<&Value>, defaulted: &Interconnect) -> json_patch::Patch {
+    let mut before = serde_json::Map::new();
+    if let Some(spec) = spec {
+        before.insert("spec".into(), spec.clone());
+    }
+    let mut after = serde_json::Map::new();
+    after.insert("spec".into(), serde_json::to_value(&defaulted.spec).expect("a spec serializes"));
+    let patch = json_patch::diff(&Value::Object(before), &Value::Object(after));
     json_patch::Patch(
         patch.0.into_iter().filter(|op| matches!(op, json_patch::PatchOperation::Add(_))).collect(),
     )
 }
 
-/// The 422 `Invalid` answer, shaped like the API server's own field errors.
-fn invalid(uid: &str, name: &str, errors: &[FieldError], warns: &[String]) -> Reply {
-    let lines: Vec<String> = errors.iter().map(|e| e.to_string()).collect();
+/// The 422 `Invalid` answer, shaped like the API server's own field errors: one cause per
+/// violation, every cause also in `message`.
+fn invalid(
+    req: &AdmissionRequest<DynamicObject>,
+    name: &str,
+    errors: &[FieldError],
+    warns: &[String],
+) -> AdmissionResponse {
+    let lines: Vec<String> = errors.iter().map(ToString::to_string).collect();
     let aggregate = if lines.len() == 1 { lines[0].clone() } else { format!("[{}]", lines.join(", ")) };
-    let causes: Vec<Value> = errors
+    let causes = errors
         .iter()
-        .map(|e| json!({"reason": e.error_type.reason(), "field": e.field, "message": e.body()}))
+        .map(|e| StatusCause {
+            reason: e.error_type.reason().into(),
+            message: e.body(),
+            field: e.field.clone(),
+        })
         .collect();
-    let mut resp = json!({
-        "uid": uid,
-        "allowed": false,
-        "status": {
-            "status": "Failure",
-            "code": 422,
-            "reason": "Invalid",
-            "message": format!("{KIND}.{GROUP} {name:?} is invalid: {aggregate}"),
-            "details": {"name": name, "group": GROUP, "kind": KIND, "causes": causes},
-        },
-    });
+    let mut r = AdmissionResponse::from(req);
+    r.allowed = false;
+    r.result = Status {
+        status: Some(StatusSummary::Failure),
+        code: 422,
+        reason: "Invalid".into(),
+        message: format!("{KIND}.{GROUP} {name:?} is invalid: {aggregate}"),
+        details: Some(StatusDetails {
+            name: name.into(),
+            group: GROUP.into(),
+            kind: KIND.into(),
+            uid: String::new(),
+            causes,
+            retry_after_seconds: 0,
+        }),
+        metadata: None,
+    };
     if !warns.is_empty() {
-        resp["warnings"] = json!(warns);
+        r.warnings = Some(warns.to_vec());
     }
-    review(resp, Outcome::Denied)
+    r
 }

@@ -2,10 +2,16 @@
 //! JSON Patch, `POST /validate` answers with every [`qdr_api::validate`] violation in the
 //! API server's own error shape, plus warnings for risky specs. TLS comes from
 //! [`qdr_certs`]: a self-managed, rotating certificate in a Secret, or files.
+//!
+//! * [`admission`]: the pure review handler (typed `AdmissionReview<DynamicObject>` in,
+//!   `AdmissionResponse` out);
+//! * [`server`]: the HTTP routes, health and metrics ([`metrics`]);
+//! * `validate_command` (feature `validate-command`): the offline `qdr-validate` command.
 
 pub mod admission;
 pub mod metrics;
-pub mod offline;
 pub mod server;
+#[cfg(feature = "validate-command")]
+pub mod validate_command;
 
-pub use admission::{Operation, Outcome, Reply, handle};
+pub use admission::{Outcome, Reply, Webhook, handle};

@@ -7,21 +7,9 @@ use std::sync::atomic::Ordering;
 use std::time::Duration;
 
 use clap::{Parser, ValueEnum};
-use qdr_certs::{CertManager, CertResolver, Policy, Target};
+use qdr_certs::{CertManager, CertResolver, Policy, WebhookConfiguration};
 use qdr_webhook::metrics::Metrics;
 use qdr_webhook::server::{AppState, admission_router, health_router};
-
-#[derive(Debug, clap::Subcommand)]
-enum Cmd {
-    /// Check Interconnect manifests offline, as the cluster would (CRD schema and CEL rules,
-    /// then the webhook's defaults and validation). Prints every problem with its file,
-    /// document index and field; exits 1 if there is any, 0 otherwise.
-    Validate {
-        /// YAML files (several documents each allowed); `-` reads standard input.
-        #[arg(required = true)]
-        files: Vec<PathBuf>,
-    },
-}
 
 /// Where the serving certificate comes from.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
@@ -41,10 +29,6 @@ enum TlsMode {
 #[derive(Debug, Parser)]
 #[command(version, about)]
 struct Args {
-    /// A one-shot command instead of serving.
-    #[command(subcommand)]
-    command: Option<Cmd>,
-
     /// Address of the TLS (admission) listener.
     #[arg(long, env = "QDR_WEBHOOK_LISTEN", default_value = "0.0.0.0:8443")]
     listen: SocketAddr,
@@ -60,6 +44,10 @@ struct Args {
     /// Files mode: directory holding tls.crt and tls.key.
     #[arg(long, env = "QDR_WEBHOOK_TLS_DIR", required_if_eq("tls_mode", "files"))]
     tls_dir: Option<PathBuf>,
+
+    /// Files mode: how often tls.crt and tls.key are checked for a change.
+    #[arg(long, env = "QDR_WEBHOOK_TLS_RELOAD_INTERVAL", value_parser = humantime::parse_duration, default_value = "1s")]
+    tls_reload_interval: Duration,
 
     /// Namespace of the Secret and the Service (defaults to the pod's namespace).
     #[arg(long, env = "POD_NAMESPACE", default_value = "qdr-operator")]
@@ -118,17 +106,6 @@ struct Args {
 #[tokio::main]
 async fn main() -> Result<(), Box<dyn std::error::Error>> {
     let args = Args::parse();
-    if let Some(Cmd::Validate { files }) = &args.command {
-        let report = qdr_webhook::offline::check_files(files)?;
-        for w in &report.warnings {
-            eprintln!("Warning: {w}");
-        }
-        for e in &report.errors {
-            println!("{e}");
-        }
-        eprintln!("{} Interconnect(s) checked, {} problem(s)", report.checked, report.errors.len());
-        std::process::exit(if report.errors.is_empty() { 0 } else { 1 });
-    }
     let filter = tracing_subscriber::EnvFilter::try_from_default_env().unwrap_or_else(|_| "info".into());
     if args.log_format == "json" {
         tracing_subscriber::fmt().json().with_env_filter(filter).init();
@@ -141,7 +118,7 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
     let (readiness, expiry): (Box<dyn Fn() -> Result<(), String> + Send + Sync>, _) = match args.tls_mode {
         TlsMode::Files => {
             let dir = args.tls_dir.clone().expect("clap requires --tls-dir in files mode");
-            tokio::spawn(qdr_certs::serving::watch_files(dir, resolver.clone(), Duration::from_secs(1)));
+            tokio::spawn(qdr_certs::serving::watch_files(dir, resolver.clone(), args.tls_reload_interval));
             let r = resolver.clone();
             (
                 Box::new(move || r.cert_pem().map(|_| ()).ok_or_else(|| "no certificate loaded".to_string())),
@@ -163,10 +140,10 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
             };
             let mut targets = Vec::new();
             if !args.validating_config.is_empty() {
-                targets.push(Target::Validating(args.validating_config.clone()));
+                targets.push(WebhookConfiguration::Validating(args.validating_config.clone()));
             }
             if !args.mutating_config.is_empty() {
-                targets.push(Target::Mutating(args.mutating_config.clone()));
+                targets.push(WebhookConfiguration::Mutating(args.mutating_config.clone()));
             }
             let manager =
                 Arc::new(CertManager::new(client, ns, &args.secret_name, policy, targets, resolver.clone()));

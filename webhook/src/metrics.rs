@@ -10,7 +10,7 @@ use prometheus_client::metrics::gauge::Gauge;
 use prometheus_client::metrics::histogram::{Histogram, exponential_buckets};
 use prometheus_client::registry::Registry;
 
-use crate::admission::{Operation, Outcome};
+use crate::admission::{Outcome, Webhook};
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 struct RequestLabels {
@@ -69,7 +69,7 @@ impl Default for Metrics {
 
 impl Metrics {
     /// Records one handled review.
-    pub fn observe(&self, op: Operation, outcome: Outcome, elapsed: Duration) {
+    pub fn observe(&self, op: Webhook, outcome: Outcome, elapsed: Duration) {
         self.requests
             .get_or_create(&RequestLabels { operation: op.as_str(), result: outcome.as_str() })
             .inc();

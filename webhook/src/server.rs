@@ -11,7 +11,7 @@ use axum::http::{StatusCode, header};
 use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
 
-use crate::admission::{Body, Operation, handle};
+use crate::admission::{Body, Webhook, handle};
 use crate::metrics::Metrics;
 
 /// Largest accepted request body: an AdmissionReview carries the object and, on UPDATE,
@@ -39,8 +39,8 @@ impl std::fmt::Debug for AppState {
 /// Admission routes (`POST /mutate`, `POST /validate`) plus the health routes.
 pub fn admission_router(state: Arc<AppState>) -> Router {
     Router::new()
-        .route("/mutate", post(|s, b| admit(Operation::Mutate, s, b)))
-        .route("/validate", post(|s, b| admit(Operation::Validate, s, b)))
+        .route("/mutate", post(|s, b| admit(Webhook::Mutate, s, b)))
+        .route("/validate", post(|s, b| admit(Webhook::Validate, s, b)))
         .merge(health_router(state.clone()))
         .layer(DefaultBodyLimit::max(MAX_BODY_BYTES))
         .with_state(state)
@@ -55,17 +55,16 @@ pub fn health_router(state: Arc<AppState>) -> Router<Arc<AppState>> {
         .route("/metrics", get(metrics))
 }
 
-async fn admit(op: Operation, State(st): State<Arc<AppState>>, body: Bytes) -> Response {
+async fn admit(webhook: Webhook, State(st): State<Arc<AppState>>, body: Bytes) -> Response {
     let start = Instant::now();
-    let reply = handle(op, &body);
-    st.metrics.observe(op, reply.outcome, start.elapsed());
+    let reply = handle(webhook, &body);
+    st.metrics.observe(webhook, reply.outcome, start.elapsed());
     let status = StatusCode::from_u16(reply.http_status).unwrap_or(StatusCode::BAD_REQUEST);
-    match reply.body {
-        Body::Review(v) => {
-            (status, [(header::CONTENT_TYPE, "application/json")], v.to_string()).into_response()
-        }
-        Body::Text(t) => (status, [(header::CONTENT_TYPE, "text/plain; charset=utf-8")], t).into_response(),
-    }
+    let content_type = match reply.body {
+        Body::Review(_) => "application/json",
+        Body::Text(_) => "text/plain; charset=utf-8",
+    };
+    (status, [(header::CONTENT_TYPE, content_type)], reply.to_bytes()).into_response()
 }
 
 async fn readyz(State(st): State<Arc<AppState>>) -> Response {

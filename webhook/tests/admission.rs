@@ -3,7 +3,7 @@
 
 use base64::Engine as _;
 use proptest::prelude::*;
-use qdr_webhook::admission::{Body, Operation, Outcome, handle};
+use qdr_webhook::admission::{Body, Outcome, Webhook, handle, review_json};
 use serde_json::{Value, json};
 
 fn review(op: &str, object: Value) -> Vec<u8> {
@@ -14,6 +14,7 @@ fn review(op: &str, object: Value) -> Vec<u8> {
             "kind": {"group": "interconnectedcloud.github.io", "version": "v1alpha1", "kind": "Interconnect"},
             "resource": {"group": "interconnectedcloud.github.io", "version": "v1alpha1", "resource": "interconnects"},
             "name": "mesh", "namespace": "ns", "operation": op, "object": object, "dryRun": false,
+            "userInfo": {"username": "kubernetes-admin", "groups": ["system:masters"]},
         }
     }))
     .unwrap()
@@ -24,10 +25,18 @@ fn ic(spec: Value) -> Value {
            "metadata": {"name": "mesh", "namespace": "ns"}, "spec": spec})
 }
 
-fn response(op: Operation, body: &[u8]) -> Value {
+fn response(op: Webhook, body: &[u8]) -> Value {
     let reply = handle(op, body);
     assert_eq!(reply.http_status, 200, "{reply:?}");
-    let Body::Review(v) = reply.body else { panic!("not a review") };
+    let Body::Review(r) = &reply.body else { panic!("not a review") };
+    let v = review_json(r);
+    assert_eq!(
+        serde_json::from_slice::<Value>(&reply.to_bytes()).unwrap(),
+        v,
+        "the bytes sent are that JSON"
+    );
+    assert_eq!(v["apiVersion"], "admission.k8s.io/v1");
+    assert_eq!(v["kind"], "AdmissionReview");
     assert_eq!(v["response"]["uid"], "705ab4f5-6393-11e8-b7cc-42010a800002");
     v["response"].clone()
 }
@@ -41,7 +50,7 @@ fn patch_of(resp: &Value) -> Option<json_patch::Patch> {
 #[test]
 fn mutate_adds_the_defaults_and_only_adds() {
     let object = ic(json!({"deploymentPlan": {"size": 3}, "unknownField": 1}));
-    let resp = response(Operation::Mutate, &review("CREATE", object.clone()));
+    let resp = response(Webhook::Mutate, &review("CREATE", object.clone()));
     assert_eq!(resp["allowed"], true);
     let patch = patch_of(&resp).expect("a patch");
     for op in &patch.0 {
@@ -55,7 +64,7 @@ fn mutate_adds_the_defaults_and_only_adds() {
     assert_eq!(patched["spec"]["listeners"].as_array().unwrap().len(), 3);
     // Applying the webhook again, or on an UPDATE of the defaulted object: empty patch.
     for op in ["CREATE", "UPDATE"] {
-        let again = response(Operation::Mutate, &review(op, patched.clone()));
+        let again = response(Webhook::Mutate, &review(op, patched.clone()));
         assert!(patch_of(&again).is_none(), "{op}: {again}");
     }
 }
@@ -64,7 +73,7 @@ fn mutate_adds_the_defaults_and_only_adds() {
 fn validate_denies_with_every_cause_like_the_api_server() {
     let object = ic(json!({"deploymentPlan": {"role": "edge", "placement": "Node"},
                            "listeners": [{"port": 0}], "interRouterListeners": [{"port": 55672}]}));
-    let resp = response(Operation::Validate, &review("CREATE", object));
+    let resp = response(Webhook::Validate, &review("CREATE", object));
     assert_eq!(resp["allowed"], false);
     let status = &resp["status"];
     assert_eq!(status["code"], 422);
@@ -93,7 +102,7 @@ fn validate_denies_with_every_cause_like_the_api_server() {
 #[test]
 fn validate_allows_a_valid_spec_with_warnings_of_at_most_120_chars() {
     let object = ic(json!({"listeners": [{"port": 5672, "expose": true}], "issuer": "old"}));
-    let resp = response(Operation::Validate, &review("CREATE", object));
+    let resp = response(Webhook::Validate, &review("CREATE", object));
     assert_eq!(resp["allowed"], true, "{resp}");
     let warnings: Vec<&str> =
         resp["warnings"].as_array().unwrap().iter().map(|w| w.as_str().unwrap()).collect();
@@ -109,11 +118,11 @@ fn validate_allows_a_valid_spec_with_warnings_of_at_most_120_chars() {
 #[test]
 fn a_type_error_is_a_field_error_not_a_crash() {
     let object = ic(json!({"listeners": [{"port": "amqp"}]}));
-    let resp = response(Operation::Validate, &review("CREATE", object.clone()));
+    let resp = response(Webhook::Validate, &review("CREATE", object.clone()));
     assert_eq!(resp["status"]["code"], 422);
     assert_eq!(resp["status"]["details"]["causes"][0]["field"], "spec.listeners[0].port");
     // The defaulting webhook leaves it to validation.
-    let m = response(Operation::Mutate, &review("CREATE", object));
+    let m = response(Webhook::Mutate, &review("CREATE", object));
     assert_eq!(m["allowed"], true);
     assert!(m.get("patch").is_none());
 }
@@ -121,12 +130,12 @@ fn a_type_error_is_a_field_error_not_a_crash() {
 #[test]
 fn bad_reviews_get_clear_errors() {
     let text = |body: &[u8]| {
-        let r = handle(Operation::Validate, body);
+        let r = handle(Webhook::Validate, body);
         assert_eq!(r.http_status, 400);
         assert_eq!(r.outcome, Outcome::BadRequest);
         match r.body {
             Body::Text(t) => t,
-            Body::Review(v) => panic!("expected text, got {v}"),
+            Body::Review(v) => panic!("expected text, got {v:?}"),
         }
     };
     assert!(text(b"{not json").starts_with("malformed JSON"));
@@ -146,14 +155,14 @@ fn bad_reviews_get_clear_errors() {
     // Reviews with a uid are answered in-band.
     let mut other: Value = serde_json::from_slice(&review("CREATE", ic(json!({})))).unwrap();
     other["request"]["kind"] = json!({"group": "", "version": "v1", "kind": "Pod"});
-    let resp = response(Operation::Validate, &serde_json::to_vec(&other).unwrap());
+    let resp = response(Webhook::Validate, &serde_json::to_vec(&other).unwrap());
     assert_eq!(resp["allowed"], false);
     assert_eq!(resp["status"]["code"], 400);
     let mut missing: Value = serde_json::from_slice(&review("CREATE", ic(json!({})))).unwrap();
     missing["request"].as_object_mut().unwrap().remove("object");
-    let resp = response(Operation::Validate, &serde_json::to_vec(&missing).unwrap());
+    let resp = response(Webhook::Validate, &serde_json::to_vec(&missing).unwrap());
     assert_eq!(resp["status"]["message"], "request.object is missing");
-    let resp = response(Operation::Validate, &review("DELETE", Value::Null));
+    let resp = response(Webhook::Validate, &review("DELETE", Value::Null));
     assert_eq!(resp["allowed"], true);
 }
 
@@ -201,7 +210,7 @@ proptest! {
 
     #[test]
     fn arbitrary_bytes_never_panic(bytes in prop::collection::vec(any::<u8>(), 0..512)) {
-        for op in [Operation::Mutate, Operation::Validate] {
+        for op in [Webhook::Mutate, Webhook::Validate] {
             let r = handle(op, &bytes);
             prop_assert!(r.http_status == 200 || r.http_status == 400);
         }
@@ -211,11 +220,11 @@ proptest! {
     fn arbitrary_objects_never_panic_and_always_answer(spec in arb_json(), meta in arb_json()) {
         let mut object = ic(spec);
         object["metadata"] = meta;
-        for op in [Operation::Mutate, Operation::Validate] {
+        for op in [Webhook::Mutate, Webhook::Validate] {
             let r = handle(op, &review("CREATE", object.clone()));
             prop_assert_eq!(r.http_status, 200);
             let Body::Review(v) = r.body else { panic!("review expected") };
-            prop_assert!(v["response"]["allowed"].is_boolean());
+            prop_assert!(review_json(&v)["response"]["allowed"].is_boolean());
         }
     }
 }
@@ -226,7 +235,7 @@ proptest! {
 fn mutate_denies_invalid_objects_with_every_cause() {
     let object = ic(json!({"deploymentPlan": {"role": "edge", "placement": "Node"},
                            "listeners": [{"port": 5672}, {"port": 5672}], "interRouterListeners": [{"port": 55672}]}));
-    let resp = response(Operation::Mutate, &review("CREATE", object));
+    let resp = response(Webhook::Mutate, &review("CREATE", object));
     assert_eq!(resp["allowed"], false);
     assert_eq!(resp["status"]["code"], 422);
     let fields: Vec<&str> = resp["status"]["details"]["causes"]
@@ -239,4 +248,33 @@ fn mutate_denies_invalid_objects_with_every_cause() {
         fields,
         ["spec.deploymentPlan.placement", "spec.interRouterListeners", "spec.listeners[1].port"]
     );
+}
+
+/// A request with a uid whose body does not decode (malformed `metadata`, which the API
+/// server never sends) is answered in-band, not with an HTTP error.
+#[test]
+fn a_request_that_does_not_decode_is_answered_in_band() {
+    let mut r: Value = serde_json::from_slice(&review("CREATE", ic(json!({})))).unwrap();
+    r["request"]["object"]["metadata"] = json!({"name": 5});
+    for op in [Webhook::Mutate, Webhook::Validate] {
+        let resp = response(op, &serde_json::to_vec(&r).unwrap());
+        assert_eq!(resp["allowed"], false);
+        assert_eq!(resp["status"]["code"], 400);
+        assert!(resp["status"]["message"].as_str().unwrap().contains("does not decode"), "{resp}");
+    }
+}
+
+/// UPDATE reviews carry `oldObject`; both decode, and a valid update is admitted.
+#[test]
+fn update_reviews_with_an_old_object_are_decoded() {
+    let mut r: Value =
+        serde_json::from_slice(&review("UPDATE", ic(json!({"deploymentPlan": {"size": 2}})))).unwrap();
+    r["request"]["oldObject"] = ic(json!({"deploymentPlan": {"size": 1}}));
+    let body = serde_json::to_vec(&r).unwrap();
+    let typed: kube::core::admission::AdmissionReview<kube::core::DynamicObject> =
+        serde_json::from_slice(&body).unwrap();
+    let req: kube::core::admission::AdmissionRequest<_> = typed.try_into().unwrap();
+    assert_eq!(req.operation, kube::core::admission::Operation::Update);
+    assert_eq!(req.old_object.unwrap().data["spec"]["deploymentPlan"]["size"], 1);
+    assert_eq!(response(Webhook::Validate, &body)["allowed"], true);
 }

@@ -13,6 +13,17 @@ pub fn free_port() -> u16 {
 
 /// Starts a controller replica with a fast Lease (`lease`, 4 s / 3 s / 0.5 s).
 pub fn start_controller(cp: &ControlPlane, lease_ns: &str, lease: &str, identity: &str) -> Process {
+    start_controller_on(cp, lease_ns, lease, identity, free_port())
+}
+
+/// [`start_controller`] with its health and metrics listener on `health`.
+pub fn start_controller_on(
+    cp: &ControlPlane,
+    lease_ns: &str,
+    lease: &str,
+    identity: &str,
+    health: u16,
+) -> Process {
     let mut cmd = Command::new(env!("CARGO_BIN_EXE_qdr-controller"));
     cmd.env("KUBECONFIG", cp.kubeconfig()).env("RUST_LOG", "info,kube=warn").args([
         &format!("--lease-namespace={lease_ns}"),
@@ -21,7 +32,7 @@ pub fn start_controller(cp: &ControlPlane, lease_ns: &str, lease: &str, identity
         "--lease-duration=4s",
         "--renew-deadline=3s",
         "--retry-period=500ms",
-        &format!("--health-listen=127.0.0.1:{}", free_port()),
+        &format!("--health-listen=127.0.0.1:{health}"),
         "--default-image=quay.io/interconnectedcloud/qdrouterd:1.19.0",
     ]);
     Process::spawn(identity, cmd, &cp.dir().join(format!("{identity}.log"))).expect("start controller")
@@ -49,4 +60,14 @@ where
         assert!(Instant::now() < deadline, "timed out after {timeout:?} waiting for {what}");
         tokio::time::sleep(Duration::from_millis(100)).await;
     }
+}
+
+/// The controller's `qdr_controller_reconciles_total` from its metrics on port `health`.
+pub async fn reconciles(health: u16) -> Option<u64> {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let mut conn = tokio::net::TcpStream::connect(("127.0.0.1", health)).await.ok()?;
+    conn.write_all(b"GET /metrics HTTP/1.0\r\nHost: localhost\r\n\r\n").await.ok()?;
+    let mut body = String::new();
+    conn.read_to_string(&mut body).await.ok()?;
+    body.lines().find_map(|l| l.strip_prefix("qdr_controller_reconciles_total ")?.trim().parse().ok())
 }

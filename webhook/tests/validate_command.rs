@@ -1,7 +1,7 @@
-//! `qdr-webhook validate`: offline checks for CI pipelines.
+//! `qdr-validate`: offline checks for CI pipelines.
 
 use qdr_api::offline::OfflineValidator;
-use qdr_webhook::offline::{Report, check_text};
+use qdr_webhook::validate_command::{Report, check_text};
 
 fn check(text: &str) -> Report {
     let mut r = Report::default();
@@ -42,11 +42,10 @@ fn not_yaml_is_an_error_not_a_crash() {
 }
 
 #[test]
-fn the_subcommand_exits_non_zero_on_any_violation() {
+fn the_command_exits_non_zero_on_any_violation() {
     let root = qdr_tests::workspace_root();
     let run = |files: &[&str]| {
-        std::process::Command::new(env!("CARGO_BIN_EXE_qdr-webhook"))
-            .arg("validate")
+        std::process::Command::new(env!("CARGO_BIN_EXE_qdr-validate"))
             .args(files.iter().map(|f| root.join(f)))
             .output()
             .unwrap()

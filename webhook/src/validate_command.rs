@@ -1,7 +1,10 @@
-//! `qdr-webhook validate FILE...`: checks Interconnect manifests before they reach a
+//! The `qdr-validate FILE...` command: checks Interconnect manifests before they reach a
 //! cluster, the way the cluster would: the CRD's schema and CEL rules (offline, with the
 //! `jsonschema` crate and kube-cel), then exactly the webhook's defaults, validation and
 //! warnings. For CI pipelines.
+//!
+//! Built only with the cargo feature `validate-command`, so that the webhook server does
+//! not link jsonschema and CEL.
 
 use std::io::Read;
 use std::path::Path;

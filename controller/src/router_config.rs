@@ -9,7 +9,8 @@
 
 use std::fmt::Write as _;
 
-use qdr_api::{Connector, InterconnectSpec, Listener, Role, SslProfile};
+use qdr_api::{Connector, InterconnectSpec, LinkRole, Listener, Role, SslProfile};
+use sha2::Digest;
 
 /// Where credentials Secrets are mounted: `<CERTS_DIR>/<profile>/<secret>/`.
 pub const CERTS_DIR: &str = "/etc/qpid-dispatch-certs";
@@ -103,7 +104,28 @@ impl RouterConfig {
     }
 }
 
-fn listener(l: &Listener, role: &'static str) -> Section {
+/// A configuration rendered once per reconcile: the `qdrouterd.conf` text (the value of
+/// `QDROUTERD_CONF`) and its SHA-256 in lower-case hex (the pod-template annotation that
+/// rolls the routers when the text changes).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Rendered {
+    /// The text, as [`RouterConfig::render`] writes it.
+    pub text: String,
+    /// SHA-256 of `text`, 64 hex digits.
+    pub hash: String,
+}
+
+impl Rendered {
+    /// Renders the configuration of `spec` (already defaulted) and hashes it.
+    pub fn of(spec: &InterconnectSpec) -> Self {
+        let text = router_config(spec).render();
+        let hash = sha2::Sha256::digest(text.as_bytes()).iter().map(|b| format!("{b:02x}")).collect();
+        Rendered { text, hash }
+    }
+}
+
+fn listener(l: &Listener, link: LinkRole) -> Section {
+    let role = link.router_role();
     let role = if role == "normal" && l.route_container == Some(true) { "route-container" } else { role };
     let mut s = Section::new("listener")
         .s("name", l.name.as_deref())
@@ -122,7 +144,8 @@ fn listener(l: &Listener, role: &'static str) -> Section {
         .s("sslProfile", l.ssl_profile.as_deref())
 }
 
-fn connector(c: &Connector, role: &'static str) -> Section {
+fn connector(c: &Connector, link: LinkRole) -> Section {
+    let role = link.router_role();
     let role = if role == "normal" && c.route_container == Some(true) { "route-container" } else { role };
     Section::new("connector")
         .s("name", c.name.as_deref())
@@ -156,22 +179,22 @@ pub fn ca_cert_file(p: &SslProfile) -> Option<String> {
 
 /// The configuration of the routers of Interconnect `spec` (already defaulted).
 pub fn router_config(spec: &InterconnectSpec) -> RouterConfig {
-    let plan = spec.deployment_plan.clone().unwrap_or_default();
-    let mode = if plan.role == Some(Role::Edge) { "edge" } else { "interior" };
+    let mode = if spec.role() == Role::Edge { "edge" } else { "interior" };
     let mut sections = vec![Section::new("router").s("mode", Some(mode)).s("id", Some("${HOSTNAME}"))];
-    sections.extend(spec.listeners.iter().flatten().map(|l| listener(l, "normal")));
+    sections.extend(spec.listeners.iter().flatten().map(|l| listener(l, LinkRole::Normal)));
     sections.push(
         Section::new("listener")
             .s("name", Some("health-and-stats"))
-            .i("port", Some(plan.liveness_port.unwrap_or(qdr_api::rules::DEFAULT_LIVENESS_PORT)))
+            .i("port", Some(spec.liveness_port()))
             .b("http", Some(true))
             .b("healthz", Some(true))
             .b("metrics", Some(true))
             .b("websockets", Some(false))
             .s("httpRootDir", Some("invalid")),
     );
-    sections.extend(spec.inter_router_listeners.iter().flatten().map(|l| listener(l, "inter-router")));
-    sections.extend(spec.edge_listeners.iter().flatten().map(|l| listener(l, "edge")));
+    for role in [LinkRole::InterRouter, LinkRole::Edge] {
+        sections.extend(spec.listeners_of(role).iter().flatten().map(|l| listener(l, role)));
+    }
     for p in spec.ssl_profiles.iter().flatten() {
         let mut s = Section::new("sslProfile").s("name", Some(&p.name));
         if let Some(cred) = &p.credentials {
@@ -219,8 +242,6 @@ pub fn router_config(spec: &InterconnectSpec) -> RouterConfig {
                 .s("delExternalPrefix", r.del_external_prefix.as_deref()),
         );
     }
-    sections.extend(spec.connectors.iter().flatten().map(|c| connector(c, "normal")));
-    sections.extend(spec.inter_router_connectors.iter().flatten().map(|c| connector(c, "inter-router")));
-    sections.extend(spec.edge_connectors.iter().flatten().map(|c| connector(c, "edge")));
+    sections.extend(spec.every_connector().map(|(role, _, c)| connector(c, role)));
     RouterConfig { sections }
 }

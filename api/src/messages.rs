@@ -1,0 +1,67 @@
+//! The text of every rule that both the API server (a CEL rule in [`crate::rules`]) and
+//! [`crate::validate`] enforce, written once so the two can never drift apart. Messages
+//! follow the apimachinery vocabulary: lower case, no trailing period, "must", and what to
+//! do about it. A message that names a list is a function of the list's JSON name.
+
+/// `deploymentPlan`: `placement: Every` with `size` (CEL `every-without-size`).
+pub const EVERY_WITHOUT_SIZE: &str = "size must not be set with placement Every (a DaemonSet runs one router on \
+                                      every node): remove size, or use placement Any or AntiAffinity";
+
+/// An edge router with entries in `list` (CEL `edge-without-*`).
+pub fn edge_forbids(list: &str) -> String {
+    format!(
+        "an edge router (deploymentPlan.role: edge) cannot have {list}: remove them, or use role interior"
+    )
+}
+
+/// An interior router with `edgeConnectors` (CEL `interior-without-edge-connectors`).
+pub const INTERIOR_WITHOUT_EDGE_CONNECTORS: &str = "an interior router (deploymentPlan.role absent or interior) \
+                                                    cannot have edgeConnectors: use interRouterConnectors, or set \
+                                                    role edge";
+
+/// A listener port used twice (CEL `listener-ports-unique`; `validate` adds which port
+/// and where it is first used).
+pub const LISTENER_PORTS_UNIQUE: &str = "listener ports must be unique across listeners, interRouterListeners, \
+                                         edgeListeners and deploymentPlan.livenessPort";
+
+/// A listener name used twice (CEL `listener-names-unique`).
+pub const LISTENER_NAMES_UNIQUE: &str =
+    "listener names must be unique across listeners, interRouterListeners and edgeListeners";
+
+/// A connector name used twice (CEL `connector-names-unique`).
+pub const CONNECTOR_NAMES_UNIQUE: &str =
+    "connector names must be unique across connectors, interRouterConnectors and edgeConnectors";
+
+/// What follows a reference to an undefined sslProfile (CEL `ssl-profile-defined`).
+pub const SSL_PROFILE_UNDEFINED_HINT: &str =
+    "(only 'default' and 'inter-router' are added automatically): add the profile or correct the name";
+
+/// An sslProfile name used twice (CEL `ssl-profile-names-unique`).
+pub const SSL_PROFILE_NAMES_UNIQUE: &str = "sslProfile names must be unique: rename or merge the duplicate";
+
+/// `addresses[]` and `linkRoutes[]` (CEL `prefix-xor-pattern`).
+pub const PREFIX_XOR_PATTERN: &str = "exactly one of prefix and pattern must be set";
+
+/// `linkRoutes[]` and `autoLinks[]` (CEL `container-id-xor-connection`).
+pub const CONTAINER_ID_XOR_CONNECTION: &str = "containerId and connection are mutually exclusive (the router \
+                                               would drop the entry): set at most one";
+
+/// A listener name that is not an IANA service name (CEL `listener-name-iana`; each adds
+/// the part of the rule it checks).
+pub const LISTENER_NAME_IANA: &str = "must be an IANA service name (it names the container and Service port)";
+
+/// `users` that is neither a Secret name nor `none` (CEL `users-secret-name`).
+pub const USERS_SECRET_NAME: &str =
+    "must be the name of a Secret (lowercase letters, digits, '-' and '.') or 'none' for no SASL users";
+
+/// The characters a value rendered into `qdrouterd.conf` may not contain, as a list.
+pub const FORBIDDEN_CONFIG_CHARS: &str = "'#', '\"', '\\', '{', '}' or a line break";
+/// The same for `pattern`, where the router's parser keeps `#`.
+pub const FORBIDDEN_PATTERN_CHARS: &str = "'\"', '\\', '{', '}' or a line break";
+
+/// A value the router's configuration format cannot carry (CEL `config-safe` and
+/// `config-safe-pattern`).
+pub fn config_unsafe(hash_ok: bool) -> String {
+    let what = if hash_ok { FORBIDDEN_PATTERN_CHARS } else { FORBIDDEN_CONFIG_CHARS };
+    format!("must not contain {what}: the router's configuration format cannot carry them")
+}

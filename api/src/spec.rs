@@ -1,0 +1,212 @@
+//! What every part reads from a spec, in one place: the three listener and connector
+//! lists and the role their list gives them, every listener, the Secrets an Interconnect
+//! names (SASL users, issuer CA), the liveness port.
+//!
+//! The helpers answer the same on a stored object and on its defaulted copy (for example
+//! [`Interconnect::users_secret`] gives `<name>-users` when `users` is absent, exactly
+//! what [`crate::defaults`] would write), so the webhook, the controller and the docs
+//! cannot disagree about them.
+
+use crate::types::{Connector, Interconnect, InterconnectSpec, Listener, Role};
+
+/// JSON names of the three listener lists, in rendering order.
+pub const LISTENER_LISTS: [&str; 3] = ["listeners", "interRouterListeners", "edgeListeners"];
+/// JSON names of the three connector lists, in rendering order.
+pub const CONNECTOR_LISTS: [&str; 3] = ["connectors", "interRouterConnectors", "edgeConnectors"];
+/// sslProfile names that [`crate::defaults`] defines when a listener or connector refers
+/// to them and `sslProfiles` lacks them (Go operator parity, extended to connectors).
+pub const AUTO_PROFILES: [&str; 2] = ["default", "inter-router"];
+/// Default of `deploymentPlan.livenessPort` (Go operator parity).
+pub const DEFAULT_LIVENESS_PORT: i32 = 8888;
+
+/// The list a listener or connector sits in, which decides the role of its connections
+/// (router schema: `listener.role`, `connector.role`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum LinkRole {
+    /// `listeners` / `connectors`: clients (`normal`, or `route-container` when the entry
+    /// sets `routeContainer`).
+    Normal,
+    /// `interRouterListeners` / `interRouterConnectors`: interior routers (`inter-router`).
+    InterRouter,
+    /// `edgeListeners` / `edgeConnectors`: edge routers (`edge`).
+    Edge,
+}
+
+impl LinkRole {
+    /// The three roles in rendering order.
+    pub const ALL: [LinkRole; 3] = [LinkRole::Normal, LinkRole::InterRouter, LinkRole::Edge];
+
+    /// Index in [`Self::ALL`], [`LISTENER_LISTS`] and [`CONNECTOR_LISTS`].
+    pub fn index(self) -> usize {
+        match self {
+            LinkRole::Normal => 0,
+            LinkRole::InterRouter => 1,
+            LinkRole::Edge => 2,
+        }
+    }
+
+    /// JSON name of the listener list of this role (`listeners`, ...).
+    pub fn listeners_field(self) -> &'static str {
+        LISTENER_LISTS[self.index()]
+    }
+
+    /// JSON name of the connector list of this role (`connectors`, ...).
+    pub fn connectors_field(self) -> &'static str {
+        CONNECTOR_LISTS[self.index()]
+    }
+
+    /// The router's `role` value for entries of this list, before `routeContainer`.
+    pub fn router_role(self) -> &'static str {
+        match self {
+            LinkRole::Normal => "normal",
+            LinkRole::InterRouter => "inter-router",
+            LinkRole::Edge => "edge",
+        }
+    }
+}
+
+/// Whether a `users` value means "no SASL user database": `none` or `false`, any case
+/// (the Go operator's convention).
+pub fn is_no_users(users: &str) -> bool {
+    users.eq_ignore_ascii_case("none") || users.eq_ignore_ascii_case("false")
+}
+
+impl InterconnectSpec {
+    /// The listener list of `role`, as stored (absent and `[]` differ).
+    pub fn listeners_of(&self, role: LinkRole) -> &Option<Vec<Listener>> {
+        match role {
+            LinkRole::Normal => &self.listeners,
+            LinkRole::InterRouter => &self.inter_router_listeners,
+            LinkRole::Edge => &self.edge_listeners,
+        }
+    }
+
+    /// The connector list of `role`, as stored.
+    pub fn connectors_of(&self, role: LinkRole) -> &Option<Vec<Connector>> {
+        match role {
+            LinkRole::Normal => &self.connectors,
+            LinkRole::InterRouter => &self.inter_router_connectors,
+            LinkRole::Edge => &self.edge_connectors,
+        }
+    }
+
+    /// The three listener lists with their roles, in rendering order.
+    pub fn listener_lists(&self) -> [(LinkRole, &Option<Vec<Listener>>); 3] {
+        LinkRole::ALL.map(|r| (r, self.listeners_of(r)))
+    }
+
+    /// The three connector lists with their roles, in rendering order.
+    pub fn connector_lists(&self) -> [(LinkRole, &Option<Vec<Connector>>); 3] {
+        LinkRole::ALL.map(|r| (r, self.connectors_of(r)))
+    }
+
+    /// Every listener of every list, with its role and index in its list, in rendering
+    /// order.
+    pub fn every_listener(&self) -> impl Iterator<Item = (LinkRole, usize, &Listener)> + '_ {
+        LinkRole::ALL
+            .into_iter()
+            .flat_map(move |r| self.listeners_of(r).iter().flatten().enumerate().map(move |(i, l)| (r, i, l)))
+    }
+
+    /// Every connector of every list, with its role and index in its list.
+    pub fn every_connector(&self) -> impl Iterator<Item = (LinkRole, usize, &Connector)> + '_ {
+        LinkRole::ALL.into_iter().flat_map(move |r| {
+            self.connectors_of(r).iter().flatten().enumerate().map(move |(i, c)| (r, i, c))
+        })
+    }
+
+    /// The router mode: `deploymentPlan.role`, interior when absent.
+    pub fn role(&self) -> Role {
+        self.deployment_plan.as_ref().and_then(|p| p.role.clone()).unwrap_or(Role::Interior)
+    }
+
+    /// The port of the router's health and metrics listener: `deploymentPlan.livenessPort`
+    /// or [`DEFAULT_LIVENESS_PORT`].
+    pub fn liveness_port(&self) -> i32 {
+        self.deployment_plan.as_ref().and_then(|p| p.liveness_port).unwrap_or(DEFAULT_LIVENESS_PORT)
+    }
+
+    /// The CA Secret the spec names in `deploymentPlan.issuer` (user-provided: read, never
+    /// written), if any.
+    pub fn user_issuer(&self) -> Option<&str> {
+        self.deployment_plan.as_ref().and_then(|p| p.issuer.as_deref())
+    }
+}
+
+impl Interconnect {
+    /// Name of the Secret holding SASL users, or `None` for `users: none`/`false`.
+    /// Absent `users` means `<name>-users` (the default).
+    pub fn users_secret(&self) -> Option<String> {
+        match self.spec.users.as_deref() {
+            Some(u) if is_no_users(u) => None,
+            Some(u) => Some(u.to_string()),
+            None => Some(format!("{}-users", self.metadata.name.as_deref().unwrap_or_default())),
+        }
+    }
+
+    /// Name of the CA Secret that signs generated credentials not signed by a profile's own
+    /// CA: `deploymentPlan.issuer` when set (user-provided), else `<name>-ca` (generated).
+    pub fn issuer_secret(&self) -> String {
+        match self.spec.user_issuer() {
+            Some(i) => i.to_string(),
+            None => format!("{}-ca", self.metadata.name.as_deref().unwrap_or_default()),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn ic(name: &str, spec: serde_json::Value) -> Interconnect {
+        let mut ic = Interconnect::new(name, serde_json::from_value(spec).unwrap());
+        ic.metadata.namespace = Some("ns".into());
+        ic
+    }
+
+    #[test]
+    fn users_secret_follows_the_default_and_none() {
+        assert_eq!(ic("a", serde_json::json!({})).users_secret().as_deref(), Some("a-users"));
+        assert_eq!(ic("a", serde_json::json!({"users": "u"})).users_secret().as_deref(), Some("u"));
+        for none in ["none", "NONE", "False", "false"] {
+            assert_eq!(ic("a", serde_json::json!({"users": none})).users_secret(), None, "{none}");
+        }
+        let raw = ic("a", serde_json::json!({}));
+        assert_eq!(
+            raw.users_secret(),
+            crate::defaults(&raw).users_secret(),
+            "same before and after defaults"
+        );
+    }
+
+    #[test]
+    fn issuer_secret_is_the_named_one_or_the_generated_one() {
+        assert_eq!(ic("a", serde_json::json!({})).issuer_secret(), "a-ca");
+        let named = ic("a", serde_json::json!({"deploymentPlan": {"issuer": "corp"}}));
+        assert_eq!(named.issuer_secret(), "corp");
+        assert_eq!(named.spec.user_issuer(), Some("corp"));
+    }
+
+    #[test]
+    fn every_listener_walks_the_three_lists_in_order_with_roles() {
+        let spec: InterconnectSpec = serde_json::from_value(serde_json::json!({
+            "listeners": [{"port": 1}, {"port": 2}], "edgeListeners": [{"port": 3}],
+            "interRouterListeners": [{"port": 4}]}))
+        .unwrap();
+        let got: Vec<(LinkRole, usize, i32)> =
+            spec.every_listener().map(|(r, i, l)| (r, i, l.port)).collect();
+        assert_eq!(
+            got,
+            [
+                (LinkRole::Normal, 0, 1),
+                (LinkRole::Normal, 1, 2),
+                (LinkRole::InterRouter, 0, 4),
+                (LinkRole::Edge, 0, 3)
+            ]
+        );
+        assert_eq!(LinkRole::Edge.listeners_field(), "edgeListeners");
+        assert_eq!(LinkRole::InterRouter.connectors_field(), "interRouterConnectors");
+        assert_eq!(spec.liveness_port(), DEFAULT_LIVENESS_PORT);
+        assert_eq!(spec.role(), Role::Interior);
+    }
+}

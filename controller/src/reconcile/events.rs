@@ -1,0 +1,103 @@
+//! Stage 5, **events**: what a pass changed that a user should hear about, as Kubernetes
+//! Events on the Interconnect (events.k8s.io/v1, reporting controller `qdr-operator`). Each
+//! [`Change`] is worked out purely, before or after the apply, and published only once the
+//! pass got that far, so an Event is never sent for a change that was not made. Events are
+//! sent on transitions only, never once per pass.
+
+use kube::Resource;
+use kube::runtime::events::{Event, EventType, Recorder};
+use qdr_api::{FieldError, Interconnect};
+
+use super::build::Children;
+use super::observe::Observed;
+use super::status::SPEC_VALID;
+
+/// Longest Event note written (the API's limit is 1 kB).
+pub const MAX_NOTE: usize = 1000;
+
+/// A change worth an Event.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Change {
+    /// Warning `InvalidSpec`: the spec of this generation is invalid (every violation).
+    InvalidSpec(String),
+    /// `ConfigChanged`: the router configuration changed, so the routers roll.
+    ConfigChanged,
+    /// `Scaled`: the number of routers changed.
+    Scaled {
+        /// Replicas before.
+        from: i32,
+        /// Replicas now.
+        to: i32,
+    },
+    /// `Pruned`: children no longer wanted were deleted (`Kind name` each).
+    Pruned(Vec<String>),
+}
+
+impl Change {
+    /// The Event to publish.
+    pub fn event(&self) -> Event {
+        let (type_, reason, note) = match self {
+            Change::InvalidSpec(m) => (EventType::Warning, "InvalidSpec", m.clone()),
+            Change::ConfigChanged => (
+                EventType::Normal,
+                "ConfigChanged",
+                "router configuration changed: rolling the routers".into(),
+            ),
+            Change::Scaled { from, to } => {
+                (EventType::Normal, "Scaled", format!("routers scaled from {from} to {to}"))
+            }
+            Change::Pruned(objs) => (
+                EventType::Normal,
+                "Pruned",
+                format!("deleted objects no longer wanted: {}", objs.join(", ")),
+            ),
+        };
+        Event {
+            type_,
+            reason: reason.into(),
+            note: Some(note.chars().take(MAX_NOTE).collect()),
+            action: "Reconcile".into(),
+            secondary: None,
+        }
+    }
+}
+
+/// `InvalidSpec` for `errors`, unless the stored status already reports this generation as
+/// invalid (one Warning per generation, not one per pass).
+pub fn invalid(ic: &Interconnect, errors: &[FieldError]) -> Option<Change> {
+    let generation = ic.metadata.generation.unwrap_or_default();
+    let reported =
+        ic.status.iter().flat_map(|s| &s.conditions).any(|c| {
+            c.type_ == SPEC_VALID && c.status == "False" && c.observed_generation == Some(generation)
+        });
+    let message = errors.iter().map(ToString::to_string).collect::<Vec<_>>().join("; ");
+    (!reported).then_some(Change::InvalidSpec(message))
+}
+
+/// What applying `children` over the `observed` workload changes: the config (a new hash)
+/// and the number of replicas (Deployments).
+pub fn planned(observed: &Observed, children: &Children) -> Vec<Change> {
+    let Some(old) = &observed.workload else { return Vec::new() };
+    let mut changes = Vec::new();
+    if old.config_hash.as_ref().is_some_and(|h| *h != children.router_config.hash) {
+        changes.push(Change::ConfigChanged);
+    }
+    if let crate::builders::Workload::Deployment(d) = &children.workload {
+        let new = d.spec.as_ref().and_then(|s| s.replicas);
+        if old.replicas != new {
+            changes.push(Change::Scaled { from: old.replicas.unwrap_or(0), to: new.unwrap_or(0) });
+        }
+    }
+    changes
+}
+
+/// Publishes one Event per change on `ic`. A failure is logged, never fatal: Events are
+/// best effort.
+pub async fn publish(recorder: &Recorder, ic: &Interconnect, changes: impl IntoIterator<Item = Change>) {
+    let reference = ic.object_ref(&());
+    for change in changes {
+        if let Err(e) = recorder.publish(&change.event(), &reference).await {
+            tracing::warn!(error = %e, reason = %change.event().reason, "could not publish event");
+        }
+    }
+}

@@ -1,0 +1,137 @@
+//! Stage 1, **observe**: read from the API server what one pass needs and nothing else.
+//!
+//! * every Secret the effective spec names (the SASL users Secret, each sslProfile's
+//!   `credentials` and `caCert`, the issuer CA): its data, or that it is missing, so that
+//!   [`super::build`] can generate exactly the missing ones;
+//! * the existing workload of the kind the spec asks for (its replicas and config hash, for
+//!   the `Scaled` and `ConfigChanged` events);
+//! * the router pods (for `status.pods`);
+//! * from the stored status: whether this generation was already reconciled (orphans are
+//!   pruned only after a spec change).
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::time::SystemTime;
+
+use k8s_openapi::ByteString;
+use k8s_openapi::api::apps::v1::{DaemonSet, Deployment};
+use k8s_openapi::api::core::v1::{Pod, PodTemplateSpec, Secret};
+use kube::api::{Api, ListParams};
+use kube::{Resource, ResourceExt};
+use qdr_api::Placement;
+
+use crate::builders::CONFIG_HASH;
+use crate::owner::Owner;
+
+/// Why observing failed.
+#[derive(Debug, thiserror::Error)]
+pub enum Error {
+    /// A read failed.
+    #[error("reading {what}: {source}")]
+    Read {
+        /// What was read (`Secret mesh-ca`, `pods`, ...).
+        what: String,
+        /// The API error.
+        source: kube::Error,
+    },
+}
+
+/// The workload as it exists now.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct WorkloadState {
+    /// `spec.replicas` (Deployments only).
+    pub replicas: Option<i32>,
+    /// The [`CONFIG_HASH`] annotation of its pod template.
+    pub config_hash: Option<String>,
+}
+
+/// What one pass observed.
+#[derive(Debug, Clone)]
+pub struct Observed {
+    /// When the observation was made; generated certificates are valid from here.
+    pub now: SystemTime,
+    /// Every Secret the spec names, by name: its `data`, or `None` when it does not exist.
+    pub secrets: BTreeMap<String, Option<BTreeMap<String, ByteString>>>,
+    /// The existing Deployment (placement Any, AntiAffinity) or DaemonSet (Every).
+    pub workload: Option<WorkloadState>,
+    /// Names of the router pods that are not being deleted, sorted.
+    pub pods: Vec<String>,
+    /// Whether the stored status says this generation was already reconciled without error
+    /// (`Degraded=False` at this `observedGeneration`).
+    pub generation_reconciled: bool,
+}
+
+impl Observed {
+    /// The data of the Secrets that exist, by name (what credential generation reads).
+    pub fn existing_secrets(&self) -> BTreeMap<String, BTreeMap<String, ByteString>> {
+        self.secrets.iter().filter_map(|(n, d)| Some((n.clone(), d.clone()?))).collect()
+    }
+
+    /// Whether Secret `name` was found.
+    pub fn secret_exists(&self, name: &str) -> bool {
+        self.secrets.get(name).is_some_and(Option::is_some)
+    }
+}
+
+/// The names of every Secret the effective spec names: the users Secret, each profile's
+/// `credentials` and `caCert`, and the issuer CA.
+pub fn named_secrets(o: &Owner) -> BTreeSet<String> {
+    let mut names: BTreeSet<String> = o.users_secret().into_iter().collect();
+    for p in o.spec().ssl_profiles.iter().flatten() {
+        names.extend([&p.credentials, &p.ca_cert].into_iter().flatten().cloned());
+    }
+    names.insert(o.issuer_secret());
+    names
+}
+
+fn template_hash(t: &PodTemplateSpec) -> Option<String> {
+    t.metadata.as_ref()?.annotations.as_ref()?.get(CONFIG_HASH).cloned()
+}
+
+fn read(what: String) -> impl FnOnce(kube::Error) -> Error {
+    move |source| Error::Read { what, source }
+}
+
+/// Observes what a pass over `o` needs (see the module docs).
+///
+/// # Errors
+/// [`Error::Read`] on the first failed read.
+pub async fn observe(client: &kube::Client, o: &Owner) -> Result<Observed, Error> {
+    let ns = o.namespace();
+    let secrets_api: Api<Secret> = Api::namespaced(client.clone(), ns);
+    let mut secrets = BTreeMap::new();
+    for name in named_secrets(o) {
+        let found = secrets_api.get_opt(&name).await.map_err(read(format!("Secret {name}")))?;
+        secrets.insert(name, found.map(|s| s.data.unwrap_or_default()));
+    }
+    let workload = if o.plan().placement == Some(Placement::Every) {
+        let api: Api<DaemonSet> = Api::namespaced(client.clone(), ns);
+        let found = api.get_opt(o.name()).await.map_err(read(format!("DaemonSet {}", o.name())))?;
+        found.map(|d| WorkloadState {
+            replicas: None,
+            config_hash: d.spec.and_then(|s| template_hash(&s.template)),
+        })
+    } else {
+        let api: Api<Deployment> = Api::namespaced(client.clone(), ns);
+        let found = api.get_opt(o.name()).await.map_err(read(format!("Deployment {}", o.name())))?;
+        found.map(|d| {
+            let spec = d.spec.unwrap_or_default();
+            WorkloadState { replicas: spec.replicas, config_hash: template_hash(&spec.template) }
+        })
+    };
+    let pods_api: Api<Pod> = Api::namespaced(client.clone(), ns);
+    let mut pods: Vec<String> = pods_api
+        .list(&ListParams::default().labels(&o.selector_string()))
+        .await
+        .map_err(read("pods".into()))?
+        .items
+        .into_iter()
+        .filter(|p| p.meta().deletion_timestamp.is_none())
+        .map(|p| p.name_any())
+        .collect();
+    pods.sort();
+    let generation = o.generation();
+    let generation_reconciled = o.ic().status.iter().flat_map(|s| &s.conditions).any(|c| {
+        c.type_ == super::status::DEGRADED && c.status == "False" && c.observed_generation == Some(generation)
+    });
+    Ok(Observed { now: SystemTime::now(), secrets, workload, pods, generation_reconciled })
+}

@@ -1,0 +1,239 @@
+//! The build stage in process, on whole [`Children`], for every example (the Go operator's
+//! and `deploy/examples/`):
+//!
+//! * **golden files**: every child as JSON equals `tests/data/golden/<example>.json`
+//!   (written by the builders before they were typed, so the typed builders are proven to
+//!   build the same objects). `QDR_BLESS=1 cargo test -p qdr-controller --test build`
+//!   rewrites them after an intended change; review the diff.
+//! * **invariants** that hold for any spec: labels and owner reference on every child, the
+//!   config rendered once and carried by the pod template with its hash, every volume
+//!   mounted and every mounted Secret either created or kept, one Service port per
+//!   listener, pruning keeps what was built.
+
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+use std::time::SystemTime;
+
+use qdr_api::Interconnect;
+use qdr_controller::builders::{self, CONFIG_HASH, Exposure, Settings, Workload};
+use qdr_controller::owner::Owner;
+use qdr_controller::reconcile::build::{Children, build};
+use qdr_controller::reconcile::observe::{Observed, named_secrets};
+use qdr_controller::router_config::{Rendered, router_config};
+use serde_json::{Value, json};
+
+const UID: &str = "0f1e2d3c-aaaa-bbbb-cccc-000000000001";
+
+fn examples() -> Vec<PathBuf> {
+    let root = Path::new(env!("CARGO_MANIFEST_DIR")).parent().unwrap();
+    let mut files = Vec::new();
+    for dir in ["api/tests/data/go-operator", "deploy/examples"] {
+        for e in std::fs::read_dir(root.join(dir)).unwrap() {
+            let p = e.unwrap().path();
+            if p.extension().is_some_and(|x| x == "yaml") {
+                files.push(p);
+            }
+        }
+    }
+    files.sort();
+    files
+}
+
+/// The stored object of an example file: namespace `ns`, a fixed uid, generation 1.
+fn stored(file: &Path) -> Interconnect {
+    let raw: Value = serde_saphyr::from_str(&std::fs::read_to_string(file).unwrap()).unwrap();
+    let mut ic: Interconnect = serde_json::from_value(raw).unwrap();
+    ic.metadata.namespace = Some("ns".into());
+    ic.metadata.uid = Some(UID.into());
+    ic.metadata.generation = Some(1);
+    ic
+}
+
+/// Every example that passes validation (the Go fixtures G and H put edgeConnectors on an
+/// interior router and are never built), with its Owner.
+fn owners() -> Vec<(String, Owner)> {
+    let mut out = Vec::new();
+    for f in examples() {
+        let name = f.file_stem().unwrap().to_string_lossy().to_string();
+        match Owner::new(&stored(&f)) {
+            Ok(o) => out.push((name, o)),
+            Err(e) => assert!(name.starts_with("g-") || name.starts_with("h-"), "{name}: {e}"),
+        }
+    }
+    assert!(out.len() >= 12, "examples found: {}", out.len());
+    out
+}
+
+fn settings(routes: bool) -> Settings {
+    Settings { default_image: "quay.io/interconnectedcloud/qdrouterd:1.19.0".into(), routes }
+}
+
+/// An observation of an empty namespace, except that `present` Secrets exist (no data).
+fn observed(o: &Owner, present: &[String]) -> Observed {
+    let secrets = named_secrets(o)
+        .into_iter()
+        .map(|n| {
+            let data = present.contains(&n).then(BTreeMap::new);
+            (n, data)
+        })
+        .collect();
+    Observed { now: SystemTime::now(), secrets, workload: None, pods: vec![], generation_reconciled: false }
+}
+
+/// The golden JSON of `children` (generated Secrets by metadata, type and keys only: key
+/// material differs on every run).
+fn golden_json(o: &Owner, children: &Children) -> Value {
+    let credentials: Vec<Value> = children
+        .secrets
+        .create
+        .iter()
+        .map(|s| {
+            let keys: Vec<&String> = s.data.iter().flat_map(|d| d.keys()).collect();
+            json!({"metadata": s.metadata, "type": s.type_, "keys": keys})
+        })
+        .collect();
+    let workload = match &children.workload {
+        Workload::Deployment(d) => serde_json::to_value(d).unwrap(),
+        Workload::DaemonSet(d) => serde_json::to_value(d).unwrap(),
+    };
+    let Exposure::Ingresses(ingresses) = &children.exposure else { panic!("built without Routes") };
+    json!({
+        "serviceAccount": children.service_account,
+        "role": children.role,
+        "roleBinding": children.role_binding,
+        "saslConfigMap": children.sasl_config_map,
+        "credentials": credentials,
+        "workload": workload,
+        "service": children.service,
+        "ingresses": ingresses,
+        "routes": builders::routes(o),
+        "configHash": children.router_config.hash,
+    })
+}
+
+#[test]
+fn every_example_builds_its_golden_children() {
+    let bless = std::env::var_os("QDR_BLESS").is_some();
+    let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/data/golden");
+    for (name, o) in owners() {
+        // The users Secret exists, so only generated credentials are created (as in the files).
+        let users: Vec<String> = o.users_secret().into_iter().collect();
+        let children = build(&o, &settings(false), &observed(&o, &users)).unwrap();
+        let got = golden_json(&o, &children);
+        let golden = dir.join(format!("{name}.json"));
+        if bless {
+            std::fs::write(&golden, serde_json::to_string_pretty(&got).unwrap() + "\n").unwrap();
+            continue;
+        }
+        let want: Value = serde_json::from_str(&std::fs::read_to_string(&golden).unwrap()).unwrap();
+        if got != want {
+            panic!(
+                "{name}: the built children differ from {}:\n--- got\n{}",
+                golden.display(),
+                serde_json::to_string_pretty(&got).unwrap()
+            );
+        }
+    }
+}
+
+fn env<'a>(w: &'a Workload, name: &str) -> Option<&'a str> {
+    let c = &w.template().spec.as_ref()?.containers[0];
+    c.env.as_ref()?.iter().find(|e| e.name == name)?.value.as_deref()
+}
+
+#[test]
+fn every_child_of_every_example_is_labelled_owned_and_consistent() {
+    for routes in [false, true] {
+        for (name, o) in owners() {
+            let children = build(&o, &settings(routes), &observed(&o, &[])).unwrap();
+            let Children {
+                service_account,
+                role,
+                role_binding,
+                sasl_config_map,
+                secrets,
+                workload,
+                service,
+                exposure,
+                router_config: rendered,
+            } = &children;
+            // Every object: in the namespace, labelled, controlled by the Interconnect.
+            let mut metas = vec![
+                serde_json::to_value(&service_account.metadata).unwrap(),
+                serde_json::to_value(&role.metadata).unwrap(),
+                serde_json::to_value(&role_binding.metadata).unwrap(),
+                serde_json::to_value(&service.metadata).unwrap(),
+            ];
+            metas.extend(sasl_config_map.iter().map(|c| serde_json::to_value(&c.metadata).unwrap()));
+            metas.extend(secrets.create.iter().map(|s| serde_json::to_value(&s.metadata).unwrap()));
+            metas.push(match workload {
+                Workload::Deployment(d) => serde_json::to_value(&d.metadata).unwrap(),
+                Workload::DaemonSet(d) => serde_json::to_value(&d.metadata).unwrap(),
+            });
+            match exposure {
+                Exposure::Ingresses(l) => {
+                    assert!(!routes, "{name}");
+                    metas.extend(l.iter().map(|i| serde_json::to_value(&i.metadata).unwrap()))
+                }
+                Exposure::Routes(l) => {
+                    assert!(routes, "{name}");
+                    metas.extend(l.iter().map(|r| serde_json::to_value(&r.metadata).unwrap()))
+                }
+            }
+            for m in &metas {
+                assert_eq!(m["namespace"], "ns", "{name}: {m}");
+                assert_eq!(m["labels"]["interconnect_cr"], o.name(), "{name}: {m}");
+                assert_eq!(m["labels"]["app.kubernetes.io/managed-by"], "qdr-operator", "{name}: {m}");
+                let refs = m["ownerReferences"].as_array().unwrap();
+                assert_eq!(refs.len(), 1, "{name}: {m}");
+                assert_eq!(refs[0]["uid"], UID);
+                assert_eq!(refs[0]["controller"], true);
+            }
+            // The config is rendered once and the pod template carries it and its hash.
+            assert_eq!(*rendered, Rendered::of(o.spec()), "{name}");
+            assert_eq!(rendered.text, router_config(o.spec()).render(), "{name}");
+            assert_eq!(env(workload, "QDROUTERD_CONF"), Some(rendered.text.as_str()), "{name}");
+            let annotations = workload.template().metadata.as_ref().unwrap().annotations.as_ref().unwrap();
+            assert_eq!(annotations[CONFIG_HASH], rendered.hash, "{name}");
+            // Every volume is mounted; every Secret volume is generated now or kept.
+            let pod = workload.template().spec.as_ref().unwrap();
+            let volumes: Vec<&str> = pod.volumes.iter().flatten().map(|v| v.name.as_str()).collect();
+            let mounts: Vec<&str> =
+                pod.containers[0].volume_mounts.iter().flatten().map(|m| m.name.as_str()).collect();
+            assert_eq!(volumes, mounts, "{name}");
+            for v in pod.volumes.iter().flatten() {
+                if let Some(s) = v.secret.as_ref().and_then(|s| s.secret_name.as_ref()) {
+                    assert!(secrets.keep.contains(s), "{name}: mounted Secret {s} is not kept");
+                }
+            }
+            for s in &secrets.create {
+                let n = s.metadata.name.as_ref().unwrap();
+                assert!(secrets.keep.contains(n), "{name}: created Secret {n} would be pruned");
+            }
+            // The users Secret is created when missing; the config map goes with it.
+            assert_eq!(o.users_secret().is_some(), sasl_config_map.is_some(), "{name}");
+            if let Some(u) = o.users_secret() {
+                assert!(secrets.create.iter().any(|s| s.metadata.name.as_deref() == Some(&u)), "{name}");
+            }
+            // One Service port per listener.
+            let ports = service.spec.as_ref().unwrap().ports.as_ref().unwrap().len();
+            assert_eq!(ports, o.spec().every_listener().count(), "{name}");
+        }
+    }
+}
+
+#[test]
+fn secrets_that_exist_are_never_created_again() {
+    for (name, o) in owners() {
+        let first = build(&o, &settings(false), &observed(&o, &[])).unwrap();
+        // The namespace after the first pass: what was created now exists, with its data.
+        let mut now = observed(&o, &[]);
+        for s in &first.secrets.create {
+            let data = s.data.clone().unwrap_or_default();
+            now.secrets.insert(s.metadata.name.clone().unwrap(), Some(data));
+        }
+        let second = build(&o, &settings(false), &now).unwrap();
+        assert!(second.secrets.create.is_empty(), "{name}: {:?}", second.secrets.create);
+        assert_eq!(first.secrets.keep, second.secrets.keep, "{name}");
+    }
+}
