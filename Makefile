@@ -4,7 +4,7 @@ SHELL := bash
 CARGO ?= cargo
 CARGO_TARGET_DIR_OR_DEFAULT := $(or $(CARGO_TARGET_DIR),target)
 
-.PHONY: help testbin test fmt lint crd docs bench run deploy dev-cluster clean-testbin
+.PHONY: help testbin test fmt lint crd docs bench run deploy dev-cluster clean-testbin validate-command
 
 help: ## List the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  %-16s %s\n", $$1, $$2}'
@@ -32,6 +32,10 @@ bench: ## Benchmarks: per-object cost, webhook over HTTPS, API server, controlle
 	$(CARGO) bench --locked -p qdr-controller --bench per_object
 	$(CARGO) build --locked --release --bins
 	QDR_TESTBIN="$$(tools/testbin/build.sh)" $(CARGO_TARGET_DIR_OR_DEFAULT)/release/qdr-bench
+
+validate-command: ## Build qdr-validate (offline manifest checks) into the release directory
+	$(CARGO) build --locked --release -p qdr-webhook --features validate-command --bin qdr-validate
+	@echo "$(CARGO_TARGET_DIR_OR_DEFAULT)/release/qdr-validate"
 
 run: ## Run the whole system on a local control plane with the examples, until Ctrl-C
 	$(CARGO) build --locked --bins

@@ -44,6 +44,18 @@ impl Work {
     }
 }
 
+/// Runs [`run_while_leading`] over `work` (each instance living `lifetime`, or until
+/// dropped) on a task.
+fn spawn(
+    work: &Arc<Work>,
+    leading: watch::Receiver<bool>,
+    stop: watch::Receiver<bool>,
+    lifetime: Option<Duration>,
+) -> tokio::task::JoinHandle<()> {
+    let work = work.clone();
+    tokio::spawn(run_while_leading(leading, stop, Duration::from_millis(10), move || work.start(lifetime)))
+}
+
 async fn wait_for(what: &str, mut ok: impl FnMut() -> bool) {
     let deadline = Instant::now() + Duration::from_secs(5);
     while !ok() {
@@ -57,10 +69,7 @@ async fn work_runs_exactly_while_leading_and_stops_on_stop() {
     let work = Arc::new(Work::default());
     let (lead, leading) = watch::channel(false);
     let (stop_tx, stop) = watch::channel(false);
-    let task = tokio::spawn({
-        let work = work.clone();
-        run_while_leading(leading, stop, Duration::from_millis(10), move || work.start(None))
-    });
+    let task = spawn(&work, leading, stop, None);
 
     // A follower does nothing.
     tokio::time::sleep(Duration::from_millis(50)).await;
@@ -83,12 +92,7 @@ async fn work_that_ends_while_leading_is_restarted() {
     let work = Arc::new(Work::default());
     let (lead, leading) = watch::channel(true);
     let (_stop_tx, stop) = watch::channel(false);
-    let task = tokio::spawn({
-        let work = work.clone();
-        run_while_leading(leading, stop, Duration::from_millis(10), move || {
-            work.start(Some(Duration::from_millis(5)))
-        })
-    });
+    let task = spawn(&work, leading, stop, Some(Duration::from_millis(5)));
     wait_for("three starts", || work.state().0 >= 3).await;
     // The election ends (its sender is dropped): run_while_leading returns.
     drop(lead);
@@ -105,10 +109,7 @@ async fn a_follower_returns_when_stopped_or_when_the_election_ends() {
         let work = Arc::new(Work::default());
         let (lead, leading) = watch::channel(false);
         let (stop_tx, stop) = watch::channel(false);
-        let task = tokio::spawn({
-            let work = work.clone();
-            run_while_leading(leading, stop, Duration::from_millis(10), move || work.start(None))
-        });
+        let task = spawn(&work, leading, stop, None);
         tokio::time::sleep(Duration::from_millis(20)).await;
         if end_election {
             drop(lead);

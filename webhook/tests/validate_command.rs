@@ -61,3 +61,23 @@ fn the_command_exits_non_zero_on_any_violation() {
     let out = String::from_utf8_lossy(&bad.stdout);
     assert!(out.contains("edge-with-inter-router-listener.yaml[0] Interconnect/broken: spec.interRouterListeners: Forbidden"), "{out}");
 }
+
+/// The server binary (no dev-dependencies, default features) links neither jsonschema nor
+/// CEL: the offline checks live only behind the `validate-command` feature.
+#[test]
+fn the_server_links_neither_jsonschema_nor_cel() {
+    let tree = |features: &[&str], krate: &str| {
+        let out = std::process::Command::new(env!("CARGO"))
+            .current_dir(qdr_tests::workspace_root())
+            .args(["tree", "--offline", "--locked", "-q", "-p", "qdr-webhook", "-e", "no-dev", "-i", krate])
+            .args(features)
+            .output()
+            .unwrap();
+        String::from_utf8_lossy(&out.stdout).into_owned()
+    };
+    for krate in ["jsonschema", "kube-cel"] {
+        assert_eq!(tree(&[], krate), "", "the server depends on {krate}");
+        // The check can fail: with the feature, the crate is there.
+        assert!(tree(&["--features", "validate-command"], krate).contains(krate), "{krate}");
+    }
+}

@@ -144,15 +144,27 @@ impl Keep {
     }
 }
 
-/// Server-side applies `obj` with `force` under [`FIELD_MANAGER`]; returns the stored object.
-async fn ssa<K>(client: &kube::Client, ns: &str, obj: &K) -> Result<K, Error>
-where
+/// A namespaced, typed child object.
+trait Child:
+    Resource<DynamicType = (), Scope = k8s_openapi::NamespaceResourceScope>
+    + Serialize
+    + DeserializeOwned
+    + Clone
+    + Debug
+{
+}
+
+impl<K> Child for K where
     K: Resource<DynamicType = (), Scope = k8s_openapi::NamespaceResourceScope>
         + Serialize
         + DeserializeOwned
         + Clone
-        + Debug,
+        + Debug
 {
+}
+
+/// Server-side applies `obj` with `force` under [`FIELD_MANAGER`]; returns the stored object.
+async fn ssa<K: Child>(client: &kube::Client, ns: &str, obj: &K) -> Result<K, Error> {
     let name = obj.name_any();
     Api::<K>::namespaced(client.clone(), ns)
         .patch(&name, &PatchParams::apply(FIELD_MANAGER).force(), &Patch::Apply(obj))
@@ -161,14 +173,7 @@ where
 }
 
 /// Creates `obj` unless an object of its name exists (409 is success: never overwritten).
-async fn create_if_missing<K>(client: &kube::Client, ns: &str, obj: &K) -> Result<(), Error>
-where
-    K: Resource<DynamicType = (), Scope = k8s_openapi::NamespaceResourceScope>
-        + Serialize
-        + DeserializeOwned
-        + Clone
-        + Debug,
-{
+async fn create_if_missing<K: Child>(client: &kube::Client, ns: &str, obj: &K) -> Result<(), Error> {
     let pp = PostParams { field_manager: Some(FIELD_MANAGER.into()), ..Default::default() };
     match Api::<K>::namespaced(client.clone(), ns).create(&pp, obj).await {
         Ok(_) => Ok(()),
