@@ -65,3 +65,8 @@ pub fn config_unsafe(hash_ok: bool) -> String {
     let what = if hash_ok { FORBIDDEN_PATTERN_CHARS } else { FORBIDDEN_CONFIG_CHARS };
     format!("must not contain {what}: the router's configuration format cannot carry them")
 }
+
+/// Validate-only (no CEL rule: it depends on how the controller names container ports): a
+/// named listener takes `port-<N>`, the container-port name of the unnamed listener on N.
+pub const GENERATED_PORT_NAME_TAKEN: &str = "this is the container port name given to the unnamed listener on \
+                                             that port: choose another name, or name that listener";

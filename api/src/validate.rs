@@ -650,8 +650,7 @@ impl Validator {
                     format!("spec.{}[{i}].name", role.listeners_field()),
                     ErrorType::Duplicate,
                     Some(n.as_str().into()),
-                    "this is the container port name given to the unnamed listener on that port: choose \
-                     another name, or name that listener",
+                    msg::GENERATED_PORT_NAME_TAKEN,
                 );
             }
         }

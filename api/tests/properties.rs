@@ -259,7 +259,11 @@ proptest! {
 
     #[test]
     fn validate_agrees_with_schema_and_cel(obj in interconnect()) {
-        let ours = validate(&decode(&obj));
+        // Validate-only rules have no schema or CEL counterpart (see the API reference).
+        let ours: Vec<_> = validate(&decode(&obj))
+            .into_iter()
+            .filter(|e| e.detail != qdr_api::messages::GENERATED_PORT_NAME_TAKEN)
+            .collect();
         let server = OFFLINE.with(|o| o.check(&obj));
         prop_assert_eq!(
             ours.is_empty(),
