@@ -177,6 +177,11 @@ pub fn is_config_safe(s: &str, hash_ok: bool) -> bool {
     !s.chars().any(|c| matches!(c, '"' | '\\' | '{' | '}' | '\n' | '\r') || (!hash_ok && c == '#'))
 }
 
+/// Whether an optional list has at least one item.
+fn nonempty<T>(list: &Option<Vec<T>>) -> bool {
+    list.as_ref().is_some_and(|l| !l.is_empty())
+}
+
 fn supported_list(values: &[&str]) -> String {
     let quoted: Vec<String> = values.iter().map(|v| format!("\"{v}\"")).collect();
     format!("supported values: {}", quoted.join(", "))
@@ -359,22 +364,18 @@ impl Validator {
         }
 
         // Role rules (CEL: edge-without-*, interior-without-edge-connectors).
-        let nonempty = |l: &Option<Vec<_>>| l.as_ref().is_some_and(|l: &Vec<_>| !l.is_empty());
         if edge {
             let forbidden = [
                 (LinkRole::InterRouter.listeners_field(), nonempty(&spec.inter_router_listeners)),
                 (LinkRole::Edge.listeners_field(), nonempty(&spec.edge_listeners)),
-                (
-                    LinkRole::InterRouter.connectors_field(),
-                    spec.inter_router_connectors.as_ref().is_some_and(|l| !l.is_empty()),
-                ),
+                (LinkRole::InterRouter.connectors_field(), nonempty(&spec.inter_router_connectors)),
             ];
             for (list, present) in forbidden {
                 if present {
                     self.push(format!("spec.{list}"), ErrorType::Forbidden, None, msg::edge_forbids(list));
                 }
             }
-        } else if spec.edge_connectors.as_ref().is_some_and(|l| !l.is_empty()) {
+        } else if nonempty(&spec.edge_connectors) {
             self.push(
                 "spec.edgeConnectors",
                 ErrorType::Forbidden,

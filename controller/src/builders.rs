@@ -273,11 +273,12 @@ pub enum Workload {
 }
 
 impl Workload {
-    /// The pod template, whichever the kind.
-    pub fn template(&self) -> &PodTemplateSpec {
+    /// The pod template, whichever the kind (`None` only for a workload without a spec,
+    /// which [`workload`] never builds).
+    pub fn template(&self) -> Option<&PodTemplateSpec> {
         match self {
-            Workload::Deployment(d) => &d.spec.as_ref().expect("built with a spec").template,
-            Workload::DaemonSet(d) => &d.spec.as_ref().expect("built with a spec").template,
+            Workload::Deployment(d) => d.spec.as_ref().map(|s| &s.template),
+            Workload::DaemonSet(d) => d.spec.as_ref().map(|s| &s.template),
         }
     }
 }

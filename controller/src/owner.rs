@@ -18,12 +18,17 @@ pub const MANAGED_BY: &str = "qdr-operator";
 #[derive(Debug, thiserror::Error)]
 pub enum OwnerError {
     /// The effective spec breaks rules of [`qdr_api::validate`]: every violation.
-    #[error("the spec is invalid: {}", .0.iter().map(ToString::to_string).collect::<Vec<_>>().join("; "))]
+    #[error("the spec is invalid: {}", summary(.0))]
     Invalid(Vec<FieldError>),
     /// The object lacks what every stored object has (`metadata.name`, `namespace`,
     /// `uid`): it was not read from the API server.
     #[error("the Interconnect has no metadata.{0}: only stored objects can own children")]
     NotStored(&'static str),
+}
+
+/// Every violation on one line, `; `-separated (condition messages, Events, errors).
+pub fn summary(errors: &[FieldError]) -> String {
+    errors.iter().map(ToString::to_string).collect::<Vec<_>>().join("; ")
 }
 
 /// A stored Interconnect with its effective spec, valid by construction.

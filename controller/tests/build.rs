@@ -137,7 +137,7 @@ fn every_example_builds_its_golden_children() {
 }
 
 fn env<'a>(w: &'a Workload, name: &str) -> Option<&'a str> {
-    let c = &w.template().spec.as_ref()?.containers[0];
+    let c = &w.template()?.spec.as_ref()?.containers[0];
     c.env.as_ref()?.iter().find(|e| e.name == name)?.value.as_deref()
 }
 
@@ -193,10 +193,11 @@ fn every_child_of_every_example_is_labelled_owned_and_consistent() {
             assert_eq!(*rendered, Rendered::of(o.spec()), "{name}");
             assert_eq!(rendered.text, router_config(o.spec()).render(), "{name}");
             assert_eq!(env(workload, "QDROUTERD_CONF"), Some(rendered.text.as_str()), "{name}");
-            let annotations = workload.template().metadata.as_ref().unwrap().annotations.as_ref().unwrap();
+            let template = workload.template().unwrap();
+            let annotations = template.metadata.as_ref().unwrap().annotations.as_ref().unwrap();
             assert_eq!(annotations[CONFIG_HASH], rendered.hash, "{name}");
             // Every volume is mounted; every Secret volume is generated now or kept.
-            let pod = workload.template().spec.as_ref().unwrap();
+            let pod = template.spec.as_ref().unwrap();
             let volumes: Vec<&str> = pod.volumes.iter().flatten().map(|v| v.name.as_str()).collect();
             let mounts: Vec<&str> =
                 pod.containers[0].volume_mounts.iter().flatten().map(|m| m.name.as_str()).collect();

@@ -123,16 +123,12 @@ fn reply(response: AdmissionResponse, outcome: Outcome) -> Reply {
     Reply { http_status: 200, body: Body::Review(Box::new(response)), outcome }
 }
 
-/// A response to a request that only has a uid (it did not decode).
+/// A denial of a request that only has a uid (it did not decode).
 fn bad_request_for_uid(uid: &str, message: String) -> Reply {
-    let mut req: AdmissionRequest<DynamicObject> = serde_json::from_value(serde_json::json!({
-        "uid": uid, "kind": {"group": "", "version": "", "kind": ""},
-        "resource": {"group": "", "version": "", "resource": ""}, "operation": "CREATE",
-        "userInfo": {}}))
-    .expect("a minimal request decodes");
-    req.types.api_version = META_API_VERSION_V1.into();
-    req.types.kind = META_KIND.into();
-    reply(deny(&req, 400, "BadRequest", message), Outcome::BadRequest)
+    let mut r = AdmissionResponse::invalid(&message);
+    r.uid = uid.into();
+    r.result = Status::failure(&message, "BadRequest").with_code(400);
+    reply(r, Outcome::BadRequest)
 }
 
 fn deny(

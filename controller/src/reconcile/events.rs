@@ -6,7 +6,7 @@
 
 use kube::Resource;
 use kube::runtime::events::{Event, EventType, Recorder};
-use qdr_api::{FieldError, Interconnect};
+use qdr_api::Interconnect;
 
 use super::build::Children;
 use super::observe::Observed;
@@ -62,16 +62,15 @@ impl Change {
     }
 }
 
-/// `InvalidSpec` for `errors`, unless the stored status already reports this generation as
-/// invalid (one Warning per generation, not one per pass).
-pub fn invalid(ic: &Interconnect, errors: &[FieldError]) -> Option<Change> {
+/// `InvalidSpec` with `message` (every violation), unless the stored status already reports
+/// this generation as invalid (one Warning per generation, not one per pass).
+pub fn invalid(ic: &Interconnect, message: &str) -> Option<Change> {
     let generation = ic.metadata.generation.unwrap_or_default();
     let reported =
         ic.status.iter().flat_map(|s| &s.conditions).any(|c| {
             c.type_ == SPEC_VALID && c.status == "False" && c.observed_generation == Some(generation)
         });
-    let message = errors.iter().map(ToString::to_string).collect::<Vec<_>>().join("; ");
-    (!reported).then_some(Change::InvalidSpec(message))
+    (!reported).then(|| Change::InvalidSpec(message.into()))
 }
 
 /// What applying `children` over the `observed` workload changes: the config (a new hash)

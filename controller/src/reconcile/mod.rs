@@ -118,8 +118,9 @@ async fn stages(ic: &Interconnect, ctx: &Context) -> Result<Action, Error> {
     let owner = match Owner::new(ic) {
         Ok(owner) => owner,
         Err(OwnerError::Invalid(errors)) => {
-            let event = events::invalid(ic, &errors);
-            status::write(&ctx.client, ic, status::invalid(ic, &errors)).await?;
+            let message = crate::owner::summary(&errors);
+            let event = events::invalid(ic, &message);
+            status::write(&ctx.client, ic, status::invalid(ic, &message)).await?;
             events::publish(&ctx.recorder, ic, event).await;
             return Ok(Action::await_change());
         }

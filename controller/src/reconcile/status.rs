@@ -16,7 +16,7 @@
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, Time};
 use kube::ResourceExt;
 use kube::api::{Api, Patch, PatchParams};
-use qdr_api::{FieldError, Interconnect, InterconnectStatus};
+use qdr_api::{Interconnect, InterconnectStatus};
 use serde_json::json;
 
 use super::apply::Applied;
@@ -119,15 +119,14 @@ pub fn desired(o: &Owner, observed: &Observed, applied: &Applied) -> Interconnec
     }
 }
 
-/// The status of an Interconnect whose spec is invalid: `SpecValid=False` with every
-/// violation, `Ready=False`; counts and pods as before.
-pub fn invalid(ic: &Interconnect, errors: &[FieldError]) -> InterconnectStatus {
+/// The status of an Interconnect whose spec is invalid: `SpecValid=False` with `message`
+/// (every violation), `Ready=False`; counts and pods as before.
+pub fn invalid(ic: &Interconnect, message: &str) -> InterconnectStatus {
     let generation = ic.metadata.generation.unwrap_or_default();
     let prev = ic.status.clone().unwrap_or_default();
-    let message = errors.iter().map(ToString::to_string).collect::<Vec<_>>().join("; ");
     InterconnectStatus {
         conditions: vec![
-            condition(SPEC_VALID, false, "InvalidSpec", &message, generation, &prev.conditions),
+            condition(SPEC_VALID, false, "InvalidSpec", message, generation, &prev.conditions),
             condition(
                 READY,
                 false,
