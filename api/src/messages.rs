@@ -70,3 +70,13 @@ pub fn config_unsafe(hash_ok: bool) -> String {
 /// named listener takes `port-<N>`, the container-port name of the unnamed listener on N.
 pub const GENERATED_PORT_NAME_TAKEN: &str = "this is the container port name given to the unnamed listener on \
                                              that port: choose another name, or name that listener";
+
+/// Name of the health listener the controller renders into every configuration.
+pub const HEALTH_LISTENER: &str = "health-and-stats";
+
+/// A name shared by entities of different kinds (CEL `entity-names-unique`): qdrouterd 1.19
+/// refuses to start when two configuration entities of any type share a `name` ("sslProfile
+/// 'amqps' duplicates unique attribute 'name' from existing listener 'amqps'").
+pub const ENTITY_NAMES_UNIQUE: &str = "names must be unique across listeners, connectors and sslProfiles of every \
+                                       kind and must not be 'health-and-stats' (the router refuses two \
+                                       configuration entities with the same name): rename one";

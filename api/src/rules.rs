@@ -86,6 +86,15 @@ fn rule(id: &'static str, location: &str, rule: String, message: String) -> CelR
     CelRule { id, location: location.into(), rule, message, field_path: None, reason: None }
 }
 
+/// CEL: the names set in the spec lists `lists`, concatenated.
+fn names_in(lists: &[&str]) -> String {
+    lists
+        .iter()
+        .map(|l| format!("(has(self.{l}) ? self.{l}.filter(x, has(x.name)).map(x, x.name) : [])"))
+        .collect::<Vec<_>>()
+        .join(" + ")
+}
+
 /// Every CEL rule of the CRD.
 pub fn cel_rules() -> Vec<CelRule> {
     let mut rules = Vec::new();
@@ -151,11 +160,7 @@ pub fn cel_rules() -> Vec<CelRule> {
         ("listener-names-unique", LISTENER_LISTS, msg::LISTENER_NAMES_UNIQUE),
         ("connector-names-unique", CONNECTOR_LISTS, msg::CONNECTOR_NAMES_UNIQUE),
     ] {
-        let names = lists
-            .iter()
-            .map(|l| format!("(has(self.{l}) ? self.{l}.filter(x, has(x.name)).map(x, x.name) : [])"))
-            .collect::<Vec<_>>()
-            .join(" + ");
+        let names = names_in(&lists);
         rules.push(rule(
             id,
             "spec",
@@ -163,6 +168,19 @@ pub fn cel_rules() -> Vec<CelRule> {
             format!("{what}: rename the duplicate"),
         ));
     }
+
+    let (listeners, connectors) = (names_in(&LISTENER_LISTS), names_in(&CONNECTOR_LISTS));
+    let profiles = "(has(self.sslProfiles) ? self.sslProfiles.map(p, p.name) : [])";
+    let health = msg::HEALTH_LISTENER;
+    rules.push(rule(
+        "entity-names-unique",
+        "spec",
+        format!(
+            "({listeners}).all(n, n != '{health}' && !(n in ({connectors})) && !(n in {profiles})) && \
+             ({connectors}).all(n, n != '{health}' && !(n in {profiles})) && !('{health}' in {profiles})"
+        ),
+        msg::ENTITY_NAMES_UNIQUE.into(),
+    ));
 
     let auto = AUTO_PROFILES.iter().map(|p| format!("'{p}'")).collect::<Vec<_>>().join(", ");
     for list in LISTENER_LISTS.iter().chain(CONNECTOR_LISTS.iter()) {

@@ -396,6 +396,7 @@ impl Validator {
             msg::CONNECTOR_NAMES_UNIQUE,
         );
         self.port_name_collisions(spec);
+        self.entity_names_unique(spec);
 
         // sslProfiles and references to them.
         self.max_items("spec.sslProfiles", &spec.ssl_profiles, 32);
@@ -628,6 +629,39 @@ impl Validator {
                 }
                 None => {
                     seen.insert(name, path.trim_start_matches("spec.").to_string());
+                }
+            }
+        }
+    }
+
+    /// A name used by entities of two kinds (listener, connector, sslProfile), or the
+    /// rendered health listener's name (CEL: entity-names-unique). Duplicates within one
+    /// kind are the listener/connector/sslProfile uniqueness rules' to report.
+    fn entity_names_unique(&mut self, spec: &InterconnectSpec) {
+        let mut first: HashMap<&str, (&str, String)> = HashMap::new();
+        first.insert(msg::HEALTH_LISTENER, ("health", "the health listener the operator renders".into()));
+        let listeners = spec.every_listener().map(|(r, i, x)| {
+            ("listener", format!("spec.{}[{i}].name", r.listeners_field()), x.name.as_deref())
+        });
+        let connectors = spec.every_connector().map(|(r, i, x)| {
+            ("connector", format!("spec.{}[{i}].name", r.connectors_field()), x.name.as_deref())
+        });
+        let profiles = spec
+            .ssl_profiles
+            .iter()
+            .flatten()
+            .enumerate()
+            .map(|(i, p)| ("sslProfile", format!("spec.sslProfiles[{i}].name"), Some(p.name.as_str())));
+        for (kind, path, name) in listeners.chain(connectors).chain(profiles) {
+            let Some(name) = name.filter(|n| !n.is_empty()) else { continue };
+            match first.get(name) {
+                Some((k, _)) if *k == kind => {}
+                Some((_, at)) => {
+                    let detail = format!("{}: {at} has the same name", msg::ENTITY_NAMES_UNIQUE);
+                    self.push(path, ErrorType::Duplicate, Some(name.into()), detail);
+                }
+                None => {
+                    first.insert(name, (kind, path.trim_start_matches("spec.").to_string()));
                 }
             }
         }

@@ -33,6 +33,10 @@ fn every_shared_message_is_used_by_cel_and_by_validate() {
         ),
         (msg::SSL_PROFILE_UNDEFINED_HINT.into(), json!({"listeners": [{"port": 1, "sslProfile": "nope"}]})),
         (msg::SSL_PROFILE_NAMES_UNIQUE.into(), json!({"sslProfiles": [{"name": "a"}, {"name": "a"}]})),
+        (
+            msg::ENTITY_NAMES_UNIQUE.into(),
+            json!({"listeners": [{"port": 5671, "name": "amqps", "sslProfile": "amqps"}], "sslProfiles": [{"name": "amqps"}]}),
+        ),
         (msg::PREFIX_XOR_PATTERN.into(), json!({"addresses": [{"prefix": "a", "pattern": "b"}]})),
         (
             msg::CONTAINER_ID_XOR_CONNECTION.into(),

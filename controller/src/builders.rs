@@ -144,15 +144,17 @@ fn secret_volume(name: &str, secret: &str) -> Volume {
     }
 }
 
-/// The router container's environment: what the image's `configure.sh` reads.
+/// The router container's environment: what the image's `configure.sh` reads
+/// (`QDROUTERD_CONF`, the SASL database source and path, `QDROUTERD_AUTO_MESH_DISCOVERY`)
+/// and what auto-mesh needs to find its peers (`POD_NAMESPACE`, `POD_IP`). Nothing here
+/// depends on `size`: the Go operator's `POD_COUNT` (never read by the image) made every
+/// scale a rolling restart.
 fn router_env(o: &Owner, config: &Rendered) -> Vec<EnvVar> {
-    let plan = o.plan();
     let mut env_vars = vec![env("APPLICATION_NAME", o.name()), env("QDROUTERD_CONF", config.text.clone())];
     if o.users_secret().is_some() {
         env_vars.push(env("QDROUTERD_AUTO_CREATE_SASLDB_SOURCE", format!("{SASL_USERS_DIR}/")));
         env_vars.push(env("QDROUTERD_AUTO_CREATE_SASLDB_PATH", "/tmp/qdrouterd.sasldb"));
     }
-    env_vars.push(env("POD_COUNT", plan.size.unwrap_or(1).to_string()));
     env_vars.push(env_field("POD_NAMESPACE", "metadata.namespace"));
     env_vars.push(env_field("POD_IP", "status.podIP"));
     if o.spec().role() != RouterRole::Edge {

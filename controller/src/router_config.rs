@@ -5,7 +5,9 @@
 //! `protocols` are rendered, auto-links use `address` (not the deprecated `addr`), and a
 //! connector's `verifyHostname` is written only when set (the router's default, true,
 //! otherwise). Values are never quoted or escaped: the format has no escaping, which is why
-//! the API rejects `#`, quotes, backslashes, braces and line breaks in these fields.
+//! the API rejects `#`, quotes, backslashes, braces and line breaks in these fields. The one
+//! exception is `$`: the image expands environment variables in the file, so a literal `$`
+//! is written as [`LITERAL_DOLLAR`].
 
 use std::fmt::Write as _;
 
@@ -15,11 +17,20 @@ use sha2::Digest;
 /// Where credentials Secrets are mounted: `<CERTS_DIR>/<profile>/<secret>/`.
 pub const CERTS_DIR: &str = "/etc/qpid-dispatch-certs";
 
+/// How a literal `$` is written: the router image runs `envsubst` over the configuration
+/// with `DOLLAR='$'` set, so `${DOLLAR}` is what comes out as `$`. A bare `$` would be
+/// taken as the start of a variable (`$management` → the empty string).
+pub const LITERAL_DOLLAR: &str = "${DOLLAR}";
+
 /// A typed attribute value.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Value {
-    /// A string, path or enum tag.
+    /// A string, path or enum tag, rendered literally: each `$` is written as
+    /// [`LITERAL_DOLLAR`] so that it survives the image's `envsubst`.
     Str(String),
+    /// A reference to an environment variable of the router container, rendered verbatim
+    /// for the image's `envsubst` to expand (`${HOSTNAME}`: the router id is the pod name).
+    Env(&'static str),
     /// An integer.
     Int(i64),
     /// A boolean.
@@ -29,7 +40,8 @@ pub enum Value {
 impl std::fmt::Display for Value {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         match self {
-            Value::Str(s) => f.write_str(s),
+            Value::Str(s) => f.write_str(&s.replace('$', LITERAL_DOLLAR)),
+            Value::Env(var) => write!(f, "${{{var}}}"),
             Value::Int(i) => write!(f, "{i}"),
             Value::Bool(b) => write!(f, "{b}"),
         }
@@ -53,6 +65,10 @@ impl Section {
         if let Some(v) = v {
             self.attrs.push((k, Value::Str(v.to_string())));
         }
+        self
+    }
+    fn env(mut self, k: &'static str, var: &'static str) -> Self {
+        self.attrs.push((k, Value::Env(var)));
         self
     }
     fn i(mut self, k: &'static str, v: Option<i32>) -> Self {
@@ -180,11 +196,12 @@ pub fn ca_cert_file(p: &SslProfile) -> Option<String> {
 /// The configuration of the routers of Interconnect `spec` (already defaulted).
 pub fn router_config(spec: &InterconnectSpec) -> RouterConfig {
     let mode = if spec.role() == Role::Edge { "edge" } else { "interior" };
-    let mut sections = vec![Section::new("router").s("mode", Some(mode)).s("id", Some("${HOSTNAME}"))];
+    let mut sections = vec![Section::new("router").s("mode", Some(mode)).env("id", "HOSTNAME")];
     sections.extend(spec.listeners.iter().flatten().map(|l| listener(l, LinkRole::Normal)));
     sections.push(
         Section::new("listener")
-            .s("name", Some("health-and-stats"))
+            .s("name", Some(qdr_api::messages::HEALTH_LISTENER))
+            .s("host", Some("0.0.0.0"))
             .i("port", Some(spec.liveness_port()))
             .b("http", Some(true))
             .b("healthz", Some(true))

@@ -179,21 +179,14 @@ fn workloads_are_labelled_and_volume_names_are_unique() {
     assert_eq!(unique.len(), vols.len(), "{vols:?}");
 }
 
-/// Bug 17: POD_COUNT stayed at its first value after scaling.
+/// Bug 17 (POD_COUNT stale), fixed by not having it: nothing in the pod template depends
+/// on `size`, so scaling never rolls the routers.
 #[test]
-fn pod_count_follows_the_size() {
-    let count = |size: i32| {
-        let p = pod(&ic(json!({"deploymentPlan": {"size": size}})));
-        p["spec"]["containers"][0]["env"]
-            .as_array()
-            .unwrap()
-            .iter()
-            .find(|e| e["name"] == "POD_COUNT")
-            .unwrap()["value"]
-            .clone()
-    };
-    assert_eq!(count(3), "3");
-    assert_eq!(count(5), "5");
+fn the_pod_template_does_not_depend_on_the_size() {
+    let template = |size: i32| pod(&ic(json!({"deploymentPlan": {"size": size}})));
+    assert_eq!(template(3), template(5));
+    assert_eq!(template(1), template(16));
+    assert!(!env_names(&template(3)).contains(&"POD_COUNT".to_string()));
 }
 
 /// Edge routers do not auto-mesh; interior routers do.

@@ -9,7 +9,7 @@ use std::collections::{BTreeMap, HashSet};
 
 use proptest::prelude::*;
 use qdr_api::{Interconnect, defaults, validate};
-use qdr_controller::router_config::{RouterConfig, router_config};
+use qdr_controller::router_config::{Rendered, RouterConfig, router_config};
 use serde_json::{Value, json};
 
 type Parsed = Vec<(String, BTreeMap<String, String>)>;
@@ -89,7 +89,9 @@ impl Schema {
 
     fn check(&self, parsed: &Parsed) -> Vec<String> {
         let mut errors = Vec::new();
-        let mut names: HashSet<(String, String)> = HashSet::new();
+        // qdrouterd 1.19: `name` is unique across entities of every type ("sslProfile 'amqps'
+        // duplicates unique attribute 'name' from existing listener 'amqps'").
+        let mut names: HashSet<String> = HashSet::new();
         let mode = parsed
             .iter()
             .find(|(s, _)| s == "router")
@@ -131,9 +133,16 @@ impl Schema {
                 }
             }
             if let Some(n) = attrs.get("name")
-                && !names.insert((ty.clone(), n.clone()))
+                && !names.insert(n.clone())
             {
-                errors.push(format!("{section}: duplicate name {n}"));
+                errors.push(format!("{section}: duplicate name {n} (names are unique across all entities)"));
+            }
+            // An http listener without a host logs `getaddrinfo(, <port>) failed` at every start.
+            if section == "listener"
+                && attrs.get("http").is_some_and(|h| h == "true")
+                && !attrs.contains_key("host")
+            {
+                errors.push(format!("{section}: an http listener needs an explicit host"));
             }
             if section == "listener" || section == "connector" {
                 let role = attrs.get("role").map(String::as_str).unwrap_or("normal");
@@ -194,7 +203,7 @@ fn default_interior_config_is_rendered_exactly() {
 listener {\n    role: normal\n    host: 0.0.0.0\n    port: 5672\n}\n\n\
 listener {\n    role: normal\n    host: 0.0.0.0\n    port: 8080\n    http: true\n    authenticatePeer: true\n}\n\n\
 listener {\n    role: normal\n    host: 0.0.0.0\n    port: 5671\n    sslProfile: default\n}\n\n\
-listener {\n    name: health-and-stats\n    port: 8888\n    http: true\n    healthz: true\n    metrics: true\n    websockets: false\n    httpRootDir: invalid\n}\n\n\
+listener {\n    name: health-and-stats\n    host: 0.0.0.0\n    port: 8888\n    http: true\n    healthz: true\n    metrics: true\n    websockets: false\n    httpRootDir: invalid\n}\n\n\
 listener {\n    role: inter-router\n    host: 0.0.0.0\n    port: 55671\n    saslMechanisms: EXTERNAL\n    authenticatePeer: true\n    sslProfile: inter-router\n}\n\n\
 listener {\n    role: edge\n    host: 0.0.0.0\n    port: 45672\n}\n\n\
 sslProfile {\n    name: default\n    certFile: /etc/qpid-dispatch-certs/default/mesh-default-credentials/tls.crt\n    privateKeyFile: /etc/qpid-dispatch-certs/default/mesh-default-credentials/tls.key\n}\n\n\
@@ -310,6 +319,24 @@ fn the_checker_catches_what_the_router_would_refuse() {
             ],
         ),
         ("two routers", vec![router("interior"), router("edge")]),
+        (
+            "one name on two entity types",
+            vec![
+                router("interior"),
+                Section {
+                    entity: "listener",
+                    attrs: vec![("name", V::Str("amqps".into())), ("port", V::Int(5671))],
+                },
+                Section { entity: "sslProfile", attrs: vec![("name", V::Str("amqps".into()))] },
+            ],
+        ),
+        (
+            "http listener without host",
+            vec![
+                router("interior"),
+                Section { entity: "listener", attrs: vec![("port", V::Int(8888)), ("http", V::Bool(true))] },
+            ],
+        ),
         ("unknown entity", vec![router("interior"), Section { entity: "frobnicator", attrs: vec![] }]),
     ];
     for (what, sections) in bad {
@@ -329,4 +356,62 @@ fn the_checker_catches_what_the_router_would_refuse() {
     };
     let r = std::panic::catch_unwind(|| assert_accepted(&cfg, "hash"));
     assert!(r.is_err(), "'#' truncation was not caught");
+}
+
+/// What the image's `configure.sh` does to the file: GNU `envsubst` with `DOLLAR='$'` and
+/// the pod's environment; `$NAME` and `${NAME}` become the variable's value, or nothing.
+fn envsubst(text: &str, env: &[(&str, &str)]) -> String {
+    let value = |n: &str| env.iter().find(|(k, _)| *k == n).map(|(_, v)| *v).unwrap_or("");
+    let ident = |c: char| c.is_ascii_alphanumeric() || c == '_';
+    let (mut out, mut rest) = (String::new(), text);
+    while let Some(i) = rest.find('$') {
+        out.push_str(&rest[..i]);
+        let after = &rest[i + 1..];
+        if let Some(braced) = after.strip_prefix('{')
+            && let Some(end) = braced.find('}')
+            && braced[..end].chars().all(ident)
+            && end > 0
+        {
+            out.push_str(value(&braced[..end]));
+            rest = &braced[end + 1..];
+        } else {
+            let end = after.find(|c: char| !ident(c)).unwrap_or(after.len());
+            if end == 0 {
+                out.push('$');
+            } else {
+                out.push_str(value(&after[..end]));
+            }
+            rest = &after[end..];
+        }
+    }
+    out.push_str(rest);
+    out
+}
+
+/// A `$` in any value reaches the router unchanged after the image's `envsubst`; the router
+/// id still becomes the pod name.
+#[test]
+fn dollar_signs_survive_the_images_envsubst() {
+    let ic: Interconnect = serde_json::from_value(json!({"metadata": {"name": "m"}, "spec": {
+        "addresses": [{"prefix": "$management"}, {"pattern": "a.$x.#"}],
+        "linkRoutes": [{"prefix": "$HOME.q", "direction": "in"}],
+        "connectors": [{"name": "c", "host": "$HOSTNAME", "port": 5672}],
+    }}))
+    .unwrap();
+    let text = Rendered::of(&qdr_api::defaults(&ic).spec).text;
+    assert!(text.contains("prefix: ${DOLLAR}management"), "{text}");
+    let expanded = envsubst(&text, &[("DOLLAR", "$"), ("HOSTNAME", "m-0"), ("HOME", "/root")]);
+    for line in [
+        "    id: m-0",
+        "    prefix: $management",
+        "    pattern: a.$x.#",
+        "    prefix: $HOME.q",
+        "    host: $HOSTNAME",
+    ] {
+        assert!(expanded.lines().any(|l| l == line), "{line:?} missing after envsubst:\n{expanded}");
+    }
+    let parsed = parse_conf(&expanded).unwrap();
+    assert!(Schema::load().check(&parsed).is_empty());
+    // Without the escape, envsubst would have eaten the value.
+    assert_eq!(envsubst("prefix: $management", &[("DOLLAR", "$")]), "prefix: ");
 }
