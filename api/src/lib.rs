@@ -19,6 +19,7 @@ pub mod docs;
 pub mod messages;
 #[cfg(feature = "offline")]
 pub mod offline;
+pub mod quantity;
 pub mod rules;
 pub mod spec;
 pub mod types;

@@ -95,6 +95,9 @@ fn names_in(lists: &[&str]) -> String {
         .join(" + ")
 }
 
+/// Most entries in `resources.limits` and `resources.requests` (each).
+pub const MAX_RESOURCES: usize = 16;
+
 /// Every CEL rule of the CRD.
 pub fn cel_rules() -> Vec<CelRule> {
     let mut rules = Vec::new();
@@ -236,6 +239,27 @@ pub fn cel_rules() -> Vec<CelRule> {
         ));
     }
 
+    let all_quantities =
+        |m: &str| format!("!has(self.{m}) || self.{m}.all(k, isQuantity(string(self.{m}[k])))");
+    rules.push(rule(
+        "resources-quantities",
+        "spec.deploymentPlan.resources",
+        format!("({}) && ({})", all_quantities("limits"), all_quantities("requests")),
+        msg::RESOURCES_QUANTITY.into(),
+    ));
+    rules.push(CelRule {
+        field_path: Some(".requests".into()),
+        ..rule(
+            "requests-within-limits",
+            "spec.deploymentPlan.resources",
+            "!has(self.limits) || !has(self.requests) || self.requests.all(k, !(k in self.limits) || \
+             !isQuantity(string(self.requests[k])) || !isQuantity(string(self.limits[k])) || \
+             quantity(string(self.requests[k])).compareTo(quantity(string(self.limits[k]))) <= 0)"
+                .into(),
+            msg::REQUESTS_WITHIN_LIMITS.into(),
+        )
+    });
+
     rules.push(rule(
         "users-secret-name",
         "spec.users",
@@ -305,6 +329,10 @@ pub fn apply(schema: &mut Value) {
             Some(list) => list.push(entry),
             None => n["x-kubernetes-validations"] = json!([entry]),
         }
+    }
+    // Bounded maps keep the quantity rules' estimated cost inside the API server's budget.
+    for m in ["limits", "requests"] {
+        node(schema, &format!("spec.deploymentPlan.resources.{m}"))["maxProperties"] = json!(MAX_RESOURCES);
     }
     for (loc, fields) in required_fields() {
         let n = node(schema, &loc);

@@ -282,6 +282,7 @@ impl Validator {
         if let Some(plan) = &spec.deployment_plan {
             self.opt_string("spec.deploymentPlan.image", &plan.image, 1024, None);
             self.range("spec.deploymentPlan.size", plan.size, 1, 16);
+            self.resources(plan.resources.as_ref());
             if let Some(r) = &plan.role {
                 self.enumeration(
                     "spec.deploymentPlan.role",
@@ -664,6 +665,55 @@ impl Validator {
                     first.insert(name, (kind, path.trim_start_matches("spec.").to_string()));
                 }
             }
+        }
+    }
+
+    /// `resources`: every value a quantity, at most [`crate::rules::MAX_RESOURCES`] entries
+    /// per map, each request ≤ its limit (CEL: resources-quantities, requests-within-limits).
+    fn resources(&mut self, r: Option<&k8s_openapi::api::core::v1::ResourceRequirements>) {
+        let Some(r) = r else { return };
+        let base = "spec.deploymentPlan.resources";
+        let mut parsed: [HashMap<&str, crate::quantity::Quantity>; 2] = [HashMap::new(), HashMap::new()];
+        for (i, (field, map)) in [("limits", &r.limits), ("requests", &r.requests)].into_iter().enumerate() {
+            let Some(map) = map else { continue };
+            if map.len() > crate::rules::MAX_RESOURCES {
+                self.push(
+                    format!("{base}.{field}"),
+                    ErrorType::TooMany,
+                    None,
+                    format!("must have at most {} items", crate::rules::MAX_RESOURCES),
+                );
+            }
+            for (k, v) in map {
+                match crate::quantity::Quantity::parse(&v.0) {
+                    Ok(q) => {
+                        parsed[i].insert(k.as_str(), q);
+                    }
+                    Err(why) => self.push(
+                        format!("{base}.{field}[{k}]"),
+                        ErrorType::Invalid,
+                        Some(v.0.as_str().into()),
+                        format!("{why}: {}", msg::RESOURCES_QUANTITY),
+                    ),
+                }
+            }
+        }
+        let [limits, requests] = &parsed;
+        let mut over: Vec<(&str, String)> = requests
+            .iter()
+            .filter(|(k, q)| limits.get(*k).is_some_and(|l| *q > l))
+            .map(|(k, _)| (*k, format!("{base}.requests[{k}]")))
+            .collect();
+        over.sort();
+        for (k, path) in over {
+            let value = r.requests.as_ref().and_then(|m| m.get(k)).map(|q| q.0.as_str().into());
+            let limit = r.limits.as_ref().and_then(|m| m.get(k)).map(|q| q.0.clone()).unwrap_or_default();
+            self.push(
+                path,
+                ErrorType::Invalid,
+                value,
+                format!("{} (limit {limit})", msg::REQUESTS_WITHIN_LIMITS),
+            );
         }
     }
 

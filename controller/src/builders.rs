@@ -11,6 +11,7 @@
 
 use std::collections::BTreeMap;
 
+use k8s_openapi::ByteString;
 use k8s_openapi::api::apps::v1::{DaemonSet, DaemonSetSpec, Deployment, DeploymentSpec};
 use k8s_openapi::api::core::v1::{
     Affinity, ConfigMap, ConfigMapVolumeSource, Container, ContainerPort, EnvVar, EnvVarSource,
@@ -32,6 +33,10 @@ use crate::router_config::{Rendered, cert_dir};
 
 /// Pod-template annotation holding the SHA-256 of the rendered config (a change rolls pods).
 pub const CONFIG_HASH: &str = "qdr-operator.io/config-hash";
+/// Pod-template annotation holding the fingerprint of every mounted Secret
+/// ([`crate::references::fingerprint`]): a renewed certificate, a rotated CA or a changed
+/// users Secret rolls the routers, which read these files only at start.
+pub const CREDENTIALS_HASH: &str = "qdr-operator.io/credentials-hash";
 /// Where the SASL users Secret is mounted.
 pub const SASL_USERS_DIR: &str = "/etc/qpid-dispatch/sasl-users";
 /// Content of the `<name>-sasl-config` ConfigMap (Go operator parity).
@@ -48,6 +53,8 @@ pub struct Settings {
     pub default_image: String,
     /// Whether `route.openshift.io/v1` is served: exposed listeners get Routes, not Ingresses.
     pub routes: bool,
+    /// Lifetimes of generated CAs and router certificates.
+    pub lifetimes: crate::credentials::Lifetimes,
 }
 
 /// ServiceAccount `<name>` for the router pods (auto-mesh reads the pod list with it).
@@ -102,7 +109,7 @@ pub fn sasl_config_map(o: &Owner) -> Option<ConfigMap> {
 pub fn users_secret(o: &Owner, name: &str, password: &str) -> Secret {
     Secret {
         metadata: o.meta(name),
-        string_data: Some(BTreeMap::from([(GENERATED_USER.into(), password.into())])),
+        data: Some(BTreeMap::from([(GENERATED_USER.into(), ByteString(password.as_bytes().to_vec()))])),
         ..Default::default()
     }
 }
@@ -198,8 +205,9 @@ fn volumes_and_mounts(o: &Owner) -> (Vec<Volume>, Vec<VolumeMount>) {
 }
 
 /// The pod template shared by the Deployment and the DaemonSet; `config` is the rendered
-/// router configuration (in `QDROUTERD_CONF`, its hash in [`CONFIG_HASH`]).
-pub fn pod_template(o: &Owner, s: &Settings, config: &Rendered) -> PodTemplateSpec {
+/// router configuration (in `QDROUTERD_CONF`, its hash in [`CONFIG_HASH`]),
+/// `credentials_hash` the fingerprint of the mounted Secrets ([`CREDENTIALS_HASH`]).
+pub fn pod_template(o: &Owner, s: &Settings, config: &Rendered, credentials_hash: &str) -> PodTemplateSpec {
     let plan = o.plan();
     let liveness = o.spec().liveness_port();
     let ports = [LinkRole::Normal, LinkRole::InterRouter]
@@ -252,6 +260,7 @@ pub fn pod_template(o: &Owner, s: &Settings, config: &Rendered) -> PodTemplateSp
                 ("prometheus.io/port".into(), liveness.to_string()),
                 ("prometheus.io/scrape".into(), "true".into()),
                 (CONFIG_HASH.into(), config.hash.clone()),
+                (CREDENTIALS_HASH.into(), credentials_hash.into()),
             ])),
             ..Default::default()
         }),
@@ -286,9 +295,9 @@ impl Workload {
 }
 
 /// Deployment or DaemonSet `<name>` running `config`.
-pub fn workload(o: &Owner, s: &Settings, config: &Rendered) -> Workload {
+pub fn workload(o: &Owner, s: &Settings, config: &Rendered, credentials_hash: &str) -> Workload {
     let plan = o.plan();
-    let template = pod_template(o, s, config);
+    let template = pod_template(o, s, config, credentials_hash);
     let selector = LabelSelector { match_labels: Some(o.selector()), ..Default::default() };
     if plan.placement == Some(Placement::Every) {
         Workload::DaemonSet(Box::new(DaemonSet {

@@ -1,59 +1,126 @@
-//! TLS credentials for sslProfiles, issued by the operator with [`qdr_certs::pki`] where the
-//! Go operator asked cert-manager:
+//! TLS credentials for sslProfiles, issued and kept current by the operator with
+//! [`qdr_certs::pki`] (where the Go operator asked cert-manager and never renewed anything).
 //!
+//! What is generated:
 //! * the Interconnect's CA, Secret `<name>-ca` (or the Secret named by
 //!   `deploymentPlan.issuer`, which is used and never written);
 //! * for a profile with `generateCaCert`: its own CA in Secret `caCert`;
 //! * for a profile with `generateCredentials`: a certificate in Secret `credentials`, signed
 //!   by the profile's CA when `mutualAuth`, else by the Interconnect's CA, for the Service's
 //!   names (`<name>`, `<name>.<ns>`, `<name>.<ns>.svc`, `<name>.<ns>.svc.cluster.local`; no
-//!   name with an empty domain, unlike the Go operator), with the signer as `ca.crt`.
+//!   name with an empty domain, unlike the Go operator), with the signer's trust bundle as
+//!   `ca.crt`.
 //!
-//! Only missing Secrets are made; existing ones are never overwritten.
+//! Generated Secrets carry [`GENERATED_LABEL`] and a controller owner reference to the
+//! Interconnect; only those are ever rewritten. A Secret the spec names that exists without
+//! them is user-provided: read and mounted, never written, renewed or deleted.
+//!
+//! ## Lifecycle ([`plan`], pure, at most one CA step per CA and pass)
+//! * **Renew**: a generated certificate past [`RENEW_FRACTION`] of its lifetime, or not
+//!   signed by its signer's active CA, is re-issued (new key).
+//! * **CA rotation with overlap**, for a generated CA past [`RENEW_FRACTION`] of its life:
+//!   1. *stage*: a next CA is made (`next.crt`/`next.key`) and added to the trust bundle
+//!      (`ca.crt` = active + next); every leaf gets the new bundle as its `ca.crt`;
+//!   2. *promote*, once every leaf carries that bundle and the routers run it (rolled out):
+//!      the next CA becomes active; leaves are re-signed by it (still trusting both);
+//!   3. *retire*, once every leaf is signed by the active CA and rolled out: the old CA leaves
+//!      the bundle, and the leaves' `ca.crt` follow.
+//!
+//! A router never has to accept a peer certificate from a CA it does not trust yet: a new
+//! CA is trusted everywhere before it signs, and the old one is trusted until nothing it
+//! signed is served.
 
 use std::collections::BTreeMap;
 use std::time::{Duration, SystemTime};
 
 use k8s_openapi::ByteString;
 use k8s_openapi::api::core::v1::Secret;
-use qdr_certs::pki::{CertKey, new_ca, new_leaf};
+use qdr_certs::pki::{CertInfo, CertKey, new_ca, new_leaf, split_bundle};
 
 use crate::owner::Owner;
 
-/// Lifetime of generated CAs.
+/// Default lifetime of generated CAs (flag `--router-ca-lifetime`).
 pub const CA_LIFETIME: Duration = Duration::from_secs(5 * 365 * 24 * 3600);
-/// Lifetime of generated router certificates.
+/// Default lifetime of generated router certificates (flag `--router-cert-lifetime`).
 pub const CERT_LIFETIME: Duration = Duration::from_secs(365 * 24 * 3600);
+/// Fraction of a lifetime after which a generated certificate or CA is replaced.
+pub const RENEW_FRACTION: f64 = 2.0 / 3.0;
+/// A user-provided certificate expiring within this raises a Warning Event.
+pub const EXPIRY_WARNING: Duration = Duration::from_secs(30 * 24 * 3600);
+
+/// Secret key of a staged (trusted, not yet signing) CA certificate.
+pub const NEXT_CRT: &str = "next.crt";
+/// Secret key of the staged CA's private key.
+pub const NEXT_KEY: &str = "next.key";
+
+/// Lifetimes of what the operator generates.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Lifetimes {
+    /// CA lifetime.
+    pub ca: Duration,
+    /// Router certificate lifetime.
+    pub cert: Duration,
+}
+
+impl Default for Lifetimes {
+    fn default() -> Self {
+        Lifetimes { ca: CA_LIFETIME, cert: CERT_LIFETIME }
+    }
+}
 
 /// Why credentials could not be issued.
 #[derive(Debug, thiserror::Error)]
 pub enum CredentialsError {
-    /// A Secret the spec names as a CA does not hold `tls.crt` and `tls.key`.
-    #[error("Secret {0:?} must exist and hold tls.crt and tls.key of a CA")]
-    MissingCa(String),
     /// Certificate generation failed.
     #[error(transparent)]
     Certificate(#[from] qdr_certs::Error),
 }
 
-/// The existing Secrets' data, by name (what the caller read from the namespace).
-pub type Existing = BTreeMap<String, BTreeMap<String, ByteString>>;
+/// Secret data.
+pub type Data = BTreeMap<String, ByteString>;
 
-fn pair(existing: &Existing, name: &str) -> Option<CertKey> {
-    let d = existing.get(name)?;
-    let s = |k: &str| d.get(k).map(|b| String::from_utf8_lossy(&b.0).into_owned());
-    Some(CertKey { cert_pem: s("tls.crt")?, key_pem: s("tls.key")? })
-}
+/// The existing Secrets the spec names, by name (what the caller read from the namespace).
+pub type Existing = BTreeMap<String, Secret>;
 
 /// Label on every Secret the controller generated (CA or certificate), so that they can be
 /// told from user-provided ones.
 pub const GENERATED_LABEL: &str = "qdr-operator.io/credentials";
 
-fn secret(o: &Owner, name: &str, data: &[(&str, &str)]) -> Secret {
+/// Whether `s` was generated by the controller for `o` (labelled and controlled by it):
+/// only such Secrets are rewritten.
+pub fn is_generated_by(s: &Secret, o: &Owner) -> bool {
+    let labelled = s.metadata.labels.as_ref().is_some_and(|l| l.contains_key(GENERATED_LABEL));
+    labelled
+        && s.metadata
+            .owner_references
+            .iter()
+            .flatten()
+            .any(|r| r.uid == o.uid() && r.controller == Some(true))
+}
+
+/// A text value of Secret data.
+pub fn text(d: &Data, key: &str) -> Option<String> {
+    d.get(key).map(|b| String::from_utf8_lossy(&b.0).into_owned())
+}
+
+fn pair(d: &Data) -> Option<CertKey> {
+    Some(CertKey { cert_pem: text(d, "tls.crt")?, key_pem: text(d, "tls.key")? })
+}
+
+/// The trust bundle of a CA Secret: its `ca.crt`, else its `tls.crt`.
+fn bundle(d: &Data) -> Option<String> {
+    text(d, "ca.crt").or_else(|| text(d, "tls.crt"))
+}
+
+fn data(entries: &[(&str, &str)]) -> Data {
+    entries.iter().map(|(k, v)| (k.to_string(), ByteString(v.as_bytes().to_vec()))).collect()
+}
+
+fn secret(o: &Owner, name: &str, d: Data) -> Secret {
     let mut s = Secret {
         metadata: o.meta(name),
         type_: Some("kubernetes.io/tls".into()),
-        data: Some(data.iter().map(|(k, v)| (k.to_string(), ByteString(v.as_bytes().to_vec()))).collect()),
+        data: Some(d),
         ..Default::default()
     };
     s.metadata.labels.get_or_insert_with(BTreeMap::new).insert(GENERATED_LABEL.into(), "true".into());
@@ -66,74 +133,304 @@ pub fn dns_names(o: &Owner) -> Vec<String> {
     vec![n.to_string(), format!("{n}.{ns}"), format!("{n}.{ns}.svc"), format!("{n}.{ns}.svc.cluster.local")]
 }
 
-/// The Secrets to create so that every generated credential of `o` exists, valid from
-/// `now`. `existing` holds the data of the Secrets that exist (by name).
+/// A change to generated credentials, for an Event.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum CredentialChange {
+    /// A certificate was re-issued; `until` was the old one's expiry (RFC 3339).
+    Renewed {
+        /// The Secret.
+        secret: String,
+        /// Why: `renew point reached` or `signer rotated`.
+        why: &'static str,
+        /// Expiry of the replaced certificate.
+        until: String,
+    },
+    /// A next CA was staged in the trust bundle.
+    CaStaged(String),
+    /// The staged CA became the signing CA.
+    CaPromoted(String),
+    /// Old CAs left the trust bundle.
+    CaRetired(String),
+}
+
+impl std::fmt::Display for CredentialChange {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            CredentialChange::Renewed { secret, why, until } => {
+                write!(f, "renewed the certificate in Secret {secret} ({why}; it was valid until {until})")
+            }
+            CredentialChange::CaStaged(s) => {
+                write!(f, "CA rotation: staged a new CA in Secret {s} (trusted, not yet signing)")
+            }
+            CredentialChange::CaPromoted(s) => {
+                write!(f, "CA rotation: the new CA in Secret {s} now signs; the old one is still trusted")
+            }
+            CredentialChange::CaRetired(s) => {
+                write!(f, "CA rotation: the old CA left the trust bundle of Secret {s}")
+            }
+        }
+    }
+}
+
+/// What [`plan`] decided.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct Plan {
+    /// Secrets to create (they are missing).
+    pub create: Vec<Secret>,
+    /// Generated Secrets to rewrite (renewal, rotation); each carries the observed
+    /// `resourceVersion`, so a concurrent writer makes the write fail instead of being lost.
+    pub update: Vec<Secret>,
+    /// What changed, for Events.
+    pub changes: Vec<CredentialChange>,
+    /// The next moment something generated reaches its renew point (for the requeue).
+    pub next_renewal: Option<SystemTime>,
+}
+
+fn rfc3339(t: SystemTime) -> String {
+    let secs = t.duration_since(SystemTime::UNIX_EPOCH).unwrap_or_default().as_secs() as i64;
+    k8s_openapi::jiff::Timestamp::from_second(secs).map(|t| t.to_string()).unwrap_or_default()
+}
+
+/// Working state: effective data by name, and which Secrets were written this pass.
+struct Work<'a> {
+    o: &'a Owner,
+    existing: &'a Existing,
+    data: BTreeMap<String, Data>,
+    plan: Plan,
+}
+
+impl Work<'_> {
+    fn get(&self, name: &str) -> Option<&Data> {
+        self.data.get(name)
+    }
+
+    /// Whether `name` may be written: missing, or generated by this Interconnect.
+    fn ours(&self, name: &str) -> bool {
+        self.existing.get(name).is_none_or(|s| is_generated_by(s, self.o))
+    }
+
+    fn write(&mut self, name: &str, d: Data) {
+        self.data.insert(name.to_string(), d.clone());
+        let mut s = secret(self.o, name, d);
+        match self.existing.get(name) {
+            None => {
+                self.plan.create.retain(|c| c.metadata.name.as_deref() != Some(name));
+                self.plan.create.push(s);
+            }
+            Some(old) => {
+                s.metadata.resource_version = old.metadata.resource_version.clone();
+                self.plan.update.retain(|c| c.metadata.name.as_deref() != Some(name));
+                self.plan.update.push(s);
+            }
+        }
+    }
+
+    fn due(&mut self, at: SystemTime) {
+        self.plan.next_renewal = Some(self.plan.next_renewal.map_or(at, |t| t.min(at)));
+    }
+}
+
+/// A generated leaf: its Secret and the Secret of its signer.
+struct Leaf {
+    secret: String,
+    signer: String,
+}
+
+/// What every generated credential of `o` needs at `now`: missing Secrets created, due
+/// renewals and CA rotation steps (see the module docs). `rolled_out` says whether the
+/// routers run the credentials observed now (the workload's rollout is complete with the
+/// current credentials fingerprint): CA promotion and retirement wait for it.
+///
+/// A leaf whose signer is missing or not a CA pair is not issued: the caller reports the
+/// missing Secret.
 ///
 /// # Errors
-/// [`CredentialsError::MissingCa`] when a CA to sign with is named but absent.
-pub fn missing_secrets(
+/// [`CredentialsError::Certificate`] when generation fails.
+pub fn plan(
     o: &Owner,
     existing: &Existing,
     now: SystemTime,
-) -> Result<Vec<Secret>, CredentialsError> {
-    let mut out = Vec::new();
-    let mut made: Existing = BTreeMap::new();
-    let lookup = |made: &Existing, name: &str| pair(made, name).or_else(|| pair(existing, name));
+    lifetimes: Lifetimes,
+    rolled_out: bool,
+) -> Result<Plan, CredentialsError> {
+    let mut w = Work {
+        o,
+        existing,
+        data: existing.iter().map(|(n, s)| (n.clone(), s.data.clone().unwrap_or_default())).collect(),
+        plan: Plan::default(),
+    };
     let profiles: Vec<_> = o.spec().ssl_profiles.iter().flatten().collect();
+    let ic_ca = o.issuer_secret();
+    let leaves: Vec<Leaf> = profiles
+        .iter()
+        .filter(|p| p.generate_credentials == Some(true))
+        .filter_map(|p| {
+            let signer = if p.mutual_auth == Some(true) {
+                p.ca_cert.clone().unwrap_or_else(|| ic_ca.clone())
+            } else {
+                ic_ca.clone()
+            };
+            Some(Leaf { secret: p.credentials.clone()?, signer })
+        })
+        .filter(|l| w.ours(&l.secret))
+        .collect();
 
-    let needs_ic_ca = profiles.iter().any(|p| {
-        p.generate_credentials == Some(true)
-            && p.mutual_auth != Some(true)
-            && p.credentials.as_ref().is_some_and(|c| !existing.contains_key(c))
-    });
-    let ic_ca_name = o.issuer_secret();
-    if needs_ic_ca && lookup(&made, &ic_ca_name).is_none() {
-        if o.spec().user_issuer().is_some() {
-            return Err(CredentialsError::MissingCa(ic_ca_name));
-        }
-        let ca = new_ca(&format!("{}-ca", o.name()), now, CA_LIFETIME)?;
-        out.push(secret(
-            o,
-            &ic_ca_name,
-            &[("tls.crt", &ca.cert_pem), ("tls.key", &ca.key_pem), ("ca.crt", &ca.cert_pem)],
-        ));
-        made.insert(ic_ca_name.clone(), out.last().unwrap().data.clone().unwrap());
+    // CAs the operator owns: the Interconnect's (unless the user names an issuer) when a
+    // leaf needs it, and every profile CA with generateCaCert.
+    let mut cas: Vec<String> = Vec::new();
+    if o.spec().user_issuer().is_none() && leaves.iter().any(|l| l.signer == ic_ca) {
+        cas.push(ic_ca.clone());
     }
     for p in &profiles {
         if p.generate_ca_cert == Some(true)
-            && let Some(ca_name) = &p.ca_cert
-            && lookup(&made, ca_name).is_none()
+            && let Some(ca) = &p.ca_cert
+            && !cas.contains(ca)
         {
-            let ca = new_ca(&format!("{}-{}-ca", o.name(), p.name), now, CA_LIFETIME)?;
-            out.push(secret(
-                o,
-                ca_name,
-                &[("tls.crt", &ca.cert_pem), ("tls.key", &ca.key_pem), ("ca.crt", &ca.cert_pem)],
-            ));
-            made.insert(ca_name.clone(), out.last().unwrap().data.clone().unwrap());
+            cas.push(ca.clone());
         }
     }
-    for p in &profiles {
-        let Some(cred) = p.credentials.as_ref().filter(|_| p.generate_credentials == Some(true)) else {
-            continue;
-        };
-        if existing.contains_key(cred) || made.contains_key(cred) {
-            continue;
-        }
-        let signer_name = if p.mutual_auth == Some(true) {
-            p.ca_cert.clone().unwrap_or_else(|| ic_ca_name.clone())
-        } else {
-            ic_ca_name.clone()
-        };
-        let signer =
-            lookup(&made, &signer_name).ok_or_else(|| CredentialsError::MissingCa(signer_name.clone()))?;
-        let leaf = new_leaf(&signer, &dns_names(o), now, CERT_LIFETIME)?;
-        out.push(secret(
-            o,
-            cred,
-            &[("tls.crt", &leaf.cert_pem), ("tls.key", &leaf.key_pem), ("ca.crt", &signer.cert_pem)],
-        ));
-        made.insert(cred.clone(), out.last().unwrap().data.clone().unwrap());
+    cas.retain(|c| w.ours(c));
+    for ca in &cas {
+        let signed: Vec<&Leaf> = leaves.iter().filter(|l| &l.signer == ca).collect();
+        ca_step(&mut w, ca, &signed, now, lifetimes, rolled_out)?;
     }
-    Ok(out)
+    for leaf in &leaves {
+        leaf_step(&mut w, leaf, now, lifetimes)?;
+    }
+    Ok(w.plan)
+}
+
+/// The certificates of `pem` still valid at `now`, one PEM each.
+fn valid_certs(pem: &str, now: SystemTime) -> Vec<String> {
+    split_bundle(pem).into_iter().filter(|c| CertInfo::parse(c).is_ok_and(|i| i.not_after > now)).collect()
+}
+
+fn ca_step(
+    w: &mut Work<'_>,
+    name: &str,
+    leaves: &[&Leaf],
+    now: SystemTime,
+    lifetimes: Lifetimes,
+    rolled_out: bool,
+) -> Result<(), CredentialsError> {
+    let current = w.get(name).cloned().unwrap_or_default();
+    let active = pair(&current).filter(|p| CertInfo::parse(&p.cert_pem).is_ok_and(|i| i.not_after > now));
+    let Some(active) = active else {
+        let ca = new_ca(name, now, lifetimes.ca)?;
+        w.write(name, data(&[("tls.crt", &ca.cert_pem), ("tls.key", &ca.key_pem), ("ca.crt", &ca.cert_pem)]));
+        w.due(CertInfo::parse(&ca.cert_pem)?.point(RENEW_FRACTION));
+        return Ok(());
+    };
+    let info = CertInfo::parse(&active.cert_pem)?;
+    let trust = bundle(&current).unwrap_or_else(|| active.cert_pem.clone());
+    let distributed =
+        leaves.iter().all(|l| w.get(&l.secret).and_then(|d| text(d, "ca.crt")) == Some(trust.clone()));
+    let next = text(&current, NEXT_CRT).zip(text(&current, NEXT_KEY));
+    if let Some((next_crt, next_key)) = next {
+        if distributed && rolled_out {
+            let mut d = current.clone();
+            d.remove(NEXT_CRT);
+            d.remove(NEXT_KEY);
+            d.insert("tls.crt".into(), ByteString(next_crt.into_bytes()));
+            d.insert("tls.key".into(), ByteString(next_key.into_bytes()));
+            w.write(name, d);
+            w.plan.changes.push(CredentialChange::CaPromoted(name.into()));
+        }
+        return Ok(());
+    }
+    let certs = valid_certs(&trust, now);
+    let active_only = certs.len() == 1 && certs[0] == split_bundle(&active.cert_pem).concat();
+    if !active_only {
+        let all_signed = leaves.iter().all(|l| {
+            w.get(&l.secret)
+                .and_then(|d| text(d, "tls.crt"))
+                .and_then(|c| CertInfo::parse(&c).ok())
+                .is_some_and(|c| c.issuer_cn == info.subject_cn)
+        });
+        if all_signed && distributed && rolled_out {
+            let mut d = current.clone();
+            d.insert("ca.crt".into(), ByteString(active.cert_pem.clone().into_bytes()));
+            w.write(name, d);
+            w.plan.changes.push(CredentialChange::CaRetired(name.into()));
+        }
+        return Ok(());
+    }
+    let renew_at = info.point(RENEW_FRACTION);
+    if now >= renew_at {
+        let next = new_ca(name, now, lifetimes.ca)?;
+        let mut d = current.clone();
+        d.insert(NEXT_CRT.into(), ByteString(next.cert_pem.clone().into_bytes()));
+        d.insert(NEXT_KEY.into(), ByteString(next.key_pem.into_bytes()));
+        d.insert("ca.crt".into(), ByteString(format!("{}{}", active.cert_pem, next.cert_pem).into_bytes()));
+        w.write(name, d);
+        w.plan.changes.push(CredentialChange::CaStaged(name.into()));
+    } else {
+        w.due(renew_at);
+    }
+    Ok(())
+}
+
+fn leaf_step(
+    w: &mut Work<'_>,
+    leaf: &Leaf,
+    now: SystemTime,
+    lifetimes: Lifetimes,
+) -> Result<(), CredentialsError> {
+    let Some(signer_data) = w.get(&leaf.signer).cloned() else { return Ok(()) };
+    let Some(signer) = pair(&signer_data) else { return Ok(()) };
+    let Ok(signer_info) = CertInfo::parse(&signer.cert_pem) else { return Ok(()) };
+    let trust = bundle(&signer_data).unwrap_or_else(|| signer.cert_pem.clone());
+    let sans = dns_names(w.o);
+    let current = w.get(&leaf.secret).cloned();
+    let old = current.as_ref().and_then(|d| text(d, "tls.crt")).and_then(|c| CertInfo::parse(&c).ok());
+    let reissue = match &old {
+        None => Some(None),
+        Some(i) if i.issuer_cn != signer_info.subject_cn => Some(Some("signer rotated")),
+        Some(i) if i.sans != sans => Some(Some("names changed")),
+        Some(i) if now >= i.point(RENEW_FRACTION) => Some(Some("renew point reached")),
+        Some(_) => None,
+    };
+    if let Some(why) = reissue {
+        let new = new_leaf(&signer, &sans, now, lifetimes.cert)?;
+        w.due(CertInfo::parse(&new.cert_pem)?.point(RENEW_FRACTION));
+        w.write(
+            &leaf.secret,
+            data(&[("tls.crt", &new.cert_pem), ("tls.key", &new.key_pem), ("ca.crt", &trust)]),
+        );
+        if let (Some(why), Some(i)) = (why, &old) {
+            w.plan.changes.push(CredentialChange::Renewed {
+                secret: leaf.secret.clone(),
+                why,
+                until: rfc3339(i.not_after),
+            });
+        }
+        return Ok(());
+    }
+    if let Some(i) = &old {
+        w.due(i.point(RENEW_FRACTION));
+    }
+    let mut d = current.unwrap_or_default();
+    if text(&d, "ca.crt").as_deref() != Some(trust.as_str()) {
+        d.insert("ca.crt".into(), ByteString(trust.into_bytes()));
+        w.write(&leaf.secret, d);
+    }
+    Ok(())
+}
+
+/// The expiry of the first certificate of `pem`.
+pub fn not_after(pem: &str) -> Option<SystemTime> {
+    CertInfo::parse(pem).ok().map(|i| i.not_after)
+}
+
+/// The earliest expiry among the certificates (`tls.crt`, and every CA in `ca.crt`) of
+/// `secrets`.
+pub fn earliest_expiry<'a>(secrets: impl IntoIterator<Item = &'a Data>) -> Option<SystemTime> {
+    secrets
+        .into_iter()
+        .flat_map(|d| {
+            let leaf = text(d, "tls.crt").and_then(|c| not_after(&c));
+            let cas = text(d, "ca.crt").map(|b| split_bundle(&b)).unwrap_or_default();
+            leaf.into_iter().chain(cas.iter().filter_map(|c| not_after(c)).collect::<Vec<_>>())
+        })
+        .min()
 }

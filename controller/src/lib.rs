@@ -3,8 +3,8 @@
 //!
 //! * [`owner`]: the Interconnect being built (defaulted and validated);
 //! * [`builders`] (pure, one function per child), [`router_config`] (the typed
-//!   `qdrouterd.conf`), [`credentials`] (generated CAs and certificates), [`route`]
-//!   (OpenShift Routes);
+//!   `qdrouterd.conf`), [`credentials`] (generated CAs and certificates, renewal and CA
+//!   rotation), [`references`] (the Secrets a spec depends on), [`route`] (OpenShift Routes);
 //! * [`reconcile`]: one pass as stages (observe, build, apply, status, events);
 //! * [`runtime`]: the kube-runtime controller and [`runtime::run_while_leading`];
 //! * [`lease`]: Lease-based leader election; [`metrics`]: Prometheus metrics.
@@ -15,6 +15,7 @@ pub mod lease;
 pub mod metrics;
 pub mod owner;
 pub mod reconcile;
+pub mod references;
 pub mod route;
 pub mod router_config;
 pub mod runtime;

@@ -11,6 +11,7 @@ use k8s_openapi::api::coordination::v1::Lease;
 use kube::api::Api;
 use kube::runtime::events::{Recorder, Reporter};
 use qdr_controller::builders::Settings;
+use qdr_controller::credentials::Lifetimes;
 use qdr_controller::lease::{Elector, Timing};
 use qdr_controller::metrics::Metrics;
 use qdr_controller::reconcile::Context;
@@ -60,6 +61,15 @@ struct Args {
     /// Address of the plain HTTP listener for probes and metrics.
     #[arg(long, env = "QDR_CONTROLLER_HEALTH_LISTEN", default_value = "0.0.0.0:8080")]
     health_listen: std::net::SocketAddr,
+
+    /// Lifetime of the CAs the controller generates for router credentials (renewed with
+    /// overlap at 2/3 of it).
+    #[arg(long, env = "QDR_ROUTER_CA_LIFETIME", value_parser = humantime::parse_duration, default_value = "5y")]
+    router_ca_lifetime: Duration,
+
+    /// Lifetime of the router certificates the controller generates (renewed at 2/3 of it).
+    #[arg(long, env = "QDR_ROUTER_CERT_LIFETIME", value_parser = humantime::parse_duration, default_value = "365d")]
+    router_cert_lifetime: Duration,
 
     /// Log format.
     #[arg(long, env = "QDR_LOG_FORMAT", value_parser = ["text", "json"], default_value = "text")]
@@ -118,15 +128,16 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
     // OpenShift: Routes instead of Ingresses when the API is served (checked once at start).
     let routes = client.list_api_groups().await?.groups.iter().any(|g| g.name == "route.openshift.io");
     tracing::info!(routes, "exposure through {}", if routes { "Routes" } else { "Ingresses" });
-    let ctx = Arc::new(Context {
-        client: client.clone(),
-        settings: Settings { default_image: args.default_image.clone(), routes },
-        recorder: Recorder::new(
-            client.clone(),
-            Reporter { controller: "qdr-operator".into(), instance: Some(identity.clone()) },
-        ),
-        metrics: metrics.clone(),
-    });
+    let settings = Settings {
+        default_image: args.default_image.clone(),
+        routes,
+        lifetimes: Lifetimes { ca: args.router_ca_lifetime, cert: args.router_cert_lifetime },
+    };
+    let recorder = Recorder::new(
+        client.clone(),
+        Reporter { controller: "qdr-operator".into(), instance: Some(identity.clone()) },
+    );
+    let ctx = Arc::new(Context::new(client.clone(), settings, recorder, metrics.clone()));
     let ns = args.watch_namespace.clone();
     run_while_leading(elector.subscribe(), stop_rx, Duration::from_secs(1), || {
         let (ctx, ns, identity) = (ctx.clone(), ns.clone(), identity.clone());

@@ -15,11 +15,20 @@ struct Category {
     category: &'static str,
 }
 
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct Object {
+    namespace: String,
+    name: String,
+}
+
 /// * `qdr_controller_reconciles_total`: reconciles run;
 /// * `qdr_controller_reconcile_errors_total{category}`: failures by stage (`owner`,
 ///   `observe`, `build`, `apply`, `status`);
 /// * `qdr_controller_reconcile_duration_seconds`: time per reconcile;
-/// * `qdr_controller_leader`: 1 while this replica leads, else 0.
+/// * `qdr_controller_leader`: 1 while this replica leads, else 0;
+/// * `qdr_router_certificate_expiry_seconds{namespace,name}`: seconds until the earliest
+///   certificate the routers of an Interconnect mount expires (negative: expired), as of
+///   its last reconcile.
 pub struct Metrics {
     registry: Registry,
     reconciles: Counter<u64, AtomicU64>,
@@ -27,6 +36,7 @@ pub struct Metrics {
     duration: Histogram,
     /// 1 while this replica leads.
     pub leader: Gauge<i64, AtomicI64>,
+    expiry: Family<Object, Gauge<f64, AtomicU64>>,
 }
 
 impl std::fmt::Debug for Metrics {
@@ -50,7 +60,13 @@ impl Default for Metrics {
             duration.clone(),
         );
         registry.register("qdr_controller_leader", "1 while this replica leads", leader.clone());
-        Metrics { registry, reconciles, errors, duration, leader }
+        let expiry = Family::<Object, Gauge<f64, AtomicU64>>::default();
+        registry.register(
+            "qdr_router_certificate_expiry_seconds",
+            "Seconds until the earliest router certificate of an Interconnect expires",
+            expiry.clone(),
+        );
+        Metrics { registry, reconciles, errors, duration, leader, expiry }
     }
 }
 
@@ -61,6 +77,25 @@ impl Metrics {
         self.duration.observe(took.as_secs_f64());
         if let Some(category) = failed {
             self.errors.get_or_create(&Category { category }).inc();
+        }
+    }
+
+    /// Records when the earliest router certificate of Interconnect `namespace/name`
+    /// expires (`None`: it has none, and the series is removed).
+    pub fn certificate_expiry(&self, namespace: &str, name: &str, at: Option<std::time::SystemTime>) {
+        let key = Object { namespace: namespace.into(), name: name.into() };
+        match at {
+            Some(t) => {
+                let now = std::time::SystemTime::now();
+                let secs = match t.duration_since(now) {
+                    Ok(d) => d.as_secs_f64(),
+                    Err(e) => -e.duration().as_secs_f64(),
+                };
+                self.expiry.get_or_create(&key).set(secs);
+            }
+            None => {
+                self.expiry.remove(&key);
+            }
         }
     }
 

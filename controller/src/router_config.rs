@@ -181,7 +181,9 @@ pub fn cert_dir(profile: &str, secret: &str) -> String {
 
 /// The CA file a profile trusts (Go operator rules): the `ca.crt` of `caCert` when it is the
 /// credentials Secret itself or a generated mutual-auth pair (the credentials Secret then
-/// carries the CA as `ca.crt`), else `tls.crt` of the `caCert` Secret.
+/// carries the CA trust bundle as `ca.crt`); the `ca.crt` of a generated `caCert` Secret
+/// (its trust bundle, which holds two CAs while one is rotated); else `tls.crt` of the
+/// user's `caCert` Secret.
 pub fn ca_cert_file(p: &SslProfile) -> Option<String> {
     let ca = p.ca_cert.as_deref()?;
     Some(match p.credentials.as_deref() {
@@ -189,8 +191,27 @@ pub fn ca_cert_file(p: &SslProfile) -> Option<String> {
         Some(cred) if p.generate_credentials == Some(true) && p.mutual_auth == Some(true) => {
             format!("{}/ca.crt", cert_dir(&p.name, cred))
         }
+        _ if p.generate_ca_cert == Some(true) => format!("{}/ca.crt", cert_dir(&p.name, ca)),
         _ => format!("{}/tls.crt", cert_dir(&p.name, ca)),
     })
+}
+
+/// The key of Secret `secret` that a profile's configuration reads, for the files the
+/// profile uses (`tls.crt`, `tls.key`, `ca.crt`): what must exist for the router to start.
+pub fn keys_read(p: &SslProfile, secret: &str) -> Vec<&'static str> {
+    let mut keys = Vec::new();
+    if p.credentials.as_deref() == Some(secret) {
+        keys.extend(["tls.crt", "tls.key"]);
+    }
+    if let Some(file) = ca_cert_file(p)
+        && file.starts_with(&format!("{}/", cert_dir(&p.name, secret)))
+    {
+        let key = if file.ends_with("/ca.crt") { "ca.crt" } else { "tls.crt" };
+        if !keys.contains(&key) {
+            keys.push(key);
+        }
+    }
+    keys
 }
 
 /// The configuration of the routers of Interconnect `spec` (already defaulted).

@@ -39,17 +39,40 @@ pub async fn run_controller(ctx: Arc<Context>, namespace: &str) {
     let ns = namespace;
     let wc = watcher::Config::default();
     let cfg = kube::runtime::controller::Config::default().debounce(DEBOUNCE).concurrency(CONCURRENCY);
-    Controller::new(api::<Interconnect>(client, ns), wc.clone())
+    let controller = Controller::new(api::<Interconnect>(client, ns), wc.clone());
+    let store = controller.store();
+    controller
         .with_config(cfg)
         .owns(api::<Deployment>(client, ns), wc.clone())
         .owns(api::<DaemonSet>(client, ns), wc.clone())
         .owns(api::<Service>(client, ns), wc.clone())
         .owns(api::<ConfigMap>(client, ns), wc.clone())
-        .owns(api::<Secret>(client, ns), wc.clone())
         .owns(api::<Ingress>(client, ns), wc.clone())
         .owns(api::<ServiceAccount>(client, ns), wc.clone())
         .owns(api::<Role>(client, ns), wc.clone())
         .owns(api::<RoleBinding>(client, ns), wc.clone())
+        // Secrets: the Interconnect that controls one (generated), and every Interconnect
+        // whose spec references it (user-provided: a missing one appearing, a renewal).
+        .watches(api::<Secret>(client, ns), wc.clone(), move |secret: Secret| {
+            let ns = secret.metadata.namespace.clone().unwrap_or_default();
+            let name = secret.metadata.name.clone().unwrap_or_default();
+            let owner = secret
+                .metadata
+                .owner_references
+                .iter()
+                .flatten()
+                .filter(|r| r.controller == Some(true) && r.kind == "Interconnect")
+                .map(|r| ObjectRef::new(&r.name).within(&ns))
+                .collect::<Vec<_>>();
+            let referencing = store
+                .state()
+                .into_iter()
+                .filter(|ic| {
+                    ic.metadata.namespace.as_deref() == Some(ns.as_str()) && references_secret(ic, &name)
+                })
+                .map(|ic| ObjectRef::from_obj(ic.as_ref()));
+            owner.into_iter().chain(referencing).collect::<Vec<_>>()
+        })
         .watches(api::<Pod>(client, ns), wc.clone().labels("interconnect_cr"), |pod: Pod| {
             let name = pod.metadata.labels.as_ref().and_then(|l| l.get("interconnect_cr")).cloned();
             name.map(|n| ObjectRef::new(&n).within(pod.metadata.namespace.as_deref().unwrap_or_default()))
@@ -57,6 +80,20 @@ pub async fn run_controller(ctx: Arc<Context>, namespace: &str) {
         .run(reconcile, error_policy, ctx.clone())
         .for_each(|_| futures::future::ready(()))
         .await;
+}
+
+/// Whether the effective spec of `ic` names Secret `name` (users, credentials, caCert,
+/// issuer).
+pub fn references_secret(ic: &Interconnect, name: &str) -> bool {
+    let ic = qdr_api::defaults(ic);
+    ic.users_secret().as_deref() == Some(name)
+        || ic.issuer_secret() == name
+        || ic
+            .spec
+            .ssl_profiles
+            .iter()
+            .flatten()
+            .any(|p| p.credentials.as_deref() == Some(name) || p.ca_cert.as_deref() == Some(name))
 }
 
 /// Runs `work()` while `leading` is true, and drops it the moment `leading` turns false

@@ -15,7 +15,7 @@ use std::path::{Path, PathBuf};
 use std::time::SystemTime;
 
 use qdr_api::Interconnect;
-use qdr_controller::builders::{self, CONFIG_HASH, Exposure, Settings, Workload};
+use qdr_controller::builders::{self, CONFIG_HASH, CREDENTIALS_HASH, Exposure, Settings, Workload};
 use qdr_controller::owner::Owner;
 use qdr_controller::reconcile::build::{Children, build};
 use qdr_controller::reconcile::observe::{Observed, named_secrets};
@@ -65,7 +65,11 @@ fn owners() -> Vec<(String, Owner)> {
 }
 
 fn settings(routes: bool) -> Settings {
-    Settings { default_image: "quay.io/interconnectedcloud/qdrouterd:1.19.0".into(), routes }
+    Settings {
+        default_image: "quay.io/interconnectedcloud/qdrouterd:1.19.0".into(),
+        routes,
+        lifetimes: qdr_controller::credentials::Lifetimes::default(),
+    }
 }
 
 /// An observation of an empty namespace, except that `present` Secrets exist (no data).
@@ -73,8 +77,11 @@ fn observed(o: &Owner, present: &[String]) -> Observed {
     let secrets = named_secrets(o)
         .into_iter()
         .map(|n| {
-            let data = present.contains(&n).then(BTreeMap::new);
-            (n, data)
+            let secret = present.contains(&n).then(|| k8s_openapi::api::core::v1::Secret {
+                data: Some(BTreeMap::new()),
+                ..Default::default()
+            });
+            (n, secret)
         })
         .collect();
     Observed { now: SystemTime::now(), secrets, workload: None, pods: vec![], generation_reconciled: false }
@@ -92,10 +99,14 @@ fn golden_json(o: &Owner, children: &Children) -> Value {
             json!({"metadata": s.metadata, "type": s.type_, "keys": keys})
         })
         .collect();
-    let workload = match &children.workload {
+    let mut workload = match &children.workload {
         Workload::Deployment(d) => serde_json::to_value(d).unwrap(),
         Workload::DaemonSet(d) => serde_json::to_value(d).unwrap(),
     };
+    // The credentials fingerprint covers fresh key material: the same on no two runs.
+    let fp = &mut workload["spec"]["template"]["metadata"]["annotations"][CREDENTIALS_HASH];
+    assert_eq!(fp.as_str(), Some(children.credentials.fingerprint.as_str()));
+    *fp = json!("<credentials fingerprint>");
     let Exposure::Ingresses(ingresses) = &children.exposure else { panic!("built without Routes") };
     json!({
         "serviceAccount": children.service_account,
@@ -156,7 +167,10 @@ fn every_child_of_every_example_is_labelled_owned_and_consistent() {
                 service,
                 exposure,
                 router_config: rendered,
+                credentials,
             } = &children;
+            // Nothing is missing once the generated Secrets are created (users: generated).
+            assert!(credentials.unmet.is_empty(), "{name}: {:?}", credentials.unmet);
             // Every object: in the namespace, labelled, controlled by the Interconnect.
             let mut metas = vec![
                 serde_json::to_value(&service_account.metadata).unwrap(),
@@ -230,11 +244,14 @@ fn secrets_that_exist_are_never_created_again() {
         // The namespace after the first pass: what was created now exists, with its data.
         let mut now = observed(&o, &[]);
         for s in &first.secrets.create {
-            let data = s.data.clone().unwrap_or_default();
-            now.secrets.insert(s.metadata.name.clone().unwrap(), Some(data));
+            now.secrets.insert(s.metadata.name.clone().unwrap(), Some(s.clone()));
         }
         let second = build(&o, &settings(false), &now).unwrap();
         assert!(second.secrets.create.is_empty(), "{name}: {:?}", second.secrets.create);
+        assert!(second.secrets.update.is_empty(), "{name}: nothing is due: {:?}", second.secrets.update);
         assert_eq!(first.secrets.keep, second.secrets.keep, "{name}");
+        // The same Secrets, the same fingerprint: a second pass does not roll the routers.
+        assert_eq!(first.credentials.fingerprint, second.credentials.fingerprint, "{name}");
+        assert_eq!(first.workload, second.workload, "{name}");
     }
 }

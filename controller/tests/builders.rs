@@ -5,7 +5,7 @@ use std::time::SystemTime;
 
 use qdr_api::Interconnect;
 use qdr_controller::builders::{self, Settings, Workload};
-use qdr_controller::credentials::{self, Existing};
+use qdr_controller::credentials::{self, Existing, Lifetimes};
 use qdr_controller::owner::Owner;
 use qdr_controller::router_config::Rendered;
 use serde_json::{Value, json};
@@ -21,15 +21,20 @@ fn ic(spec: Value) -> Owner {
 }
 
 fn settings() -> Settings {
-    Settings { default_image: "quay.io/interconnectedcloud/qdrouterd:1.19.0".into(), routes: false }
+    Settings {
+        default_image: "quay.io/interconnectedcloud/qdrouterd:1.19.0".into(),
+        routes: false,
+        lifetimes: Lifetimes::default(),
+    }
 }
 
 fn workload(o: &Owner) -> Workload {
-    builders::workload(o, &settings(), &Rendered::of(o.spec()))
+    builders::workload(o, &settings(), &Rendered::of(o.spec()), "fingerprint")
 }
 
 fn pod(o: &Owner) -> Value {
-    serde_json::to_value(builders::pod_template(o, &settings(), &Rendered::of(o.spec()))).unwrap()
+    serde_json::to_value(builders::pod_template(o, &settings(), &Rendered::of(o.spec()), "fingerprint"))
+        .unwrap()
 }
 
 fn env_names(p: &Value) -> Vec<String> {
@@ -99,7 +104,7 @@ fn a_new_ssl_profile_brings_its_volume_and_mount_together() {
 #[test]
 fn generated_credentials_have_service_names_and_no_empty_domain() {
     let ic = ic(json!({}));
-    let secrets = credentials::missing_secrets(&ic, &Existing::new(), SystemTime::now()).unwrap();
+    let secrets = missing(&ic, &Existing::new());
     let names: Vec<String> = secrets.iter().map(|s| s.metadata.name.clone().unwrap()).collect();
     assert_eq!(
         names,
@@ -116,32 +121,44 @@ fn generated_credentials_have_service_names_and_no_empty_domain() {
     let ir_leaf = String::from_utf8(ir["tls.crt"].0.clone()).unwrap();
     qdr_certs::pki::verify_leaf(&ir_leaf, &ca, "mesh.ns.svc", SystemTime::now()).unwrap();
     // Existing Secrets are never replaced.
-    let mut existing = Existing::new();
-    for s in &secrets {
-        existing.insert(s.metadata.name.clone().unwrap(), s.data.clone().unwrap());
-    }
-    assert!(credentials::missing_secrets(&ic, &existing, SystemTime::now()).unwrap().is_empty());
+    let existing: Existing = secrets.iter().map(|s| (s.metadata.name.clone().unwrap(), s.clone())).collect();
+    let again = credentials::plan(&ic, &existing, SystemTime::now(), Lifetimes::default(), true).unwrap();
+    assert!(again.create.is_empty() && again.update.is_empty(), "{again:?}");
+}
+
+fn missing(ic: &Owner, existing: &Existing) -> Vec<k8s_openapi::api::core::v1::Secret> {
+    let plan = credentials::plan(ic, existing, SystemTime::now(), Lifetimes::default(), false).unwrap();
+    assert!(plan.update.is_empty());
+    plan.create
 }
 
 /// Bug 12: `deploymentPlan.issuer` was half-used; here its CA signs the credentials, and a
-/// missing issuer Secret is an error rather than a dangling reference.
+/// missing issuer Secret is reported (by the references check) rather than replaced.
 #[test]
 fn the_issuer_secret_signs_generated_credentials() {
     let ic = ic(json!({"deploymentPlan": {"issuer": "corp-ca"}}));
-    assert!(matches!(
-        credentials::missing_secrets(&ic, &Existing::new(), SystemTime::now()),
-        Err(credentials::CredentialsError::MissingCa(n)) if n == "corp-ca"
-    ));
+    let without = missing(&ic, &Existing::new());
+    let names: Vec<&str> = without.iter().filter_map(|s| s.metadata.name.as_deref()).collect();
+    assert_eq!(
+        names,
+        ["mesh-inter-router-ca", "mesh-inter-router-credentials"],
+        "nothing signed by a missing issuer"
+    );
     let ca = qdr_certs::pki::new_ca("corp", SystemTime::now(), std::time::Duration::from_secs(3600)).unwrap();
     let mut existing = Existing::new();
     existing.insert(
         "corp-ca".into(),
-        [("tls.crt", &ca.cert_pem), ("tls.key", &ca.key_pem)]
-            .into_iter()
-            .map(|(k, v)| (k.to_string(), k8s_openapi::ByteString(v.as_bytes().to_vec())))
-            .collect(),
+        k8s_openapi::api::core::v1::Secret {
+            data: Some(
+                [("tls.crt", &ca.cert_pem), ("tls.key", &ca.key_pem)]
+                    .into_iter()
+                    .map(|(k, v)| (k.to_string(), k8s_openapi::ByteString(v.as_bytes().to_vec())))
+                    .collect(),
+            ),
+            ..Default::default()
+        },
     );
-    let secrets = credentials::missing_secrets(&ic, &existing, SystemTime::now()).unwrap();
+    let secrets = missing(&ic, &existing);
     let default =
         secrets.iter().find(|s| s.metadata.name.as_deref() == Some("mesh-default-credentials")).unwrap();
     let leaf = String::from_utf8(default.data.as_ref().unwrap()["tls.crt"].0.clone()).unwrap();

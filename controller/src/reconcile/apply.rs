@@ -1,9 +1,15 @@
 //! Stage 3, **apply**: write [`Children`] to the API server and prune what is no longer
 //! wanted.
 //!
+//! * **ownership first**: before anything is written, every child name is looked up
+//!   (metadata only); an object that exists and is not controlled by this Interconnect
+//!   (controller owner reference with its uid) is a [`Conflict`], and then nothing at all is
+//!   applied: a foreign ServiceAccount `default` or Service `broker` is never taken over,
+//!   and garbage collection never deletes what was not ours;
 //! * every child is server-side applied with `force` under [`FIELD_MANAGER`], so the API
-//!   server computes the drift and no comparison code exists; generated Secrets are only
-//!   created (never updated: keys and passwords must not change under running routers);
+//!   server computes the drift and no comparison code exists; missing Secrets are created
+//!   (a 409 leaves the existing one alone), generated Secrets due for renewal are replaced
+//!   with the observed `resourceVersion` as precondition;
 //! * [`Children`] is destructured without `..`: a new child that is never applied does not
 //!   compile;
 //! * pruning is one generic function over (kind, names to keep): it lists the kind by the
@@ -14,8 +20,9 @@ use std::collections::BTreeSet;
 use std::fmt::Debug;
 
 use k8s_openapi::api::apps::v1::{DaemonSet, Deployment};
-use k8s_openapi::api::core::v1::{ConfigMap, Secret};
+use k8s_openapi::api::core::v1::{ConfigMap, Secret, Service, ServiceAccount};
 use k8s_openapi::api::networking::v1::Ingress;
+use k8s_openapi::api::rbac::v1::{Role, RoleBinding};
 use kube::api::{Api, ApiResource, DeleteParams, DynamicObject, ListParams, Patch, PatchParams, PostParams};
 use kube::{Resource, ResourceExt};
 use serde::Serialize;
@@ -54,6 +61,26 @@ pub enum Error {
     List {
         /// The kind.
         kind: String,
+        /// The API error.
+        source: kube::Error,
+    },
+    /// Looking up a child's owner failed.
+    #[error("reading {kind} {name}: {source}")]
+    Get {
+        /// Kind of the child.
+        kind: String,
+        /// Its name.
+        name: String,
+        /// The API error.
+        source: kube::Error,
+    },
+    /// Replacing a generated Secret failed (409: it changed since it was observed).
+    #[error("updating {kind} {name}: {source}")]
+    Update {
+        /// Kind of the child.
+        kind: String,
+        /// Its name.
+        name: String,
         /// The API error.
         source: kube::Error,
     },
@@ -109,6 +136,28 @@ impl WorkloadStatus {
     }
 }
 
+/// An object with a child's name that this Interconnect does not control.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Conflict {
+    /// Its kind.
+    pub kind: String,
+    /// Its name.
+    pub name: String,
+    /// Its controller (`Kind name`), if it has one.
+    pub controller: Option<String>,
+}
+
+impl std::fmt::Display for Conflict {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match &self.controller {
+            Some(c) => write!(f, "{} {} exists and is controlled by {c}", self.kind, self.name),
+            None => {
+                write!(f, "{} {} exists and is not controlled by this Interconnect", self.kind, self.name)
+            }
+        }
+    }
+}
+
 /// What applying did.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct Applied {
@@ -116,6 +165,8 @@ pub struct Applied {
     pub workload: WorkloadStatus,
     /// Orphans deleted, as `Kind name`.
     pub pruned: Vec<String>,
+    /// Objects in the way: when not empty, nothing was applied.
+    pub conflicts: Vec<Conflict>,
 }
 
 /// The kinds that can become orphans, each with the names to keep.
@@ -172,6 +223,61 @@ async fn ssa<K: Child>(client: &kube::Client, ns: &str, obj: &K) -> Result<K, Er
         .map_err(|source| Error::Apply { kind: K::kind(&()).into_owned(), name, source })
 }
 
+/// The [`Conflict`] of `name` of kind `K`: an existing object that `o` does not control.
+async fn conflict<K: Child>(client: &kube::Client, o: &Owner, name: &str) -> Result<Option<Conflict>, Error> {
+    let meta = Api::<K>::namespaced(client.clone(), o.namespace())
+        .get_metadata_opt(name)
+        .await
+        .map_err(|source| Error::Get { kind: K::kind(&()).into_owned(), name: name.into(), source })?;
+    let Some(meta) = meta else { return Ok(None) };
+    let refs = meta.owner_references();
+    if refs.iter().any(|r| r.uid == o.uid() && r.controller == Some(true)) {
+        return Ok(None);
+    }
+    let controller =
+        refs.iter().find(|r| r.controller == Some(true)).map(|r| format!("{} {}", r.kind, r.name));
+    Ok(Some(Conflict { kind: K::kind(&()).into_owned(), name: name.into(), controller }))
+}
+
+/// Every child of `children` whose name is taken by an object `o` does not control.
+async fn conflicts(client: &kube::Client, o: &Owner, children: &Children) -> Result<Vec<Conflict>, Error> {
+    let mut found = Vec::new();
+    found.extend(conflict::<ServiceAccount>(client, o, &children.service_account.name_any()).await?);
+    found.extend(conflict::<Role>(client, o, &children.role.name_any()).await?);
+    found.extend(conflict::<RoleBinding>(client, o, &children.role_binding.name_any()).await?);
+    if let Some(cm) = &children.sasl_config_map {
+        found.extend(conflict::<ConfigMap>(client, o, &cm.name_any()).await?);
+    }
+    match &children.workload {
+        Workload::Deployment(d) => found.extend(conflict::<Deployment>(client, o, &d.name_any()).await?),
+        Workload::DaemonSet(d) => found.extend(conflict::<DaemonSet>(client, o, &d.name_any()).await?),
+    }
+    found.extend(conflict::<Service>(client, o, &children.service.name_any()).await?);
+    match &children.exposure {
+        Exposure::Ingresses(list) => {
+            for i in list {
+                found.extend(conflict::<Ingress>(client, o, &i.name_any()).await?);
+            }
+        }
+        Exposure::Routes(list) => {
+            for r in list {
+                found.extend(conflict::<Route>(client, o, &r.name_any()).await?);
+            }
+        }
+    }
+    Ok(found)
+}
+
+/// Replaces the generated Secret `s` (its `resourceVersion` is the precondition).
+async fn replace_secret(client: &kube::Client, ns: &str, s: &Secret) -> Result<(), Error> {
+    let name = s.name_any();
+    Api::<Secret>::namespaced(client.clone(), ns)
+        .replace(&name, &PostParams { field_manager: Some(FIELD_MANAGER.into()), ..Default::default() }, s)
+        .await
+        .map(|_| ())
+        .map_err(|source| Error::Update { kind: "Secret".into(), name, source })
+}
+
 /// Creates `obj` unless an object of its name exists (409 is success: never overwritten).
 async fn create_if_missing<K: Child>(client: &kube::Client, ns: &str, obj: &K) -> Result<(), Error> {
     let pp = PostParams { field_manager: Some(FIELD_MANAGER.into()), ..Default::default() };
@@ -212,28 +318,34 @@ async fn prune(
     Ok(deleted)
 }
 
-/// Applies every child of `o`; when `prune_orphans`, deletes the children it no longer
-/// wants (the Deployment after `Any` → `Every`, the Ingress of a listener no longer
-/// exposed, ...).
+/// Applies every child of `o` unless one of their names is taken by an object `o` does not
+/// control (then nothing is written and [`Applied::conflicts`] lists them); when
+/// `prune_orphans`, deletes the children it no longer wants (the Deployment after `Any` →
+/// `Every`, the Ingress of a listener no longer exposed, ...).
 ///
 /// # Errors
-/// The first failed write, as an [`Error`] naming kind and name.
+/// The first failed read or write, as an [`Error`] naming kind and name.
 pub async fn apply(
     client: &kube::Client,
     o: &Owner,
     children: Children,
     prune_orphans: bool,
 ) -> Result<Applied, Error> {
+    let conflicts = conflicts(client, o, &children).await?;
+    if !conflicts.is_empty() {
+        return Ok(Applied { conflicts, ..Applied::default() });
+    }
     let Children {
         service_account,
         role,
         role_binding,
         sasl_config_map,
-        secrets: Secrets { create, keep: keep_secrets },
+        secrets: Secrets { create, update, keep: keep_secrets },
         workload,
         service,
         exposure,
         router_config: _, // carried by the workload's pod template
+        credentials: _,   // reported, not applied
     } = children;
     let ns = o.namespace();
     let mut keep = Keep::new(matches!(exposure, Exposure::Routes(_)));
@@ -246,6 +358,9 @@ pub async fn apply(
     }
     for s in &create {
         create_if_missing(client, ns, s).await?;
+    }
+    for s in &update {
+        replace_secret(client, ns, s).await?;
     }
     for name in keep_secrets {
         keep.insert::<Secret>(name);
@@ -281,5 +396,5 @@ pub async fn apply(
             pruned.extend(prune(client, o, ar, names).await?);
         }
     }
-    Ok(Applied { workload, pruned })
+    Ok(Applied { workload, pruned, conflicts: Vec::new() })
 }

@@ -1,18 +1,22 @@
 //! Stage 2, **build**: every child of one Interconnect, from the [`Owner`], the
 //! controller's [`Settings`] and what was [`Observed`]. No I/O and no clock (the time comes
 //! from the observation); the only randomness is fresh key material and the generated SASL
-//! password, made only for Secrets that are missing. The router configuration is rendered
-//! once here and used for both `QDROUTERD_CONF` and the pod-template hash.
+//! password, made only for Secrets that are missing or due for renewal. The router
+//! configuration is rendered once here and used for both `QDROUTERD_CONF` and the
+//! pod-template hash; the mounted Secrets, as they will be after this pass, give the
+//! credentials fingerprint.
 
-use std::collections::BTreeSet;
+use std::collections::{BTreeMap, BTreeSet};
+use std::time::{Duration, SystemTime};
 
 use k8s_openapi::api::core::v1::{ConfigMap, Secret, Service, ServiceAccount};
 use k8s_openapi::api::rbac::v1::{Role, RoleBinding};
 
 use super::observe::{Observed, named_secrets};
 use crate::builders::{self, Exposure, Settings, Workload};
-use crate::credentials::{self, CredentialsError};
+use crate::credentials::{self, CredentialChange, CredentialsError, Data, EXPIRY_WARNING, is_generated_by};
 use crate::owner::Owner;
+use crate::references::{Unmet, fingerprint, references, unmet};
 use crate::router_config::Rendered;
 
 /// Why building failed.
@@ -26,9 +30,11 @@ pub enum Error {
 /// Secrets of one Interconnect.
 #[derive(Debug, Clone, PartialEq)]
 pub struct Secrets {
-    /// Secrets to create because they are missing (generated users and credentials);
-    /// existing Secrets are never written.
+    /// Secrets to create because they are missing (generated users and credentials).
     pub create: Vec<Secret>,
+    /// Generated Secrets to rewrite (renewal, CA rotation), with the observed
+    /// `resourceVersion` as precondition. User-provided Secrets are never here.
+    pub update: Vec<Secret>,
     /// Every Secret the spec names (users, credentials, CAs, issuer): the ones pruning keeps.
     pub keep: BTreeSet<String>,
 }
@@ -55,6 +61,26 @@ pub struct Children {
     pub exposure: Exposure,
     /// The router configuration the workload runs, rendered once.
     pub router_config: Rendered,
+    /// What the credentials look like after this pass (not applied: reported).
+    pub credentials: CredentialsReport,
+}
+
+/// The state of the Secrets an Interconnect depends on, after this pass.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct CredentialsReport {
+    /// Generated credentials renewed or rotated by this pass.
+    pub changes: Vec<CredentialChange>,
+    /// Secrets the spec references that are missing or lack keys the router reads.
+    pub unmet: Vec<Unmet>,
+    /// User-provided certificates that expire within [`EXPIRY_WARNING`]: the Secret and
+    /// a line saying so.
+    pub expiring: Vec<(String, String)>,
+    /// The earliest expiry of any certificate the routers mount.
+    pub earliest_expiry: Option<SystemTime>,
+    /// When the next generated certificate or CA reaches its renew point.
+    pub next_renewal: Option<SystemTime>,
+    /// The fingerprint of the mounted Secrets (the pod template's credentials hash).
+    pub fingerprint: String,
 }
 
 fn password() -> String {
@@ -66,23 +92,65 @@ fn password() -> String {
 /// Builds every child of `o`.
 ///
 /// # Errors
-/// [`Error::Credentials`] when a credential cannot be issued.
+/// [`Error::Credentials`] when a certificate cannot be generated.
 pub fn build(o: &Owner, settings: &Settings, observed: &Observed) -> Result<Children, Error> {
     let router_config = Rendered::of(o.spec());
-    let mut create = Vec::new();
+    let existing = observed.existing_secrets();
+    let running =
+        observed.workload.as_ref().filter(|w| w.rolled_out).and_then(|w| w.credentials_hash.clone());
+    let refs = references(o);
+    let observed_data: BTreeMap<String, Data> =
+        existing.iter().map(|(n, s)| (n.clone(), s.data.clone().unwrap_or_default())).collect();
+    let rolled_out = running.is_some_and(|h| h == fingerprint(&refs, &observed_data));
+    let plan = credentials::plan(o, &existing, observed.now, settings.lifetimes, rolled_out)?;
+    let mut create = plan.create;
     if let Some(users) = o.users_secret().filter(|u| !observed.secret_exists(u)) {
         create.push(builders::users_secret(o, &users, &password()));
     }
-    create.extend(credentials::missing_secrets(o, &observed.existing_secrets(), observed.now)?);
+    // The Secrets as they will be once this pass is applied.
+    let mut after = observed_data;
+    for s in create.iter().chain(&plan.update) {
+        after.insert(s.metadata.name.clone().unwrap_or_default(), s.data.clone().unwrap_or_default());
+    }
+    let credentials_hash = fingerprint(&refs, &after);
+    let mounted: Vec<&Data> =
+        refs.iter().filter(|r| r.mounted).filter_map(|r| after.get(&r.secret)).collect();
+    let expiring = refs
+        .iter()
+        .filter(|r| r.mounted && existing.get(&r.secret).is_some_and(|s| !is_generated_by(s, o)))
+        .filter_map(|r| {
+            let until = credentials::earliest_expiry([after.get(&r.secret)?])?;
+            let left = until.duration_since(observed.now).unwrap_or(Duration::ZERO);
+            (left < EXPIRY_WARNING).then(|| {
+                let line = format!(
+                    "the certificate in Secret {} ({}) expires in {}: it is user-provided, so the operator does \
+                     not renew it",
+                    r.secret,
+                    r.field,
+                    humantime::format_duration(Duration::from_secs(left.as_secs()))
+                );
+                (r.secret.clone(), line)
+            })
+        })
+        .collect();
+    let credentials = CredentialsReport {
+        changes: plan.changes,
+        unmet: unmet(&refs, &after),
+        expiring,
+        earliest_expiry: credentials::earliest_expiry(mounted),
+        next_renewal: plan.next_renewal,
+        fingerprint: credentials_hash.clone(),
+    };
     Ok(Children {
         service_account: builders::service_account(o),
         role: builders::role(o),
         role_binding: builders::role_binding(o),
         sasl_config_map: builders::sasl_config_map(o),
-        secrets: Secrets { create, keep: named_secrets(o) },
-        workload: builders::workload(o, settings, &router_config),
+        secrets: Secrets { create, update: plan.update, keep: named_secrets(o) },
+        workload: builders::workload(o, settings, &router_config, &credentials_hash),
         service: builders::service(o),
         exposure: builders::exposure(o, settings),
         router_config,
+        credentials,
     })
 }

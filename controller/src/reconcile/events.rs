@@ -10,7 +10,8 @@ use qdr_api::Interconnect;
 
 use super::build::Children;
 use super::observe::Observed;
-use super::status::SPEC_VALID;
+use super::status::{CONFLICTING_OBJECT, DEGRADED, MISSING_SECRET, READY, SPEC_VALID};
+use crate::credentials::CredentialChange;
 
 /// Longest Event note written (the API's limit is 1 kB).
 pub const MAX_NOTE: usize = 1000;
@@ -31,6 +32,18 @@ pub enum Change {
     },
     /// `Pruned`: children no longer wanted were deleted (`Kind name` each).
     Pruned(Vec<String>),
+    /// Warning `ConflictingObject`: a child's name is taken by a foreign object; nothing
+    /// was applied.
+    ConflictingObject(String),
+    /// Warning `MissingSecret`: a referenced Secret is missing or lacks keys.
+    MissingSecret(String),
+    /// `CredentialsChanged`: a mounted Secret changed, so the routers roll.
+    CredentialsChanged,
+    /// `CertificateRenewed` or `CARotation`: generated credentials were renewed or a CA
+    /// rotation step was taken.
+    Credential(CredentialChange),
+    /// Warning `CertificateExpiring`: a user-provided certificate expires soon.
+    CertificateExpiring(String),
 }
 
 impl Change {
@@ -51,6 +64,18 @@ impl Change {
                 "Pruned",
                 format!("deleted objects no longer wanted: {}", objs.join(", ")),
             ),
+            Change::ConflictingObject(m) => (EventType::Warning, CONFLICTING_OBJECT, m.clone()),
+            Change::MissingSecret(m) => (EventType::Warning, MISSING_SECRET, m.clone()),
+            Change::CredentialsChanged => (
+                EventType::Normal,
+                "CredentialsChanged",
+                "mounted certificates or users changed: rolling the routers".into(),
+            ),
+            Change::Credential(c @ CredentialChange::Renewed { .. }) => {
+                (EventType::Normal, "CertificateRenewed", c.to_string())
+            }
+            Change::Credential(c) => (EventType::Normal, "CARotation", c.to_string()),
+            Change::CertificateExpiring(m) => (EventType::Warning, "CertificateExpiring", m.clone()),
         };
         Event {
             type_,
@@ -73,13 +98,38 @@ pub fn invalid(ic: &Interconnect, message: &str) -> Option<Change> {
     (!reported).then(|| Change::InvalidSpec(message.into()))
 }
 
-/// What applying `children` over the `observed` workload changes: the config (a new hash)
-/// and the number of replicas (Deployments).
+/// Whether the stored status already has condition `type_` with `reason` at the current
+/// generation (a Warning was sent for it: one per generation, not one per pass).
+fn reported(ic: &Interconnect, type_: &str, reason: &str) -> bool {
+    let generation = ic.metadata.generation.unwrap_or_default();
+    ic.status
+        .iter()
+        .flat_map(|s| &s.conditions)
+        .any(|c| c.type_ == type_ && c.reason == reason && c.observed_generation == Some(generation))
+}
+
+/// `ConflictingObject` with `message`, once per generation.
+pub fn conflicting(ic: &Interconnect, message: &str) -> Option<Change> {
+    (!reported(ic, DEGRADED, CONFLICTING_OBJECT)).then(|| Change::ConflictingObject(message.into()))
+}
+
+/// `MissingSecret` with `message`, once per generation.
+pub fn missing_secret(ic: &Interconnect, message: &str) -> Option<Change> {
+    (!reported(ic, READY, MISSING_SECRET)).then(|| Change::MissingSecret(message.into()))
+}
+
+/// What applying `children` over the `observed` workload changes: the config (a new hash),
+/// the mounted credentials (a new fingerprint), the number of replicas (Deployments), and
+/// renewed or rotated credentials.
 pub fn planned(observed: &Observed, children: &Children) -> Vec<Change> {
-    let Some(old) = &observed.workload else { return Vec::new() };
-    let mut changes = Vec::new();
+    let mut changes: Vec<Change> =
+        children.credentials.changes.iter().cloned().map(Change::Credential).collect();
+    let Some(old) = &observed.workload else { return changes };
     if old.config_hash.as_ref().is_some_and(|h| *h != children.router_config.hash) {
         changes.push(Change::ConfigChanged);
+    }
+    if old.credentials_hash.as_ref().is_some_and(|h| *h != children.credentials.fingerprint) {
+        changes.push(Change::CredentialsChanged);
     }
     if let crate::builders::Workload::Deployment(d) = &children.workload {
         let new = d.spec.as_ref().and_then(|s| s.replicas);

@@ -18,7 +18,8 @@
 //!
 //! A failed stage is recorded as `Degraded=True` (reason `ReconcileFailed`, the stage and
 //! the error in the message) within the same reconcile, so nothing outlives a lost
-//! leadership; the controller then retries.
+//! leadership; the controller then retries with per-object exponential backoff
+//! ([`RETRY`] doubling up to [`RETRY_CAP`]), reset by the next success.
 
 pub mod apply;
 pub mod build;
@@ -26,8 +27,9 @@ pub mod events;
 pub mod observe;
 pub mod status;
 
-use std::sync::Arc;
-use std::time::{Duration, Instant};
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant, SystemTime};
 
 use kube::ResourceExt;
 use kube::runtime::controller::Action;
@@ -40,8 +42,23 @@ use crate::owner::{Owner, OwnerError};
 
 /// How long a reconciled Interconnect waits before it is looked at again without a change.
 pub const RESYNC: Duration = Duration::from_secs(300);
-/// How long after a failed reconcile it is retried.
-pub const RETRY: Duration = Duration::from_secs(5);
+/// How long after a first failed reconcile it is retried; each further failure in a row
+/// doubles the delay, up to [`RETRY_CAP`].
+pub const RETRY: Duration = Duration::from_secs(1);
+/// The longest delay between retries of a failing Interconnect.
+pub const RETRY_CAP: Duration = Duration::from_secs(300);
+/// How long after a [`status::CONFLICTING_OBJECT`] the names are looked up again (the
+/// foreign objects are not watched: they are not ours).
+pub const CONFLICT_RECHECK: Duration = Duration::from_secs(30);
+/// How often at most a user-provided certificate's coming expiry is warned about.
+pub const EXPIRY_WARNING_INTERVAL: Duration = Duration::from_secs(24 * 3600);
+
+/// The delay before retry `failures` (1 for the first failure) of one object:
+/// `RETRY * 2^(failures-1)`, at most [`RETRY_CAP`].
+pub fn backoff(failures: u32) -> Duration {
+    let exp = failures.saturating_sub(1).min(20);
+    RETRY.saturating_mul(1 << exp).min(RETRY_CAP)
+}
 
 /// Shared by every reconcile.
 pub struct Context {
@@ -53,6 +70,28 @@ pub struct Context {
     pub recorder: Recorder,
     /// Metrics.
     pub metrics: Arc<Metrics>,
+    /// Failures in a row, by `namespace/name` (for [`backoff`]).
+    pub failures: Mutex<HashMap<String, u32>>,
+    /// When a `CertificateExpiring` Warning was last sent, by `namespace/name/secret`.
+    pub expiry_warned: Mutex<HashMap<String, Instant>>,
+}
+
+impl Context {
+    /// A context with no failures recorded.
+    pub fn new(client: kube::Client, settings: Settings, recorder: Recorder, metrics: Arc<Metrics>) -> Self {
+        Context {
+            client,
+            settings,
+            recorder,
+            metrics,
+            failures: Mutex::default(),
+            expiry_warned: Mutex::default(),
+        }
+    }
+}
+
+fn key(ic: &Interconnect) -> String {
+    format!("{}/{}", ic.namespace().unwrap_or_default(), ic.name_any())
 }
 
 /// Why a reconcile failed, by stage. [`Self::category`] is a bounded metric label.
@@ -100,6 +139,15 @@ impl Error {
 pub async fn reconcile(ic: Arc<Interconnect>, ctx: Arc<Context>) -> Result<Action, Error> {
     let started = Instant::now();
     let result = stages(&ic, &ctx).await;
+    {
+        let mut failures = ctx.failures.lock().unwrap_or_else(|e| e.into_inner());
+        match &result {
+            Ok(_) => {
+                failures.remove(&key(&ic));
+            }
+            Err(_) => *failures.entry(key(&ic)).or_default() += 1,
+        }
+    }
     if let Err(e) = &result {
         tracing::warn!(category = e.category(), error = %e, "reconcile failed");
         let degraded = status::failed(&ic, &e.to_string());
@@ -128,18 +176,55 @@ async fn stages(ic: &Interconnect, ctx: &Context) -> Result<Action, Error> {
     };
     let observed = observe::observe(&ctx.client, &owner).await?;
     let children = build::build(&owner, &ctx.settings, &observed)?;
-    let mut changes = events::planned(&observed, &children);
+    let report = children.credentials.clone();
+    let planned = events::planned(&observed, &children);
     let applied = apply::apply(&ctx.client, &owner, children, !observed.generation_reconciled).await?;
-    status::write(&ctx.client, ic, status::desired(&owner, &observed, &applied)).await?;
+    status::write(&ctx.client, ic, status::desired(&owner, &observed, &applied, &report)).await?;
+    if !applied.conflicts.is_empty() {
+        let event = events::conflicting(ic, &status::conflicts_message(&applied));
+        events::publish(&ctx.recorder, ic, event).await;
+        return Ok(Action::requeue(CONFLICT_RECHECK));
+    }
+    let mut changes = planned;
     if !applied.pruned.is_empty() {
         changes.push(events::Change::Pruned(applied.pruned));
     }
+    if !report.unmet.is_empty() {
+        changes.extend(events::missing_secret(ic, &status::missing_message(&report)));
+    }
+    changes.extend(expiry_warnings(ctx, ic, &report.expiring));
     events::publish(&ctx.recorder, ic, changes).await;
-    Ok(Action::requeue(RESYNC))
+    ctx.metrics.certificate_expiry(owner.namespace(), owner.name(), report.earliest_expiry);
+    let until_renewal = report
+        .next_renewal
+        .map(|t| t.duration_since(SystemTime::now()).unwrap_or_default().max(Duration::from_secs(1)));
+    Ok(Action::requeue(until_renewal.map_or(RESYNC, |d| d.min(RESYNC))))
 }
 
-/// What to do after a failed reconcile: retry after [`RETRY`]. (`Degraded` was already
-/// recorded by [`reconcile`] itself, so nothing here outlives the reconcile.)
-pub fn error_policy(_ic: Arc<Interconnect>, _err: &Error, _ctx: Arc<Context>) -> Action {
-    Action::requeue(RETRY)
+/// `CertificateExpiring` Warnings for `expiring`, each at most once per
+/// [`EXPIRY_WARNING_INTERVAL`] per Interconnect and line.
+fn expiry_warnings(ctx: &Context, ic: &Interconnect, expiring: &[(String, String)]) -> Vec<events::Change> {
+    let mut warned = ctx.expiry_warned.lock().unwrap_or_else(|e| e.into_inner());
+    let now = Instant::now();
+    expiring
+        .iter()
+        .filter(|(secret, _)| {
+            let k = format!("{}/{secret}", key(ic));
+            let due = warned.get(&k).is_none_or(|t| now.duration_since(*t) >= EXPIRY_WARNING_INTERVAL);
+            if due {
+                warned.insert(k, now);
+            }
+            due
+        })
+        .map(|(_, line)| events::Change::CertificateExpiring(line.clone()))
+        .collect()
+}
+
+/// What to do after a failed reconcile: retry after [`backoff`] of the object's failures in
+/// a row. (`Degraded` was already recorded by [`reconcile`] itself, so nothing here
+/// outlives the reconcile.)
+pub fn error_policy(ic: Arc<Interconnect>, _err: &Error, ctx: Arc<Context>) -> Action {
+    let failures =
+        ctx.failures.lock().unwrap_or_else(|e| e.into_inner()).get(&key(&ic)).copied().unwrap_or(1);
+    Action::requeue(backoff(failures))
 }

@@ -1,10 +1,12 @@
 //! Stage 1, **observe**: read from the API server what one pass needs and nothing else.
 //!
 //! * every Secret the effective spec names (the SASL users Secret, each sslProfile's
-//!   `credentials` and `caCert`, the issuer CA): its data, or that it is missing, so that
-//!   [`super::build`] can generate exactly the missing ones;
-//! * the existing workload of the kind the spec asks for (its replicas and config hash, for
-//!   the `Scaled` and `ConfigChanged` events);
+//!   `credentials` and `caCert`, the issuer CA): the whole object, or that it is missing, so
+//!   that [`super::build`] can generate the missing ones, renew the generated ones and tell
+//!   user-provided ones (never written) apart;
+//! * the existing workload of the kind the spec asks for (its replicas, config and
+//!   credentials hashes, whether its rollout is complete: for the `Scaled` and
+//!   `ConfigChanged` events and for CA rotation);
 //! * the router pods (for `status.pods`);
 //! * from the stored status: whether this generation was already reconciled (orphans are
 //!   pruned only after a spec change).
@@ -12,14 +14,13 @@
 use std::collections::{BTreeMap, BTreeSet};
 use std::time::SystemTime;
 
-use k8s_openapi::ByteString;
 use k8s_openapi::api::apps::v1::{DaemonSet, Deployment};
 use k8s_openapi::api::core::v1::{Pod, PodTemplateSpec, Secret};
 use kube::api::{Api, ListParams};
 use kube::{Resource, ResourceExt};
 use qdr_api::Placement;
 
-use crate::builders::CONFIG_HASH;
+use crate::builders::{CONFIG_HASH, CREDENTIALS_HASH};
 use crate::owner::Owner;
 
 /// Why observing failed.
@@ -42,6 +43,12 @@ pub struct WorkloadState {
     pub replicas: Option<i32>,
     /// The [`CONFIG_HASH`] annotation of its pod template.
     pub config_hash: Option<String>,
+    /// The [`CREDENTIALS_HASH`] annotation of its pod template.
+    pub credentials_hash: Option<String>,
+    /// Whether its rollout is complete (as `kubectl rollout status` sees it): the workload
+    /// controller observed the latest generation, and every wanted router runs the current
+    /// template and is available, with no old router left.
+    pub rolled_out: bool,
 }
 
 /// What one pass observed.
@@ -49,8 +56,8 @@ pub struct WorkloadState {
 pub struct Observed {
     /// When the observation was made; generated certificates are valid from here.
     pub now: SystemTime,
-    /// Every Secret the spec names, by name: its `data`, or `None` when it does not exist.
-    pub secrets: BTreeMap<String, Option<BTreeMap<String, ByteString>>>,
+    /// Every Secret the spec names, by name, or `None` when it does not exist.
+    pub secrets: BTreeMap<String, Option<Secret>>,
     /// The existing Deployment (placement Any, AntiAffinity) or DaemonSet (Every).
     pub workload: Option<WorkloadState>,
     /// Names of the router pods that are not being deleted, sorted.
@@ -61,9 +68,9 @@ pub struct Observed {
 }
 
 impl Observed {
-    /// The data of the Secrets that exist, by name (what credential generation reads).
-    pub fn existing_secrets(&self) -> BTreeMap<String, BTreeMap<String, ByteString>> {
-        self.secrets.iter().filter_map(|(n, d)| Some((n.clone(), d.clone()?))).collect()
+    /// The Secrets that exist, by name (what credential generation reads).
+    pub fn existing_secrets(&self) -> crate::credentials::Existing {
+        self.secrets.iter().filter_map(|(n, s)| Some((n.clone(), s.clone()?))).collect()
     }
 
     /// Whether Secret `name` was found.
@@ -83,8 +90,35 @@ pub fn named_secrets(o: &Owner) -> BTreeSet<String> {
     names
 }
 
-fn template_hash(t: &PodTemplateSpec) -> Option<String> {
-    t.metadata.as_ref()?.annotations.as_ref()?.get(CONFIG_HASH).cloned()
+fn annotation(t: &PodTemplateSpec, key: &str) -> Option<String> {
+    t.metadata.as_ref()?.annotations.as_ref()?.get(key).cloned()
+}
+
+fn state(t: &PodTemplateSpec, replicas: Option<i32>, rolled_out: bool) -> WorkloadState {
+    WorkloadState {
+        replicas,
+        config_hash: annotation(t, CONFIG_HASH),
+        credentials_hash: annotation(t, CREDENTIALS_HASH),
+        rolled_out,
+    }
+}
+
+/// `kubectl rollout status` for a Deployment.
+fn deployment_rolled_out(d: &Deployment) -> bool {
+    let want = d.spec.as_ref().and_then(|s| s.replicas).unwrap_or(1);
+    let Some(st) = &d.status else { return false };
+    st.observed_generation >= d.metadata.generation
+        && st.updated_replicas.unwrap_or(0) >= want
+        && st.replicas.unwrap_or(0) <= st.updated_replicas.unwrap_or(0)
+        && st.available_replicas.unwrap_or(0) >= want
+}
+
+/// `kubectl rollout status` for a DaemonSet.
+fn daemon_set_rolled_out(d: &DaemonSet) -> bool {
+    let Some(st) = &d.status else { return false };
+    st.observed_generation >= d.metadata.generation
+        && st.updated_number_scheduled.unwrap_or(0) >= st.desired_number_scheduled
+        && st.number_available.unwrap_or(0) >= st.desired_number_scheduled
 }
 
 fn read(what: String) -> impl FnOnce(kube::Error) -> Error {
@@ -101,21 +135,22 @@ pub async fn observe(client: &kube::Client, o: &Owner) -> Result<Observed, Error
     let mut secrets = BTreeMap::new();
     for name in named_secrets(o) {
         let found = secrets_api.get_opt(&name).await.map_err(read(format!("Secret {name}")))?;
-        secrets.insert(name, found.map(|s| s.data.unwrap_or_default()));
+        secrets.insert(name, found);
     }
     let workload = if o.plan().placement == Some(Placement::Every) {
         let api: Api<DaemonSet> = Api::namespaced(client.clone(), ns);
         let found = api.get_opt(o.name()).await.map_err(read(format!("DaemonSet {}", o.name())))?;
-        found.map(|d| WorkloadState {
-            replicas: None,
-            config_hash: d.spec.and_then(|s| template_hash(&s.template)),
+        found.map(|d| {
+            let rolled_out = daemon_set_rolled_out(&d);
+            state(&d.spec.unwrap_or_default().template, None, rolled_out)
         })
     } else {
         let api: Api<Deployment> = Api::namespaced(client.clone(), ns);
         let found = api.get_opt(o.name()).await.map_err(read(format!("Deployment {}", o.name())))?;
         found.map(|d| {
+            let rolled_out = deployment_rolled_out(&d);
             let spec = d.spec.unwrap_or_default();
-            WorkloadState { replicas: spec.replicas, config_hash: template_hash(&spec.template) }
+            state(&spec.template, spec.replicas, rolled_out)
         })
     };
     let pods_api: Api<Pod> = Api::namespaced(client.clone(), ns);

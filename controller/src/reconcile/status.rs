@@ -10,8 +10,18 @@
 //! | `SpecValid` | the effective spec passed [`qdr_api::validate`] |
 //! | `Ready` | every desired router is ready and none is being rolled |
 //! | `Available` | every desired router is available |
-//! | `Progressing` | a rollout is under way (`True`) or complete (`False`) |
-//! | `Degraded` | the last reconcile failed (`reason` names the stage) |
+//! | `Progressing` | a rollout is under way or a Secret the routers need is missing (`True`), or complete (`False`) |
+//! | `Degraded` | the last reconcile failed, or a child's name is taken by a foreign object |
+//!
+//! Every reason the controller sets, by condition:
+//!
+//! | condition | reasons |
+//! |---|---|
+//! | `SpecValid` | `Valid`, `InvalidSpec` |
+//! | `Ready` | `RoutersReady`, `RoutersNotReady`, `MissingSecret`, `ConflictingObject`, `InvalidSpec` |
+//! | `Available` | `MinimumRoutersAvailable`, `RoutersUnavailable`, `ConflictingObject` |
+//! | `Progressing` | `RollingOut`, `Complete`, `MissingSecret`, `ConflictingObject` |
+//! | `Degraded` | `ReconcileSucceeded`, `ReconcileFailed`, `ConflictingObject` |
 
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, Time};
 use kube::ResourceExt;
@@ -20,6 +30,7 @@ use qdr_api::{Interconnect, InterconnectStatus};
 use serde_json::json;
 
 use super::apply::Applied;
+use super::build::CredentialsReport;
 use super::observe::Observed;
 use crate::owner::Owner;
 
@@ -33,6 +44,11 @@ pub const AVAILABLE: &str = "Available";
 pub const PROGRESSING: &str = "Progressing";
 /// Condition type: the last reconcile failed.
 pub const DEGRADED: &str = "Degraded";
+
+/// Reason: a child's name is taken by an object this Interconnect does not control.
+pub const CONFLICTING_OBJECT: &str = "ConflictingObject";
+/// Reason: a Secret the spec references is missing or lacks a key the router reads.
+pub const MISSING_SECRET: &str = "MissingSecret";
 
 /// Longest condition message written (the API's limit is 32 KiB).
 pub const MAX_MESSAGE: usize = 32 * 1024;
@@ -71,28 +87,64 @@ pub fn condition(
     }
 }
 
+/// The message of the [`CONFLICTING_OBJECT`] conditions: every conflict and what to do.
+pub fn conflicts_message(applied: &Applied) -> String {
+    let list = applied.conflicts.iter().map(ToString::to_string).collect::<Vec<_>>().join("; ");
+    format!("{list}: nothing was applied; rename the Interconnect or remove the objects in the way")
+}
+
+/// The message of the [`MISSING_SECRET`] conditions: every unmet reference.
+pub fn missing_message(report: &CredentialsReport) -> String {
+    let list = report.unmet.iter().map(ToString::to_string).collect::<Vec<_>>().join("; ");
+    format!("{list}: the routers cannot start until it is created")
+}
+
 /// The status of a reconciled Interconnect.
-pub fn desired(o: &Owner, observed: &Observed, applied: &Applied) -> InterconnectStatus {
+pub fn desired(
+    o: &Owner,
+    observed: &Observed,
+    applied: &Applied,
+    report: &CredentialsReport,
+) -> InterconnectStatus {
     let generation = o.generation();
     let prev = o.ic().status.clone().unwrap_or_default();
     let pc = &prev.conditions;
+    if !applied.conflicts.is_empty() {
+        let msg = conflicts_message(applied);
+        let c = |type_: &str, ok: bool| condition(type_, ok, CONFLICTING_OBJECT, &msg, generation, pc);
+        return InterconnectStatus {
+            conditions: vec![
+                condition(SPEC_VALID, true, "Valid", "the spec passed validation", generation, pc),
+                c(READY, false),
+                c(AVAILABLE, false),
+                c(PROGRESSING, false),
+                c(DEGRADED, true),
+            ],
+            observed_generation: Some(generation),
+            pods: observed.pods.clone(),
+            ..prev
+        };
+    }
     let w = applied.workload;
     let is_available = w.current && w.available >= w.desired;
-    let progressing = !w.current || w.updated < w.desired;
-    let is_ready = is_available && !progressing && w.ready >= w.desired;
+    // A rollout is pending until every wanted router runs the current template and is
+    // available (never "Complete" with routers unavailable).
+    let rolling = !w.current || w.updated < w.desired || !is_available;
+    let is_ready = is_available && !rolling && w.ready >= w.desired && report.unmet.is_empty();
     let msg =
         format!("{}/{} routers ready, {} updated, {} available", w.ready, w.desired, w.updated, w.available);
+    let missing = (!report.unmet.is_empty()).then(|| format!("{}; {msg}", missing_message(report)));
+    let (ready_reason, progressing_reason) = match (&missing, is_ready, rolling) {
+        (Some(_), _, _) => (MISSING_SECRET, MISSING_SECRET),
+        (None, true, _) => ("RoutersReady", "Complete"),
+        (None, false, true) => ("RoutersNotReady", "RollingOut"),
+        (None, false, false) => ("RoutersNotReady", "Complete"),
+    };
+    let detail = missing.as_deref().unwrap_or(&msg);
     InterconnectStatus {
         conditions: vec![
             condition(SPEC_VALID, true, "Valid", "the spec passed validation", generation, pc),
-            condition(
-                READY,
-                is_ready,
-                if is_ready { "RoutersReady" } else { "RoutersNotReady" },
-                &msg,
-                generation,
-                pc,
-            ),
+            condition(READY, is_ready, ready_reason, detail, generation, pc),
             condition(
                 AVAILABLE,
                 is_available,
@@ -101,14 +153,7 @@ pub fn desired(o: &Owner, observed: &Observed, applied: &Applied) -> Interconnec
                 generation,
                 pc,
             ),
-            condition(
-                PROGRESSING,
-                progressing,
-                if progressing { "RollingOut" } else { "Complete" },
-                &msg,
-                generation,
-                pc,
-            ),
+            condition(PROGRESSING, rolling || missing.is_some(), progressing_reason, detail, generation, pc),
             condition(DEGRADED, false, "ReconcileSucceeded", "all children applied", generation, pc),
         ],
         observed_generation: Some(generation),
