@@ -81,11 +81,12 @@ pub const ENTITY_NAMES_UNIQUE: &str = "names must be unique across listeners, co
                                        kind and must not be 'health-and-stats' (the router refuses two \
                                        configuration entities with the same name): rename one";
 
-/// A `resources` value that is not a Kubernetes quantity (CEL `resources-quantities`): the
-/// apply of the Deployment would fail with 422 on every retry.
+/// Validate-only text (the CRD checks the format with a schema pattern): a `resources` value
+/// that is not a Kubernetes quantity; the apply of the Deployment would fail with 422.
 pub const RESOURCES_QUANTITY: &str = "every resources.limits and resources.requests value must be a Kubernetes \
                                       quantity (such as 500m, 1.5, 128Mi or 2Gi)";
 
-/// A request above its limit (CEL `requests-within-limits`).
+/// Validate-only (a CEL `quantity()` comparison exceeds the API server's cost budget on
+/// int-or-string values): a request above its limit.
 pub const REQUESTS_WITHIN_LIMITS: &str =
     "every resources.requests value must be less than or equal to the limit of the same resource";

@@ -37,14 +37,6 @@ fn every_shared_message_is_used_by_cel_and_by_validate() {
             msg::ENTITY_NAMES_UNIQUE.into(),
             json!({"listeners": [{"port": 5671, "name": "amqps", "sslProfile": "amqps"}], "sslProfiles": [{"name": "amqps"}]}),
         ),
-        (
-            msg::RESOURCES_QUANTITY.into(),
-            json!({"deploymentPlan": {"resources": {"limits": {"cpu": "abc"}}}}),
-        ),
-        (
-            msg::REQUESTS_WITHIN_LIMITS.into(),
-            json!({"deploymentPlan": {"resources": {"limits": {"memory": "1Gi"}, "requests": {"memory": "2Gi"}}}}),
-        ),
         (msg::PREFIX_XOR_PATTERN.into(), json!({"addresses": [{"prefix": "a", "pattern": "b"}]})),
         (
             msg::CONTAINER_ID_XOR_CONNECTION.into(),

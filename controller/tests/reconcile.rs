@@ -171,6 +171,7 @@ async fn scaling_image_and_listener_changes_reach_the_children() {
     let ics = interconnects(&ns.client, &ns.name);
     let deps: Api<Deployment> = ns.api();
     let d0 = deployment(&ns, &name).await;
+    let template0 = d0.spec.as_ref().unwrap().template.clone();
     for size in [5, 3] {
         ics.patch(
             &name,
@@ -179,11 +180,17 @@ async fn scaling_image_and_listener_changes_reach_the_children() {
         )
         .await
         .unwrap();
-        eventually(&format!("replicas {size}"), Duration::from_secs(20), || async {
+        let d = eventually(&format!("replicas {size}"), Duration::from_secs(20), || async {
             deps.get(&name).await.ok().filter(|d| d.spec.as_ref().unwrap().replicas == Some(size))
         })
         .await;
+        // Scaling never rolls the routers: the pod template (and its hash) is unchanged.
+        assert_eq!(d.spec.as_ref().unwrap().template, template0, "size {size} changed the pod template");
     }
+    // The Deployment controller made one ReplicaSet, never a second one for a scale.
+    let rs: Api<k8s_openapi::api::apps::v1::ReplicaSet> = ns.api();
+    let sets = rs.list(&ListParams::default().labels(&format!("application={name}"))).await.unwrap().items;
+    assert_eq!(sets.len(), 1, "{:?}", sets.iter().map(|r| &r.metadata.name).collect::<Vec<_>>());
     ics.patch(
         &name,
         &PatchParams::default(),
@@ -224,6 +231,11 @@ async fn scaling_image_and_listener_changes_reach_the_children() {
                 .flatten()
                 .any(|p| p.port == 6000 && p.name.as_deref() == Some("extra"))
         })
+    })
+    .await;
+    // Events are published after the pass's status write: wait for them, then count.
+    eventually("ConfigChanged event", Duration::from_secs(20), || async {
+        (events(&ns, "ConfigChanged").await > 0).then_some(())
     })
     .await;
     assert_eq!(events(&ns, "Scaled").await, 2, "one event per scaling, not per pass");
@@ -461,4 +473,180 @@ async fn every_go_operator_example_reconciles_to_its_objects() {
             }
         }
     }
+}
+
+/// Reads the condition `type_` of Interconnect `name` once it has `reason`.
+async fn condition_with_reason(
+    ns: &qdr_tests::TestNamespace,
+    name: &str,
+    type_: &str,
+    reason: &str,
+) -> Value {
+    let ics = interconnects(&ns.client, &ns.name);
+    eventually(&format!("{type_} reason {reason}"), Duration::from_secs(30), || async {
+        let o = ics.get(name).await.ok()?;
+        let conds = o.data["status"]["conditions"].as_array()?.clone();
+        conds.into_iter().find(|c| c["type"] == type_ && c["reason"] == reason)
+    })
+    .await
+}
+
+/// A child name taken by a foreign object: nothing is applied, the foreign objects stay
+/// byte-for-byte as they were, also after the Interconnect is deleted.
+#[tokio::test]
+async fn foreign_objects_with_a_childs_name_are_never_taken_over() {
+    let cp = setup().await;
+    let ns = cp.namespace("ctl-foreign").await;
+    // The namespace's own ServiceAccount `default`, and a user's Service and Deployment `broker`.
+    let sas: Api<ServiceAccount> = ns.api();
+    eventually("ServiceAccount default", Duration::from_secs(30), || async {
+        sas.get_opt("default").await.ok().flatten()
+    })
+    .await;
+    let svc: Api<Service> = ns.api();
+    let deps: Api<Deployment> = ns.api();
+    svc.create(
+        &PostParams::default(),
+        &serde_json::from_value(json!({
+        "metadata": {"name": "broker"}, "spec": {"ports": [{"port": 5672}], "selector": {"app": "broker"}}}))
+        .unwrap(),
+    )
+    .await
+    .unwrap();
+    deps.create(&PostParams::default(), &serde_json::from_value(json!({
+        "metadata": {"name": "broker"},
+        "spec": {"selector": {"matchLabels": {"app": "broker"}}, "template": {"metadata": {"labels": {"app": "broker"}},
+                 "spec": {"containers": [{"name": "b", "image": "example.invalid/broker:1"}]}}}})).unwrap())
+        .await
+        .unwrap();
+    let snapshot = || async {
+        (
+            serde_json::to_value(sas.get("default").await.unwrap()).unwrap(),
+            serde_json::to_value(svc.get("broker").await.unwrap()).unwrap(),
+            serde_json::to_value(deps.get("broker").await.unwrap()).unwrap(),
+        )
+    };
+    // KCM writes the Deployment's status once; take the snapshot after it.
+    eventually("broker Deployment observed", Duration::from_secs(30), || async {
+        deps.get("broker")
+            .await
+            .ok()
+            .filter(|d| d.status.as_ref().and_then(|s| s.observed_generation) == Some(1))
+    })
+    .await;
+    let before = snapshot().await;
+    let mut ic = |n: &str| {
+        json!({"apiVersion": "interconnectedcloud.github.io/v1alpha1", "kind": "Interconnect",
+        "metadata": {"name": n}, "spec": {"deploymentPlan": {"size": 1}}})
+    };
+    create(&ns, ic("default")).await;
+    create(&ns, ic("broker")).await;
+    let d = condition_with_reason(&ns, "default", "Degraded", "ConflictingObject").await;
+    assert_eq!(d["status"], "True");
+    assert!(d["message"].as_str().unwrap().contains("ServiceAccount default exists"), "{d}");
+    let b = condition_with_reason(&ns, "broker", "Degraded", "ConflictingObject").await;
+    let msg = b["message"].as_str().unwrap();
+    assert!(msg.contains("Deployment broker exists") && msg.contains("Service broker exists"), "{msg}");
+    let ready = condition_with_reason(&ns, "broker", "Ready", "ConflictingObject").await;
+    assert_eq!(ready["status"], "False");
+    eventually("ConflictingObject events", Duration::from_secs(20), || async {
+        (events(&ns, "ConflictingObject").await >= 2).then_some(())
+    })
+    .await;
+    // Nothing else of either Interconnect was created.
+    assert!(ns.api::<ConfigMap>().get_opt("broker-sasl-config").await.unwrap().is_none());
+    assert!(ns.api::<Role>().get_opt("default").await.unwrap().is_none());
+    assert_eq!(snapshot().await, before, "a foreign object was written");
+    // Deleting the Interconnects collects nothing that was not theirs.
+    let ics = interconnects(&ns.client, &ns.name);
+    for n in ["default", "broker"] {
+        ics.delete(n, &DeleteParams::background()).await.unwrap();
+    }
+    eventually("Interconnects gone", Duration::from_secs(30), || async {
+        (ics.list(&ListParams::default()).await.ok()?.items.is_empty()).then_some(())
+    })
+    .await;
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    assert_eq!(snapshot().await, before, "a foreign object changed after the Interconnect was deleted");
+}
+
+/// A referenced Secret that does not exist: conditions and one Warning name it and the
+/// field; when it appears, the Interconnect is reconciled at once (it is watched) and the
+/// routers roll onto it.
+#[tokio::test]
+async fn a_missing_user_secret_is_reported_and_picked_up_when_it_appears() {
+    let cp = setup().await;
+    let ns = cp.namespace("ctl-missing").await;
+    let name = create(
+        &ns,
+        json!({"apiVersion": "interconnectedcloud.github.io/v1alpha1", "kind": "Interconnect", "metadata": {"name": "tls"},
+               "spec": {"listeners": [{"port": 5671, "sslProfile": "server"}],
+                        "sslProfiles": [{"name": "server", "credentials": "my-tls"}]}}),
+    )
+    .await;
+    let ready = condition_with_reason(&ns, &name, "Ready", "MissingSecret").await;
+    let msg = ready["message"].as_str().unwrap();
+    assert!(msg.contains("Secret my-tls (spec.sslProfiles[0].credentials) does not exist"), "{msg}");
+    let progressing = condition_with_reason(&ns, &name, "Progressing", "MissingSecret").await;
+    assert_eq!(progressing["status"], "True");
+    let d = deployment(&ns, &name).await;
+    let fingerprint = |d: &Deployment| {
+        d.spec.as_ref().unwrap().template.metadata.as_ref().unwrap().annotations.as_ref().unwrap()
+            ["qdr-operator.io/credentials-hash"]
+            .clone()
+    };
+    let before = fingerprint(&d);
+    eventually("MissingSecret event", Duration::from_secs(20), || async {
+        (events(&ns, "MissingSecret").await > 0).then_some(())
+    })
+    .await;
+    // A Secret without the key: reported as such.
+    let secrets: Api<Secret> = ns.api();
+    let ca = qdr_certs::pki::new_ca("user", std::time::SystemTime::now(), Duration::from_secs(3600)).unwrap();
+    let leaf = qdr_certs::pki::new_leaf(
+        &ca,
+        &["tls".into()],
+        std::time::SystemTime::now(),
+        Duration::from_secs(3600),
+    )
+    .unwrap();
+    secrets
+        .create(
+            &PostParams::default(),
+            &serde_json::from_value(json!({
+            "metadata": {"name": "my-tls"}, "stringData": {"tls.crt": leaf.cert_pem}}))
+            .unwrap(),
+        )
+        .await
+        .unwrap();
+    eventually("tls.key reported", Duration::from_secs(20), || async {
+        let c = condition_with_reason(&ns, &name, "Ready", "MissingSecret").await;
+        c["message"].as_str()?.contains("has no tls.key").then_some(())
+    })
+    .await;
+    secrets
+        .patch(
+            "my-tls",
+            &PatchParams::default(),
+            &Patch::Merge(json!({"stringData": {"tls.key": leaf.key_pem}})),
+        )
+        .await
+        .unwrap();
+    let ics = interconnects(&ns.client, &ns.name);
+    eventually("MissingSecret cleared", Duration::from_secs(20), || async {
+        let o = ics.get(&name).await.ok()?;
+        let conds = o.data["status"]["conditions"].as_array()?.clone();
+        conds.iter().all(|c| c["reason"] != "MissingSecret").then_some(())
+    })
+    .await;
+    let deps: Api<Deployment> = ns.api();
+    let d = eventually("routers roll onto the Secret", Duration::from_secs(20), || async {
+        deps.get(&name).await.ok().filter(|d| fingerprint(d) != before)
+    })
+    .await;
+    // The user's Secret is mounted, never owned or labelled.
+    let s = secrets.get("my-tls").await.unwrap();
+    assert!(s.metadata.owner_references.is_none(), "{:?}", s.metadata.owner_references);
+    assert!(!fingerprint(&d).is_empty());
+    assert_eq!(events(&ns, "MissingSecret").await, 1, "one Warning per generation");
 }
