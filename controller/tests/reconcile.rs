@@ -535,7 +535,7 @@ async fn foreign_objects_with_a_childs_name_are_never_taken_over() {
     })
     .await;
     let before = snapshot().await;
-    let mut ic = |n: &str| {
+    let ic = |n: &str| {
         json!({"apiVersion": "interconnectedcloud.github.io/v1alpha1", "kind": "Interconnect",
         "metadata": {"name": n}, "spec": {"deploymentPlan": {"size": 1}}})
     };
