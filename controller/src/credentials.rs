@@ -300,11 +300,6 @@ pub fn plan(
     Ok(w.plan)
 }
 
-/// The certificates of `pem` still valid at `now`, one PEM each.
-fn valid_certs(pem: &str, now: SystemTime) -> Vec<String> {
-    split_bundle(pem).into_iter().filter(|c| CertInfo::parse(c).is_ok_and(|i| i.not_after > now)).collect()
-}
-
 fn ca_step(
     w: &mut Work<'_>,
     name: &str,
@@ -338,9 +333,9 @@ fn ca_step(
         }
         return Ok(());
     }
-    let certs = valid_certs(&trust, now);
-    let active_only = certs.len() == 1 && certs[0] == split_bundle(&active.cert_pem).concat();
-    if !active_only {
+    // Anything else in the bundle (an old CA, an expired one) leaves it once nothing it
+    // signed is served.
+    if split_bundle(&trust) != split_bundle(&active.cert_pem) {
         let all_signed = leaves.iter().all(|l| {
             w.get(&l.secret)
                 .and_then(|d| text(d, "tls.crt"))

@@ -341,43 +341,7 @@ async fn kubectl_wait_for_ready_returns_once_the_routers_are_available() {
     deployment(&ns, &name).await;
     // No kubelet: mark the router pods Ready through their status subresource.
     let pods: Api<Pod> = ns.api();
-    let marker = {
-        let pods = pods.clone();
-        let name = name.clone();
-        tokio::spawn(async move {
-            loop {
-                for p in pods
-                    .list(&ListParams::default().labels(&format!("application={name}")))
-                    .await
-                    .map(|l| l.items)
-                    .unwrap_or_default()
-                {
-                    let ready = p
-                        .status
-                        .as_ref()
-                        .and_then(|s| s.conditions.as_ref())
-                        .is_some_and(|c| c.iter().any(|c| c.type_ == "Ready" && c.status == "True"));
-                    if !ready {
-                        let now = k8s_openapi::jiff::Timestamp::now().to_string();
-                        let patch = json!({"status": {"phase": "Running", "conditions": [
-                            {"type": "Ready", "status": "True", "lastTransitionTime": now},
-                            {"type": "ContainersReady", "status": "True", "lastTransitionTime": now}]}});
-                        if let Err(e) = pods
-                            .patch_status(
-                                &p.metadata.name.unwrap(),
-                                &PatchParams::default(),
-                                &Patch::Merge(patch),
-                            )
-                            .await
-                        {
-                            eprintln!("marking pod ready: {e}");
-                        }
-                    }
-                }
-                tokio::time::sleep(Duration::from_millis(300)).await;
-            }
-        })
-    };
+    let marker = common::mark_pods_ready(pods.clone(), format!("application={name}"));
     let out = cp
         .kubectl()
         .args([

@@ -24,6 +24,18 @@ pub fn start_controller_on(
     identity: &str,
     health: u16,
 ) -> Process {
+    start_controller_with(cp, lease_ns, lease, identity, health, &[])
+}
+
+/// [`start_controller_on`] with `extra` flags.
+pub fn start_controller_with(
+    cp: &ControlPlane,
+    lease_ns: &str,
+    lease: &str,
+    identity: &str,
+    health: u16,
+    extra: &[String],
+) -> Process {
     let mut cmd = Command::new(env!("CARGO_BIN_EXE_qdr-controller"));
     cmd.env("KUBECONFIG", cp.kubeconfig()).env("RUST_LOG", "info,kube=warn").args([
         &format!("--lease-namespace={lease_ns}"),
@@ -35,6 +47,7 @@ pub fn start_controller_on(
         &format!("--health-listen=127.0.0.1:{health}"),
         "--default-image=quay.io/interconnectedcloud/qdrouterd:1.19.0",
     ]);
+    cmd.args(extra);
     Process::spawn(identity, cmd, &cp.dir().join(format!("{identity}.log"))).expect("start controller")
 }
 
@@ -64,10 +77,51 @@ where
 
 /// The controller's `qdr_controller_reconciles_total` from its metrics on port `health`.
 pub async fn reconciles(health: u16) -> Option<u64> {
-    use tokio::io::{AsyncReadExt, AsyncWriteExt};
-    let mut conn = tokio::net::TcpStream::connect(("127.0.0.1", health)).await.ok()?;
-    conn.write_all(b"GET /metrics HTTP/1.0\r\nHost: localhost\r\n\r\n").await.ok()?;
-    let mut body = String::new();
-    conn.read_to_string(&mut body).await.ok()?;
+    let body = metrics_text(health).await?;
     body.lines().find_map(|l| l.strip_prefix("qdr_controller_reconciles_total ")?.trim().parse().ok())
+}
+
+/// Marks every pod matching `selector` Ready through its status subresource, every 300 ms,
+/// until aborted: the test control plane has no kubelet, so rollouts complete only so.
+pub fn mark_pods_ready(
+    pods: Api<k8s_openapi::api::core::v1::Pod>,
+    selector: String,
+) -> tokio::task::JoinHandle<()> {
+    use kube::api::{ListParams, Patch, PatchParams};
+    tokio::spawn(async move {
+        loop {
+            for p in
+                pods.list(&ListParams::default().labels(&selector)).await.map(|l| l.items).unwrap_or_default()
+            {
+                let ready = p
+                    .status
+                    .as_ref()
+                    .and_then(|s| s.conditions.as_ref())
+                    .is_some_and(|c| c.iter().any(|c| c.type_ == "Ready" && c.status == "True"));
+                if !ready && p.metadata.deletion_timestamp.is_none() {
+                    let now = k8s_openapi::jiff::Timestamp::now().to_string();
+                    let patch = serde_json::json!({"status": {"phase": "Running", "conditions": [
+                        {"type": "Ready", "status": "True", "lastTransitionTime": now},
+                        {"type": "ContainersReady", "status": "True", "lastTransitionTime": now}]}});
+                    let name = p.metadata.name.unwrap_or_default();
+                    if let Err(e) =
+                        pods.patch_status(&name, &PatchParams::default(), &Patch::Merge(patch)).await
+                    {
+                        eprintln!("marking pod {name} ready: {e}");
+                    }
+                }
+            }
+            tokio::time::sleep(Duration::from_millis(300)).await;
+        }
+    })
+}
+
+/// The text exposition of the controller's metrics on `health`.
+pub async fn metrics_text(health: u16) -> Option<String> {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let mut s = tokio::net::TcpStream::connect(("127.0.0.1", health)).await.ok()?;
+    s.write_all(b"GET /metrics HTTP/1.0\r\nHost: x\r\n\r\n").await.ok()?;
+    let mut body = String::new();
+    s.read_to_string(&mut body).await.ok()?;
+    Some(body)
 }

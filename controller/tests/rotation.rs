@@ -1,0 +1,181 @@
+//! Router credentials renewed and a CA rotated on a real control plane, in seconds: the
+//! controller runs with a router certificate lifetime of [`CERT`] and a CA lifetime of
+//! [`CA`]; pods are marked Ready (no kubelet), so rollouts complete and gate the CA steps.
+//! The timeline (when each Secret changed, when the pod template rolled) is printed.
+
+mod common;
+
+use std::collections::BTreeMap;
+use std::time::{Duration, Instant};
+
+use common::{eventually, interconnects};
+use k8s_openapi::api::apps::v1::Deployment;
+use k8s_openapi::api::core::v1::{Pod, Secret};
+use kube::api::{Api, DynamicObject, PostParams};
+use qdr_certs::pki::{CertInfo, split_bundle};
+use serde_json::json;
+
+/// Router certificate lifetime: renewed at 2/3, 16 s.
+const CERT: Duration = Duration::from_secs(24);
+/// CA lifetime: the next CA is staged at 2/3, 30 s.
+const CA: Duration = Duration::from_secs(45);
+
+fn text(s: &Secret, key: &str) -> String {
+    s.data
+        .as_ref()
+        .and_then(|d| d.get(key))
+        .map(|b| String::from_utf8_lossy(&b.0).into_owned())
+        .unwrap_or_default()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn certificates_renew_and_the_ca_rotates_with_rolling_routers() {
+    let cp = qdr_tests::shared_with_controller_manager().await;
+    cp.install_crd().await;
+    let lease_ns = cp.namespace("rotation-system").await.name.clone();
+    let health = common::free_port();
+    let _controller = common::start_controller_with(
+        cp,
+        &lease_ns,
+        "qdr-operator-controller",
+        "rotation-0",
+        health,
+        &[
+            format!("--router-cert-lifetime={}s", CERT.as_secs()),
+            format!("--router-ca-lifetime={}s", CA.as_secs()),
+        ],
+    );
+    let ns = cp.namespace("rotation").await;
+    let ic: DynamicObject = serde_json::from_value(json!({
+        "apiVersion": "interconnectedcloud.github.io/v1alpha1", "kind": "Interconnect",
+        "metadata": {"name": "mesh"}, "spec": {"deploymentPlan": {"size": 1}}}))
+    .unwrap();
+    let start = Instant::now();
+    interconnects(&ns.client, &ns.name).create(&PostParams::default(), &ic).await.unwrap();
+    let marker = common::mark_pods_ready(ns.api::<Pod>(), "application=mesh".into());
+    let secrets: Api<Secret> = ns.api();
+    let deps: Api<Deployment> = ns.api();
+    let leaf = "mesh-inter-router-credentials";
+    let ca = "mesh-inter-router-ca";
+    let first = eventually("generated credentials", Duration::from_secs(30), || async {
+        secrets.get_opt(leaf).await.ok().flatten()
+    })
+    .await;
+    let first_ca = eventually("generated CA", Duration::from_secs(30), || async {
+        secrets.get_opt(ca).await.ok().flatten()
+    })
+    .await;
+    let issued = CertInfo::parse(&text(&first, "tls.crt")).unwrap();
+
+    // Follow the Secrets and the pod template until the rotation is over (the CA's bundle
+    // is one certificate again, and not the first one), or 3 CA lifetimes.
+    let mut timeline: Vec<(f64, String)> = Vec::new();
+    let mut seen: BTreeMap<String, String> = BTreeMap::new();
+    let mut leaf_renewed_at = None;
+    let deadline = start + 3 * CA;
+    let done = loop {
+        let t = start.elapsed().as_secs_f64();
+        for name in [leaf, ca, "mesh-default-credentials", "mesh-ca"] {
+            let Some(s) = secrets.get_opt(name).await.unwrap() else { continue };
+            let state = format!(
+                "{} CAs trusted, signed by {}{}",
+                split_bundle(&text(&s, "ca.crt")).len(),
+                CertInfo::parse(&text(&s, "tls.crt")).map(|i| i.issuer_cn).unwrap_or_default(),
+                if text(&s, "next.crt").is_empty() { "" } else { ", next CA staged" }
+            );
+            let rv = s.metadata.resource_version.clone().unwrap_or_default();
+            if seen.get(name) != Some(&rv) {
+                if seen.contains_key(name) {
+                    timeline.push((t, format!("Secret {name}: {state}")));
+                    if name == leaf && leaf_renewed_at.is_none() {
+                        leaf_renewed_at = Some(t);
+                    }
+                }
+                seen.insert(name.into(), rv);
+            }
+        }
+        if let Some(d) = deps.get_opt("mesh").await.unwrap() {
+            let hash = d
+                .spec
+                .as_ref()
+                .unwrap()
+                .template
+                .metadata
+                .as_ref()
+                .unwrap()
+                .annotations
+                .as_ref()
+                .unwrap()["qdr-operator.io/credentials-hash"]
+                .clone();
+            if seen.get("template") != Some(&hash) {
+                if seen.contains_key("template") {
+                    timeline.push((t, "pod template rolled (credentials fingerprint changed)".into()));
+                }
+                seen.insert("template".into(), hash);
+            }
+        }
+        let now_ca = secrets.get(ca).await.unwrap();
+        if split_bundle(&text(&now_ca, "ca.crt")).len() == 1
+            && text(&now_ca, "tls.crt") != text(&first_ca, "tls.crt")
+        {
+            break true;
+        }
+        if Instant::now() > deadline {
+            break false;
+        }
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    };
+    marker.abort();
+    for (t, what) in &timeline {
+        eprintln!("{t:7.2}s  {what}");
+    }
+    assert!(done, "the CA rotation did not complete within {:?}", 3 * CA);
+
+    // The first renewal came at 2/3 of the certificate's lifetime: not before the renew
+    // point (its notBefore is backdated by a tenth of the lifetime), and within the
+    // lifetime itself.
+    let renewed = leaf_renewed_at.expect("the leaf was renewed");
+    let renew_point = issued.point(2.0 / 3.0);
+    let backdate = CERT / 10;
+    assert!(
+        Duration::from_secs_f64(renewed) + backdate + Duration::from_secs(1)
+            >= renew_point.duration_since(issued.not_before).unwrap() - backdate,
+        "renewed after {renewed:.1}s, before the renew point"
+    );
+    assert!(Duration::from_secs_f64(renewed) < CERT, "renewed after {renewed:.1}s: past the lifetime");
+
+    // The rotation's steps, in order, each a rollout of the routers.
+    let steps: Vec<&str> = timeline
+        .iter()
+        .filter(|(_, w)| w.starts_with(&format!("Secret {ca}:")))
+        .map(|(_, w)| w.as_str())
+        .collect();
+    assert!(steps.len() >= 3, "stage, promote and retire: {steps:?}");
+    assert!(steps.iter().any(|s| s.contains("2 CAs trusted") && s.contains("next CA staged")), "{steps:?}");
+    let rolls = timeline.iter().filter(|(_, w)| w.starts_with("pod template rolled")).count();
+    assert!(rolls >= 4, "renewal, stage, promote and retire each roll the routers: {rolls}");
+    // The final state: the leaf is signed by the new CA, which alone is trusted.
+    let (leaf_now, ca_now) = (secrets.get(leaf).await.unwrap(), secrets.get(ca).await.unwrap());
+    assert_eq!(text(&leaf_now, "ca.crt"), text(&ca_now, "ca.crt"));
+    qdr_certs::pki::verify_leaf(
+        &text(&leaf_now, "tls.crt"),
+        &text(&ca_now, "ca.crt"),
+        &format!("mesh.{}.svc", ns.name),
+        std::time::SystemTime::now(),
+    )
+    .unwrap();
+    let info = CertInfo::parse(&text(&leaf_now, "tls.crt")).unwrap();
+    assert_eq!(info.issuer_cn, CertInfo::parse(&text(&ca_now, "tls.crt")).unwrap().subject_cn);
+
+    // The expiry metric names the Interconnect and is within a certificate lifetime.
+    let metrics = common::metrics_text(health).await.unwrap();
+    let line = metrics
+        .lines()
+        .find(|l| {
+            l.starts_with("qdr_router_certificate_expiry_seconds{")
+                && l.contains(&format!("namespace=\"{}\"", ns.name))
+        })
+        .unwrap_or_else(|| panic!("no expiry metric:\n{metrics}"));
+    let secs: f64 = line.rsplit(' ').next().unwrap().parse().unwrap();
+    assert!(secs > 0.0 && secs <= (CERT + CERT / 10).as_secs_f64(), "{line}");
+}
