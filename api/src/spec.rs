@@ -152,6 +152,18 @@ impl Interconnect {
             None => format!("{}-ca", self.metadata.name.as_deref().unwrap_or_default()),
         }
     }
+
+    /// Every Secret the spec names: the users Secret, each sslProfile's `credentials` and
+    /// `caCert`, and the issuer CA. Call it on a defaulted object ([`crate::defaults`]) to
+    /// include the derived names.
+    pub fn secret_names(&self) -> std::collections::BTreeSet<String> {
+        let mut names: std::collections::BTreeSet<String> = self.users_secret().into_iter().collect();
+        for p in self.spec.ssl_profiles.iter().flatten() {
+            names.extend([&p.credentials, &p.ca_cert].into_iter().flatten().cloned());
+        }
+        names.insert(self.issuer_secret());
+        names
+    }
 }
 
 #[cfg(test)]

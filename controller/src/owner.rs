@@ -132,6 +132,12 @@ impl Owner {
         self.owner_ref.clone()
     }
 
+    /// Whether an object with these owner references is controlled by this Interconnect
+    /// (a controller reference with its uid): the only objects the controller writes.
+    pub fn controls(&self, refs: &[OwnerReference]) -> bool {
+        refs.iter().any(|r| r.uid == self.uid() && r.controller == Some(true))
+    }
+
     /// Metadata of a child named `name`: namespace, labels, owner reference.
     pub fn meta(&self, name: &str) -> ObjectMeta {
         ObjectMeta {

@@ -84,7 +84,14 @@ fn observed(o: &Owner, present: &[String]) -> Observed {
             (n, secret)
         })
         .collect();
-    Observed { now: SystemTime::now(), secrets, workload: None, pods: vec![], generation_reconciled: false }
+    Observed {
+        now: SystemTime::now(),
+        secrets,
+        workload: None,
+        workload_conflict: None,
+        pods: vec![],
+        generation_reconciled: false,
+    }
 }
 
 /// The golden JSON of `children` (generated Secrets by metadata, type and keys only: key

@@ -25,6 +25,7 @@ fn observed() -> Observed {
         now: SystemTime::now(),
         secrets: Default::default(),
         workload: None,
+        workload_conflict: None,
         pods: vec![],
         generation_reconciled: false,
     }

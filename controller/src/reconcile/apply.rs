@@ -136,27 +136,7 @@ impl WorkloadStatus {
     }
 }
 
-/// An object with a child's name that this Interconnect does not control.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Conflict {
-    /// Its kind.
-    pub kind: String,
-    /// Its name.
-    pub name: String,
-    /// Its controller (`Kind name`), if it has one.
-    pub controller: Option<String>,
-}
-
-impl std::fmt::Display for Conflict {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        match &self.controller {
-            Some(c) => write!(f, "{} {} exists and is controlled by {c}", self.kind, self.name),
-            None => {
-                write!(f, "{} {} exists and is not controlled by this Interconnect", self.kind, self.name)
-            }
-        }
-    }
-}
+pub use super::observe::Conflict;
 
 /// What applying did.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
@@ -229,28 +209,23 @@ async fn conflict<K: Child>(client: &kube::Client, o: &Owner, name: &str) -> Res
         .get_metadata_opt(name)
         .await
         .map_err(|source| Error::Get { kind: K::kind(&()).into_owned(), name: name.into(), source })?;
-    let Some(meta) = meta else { return Ok(None) };
-    let refs = meta.owner_references();
-    if refs.iter().any(|r| r.uid == o.uid() && r.controller == Some(true)) {
-        return Ok(None);
-    }
-    let controller =
-        refs.iter().find(|r| r.controller == Some(true)).map(|r| format!("{} {}", r.kind, r.name));
-    Ok(Some(Conflict { kind: K::kind(&()).into_owned(), name: name.into(), controller }))
+    Ok(meta.and_then(|m| Conflict::of(o, &K::kind(&()), name, m.owner_references())))
 }
 
-/// Every child of `children` whose name is taken by an object `o` does not control.
-async fn conflicts(client: &kube::Client, o: &Owner, children: &Children) -> Result<Vec<Conflict>, Error> {
-    let mut found = Vec::new();
+/// Every child of `children` whose name is taken by an object `o` does not control; the
+/// workload was already looked at by observe (`workload`).
+async fn conflicts(
+    client: &kube::Client,
+    o: &Owner,
+    children: &Children,
+    workload: Option<Conflict>,
+) -> Result<Vec<Conflict>, Error> {
+    let mut found: Vec<Conflict> = workload.into_iter().collect();
     found.extend(conflict::<ServiceAccount>(client, o, &children.service_account.name_any()).await?);
     found.extend(conflict::<Role>(client, o, &children.role.name_any()).await?);
     found.extend(conflict::<RoleBinding>(client, o, &children.role_binding.name_any()).await?);
     if let Some(cm) = &children.sasl_config_map {
         found.extend(conflict::<ConfigMap>(client, o, &cm.name_any()).await?);
-    }
-    match &children.workload {
-        Workload::Deployment(d) => found.extend(conflict::<Deployment>(client, o, &d.name_any()).await?),
-        Workload::DaemonSet(d) => found.extend(conflict::<DaemonSet>(client, o, &d.name_any()).await?),
     }
     found.extend(conflict::<Service>(client, o, &children.service.name_any()).await?);
     match &children.exposure {
@@ -303,8 +278,7 @@ async fn prune(
         .map_err(|source| Error::List { kind: ar.kind.clone(), source })?;
     let mut deleted = Vec::new();
     for obj in list.items {
-        let controlled =
-            obj.owner_references().iter().any(|r| r.uid == o.uid() && r.controller == Some(true));
+        let controlled = o.controls(obj.owner_references());
         let name = obj.name_any();
         if !controlled || keep.contains(&name) {
             continue;
@@ -319,7 +293,8 @@ async fn prune(
 }
 
 /// Applies every child of `o` unless one of their names is taken by an object `o` does not
-/// control (then nothing is written and [`Applied::conflicts`] lists them); when
+/// control (then nothing is written and [`Applied::conflicts`] lists them, starting with
+/// `workload_conflict`, what observe found under the workload's name); when
 /// `prune_orphans`, deletes the children it no longer wants (the Deployment after `Any` →
 /// `Every`, the Ingress of a listener no longer exposed, ...).
 ///
@@ -329,9 +304,10 @@ pub async fn apply(
     client: &kube::Client,
     o: &Owner,
     children: Children,
+    workload_conflict: Option<Conflict>,
     prune_orphans: bool,
 ) -> Result<Applied, Error> {
-    let conflicts = conflicts(client, o, &children).await?;
+    let conflicts = conflicts(client, o, &children, workload_conflict).await?;
     if !conflicts.is_empty() {
         return Ok(Applied { conflicts, ..Applied::default() });
     }

@@ -90,12 +90,7 @@ impl Change {
 /// `InvalidSpec` with `message` (every violation), unless the stored status already reports
 /// this generation as invalid (one Warning per generation, not one per pass).
 pub fn invalid(ic: &Interconnect, message: &str) -> Option<Change> {
-    let generation = ic.metadata.generation.unwrap_or_default();
-    let reported =
-        ic.status.iter().flat_map(|s| &s.conditions).any(|c| {
-            c.type_ == SPEC_VALID && c.status == "False" && c.observed_generation == Some(generation)
-        });
-    (!reported).then(|| Change::InvalidSpec(message.into()))
+    (!reported(ic, SPEC_VALID, "InvalidSpec")).then(|| Change::InvalidSpec(message.into()))
 }
 
 /// Whether the stored status already has condition `type_` with `reason` at the current

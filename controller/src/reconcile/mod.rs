@@ -178,7 +178,14 @@ async fn stages(ic: &Interconnect, ctx: &Context) -> Result<Action, Error> {
     let children = build::build(&owner, &ctx.settings, &observed)?;
     let report = children.credentials.clone();
     let planned = events::planned(&observed, &children);
-    let applied = apply::apply(&ctx.client, &owner, children, !observed.generation_reconciled).await?;
+    let applied = apply::apply(
+        &ctx.client,
+        &owner,
+        children,
+        observed.workload_conflict.clone(),
+        !observed.generation_reconciled,
+    )
+    .await?;
     status::write(&ctx.client, ic, status::desired(&owner, &observed, &applied, &report)).await?;
     if !applied.conflicts.is_empty() {
         let event = events::conflicting(ic, &status::conflicts_message(&applied));

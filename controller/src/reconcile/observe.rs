@@ -16,6 +16,7 @@ use std::time::SystemTime;
 
 use k8s_openapi::api::apps::v1::{DaemonSet, Deployment};
 use k8s_openapi::api::core::v1::{Pod, PodTemplateSpec, Secret};
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::OwnerReference;
 use kube::api::{Api, ListParams};
 use kube::{Resource, ResourceExt};
 use qdr_api::Placement;
@@ -51,6 +52,40 @@ pub struct WorkloadState {
     pub rolled_out: bool,
 }
 
+/// An object with a child's name that this Interconnect does not control.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Conflict {
+    /// Its kind.
+    pub kind: String,
+    /// Its name.
+    pub name: String,
+    /// Its controller (`Kind name`), if it has one.
+    pub controller: Option<String>,
+}
+
+impl Conflict {
+    /// The conflict of an existing object `kind`/`name` with `refs`, unless `o` controls it.
+    pub fn of(o: &Owner, kind: &str, name: &str, refs: &[OwnerReference]) -> Option<Conflict> {
+        if o.controls(refs) {
+            return None;
+        }
+        let controller =
+            refs.iter().find(|r| r.controller == Some(true)).map(|r| format!("{} {}", r.kind, r.name));
+        Some(Conflict { kind: kind.into(), name: name.into(), controller })
+    }
+}
+
+impl std::fmt::Display for Conflict {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match &self.controller {
+            Some(c) => write!(f, "{} {} exists and is controlled by {c}", self.kind, self.name),
+            None => {
+                write!(f, "{} {} exists and is not controlled by this Interconnect", self.kind, self.name)
+            }
+        }
+    }
+}
+
 /// What one pass observed.
 #[derive(Debug, Clone)]
 pub struct Observed {
@@ -58,8 +93,11 @@ pub struct Observed {
     pub now: SystemTime,
     /// Every Secret the spec names, by name, or `None` when it does not exist.
     pub secrets: BTreeMap<String, Option<Secret>>,
-    /// The existing Deployment (placement Any, AntiAffinity) or DaemonSet (Every).
+    /// The existing Deployment (placement Any, AntiAffinity) or DaemonSet (Every), when
+    /// this Interconnect controls it.
     pub workload: Option<WorkloadState>,
+    /// An object of the workload's kind and name that this Interconnect does not control.
+    pub workload_conflict: Option<Conflict>,
     /// Names of the router pods that are not being deleted, sorted.
     pub pods: Vec<String>,
     /// Whether the stored status says this generation was already reconciled without error
@@ -82,12 +120,7 @@ impl Observed {
 /// The names of every Secret the effective spec names: the users Secret, each profile's
 /// `credentials` and `caCert`, and the issuer CA.
 pub fn named_secrets(o: &Owner) -> BTreeSet<String> {
-    let mut names: BTreeSet<String> = o.users_secret().into_iter().collect();
-    for p in o.spec().ssl_profiles.iter().flatten() {
-        names.extend([&p.credentials, &p.ca_cert].into_iter().flatten().cloned());
-    }
-    names.insert(o.issuer_secret());
-    names
+    o.ic().secret_names()
 }
 
 fn annotation(t: &PodTemplateSpec, key: &str) -> Option<String> {
@@ -137,21 +170,33 @@ pub async fn observe(client: &kube::Client, o: &Owner) -> Result<Observed, Error
         let found = secrets_api.get_opt(&name).await.map_err(read(format!("Secret {name}")))?;
         secrets.insert(name, found);
     }
-    let workload = if o.plan().placement == Some(Placement::Every) {
+    let (workload, workload_conflict) = if o.plan().placement == Some(Placement::Every) {
         let api: Api<DaemonSet> = Api::namespaced(client.clone(), ns);
         let found = api.get_opt(o.name()).await.map_err(read(format!("DaemonSet {}", o.name())))?;
-        found.map(|d| {
-            let rolled_out = daemon_set_rolled_out(&d);
-            state(&d.spec.unwrap_or_default().template, None, rolled_out)
-        })
+        match found {
+            None => (None, None),
+            Some(d) => match Conflict::of(o, "DaemonSet", o.name(), d.owner_references()) {
+                Some(c) => (None, Some(c)),
+                None => {
+                    let rolled_out = daemon_set_rolled_out(&d);
+                    (Some(state(&d.spec.unwrap_or_default().template, None, rolled_out)), None)
+                }
+            },
+        }
     } else {
         let api: Api<Deployment> = Api::namespaced(client.clone(), ns);
         let found = api.get_opt(o.name()).await.map_err(read(format!("Deployment {}", o.name())))?;
-        found.map(|d| {
-            let rolled_out = deployment_rolled_out(&d);
-            let spec = d.spec.unwrap_or_default();
-            state(&spec.template, spec.replicas, rolled_out)
-        })
+        match found {
+            None => (None, None),
+            Some(d) => match Conflict::of(o, "Deployment", o.name(), d.owner_references()) {
+                Some(c) => (None, Some(c)),
+                None => {
+                    let rolled_out = deployment_rolled_out(&d);
+                    let spec = d.spec.unwrap_or_default();
+                    (Some(state(&spec.template, spec.replicas, rolled_out)), None)
+                }
+            },
+        }
     };
     let pods_api: Api<Pod> = Api::namespaced(client.clone(), ns);
     let mut pods: Vec<String> = pods_api
@@ -168,5 +213,5 @@ pub async fn observe(client: &kube::Client, o: &Owner) -> Result<Observed, Error
     let generation_reconciled = o.ic().status.iter().flat_map(|s| &s.conditions).any(|c| {
         c.type_ == super::status::DEGRADED && c.status == "False" && c.observed_generation == Some(generation)
     });
-    Ok(Observed { now: SystemTime::now(), secrets, workload, pods, generation_reconciled })
+    Ok(Observed { now: SystemTime::now(), secrets, workload, workload_conflict, pods, generation_reconciled })
 }
