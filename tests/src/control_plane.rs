@@ -1,5 +1,11 @@
-//! A real control plane: etcd, kube-apiserver and, on request, kube-controller-manager,
-//! on free loopback ports, driven the way controller-runtime's envtest drives them.
+//! A real control plane: etcd, kube-apiserver and, on request, kube-controller-manager and
+//! simulated nodes (kube-scheduler plus kwok), on free loopback ports, driven the way
+//! controller-runtime's envtest drives them.
+//!
+//! Simulated nodes are `Node` objects that kwok (Kubernetes WithOut Kubelet, the SIG
+//! Scheduling/Scalability tool) manages: it keeps their Ready condition and Lease fresh and
+//! moves every pod the real kube-scheduler binds to them through Running to Ready, with an
+//! IP from [`POD_CIDR`]. No container runs: pods are Ready as soon as they are scheduled.
 
 use std::io::{Read, Write};
 use std::net::{TcpListener, TcpStream};
@@ -8,7 +14,7 @@ use std::process::Command;
 use std::time::{Duration, Instant};
 
 use base64::Engine as _;
-use k8s_openapi::api::core::v1::Namespace;
+use k8s_openapi::api::core::v1::{Namespace, Node};
 use kube::api::{Api, PostParams};
 use kube::config::{KubeConfigOptions, Kubeconfig};
 use tokio::sync::OnceCell;
@@ -30,7 +36,19 @@ pub struct Options {
     /// Also start kube-controller-manager (garbage collection, Deployments → ReplicaSets,
     /// namespace deletion, default ServiceAccounts).
     pub controller_manager: bool,
+    /// Simulated nodes to create (`node-0` … `node-<N-1>`); more than 0 also starts
+    /// kube-controller-manager, kube-scheduler and kwok (see [`ControlPlane::add_node`]).
+    pub nodes: usize,
 }
+
+/// Annotation (and its value) that hands a Node to kwok.
+pub const SIMULATED_NODE: (&str, &str) = ("kwok.x-k8s.io/node", "fake");
+
+/// What every simulated node offers: CPUs, memory, pods.
+pub const NODE_CAPACITY: (&str, &str, &str) = ("4", "16Gi", "110");
+
+/// Pod IPs of simulated nodes come from here.
+pub const POD_CIDR: &str = "10.244.0.0/16";
 
 /// A running control plane. Dropping it stops the processes (the shared one lives
 /// until the test process exits and is torn down then).
@@ -45,6 +63,8 @@ pub struct ControlPlane {
     etcd: Process,
     apiserver: Process,
     kcm: OnceCell<Process>,
+    /// kube-scheduler and kwok.
+    nodes: OnceCell<(Process, Process)>,
     crd: OnceCell<()>,
     /// Seconds from spawning etcd until `/readyz` answered OK and namespace `default` existed.
     pub startup: Duration,
@@ -73,6 +93,20 @@ pub async fn shared_with_controller_manager() -> &'static ControlPlane {
     cp.start_controller_manager()
         .await
         .unwrap_or_else(|e| panic!("kube-controller-manager failed to start: {e}"));
+    cp
+}
+
+/// Like [`shared_with_controller_manager`], with kube-scheduler, kwok and at least `nodes`
+/// simulated nodes (`node-0` …) Ready. Tests of one binary share the nodes: a test that
+/// adds or removes nodes should be the only one in its binary that counts them.
+///
+/// # Panics
+/// As [`shared`], or when a node does not become Ready.
+pub async fn shared_with_nodes(nodes: usize) -> &'static ControlPlane {
+    let cp = shared_with_controller_manager().await;
+    for i in 0..nodes {
+        cp.add_node(&format!("node-{i}")).await.unwrap_or_else(|e| panic!("simulated node-{i}: {e}"));
+    }
     cp
 }
 
@@ -183,14 +217,18 @@ impl ControlPlane {
             etcd,
             apiserver,
             kcm: OnceCell::new(),
+            nodes: OnceCell::new(),
             crd: OnceCell::new(),
             startup: Duration::ZERO,
         };
         cp.wait_ready().await?;
-        cp.startup = began.elapsed();
-        if opts.controller_manager {
+        if opts.controller_manager || opts.nodes > 0 {
             cp.start_controller_manager().await?;
         }
+        for i in 0..opts.nodes {
+            cp.add_node(&format!("node-{i}")).await?;
+        }
+        cp.startup = began.elapsed();
         Ok(cp)
     }
 
@@ -233,63 +271,155 @@ impl ControlPlane {
     /// [`Error::Startup`] with its log when it exits or `/healthz` stays unhealthy.
     pub async fn start_controller_manager(&self) -> Result<(), Error> {
         self.kcm
-            .get_or_try_init(|| async {
-                let port = free_port()?;
-                let kcm_dir = self.dir.join("kcm");
-                std::fs::create_dir_all(&kcm_dir).map_err(|e| Error::io("creating kcm dir", e))?;
-                let serving = self.pki.serving("kube-controller-manager", &["localhost", "127.0.0.1"])?;
-                write(&kcm_dir.join("tls.crt"), &serving.cert_pem)?;
-                write(&kcm_dir.join("tls.key"), &serving.key_pem)?;
-                let kc = self.kubeconfig.display().to_string();
-                let mut cmd = Command::new(self.testbin.path("kube-controller-manager"));
-                cmd.args([
-                    format!("--kubeconfig={kc}"),
-                    format!("--authentication-kubeconfig={kc}"),
-                    format!("--authorization-kubeconfig={kc}"),
-                    "--leader-elect=false".into(),
-                    "--bind-address=127.0.0.1".into(),
-                    format!("--secure-port={port}"),
-                    format!("--tls-cert-file={}", kcm_dir.join("tls.crt").display()),
-                    format!("--tls-private-key-file={}", kcm_dir.join("tls.key").display()),
-                    format!("--service-account-private-key-file={}", self.dir.join("pki/sa.key").display()),
-                    format!("--root-ca-file={}", self.dir.join("pki/ca.crt").display()),
-                    "--controllers=*".into(),
-                    "--v=0".into(),
-                ]);
-                let kcm = Process::spawn(
+            .get_or_try_init(|| {
+                self.start_component(
                     "kube-controller-manager",
-                    cmd,
-                    &self.dir.join("kube-controller-manager.log"),
-                )?;
-                // Health on its own port, trusting our CA (its serving cert is ours).
-                let mut cfg =
-                    kube::Config::new(format!("https://127.0.0.1:{port}").parse().expect("valid url"));
-                cfg.root_cert = Some(vec![pem_to_der(self.pki.ca_pem())]);
-                let client = kube::Client::try_from(cfg).map_err(|e| Error::Kube(Box::new(e)))?;
-                let deadline = Instant::now() + READY_TIMEOUT;
-                loop {
-                    if let Some(status) = kcm.exited() {
-                        return Err(Error::Startup {
-                            what: format!("kube-controller-manager exited ({status})"),
-                            logs: kcm.log_tail(40),
-                        });
-                    }
-                    let req = http::Request::get("/healthz").body(Vec::new()).expect("static request");
-                    if matches!(client.request_text(req).await, Ok(b) if b.trim() == "ok") {
-                        break;
-                    }
-                    if Instant::now() > deadline {
-                        return Err(Error::Startup {
-                            what: "kube-controller-manager /healthz not ok".into(),
-                            logs: kcm.log_tail(40),
-                        });
-                    }
-                    tokio::time::sleep(Duration::from_millis(200)).await;
-                }
-                Ok(kcm)
+                    vec![
+                        format!("--service-account-private-key-file={}", self.dir.join("pki/sa.key").display()),
+                        format!("--root-ca-file={}", self.dir.join("pki/ca.crt").display()),
+                        "--controllers=*".into(),
+                    ],
+                )
             })
             .await
             .map(|_| ())
+    }
+
+    /// Starts kube-controller-manager (if not running), kube-scheduler and kwok once; later
+    /// calls return at once. Nodes are added with [`Self::add_node`].
+    ///
+    /// # Errors
+    /// [`Error::MissingBinary`] for kube-scheduler, kwok or the kwok stages;
+    /// [`Error::Startup`] when one of them exits or kube-scheduler stays unhealthy.
+    pub async fn start_nodes(&self) -> Result<(), Error> {
+        self.start_controller_manager().await?;
+        self.nodes
+            .get_or_try_init(|| async {
+                let scheduler = self.start_component("kube-scheduler", Vec::new()).await?;
+                let kc = self.kubeconfig.display().to_string();
+                let mut cmd = Command::new(self.testbin.path("kwok"));
+                cmd.args([
+                    format!("--kubeconfig={kc}"),
+                    format!("--config={}", self.testbin.path(crate::testbin::KWOK_STAGES).display()),
+                    format!("--manage-nodes-with-annotation-selector={}={}", SIMULATED_NODE.0, SIMULATED_NODE.1),
+                    format!("--cidr={POD_CIDR}"),
+                    // Node Leases, as kubelets keep them: kube-controller-manager's node
+                    // lifecycle controller never sees the nodes go stale.
+                    "--node-lease-duration-seconds=40".into(),
+                ]);
+                let kwok = Process::spawn("kwok", cmd, &self.dir.join("kwok.log"))?;
+                Ok::<_, Error>((scheduler, kwok))
+            })
+            .await
+            .map(|_| ())
+    }
+
+    /// Creates simulated node `name` (label `kubernetes.io/hostname: <name>`, capacity
+    /// [`NODE_CAPACITY`], handed to kwok by [`SIMULATED_NODE`]) unless it exists, starting
+    /// the scheduler and kwok first, and waits until it is Ready.
+    ///
+    /// # Errors
+    /// As [`Self::start_nodes`]; [`Error::Kube`] when the Node cannot be created;
+    /// [`Error::Startup`] when it is not Ready within [`READY_TIMEOUT`].
+    pub async fn add_node(&self, name: &str) -> Result<(), Error> {
+        self.start_nodes().await?;
+        let nodes: Api<Node> = Api::all(self.client().await?);
+        let (cpu, memory, pods) = NODE_CAPACITY;
+        let node: Node = serde_json::from_value(serde_json::json!({
+            "metadata": {
+                "name": name,
+                "annotations": {SIMULATED_NODE.0: SIMULATED_NODE.1, "node.alpha.kubernetes.io/ttl": "0"},
+                "labels": {
+                    "kubernetes.io/hostname": name,
+                    "kubernetes.io/os": "linux",
+                    "kubernetes.io/arch": "amd64",
+                    "type": "kwok",
+                },
+            },
+            "status": {
+                "allocatable": {"cpu": cpu, "memory": memory, "pods": pods},
+                "capacity": {"cpu": cpu, "memory": memory, "pods": pods},
+            },
+        }))
+        .expect("a valid Node");
+        match nodes.create(&PostParams::default(), &node).await {
+            Ok(_) => {}
+            Err(kube::Error::Api(e)) if e.code == 409 => {}
+            Err(e) => return Err(Error::Kube(Box::new(e))),
+        }
+        let deadline = Instant::now() + READY_TIMEOUT;
+        loop {
+            let ready = nodes.get_opt(name).await.ok().flatten().is_some_and(|n| {
+                n.status
+                    .and_then(|s| s.conditions)
+                    .is_some_and(|c| c.iter().any(|c| c.type_ == "Ready" && c.status == "True"))
+            });
+            if ready {
+                return Ok(());
+            }
+            if Instant::now() > deadline {
+                return Err(self.startup_error(format!("node {name} not Ready after {READY_TIMEOUT:?}")));
+            }
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+    }
+
+    /// Deletes simulated node `name`; its pods are deleted by kube-controller-manager's
+    /// pod garbage collector once the Node is gone.
+    ///
+    /// # Errors
+    /// [`Error::Kube`] when the delete is refused (a missing node is not an error).
+    pub async fn remove_node(&self, name: &str) -> Result<(), Error> {
+        let nodes: Api<Node> = Api::all(self.client().await?);
+        match nodes.delete(name, &Default::default()).await {
+            Ok(_) => Ok(()),
+            Err(kube::Error::Api(e)) if e.code == 404 => Ok(()),
+            Err(e) => Err(Error::Kube(Box::new(e))),
+        }
+    }
+
+    /// Spawns a kube-* component with a serving certificate of ours on a free port, the
+    /// admin kubeconfig, no leader election and `extra` flags, and waits for its `/healthz`.
+    async fn start_component(&self, name: &str, extra: Vec<String>) -> Result<Process, Error> {
+        let port = free_port()?;
+        let dir = self.dir.join(name);
+        std::fs::create_dir_all(&dir).map_err(|e| Error::io(format!("creating {}", dir.display()), e))?;
+        let serving = self.pki.serving(name, &["localhost", "127.0.0.1"])?;
+        write(&dir.join("tls.crt"), &serving.cert_pem)?;
+        write(&dir.join("tls.key"), &serving.key_pem)?;
+        let kc = self.kubeconfig.display().to_string();
+        let mut cmd = Command::new(self.testbin.path(name));
+        cmd.args([
+            format!("--kubeconfig={kc}"),
+            format!("--authentication-kubeconfig={kc}"),
+            format!("--authorization-kubeconfig={kc}"),
+            "--leader-elect=false".into(),
+            "--bind-address=127.0.0.1".into(),
+            format!("--secure-port={port}"),
+            format!("--tls-cert-file={}", dir.join("tls.crt").display()),
+            format!("--tls-private-key-file={}", dir.join("tls.key").display()),
+            "--v=0".into(),
+        ]);
+        cmd.args(extra);
+        let process = Process::spawn(name, cmd, &self.dir.join(format!("{name}.log")))?;
+        // Health on its own port, trusting our CA (its serving cert is ours).
+        let mut cfg = kube::Config::new(format!("https://127.0.0.1:{port}").parse().expect("valid url"));
+        cfg.root_cert = Some(vec![pem_to_der(self.pki.ca_pem())]);
+        let client = kube::Client::try_from(cfg).map_err(|e| Error::Kube(Box::new(e)))?;
+        let deadline = Instant::now() + READY_TIMEOUT;
+        loop {
+            if let Some(status) = process.exited() {
+                return Err(Error::Startup { what: format!("{name} exited ({status})"), logs: process.log_tail(40) });
+            }
+            let req = http::Request::get("/healthz").body(Vec::new()).expect("static request");
+            if matches!(client.request_text(req).await, Ok(b) if b.trim() == "ok") {
+                return Ok(process);
+            }
+            if Instant::now() > deadline {
+                return Err(Error::Startup { what: format!("{name} /healthz not ok"), logs: process.log_tail(40) });
+            }
+            tokio::time::sleep(Duration::from_millis(200)).await;
+        }
     }
 
     /// Whether kube-controller-manager runs.
@@ -350,7 +480,11 @@ impl ControlPlane {
     /// The last `lines` lines of every process log, each under a header.
     pub fn logs_tail(&self, lines: usize) -> String {
         let mut out = String::new();
-        for p in [Some(&self.etcd), Some(&self.apiserver), self.kcm.get()].into_iter().flatten() {
+        let (scheduler, kwok) = match self.nodes.get() {
+            Some((s, k)) => (Some(s), Some(k)),
+            None => (None, None),
+        };
+        for p in [Some(&self.etcd), Some(&self.apiserver), self.kcm.get(), scheduler, kwok].into_iter().flatten() {
             out.push_str(&format!(
                 "----- {} (pid {}, {}) -----\n{}\n",
                 p.name(),
@@ -421,8 +555,13 @@ impl ControlPlane {
             .await;
     }
 
-    /// Stops kube-controller-manager, kube-apiserver and etcd (SIGTERM, then SIGKILL).
+    /// Stops kwok, kube-scheduler, kube-controller-manager, kube-apiserver and etcd
+    /// (SIGTERM, then SIGKILL).
     pub fn stop(&self) {
+        if let Some((scheduler, kwok)) = self.nodes.get() {
+            kwok.stop(Duration::from_secs(5));
+            scheduler.stop(Duration::from_secs(5));
+        }
         if let Some(k) = self.kcm.get() {
             k.stop(Duration::from_secs(5));
         }

@@ -1,8 +1,8 @@
 //! A real Kubernetes control plane for tests and local runs, and the integration tests
 //! that use it.
 //!
-//! etcd, kube-apiserver, kube-controller-manager and kubectl are pinned Go builds made by
-//! `make testbin` (see `tools/testbin/`). [`shared`] starts one control plane per test
+//! etcd, kube-apiserver, kube-controller-manager, kube-scheduler, kubectl and kwok are
+//! pinned Go builds made by `make testbin` (see `tools/testbin/`). [`shared`] starts one control plane per test
 //! binary on first use; each test then takes its own namespace:
 //!
 //! ```no_run
@@ -22,11 +22,12 @@ mod process;
 mod testbin;
 
 pub use control_plane::{
-    ControlPlane, Options, READY_TIMEOUT, TestNamespace, shared, shared_with_controller_manager,
+    ControlPlane, NODE_CAPACITY, Options, POD_CIDR, READY_TIMEOUT, SIMULATED_NODE, TestNamespace, shared,
+    shared_with_controller_manager, shared_with_nodes,
 };
 pub use pki::{CertPair, Pki};
 pub use process::Process;
-pub use testbin::{BUILD_HINT, TESTBIN_ENV, Testbin, workspace_root};
+pub use testbin::{BUILD_HINT, KWOK_STAGES, TESTBIN_ENV, Testbin, workspace_root};
 
 /// Why the control plane could not be started or used.
 #[derive(Debug, thiserror::Error)]

@@ -6,14 +6,21 @@ use std::process::Command;
 use crate::Error;
 
 /// Environment variable that points at a directory holding `etcd`, `kube-apiserver`,
-/// `kube-controller-manager` and `kubectl`. When unset, the directory that
+/// `kube-controller-manager`, `kube-scheduler`, `kubectl`, `kwok` and [`KWOK_STAGES`]. When unset, the directory that
 /// `tools/testbin/build.sh --print` names (the build cache) is used.
 pub const TESTBIN_ENV: &str = "QDR_TESTBIN";
 
 /// The command that builds the binaries, quoted in every "missing binary" error.
 pub const BUILD_HINT: &str = "make testbin";
 
-/// The four binaries the control plane needs, all from one pinned build.
+/// kwok's stage definitions (YAML, assembled by `tools/testbin/build.sh` from the kwok module).
+pub const KWOK_STAGES: &str = "kwok-stages.yaml";
+
+/// Every file [`Testbin::from_dir`] requires.
+pub const FILES: [&str; 7] =
+    ["etcd", "kube-apiserver", "kube-controller-manager", "kube-scheduler", "kubectl", "kwok", KWOK_STAGES];
+
+/// The binaries the control plane needs, all from one pinned build.
 #[derive(Debug, Clone)]
 pub struct Testbin {
     dir: PathBuf,
@@ -39,7 +46,7 @@ impl Testbin {
     /// [`Error::MissingBinary`] naming the first missing binary and the build command.
     pub fn from_dir(dir: PathBuf) -> Result<Self, Error> {
         let tb = Testbin { dir };
-        for name in ["etcd", "kube-apiserver", "kube-controller-manager", "kubectl"] {
+        for name in FILES {
             let p = tb.path(name);
             if !p.is_file() {
                 return Err(Error::MissingBinary { path: p, hint: BUILD_HINT });
@@ -53,7 +60,7 @@ impl Testbin {
         &self.dir
     }
 
-    /// Full path of one binary (`etcd`, `kube-apiserver`, `kube-controller-manager`, `kubectl`).
+    /// Full path of one of [`FILES`].
     pub fn path(&self, name: &str) -> PathBuf {
         self.dir.join(name)
     }

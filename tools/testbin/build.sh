@@ -1,8 +1,10 @@
 #!/usr/bin/env bash
-# Builds the pinned control plane (etcd, kube-apiserver, kube-controller-manager, kubectl)
-# from the Go module proxy into a cache directory outside the repo, keyed by the pinned
-# versions and the Go version. Reuses the cache when all four binaries are present.
-# Prints the directory on its last line of stdout.
+# Builds the pinned control plane (etcd, kube-apiserver, kube-controller-manager,
+# kube-scheduler, kubectl) and kwok (simulated nodes: it plays the kubelet) from the Go module
+# proxy into a cache directory outside the repo, keyed by the pinned versions and the Go
+# version, and assembles kwok's own stage definitions (node-initialize, node heartbeat with a
+# Lease, pod-ready, pod-complete, pod-delete, from its module) into kwok-stages.yaml. Reuses
+# the cache when every file is present. Prints the directory on its last line of stdout.
 #
 #   tools/testbin/build.sh            build if needed, print the directory
 #   tools/testbin/build.sh --print    print the directory without building
@@ -12,19 +14,21 @@ here="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
 modver() { grep -E "^(require)?[[:space:]]*$2 v" "$1" | head -1 | sed -E "s|.*$2 (v[^ ]+).*|\1|"; }
 K8S_VERSION="$(modver "$here/k8s/go.mod" k8s.io/kubernetes)"
 ETCD_VERSION="$(modver "$here/etcd/go.mod" go.etcd.io/etcd/server/v3)"
-[[ -n "$K8S_VERSION" && -n "$ETCD_VERSION" ]] || { echo "build.sh: cannot read pinned versions from go.mod" >&2; exit 1; }
-command -v go >/dev/null || { echo "build.sh: Go is required to build the test control plane (install Go >= 1.24)" >&2; exit 1; }
+KWOK_VERSION="$(modver "$here/kwok/go.mod" sigs.k8s.io/kwok)"
+[[ -n "$K8S_VERSION" && -n "$ETCD_VERSION" && -n "$KWOK_VERSION" ]] || { echo "build.sh: cannot read pinned versions from go.mod" >&2; exit 1; }
+command -v go >/dev/null || { echo "build.sh: Go is required to build the test control plane (install Go >= 1.26)" >&2; exit 1; }
 GO_VERSION="$(go env GOVERSION)"
 cache_root="${QDR_TESTBIN_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/qdr-operator/testbin}"
-out="$cache_root/k8s-$K8S_VERSION-etcd-$ETCD_VERSION-$GO_VERSION"
-bins=(etcd kube-apiserver kube-controller-manager kubectl)
+out="$cache_root/k8s-$K8S_VERSION-etcd-$ETCD_VERSION-kwok-$KWOK_VERSION-$GO_VERSION"
+bins=(etcd kube-apiserver kube-controller-manager kube-scheduler kubectl kwok)
 
 if [[ "${1:-}" == "--print" ]]; then echo "$out"; exit 0; fi
 
 complete=1
 for b in "${bins[@]}"; do [[ -x "$out/$b" ]] || complete=0; done
+[[ -s "$out/kwok-stages.yaml" ]] || complete=0
 if [[ $complete == 1 ]]; then
-  echo "testbin: cached (k8s $K8S_VERSION, etcd $ETCD_VERSION, $GO_VERSION)" >&2
+  echo "testbin: cached (k8s $K8S_VERSION, etcd $ETCD_VERSION, kwok $KWOK_VERSION, $GO_VERSION)" >&2
   echo "$out"; exit 0
 fi
 
@@ -40,13 +44,22 @@ done
 
 echo "testbin: building etcd $ETCD_VERSION" >&2
 (cd "$here/etcd" && go build -trimpath -ldflags "-s -w" -o "$out.tmp/etcd" go.etcd.io/etcd/server/v3)
-for b in kube-apiserver kube-controller-manager kubectl; do
+for b in kube-apiserver kube-controller-manager kube-scheduler kubectl; do
   echo "testbin: building $b $K8S_VERSION (a cold build takes many minutes)" >&2
   (cd "$here/k8s" && go build -trimpath -tags selinux,notest -ldflags "$ld" -o "$out.tmp/$b" "k8s.io/kubernetes/cmd/$b")
 done
+echo "testbin: building kwok $KWOK_VERSION" >&2
+(cd "$here/kwok" && go build -trimpath -ldflags "-s -w" -o "$out.tmp/kwok" sigs.k8s.io/kwok/cmd/kwok)
+# kwok runs only what its stages say; these are the ones `kwokctl` installs by default.
+kwok_dir="$(cd "$here/kwok" && go list -m -f '{{.Dir}}' sigs.k8s.io/kwok)"
+for f in node/fast/node-initialize node/heartbeat-with-lease/node-heartbeat-with-lease \
+         pod/fast/pod-ready pod/fast/pod-complete pod/fast/pod-delete; do
+  echo "---"; cat "$kwok_dir/kustomize/stage/$f.yaml"
+done > "$out.tmp/kwok-stages.yaml"
 
 "$out.tmp/kube-apiserver" --version >&2
 "$out.tmp/etcd" --version | head -1 >&2
+"$out.tmp/kwok" --version >&2
 rm -rf "$out" && mv "$out.tmp" "$out"
 echo "testbin: built in $(( $(date +%s) - start ))s" >&2
 echo "$out"

@@ -1,4 +1,5 @@
-//! Runs the local control plane in the foreground until Ctrl-C.
+//! Runs the local control plane (with kube-controller-manager, kube-scheduler, kwok and 3
+//! simulated nodes unless told otherwise) in the foreground until Ctrl-C.
 //!
 //! State (PKI, etcd data, logs, kubeconfig) lives in `target/dev-cluster/` unless
 //! `--dir` says otherwise. Prints the kubeconfig path and example kubectl commands.
@@ -9,12 +10,17 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     let mut args = std::env::args().skip(1);
     let mut dir = qdr_tests::workspace_root().join("target/dev-cluster");
     let mut kcm = true;
+    let mut nodes = 3;
     while let Some(a) = args.next() {
         match a.as_str() {
             "--dir" => dir = PathBuf::from(args.next().ok_or("--dir needs a path")?),
-            "--no-controller-manager" => kcm = false,
+            "--no-controller-manager" => {
+                kcm = false;
+                nodes = 0;
+            }
+            "--nodes" => nodes = args.next().ok_or("--nodes needs a number")?.parse()?,
             "-h" | "--help" => {
-                println!("usage: dev-cluster [--dir DIR] [--no-controller-manager]");
+                println!("usage: dev-cluster [--dir DIR] [--nodes N (default 3)] [--no-controller-manager (and no nodes)]");
                 return Ok(());
             }
             other => return Err(format!("unknown argument {other:?} (see --help)").into()),
@@ -22,7 +28,7 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     }
     let rt = tokio::runtime::Runtime::new()?;
     rt.block_on(async {
-        let opts = qdr_tests::Options { state_dir: Some(dir), controller_manager: kcm };
+        let opts = qdr_tests::Options { state_dir: Some(dir), controller_manager: kcm, nodes };
         let cp = qdr_tests::ControlPlane::start(opts).await?;
         let kc = cp.kubeconfig().display().to_string();
         let kubectl = qdr_tests::Testbin::locate()?.path("kubectl").display().to_string();

@@ -1,17 +1,29 @@
 //! `make run`: the whole system on a local control plane, on real input.
 //!
-//! Starts etcd, kube-apiserver and kube-controller-manager (state in `target/dev-cluster/`,
-//! wiped at start), installs the CRD and the webhook configurations pointing at a locally
+//! Starts etcd, kube-apiserver, kube-controller-manager, kube-scheduler and kwok with
+//! [`NODES`] simulated nodes (state in `target/dev-cluster/`, wiped at start), installs the CRD and the webhook configurations pointing at a locally
 //! running `qdr-webhook` (which creates its own CA and injects the caBundle), runs two
 //! `qdr-controller` replicas (one leads), applies `deploy/examples/`, then the invalid example
-//! to show the rejection, prints what was created, and stays up until Ctrl-C with the
-//! kubeconfig and commands to try. With `--once` it exits after printing (used by the tests).
+//! to show the rejection, waits with `kubectl wait --for=condition=Ready interconnect --all`
+//! until every router is scheduled and Ready, prints what was created and where the pods
+//! run, and stays up until Ctrl-C with the kubeconfig and commands to try. With `--once` it
+//! exits after printing (used by the tests).
+//!
+//! Router containers are simulated: kwok marks scheduled pods Running and Ready, no router
+//! process runs. The local run proves admission, reconcile, scheduling and status, not
+//! message flow.
 
 use std::path::PathBuf;
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
 use qdr_tests::{ControlPlane, Options, Process};
+
+/// Simulated nodes of the local run.
+const NODES: usize = 3;
+
+/// How long `kubectl wait` may take for every Interconnect to be Ready.
+const READY_WAIT: &str = "180s";
 
 fn free_port() -> u16 {
     std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port()
@@ -69,9 +81,10 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     let _ = std::fs::remove_dir_all(&state);
     let rt = tokio::runtime::Runtime::new()?;
     rt.block_on(async move {
-        println!("starting etcd, kube-apiserver and kube-controller-manager ...");
-        let cp = ControlPlane::start(Options { state_dir: Some(state.clone()), controller_manager: true }).await?;
-        println!("control plane ready in {:.1?}", cp.startup);
+        println!("starting etcd, kube-apiserver, kube-controller-manager, kube-scheduler and kwok with {NODES} simulated nodes ...");
+        let cp = ControlPlane::start(Options { state_dir: Some(state.clone()), controller_manager: true, nodes: NODES }).await?;
+        println!("control plane with {NODES} Ready nodes in {:.1?}", cp.startup);
+        show("kubectl get nodes", &kubectl(&cp, &["get", "nodes"]));
         cp.install_crd().await;
         show("kubectl create namespace qdr-operator", &kubectl(&cp, &["create", "namespace", "qdr-operator"]));
 
@@ -128,28 +141,32 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         let invalid = root.join("deploy/examples/invalid").display().to_string();
         show("kubectl apply -f deploy/examples/invalid/   (rejected, every cause listed)", &kubectl(&cp, &["apply", "-f", &invalid]));
 
-        // Let the leader reconcile.
-        let deadline = Instant::now() + Duration::from_secs(30);
-        while Instant::now() < deadline {
-            let out = kubectl(&cp, &["get", "deploy/router-mesh", "ds/edge-routers", "deploy/secure-router", "-o", "name"]);
-            if out.status.success() {
-                break;
-            }
-            tokio::time::sleep(Duration::from_millis(300)).await;
+        // The leader reconciles, the scheduler places the routers, kwok makes them Ready.
+        let wait = format!("--timeout={READY_WAIT}");
+        let waited = kubectl(&cp, &["wait", "--for=condition=Ready", "interconnect", "--all", &wait]);
+        show(&format!("kubectl wait --for=condition=Ready interconnect --all {wait}"), &waited);
+        if !waited.status.success() {
+            show("kubectl get interconnects -o yaml", &kubectl(&cp, &["get", "interconnects", "-o", "yaml"]));
+            return Err("not every Interconnect became Ready".into());
         }
         show(
             "kubectl get interconnects,deploy,ds,svc,cm,secrets",
             &kubectl(&cp, &["get", "interconnects,deploy,ds,svc,cm,secrets"]),
         );
+        show("kubectl get pods -o wide", &kubectl(&cp, &["get", "pods", "-o", "wide"]));
         show("kubectl get lease -n qdr-operator", &kubectl(&cp, &["get", "lease", "-n", "qdr-operator"]));
         let kc = cp.kubeconfig().display().to_string();
         let k = qdr_tests::Testbin::locate()?.path("kubectl").display().to_string();
-        println!("\nThe routers' pods stay Pending: this local control plane has no kubelet.");
+        println!("\nThe nodes and router containers are simulated (kwok): pods are scheduled by the real");
+        println!("kube-scheduler and marked Ready, but no router process runs, so no messages flow.");
         println!("Logs:       {}", state.display());
         println!("Kubeconfig: {kc}");
         println!("Try:        {k} --kubeconfig {kc} get interconnect router-mesh -o yaml");
         println!("            {k} --kubeconfig {kc} explain interconnect.spec.deploymentPlan");
         println!("            {k} --kubeconfig {kc} patch interconnect router-mesh --type merge -p '{{\"spec\":{{\"deploymentPlan\":{{\"size\":5}}}}}}'");
+        println!("            {k} --kubeconfig {kc} wait --for=condition=Ready interconnect --all");
+        println!("            {k} --kubeconfig {kc} patch interconnect secure-router --type merge -p '{{\"spec\":{{\"deploymentPlan\":{{\"size\":4}}}}}}'");
+        println!("            {k} --kubeconfig {kc} get interconnect secure-router   (AntiAffinity: 1 of 4 cannot be scheduled on {NODES} nodes)");
         if !once {
             println!("Ctrl-C stops everything.");
             tokio::signal::ctrl_c().await?;

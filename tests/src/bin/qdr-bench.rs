@@ -530,7 +530,7 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
             webhook_rows(&mut rows, runs, &bin_dir).await?;
         }
         let cp: &'static ControlPlane = Box::leak(Box::new(
-            ControlPlane::start(Options { state_dir: None, controller_manager: false }).await?,
+            ControlPlane::start(Options { state_dir: None, controller_manager: false, nodes: 0 }).await?,
         ));
         cp.install_crd().await;
         if only.is_empty() || only == "apiserver" {
