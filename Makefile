@@ -9,7 +9,7 @@ CARGO_TARGET_DIR_OR_DEFAULT := $(or $(CARGO_TARGET_DIR),target)
 help: ## List the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  %-16s %s\n", $$1, $$2}'
 
-testbin: ## Build (once, cached) etcd, kube-apiserver, kube-controller-manager and kubectl; print where
+testbin: ## Build (once, cached) etcd, kube-apiserver, kube-controller-manager, kube-scheduler, kubectl and kwok; print where
 	@tools/testbin/build.sh
 
 fmt: ## Format the code
@@ -44,7 +44,7 @@ run: ## Run the whole system on a local control plane with the examples, until C
 deploy: ## Install deploy/ into the cluster of the current kubeconfig (kubectl apply -k)
 	kubectl apply -k deploy/
 
-dev-cluster: ## Run the local control plane (with kube-controller-manager) until Ctrl-C
+dev-cluster: ## Run the local control plane (kube-controller-manager, kube-scheduler, 3 kwok nodes) until Ctrl-C
 	QDR_TESTBIN="$$(tools/testbin/build.sh)" $(CARGO) run --locked -p qdr-tests --bin dev-cluster
 
 clean-testbin: ## Remove the cached control-plane binaries

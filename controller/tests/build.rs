@@ -90,6 +90,7 @@ fn observed(o: &Owner, present: &[String]) -> Observed {
         workload: None,
         workload_conflict: None,
         pods: vec![],
+        unschedulable: Default::default(),
         generation_reconciled: false,
     }
 }

@@ -1,4 +1,5 @@
-//! The controller on a real control plane with kube-controller-manager: each example
+//! The controller on a real control plane with kube-controller-manager and simulated nodes
+//! (pods are scheduled and become Ready): each example
 //! reconciles to the expected objects, scaling, image and listener changes, Any → Every,
 //! garbage collection, invalid objects, and `kubectl wait --for=condition=Ready`.
 
@@ -6,7 +7,7 @@ mod common;
 
 use std::time::Duration;
 
-use common::{eventually, interconnects};
+use common::{condition_with_reason, events, eventually, interconnects};
 use k8s_openapi::api::apps::v1::{DaemonSet, Deployment};
 use k8s_openapi::api::core::v1::{ConfigMap, Pod, Secret, Service, ServiceAccount};
 use k8s_openapi::api::networking::v1::Ingress;
@@ -17,11 +18,13 @@ use serde_json::{Value, json};
 use tokio::sync::OnceCell;
 
 static CONTROLLER: OnceCell<Process> = OnceCell::const_new();
+/// Simulated nodes: router pods are scheduled and become Ready (kwok).
+const NODES: usize = 3;
 /// The health (metrics) port of that controller.
 static HEALTH: std::sync::OnceLock<u16> = std::sync::OnceLock::new();
 
 async fn setup() -> &'static qdr_tests::ControlPlane {
-    let cp = qdr_tests::shared_with_controller_manager().await;
+    let cp = qdr_tests::shared_with_nodes(NODES).await;
     cp.install_crd().await;
     CONTROLLER
         .get_or_init(|| async {
@@ -55,18 +58,6 @@ fn env<'a>(d: &'a Deployment, name: &str) -> Option<&'a str> {
 
 fn hash(d: &Deployment) -> String {
     d.spec.as_ref().unwrap().template.metadata.as_ref().unwrap().annotations.as_ref().unwrap()["qdr-operator.io/config-hash"].clone()
-}
-
-/// How many times an event with `reason` was recorded in the namespace (events.k8s.io/v1;
-/// the recorder folds repeats of one reason into a series on one object).
-async fn events(ns: &qdr_tests::TestNamespace, reason: &str) -> usize {
-    let api: Api<k8s_openapi::api::events::v1::Event> = ns.api();
-    let items = api.list(&ListParams::default()).await.unwrap().items;
-    items
-        .iter()
-        .filter(|e| e.reason.as_deref() == Some(reason))
-        .map(|e| e.series.as_ref().map_or(1, |s| s.count as usize))
-        .sum()
 }
 
 fn example(file: &str) -> Value {
@@ -332,16 +323,13 @@ async fn deleting_the_interconnect_garbage_collects_its_children() {
     .await;
 }
 
-// Multi-threaded: the pod-marking task runs while kubectl blocks a thread.
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[tokio::test]
 async fn kubectl_wait_for_ready_returns_once_the_routers_are_available() {
     let cp = setup().await;
     let ns = cp.namespace("ctl-ready").await;
     let name = create(&ns, example("c-alm-example.yaml")).await;
     deployment(&ns, &name).await;
-    // No kubelet: mark the router pods Ready through their status subresource.
     let pods: Api<Pod> = ns.api();
-    let marker = common::mark_pods_ready(pods.clone(), format!("application={name}"));
     let out = cp
         .kubectl()
         .args([
@@ -354,7 +342,6 @@ async fn kubectl_wait_for_ready_returns_once_the_routers_are_available() {
         ])
         .output()
         .unwrap();
-    marker.abort();
     if !out.status.success() {
         let ic = interconnects(&ns.client, &ns.name).get(&name).await.unwrap();
         let d = ns.api::<Deployment>().get(&name).await.unwrap();
@@ -437,22 +424,6 @@ async fn every_go_operator_example_reconciles_to_its_objects() {
             }
         }
     }
-}
-
-/// Reads the condition `type_` of Interconnect `name` once it has `reason`.
-async fn condition_with_reason(
-    ns: &qdr_tests::TestNamespace,
-    name: &str,
-    type_: &str,
-    reason: &str,
-) -> Value {
-    let ics = interconnects(&ns.client, &ns.name);
-    eventually(&format!("{type_} reason {reason}"), Duration::from_secs(30), || async {
-        let o = ics.get(name).await.ok()?;
-        let conds = o.data["status"]["conditions"].as_array()?.clone();
-        conds.into_iter().find(|c| c["type"] == type_ && c["reason"] == reason)
-    })
-    .await
 }
 
 /// A child name taken by a foreign object: nothing is applied, the foreign objects stay

@@ -1,6 +1,7 @@
 //! Router credentials renewed and a CA rotated on a real control plane, in seconds: the
 //! controller runs with a router certificate lifetime of [`CERT`] and a CA lifetime of
-//! [`CA`]; pods are marked Ready (no kubelet), so rollouts complete and gate the CA steps.
+//! [`CA`]; the router pods run on a simulated node (kwok makes them Ready), so rollouts
+//! complete and gate the CA steps.
 //! The timeline (when each Secret changed, when the pod template rolled) is printed.
 
 mod common;
@@ -10,7 +11,7 @@ use std::time::{Duration, Instant};
 
 use common::{eventually, interconnects};
 use k8s_openapi::api::apps::v1::Deployment;
-use k8s_openapi::api::core::v1::{Pod, Secret};
+use k8s_openapi::api::core::v1::Secret;
 use kube::api::{Api, DynamicObject, PostParams};
 use qdr_certs::pki::{CertInfo, split_bundle};
 use serde_json::json;
@@ -28,9 +29,9 @@ fn text(s: &Secret, key: &str) -> String {
         .unwrap_or_default()
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[tokio::test]
 async fn certificates_renew_and_the_ca_rotates_with_rolling_routers() {
-    let cp = qdr_tests::shared_with_controller_manager().await;
+    let cp = qdr_tests::shared_with_nodes(1).await;
     cp.install_crd().await;
     let lease_ns = cp.namespace("rotation-system").await.name.clone();
     let health = common::free_port();
@@ -52,7 +53,6 @@ async fn certificates_renew_and_the_ca_rotates_with_rolling_routers() {
     .unwrap();
     let start = Instant::now();
     interconnects(&ns.client, &ns.name).create(&PostParams::default(), &ic).await.unwrap();
-    let marker = common::mark_pods_ready(ns.api::<Pod>(), "application=mesh".into());
     let secrets: Api<Secret> = ns.api();
     let deps: Api<Deployment> = ns.api();
     let leaf = "mesh-inter-router-credentials";
@@ -125,7 +125,6 @@ async fn certificates_renew_and_the_ca_rotates_with_rolling_routers() {
         }
         tokio::time::sleep(Duration::from_millis(200)).await;
     };
-    marker.abort();
     for (t, what) in &timeline {
         eprintln!("{t:7.2}s  {what}");
     }

@@ -1,5 +1,5 @@
-//! The status stage, purely: the condition reasons for conflicts, missing Secrets, rollouts;
-//! and the retry backoff.
+//! The status stage, purely: the condition reasons for conflicts, missing Secrets, rollouts,
+//! unschedulable routers and their Events; and the retry backoff.
 
 use std::time::{Duration, SystemTime};
 
@@ -8,8 +8,9 @@ use qdr_controller::owner::Owner;
 use qdr_controller::reconcile::apply::{Applied, Conflict, WorkloadStatus};
 use qdr_controller::reconcile::backoff;
 use qdr_controller::reconcile::build::CredentialsReport;
-use qdr_controller::reconcile::observe::Observed;
-use qdr_controller::reconcile::status::desired;
+use qdr_controller::reconcile::events::scheduling;
+use qdr_controller::reconcile::observe::{Observed, Unschedulable};
+use qdr_controller::reconcile::status::{desired, unschedulable_message};
 use qdr_controller::references::{Reference, Unmet};
 use serde_json::json;
 
@@ -27,6 +28,7 @@ fn observed() -> Observed {
         workload: None,
         workload_conflict: None,
         pods: vec![],
+        unschedulable: Default::default(),
         generation_reconciled: false,
     }
 }
@@ -113,4 +115,98 @@ fn retries_back_off_exponentially_up_to_a_cap() {
     assert_eq!(delays[0], Duration::from_secs(1));
     assert!(delays.windows(2).all(|w| w[1] == (w[0] * 2).min(Duration::from_secs(300))), "{delays:?}");
     assert_eq!(backoff(u32::MAX), Duration::from_secs(300));
+}
+
+fn pod(name: &str, scheduled: Option<(&str, &str)>, deleting: bool) -> k8s_openapi::api::core::v1::Pod {
+    let conditions = match scheduled {
+        None => json!([{"type": "PodScheduled", "status": "True"}, {"type": "Ready", "status": "True"}]),
+        Some((reason, message)) => {
+            json!([{"type": "PodScheduled", "status": "False", "reason": reason, "message": message}])
+        }
+    };
+    let mut meta = json!({"name": name});
+    if deleting {
+        meta["deletionTimestamp"] = json!("2026-01-01T00:00:00Z");
+    }
+    serde_json::from_value(json!({"metadata": meta, "status": {"conditions": conditions}})).unwrap()
+}
+
+const ANTI_AFFINITY: &str = "0/3 nodes are available: 3 node(s) didn't match pod anti-affinity rules. \
+                             preemption: 0/3 nodes are available: 3 No preemption victims found for incoming pod.";
+
+#[test]
+fn unschedulable_pods_are_collected_with_the_schedulers_distinct_reasons() {
+    let pods = [
+        pod("mesh-d", Some(("Unschedulable", ANTI_AFFINITY)), false),
+        pod("mesh-a", None, false),
+        pod("mesh-c", Some(("Unschedulable", ANTI_AFFINITY)), false),
+        pod("mesh-b", Some(("SchedulerError", "")), false),
+        pod("mesh-old", Some(("Unschedulable", "gone")), true),
+    ];
+    let u = Unschedulable::of(&pods);
+    assert_eq!(u.pods, ["mesh-b", "mesh-c", "mesh-d"], "sorted, scheduled and deleting pods skipped");
+    assert_eq!(
+        u.reasons,
+        [ANTI_AFFINITY, "SchedulerError"],
+        "distinct; an empty message counts as its reason"
+    );
+    assert!(Unschedulable::of(&[pod("x", None, false)]).is_empty());
+}
+
+#[test]
+fn routers_that_cannot_be_scheduled_are_reported_with_count_and_reason() {
+    let mut o = observed();
+    o.unschedulable = Unschedulable { pods: vec!["mesh-x".into()], reasons: vec![ANTI_AFFINITY.into()] };
+    let applied = Applied { workload: workload(4, 3, 4, 3), ..Default::default() };
+    let s = desired(&owner(), &o, &applied, &CredentialsReport::default());
+    let want = format!("1 of 4 routers cannot be scheduled: {ANTI_AFFINITY}");
+    assert_eq!(cond(&s, "Ready"), ("False", "Unschedulable", want.as_str()));
+    assert_eq!(cond(&s, "Available"), ("False", "Unschedulable", want.as_str()));
+    assert_eq!(cond(&s, "Degraded").0, "False", "the reconcile itself succeeded");
+    assert_eq!(
+        unschedulable_message(&o.unschedulable, 1),
+        format!("1 of 1 router cannot be scheduled: {ANTI_AFFINITY}")
+    );
+
+    // Counts that look complete do not hide an unplaced router.
+    let applied = Applied { workload: workload(1, 1, 1, 1), ..Default::default() };
+    let s = desired(&owner(), &o, &applied, &CredentialsReport::default());
+    assert_eq!(cond(&s, "Ready").0, "False");
+    assert_eq!(cond(&s, "Ready").1, "Unschedulable");
+}
+
+#[test]
+fn one_scheduling_event_per_change_of_that_state() {
+    let mut ic: Interconnect = serde_json::from_value(json!({
+        "metadata": {"name": "mesh", "namespace": "ns", "uid": "u-1", "generation": 3}, "spec": {}}))
+    .unwrap();
+    let status = |u: Option<(&str, usize)>| {
+        let mut o = observed();
+        if let Some((reason, n)) = u {
+            o.unschedulable = Unschedulable {
+                pods: (0..n).map(|i| format!("p{i}")).collect(),
+                reasons: vec![reason.into()],
+            };
+        }
+        desired(
+            &owner(),
+            &o,
+            &Applied { workload: workload(4, 3, 4, 3), ..Default::default() },
+            &Default::default(),
+        )
+    };
+    let mut sent = Vec::new();
+    for step in
+        [None, Some((ANTI_AFFINITY, 1)), Some((ANTI_AFFINITY, 1)), Some((ANTI_AFFINITY, 2)), None, None]
+    {
+        let new = status(step);
+        if let Some(change) = scheduling(&ic, &new) {
+            sent.push(change.event().reason);
+        }
+        ic.status = Some(new);
+    }
+    assert_eq!(sent, ["Unschedulable", "Unschedulable", "Scheduled"], "first, count changed, cleared");
+    let warning = scheduling(&ic, &status(Some((ANTI_AFFINITY, 1)))).unwrap().event();
+    assert_eq!(warning.type_, kube::runtime::events::EventType::Warning);
+    assert!(warning.note.unwrap().starts_with("1 of 4 routers cannot be scheduled: 0/3 nodes"));
 }

@@ -275,7 +275,10 @@ impl ControlPlane {
                 self.start_component(
                     "kube-controller-manager",
                     vec![
-                        format!("--service-account-private-key-file={}", self.dir.join("pki/sa.key").display()),
+                        format!(
+                            "--service-account-private-key-file={}",
+                            self.dir.join("pki/sa.key").display()
+                        ),
                         format!("--root-ca-file={}", self.dir.join("pki/ca.crt").display()),
                         "--controllers=*".into(),
                     ],
@@ -301,7 +304,10 @@ impl ControlPlane {
                 cmd.args([
                     format!("--kubeconfig={kc}"),
                     format!("--config={}", self.testbin.path(crate::testbin::KWOK_STAGES).display()),
-                    format!("--manage-nodes-with-annotation-selector={}={}", SIMULATED_NODE.0, SIMULATED_NODE.1),
+                    format!(
+                        "--manage-nodes-with-annotation-selector={}={}",
+                        SIMULATED_NODE.0, SIMULATED_NODE.1
+                    ),
                     format!("--cidr={POD_CIDR}"),
                     // Node Leases, as kubelets keep them: kube-controller-manager's node
                     // lifecycle controller never sees the nodes go stale.
@@ -409,14 +415,20 @@ impl ControlPlane {
         let deadline = Instant::now() + READY_TIMEOUT;
         loop {
             if let Some(status) = process.exited() {
-                return Err(Error::Startup { what: format!("{name} exited ({status})"), logs: process.log_tail(40) });
+                return Err(Error::Startup {
+                    what: format!("{name} exited ({status})"),
+                    logs: process.log_tail(40),
+                });
             }
             let req = http::Request::get("/healthz").body(Vec::new()).expect("static request");
             if matches!(client.request_text(req).await, Ok(b) if b.trim() == "ok") {
                 return Ok(process);
             }
             if Instant::now() > deadline {
-                return Err(Error::Startup { what: format!("{name} /healthz not ok"), logs: process.log_tail(40) });
+                return Err(Error::Startup {
+                    what: format!("{name} /healthz not ok"),
+                    logs: process.log_tail(40),
+                });
             }
             tokio::time::sleep(Duration::from_millis(200)).await;
         }
@@ -484,7 +496,9 @@ impl ControlPlane {
             Some((s, k)) => (Some(s), Some(k)),
             None => (None, None),
         };
-        for p in [Some(&self.etcd), Some(&self.apiserver), self.kcm.get(), scheduler, kwok].into_iter().flatten() {
+        for p in
+            [Some(&self.etcd), Some(&self.apiserver), self.kcm.get(), scheduler, kwok].into_iter().flatten()
+        {
             out.push_str(&format!(
                 "----- {} (pid {}, {}) -----\n{}\n",
                 p.name(),

@@ -1,11 +1,12 @@
 //! Proves the control-plane harness is real: objects created through `kube::Client`
 //! are seen by kubectl, kube-controller-manager makes ReplicaSets and collects garbage,
-//! and child processes die with the test process.
+//! simulated nodes get pods scheduled by kube-scheduler and made Ready by kwok, and child
+//! processes die with the test process.
 
 use std::time::{Duration, Instant};
 
 use k8s_openapi::api::apps::v1::{Deployment, ReplicaSet};
-use k8s_openapi::api::core::v1::ConfigMap;
+use k8s_openapi::api::core::v1::{ConfigMap, Node, Pod};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::OwnerReference;
 use kube::api::{Api, DeleteParams, ListParams, PostParams};
 use serde_json::json;
@@ -137,6 +138,57 @@ async fn controller_manager_creates_replicasets_and_collects_garbage() {
     cms.delete("owner", &DeleteParams::background()).await.expect("delete owner");
     eventually("garbage collection of the child ConfigMap", Duration::from_secs(90), || async {
         matches!(cms.get_opt("child").await, Ok(None))
+    })
+    .await;
+}
+
+#[tokio::test]
+async fn simulated_nodes_run_scheduled_pods_to_ready() {
+    let began = Instant::now();
+    let cp = qdr_tests::shared_with_nodes(2).await;
+    eprintln!(
+        "two simulated nodes Ready {:.2?} after asking (control plane included if it was not up)",
+        began.elapsed()
+    );
+    let ns = cp.namespace("nodes").await;
+    let deps: Api<Deployment> = ns.api();
+    deps.create(&PostParams::default(), &deployment("sim")).await.expect("create deployment");
+    let pods: Api<Pod> = ns.api();
+    eventually(
+        "2 pods bound to simulated nodes, Running and Ready with a pod IP",
+        Duration::from_secs(60),
+        || async {
+            let items = pods
+                .list(&ListParams::default().labels("app=sim"))
+                .await
+                .map(|l| l.items)
+                .unwrap_or_default();
+            items.len() == 2
+                && items.iter().all(|p| {
+                    let node = p.spec.as_ref().and_then(|s| s.node_name.as_deref()).unwrap_or_default();
+                    let st = p.status.clone().unwrap_or_default();
+                    let ready =
+                        st.conditions.iter().flatten().any(|c| c.type_ == "Ready" && c.status == "True");
+                    node.starts_with("node-")
+                        && st.phase.as_deref() == Some("Running")
+                        && ready
+                        && st.pod_ip.as_deref().is_some_and(|ip| ip.starts_with("10.244."))
+                })
+        },
+    )
+    .await;
+
+    // A node added later is Ready with the labels and capacity of the others; removing it
+    // deletes the Node.
+    cp.add_node("extra").await.expect("add node");
+    let nodes: Api<Node> = Api::all(ns.client.clone());
+    let extra = nodes.get("extra").await.expect("node extra");
+    assert_eq!(extra.metadata.labels.unwrap()["kubernetes.io/hostname"], "extra");
+    let cpu = extra.status.unwrap().allocatable.unwrap()["cpu"].0.clone();
+    assert_eq!(cpu, qdr_tests::NODE_CAPACITY.0);
+    cp.remove_node("extra").await.expect("remove node");
+    eventually("node extra deleted", Duration::from_secs(30), || async {
+        matches!(nodes.get_opt("extra").await, Ok(None))
     })
     .await;
 }

@@ -1,5 +1,6 @@
 //! `make run` end to end (`local-run --once`): the whole system starts on a local control
-//! plane, admits and reconciles the examples, and rejects the invalid one listing every cause.
+//! plane with 3 simulated nodes, admits and reconciles the examples until each is Ready with
+//! its routers on the nodes, and rejects the invalid one listing every cause.
 
 #[test]
 fn local_run_brings_up_the_whole_system_on_the_examples() {
@@ -25,9 +26,21 @@ fn local_run_brings_up_the_whole_system_on_the_examples() {
         "daemonset.apps/edge-routers",
         "secret/router-mesh-inter-router-credentials",
         "qdr-operator-controller",
+        "interconnect.interconnectedcloud.github.io/router-mesh condition met",
+        "interconnect.interconnectedcloud.github.io/edge-routers condition met",
+        "interconnect.interconnectedcloud.github.io/secure-router condition met",
     ] {
         assert!(stdout.contains(want), "{want} missing:\n{stdout}");
     }
+    // One edge router per node (DaemonSet), every router pod Running on a simulated node.
+    let pods: Vec<&str> = stdout.lines().filter(|l| l.contains(" Running ")).collect();
+    let edge_nodes: std::collections::BTreeSet<&str> = pods
+        .iter()
+        .filter(|l| l.starts_with("edge-routers-"))
+        .filter_map(|l| l.split_whitespace().find(|w| w.starts_with("node-")))
+        .collect();
+    assert_eq!(edge_nodes.len(), 3, "one edge router on each of 3 nodes:\n{stdout}");
+    assert_eq!(pods.len(), 3 + 3 + 2, "3 mesh + 3 edge + 2 TLS routers Running:\n{stdout}");
     for cause in [
         "spec.deploymentPlan.placement: Unsupported value",
         "spec.interRouterListeners: Forbidden",

@@ -42,14 +42,19 @@ for p in k8s.io/component-base/version k8s.io/client-go/pkg/version; do
   ld="$ld -X $p.gitVersion=$K8S_VERSION -X $p.gitMajor=1 -X $p.gitMinor=$minor -X $p.gitTreeState=clean -X $p.buildDate=1970-01-01T00:00:00Z"
 done
 
+step=$(date +%s)
+took() { echo "testbin: $1 took $(( $(date +%s) - step ))s" >&2; step=$(date +%s); }
 echo "testbin: building etcd $ETCD_VERSION" >&2
 (cd "$here/etcd" && go build -trimpath -ldflags "-s -w" -o "$out.tmp/etcd" go.etcd.io/etcd/server/v3)
+took etcd
 for b in kube-apiserver kube-controller-manager kube-scheduler kubectl; do
   echo "testbin: building $b $K8S_VERSION (a cold build takes many minutes)" >&2
   (cd "$here/k8s" && go build -trimpath -tags selinux,notest -ldflags "$ld" -o "$out.tmp/$b" "k8s.io/kubernetes/cmd/$b")
+  took "$b"
 done
 echo "testbin: building kwok $KWOK_VERSION" >&2
 (cd "$here/kwok" && go build -trimpath -ldflags "-s -w" -o "$out.tmp/kwok" sigs.k8s.io/kwok/cmd/kwok)
+took kwok
 # kwok runs only what its stages say; these are the ones `kwokctl` installs by default.
 kwok_dir="$(cd "$here/kwok" && go list -m -f '{{.Dir}}' sigs.k8s.io/kwok)"
 for f in node/fast/node-initialize node/heartbeat-with-lease/node-heartbeat-with-lease \

@@ -10,8 +10,9 @@ use qdr_api::Interconnect;
 
 use super::build::Children;
 use super::observe::Observed;
-use super::status::{CONFLICTING_OBJECT, DEGRADED, MISSING_SECRET, READY, SPEC_VALID};
+use super::status::{CONFLICTING_OBJECT, DEGRADED, MISSING_SECRET, READY, SPEC_VALID, UNSCHEDULABLE};
 use crate::credentials::CredentialChange;
+use qdr_api::InterconnectStatus;
 
 /// Longest Event note written (the API's limit is 1 kB).
 pub const MAX_NOTE: usize = 1000;
@@ -44,6 +45,11 @@ pub enum Change {
     Credential(CredentialChange),
     /// Warning `CertificateExpiring`: a user-provided certificate expires soon.
     CertificateExpiring(String),
+    /// Warning `Unschedulable`: router pods cannot be scheduled (the condition message:
+    /// count and the scheduler's reasons).
+    Unschedulable(String),
+    /// `Scheduled`: every router pod is scheduled again after [`Change::Unschedulable`].
+    Scheduled,
 }
 
 impl Change {
@@ -76,6 +82,8 @@ impl Change {
             }
             Change::Credential(c) => (EventType::Normal, "CARotation", c.to_string()),
             Change::CertificateExpiring(m) => (EventType::Warning, "CertificateExpiring", m.clone()),
+            Change::Unschedulable(m) => (EventType::Warning, UNSCHEDULABLE, m.clone()),
+            Change::Scheduled => (EventType::Normal, "Scheduled", "every router is scheduled".into()),
         };
         Event {
             type_,
@@ -111,6 +119,25 @@ pub fn conflicting(ic: &Interconnect, message: &str) -> Option<Change> {
 /// `MissingSecret` with `message`, once per generation.
 pub fn missing_secret(ic: &Interconnect, message: &str) -> Option<Change> {
     (!reported(ic, READY, MISSING_SECRET)).then(|| Change::MissingSecret(message.into()))
+}
+
+/// The scheduling Event of a pass, one per change of that state: `Unschedulable` when the
+/// new status's `Ready` condition says routers cannot be scheduled and the stored one did
+/// not say exactly that (a new count or a new scheduler reason is a change), `Scheduled`
+/// when the stored one did and the new one does not. Comparing the two statuses (not memory)
+/// keeps this right across restarts and leader changes.
+pub fn scheduling(ic: &Interconnect, new: &InterconnectStatus) -> Option<Change> {
+    let unschedulable = |s: Option<&InterconnectStatus>| {
+        s.into_iter()
+            .flat_map(|s| &s.conditions)
+            .find(|c| c.type_ == READY && c.reason == UNSCHEDULABLE)
+            .map(|c| c.message.clone())
+    };
+    match (unschedulable(ic.status.as_ref()), unschedulable(Some(new))) {
+        (old, Some(now)) if old.as_ref() != Some(&now) => Some(Change::Unschedulable(now)),
+        (Some(_), None) => Some(Change::Scheduled),
+        _ => None,
+    }
 }
 
 /// What applying `children` over the `observed` workload changes: the config (a new hash),

@@ -186,7 +186,9 @@ async fn stages(ic: &Interconnect, ctx: &Context) -> Result<Action, Error> {
         !observed.generation_reconciled,
     )
     .await?;
-    status::write(&ctx.client, ic, status::desired(&owner, &observed, &applied, &report)).await?;
+    let new_status = status::desired(&owner, &observed, &applied, &report);
+    let scheduling = events::scheduling(ic, &new_status);
+    status::write(&ctx.client, ic, new_status).await?;
     if !applied.conflicts.is_empty() {
         let event = events::conflicting(ic, &status::conflicts_message(&applied));
         events::publish(&ctx.recorder, ic, event).await;
@@ -199,6 +201,7 @@ async fn stages(ic: &Interconnect, ctx: &Context) -> Result<Action, Error> {
     if !report.unmet.is_empty() {
         changes.extend(events::missing_secret(ic, &status::missing_message(&report)));
     }
+    changes.extend(scheduling);
     changes.extend(expiry_warnings(ctx, ic, &report.expiring));
     events::publish(&ctx.recorder, ic, changes).await;
     ctx.metrics.certificate_expiry(owner.namespace(), owner.name(), report.earliest_expiry);

@@ -7,7 +7,8 @@
 //! * the existing workload of the kind the spec asks for (its replicas, config and
 //!   credentials hashes, whether its rollout is complete: for the `Scaled` and
 //!   `ConfigChanged` events and for CA rotation);
-//! * the router pods (for `status.pods`);
+//! * the router pods (for `status.pods`, and the scheduler's reason for each pod it could
+//!   not place, from the pod's `PodScheduled=False` condition);
 //! * from the stored status: whether this generation was already reconciled (orphans are
 //!   pruned only after a spec change).
 
@@ -86,6 +87,47 @@ impl std::fmt::Display for Conflict {
     }
 }
 
+/// Router pods the scheduler could not place, with its reasons.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Unschedulable {
+    /// Names of the pods (not being deleted) with `PodScheduled=False`, sorted.
+    pub pods: Vec<String>,
+    /// The distinct messages of those conditions (the scheduler's own words, such as
+    /// `0/3 nodes are available: 3 node(s) didn't match pod anti-affinity rules. ...`),
+    /// sorted; a condition without a message counts as its reason.
+    pub reasons: Vec<String>,
+}
+
+impl Unschedulable {
+    /// Collects the unschedulable ones among `pods` (pods being deleted are skipped).
+    pub fn of<'a>(pods: impl IntoIterator<Item = &'a Pod>) -> Unschedulable {
+        let mut names = Vec::new();
+        let mut reasons = BTreeSet::new();
+        for p in pods {
+            if p.metadata.deletion_timestamp.is_some() {
+                continue;
+            }
+            let conditions = p.status.as_ref().and_then(|s| s.conditions.as_ref());
+            let Some(c) = conditions.into_iter().flatten().find(|c| c.type_ == "PodScheduled") else {
+                continue;
+            };
+            if c.status != "False" {
+                continue;
+            }
+            names.push(p.name_any());
+            let text = c.message.clone().filter(|m| !m.trim().is_empty());
+            reasons.insert(text.or_else(|| c.reason.clone()).unwrap_or_else(|| "unknown reason".into()));
+        }
+        names.sort();
+        Unschedulable { pods: names, reasons: reasons.into_iter().collect() }
+    }
+
+    /// Whether every router pod was placed.
+    pub fn is_empty(&self) -> bool {
+        self.pods.is_empty()
+    }
+}
+
 /// What one pass observed.
 #[derive(Debug, Clone)]
 pub struct Observed {
@@ -100,6 +142,8 @@ pub struct Observed {
     pub workload_conflict: Option<Conflict>,
     /// Names of the router pods that are not being deleted, sorted.
     pub pods: Vec<String>,
+    /// The router pods the scheduler could not place.
+    pub unschedulable: Unschedulable,
     /// Whether the stored status says this generation was already reconciled without error
     /// (`Degraded=False` at this `observedGeneration`).
     pub generation_reconciled: bool,
@@ -199,19 +243,25 @@ pub async fn observe(client: &kube::Client, o: &Owner) -> Result<Observed, Error
         }
     };
     let pods_api: Api<Pod> = Api::namespaced(client.clone(), ns);
-    let mut pods: Vec<String> = pods_api
+    let listed = pods_api
         .list(&ListParams::default().labels(&o.selector_string()))
         .await
-        .map_err(read("pods".into()))?
-        .items
-        .into_iter()
-        .filter(|p| p.meta().deletion_timestamp.is_none())
-        .map(|p| p.name_any())
-        .collect();
+        .map_err(read("pods".into()))?;
+    let mut pods: Vec<String> =
+        listed.items.iter().filter(|p| p.meta().deletion_timestamp.is_none()).map(|p| p.name_any()).collect();
     pods.sort();
+    let unschedulable = Unschedulable::of(&listed.items);
     let generation = o.generation();
     let generation_reconciled = o.ic().status.iter().flat_map(|s| &s.conditions).any(|c| {
         c.type_ == super::status::DEGRADED && c.status == "False" && c.observed_generation == Some(generation)
     });
-    Ok(Observed { now: SystemTime::now(), secrets, workload, workload_conflict, pods, generation_reconciled })
+    Ok(Observed {
+        now: SystemTime::now(),
+        secrets,
+        workload,
+        workload_conflict,
+        pods,
+        unschedulable,
+        generation_reconciled,
+    })
 }

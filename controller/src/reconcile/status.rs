@@ -18,8 +18,8 @@
 //! | condition | reasons |
 //! |---|---|
 //! | `SpecValid` | `Valid`, `InvalidSpec` |
-//! | `Ready` | `RoutersReady`, `RoutersNotReady`, `MissingSecret`, `ConflictingObject`, `InvalidSpec` |
-//! | `Available` | `MinimumRoutersAvailable`, `RoutersUnavailable`, `ConflictingObject` |
+//! | `Ready` | `RoutersReady`, `RoutersNotReady`, `Unschedulable`, `MissingSecret`, `ConflictingObject`, `InvalidSpec` |
+//! | `Available` | `MinimumRoutersAvailable`, `RoutersUnavailable`, `Unschedulable`, `ConflictingObject` |
 //! | `Progressing` | `RollingOut`, `Complete`, `MissingSecret`, `ConflictingObject` |
 //! | `Degraded` | `ReconcileSucceeded`, `ReconcileFailed`, `ConflictingObject` |
 
@@ -31,7 +31,7 @@ use serde_json::json;
 
 use super::apply::Applied;
 use super::build::CredentialsReport;
-use super::observe::Observed;
+use super::observe::{Observed, Unschedulable};
 use crate::owner::Owner;
 
 /// Condition type: the spec passed validation.
@@ -49,6 +49,9 @@ pub const DEGRADED: &str = "Degraded";
 pub const CONFLICTING_OBJECT: &str = "ConflictingObject";
 /// Reason: a Secret the spec references is missing or lacks a key the router reads.
 pub const MISSING_SECRET: &str = "MissingSecret";
+
+/// Reason: router pods the scheduler cannot place (their `PodScheduled=False` condition).
+pub const UNSCHEDULABLE: &str = "Unschedulable";
 
 /// Longest condition message written (the API's limit is 32 KiB).
 pub const MAX_MESSAGE: usize = 32 * 1024;
@@ -99,6 +102,17 @@ pub fn missing_message(report: &CredentialsReport) -> String {
     format!("{list}: the routers cannot start until it is created")
 }
 
+/// The message of the [`UNSCHEDULABLE`] conditions, such as `1 of 4 routers cannot be
+/// scheduled: 0/3 nodes are available: 3 node(s) didn't match pod anti-affinity rules. ...`:
+/// the count of unplaced router pods, the number of routers wanted (`desired`, or more while
+/// a rollout has extra pods) and the scheduler's distinct reasons, joined by `; `.
+pub fn unschedulable_message(u: &Unschedulable, desired: i32) -> String {
+    let pods = i32::try_from(u.pods.len()).unwrap_or(i32::MAX);
+    let of = desired.max(pods);
+    let noun = if of == 1 { "router" } else { "routers" };
+    format!("{pods} of {of} {noun} cannot be scheduled: {}", u.reasons.join("; "))
+}
+
 /// The status of a reconciled Interconnect.
 pub fn desired(
     o: &Owner,
@@ -134,25 +148,29 @@ pub fn desired(
     let msg =
         format!("{}/{} routers ready, {} updated, {} available", w.ready, w.desired, w.updated, w.available);
     let missing = (!report.unmet.is_empty()).then(|| format!("{}; {msg}", missing_message(report)));
-    let (ready_reason, progressing_reason) = match (&missing, is_ready, rolling) {
-        (Some(_), _, _) => (MISSING_SECRET, MISSING_SECRET),
-        (None, true, _) => ("RoutersReady", "Complete"),
-        (None, false, true) => ("RoutersNotReady", "RollingOut"),
-        (None, false, false) => ("RoutersNotReady", "Complete"),
+    let unschedulable = (!observed.unschedulable.is_empty())
+        .then(|| unschedulable_message(&observed.unschedulable, w.desired));
+    let (ready_reason, progressing_reason) = match (&missing, &unschedulable, is_ready, rolling) {
+        (Some(_), _, _, _) => (MISSING_SECRET, MISSING_SECRET),
+        (None, Some(_), _, true) => (UNSCHEDULABLE, "RollingOut"),
+        (None, Some(_), _, false) => (UNSCHEDULABLE, "Complete"),
+        (None, None, true, _) => ("RoutersReady", "Complete"),
+        (None, None, false, true) => ("RoutersNotReady", "RollingOut"),
+        (None, None, false, false) => ("RoutersNotReady", "Complete"),
     };
-    let detail = missing.as_deref().unwrap_or(&msg);
+    // A router that cannot be scheduled is never ready, whatever the workload counts say.
+    let is_ready = is_ready && unschedulable.is_none();
+    let detail = missing.as_deref().or(unschedulable.as_deref()).unwrap_or(&msg);
+    let (available_reason, available_message) = match (is_available, &unschedulable) {
+        (true, _) => ("MinimumRoutersAvailable", msg.as_str()),
+        (false, Some(u)) => (UNSCHEDULABLE, u.as_str()),
+        (false, None) => ("RoutersUnavailable", msg.as_str()),
+    };
     InterconnectStatus {
         conditions: vec![
             condition(SPEC_VALID, true, "Valid", "the spec passed validation", generation, pc),
             condition(READY, is_ready, ready_reason, detail, generation, pc),
-            condition(
-                AVAILABLE,
-                is_available,
-                if is_available { "MinimumRoutersAvailable" } else { "RoutersUnavailable" },
-                &msg,
-                generation,
-                pc,
-            ),
+            condition(AVAILABLE, is_available, available_reason, available_message, generation, pc),
             condition(PROGRESSING, rolling || missing.is_some(), progressing_reason, detail, generation, pc),
             condition(DEGRADED, false, "ReconcileSucceeded", "all children applied", generation, pc),
         ],

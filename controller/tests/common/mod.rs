@@ -4,7 +4,7 @@
 use std::process::Command;
 use std::time::{Duration, Instant};
 
-use kube::api::{Api, ApiResource, DynamicObject, GroupVersionKind};
+use kube::api::{Api, ApiResource, DynamicObject, GroupVersionKind, ListParams};
 use qdr_tests::{ControlPlane, Process};
 
 pub fn free_port() -> u16 {
@@ -81,39 +81,32 @@ pub async fn reconciles(health: u16) -> Option<u64> {
     body.lines().find_map(|l| l.strip_prefix("qdr_controller_reconciles_total ")?.trim().parse().ok())
 }
 
-/// Marks every pod matching `selector` Ready through its status subresource, every 300 ms,
-/// until aborted: the test control plane has no kubelet, so rollouts complete only so.
-pub fn mark_pods_ready(
-    pods: Api<k8s_openapi::api::core::v1::Pod>,
-    selector: String,
-) -> tokio::task::JoinHandle<()> {
-    use kube::api::{ListParams, Patch, PatchParams};
-    tokio::spawn(async move {
-        loop {
-            for p in
-                pods.list(&ListParams::default().labels(&selector)).await.map(|l| l.items).unwrap_or_default()
-            {
-                let ready = p
-                    .status
-                    .as_ref()
-                    .and_then(|s| s.conditions.as_ref())
-                    .is_some_and(|c| c.iter().any(|c| c.type_ == "Ready" && c.status == "True"));
-                if !ready && p.metadata.deletion_timestamp.is_none() {
-                    let now = k8s_openapi::jiff::Timestamp::now().to_string();
-                    let patch = serde_json::json!({"status": {"phase": "Running", "conditions": [
-                        {"type": "Ready", "status": "True", "lastTransitionTime": now},
-                        {"type": "ContainersReady", "status": "True", "lastTransitionTime": now}]}});
-                    let name = p.metadata.name.unwrap_or_default();
-                    if let Err(e) =
-                        pods.patch_status(&name, &PatchParams::default(), &Patch::Merge(patch)).await
-                    {
-                        eprintln!("marking pod {name} ready: {e}");
-                    }
-                }
-            }
-            tokio::time::sleep(Duration::from_millis(300)).await;
-        }
+/// How many times an event with `reason` was recorded in the namespace (events.k8s.io/v1;
+/// the recorder folds repeats of one reason into a series on one object).
+pub async fn events(ns: &qdr_tests::TestNamespace, reason: &str) -> usize {
+    let api: Api<k8s_openapi::api::events::v1::Event> = ns.api();
+    let items = api.list(&ListParams::default()).await.unwrap().items;
+    items
+        .iter()
+        .filter(|e| e.reason.as_deref() == Some(reason))
+        .map(|e| e.series.as_ref().map_or(1, |s| s.count as usize))
+        .sum()
+}
+
+/// Reads the condition `type_` of Interconnect `name` once it has `reason`.
+pub async fn condition_with_reason(
+    ns: &qdr_tests::TestNamespace,
+    name: &str,
+    type_: &str,
+    reason: &str,
+) -> serde_json::Value {
+    let ics = interconnects(&ns.client, &ns.name);
+    eventually(&format!("{type_} reason {reason}"), Duration::from_secs(30), || async {
+        let o = ics.get(name).await.ok()?;
+        let conds = o.data["status"]["conditions"].as_array()?.clone();
+        conds.into_iter().find(|c| c["type"] == type_ && c["reason"] == reason)
     })
+    .await
 }
 
 /// The text exposition of the controller's metrics on `health`.

@@ -20,7 +20,9 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
             }
             "--nodes" => nodes = args.next().ok_or("--nodes needs a number")?.parse()?,
             "-h" | "--help" => {
-                println!("usage: dev-cluster [--dir DIR] [--nodes N (default 3)] [--no-controller-manager (and no nodes)]");
+                println!(
+                    "usage: dev-cluster [--dir DIR] [--nodes N (default 3)] [--no-controller-manager (and no nodes)]"
+                );
                 return Ok(());
             }
             other => return Err(format!("unknown argument {other:?} (see --help)").into()),

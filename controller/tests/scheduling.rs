@@ -1,0 +1,188 @@
+//! Routers on simulated nodes (real kube-scheduler, kwok in place of kubelets): `Every` runs
+//! one router per node and follows a node added; `AntiAffinity` with more routers than nodes
+//! reports the unplaced ones with the scheduler's reason (condition and one Warning Event
+//! per change) until a node is added; resources that fit no node are reported the same way;
+//! scaling down and `Any` are followed by `status.pods` and `kubectl wait`.
+//!
+//! This binary has its own control plane with [`NODES`] nodes. Only
+//! [`placement_follows_the_nodes`] adds a node; the other tests do not depend on the count.
+
+mod common;
+
+use std::time::Duration;
+
+use common::{condition_with_reason, events, eventually, interconnects};
+use k8s_openapi::api::apps::v1::DaemonSet;
+use k8s_openapi::api::core::v1::Pod;
+use kube::api::{Api, DynamicObject, ListParams, Patch, PatchParams, PostParams};
+use qdr_tests::{Process, TestNamespace};
+use serde_json::{Value, json};
+use tokio::sync::OnceCell;
+
+/// Simulated nodes at start.
+const NODES: usize = 3;
+
+/// How long scheduling plus kwok plus a reconcile may take on a loaded 2-core machine.
+const SETTLE: Duration = Duration::from_secs(60);
+
+static CONTROLLER: OnceCell<Process> = OnceCell::const_new();
+
+async fn setup() -> &'static qdr_tests::ControlPlane {
+    let cp = qdr_tests::shared_with_nodes(NODES).await;
+    cp.install_crd().await;
+    CONTROLLER
+        .get_or_init(|| async {
+            let ns = cp.namespace("scheduling-system").await.name.clone();
+            common::start_controller(cp, &ns, "qdr-operator-controller", "scheduling-0")
+        })
+        .await;
+    cp
+}
+
+async fn create(ns: &TestNamespace, name: &str, spec: Value) {
+    let o: DynamicObject = serde_json::from_value(json!({
+        "apiVersion": "interconnectedcloud.github.io/v1alpha1", "kind": "Interconnect",
+        "metadata": {"name": name}, "spec": spec}))
+    .unwrap();
+    interconnects(&ns.client, &ns.name).create(&PostParams::default(), &o).await.unwrap();
+}
+
+/// Waits until Interconnect `name` reports `ready` routers Ready out of `ready` wanted,
+/// `status.pods` lists exactly the router pods that run, and `Ready` is `want_ready`;
+/// returns its status.
+async fn settled(ns: &TestNamespace, name: &str, ready: usize, want_ready: bool) -> Value {
+    let ics = interconnects(&ns.client, &ns.name);
+    let pods: Api<Pod> = ns.api();
+    let want = if want_ready { "True" } else { "False" };
+    eventually(&format!("{name}: {ready} routers ready, Ready={want}"), SETTLE, || async {
+        let status = ics.get(name).await.ok()?.data["status"].clone();
+        let running: Vec<String> = pods
+            .list(&ListParams::default().labels(&format!("application={name}")))
+            .await
+            .ok()?
+            .items
+            .into_iter()
+            .filter(|p| p.metadata.deletion_timestamp.is_none())
+            .filter(|p| p.spec.as_ref().is_some_and(|s| s.node_name.is_some()))
+            .map(|p| p.metadata.name.unwrap_or_default())
+            .collect();
+        let listed: Vec<String> = serde_json::from_value(status["pods"].clone()).unwrap_or_default();
+        let ready_cond = status["conditions"].as_array()?.iter().find(|c| c["type"] == "Ready")?.clone();
+        (status["readyReplicas"] == ready
+            && running.len() == ready
+            && running.iter().all(|p| listed.contains(p))
+            && ready_cond["status"] == want)
+            .then_some(status)
+    })
+    .await
+}
+
+/// The node of every running router pod of `name`.
+async fn nodes_of(ns: &TestNamespace, name: &str) -> Vec<String> {
+    let pods: Api<Pod> = ns.api();
+    let list = pods.list(&ListParams::default().labels(&format!("application={name}"))).await.unwrap();
+    let mut nodes: Vec<String> =
+        list.items.into_iter().filter_map(|p| p.spec.and_then(|s| s.node_name)).collect();
+    nodes.sort();
+    nodes
+}
+
+#[tokio::test]
+async fn placement_follows_the_nodes() {
+    let cp = setup().await;
+    let ns = cp.namespace("sched-nodes").await;
+    create(&ns, "edge", json!({"deploymentPlan": {"role": "edge", "placement": "Every"}})).await;
+    create(&ns, "spread", json!({"deploymentPlan": {"size": 4, "placement": "AntiAffinity"}})).await;
+
+    // Every: one router per node.
+    settled(&ns, "edge", NODES, true).await;
+    assert_eq!(nodes_of(&ns, "edge").await, ["node-0", "node-1", "node-2"]);
+    let ds: DaemonSet = ns.api::<DaemonSet>().get("edge").await.unwrap();
+    assert_eq!(ds.status.unwrap().desired_number_scheduled, NODES as i32);
+
+    // AntiAffinity 4 on 3 nodes: 3 Ready, 1 reported with the scheduler's reason.
+    let cond = condition_with_reason(&ns, "spread", "Ready", "Unschedulable").await;
+    let message = cond["message"].as_str().unwrap();
+    assert!(
+        message.starts_with(
+            "1 of 4 routers cannot be scheduled: 0/3 nodes are available: 3 node(s) didn't match pod anti-affinity rules"
+        ),
+        "{message}"
+    );
+    assert_eq!(cond["status"], "False");
+    let status = settled(&ns, "spread", 3, false).await;
+    assert_eq!(status["replicas"], 4);
+    let mut distinct = nodes_of(&ns, "spread").await;
+    distinct.dedup();
+    assert_eq!(distinct.len(), 3, "at most one router per node: {distinct:?}");
+    eventually("an Unschedulable Warning", SETTLE, || async {
+        (events(&ns, "Unschedulable").await >= 1).then_some(())
+    })
+    .await;
+
+    // A fourth node: Every follows, AntiAffinity places its fourth router.
+    cp.add_node("node-3").await.unwrap();
+    settled(&ns, "edge", NODES + 1, true).await;
+    assert_eq!(nodes_of(&ns, "edge").await, ["node-0", "node-1", "node-2", "node-3"]);
+    let status = settled(&ns, "spread", 4, true).await;
+    assert_eq!(status["pods"].as_array().unwrap().len(), 4);
+    eventually("a Scheduled event", SETTLE, || async { (events(&ns, "Scheduled").await >= 1).then_some(()) })
+        .await;
+    assert_eq!(events(&ns, "Unschedulable").await, 1, "one Warning per change of the state, not per pass");
+
+    // Scale down: status follows.
+    let patch = json!({"spec": {"deploymentPlan": {"size": 2}}});
+    interconnects(&ns.client, &ns.name)
+        .patch("spread", &PatchParams::default(), &Patch::Merge(&patch))
+        .await
+        .unwrap();
+    let status = settled(&ns, "spread", 2, true).await;
+    assert_eq!(status["pods"].as_array().unwrap().len(), 2, "{status:#}");
+    assert_eq!(status["replicas"], 2);
+}
+
+#[tokio::test]
+async fn any_placement_is_ready_and_kubectl_wait_returns() {
+    let cp = setup().await;
+    let ns = cp.namespace("sched-any").await;
+    create(&ns, "mesh", json!({"deploymentPlan": {"size": 3, "placement": "Any"}})).await;
+    let out = cp
+        .kubectl()
+        .args(["wait", "--for=condition=Ready", "interconnect/mesh", "-n", &ns.name])
+        .arg(format!("--timeout={}s", SETTLE.as_secs()))
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let status = settled(&ns, "mesh", 3, true).await;
+    assert_eq!(status["pods"].as_array().unwrap().len(), 3);
+    assert_eq!(nodes_of(&ns, "mesh").await.len(), 3, "every router is bound to a node");
+}
+
+#[tokio::test]
+async fn resources_that_fit_no_node_are_reported() {
+    let cp = setup().await;
+    let ns = cp.namespace("sched-cpu").await;
+    let cpus = qdr_tests::NODE_CAPACITY.0.parse::<u32>().unwrap() * 4;
+    create(
+        &ns,
+        "big",
+        json!({"deploymentPlan": {"size": 1, "resources": {"requests": {"cpu": cpus.to_string()}}}}),
+    )
+    .await;
+    let cond = condition_with_reason(&ns, "big", "Ready", "Unschedulable").await;
+    let message = cond["message"].as_str().unwrap();
+    assert!(message.starts_with("1 of 1 router cannot be scheduled: 0/"), "{message}");
+    assert!(message.contains("Insufficient cpu"), "{message}");
+    let available = condition_with_reason(&ns, "big", "Available", "Unschedulable").await;
+    assert_eq!(available["status"], "False");
+
+    // Fixing the request schedules the router: Ready, and a Scheduled event.
+    let patch = json!({"spec": {"deploymentPlan": {"resources": {"requests": {"cpu": "100m"}}}}});
+    interconnects(&ns.client, &ns.name)
+        .patch("big", &PatchParams::default(), &Patch::Merge(&patch))
+        .await
+        .unwrap();
+    settled(&ns, "big", 1, true).await;
+    eventually("a Scheduled event", SETTLE, || async { (events(&ns, "Scheduled").await >= 1).then_some(()) })
+        .await;
+}
