@@ -21,6 +21,11 @@
 //! `deploymentPlan.image` is not defaulted: the controller's configured default image is
 //! used for routers that do not pin one. Defaults depend only on the object (its name and
 //! spec), never on cluster state; applying them twice changes nothing.
+//!
+//! Without a name (a `metadata.generateName` create: the API server picks the name after
+//! admission) the defaults that derive from it — `users` and each profile's `credentials` /
+//! `caCert` with their `generate*` flags — are left out; the controller fills them in memory
+//! from the final name on every reconcile, so such objects never store `-users`.
 
 use crate::spec::DEFAULT_LIVENESS_PORT;
 use crate::types::{
@@ -46,8 +51,10 @@ pub fn defaults(ic: &Interconnect) -> Interconnect {
     out
 }
 
-/// Applies defaults in place to the spec of the Interconnect named `name`.
+/// Applies defaults in place to the spec of the Interconnect named `name` (empty: not known
+/// yet, so the name-derived defaults are skipped).
 pub fn apply_defaults(name: &str, spec: &mut InterconnectSpec) {
+    let named = !name.is_empty();
     let plan = spec.deployment_plan.get_or_insert_with(DeploymentPlan::default);
     let role = plan.role.get_or_insert(Role::Interior).clone();
     let placement = plan.placement.get_or_insert(Placement::Any).clone();
@@ -56,7 +63,7 @@ pub fn apply_defaults(name: &str, spec: &mut InterconnectSpec) {
     }
     let liveness = *plan.liveness_port.get_or_insert(DEFAULT_LIVENESS_PORT);
 
-    if spec.users.is_none() {
+    if named && spec.users.is_none() {
         spec.users = Some(format!("{name}-users"));
     }
     if spec.addresses.is_none() {
@@ -140,8 +147,8 @@ pub fn apply_defaults(name: &str, spec: &mut InterconnectSpec) {
     }
 
     for p in spec.ssl_profiles.iter_mut().flatten() {
-        if p.name.is_empty() {
-            continue; // reported by validate; no name to derive Secret names from
+        if p.name.is_empty() || !named {
+            continue; // reported by validate, or no name yet: no Secret names to derive
         }
         let mutual = p.mutual_auth == Some(true);
         if p.credentials.is_none() && (p.ca_cert.is_none() || mutual) {

@@ -120,3 +120,28 @@ fn distributions_are_typed() {
     let spec = default_of("r", json!({}));
     assert_eq!(spec.addresses.unwrap()[1].distribution, Some(Distribution::Multicast));
 }
+
+#[test]
+fn without_a_name_nothing_is_derived_from_it() {
+    // A generateName create: the name is picked after admission.
+    let mut d: InterconnectSpec =
+        serde_json::from_value(json!({"sslProfiles": [{"name": "tls", "mutualAuth": true}]})).unwrap();
+    qdr_api::apply_defaults("", &mut d);
+    assert!(qdr_api::validate_spec(&d).is_empty(), "{:#?}", qdr_api::validate_spec(&d));
+    assert_eq!(d.users, None, "no `-users`");
+    let tls = &d.ssl_profiles.as_ref().unwrap()[0];
+    assert_eq!((tls.credentials.as_ref(), tls.ca_cert.as_ref()), (None, None));
+    assert_eq!((tls.generate_credentials, tls.generate_ca_cert), (None, None));
+    // Everything else is defaulted as usual, and the well-known profiles are added unnamed.
+    assert_eq!(d.listeners.as_ref().unwrap().len(), 3);
+    let names: Vec<_> = d.ssl_profiles.iter().flatten().map(|p| p.name.as_str()).collect();
+    assert_eq!(names, ["tls", "default", "inter-router"]);
+    // Once named, the same spec gets the name-derived defaults.
+    let named = {
+        let mut s = d.clone();
+        qdr_api::apply_defaults("mesh", &mut s);
+        s
+    };
+    assert_eq!(named.users.as_deref(), Some("mesh-users"));
+    assert_eq!(named.ssl_profiles.unwrap()[0].credentials.as_deref(), Some("mesh-tls-credentials"));
+}

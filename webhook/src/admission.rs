@@ -16,6 +16,14 @@
 //! | mutate, valid object | allowed, with the JSON Patch that adds what [`qdr_api::defaults`] adds |
 //! | mutate, invalid object | 422 `Invalid` with every cause (before the API server's schema checks, which would hide the rest) |
 //! | validate | allowed with warnings, or 422 `Invalid`, one cause per violation, every cause also in `message` |
+//! | UPDATE that leaves `spec` as it was (labels, annotations, finalizers, status) | allowed, no patch; validate adds the stored violations as warnings |
+//! | UPDATE of a spec whose `oldObject` already broke rules | **ratcheting**: only violations the update introduces or changes deny (compared by field path, type and value, as the API server ratchets CRD schema and CEL rules); the carried ones are warnings |
+//! | CREATE with `metadata.generateName` and no name | validated under a stand-in name (`generateName` cut to 58 characters + 5 characters, the server's rule); mutate adds only the defaults that do not derive from the name |
+//!
+//! Ratcheting keeps objects written by the Go operator (which validated almost nothing)
+//! updatable: they can be labelled, annotated, have a finalizer removed, or be fixed one
+//! violation at a time. The controller still reconciles only valid specs (`SpecValid=False`
+//! for the others), so nothing unsafe is deployed.
 
 use base64::Engine as _;
 use kube::core::admission::{
@@ -186,9 +194,19 @@ pub fn answer(webhook: Webhook, req: &AdmissionRequest<DynamicObject>) -> Reply 
     let Some(object) = &req.object else {
         return reply(deny(req, 400, "BadRequest", "request.object is missing".into()), Outcome::BadRequest);
     };
-    let name = object.metadata.name.clone().unwrap_or_else(|| req.name.clone());
     let raw = serde_json::to_value(object).expect("a decoded object serializes");
+    let old = match req.operation {
+        Operation::Update => req.old_object.as_ref().map(|o| serde_json::to_value(o).expect("serializes")),
+        _ => None,
+    };
+    if let Some(old) = &old
+        && old.get("spec") == raw.get("spec")
+    {
+        return unchanged_spec(webhook, req, &raw);
+    }
+    let (name, stand_in) = names(object, req);
     let decoded: Result<Interconnect, _> = serde_path_to_error::deserialize(&raw);
+    let stored = old.as_ref().map(stored_violations).unwrap_or_default();
     match (webhook, decoded) {
         // Not ours to reject: validation (schema and webhook) reports it with its path.
         (Webhook::Mutate, Err(_)) => reply(AdmissionResponse::from(req), Outcome::Allowed),
@@ -196,11 +214,12 @@ pub fn answer(webhook: Webhook, req: &AdmissionRequest<DynamicObject>) -> Reply 
             // Deny here already: the mutating webhook runs before the API server's schema
             // and CEL checks, which stop at the first failing layer. Answering now lists every
             // problem at once; the validating webhook still checks the final object.
-            let effective = defaults(&ic);
-            let errors = validate(&effective);
-            if !errors.is_empty() {
-                return reply(invalid(req, &name, &errors, &[]), Outcome::Denied);
+            let (effective, errors) = checked(&ic, stand_in.as_deref());
+            let (introduced, _) = ratchet(errors, &stored);
+            if !introduced.is_empty() {
+                return reply(invalid(req, &name, &introduced, &[]), Outcome::Denied);
             }
+            // Defaults under the object's own name: none derived from a name not yet picked.
             let ops = defaulting_patch(raw.get("spec"), &effective);
             let mut response = AdmissionResponse::from(req);
             if !ops.0.is_empty() {
@@ -219,11 +238,12 @@ pub fn answer(webhook: Webhook, req: &AdmissionRequest<DynamicObject>) -> Reply 
             reply(invalid(req, &name, &[err], &[]), Outcome::Denied)
         }
         (Webhook::Validate, Ok(ic)) => {
-            let effective = defaults(&ic);
-            let errors = validate(&effective);
-            let warns = warnings(&effective);
-            if !errors.is_empty() {
-                return reply(invalid(req, &name, &errors, &warns), Outcome::Denied);
+            let (effective, errors) = checked(&ic, stand_in.as_deref());
+            let (introduced, carried) = ratchet(errors, &stored);
+            let mut warns = warnings(&effective);
+            warns.extend(carried.iter().map(carried_warning));
+            if !introduced.is_empty() {
+                return reply(invalid(req, &name, &introduced, &warns), Outcome::Denied);
             }
             let mut response = AdmissionResponse::from(req);
             if !warns.is_empty() {
@@ -232,6 +252,84 @@ pub fn answer(webhook: Webhook, req: &AdmissionRequest<DynamicObject>) -> Reply 
             reply(response, Outcome::Allowed)
         }
     }
+}
+
+/// The name to report and, for a `generateName` create without a name, the stand-in name
+/// to validate under: `generateName` cut to 58 characters plus 5 characters, as the API
+/// server completes it (`names.SimpleNameGenerator`).
+fn names(object: &DynamicObject, req: &AdmissionRequest<DynamicObject>) -> (String, Option<String>) {
+    match (&object.metadata.name, &object.metadata.generate_name) {
+        (Some(n), _) if !n.is_empty() => (n.clone(), None),
+        (_, Some(g)) if !g.is_empty() => {
+            let base: String = g.chars().take(58).collect();
+            (g.clone(), Some(format!("{base}x0x0x")))
+        }
+        _ => (req.name.clone(), None),
+    }
+}
+
+/// The defaulted `ic` (under its own name) and its violations, validated under `stand_in`
+/// when given (defaulted once more under that name, so the derived Secret names are checked).
+fn checked(ic: &Interconnect, stand_in: Option<&str>) -> (Interconnect, Vec<FieldError>) {
+    let effective = defaults(ic);
+    let errors = match stand_in {
+        None => validate(&effective),
+        Some(n) => {
+            let mut named = ic.clone();
+            named.metadata.name = Some(n.into());
+            validate(&defaults(&named))
+        }
+    };
+    (effective, errors)
+}
+
+/// Every violation of the defaulted `ic`.
+fn violations(ic: &Interconnect) -> Vec<FieldError> {
+    validate(&defaults(ic))
+}
+
+/// The violations of the stored object (`oldObject`); none when it does not decode.
+fn stored_violations(old: &Value) -> Vec<FieldError> {
+    serde_json::from_value::<Interconnect>(old.clone()).map(|ic| violations(&ic)).unwrap_or_default()
+}
+
+/// Splits `new` into the violations the request introduces or changes and those the stored
+/// object already had: the same field path, type and offending value.
+pub fn ratchet(new: Vec<FieldError>, stored: &[FieldError]) -> (Vec<FieldError>, Vec<FieldError>) {
+    new.into_iter().partition(|e| {
+        !stored.iter().any(|o| o.field == e.field && o.error_type == e.error_type && o.bad_value == e.bad_value)
+    })
+}
+
+/// Longest warning, in characters (the API guidance, also what kubectl users read).
+pub const MAX_WARNING: usize = 120;
+
+/// The warning for a violation carried over from the stored object: the violation as the API
+/// server's own ratcheting warnings show it (`path: Type value: detail`), cut to
+/// [`MAX_WARNING`] characters (the whole text is in the `SpecValid` condition).
+pub fn carried_warning(e: &FieldError) -> String {
+    let full = e.to_string();
+    if full.chars().count() <= MAX_WARNING {
+        return full;
+    }
+    let mut cut: String = full.chars().take(MAX_WARNING - 1).collect();
+    cut.push('…');
+    cut
+}
+
+/// An UPDATE that leaves the spec as stored (metadata or status only): always admitted and
+/// never patched; the validating webhook lists the stored violations as warnings.
+fn unchanged_spec(webhook: Webhook, req: &AdmissionRequest<DynamicObject>, raw: &Value) -> Reply {
+    let mut response = AdmissionResponse::from(req);
+    if webhook == Webhook::Validate
+        && let Ok(ic) = serde_json::from_value::<Interconnect>(raw.clone())
+    {
+        let warns: Vec<String> = violations(&ic).iter().map(carried_warning).collect();
+        if !warns.is_empty() {
+            response.warnings = Some(warns);
+        }
+    }
+    reply(response, Outcome::Allowed)
 }
 
 /// The JSON Patch from the stored `spec` to the defaulted one, keeping only `add`

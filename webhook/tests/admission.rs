@@ -278,3 +278,119 @@ fn update_reviews_with_an_old_object_are_decoded() {
     assert_eq!(req.old_object.unwrap().data["spec"]["deploymentPlan"]["size"], 1);
     assert_eq!(response(Webhook::Validate, &body)["allowed"], true);
 }
+
+/// An UPDATE review of `object` over the stored `old`.
+fn update(object: Value, old: Value) -> Vec<u8> {
+    let mut r: Value = serde_json::from_slice(&review("UPDATE", object)).unwrap();
+    r["request"]["oldObject"] = old;
+    serde_json::to_vec(&r).unwrap()
+}
+
+/// Like the Go operator's example G: an interior router with edgeConnectors (and its
+/// defaults written into the spec).
+fn go_g() -> Value {
+    ic(json!({"deploymentPlan": {"size": 3, "role": "interior", "placement": "Any", "livenessPort": 8888},
+              "edgeConnectors": [{"name": "up", "host": "edge.example", "port": 45672}]}))
+}
+
+fn causes(resp: &Value) -> Vec<String> {
+    resp["status"]["details"]["causes"]
+        .as_array()
+        .map(|c| c.iter().map(|c| c["field"].as_str().unwrap().to_string()).collect())
+        .unwrap_or_default()
+}
+
+#[test]
+fn metadata_only_updates_of_a_stored_invalid_object_are_admitted_with_warnings() {
+    let stored = go_g();
+    for change in [
+        json!({"labels": {"team": "a"}}),
+        json!({"annotations": {"note": "x"}}),
+        json!({"finalizers": ["example.com/hold"]}),
+    ] {
+        let mut new = stored.clone();
+        for (k, v) in change.as_object().unwrap() {
+            new["metadata"][k] = v.clone();
+        }
+        let m = response(Webhook::Mutate, &update(new.clone(), stored.clone()));
+        assert_eq!(m["allowed"], true, "{m}");
+        assert!(m.get("patch").is_none(), "a metadata-only update is never patched: {m}");
+        let v = response(Webhook::Validate, &update(new, stored.clone()));
+        assert_eq!(v["allowed"], true, "{v}");
+        let warnings = v["warnings"].as_array().unwrap();
+        assert!(warnings.iter().any(|w| w.as_str().unwrap().starts_with("spec.edgeConnectors: Forbidden")), "{v}");
+        assert!(warnings.iter().all(|w| w.as_str().unwrap().chars().count() <= 120));
+    }
+    // Removing a finalizer: the same.
+    let mut held = stored.clone();
+    held["metadata"]["finalizers"] = json!(["example.com/hold"]);
+    assert_eq!(response(Webhook::Validate, &update(stored.clone(), held))["allowed"], true);
+}
+
+#[test]
+fn a_spec_update_is_denied_only_for_what_it_introduces() {
+    let stored = go_g();
+    // A harmless change (size) keeps the old violation: admitted, the violation as a warning.
+    let mut bigger = stored.clone();
+    bigger["spec"]["deploymentPlan"]["size"] = json!(4);
+    for w in [Webhook::Mutate, Webhook::Validate] {
+        let resp = response(w, &update(bigger.clone(), stored.clone()));
+        assert_eq!(resp["allowed"], true, "{w:?}: {resp}");
+    }
+    // A new violation (duplicate port) is denied, naming only that cause.
+    let mut worse = stored.clone();
+    worse["spec"]["listeners"] = json!([{"port": 5672}, {"port": 5672}]);
+    for w in [Webhook::Mutate, Webhook::Validate] {
+        let resp = response(w, &update(worse.clone(), stored.clone()));
+        assert_eq!(resp["allowed"], false, "{w:?}");
+        assert_eq!(causes(&resp), ["spec.listeners[1].port"], "{w:?}: {resp}");
+    }
+    // The same violation at the same path is carried over even if other values under it
+    // change (Forbidden shows no value)...
+    let mut moved = stored.clone();
+    moved["spec"]["edgeConnectors"][0]["host"] = json!("other.example");
+    assert_eq!(response(Webhook::Validate, &update(moved, stored.clone()))["allowed"], true);
+    // ...but a violation whose offending value changes is a changed violation: denied.
+    let mut dup = stored.clone();
+    dup["spec"]["listeners"] = json!([{"port": 5672}, {"port": 5672}]);
+    let mut dup2 = dup.clone();
+    dup2["spec"]["listeners"] = json!([{"port": 5673}, {"port": 5673}]);
+    let resp = response(Webhook::Validate, &update(dup2, dup.clone()));
+    assert_eq!(resp["allowed"], false, "{resp}");
+    assert_eq!(causes(&resp), ["spec.listeners[1].port"]);
+    // Fixing it is admitted, without warnings about it.
+    let mut fixed = stored.clone();
+    fixed["spec"].as_object_mut().unwrap().remove("edgeConnectors");
+    let resp = response(Webhook::Validate, &update(fixed, stored.clone()));
+    assert_eq!(resp["allowed"], true, "{resp}");
+    assert!(resp.get("warnings").is_none_or(|w| !w.to_string().contains("edgeConnectors")), "{resp}");
+    // A valid stored object gets no leniency: the same change is denied on CREATE.
+    let resp = response(Webhook::Validate, &review("CREATE", bigger));
+    assert_eq!(resp["allowed"], false);
+}
+
+#[test]
+fn generate_name_creates_are_admitted_and_get_no_name_derived_defaults() {
+    let object = json!({"apiVersion": "interconnectedcloud.github.io/v1alpha1", "kind": "Interconnect",
+        "metadata": {"generateName": "mesh-", "namespace": "ns"},
+        "spec": {"sslProfiles": [{"name": "tls", "mutualAuth": true}],
+                 "listeners": [{"port": 5671, "sslProfile": "tls"}]}});
+    let mut r: Value = serde_json::from_slice(&review("CREATE", object.clone())).unwrap();
+    r["request"]["name"] = json!("");
+    let body = serde_json::to_vec(&r).unwrap();
+    let v = response(Webhook::Validate, &body);
+    assert_eq!(v["allowed"], true, "{v}");
+    let m = response(Webhook::Mutate, &body);
+    assert_eq!(m["allowed"], true, "{m}");
+    let mut doc = object.clone();
+    json_patch::patch(&mut doc, &patch_of(&m).unwrap()).unwrap();
+    assert!(doc["spec"].get("users").is_none(), "no `-users`: {doc:#}");
+    assert!(doc["spec"]["sslProfiles"][0].get("credentials").is_none(), "{doc:#}");
+    assert_eq!(doc["spec"]["deploymentPlan"]["size"], 1, "other defaults are added");
+    // A generateName too long for a Service name is still caught (under the stand-in name).
+    let long = "m".repeat(70);
+    let mut r2 = r.clone();
+    r2["request"]["object"]["metadata"]["generateName"] = json!(long);
+    let v = response(Webhook::Validate, &serde_json::to_vec(&r2).unwrap());
+    assert_eq!(v["allowed"], true, "cut to 58 + 5 = 63 characters, as the server does: {v}");
+}
