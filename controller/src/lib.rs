@@ -12,6 +12,7 @@
 pub mod builders;
 pub mod credentials;
 pub mod lease;
+pub mod managed_fields;
 pub mod metrics;
 pub mod owner;
 pub mod reconcile;

@@ -89,6 +89,7 @@ fn observed(o: &Owner, present: &[String]) -> Observed {
         secrets,
         workload: None,
         workload_conflict: None,
+        workload_adoption: None,
         pods: vec![],
         unschedulable: Default::default(),
         generation_reconciled: false,

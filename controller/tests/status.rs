@@ -27,6 +27,7 @@ fn observed() -> Observed {
         secrets: Default::default(),
         workload: None,
         workload_conflict: None,
+        workload_adoption: None,
         pods: vec![],
         unschedulable: Default::default(),
         generation_reconciled: false,

@@ -297,7 +297,9 @@ fn stored_violations(old: &Value) -> Vec<FieldError> {
 /// object already had: the same field path, type and offending value.
 pub fn ratchet(new: Vec<FieldError>, stored: &[FieldError]) -> (Vec<FieldError>, Vec<FieldError>) {
     new.into_iter().partition(|e| {
-        !stored.iter().any(|o| o.field == e.field && o.error_type == e.error_type && o.bad_value == e.bad_value)
+        !stored
+            .iter()
+            .any(|o| o.field == e.field && o.error_type == e.error_type && o.bad_value == e.bad_value)
     })
 }
 

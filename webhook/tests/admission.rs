@@ -318,7 +318,10 @@ fn metadata_only_updates_of_a_stored_invalid_object_are_admitted_with_warnings()
         let v = response(Webhook::Validate, &update(new, stored.clone()));
         assert_eq!(v["allowed"], true, "{v}");
         let warnings = v["warnings"].as_array().unwrap();
-        assert!(warnings.iter().any(|w| w.as_str().unwrap().starts_with("spec.edgeConnectors: Forbidden")), "{v}");
+        assert!(
+            warnings.iter().any(|w| w.as_str().unwrap().starts_with("spec.edgeConnectors: Forbidden")),
+            "{v}"
+        );
         assert!(warnings.iter().all(|w| w.as_str().unwrap().chars().count() <= 120));
     }
     // Removing a finalizer: the same.

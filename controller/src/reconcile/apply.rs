@@ -6,6 +6,9 @@
 //!   (controller owner reference with its uid) is a [`Conflict`], and then nothing at all is
 //!   applied: a foreign ServiceAccount `default` or Service `broker` is never taken over,
 //!   and garbage collection never deletes what was not ours;
+//! * **adoption**: a child of ours that the Go operator wrote (an `Update` entry of its
+//!   manager in `managedFields`) has those fields moved to this controller's `Apply` entry
+//!   first ([`crate::managed_fields`]), so the apply removes the ones it does not set;
 //! * every child is server-side applied with `force` under [`FIELD_MANAGER`], so the API
 //!   server computes the drift and no comparison code exists; missing Secrets are created
 //!   (a 409 leaves the existing one alone), generated Secrets due for renewal are replaced
@@ -30,6 +33,7 @@ use serde::de::DeserializeOwned;
 
 use super::build::{Children, Secrets};
 use crate::builders::{Exposure, Workload};
+use crate::managed_fields::Adoption;
 use crate::owner::{FIELD_MANAGER, Owner};
 use crate::route::Route;
 
@@ -147,6 +151,9 @@ pub struct Applied {
     pub pruned: Vec<String>,
     /// Objects in the way: when not empty, nothing was applied.
     pub conflicts: Vec<Conflict>,
+    /// Children whose fields written by the Go operator were taken over (`Kind name`): the
+    /// apply then removed the ones this controller does not set.
+    pub adopted: Vec<String>,
 }
 
 /// The kinds that can become orphans, each with the names to keep.
@@ -203,24 +210,49 @@ async fn ssa<K: Child>(client: &kube::Client, ns: &str, obj: &K) -> Result<K, Er
         .map_err(|source| Error::Apply { kind: K::kind(&()).into_owned(), name, source })
 }
 
-/// The [`Conflict`] of `name` of kind `K`: an existing object that `o` does not control.
-async fn conflict<K: Child>(client: &kube::Client, o: &Owner, name: &str) -> Result<Option<Conflict>, Error> {
+/// What the look-up of the children's names found: objects in the way, and objects of ours
+/// whose fields the Go operator wrote (to be taken over before the apply).
+#[derive(Debug, Default)]
+struct Found {
+    conflicts: Vec<Conflict>,
+    adoptions: Vec<Adoption>,
+}
+
+impl Found {
+    fn extend(&mut self, (conflict, adoption): (Option<Conflict>, Option<Adoption>)) {
+        self.conflicts.extend(conflict);
+        self.adoptions.extend(adoption);
+    }
+}
+
+/// The [`Conflict`] of `name` of kind `K` (an existing object that `o` does not control), or
+/// else its [`Adoption`] when the Go operator wrote it.
+async fn conflict<K: Child>(
+    client: &kube::Client,
+    o: &Owner,
+    name: &str,
+) -> Result<(Option<Conflict>, Option<Adoption>), Error> {
     let meta = Api::<K>::namespaced(client.clone(), o.namespace())
         .get_metadata_opt(name)
         .await
         .map_err(|source| Error::Get { kind: K::kind(&()).into_owned(), name: name.into(), source })?;
-    Ok(meta.and_then(|m| Conflict::of(o, &K::kind(&()), name, m.owner_references())))
+    let Some(meta) = meta else { return Ok((None, None)) };
+    match Conflict::of(o, &K::kind(&()), name, meta.owner_references()) {
+        Some(c) => Ok((Some(c), None)),
+        None => Ok((None, Adoption::of::<K>(&meta.metadata, FIELD_MANAGER))),
+    }
 }
 
-/// Every child of `children` whose name is taken by an object `o` does not control; the
-/// workload was already looked at by observe (`workload`).
+/// Every child of `children` whose name is taken by an object `o` does not control, and
+/// every one of ours to adopt; the workload was already looked at by observe.
 async fn conflicts(
     client: &kube::Client,
     o: &Owner,
     children: &Children,
-    workload: Option<Conflict>,
-) -> Result<Vec<Conflict>, Error> {
-    let mut found: Vec<Conflict> = workload.into_iter().collect();
+    workload: (Option<Conflict>, Option<Adoption>),
+) -> Result<Found, Error> {
+    let mut found = Found::default();
+    found.extend(workload);
     found.extend(conflict::<ServiceAccount>(client, o, &children.service_account.name_any()).await?);
     found.extend(conflict::<Role>(client, o, &children.role.name_any()).await?);
     found.extend(conflict::<RoleBinding>(client, o, &children.role_binding.name_any()).await?);
@@ -294,7 +326,8 @@ async fn prune(
 
 /// Applies every child of `o` unless one of their names is taken by an object `o` does not
 /// control (then nothing is written and [`Applied::conflicts`] lists them, starting with
-/// `workload_conflict`, what observe found under the workload's name); when
+/// what observe found under the workload's name, `workload`); takes over the fields the Go
+/// operator wrote on children of ours ([`crate::managed_fields`]); when
 /// `prune_orphans`, deletes the children it no longer wants (the Deployment after `Any` →
 /// `Every`, the Ingress of a listener no longer exposed, ...).
 ///
@@ -304,12 +337,21 @@ pub async fn apply(
     client: &kube::Client,
     o: &Owner,
     children: Children,
-    workload_conflict: Option<Conflict>,
+    workload: (Option<Conflict>, Option<Adoption>),
     prune_orphans: bool,
 ) -> Result<Applied, Error> {
-    let conflicts = conflicts(client, o, &children, workload_conflict).await?;
+    let Found { conflicts, adoptions } = conflicts(client, o, &children, workload).await?;
     if !conflicts.is_empty() {
         return Ok(Applied { conflicts, ..Applied::default() });
+    }
+    let mut adopted = Vec::new();
+    for a in adoptions {
+        a.write(client, o.namespace()).await.map_err(|source| Error::Update {
+            kind: "managed fields of".into(),
+            name: a.what.clone(),
+            source,
+        })?;
+        adopted.push(a.what);
     }
     let Children {
         service_account,
@@ -372,5 +414,5 @@ pub async fn apply(
             pruned.extend(prune(client, o, ar, names).await?);
         }
     }
-    Ok(Applied { workload, pruned, conflicts: Vec::new() })
+    Ok(Applied { workload, pruned, conflicts: Vec::new(), adopted })
 }

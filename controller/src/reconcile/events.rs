@@ -50,6 +50,8 @@ pub enum Change {
     Unschedulable(String),
     /// `Scheduled`: every router pod is scheduled again after [`Change::Unschedulable`].
     Scheduled,
+    /// `Adopted`: children written by the Go operator were taken over (`Kind name` each).
+    Adopted(Vec<String>),
 }
 
 impl Change {
@@ -84,6 +86,14 @@ impl Change {
             Change::CertificateExpiring(m) => (EventType::Warning, "CertificateExpiring", m.clone()),
             Change::Unschedulable(m) => (EventType::Warning, UNSCHEDULABLE, m.clone()),
             Change::Scheduled => (EventType::Normal, "Scheduled", "every router is scheduled".into()),
+            Change::Adopted(objs) => (
+                EventType::Normal,
+                "Adopted",
+                format!(
+                    "took over the fields the Go operator wrote (those this controller does not set were removed): {}",
+                    objs.join(", ")
+                ),
+            ),
         };
         Event {
             type_,

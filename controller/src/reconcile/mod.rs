@@ -182,7 +182,7 @@ async fn stages(ic: &Interconnect, ctx: &Context) -> Result<Action, Error> {
         &ctx.client,
         &owner,
         children,
-        observed.workload_conflict.clone(),
+        (observed.workload_conflict.clone(), observed.workload_adoption.clone()),
         !observed.generation_reconciled,
     )
     .await?;
@@ -195,6 +195,9 @@ async fn stages(ic: &Interconnect, ctx: &Context) -> Result<Action, Error> {
         return Ok(Action::requeue(CONFLICT_RECHECK));
     }
     let mut changes = planned;
+    if !applied.adopted.is_empty() {
+        changes.push(events::Change::Adopted(applied.adopted));
+    }
     if !applied.pruned.is_empty() {
         changes.push(events::Change::Pruned(applied.pruned));
     }

@@ -23,7 +23,8 @@ use kube::{Resource, ResourceExt};
 use qdr_api::Placement;
 
 use crate::builders::{CONFIG_HASH, CREDENTIALS_HASH};
-use crate::owner::Owner;
+use crate::managed_fields::Adoption;
+use crate::owner::{FIELD_MANAGER, Owner};
 
 /// Why observing failed.
 #[derive(Debug, thiserror::Error)]
@@ -140,6 +141,8 @@ pub struct Observed {
     pub workload: Option<WorkloadState>,
     /// An object of the workload's kind and name that this Interconnect does not control.
     pub workload_conflict: Option<Conflict>,
+    /// The take-over of the workload's fields from the Go operator, when it wrote them.
+    pub workload_adoption: Option<Adoption>,
     /// Names of the router pods that are not being deleted, sorted.
     pub pods: Vec<String>,
     /// The router pods the scheduler could not place.
@@ -214,6 +217,7 @@ pub async fn observe(client: &kube::Client, o: &Owner) -> Result<Observed, Error
         let found = secrets_api.get_opt(&name).await.map_err(read(format!("Secret {name}")))?;
         secrets.insert(name, found);
     }
+    let mut workload_adoption = None;
     let (workload, workload_conflict) = if o.plan().placement == Some(Placement::Every) {
         let api: Api<DaemonSet> = Api::namespaced(client.clone(), ns);
         let found = api.get_opt(o.name()).await.map_err(read(format!("DaemonSet {}", o.name())))?;
@@ -222,6 +226,7 @@ pub async fn observe(client: &kube::Client, o: &Owner) -> Result<Observed, Error
             Some(d) => match Conflict::of(o, "DaemonSet", o.name(), d.owner_references()) {
                 Some(c) => (None, Some(c)),
                 None => {
+                    workload_adoption = Adoption::of::<DaemonSet>(&d.metadata, FIELD_MANAGER);
                     let rolled_out = daemon_set_rolled_out(&d);
                     (Some(state(&d.spec.unwrap_or_default().template, None, rolled_out)), None)
                 }
@@ -235,6 +240,7 @@ pub async fn observe(client: &kube::Client, o: &Owner) -> Result<Observed, Error
             Some(d) => match Conflict::of(o, "Deployment", o.name(), d.owner_references()) {
                 Some(c) => (None, Some(c)),
                 None => {
+                    workload_adoption = Adoption::of::<Deployment>(&d.metadata, FIELD_MANAGER);
                     let rolled_out = deployment_rolled_out(&d);
                     let spec = d.spec.unwrap_or_default();
                     (Some(state(&spec.template, spec.replicas, rolled_out)), None)
@@ -260,6 +266,7 @@ pub async fn observe(client: &kube::Client, o: &Owner) -> Result<Observed, Error
         secrets,
         workload,
         workload_conflict,
+        workload_adoption,
         pods,
         unschedulable,
         generation_reconciled,
