@@ -1,0 +1,394 @@
+//! Upgrading from the Go operator on a real control plane with 3 simulated nodes.
+//!
+//! Setup, once: the Go operator's CRD; every Go example (`api/tests/data/go-operator/`, each
+//! in its own namespace) created and processed as the Go operator does (see
+//! `go_operator/mod.rs`: the real one cannot be built from the module proxy); its routers
+//! scheduled and Ready. Then the upgrade as the README describes it: our CRD applied over the
+//! old one, our webhook and controller started. The tests check the takeover (adoption,
+//! removed Go-only fields, at most one rollout, nothing orphaned, precise `SpecValid=False`
+//! for the examples our rules reject) and ratcheting admission on the stored objects.
+
+mod common;
+mod go_operator;
+
+use std::collections::BTreeMap;
+use std::path::PathBuf;
+use std::time::{Duration, Instant};
+
+use k8s_openapi::api::apps::v1::{Deployment, ReplicaSet};
+use k8s_openapi::api::core::v1::{ConfigMap, Secret, Service, ServiceAccount};
+use k8s_openapi::api::rbac::v1::{Role, RoleBinding};
+use kube::Resource;
+use kube::api::{Api, ListParams};
+use qdr_tests::{ControlPlane, Process};
+use serde_json::{Value, json};
+use tokio::sync::OnceCell;
+
+/// Examples the Go operator accepted and our rules reject (interior routers with
+/// `edgeConnectors`): they must end `SpecValid=False`, their routers untouched.
+const REJECTED: [&str; 2] = ["g-spec-connector.yaml", "h-spec-connector-ssl.yaml"];
+
+/// Generous: a takeover on a loaded 2-core machine is a few reconciles and one rollout.
+const SETTLE: Duration = Duration::from_secs(120);
+
+/// One Go example after the Go operator handled it.
+struct Example {
+    file: String,
+    ns: String,
+    name: String,
+    uid: String,
+    /// The uid of its Deployment before the takeover.
+    workload_uid: String,
+}
+
+struct Setup {
+    cp: &'static ControlPlane,
+    examples: Vec<Example>,
+    _webhook: common::Replica,
+    _controller: Process,
+    /// A namespace the webhook applies to, with nothing in it.
+    spare_ns: String,
+}
+
+static SETUP: OnceCell<Setup> = OnceCell::const_new();
+
+fn example_files() -> Vec<PathBuf> {
+    let dir = qdr_tests::workspace_root().join("api/tests/data/go-operator");
+    let mut files: Vec<PathBuf> = std::fs::read_dir(&dir).unwrap().map(|e| e.unwrap().path()).collect();
+    files.retain(|p| p.extension().is_some_and(|e| e == "yaml"));
+    files.sort();
+    files
+}
+
+async fn eventually<T, F, Fut>(what: &str, timeout: Duration, mut check: F) -> T
+where
+    F: FnMut() -> Fut,
+    Fut: std::future::Future<Output = Option<T>>,
+{
+    let deadline = Instant::now() + timeout;
+    loop {
+        if let Some(v) = check().await {
+            return v;
+        }
+        assert!(Instant::now() < deadline, "timed out after {timeout:?} waiting for {what}");
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+}
+
+fn kubectl_ok(cp: &ControlPlane, args: &[&str], stdin: Option<&str>) -> std::process::Output {
+    let out = match stdin {
+        Some(s) => common::kubectl_stdin(cp, args, s),
+        None => cp.kubectl().args(args).output().unwrap(),
+    };
+    assert!(out.status.success(), "kubectl {args:?}: {}", String::from_utf8_lossy(&out.stderr));
+    out
+}
+
+/// Waits until the CRD is Established and Interconnects are served.
+async fn crd_served(cp: &ControlPlane) {
+    eventually("the CRD established and served", Duration::from_secs(30), || async {
+        let est = cp
+            .kubectl()
+            .args([
+                "wait",
+                "--for=condition=Established",
+                "--timeout=5s",
+                "crd/interconnects.interconnectedcloud.github.io",
+            ])
+            .output()
+            .unwrap();
+        let served = cp.kubectl().args(["get", "interconnects", "-A"]).output().unwrap();
+        (est.status.success() && served.status.success()).then_some(())
+    })
+    .await;
+}
+
+async fn ready_replicas(client: &kube::Client, ns: &str, name: &str) -> Option<i32> {
+    Api::<Deployment>::namespaced(client.clone(), ns).get_opt(name).await.ok()??.status?.ready_replicas
+}
+
+async fn setup() -> &'static Setup {
+    SETUP
+        .get_or_init(|| async {
+            let cp = qdr_tests::shared_with_nodes(3).await;
+            let client = cp.client().await.unwrap();
+            // 1. A cluster running the Go operator.
+            kubectl_ok(cp, &["create", "-f", "-"], Some(&go_operator::crd().to_string()));
+            crd_served(cp).await;
+            let mut examples = Vec::new();
+            for f in example_files() {
+                let file = f.file_name().unwrap().to_string_lossy().to_string();
+                let letter = &file[..1];
+                let ns = cp.namespace(&format!("go-{letter}")).await.name.clone();
+                common::label_namespace(cp, &ns, "upgrade");
+                let manifest: Value = serde_saphyr::from_str(&std::fs::read_to_string(&f).unwrap()).unwrap();
+                let ic = go_operator::deploy(&client, &ns, &manifest).await;
+                let name = ic.metadata.name.clone().unwrap();
+                let size = ic.data["spec"]["deploymentPlan"]["size"].as_i64().unwrap() as i32;
+                eventually(&format!("{file}: the Go operator's routers Ready"), SETTLE, || async {
+                    (ready_replicas(&client, &ns, &name).await? == size).then_some(())
+                })
+                .await;
+                let d = Api::<Deployment>::namespaced(client.clone(), &ns).get(&name).await.unwrap();
+                examples.push(Example {
+                    file,
+                    ns,
+                    name,
+                    uid: ic.metadata.uid.unwrap(),
+                    workload_uid: d.metadata.uid.unwrap(),
+                });
+            }
+            // 2. The upgrade: our CRD over the old one, then the webhook and the controller.
+            let crd = qdr_tests::workspace_root().join(qdr_api::CRD_PATH).display().to_string();
+            kubectl_ok(cp, &["apply", "--server-side", "--force-conflicts", "-f", &crd], None);
+            crd_served(cp).await;
+            let webhook_ns = cp.namespace("upgrade-system").await.name.clone();
+            let spare_ns = cp.namespace("upgrade-new").await.name.clone();
+            common::label_namespace(cp, &spare_ns, "upgrade");
+            let port = common::free_port();
+            let reg = common::register(&client, "upgrade", port, port).await;
+            let webhook = common::start_replica(cp, &webhook_ns, &reg, port, &[]);
+            common::wait_ready(&webhook, Duration::from_secs(60)).await;
+            common::wait_admission_works(cp, &spare_ns, Duration::from_secs(60)).await;
+            let controller_bin =
+                PathBuf::from(env!("CARGO_BIN_EXE_qdr-webhook")).with_file_name("qdr-controller");
+            assert!(controller_bin.is_file(), "build qdr-controller next to qdr-webhook: cargo build --bins");
+            let mut cmd = std::process::Command::new(controller_bin);
+            cmd.env("KUBECONFIG", cp.kubeconfig()).env("RUST_LOG", "info,kube=warn").args([
+                &format!("--lease-namespace={webhook_ns}"),
+                "--identity=upgrade-0",
+                &format!("--health-listen=127.0.0.1:{}", common::free_port()),
+                "--default-image=quay.io/interconnectedcloud/qdrouterd:1.19.0",
+            ]);
+            let controller =
+                Process::spawn("qdr-controller", cmd, &cp.dir().join("upgrade-controller.log")).unwrap();
+            Setup { cp, examples, _webhook: webhook, _controller: controller, spare_ns }
+        })
+        .await
+}
+
+async fn condition(client: &kube::Client, e: &Example, type_: &str) -> Option<Value> {
+    let ic = go_operator::interconnects(client, &e.ns).get(&e.name).await.ok()?;
+    ic.data["status"]["conditions"].as_array()?.iter().find(|c| c["type"] == type_).cloned()
+}
+
+/// Whether `meta` still has an `Update` entry of the Go operator on the main resource.
+fn go_fields(meta: &k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta) -> bool {
+    meta.managed_fields.iter().flatten().any(|m| {
+        m.manager.as_deref() == Some(go_operator::MANAGER)
+            && m.operation.as_deref() == Some("Update")
+            && m.subresource.as_deref().unwrap_or_default().is_empty()
+    })
+}
+
+fn controlled_by(meta: &k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta, uid: &str) -> bool {
+    meta.owner_references.iter().flatten().any(|r| r.controller == Some(true) && r.uid == uid)
+}
+
+fn env_names(d: &Deployment) -> Vec<String> {
+    let c = &d.spec.as_ref().unwrap().template.spec.as_ref().unwrap().containers;
+    c.iter().flat_map(|c| c.env.iter().flatten().map(|e| e.name.clone())).collect()
+}
+
+async fn replica_sets(client: &kube::Client, e: &Example) -> usize {
+    let rss =
+        Api::<ReplicaSet>::namespaced(client.clone(), &e.ns).list(&ListParams::default()).await.unwrap();
+    rss.items.iter().filter(|rs| controlled_by(&rs.metadata, &e.workload_uid)).count()
+}
+
+/// Every object of kind `K` in `e`'s namespace except `skip` is controlled by the Interconnect.
+async fn all_controlled<K>(client: &kube::Client, e: &Example, skip: &[&str]) -> Vec<String>
+where
+    K: Resource<Scope = k8s_openapi::NamespaceResourceScope, DynamicType = ()>
+        + Clone
+        + serde::de::DeserializeOwned
+        + std::fmt::Debug,
+{
+    let list = Api::<K>::namespaced(client.clone(), &e.ns).list(&ListParams::default()).await.unwrap();
+    list.items
+        .iter()
+        .filter(|o| !skip.contains(&o.meta().name.as_deref().unwrap_or_default()))
+        .filter(|o| !controlled_by(o.meta(), &e.uid))
+        .map(|o| format!("{} {}", K::kind(&()), o.meta().name.clone().unwrap_or_default()))
+        .collect()
+}
+
+#[tokio::test]
+async fn every_go_interconnect_is_taken_over_or_precisely_rejected() {
+    let s = setup().await;
+    let client = s.cp.client().await.unwrap();
+    let mut outcome: BTreeMap<String, String> = BTreeMap::new();
+    for e in &s.examples {
+        let deps = Api::<Deployment>::namespaced(client.clone(), &e.ns);
+        if REJECTED.contains(&e.file.as_str()) {
+            let c = eventually(&format!("{}: SpecValid=False", e.file), SETTLE, || async {
+                condition(&client, e, "SpecValid").await.filter(|c| c["status"] == "False")
+            })
+            .await;
+            let msg = c["message"].as_str().unwrap();
+            assert!(msg.contains("spec.edgeConnectors: Forbidden"), "{}: {msg}", e.file);
+            // Nothing unsafe deployed: the Go operator's Deployment is left as it was.
+            let d = deps.get(&e.name).await.unwrap();
+            assert_eq!(d.metadata.uid.as_deref(), Some(e.workload_uid.as_str()));
+            assert!(go_fields(&d.metadata) && env_names(&d).contains(&"POD_COUNT".to_string()), "{}", e.file);
+            outcome.insert(e.file.clone(), format!("SpecValid=False: {msg}"));
+            continue;
+        }
+        eventually(&format!("{}: Ready=True", e.file), SETTLE, || async {
+            condition(&client, e, "Ready").await.filter(|c| c["status"] == "True")
+        })
+        .await;
+        // Adopted, not recreated, and its Go-only fields removed.
+        let d = deps.get(&e.name).await.unwrap();
+        assert_eq!(d.metadata.uid.as_deref(), Some(e.workload_uid.as_str()), "{}: same Deployment", e.file);
+        assert!(controlled_by(&d.metadata, &e.uid));
+        assert!(!go_fields(&d.metadata), "{}: {:#?}", e.file, d.metadata.managed_fields);
+        assert!(
+            !env_names(&d).contains(&"POD_COUNT".to_string()),
+            "{}: the Go-only POD_COUNT is left",
+            e.file
+        );
+        // The pod template is exactly what the controller makes for the same spec from scratch
+        // (a twin in another namespace), but for the hash of the (randomly generated) credentials.
+        let twin = twin_template(s.cp, &client, e).await;
+        let adopted = template(&deps.get(&e.name).await.unwrap());
+        assert_eq!(adopted, twin, "{}: adopted template differs from a fresh one", e.file);
+        let events = Api::<k8s_openapi::api::events::v1::Event>::namespaced(client.clone(), &e.ns);
+        let adopted = eventually(&format!("{}: an Adopted event", e.file), SETTLE, || async {
+            let list = events.list(&ListParams::default()).await.ok()?;
+            list.items.into_iter().find(|ev| ev.reason.as_deref() == Some("Adopted"))
+        })
+        .await;
+        let note = adopted.note.unwrap_or_default();
+        assert!(note.contains(&format!("Deployment {}", e.name)), "{}: {note}", e.file);
+        let svc = Api::<Service>::namespaced(client.clone(), &e.ns).get(&e.name).await.unwrap();
+        assert!(!go_fields(&svc.metadata), "{}: Service still has Go fields", e.file);
+        for meta in [
+            Api::<Role>::namespaced(client.clone(), &e.ns).get(&e.name).await.unwrap().metadata,
+            Api::<RoleBinding>::namespaced(client.clone(), &e.ns).get(&e.name).await.unwrap().metadata,
+            Api::<ServiceAccount>::namespaced(client.clone(), &e.ns).get(&e.name).await.unwrap().metadata,
+        ] {
+            assert!(!go_fields(&meta) && controlled_by(&meta, &e.uid), "{}: {:?}", e.file, meta.name);
+        }
+        outcome.insert(e.file.clone(), format!("Ready; {} ReplicaSets", replica_sets(&client, e).await));
+    }
+    // Settled: the routers rolled at most once, and nothing is orphaned.
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    for e in &s.examples {
+        let rss = replica_sets(&client, e).await;
+        assert!(rss <= 2, "{}: {rss} ReplicaSets: rolled more than once", e.file);
+        let mut orphans = Vec::new();
+        orphans.extend(all_controlled::<Role>(&client, e, &[]).await);
+        orphans.extend(all_controlled::<RoleBinding>(&client, e, &[]).await);
+        orphans.extend(all_controlled::<ServiceAccount>(&client, e, &["default"]).await);
+        orphans.extend(all_controlled::<Deployment>(&client, e, &[]).await);
+        orphans.extend(all_controlled::<Service>(&client, e, &[]).await);
+        orphans.extend(all_controlled::<ConfigMap>(&client, e, &["kube-root-ca.crt"]).await);
+        orphans.extend(all_controlled::<Secret>(&client, e, &[]).await);
+        assert!(orphans.is_empty(), "{}: not controlled by the Interconnect: {orphans:?}", e.file);
+    }
+    for (file, what) in &outcome {
+        eprintln!("{file}: {what}");
+    }
+}
+
+/// The pod template of `d` without the credentials hash.
+fn template(d: &Deployment) -> Value {
+    let mut t = serde_json::to_value(&d.spec.as_ref().unwrap().template).unwrap();
+    t["metadata"]["annotations"].as_object_mut().unwrap().remove("qdr-operator.io/credentials-hash");
+    t
+}
+
+/// The pod template the controller makes for `e`'s stored spec in a fresh namespace.
+async fn twin_template(cp: &'static ControlPlane, client: &kube::Client, e: &Example) -> Value {
+    let stored = go_operator::interconnects(client, &e.ns).get(&e.name).await.unwrap();
+    let ns = cp.namespace("twin").await.name.clone();
+    let twin: kube::api::DynamicObject = serde_json::from_value(json!({
+        "apiVersion": "interconnectedcloud.github.io/v1alpha1", "kind": "Interconnect",
+        "metadata": {"name": e.name}, "spec": stored.data["spec"]}))
+    .unwrap();
+    go_operator::interconnects(client, &ns).create(&Default::default(), &twin).await.unwrap();
+    let deps = Api::<Deployment>::namespaced(client.clone(), &ns);
+    let d = eventually(&format!("{}: the twin's Deployment", e.file), SETTLE, || async {
+        deps.get_opt(&e.name).await.ok().flatten()
+    })
+    .await;
+    template(&d)
+}
+
+fn rejected(s: &Setup) -> &Example {
+    s.examples.iter().find(|e| e.file == REJECTED[0]).unwrap()
+}
+
+#[tokio::test]
+async fn metadata_updates_of_a_stored_invalid_object_are_admitted() {
+    let s = setup().await;
+    let e = rejected(s);
+    let ic = format!("interconnect/{}", e.name);
+    for args in [
+        vec!["label", &ic, "team=messaging"],
+        vec!["annotate", &ic, "example.com/note=kept"],
+        vec!["patch", &ic, "--type=merge", "-p", r#"{"metadata":{"finalizers":["example.com/hold"]}}"#],
+        vec!["patch", &ic, "--type=merge", "-p", r#"{"metadata":{"finalizers":null}}"#],
+    ] {
+        let mut a: Vec<&str> = args.iter().map(|s| &**s).collect();
+        a.extend(["-n", &e.ns]);
+        kubectl_ok(s.cp, &a, None);
+    }
+    let client = s.cp.client().await.unwrap();
+    let stored = go_operator::interconnects(&client, &e.ns).get(&e.name).await.unwrap();
+    assert_eq!(stored.metadata.labels.unwrap()["team"], "messaging");
+    assert!(stored.metadata.finalizers.unwrap_or_default().is_empty());
+}
+
+#[tokio::test]
+async fn an_update_that_adds_a_violation_is_denied_with_only_that_cause() {
+    let s = setup().await;
+    let e = rejected(s);
+    let patch = json!({"spec": {"listeners": [{"port": 5672}, {"port": 5672}]}}).to_string();
+    let out =
+        s.cp.kubectl()
+            .args(["patch", &format!("interconnect/{}", e.name), "-n", &e.ns, "--type=merge", "-p", &patch])
+            .output()
+            .unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success(), "{stderr}");
+    let causes: Vec<&str> = stderr.lines().filter(|l| l.starts_with("* ")).collect();
+    let error: Vec<&str> = stderr.lines().filter(|l| !l.starts_with("Warning:")).collect();
+    assert!(error.join("\n").contains("spec.listeners[1].port: Duplicate value"), "{stderr}");
+    assert!(causes.iter().all(|c| c.contains("spec.listeners[1].port")), "only the new cause: {stderr}");
+    assert!(!error.join("\n").contains("edgeConnectors"), "the stored violation is not an error: {stderr}");
+}
+
+#[tokio::test]
+async fn kubectl_apply_of_the_unchanged_file_is_admitted_with_warnings() {
+    let s = setup().await;
+    let e = rejected(s);
+    let file = qdr_tests::workspace_root().join("api/tests/data/go-operator").join(&e.file);
+    let out = kubectl_ok(s.cp, &["apply", "-n", &e.ns, "-f", &file.display().to_string()], None);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        stderr.lines().any(|l| l.starts_with("Warning: spec.edgeConnectors")),
+        "the stored violation comes back as a warning: {stderr}"
+    );
+}
+
+#[tokio::test]
+async fn generate_name_creates_are_admitted_and_named_by_the_controller() {
+    let s = setup().await;
+    let obj = json!({"apiVersion": "interconnectedcloud.github.io/v1alpha1", "kind": "Interconnect",
+                     "metadata": {"generateName": "mesh-"}, "spec": {"deploymentPlan": {"size": 1}}});
+    let out =
+        kubectl_ok(s.cp, &["create", "-n", &s.spare_ns, "-o", "json", "-f", "-"], Some(&obj.to_string()));
+    let created: Value = serde_json::from_slice(&out.stdout).unwrap();
+    let name = created["metadata"]["name"].as_str().unwrap().to_string();
+    assert!(name.starts_with("mesh-") && name.len() == 10, "{name}");
+    assert!(created["spec"].get("users").is_none(), "no `-users` stored: {:#}", created["spec"]);
+    assert_eq!(created["spec"]["deploymentPlan"]["placement"], "Any", "the other defaults are stored");
+    let client = s.cp.client().await.unwrap();
+    let secrets = Api::<Secret>::namespaced(client, &s.spare_ns);
+    eventually("the users Secret named after the final name", SETTLE, || async {
+        secrets.get_opt(&format!("{name}-users")).await.ok().flatten()
+    })
+    .await;
+}
