@@ -29,6 +29,25 @@ pub use pki::{CertPair, Pki};
 pub use process::Process;
 pub use testbin::{BUILD_HINT, KWOK_STAGES, TESTBIN_ENV, Testbin, workspace_root};
 
+/// Polls `check` every 100 ms until it returns `Some`, and returns that value.
+///
+/// # Panics
+/// After `timeout`, naming `what`.
+pub async fn eventually<T, F, Fut>(what: &str, timeout: std::time::Duration, mut check: F) -> T
+where
+    F: FnMut() -> Fut,
+    Fut: std::future::Future<Output = Option<T>>,
+{
+    let deadline = std::time::Instant::now() + timeout;
+    loop {
+        if let Some(v) = check().await {
+            return v;
+        }
+        assert!(std::time::Instant::now() < deadline, "timed out after {timeout:?} waiting for {what}");
+        tokio::time::sleep(std::time::Duration::from_millis(100)).await;
+    }
+}
+
 /// Why the control plane could not be started or used.
 #[derive(Debug, thiserror::Error)]
 pub enum Error {

@@ -13,14 +13,14 @@ mod go_operator;
 
 use std::collections::BTreeMap;
 use std::path::PathBuf;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use k8s_openapi::api::apps::v1::{Deployment, ReplicaSet};
 use k8s_openapi::api::core::v1::{ConfigMap, Secret, Service, ServiceAccount};
 use k8s_openapi::api::rbac::v1::{Role, RoleBinding};
 use kube::Resource;
 use kube::api::{Api, ListParams};
-use qdr_tests::{ControlPlane, Process};
+use qdr_tests::{ControlPlane, Process, eventually};
 use serde_json::{Value, json};
 use tokio::sync::OnceCell;
 
@@ -58,21 +58,6 @@ fn example_files() -> Vec<PathBuf> {
     files.retain(|p| p.extension().is_some_and(|e| e == "yaml"));
     files.sort();
     files
-}
-
-async fn eventually<T, F, Fut>(what: &str, timeout: Duration, mut check: F) -> T
-where
-    F: FnMut() -> Fut,
-    Fut: std::future::Future<Output = Option<T>>,
-{
-    let deadline = Instant::now() + timeout;
-    loop {
-        if let Some(v) = check().await {
-            return v;
-        }
-        assert!(Instant::now() < deadline, "timed out after {timeout:?} waiting for {what}");
-        tokio::time::sleep(Duration::from_millis(200)).await;
-    }
 }
 
 fn kubectl_ok(cp: &ControlPlane, args: &[&str], stdin: Option<&str>) -> std::process::Output {

@@ -2,7 +2,7 @@
 #![allow(dead_code)]
 
 use std::process::Command;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use kube::api::{Api, ApiResource, DynamicObject, GroupVersionKind, ListParams};
 use qdr_tests::{ControlPlane, Process};
@@ -59,21 +59,7 @@ pub fn interconnects(client: &kube::Client, ns: &str) -> Api<DynamicObject> {
     Api::namespaced_with(client.clone(), ns, &ar)
 }
 
-/// Polls `check` every 100 ms until it returns Some, or panics after `timeout`.
-pub async fn eventually<T, F, Fut>(what: &str, timeout: Duration, mut check: F) -> T
-where
-    F: FnMut() -> Fut,
-    Fut: std::future::Future<Output = Option<T>>,
-{
-    let deadline = Instant::now() + timeout;
-    loop {
-        if let Some(v) = check().await {
-            return v;
-        }
-        assert!(Instant::now() < deadline, "timed out after {timeout:?} waiting for {what}");
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    }
-}
+pub use qdr_tests::eventually;
 
 /// The controller's `qdr_controller_reconciles_total` from its metrics on port `health`.
 pub async fn reconciles(health: u16) -> Option<u64> {
