@@ -3,9 +3,12 @@
 //! follow the apimachinery vocabulary: lower case, no trailing period, "must", and what to
 //! do about it. A message that names a list is a function of the list's JSON name.
 
-/// `deploymentPlan`: `placement: Every` with `size` (CEL `every-without-size`).
+/// `deploymentPlan`: `placement: Every` with a `size` other than 1 (CEL `every-without-size`).
+/// Size 1 is accepted (and ignored, with a warning): the Go operator wrote it as the default
+/// of every Interconnect, `Every` ones included.
 pub const EVERY_WITHOUT_SIZE: &str = "size must not be set with placement Every (a DaemonSet runs one router on \
-                                      every node): remove size, or use placement Any or AntiAffinity";
+                                      every node; only size 1, the Go operator's default, is accepted and ignored): \
+                                      remove size, or use placement Any or AntiAffinity";
 
 /// An edge router with entries in `list` (CEL `edge-without-*`).
 pub fn edge_forbids(list: &str) -> String {

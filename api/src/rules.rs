@@ -111,7 +111,7 @@ pub fn cel_rules() -> Vec<CelRule> {
         ..rule(
             "every-without-size",
             "spec.deploymentPlan",
-            "!(has(self.placement) && self.placement == 'Every' && has(self.size))".into(),
+            "!(has(self.placement) && self.placement == 'Every' && has(self.size) && self.size != 1)".into(),
             msg::EVERY_WITHOUT_SIZE.into(),
         )
     });

@@ -304,7 +304,7 @@ impl Validator {
                         ""
                     },
                 );
-                if *p == crate::types::Placement::Every && plan.size.is_some() {
+                if *p == crate::types::Placement::Every && plan.size.is_some_and(|s| s != 1) {
                     self.push(
                         "spec.deploymentPlan.size",
                         ErrorType::Forbidden,

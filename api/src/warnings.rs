@@ -13,6 +13,14 @@ pub fn warnings(ic: &Interconnect) -> Vec<String> {
     let spec = &ic.spec;
     let mut w = Vec::new();
     let no_users = spec.users.as_deref().is_some_and(is_no_users);
+    if let Some(plan) = &spec.deployment_plan
+        && plan.placement == Some(crate::types::Placement::Every)
+        && plan.size == Some(1)
+    {
+        w.push(
+            "spec.deploymentPlan.size: ignored with placement Every (one router per node); remove it".into(),
+        );
+    }
     for (role, i, l) in spec.every_listener() {
         let p = format!("spec.{}[{i}]", role.listeners_field());
         let exposed = l.expose == Some(true);

@@ -145,3 +145,25 @@ fn without_a_name_nothing_is_derived_from_it() {
     assert_eq!(named.users.as_deref(), Some("mesh-users"));
     assert_eq!(named.ssl_profiles.unwrap()[0].credentials.as_deref(), Some("mesh-tls-credentials"));
 }
+
+#[test]
+fn the_go_operators_size_one_with_every_is_accepted_ignored_and_warned_about() {
+    // The Go operator defaulted size to 1 for every placement and wrote it back.
+    let go = |size: i32| -> Interconnect {
+        serde_json::from_value(json!({"metadata": {"name": "edge"},
+            "spec": {"deploymentPlan": {"role": "edge", "placement": "Every", "size": size}}}))
+        .unwrap()
+    };
+    let one = defaults(&go(1));
+    assert!(validate(&one).is_empty(), "{:#?}", validate(&one));
+    let w = qdr_api::warnings(&one);
+    assert!(
+        w.contains(
+            &"spec.deploymentPlan.size: ignored with placement Every (one router per node); remove it".into()
+        ),
+        "{w:?}"
+    );
+    let two = validate(&defaults(&go(2)));
+    assert_eq!(two.len(), 1);
+    assert_eq!(two[0].field, "spec.deploymentPlan.size");
+}

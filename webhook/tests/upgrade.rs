@@ -15,9 +15,10 @@ use std::collections::BTreeMap;
 use std::path::PathBuf;
 use std::time::Duration;
 
-use k8s_openapi::api::apps::v1::{Deployment, ReplicaSet};
+use k8s_openapi::api::apps::v1::{ControllerRevision, DaemonSet, Deployment, ReplicaSet};
 use k8s_openapi::api::core::v1::{ConfigMap, Secret, Service, ServiceAccount};
 use k8s_openapi::api::rbac::v1::{Role, RoleBinding};
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use kube::Resource;
 use kube::api::{Api, ListParams};
 use qdr_tests::{ControlPlane, Process, eventually};
@@ -37,8 +38,55 @@ struct Example {
     ns: String,
     name: String,
     uid: String,
-    /// The uid of its Deployment before the takeover.
+    /// Whether its routers are a DaemonSet (placement Every), else a Deployment.
+    every: bool,
+    /// The uid of its workload before the takeover.
     workload_uid: String,
+}
+
+/// A router workload as stored: metadata, pod template, and ready/desired routers.
+struct Workload {
+    meta: ObjectMeta,
+    template: k8s_openapi::api::core::v1::PodTemplateSpec,
+    ready: i32,
+    desired: i32,
+}
+
+impl Workload {
+    fn kind(every: bool) -> &'static str {
+        if every { "DaemonSet" } else { "Deployment" }
+    }
+}
+
+/// The Deployment or DaemonSet `name` in `ns`.
+async fn workload(client: &kube::Client, ns: &str, name: &str, every: bool) -> Option<Workload> {
+    if every {
+        let d = Api::<DaemonSet>::namespaced(client.clone(), ns).get_opt(name).await.ok()??;
+        let st = d.status.clone().unwrap_or_default();
+        Some(Workload {
+            meta: d.metadata,
+            template: d.spec?.template,
+            ready: st.number_ready,
+            desired: st.desired_number_scheduled,
+        })
+    } else {
+        let d = Api::<Deployment>::namespaced(client.clone(), ns).get_opt(name).await.ok()??;
+        let spec = d.spec?;
+        Some(Workload {
+            meta: d.metadata,
+            ready: d.status.and_then(|s| s.ready_replicas).unwrap_or(0),
+            desired: spec.replicas.unwrap_or(1),
+            template: spec.template,
+        })
+    }
+}
+
+/// An extra example of ours in the Go operator's shape: edge routers on every node (the Go
+/// examples have no DaemonSet).
+fn every_example() -> Value {
+    json!({"apiVersion": "interconnectedcloud.github.io/v1alpha1", "kind": "Interconnect",
+           "metadata": {"name": "edge-everywhere"},
+           "spec": {"deploymentPlan": {"role": "edge", "placement": "Every"}}})
 }
 
 struct Setup {
@@ -88,10 +136,6 @@ async fn crd_served(cp: &ControlPlane) {
     .await;
 }
 
-async fn ready_replicas(client: &kube::Client, ns: &str, name: &str) -> Option<i32> {
-    Api::<Deployment>::namespaced(client.clone(), ns).get_opt(name).await.ok()??.status?.ready_replicas
-}
-
 async fn setup() -> &'static Setup {
     SETUP
         .get_or_init(|| async {
@@ -101,26 +145,34 @@ async fn setup() -> &'static Setup {
             kubectl_ok(cp, &["create", "-f", "-"], Some(&go_operator::crd().to_string()));
             crd_served(cp).await;
             let mut examples = Vec::new();
-            for f in example_files() {
-                let file = f.file_name().unwrap().to_string_lossy().to_string();
+            let mut manifests: Vec<(String, Value)> = example_files()
+                .iter()
+                .map(|f| {
+                    let file = f.file_name().unwrap().to_string_lossy().to_string();
+                    (file, serde_saphyr::from_str(&std::fs::read_to_string(f).unwrap()).unwrap())
+                })
+                .collect();
+            manifests.push(("z-every-edge (ours)".into(), every_example()));
+            for (file, manifest) in manifests {
                 let letter = &file[..1];
                 let ns = cp.namespace(&format!("go-{letter}")).await.name.clone();
                 common::label_namespace(cp, &ns, "upgrade");
-                let manifest: Value = serde_saphyr::from_str(&std::fs::read_to_string(&f).unwrap()).unwrap();
                 let ic = go_operator::deploy(&client, &ns, &manifest).await;
                 let name = ic.metadata.name.clone().unwrap();
-                let size = ic.data["spec"]["deploymentPlan"]["size"].as_i64().unwrap() as i32;
-                eventually(&format!("{file}: the Go operator's routers Ready"), SETTLE, || async {
-                    (ready_replicas(&client, &ns, &name).await? == size).then_some(())
+                let every = ic.data["spec"]["deploymentPlan"]["placement"] == "Every";
+                let w = eventually(&format!("{file}: the Go operator's routers Ready"), SETTLE, || async {
+                    workload(&client, &ns, &name, every)
+                        .await
+                        .filter(|w| w.desired > 0 && w.ready == w.desired)
                 })
                 .await;
-                let d = Api::<Deployment>::namespaced(client.clone(), &ns).get(&name).await.unwrap();
                 examples.push(Example {
                     file,
                     ns,
                     name,
                     uid: ic.metadata.uid.unwrap(),
-                    workload_uid: d.metadata.uid.unwrap(),
+                    every,
+                    workload_uid: w.meta.uid.unwrap(),
                 });
             }
             // 2. The upgrade: our CRD over the old one, then the webhook and the controller.
@@ -170,15 +222,22 @@ fn controlled_by(meta: &k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMe
     meta.owner_references.iter().flatten().any(|r| r.controller == Some(true) && r.uid == uid)
 }
 
-fn env_names(d: &Deployment) -> Vec<String> {
-    let c = &d.spec.as_ref().unwrap().template.spec.as_ref().unwrap().containers;
+fn env_names(w: &Workload) -> Vec<String> {
+    let c = &w.template.spec.as_ref().unwrap().containers;
     c.iter().flat_map(|c| c.env.iter().flatten().map(|e| e.name.clone())).collect()
 }
 
-async fn replica_sets(client: &kube::Client, e: &Example) -> usize {
-    let rss =
-        Api::<ReplicaSet>::namespaced(client.clone(), &e.ns).list(&ListParams::default()).await.unwrap();
-    rss.items.iter().filter(|rs| controlled_by(&rs.metadata, &e.workload_uid)).count()
+/// The rollouts of `e`'s workload so far: its ReplicaSets or ControllerRevisions.
+async fn revisions(client: &kube::Client, e: &Example) -> usize {
+    let lp = ListParams::default();
+    let owners: Vec<ObjectMeta> = if e.every {
+        let api = Api::<ControllerRevision>::namespaced(client.clone(), &e.ns);
+        api.list(&lp).await.unwrap().items.into_iter().map(|r| r.metadata).collect()
+    } else {
+        let api = Api::<ReplicaSet>::namespaced(client.clone(), &e.ns);
+        api.list(&lp).await.unwrap().items.into_iter().map(|r| r.metadata).collect()
+    };
+    owners.iter().filter(|m| controlled_by(m, &e.workload_uid)).count()
 }
 
 /// Every object of kind `K` in `e`'s namespace except `skip` is controlled by the Interconnect.
@@ -204,7 +263,8 @@ async fn every_go_interconnect_is_taken_over_or_precisely_rejected() {
     let client = s.cp.client().await.unwrap();
     let mut outcome: BTreeMap<String, String> = BTreeMap::new();
     for e in &s.examples {
-        let deps = Api::<Deployment>::namespaced(client.clone(), &e.ns);
+        let kind = Workload::kind(e.every);
+        let stored = || async { workload(&client, &e.ns, &e.name, e.every).await.unwrap() };
         if REJECTED.contains(&e.file.as_str()) {
             let c = eventually(&format!("{}: SpecValid=False", e.file), SETTLE, || async {
                 condition(&client, e, "SpecValid").await.filter(|c| c["status"] == "False")
@@ -212,10 +272,10 @@ async fn every_go_interconnect_is_taken_over_or_precisely_rejected() {
             .await;
             let msg = c["message"].as_str().unwrap();
             assert!(msg.contains("spec.edgeConnectors: Forbidden"), "{}: {msg}", e.file);
-            // Nothing unsafe deployed: the Go operator's Deployment is left as it was.
-            let d = deps.get(&e.name).await.unwrap();
-            assert_eq!(d.metadata.uid.as_deref(), Some(e.workload_uid.as_str()));
-            assert!(go_fields(&d.metadata) && env_names(&d).contains(&"POD_COUNT".to_string()), "{}", e.file);
+            // Nothing unsafe deployed: the Go operator's workload is left as it was.
+            let w = stored().await;
+            assert_eq!(w.meta.uid.as_deref(), Some(e.workload_uid.as_str()));
+            assert!(go_fields(&w.meta) && env_names(&w).contains(&"POD_COUNT".to_string()), "{}", e.file);
             outcome.insert(e.file.clone(), format!("SpecValid=False: {msg}"));
             continue;
         }
@@ -224,19 +284,19 @@ async fn every_go_interconnect_is_taken_over_or_precisely_rejected() {
         })
         .await;
         // Adopted, not recreated, and its Go-only fields removed.
-        let d = deps.get(&e.name).await.unwrap();
-        assert_eq!(d.metadata.uid.as_deref(), Some(e.workload_uid.as_str()), "{}: same Deployment", e.file);
-        assert!(controlled_by(&d.metadata, &e.uid));
-        assert!(!go_fields(&d.metadata), "{}: {:#?}", e.file, d.metadata.managed_fields);
+        let w = stored().await;
+        assert_eq!(w.meta.uid.as_deref(), Some(e.workload_uid.as_str()), "{}: same {kind}", e.file);
+        assert!(controlled_by(&w.meta, &e.uid));
+        assert!(!go_fields(&w.meta), "{}: {:#?}", e.file, w.meta.managed_fields);
         assert!(
-            !env_names(&d).contains(&"POD_COUNT".to_string()),
+            !env_names(&w).contains(&"POD_COUNT".to_string()),
             "{}: the Go-only POD_COUNT is left",
             e.file
         );
         // The pod template is exactly what the controller makes for the same spec from scratch
         // (a twin in another namespace), but for the hash of the (randomly generated) credentials.
         let twin = twin_template(s.cp, &client, e).await;
-        let adopted = template(&deps.get(&e.name).await.unwrap());
+        let adopted = template(&stored().await);
         assert_eq!(adopted, twin, "{}: adopted template differs from a fresh one", e.file);
         let events = Api::<k8s_openapi::api::events::v1::Event>::namespaced(client.clone(), &e.ns);
         let adopted = eventually(&format!("{}: an Adopted event", e.file), SETTLE, || async {
@@ -245,7 +305,7 @@ async fn every_go_interconnect_is_taken_over_or_precisely_rejected() {
         })
         .await;
         let note = adopted.note.unwrap_or_default();
-        assert!(note.contains(&format!("Deployment {}", e.name)), "{}: {note}", e.file);
+        assert!(note.contains(&format!("{kind} {}", e.name)), "{}: {note}", e.file);
         let svc = Api::<Service>::namespaced(client.clone(), &e.ns).get(&e.name).await.unwrap();
         assert!(!go_fields(&svc.metadata), "{}: Service still has Go fields", e.file);
         for meta in [
@@ -255,18 +315,23 @@ async fn every_go_interconnect_is_taken_over_or_precisely_rejected() {
         ] {
             assert!(!go_fields(&meta) && controlled_by(&meta, &e.uid), "{}: {:?}", e.file, meta.name);
         }
-        outcome.insert(e.file.clone(), format!("Ready; {} ReplicaSets", replica_sets(&client, e).await));
+        let rollouts = revisions(&client, e).await;
+        outcome.insert(
+            e.file.clone(),
+            format!("Ready; {kind} adopted, {rollouts} revisions (the Go one + 1 rollout)"),
+        );
     }
     // Settled: the routers rolled at most once, and nothing is orphaned.
     tokio::time::sleep(Duration::from_secs(3)).await;
     for e in &s.examples {
-        let rss = replica_sets(&client, e).await;
-        assert!(rss <= 2, "{}: {rss} ReplicaSets: rolled more than once", e.file);
+        let n = revisions(&client, e).await;
+        assert!(n <= 2, "{}: {n} revisions: rolled more than once", e.file);
         let mut orphans = Vec::new();
         orphans.extend(all_controlled::<Role>(&client, e, &[]).await);
         orphans.extend(all_controlled::<RoleBinding>(&client, e, &[]).await);
         orphans.extend(all_controlled::<ServiceAccount>(&client, e, &["default"]).await);
         orphans.extend(all_controlled::<Deployment>(&client, e, &[]).await);
+        orphans.extend(all_controlled::<DaemonSet>(&client, e, &[]).await);
         orphans.extend(all_controlled::<Service>(&client, e, &[]).await);
         orphans.extend(all_controlled::<ConfigMap>(&client, e, &["kube-root-ca.crt"]).await);
         orphans.extend(all_controlled::<Secret>(&client, e, &[]).await);
@@ -277,9 +342,9 @@ async fn every_go_interconnect_is_taken_over_or_precisely_rejected() {
     }
 }
 
-/// The pod template of `d` without the credentials hash.
-fn template(d: &Deployment) -> Value {
-    let mut t = serde_json::to_value(&d.spec.as_ref().unwrap().template).unwrap();
+/// The pod template of `w` without the credentials hash.
+fn template(w: &Workload) -> Value {
+    let mut t = serde_json::to_value(&w.template).unwrap();
     t["metadata"]["annotations"].as_object_mut().unwrap().remove("qdr-operator.io/credentials-hash");
     t
 }
@@ -293,12 +358,11 @@ async fn twin_template(cp: &'static ControlPlane, client: &kube::Client, e: &Exa
         "metadata": {"name": e.name}, "spec": stored.data["spec"]}))
     .unwrap();
     go_operator::interconnects(client, &ns).create(&Default::default(), &twin).await.unwrap();
-    let deps = Api::<Deployment>::namespaced(client.clone(), &ns);
-    let d = eventually(&format!("{}: the twin's Deployment", e.file), SETTLE, || async {
-        deps.get_opt(&e.name).await.ok().flatten()
+    let w = eventually(&format!("{}: the twin's workload", e.file), SETTLE, || async {
+        workload(client, &ns, &e.name, e.every).await
     })
     .await;
-    template(&d)
+    template(&w)
 }
 
 fn rejected(s: &Setup) -> &Example {
