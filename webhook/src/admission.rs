@@ -206,7 +206,11 @@ pub fn answer(webhook: Webhook, req: &AdmissionRequest<DynamicObject>) -> Reply 
     }
     let (name, stand_in) = names(object, req);
     let decoded: Result<Interconnect, _> = serde_path_to_error::deserialize(&raw);
-    let stored = old.as_ref().map(stored_violations).unwrap_or_default();
+    // The stored object's violations, computed only when the new object has some.
+    let ratcheted = |errors: Vec<FieldError>| match &old {
+        Some(old) if !errors.is_empty() => ratchet(errors, &stored_violations(old)),
+        _ => (errors, Vec::new()),
+    };
     match (webhook, decoded) {
         // Not ours to reject: validation (schema and webhook) reports it with its path.
         (Webhook::Mutate, Err(_)) => reply(AdmissionResponse::from(req), Outcome::Allowed),
@@ -215,7 +219,7 @@ pub fn answer(webhook: Webhook, req: &AdmissionRequest<DynamicObject>) -> Reply 
             // and CEL checks, which stop at the first failing layer. Answering now lists every
             // problem at once; the validating webhook still checks the final object.
             let (effective, errors) = checked(&ic, stand_in.as_deref());
-            let (introduced, _) = ratchet(errors, &stored);
+            let (introduced, _) = ratcheted(errors);
             if !introduced.is_empty() {
                 return reply(invalid(req, &name, &introduced, &[]), Outcome::Denied);
             }
@@ -239,7 +243,7 @@ pub fn answer(webhook: Webhook, req: &AdmissionRequest<DynamicObject>) -> Reply 
         }
         (Webhook::Validate, Ok(ic)) => {
             let (effective, errors) = checked(&ic, stand_in.as_deref());
-            let (introduced, carried) = ratchet(errors, &stored);
+            let (introduced, carried) = ratcheted(errors);
             let mut warns = warnings(&effective);
             warns.extend(carried.iter().map(carried_warning));
             if !introduced.is_empty() {
