@@ -68,8 +68,12 @@ async fn certificates_renew_and_the_ca_rotates_with_rolling_routers() {
     let issued = CertInfo::parse(&text(&first, "tls.crt")).unwrap();
 
     // Follow the Secrets and the pod template until the rotation is over (the CA's bundle
-    // is one certificate again, and not the first one), or 3 CA lifetimes.
+    // is one certificate again, and not the first one) and the routers rolled for that last
+    // step (the pod template is applied right after the Secrets, in the same pass: waited for
+    // up to half a certificate lifetime), or 3 CA lifetimes.
     let mut timeline: Vec<(f64, String)> = Vec::new();
+    let mut retired_at: Option<f64> = None;
+    let mut last_roll = 0.0;
     let mut seen: BTreeMap<String, String> = BTreeMap::new();
     let mut leaf_renewed_at = None;
     let deadline = start + 3 * CA;
@@ -110,6 +114,7 @@ async fn certificates_renew_and_the_ca_rotates_with_rolling_routers() {
             if seen.get("template") != Some(&hash) {
                 if seen.contains_key("template") {
                     timeline.push((t, "pod template rolled (credentials fingerprint changed)".into()));
+                    last_roll = t;
                 }
                 seen.insert("template".into(), hash);
             }
@@ -118,7 +123,10 @@ async fn certificates_renew_and_the_ca_rotates_with_rolling_routers() {
         if split_bundle(&text(&now_ca, "ca.crt")).len() == 1
             && text(&now_ca, "tls.crt") != text(&first_ca, "tls.crt")
         {
-            break true;
+            let retired = *retired_at.get_or_insert(t);
+            if last_roll >= retired || t - retired > CERT.as_secs_f64() / 2.0 {
+                break true;
+            }
         }
         if Instant::now() > deadline {
             break false;
