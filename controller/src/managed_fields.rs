@@ -83,11 +83,6 @@ pub fn union(a: Value, b: &Value) -> Value {
     }
 }
 
-/// Whether `meta` has fields of a legacy manager to take over (see [`upgraded`]).
-pub fn needs_upgrade(meta: &ObjectMeta, ours: &str) -> Option<Vec<ManagedFieldsEntry>> {
-    upgraded(meta.managed_fields.as_deref().unwrap_or_default(), ours)
-}
-
 /// A child of kind `K` whose legacy managed fields are to be taken over before it is applied.
 #[derive(Debug, Clone)]
 pub struct Adoption {
@@ -102,7 +97,7 @@ pub struct Adoption {
 impl Adoption {
     /// The take-over of the object of kind `K` with `meta`, when it has legacy entries.
     pub fn of<K: kube::Resource<DynamicType = ()>>(meta: &ObjectMeta, ours: &str) -> Option<Adoption> {
-        let managed_fields = needs_upgrade(meta, ours)?;
+        let managed_fields = upgraded(meta.managed_fields.as_deref().unwrap_or_default(), ours)?;
         let name = meta.name.clone().unwrap_or_default();
         Some(Adoption {
             what: format!("{} {name}", K::kind(&())),

@@ -205,6 +205,32 @@ fn read(what: String) -> impl FnOnce(kube::Error) -> Error {
     move |source| Error::Read { what, source }
 }
 
+/// The workload of kind `K` named like `o`: its state (through `state`) when `o` controls
+/// it, with the take-over of the Go operator's fields when it wrote them, or the conflict
+/// when `o` does not control it; all `None` when it does not exist.
+async fn existing<K>(
+    client: &kube::Client,
+    o: &Owner,
+    state: impl FnOnce(K) -> WorkloadState,
+) -> Result<(Option<WorkloadState>, Option<Conflict>, Option<Adoption>), Error>
+where
+    K: Resource<Scope = k8s_openapi::NamespaceResourceScope, DynamicType = ()>
+        + Clone
+        + serde::de::DeserializeOwned
+        + std::fmt::Debug,
+{
+    let kind = K::kind(&());
+    let api: Api<K> = Api::namespaced(client.clone(), o.namespace());
+    let Some(obj) = api.get_opt(o.name()).await.map_err(read(format!("{kind} {}", o.name())))? else {
+        return Ok((None, None, None));
+    };
+    if let Some(c) = Conflict::of(o, &kind, o.name(), obj.owner_references()) {
+        return Ok((None, Some(c), None));
+    }
+    let adoption = Adoption::of::<K>(obj.meta(), FIELD_MANAGER);
+    Ok((Some(state(obj)), None, adoption))
+}
+
 /// Observes what a pass over `o` needs (see the module docs).
 ///
 /// # Errors
@@ -217,36 +243,19 @@ pub async fn observe(client: &kube::Client, o: &Owner) -> Result<Observed, Error
         let found = secrets_api.get_opt(&name).await.map_err(read(format!("Secret {name}")))?;
         secrets.insert(name, found);
     }
-    let mut workload_adoption = None;
-    let (workload, workload_conflict) = if o.plan().placement == Some(Placement::Every) {
-        let api: Api<DaemonSet> = Api::namespaced(client.clone(), ns);
-        let found = api.get_opt(o.name()).await.map_err(read(format!("DaemonSet {}", o.name())))?;
-        match found {
-            None => (None, None),
-            Some(d) => match Conflict::of(o, "DaemonSet", o.name(), d.owner_references()) {
-                Some(c) => (None, Some(c)),
-                None => {
-                    workload_adoption = Adoption::of::<DaemonSet>(&d.metadata, FIELD_MANAGER);
-                    let rolled_out = daemon_set_rolled_out(&d);
-                    (Some(state(&d.spec.unwrap_or_default().template, None, rolled_out)), None)
-                }
-            },
-        }
+    let (workload, workload_conflict, workload_adoption) = if o.plan().placement == Some(Placement::Every) {
+        existing::<DaemonSet>(client, o, |d| {
+            let rolled_out = daemon_set_rolled_out(&d);
+            state(&d.spec.unwrap_or_default().template, None, rolled_out)
+        })
+        .await?
     } else {
-        let api: Api<Deployment> = Api::namespaced(client.clone(), ns);
-        let found = api.get_opt(o.name()).await.map_err(read(format!("Deployment {}", o.name())))?;
-        match found {
-            None => (None, None),
-            Some(d) => match Conflict::of(o, "Deployment", o.name(), d.owner_references()) {
-                Some(c) => (None, Some(c)),
-                None => {
-                    workload_adoption = Adoption::of::<Deployment>(&d.metadata, FIELD_MANAGER);
-                    let rolled_out = deployment_rolled_out(&d);
-                    let spec = d.spec.unwrap_or_default();
-                    (Some(state(&spec.template, spec.replicas, rolled_out)), None)
-                }
-            },
-        }
+        existing::<Deployment>(client, o, |d| {
+            let rolled_out = deployment_rolled_out(&d);
+            let spec = d.spec.unwrap_or_default();
+            state(&spec.template, spec.replicas, rolled_out)
+        })
+        .await?
     };
     let pods_api: Api<Pod> = Api::namespaced(client.clone(), ns);
     let listed = pods_api

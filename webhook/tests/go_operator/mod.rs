@@ -102,7 +102,7 @@ fn listeners(spec: &Value, keys: &[&str]) -> Vec<Value> {
 }
 
 /// The workload's pod template and its kind (§3.2, §3.3).
-fn workload(ns: &str, name: &str, spec: &Value) -> (bool, Value) {
+fn workload(name: &str, spec: &Value) -> (bool, Value) {
     let plan = &spec["deploymentPlan"];
     let every = plan["placement"] == "Every";
     let labels = json!({"application": name, "interconnect_cr": name});
@@ -173,7 +173,6 @@ fn workload(ns: &str, name: &str, spec: &Value) -> (bool, Value) {
     if !every {
         spec_out["replicas"] = plan["size"].clone();
     }
-    let _ = ns;
     (every, spec_out)
 }
 
@@ -219,7 +218,7 @@ pub async fn deploy(client: &kube::Client, ns: &str, manifest: &Value) -> Dynami
     Api::<RoleBinding>::namespaced(client.clone(), ns).create(&go, &binding).await.unwrap();
     let sa: ServiceAccount = serde_json::from_value(json!({"metadata": meta(false)})).unwrap();
     Api::<ServiceAccount>::namespaced(client.clone(), ns).create(&go, &sa).await.unwrap();
-    let (every, wspec) = workload(ns, &name, &spec);
+    let (every, wspec) = workload(&name, &spec);
     if every {
         let ds: DaemonSet = serde_json::from_value(json!({"metadata": meta(false), "spec": wspec})).unwrap();
         Api::<DaemonSet>::namespaced(client.clone(), ns).create(&go, &ds).await.unwrap();
