@@ -6,10 +6,12 @@
 //!   `qdrouterd.conf`), [`credentials`] (generated CAs and certificates, renewal and CA
 //!   rotation), [`references`] (the Secrets a spec depends on), [`route`] (OpenShift Routes);
 //! * [`reconcile`]: one pass as stages (observe, build, apply, status, events);
+//! * [`cache`]: what is watched and cached, and which events wake a reconcile;
 //! * [`runtime`]: the kube-runtime controller and [`runtime::run_while_leading`];
 //! * [`lease`]: Lease-based leader election; [`metrics`]: Prometheus metrics.
 
 pub mod builders;
+pub mod cache;
 pub mod credentials;
 pub mod lease;
 pub mod managed_fields;

@@ -76,6 +76,9 @@ struct Args {
     log_format: String,
 }
 
+/// `User-Agent` of every request to the API server (audit logs, request metrics).
+const USER_AGENT: &str = concat!("qdr-controller/", env!("CARGO_PKG_VERSION"));
+
 #[tokio::main]
 async fn main() -> Result<(), Box<dyn std::error::Error>> {
     let args = Args::parse();
@@ -86,7 +89,9 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
         tracing_subscriber::fmt().with_env_filter(filter).init();
     }
     let _ = rustls::crypto::ring::default_provider().install_default();
-    let client = kube::Client::try_default().await?;
+    let mut config = kube::Config::infer().await?;
+    config.headers.push((http::header::USER_AGENT, http::HeaderValue::from_static(USER_AGENT)));
+    let client = kube::Client::try_from(config)?;
     let identity = args.identity.clone().unwrap_or_else(|| {
         let host = std::fs::read_to_string("/etc/hostname").unwrap_or_default().trim().to_string();
         format!("{host}-{}", std::process::id())

@@ -6,22 +6,24 @@ use std::future::Future;
 use std::sync::Arc;
 use std::time::Duration;
 
-use futures::StreamExt;
+use futures::{Stream, StreamExt};
 use k8s_openapi::api::apps::v1::{DaemonSet, Deployment};
 use k8s_openapi::api::core::v1::{ConfigMap, Pod, Secret, Service, ServiceAccount};
 use k8s_openapi::api::networking::v1::Ingress;
 use k8s_openapi::api::rbac::v1::{Role, RoleBinding};
 use kube::api::Api;
-use kube::runtime::reflector::ObjectRef;
-use kube::runtime::{Controller, watcher};
+use kube::core::PartialObjectMeta;
+use kube::runtime::reflector::{self, ObjectRef, Store};
+use kube::runtime::{Controller, PredicateConfig, WatchStreamExt, predicates, watcher};
 use qdr_api::Interconnect;
 use tokio::sync::watch;
 
+use crate::cache::{
+    Cache, MANAGED_BY_LABEL, SecretReferences, forget_deleted, managed_selector, pod_state, slim_pod, slim_secret_name,
+    triggers,
+};
 use crate::reconcile::{Context, error_policy, reconcile};
 
-/// Debounce of reconcile triggers: a burst of child events (every apply echoes back) costs
-/// one reconcile.
-pub const DEBOUNCE: Duration = Duration::from_millis(500);
 /// Reconciles run at once.
 pub const CONCURRENCY: u16 = 16;
 
@@ -32,68 +34,146 @@ where
     if ns.is_empty() { Api::all(client.clone()) } else { Api::namespaced(client.clone(), ns) }
 }
 
+/// A reflector over the objects of `K` selected by `wc` (full objects, each passed through
+/// `slim` before it is stored), and the events it saw.
+fn reflect<K>(
+    client: &kube::Client,
+    ns: &str,
+    wc: &watcher::Config,
+    slim: fn(&mut K),
+) -> (Store<K>, impl Stream<Item = Result<watcher::Event<K>, watcher::Error>> + Send + 'static)
+where
+    K: kube::Resource<Scope = k8s_openapi::NamespaceResourceScope, DynamicType = ()>
+        + Clone
+        + serde::de::DeserializeOwned
+        + std::fmt::Debug
+        + Send
+        + Sync
+        + 'static,
+{
+    let (store, writer) = reflector::store();
+    let events = watcher(api::<K>(client, ns), wc.clone()).default_backoff().modify(slim).reflect(writer);
+    (store, events)
+}
+
+/// [`reflect`] for metadata only.
+fn reflect_meta<K>(
+    client: &kube::Client,
+    ns: &str,
+    wc: &watcher::Config,
+    slim: fn(&mut PartialObjectMeta<K>),
+) -> (
+    Store<PartialObjectMeta<K>>,
+    impl Stream<Item = Result<watcher::Event<PartialObjectMeta<K>>, watcher::Error>> + Send + 'static,
+)
+where
+    K: kube::Resource<Scope = k8s_openapi::NamespaceResourceScope, DynamicType = ()>
+        + Clone
+        + serde::de::DeserializeOwned
+        + std::fmt::Debug
+        + Send
+        + Sync
+        + 'static,
+{
+    let (store, writer) = reflector::store();
+    let events = watcher(api::<PartialObjectMeta<K>>(client, ns), wc.clone()).default_backoff().modify(slim).reflect(writer);
+    (store, events)
+}
+
+fn keep_all<K>(_: &mut K) {}
+
 /// Runs the controller over the Interconnects of `namespace` (empty: all namespaces) until
 /// its watches end. Dropping the future stops it at once.
+///
+/// What is watched, what is cached and which events wake a reconcile is described in
+/// [`crate::cache`]; there is no debounce: the controller's own writes do not wake it.
 pub async fn run_controller(ctx: Arc<Context>, namespace: &str) {
     let client = &ctx.client;
     let ns = namespace;
-    let wc = watcher::Config::default();
-    let cfg = kube::runtime::controller::Config::default().debounce(DEBOUNCE).concurrency(CONCURRENCY);
-    let controller = Controller::new(api::<Interconnect>(client, ns), wc.clone());
-    let store = controller.store();
-    controller
+    let all = watcher::Config::default();
+    let ours = watcher::Config::default().labels(&managed_selector());
+    let (ic_store, ic_writer) = reflector::store();
+    let interconnects = watcher(api::<Interconnect>(client, ns), all.clone())
+        .default_backoff()
+        .reflect(ic_writer)
+        .applied_objects()
+        .predicate_filter(predicates::generation, PredicateConfig::default());
+
+    let (deployments, deployment_events) = reflect::<Deployment>(client, ns, &ours, keep_all);
+    let (daemon_sets, daemon_set_events) = reflect::<DaemonSet>(client, ns, &ours, keep_all);
+    let (secrets, secret_events) = reflect::<Secret>(client, ns, &ours, keep_all);
+    let (pods, pod_events) = reflect::<Pod>(client, ns, &all.clone().labels("interconnect_cr"), slim_pod);
+    let (secret_names, secret_name_events) = reflect_meta::<Secret>(client, ns, &all, slim_secret_name);
+    let (service_accounts, sa_events) = reflect_meta::<ServiceAccount>(client, ns, &ours, keep_all);
+    let (roles, role_events) = reflect_meta::<Role>(client, ns, &ours, keep_all);
+    let (role_bindings, rb_events) = reflect_meta::<RoleBinding>(client, ns, &ours, keep_all);
+    let (services, service_events) = reflect_meta::<Service>(client, ns, &ours, keep_all);
+    let (config_maps, cm_events) = reflect_meta::<ConfigMap>(client, ns, &ours, keep_all);
+    let (ingresses, ingress_events) = reflect_meta::<Ingress>(client, ns, &ours, keep_all);
+    let (written_deployments, written_daemon_sets, written_secrets) =
+        (Arc::default(), Arc::default(), Arc::default());
+    let deployment_events = forget_deleted(deployment_events, Arc::clone(&written_deployments));
+    let daemon_set_events = forget_deleted(daemon_set_events, Arc::clone(&written_daemon_sets));
+    let secret_events = forget_deleted(secret_events, Arc::clone(&written_secrets));
+    let cache = Cache {
+        deployments,
+        daemon_sets,
+        pods,
+        secrets,
+        secret_names,
+        service_accounts,
+        roles,
+        role_bindings,
+        services,
+        config_maps,
+        ingresses,
+        written_deployments,
+        written_daemon_sets,
+        written_secrets,
+    };
+    let ctx = Arc::new(ctx.for_term(cache));
+
+    // User-provided Secrets (without our label): every Interconnect whose spec names one
+    // (a missing one appearing, a renewal). Ours come through the labelled watch.
+    let references = Arc::new(SecretReferences::default());
+    let store = ic_store.clone();
+    let user_secrets = secret_name_events.filter_map(|e| {
+        futures::future::ready(match e {
+            Ok(watcher::Event::Apply(s) | watcher::Event::Delete(s)) => {
+                let ours = s.metadata.labels.as_ref().and_then(|l| l.get(MANAGED_BY_LABEL)).is_some();
+                (!ours).then_some(Ok(s))
+            }
+            Ok(_) => None,
+            Err(e) => Some(Err(e)),
+        })
+    });
+    let cfg = kube::runtime::controller::Config::default().concurrency(CONCURRENCY);
+    Controller::for_stream(interconnects, ic_store)
         .with_config(cfg)
-        .owns(api::<Deployment>(client, ns), wc.clone())
-        .owns(api::<DaemonSet>(client, ns), wc.clone())
-        .owns(api::<Service>(client, ns), wc.clone())
-        .owns(api::<ConfigMap>(client, ns), wc.clone())
-        .owns(api::<Ingress>(client, ns), wc.clone())
-        .owns(api::<ServiceAccount>(client, ns), wc.clone())
-        .owns(api::<Role>(client, ns), wc.clone())
-        .owns(api::<RoleBinding>(client, ns), wc.clone())
-        // Secrets: the Interconnect that controls one (generated), and every Interconnect
-        // whose spec references it (user-provided: a missing one appearing, a renewal).
-        .watches(api::<Secret>(client, ns), wc.clone(), move |secret: Secret| {
+        .owns_stream(triggers(deployment_events))
+        .owns_stream(triggers(daemon_set_events))
+        .owns_stream(triggers(secret_events))
+        .owns_stream(triggers(sa_events))
+        .owns_stream(triggers(role_events))
+        .owns_stream(triggers(rb_events))
+        .owns_stream(triggers(service_events))
+        .owns_stream(triggers(cm_events))
+        .owns_stream(triggers(ingress_events))
+        .watches_stream(user_secrets, move |secret: PartialObjectMeta<Secret>| {
             let ns = secret.metadata.namespace.clone().unwrap_or_default();
             let name = secret.metadata.name.clone().unwrap_or_default();
-            let owner = secret
-                .metadata
-                .owner_references
-                .iter()
-                .flatten()
-                .filter(|r| r.controller == Some(true) && r.kind == "Interconnect")
-                .map(|r| ObjectRef::new(&r.name).within(&ns))
-                .collect::<Vec<_>>();
-            let referencing = store
-                .state()
-                .into_iter()
-                .filter(|ic| {
-                    ic.metadata.namespace.as_deref() == Some(ns.as_str()) && references_secret(ic, &name)
-                })
-                .map(|ic| ObjectRef::from_obj(ic.as_ref()));
-            owner.into_iter().chain(referencing).collect::<Vec<_>>()
+            references.referencing(&store, &ns, &name)
         })
-        .watches(api::<Pod>(client, ns), wc.clone().labels("interconnect_cr"), |pod: Pod| {
-            let name = pod.metadata.labels.as_ref().and_then(|l| l.get("interconnect_cr")).cloned();
-            name.map(|n| ObjectRef::new(&n).within(pod.metadata.namespace.as_deref().unwrap_or_default()))
-        })
+        .watches_stream(
+            pod_events.touched_objects().predicate_filter(pod_state, PredicateConfig::default()),
+            |pod: Pod| {
+                let name = pod.metadata.labels.as_ref().and_then(|l| l.get("interconnect_cr")).cloned();
+                name.map(|n| ObjectRef::new(&n).within(pod.metadata.namespace.as_deref().unwrap_or_default()))
+            },
+        )
         .run(reconcile, error_policy, ctx.clone())
         .for_each(|_| futures::future::ready(()))
         .await;
-}
-
-/// Whether the effective spec of `ic` names Secret `name` (users, credentials, caCert,
-/// issuer).
-pub fn references_secret(ic: &Interconnect, name: &str) -> bool {
-    let ic = qdr_api::defaults(ic);
-    ic.users_secret().as_deref() == Some(name)
-        || ic.issuer_secret() == name
-        || ic
-            .spec
-            .ssl_profiles
-            .iter()
-            .flatten()
-            .any(|p| p.credentials.as_deref() == Some(name) || p.ca_cert.as_deref() == Some(name))
 }
 
 /// Runs `work()` while `leading` is true, and drops it the moment `leading` turns false

@@ -39,7 +39,77 @@ pub struct Options {
     /// Simulated nodes to create (`node-0` … `node-<N-1>`); more than 0 also starts
     /// kube-controller-manager, kube-scheduler and kwok (see [`ControlPlane::add_node`]).
     pub nodes: usize,
+    /// Write an audit log of every request (Metadata level, one JSON line per request at
+    /// `ResponseComplete`) to `<dir>/audit.log`; read it with [`ControlPlane::audit`].
+    pub audit: bool,
 }
+
+/// One request as the API server's audit log records it.
+#[derive(Debug, Clone, Default, serde::Deserialize)]
+#[serde(rename_all = "camelCase", default)]
+pub struct AuditEvent {
+    /// `get`, `list`, `watch`, `create`, `update`, `patch`, `delete`, ...
+    pub verb: String,
+    /// The client's `User-Agent`.
+    pub user_agent: String,
+    /// Who made it.
+    pub user: AuditUser,
+    /// What it was about (absent for non-resource URLs).
+    pub object_ref: Option<AuditObjectRef>,
+    /// The request URI.
+    pub request_uri: String,
+    /// The response code.
+    pub response_status: Option<AuditStatus>,
+    /// `ResponseStarted` (watches) or `ResponseComplete`.
+    pub stage: String,
+}
+
+impl AuditEvent {
+    /// Whether this line counts the request once: a watch when its response started, any
+    /// other request when it completed.
+    pub fn counts(&self) -> bool {
+        if self.verb == "watch" { self.stage == "ResponseStarted" } else { self.stage == "ResponseComplete" }
+    }
+}
+
+/// [`AuditEvent::user`].
+#[derive(Debug, Clone, Default, serde::Deserialize)]
+#[serde(default)]
+pub struct AuditUser {
+    /// The authenticated user name.
+    pub username: String,
+}
+
+/// [`AuditEvent::object_ref`].
+#[derive(Debug, Clone, Default, serde::Deserialize)]
+#[serde(rename_all = "camelCase", default)]
+pub struct AuditObjectRef {
+    /// Plural resource (`secrets`).
+    pub resource: String,
+    /// Subresource (`status`), empty when none.
+    pub subresource: String,
+    /// API group, empty for the core group.
+    pub api_group: String,
+    /// Namespace, empty for cluster-scoped requests.
+    pub namespace: String,
+    /// Name, empty for collections.
+    pub name: String,
+}
+
+/// [`AuditEvent::response_status`].
+#[derive(Debug, Clone, Default, serde::Deserialize)]
+#[serde(default)]
+pub struct AuditStatus {
+    /// HTTP status code.
+    pub code: u16,
+}
+
+const AUDIT_POLICY: &str = "apiVersion: audit.k8s.io/v1
+kind: Policy
+omitStages: [RequestReceived]
+rules:
+- level: Metadata
+";
 
 /// Annotation (and its value) that hands a Node to kwok.
 pub const SIMULATED_NODE: (&str, &str) = ("kwok.x-k8s.io/node", "fake");
@@ -202,6 +272,15 @@ impl ControlPlane {
             format!("--cert-dir={}", pki_dir.display()),
             "--v=0".into(),
         ]);
+        if opts.audit {
+            write(&dir.join("audit-policy.yaml"), AUDIT_POLICY)?;
+            api_cmd.args([
+                format!("--audit-policy-file={}", dir.join("audit-policy.yaml").display()),
+                format!("--audit-log-path={}", dir.join("audit.log").display()),
+                "--audit-log-format=json".into(),
+                "--audit-log-maxsize=0".into(),
+            ]);
+        }
         let apiserver = Process::spawn("kube-apiserver", api_cmd, &dir.join("kube-apiserver.log"))?;
 
         let kubeconfig = dir.join("kubeconfig");
@@ -263,6 +342,13 @@ impl ControlPlane {
 
     fn startup_error(&self, what: String) -> Error {
         Error::Startup { what, logs: self.logs_tail(40) }
+    }
+
+    /// The requests recorded in the audit log so far (empty unless started with
+    /// [`Options::audit`]); lines that do not decode are skipped.
+    pub fn audit(&self) -> Vec<AuditEvent> {
+        let text = std::fs::read_to_string(self.dir.join("audit.log")).unwrap_or_default();
+        text.lines().filter_map(|l| serde_json::from_str(l).ok()).collect()
     }
 
     /// Starts kube-controller-manager once; later calls return at once.

@@ -9,7 +9,7 @@ use std::time::Duration;
 use clap::{Parser, ValueEnum};
 use qdr_certs::{CertManager, CertResolver, Policy, WebhookConfiguration};
 use qdr_webhook::metrics::Metrics;
-use qdr_webhook::server::{AppState, admission_router, health_router};
+use qdr_webhook::server::{AppState, CountingAcceptor, admission_router, health_router};
 
 /// Where the serving certificate comes from.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
@@ -103,6 +103,9 @@ struct Args {
     log_format: String,
 }
 
+/// `User-Agent` of every request to the API server (audit logs, request metrics).
+const USER_AGENT: &str = concat!("qdr-webhook/", env!("CARGO_PKG_VERSION"));
+
 #[tokio::main]
 async fn main() -> Result<(), Box<dyn std::error::Error>> {
     let args = Args::parse();
@@ -126,7 +129,9 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
             )
         }
         TlsMode::Secret => {
-            let client = kube::Client::try_default().await?;
+            let mut config = kube::Config::infer().await?;
+            config.headers.push((http::header::USER_AGENT, http::HeaderValue::from_static(USER_AGENT)));
+            let client = kube::Client::try_from(config)?;
             let svc = &args.service_name;
             let ns = &args.namespace;
             let mut sans = vec![format!("{svc}.{ns}.svc"), format!("{svc}.{ns}"), svc.clone()];
@@ -167,8 +172,11 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
     let tls = axum_server::tls_rustls::RustlsConfig::from_config(Arc::new(resolver.server_config()));
     let handle = axum_server::Handle::new();
     let app = admission_router(state.clone());
-    let server =
-        axum_server::bind_rustls(args.listen, tls).handle(handle.clone()).serve(app.into_make_service());
+    let acceptor = CountingAcceptor::new(tls, Duration::from_secs(10), state.clone());
+    let server = axum_server::bind(args.listen)
+        .acceptor(acceptor)
+        .handle(handle.clone())
+        .serve(app.into_make_service());
     tracing::info!(addr = %args.listen, mode = ?args.tls_mode, "admission webhook listening");
 
     let shutdown = {

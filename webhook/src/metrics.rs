@@ -23,14 +23,26 @@ struct OperationLabels {
     operation: &'static str,
 }
 
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct ConnectionLabels {
+    protocol: &'static str,
+    handshake: &'static str,
+}
+
 /// The webhook's metrics:
 /// * `qdr_webhook_requests_total{operation, result}`: reviews by webhook (`mutate`,
 ///   `validate`) and outcome (`allowed`, `denied`, `bad_request`);
 /// * `qdr_webhook_request_duration_seconds{operation}`: handling time, 50 µs to ~1.6 s buckets;
-/// * `qdr_webhook_certificate_expiry_seconds`: seconds until the served certificate expires.
+/// * `qdr_webhook_certificate_expiry_seconds`: seconds until the served certificate expires;
+/// * `qdr_webhook_connections_total{protocol, handshake}`: TLS connections accepted on the
+///   admission port, by negotiated protocol (`h2`, `http/1.1`) and TLS handshake kind
+///   (`full`, `resumed`). Each is one TLS handshake: a client that reuses its connections
+///   (the API server's webhook client over HTTP/2) keeps this near its connection count,
+///   while one that reconnects per request raises it with every review.
 pub struct Metrics {
     registry: Registry,
     requests: Family<RequestLabels, Counter>,
+    connections: Family<ConnectionLabels, Counter>,
     latency: Family<OperationLabels, Histogram, fn() -> Histogram>,
     expiry: Gauge<f64, AtomicU64>,
 }
@@ -48,6 +60,12 @@ impl Default for Metrics {
         let latency: Family<OperationLabels, Histogram, fn() -> Histogram> =
             Family::new_with_constructor(|| Histogram::new(exponential_buckets(0.00005, 2.0, 16)));
         let expiry = Gauge::<f64, AtomicU64>::default();
+        let connections = Family::<ConnectionLabels, Counter>::default();
+        registry.register(
+            "qdr_webhook_connections",
+            "TLS connections accepted on the admission port, by protocol and handshake kind",
+            connections.clone(),
+        );
         registry.register(
             "qdr_webhook_requests",
             "Admission reviews by webhook and outcome",
@@ -63,7 +81,7 @@ impl Default for Metrics {
             "Seconds until the served certificate expires",
             expiry.clone(),
         );
-        Metrics { registry, requests, latency, expiry }
+        Metrics { registry, requests, connections, latency, expiry }
     }
 }
 
@@ -76,6 +94,17 @@ impl Metrics {
         self.latency
             .get_or_create(&OperationLabels { operation: op.as_str() })
             .observe(elapsed.as_secs_f64());
+    }
+
+    /// Records one accepted TLS connection: `protocol` is the ALPN protocol (`None`:
+    /// HTTP/1.1 without ALPN), `resumed` whether the TLS session was resumed.
+    pub fn connection(&self, protocol: Option<&[u8]>, resumed: bool) {
+        let protocol = match protocol {
+            Some(b"h2") => "h2",
+            _ => "http/1.1",
+        };
+        let handshake = if resumed { "resumed" } else { "full" };
+        self.connections.get_or_create(&ConnectionLabels { protocol, handshake }).inc();
     }
 
     /// The text exposition, after setting the expiry gauge to `expiry_secs`.

@@ -36,6 +36,57 @@ impl std::fmt::Debug for AppState {
     }
 }
 
+/// The admission port's acceptor: TLS (rustls) over TCP with `TCP_NODELAY` (small
+/// AdmissionReview responses leave at once instead of waiting for the peer's delayed ACK
+/// under Nagle's algorithm), counting every accepted connection in
+/// `qdr_webhook_connections_total` by ALPN protocol and handshake kind.
+#[derive(Clone)]
+pub struct CountingAcceptor {
+    inner: axum_server::tls_rustls::RustlsAcceptor<axum_server::accept::NoDelayAcceptor>,
+    state: Arc<AppState>,
+}
+
+impl std::fmt::Debug for CountingAcceptor {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("CountingAcceptor").finish_non_exhaustive()
+    }
+}
+
+impl CountingAcceptor {
+    /// An acceptor serving `config`, with the TLS handshake limited to `handshake_timeout`,
+    /// counting into `state`'s metrics.
+    pub fn new(
+        config: axum_server::tls_rustls::RustlsConfig,
+        handshake_timeout: std::time::Duration,
+        state: Arc<AppState>,
+    ) -> Self {
+        let inner = axum_server::tls_rustls::RustlsAcceptor::new(config)
+            .handshake_timeout(handshake_timeout)
+            .acceptor(axum_server::accept::NoDelayAcceptor::new());
+        CountingAcceptor { inner, state }
+    }
+}
+
+impl<S: Send + 'static> axum_server::accept::Accept<tokio::net::TcpStream, S> for CountingAcceptor {
+    type Stream = tokio_rustls::server::TlsStream<tokio::net::TcpStream>;
+    type Service = S;
+    type Future = std::pin::Pin<
+        Box<dyn std::future::Future<Output = std::io::Result<(Self::Stream, S)>> + Send + 'static>,
+    >;
+
+    fn accept(&self, stream: tokio::net::TcpStream, service: S) -> Self::Future {
+        let fut = self.inner.accept(stream, service);
+        let state = self.state.clone();
+        Box::pin(async move {
+            let (tls, service) = fut.await?;
+            let conn = tls.get_ref().1;
+            let resumed = conn.handshake_kind() == Some(rustls::HandshakeKind::Resumed);
+            state.metrics.connection(conn.alpn_protocol(), resumed);
+            Ok((tls, service))
+        })
+    }
+}
+
 /// Admission routes (`POST /mutate`, `POST /validate`) plus the health routes.
 pub fn admission_router(state: Arc<AppState>) -> Router {
     Router::new()

@@ -1,23 +1,26 @@
 //! Stage 3, **apply**: write [`Children`] to the API server and prune what is no longer
 //! wanted.
 //!
-//! * **ownership first**: before anything is written, every child name is looked up
-//!   (metadata only); an object that exists and is not controlled by this Interconnect
-//!   (controller owner reference with its uid) is a [`Conflict`], and then nothing at all is
-//!   applied: a foreign ServiceAccount `default` or Service `broker` is never taken over,
-//!   and garbage collection never deletes what was not ours;
+//! * **ownership first**: before anything is written, every child name is looked up, in the
+//!   labelled store ([`crate::cache`]) or, when it is not there, with one metadata GET (an
+//!   object without our label may hold the name); an object that exists and is not
+//!   controlled by this Interconnect (controller owner reference with its uid) is a
+//!   [`Conflict`], and then nothing at all is applied: a foreign ServiceAccount `default` or
+//!   Service `broker` is never taken over, and garbage collection never deletes what was not
+//!   ours;
 //! * **adoption**: a child of ours that the Go operator wrote (an `Update` entry of its
 //!   manager in `managedFields`) has those fields moved to this controller's `Apply` entry
 //!   first ([`crate::managed_fields`]), so the apply removes the ones it does not set;
 //! * every child is server-side applied with `force` under [`FIELD_MANAGER`], so the API
 //!   server computes the drift and no comparison code exists; missing Secrets are created
-//!   (a 409 leaves the existing one alone), generated Secrets due for renewal are replaced
-//!   with the observed `resourceVersion` as precondition;
+//!   (a 409 leaves the existing one alone and ends the pass as stale: [`Error::is_stale`]),
+//!   generated Secrets due for renewal are replaced with the observed `resourceVersion` as
+//!   precondition;
 //! * [`Children`] is destructured without `..`: a new child that is never applied does not
 //!   compile;
-//! * pruning is one generic function over (kind, names to keep): it lists the kind by the
-//!   children's labels (metadata only), and deletes what this Interconnect controls and no
-//!   longer wants. A 404 on delete means someone was faster, for every kind alike.
+//! * pruning is one generic function over (kind, names to keep): it takes the kind's
+//!   objects with the children's labels from the store (Routes: a metadata LIST), and
+//!   deletes what this Interconnect controls and no longer wants. A 404 on delete means someone was faster, for every kind alike.
 
 use std::collections::BTreeSet;
 use std::fmt::Debug;
@@ -34,7 +37,8 @@ use serde::de::DeserializeOwned;
 use super::build::{Children, Secrets};
 use crate::builders::{Exposure, Workload};
 use crate::managed_fields::Adoption;
-use crate::owner::{FIELD_MANAGER, Owner};
+use crate::cache::Cache;
+use crate::owner::{FIELD_MANAGER, MANAGED_BY, Owner};
 use crate::route::Route;
 
 /// Why applying failed.
@@ -59,6 +63,15 @@ pub enum Error {
         name: String,
         /// The API error.
         source: kube::Error,
+    },
+    /// An object observed missing exists (409 on create): the pass ran on a stale
+    /// observation and is retried at once ([`Error::is_stale`]).
+    #[error("{kind} {name} appeared since it was observed missing")]
+    Exists {
+        /// Kind of the child.
+        kind: String,
+        /// Its name.
+        name: String,
     },
     /// Listing a kind for pruning failed.
     #[error("listing {kind} to prune: {source}")]
@@ -98,6 +111,15 @@ pub enum Error {
         /// The API error.
         source: kube::Error,
     },
+}
+
+impl Error {
+    /// Whether the pass failed only because its observation was stale ([`Error::Exists`], or
+    /// a 409 replacing a generated Secret): nothing is wrong, the next pass will see more.
+    pub fn is_stale(&self) -> bool {
+        matches!(self, Error::Exists { .. })
+            || matches!(self, Error::Update { source: kube::Error::Api(s), .. } if s.code == 409)
+    }
 }
 
 /// The workload's counts, read from the object the apply returned.
@@ -227,19 +249,32 @@ impl Found {
 
 /// The [`Conflict`] of `name` of kind `K` (an existing object that `o` does not control), or
 /// else its [`Adoption`] when the Go operator wrote it.
+///
+/// A child in the labelled store is judged from there; one missing from it is looked up
+/// (metadata only), since an object without our label may hold the name.
 async fn conflict<K: Child>(
     client: &kube::Client,
+    cache: &Cache,
     o: &Owner,
     name: &str,
 ) -> Result<(Option<Conflict>, Option<Adoption>), Error> {
-    let meta = Api::<K>::namespaced(client.clone(), o.namespace())
-        .get_metadata_opt(name)
-        .await
-        .map_err(|source| Error::Get { kind: K::kind(&()).into_owned(), name: name.into(), source })?;
-    let Some(meta) = meta else { return Ok((None, None)) };
-    match Conflict::of(o, &K::kind(&()), name, meta.owner_references()) {
+    let kind = K::kind(&());
+    let meta = match cache.meta(&kind, o.namespace(), name) {
+        Some(meta) => meta,
+        None => {
+            let found = Api::<K>::namespaced(client.clone(), o.namespace())
+                .get_metadata_opt(name)
+                .await
+                .map_err(|source| Error::Get { kind: kind.to_string(), name: name.into(), source })?;
+            match found {
+                Some(m) => m.metadata,
+                None => return Ok((None, None)),
+            }
+        }
+    };
+    match Conflict::of(o, &kind, name, meta.owner_references.as_deref().unwrap_or_default()) {
         Some(c) => Ok((Some(c), None)),
-        None => Ok((None, Adoption::of::<K>(&meta.metadata, FIELD_MANAGER))),
+        None => Ok((None, Adoption::of::<K>(&meta, FIELD_MANAGER))),
     }
 }
 
@@ -247,28 +282,29 @@ async fn conflict<K: Child>(
 /// every one of ours to adopt; the workload was already looked at by observe.
 async fn conflicts(
     client: &kube::Client,
+    cache: &Cache,
     o: &Owner,
     children: &Children,
     workload: (Option<Conflict>, Option<Adoption>),
 ) -> Result<Found, Error> {
     let mut found = Found::default();
     found.extend(workload);
-    found.extend(conflict::<ServiceAccount>(client, o, &children.service_account.name_any()).await?);
-    found.extend(conflict::<Role>(client, o, &children.role.name_any()).await?);
-    found.extend(conflict::<RoleBinding>(client, o, &children.role_binding.name_any()).await?);
+    found.extend(conflict::<ServiceAccount>(client, cache, o, &children.service_account.name_any()).await?);
+    found.extend(conflict::<Role>(client, cache, o, &children.role.name_any()).await?);
+    found.extend(conflict::<RoleBinding>(client, cache, o, &children.role_binding.name_any()).await?);
     if let Some(cm) = &children.sasl_config_map {
-        found.extend(conflict::<ConfigMap>(client, o, &cm.name_any()).await?);
+        found.extend(conflict::<ConfigMap>(client, cache, o, &cm.name_any()).await?);
     }
-    found.extend(conflict::<Service>(client, o, &children.service.name_any()).await?);
+    found.extend(conflict::<Service>(client, cache, o, &children.service.name_any()).await?);
     match &children.exposure {
         Exposure::Ingresses(list) => {
             for i in list {
-                found.extend(conflict::<Ingress>(client, o, &i.name_any()).await?);
+                found.extend(conflict::<Ingress>(client, cache, o, &i.name_any()).await?);
             }
         }
         Exposure::Routes(list) => {
             for r in list {
-                found.extend(conflict::<Route>(client, o, &r.name_any()).await?);
+                found.extend(conflict::<Route>(client, cache, o, &r.name_any()).await?);
             }
         }
     }
@@ -276,42 +312,57 @@ async fn conflicts(
 }
 
 /// Replaces the generated Secret `s` (its `resourceVersion` is the precondition).
-async fn replace_secret(client: &kube::Client, ns: &str, s: &Secret) -> Result<(), Error> {
+async fn replace_secret(client: &kube::Client, ns: &str, s: &Secret) -> Result<Secret, Error> {
     let name = s.name_any();
     Api::<Secret>::namespaced(client.clone(), ns)
         .replace(&name, &PostParams { field_manager: Some(FIELD_MANAGER.into()), ..Default::default() }, s)
         .await
-        .map(|_| ())
         .map_err(|source| Error::Update { kind: "Secret".into(), name, source })
 }
 
-/// Creates `obj` unless an object of its name exists (409 is success: never overwritten).
-async fn create_if_missing<K: Child>(client: &kube::Client, ns: &str, obj: &K) -> Result<(), Error> {
+/// Creates `obj`, observed missing. An object of its name is never overwritten: a 409 means
+/// the observation was stale (a watch event not yet arrived), and [`Error::Exists`] stops
+/// the pass before anything built from that observation (the credentials hash of the pod
+/// template) is written.
+async fn create_if_missing<K: Child>(client: &kube::Client, ns: &str, obj: &K) -> Result<K, Error> {
     let pp = PostParams { field_manager: Some(FIELD_MANAGER.into()), ..Default::default() };
     match Api::<K>::namespaced(client.clone(), ns).create(&pp, obj).await {
-        Ok(_) => Ok(()),
-        Err(kube::Error::Api(s)) if s.code == 409 => Ok(()),
+        Ok(created) => Ok(created),
+        Err(kube::Error::Api(s)) if s.code == 409 => {
+            Err(Error::Exists { kind: K::kind(&()).into_owned(), name: obj.name_any() })
+        }
         Err(source) => Err(Error::Create { kind: K::kind(&()).into_owned(), name: obj.name_any(), source }),
     }
 }
 
 /// Deletes the objects of kind `ar` labelled as children of `o`, controlled by it, and not
 /// in `keep`. Returns them as `Kind name`.
+///
+/// The labelled stores answer for every cached kind; Routes are listed.
 async fn prune(
     client: &kube::Client,
+    cache: &Cache,
     o: &Owner,
     ar: &ApiResource,
     keep: &BTreeSet<String>,
 ) -> Result<Vec<String>, Error> {
     let api: Api<DynamicObject> = Api::namespaced_with(client.clone(), o.namespace(), ar);
-    let list = api
-        .list_metadata(&ListParams::default().labels(&o.children_selector()))
-        .await
-        .map_err(|source| Error::List { kind: ar.kind.clone(), source })?;
+    let selector = [("interconnect_cr", o.name()), (crate::cache::MANAGED_BY_LABEL, MANAGED_BY)];
+    let children = match cache.labelled(&ar.kind, o.namespace(), &selector) {
+        Some(found) => found,
+        None => api
+            .list_metadata(&ListParams::default().labels(&o.children_selector()))
+            .await
+            .map_err(|source| Error::List { kind: ar.kind.clone(), source })?
+            .items
+            .into_iter()
+            .map(|m| m.metadata)
+            .collect(),
+    };
     let mut deleted = Vec::new();
-    for obj in list.items {
-        let controlled = o.controls(obj.owner_references());
-        let name = obj.name_any();
+    for meta in children {
+        let controlled = o.controls(meta.owner_references.as_deref().unwrap_or_default());
+        let name = meta.name.clone().unwrap_or_default();
         if !controlled || keep.contains(&name) {
             continue;
         }
@@ -335,12 +386,13 @@ async fn prune(
 /// The first failed read or write, as an [`Error`] naming kind and name.
 pub async fn apply(
     client: &kube::Client,
+    cache: &Cache,
     o: &Owner,
     children: Children,
     workload: (Option<Conflict>, Option<Adoption>),
     prune_orphans: bool,
 ) -> Result<Applied, Error> {
-    let Found { conflicts, adoptions } = conflicts(client, o, &children, workload).await?;
+    let Found { conflicts, adoptions } = conflicts(client, cache, o, &children, workload).await?;
     if !conflicts.is_empty() {
         return Ok(Applied { conflicts, ..Applied::default() });
     }
@@ -375,10 +427,10 @@ pub async fn apply(
         ssa(client, ns, cm).await?;
     }
     for s in &create {
-        create_if_missing(client, ns, s).await?;
+        cache.written_secrets.record(create_if_missing(client, ns, s).await?);
     }
     for s in &update {
-        replace_secret(client, ns, s).await?;
+        cache.written_secrets.record(replace_secret(client, ns, s).await?);
     }
     for name in keep_secrets {
         keep.insert::<Secret>(name);
@@ -386,11 +438,17 @@ pub async fn apply(
     let workload = match workload {
         Workload::Deployment(d) => {
             keep.insert::<Deployment>(d.name_any());
-            WorkloadStatus::of_deployment(&d, &ssa(client, ns, d.as_ref()).await?)
+            let applied = ssa(client, ns, d.as_ref()).await?;
+            let status = WorkloadStatus::of_deployment(&d, &applied);
+            cache.written_deployments.record(applied);
+            status
         }
         Workload::DaemonSet(d) => {
             keep.insert::<DaemonSet>(d.name_any());
-            WorkloadStatus::of_daemon_set(&ssa(client, ns, d.as_ref()).await?)
+            let applied = ssa(client, ns, d.as_ref()).await?;
+            let status = WorkloadStatus::of_daemon_set(&applied);
+            cache.written_daemon_sets.record(applied);
+            status
         }
     };
     ssa(client, ns, &service).await?;
@@ -411,7 +469,7 @@ pub async fn apply(
     let mut pruned = Vec::new();
     if prune_orphans {
         for (ar, names) in &keep.0 {
-            pruned.extend(prune(client, o, ar, names).await?);
+            pruned.extend(prune(client, cache, o, ar, names).await?);
         }
     }
     Ok(Applied { workload, pruned, conflicts: Vec::new(), adopted })

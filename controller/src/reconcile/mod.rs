@@ -37,6 +37,7 @@ use kube::runtime::events::Recorder;
 use qdr_api::Interconnect;
 
 use crate::builders::Settings;
+use crate::cache::Cache;
 use crate::metrics::Metrics;
 use crate::owner::{Owner, OwnerError};
 
@@ -47,6 +48,10 @@ pub const RESYNC: Duration = Duration::from_secs(300);
 pub const RETRY: Duration = Duration::from_secs(1);
 /// The longest delay between retries of a failing Interconnect.
 pub const RETRY_CAP: Duration = Duration::from_secs(300);
+/// How long after a pass that ran on a stale observation (an object it saw missing
+/// existed: the stores had not caught up with a write) it runs again. Not a failure: no
+/// `Degraded`, no backoff.
+pub const STALE_RETRY: Duration = Duration::from_millis(250);
 /// How long after a [`status::CONFLICTING_OBJECT`] the names are looked up again (the
 /// foreign objects are not watched: they are not ours).
 pub const CONFLICT_RECHECK: Duration = Duration::from_secs(30);
@@ -71,21 +76,39 @@ pub struct Context {
     /// Metrics.
     pub metrics: Arc<Metrics>,
     /// Failures in a row, by `namespace/name` (for [`backoff`]).
-    pub failures: Mutex<HashMap<String, u32>>,
+    pub failures: Arc<Mutex<HashMap<String, u32>>>,
     /// When a `CertificateExpiring` Warning was last sent, by `namespace/name/secret`.
-    pub expiry_warned: Mutex<HashMap<String, Instant>>,
+    pub expiry_warned: Arc<Mutex<HashMap<String, Instant>>>,
+    /// The stores of the current leadership term ([`Context::for_term`]); `None` in the
+    /// context a process starts with, which reconciles nothing.
+    pub cache: Option<Cache>,
 }
 
 impl Context {
-    /// A context with no failures recorded.
+    /// A context with no failures recorded and no stores.
     pub fn new(client: kube::Client, settings: Settings, recorder: Recorder, metrics: Arc<Metrics>) -> Self {
         Context {
             client,
             settings,
             recorder,
             metrics,
-            failures: Mutex::default(),
-            expiry_warned: Mutex::default(),
+            failures: Arc::default(),
+            expiry_warned: Arc::default(),
+            cache: None,
+        }
+    }
+
+    /// This context with the stores of a new leadership term (failures and warning times
+    /// carry over).
+    pub fn for_term(&self, cache: Cache) -> Self {
+        Context {
+            client: self.client.clone(),
+            settings: self.settings.clone(),
+            recorder: self.recorder.clone(),
+            metrics: self.metrics.clone(),
+            failures: self.failures.clone(),
+            expiry_warned: self.expiry_warned.clone(),
+            cache: Some(cache),
         }
     }
 }
@@ -138,7 +161,13 @@ impl Error {
 ))]
 pub async fn reconcile(ic: Arc<Interconnect>, ctx: Arc<Context>) -> Result<Action, Error> {
     let started = Instant::now();
-    let result = stages(&ic, &ctx).await;
+    let result = match stages(&ic, &ctx).await {
+        Err(Error::Apply(e)) if e.is_stale() => {
+            tracing::debug!(error = %e, "stale observation; reconciling again");
+            Ok(Action::requeue(STALE_RETRY))
+        }
+        other => other,
+    };
     {
         let mut failures = ctx.failures.lock().unwrap_or_else(|e| e.into_inner());
         match &result {
@@ -174,12 +203,15 @@ async fn stages(ic: &Interconnect, ctx: &Context) -> Result<Action, Error> {
         }
         Err(e) => return Err(Error::Owner(e)),
     };
-    let observed = observe::observe(&ctx.client, &owner).await?;
+    let Some(cache) = &ctx.cache else { return Ok(Action::await_change()) };
+    cache.ready().await;
+    let observed = observe::observe(&ctx.client, cache, &owner).await?;
     let children = build::build(&owner, &ctx.settings, &observed)?;
     let report = children.credentials.clone();
     let planned = events::planned(&observed, &children);
     let applied = apply::apply(
         &ctx.client,
+        cache,
         &owner,
         children,
         (observed.workload_conflict.clone(), observed.workload_adoption.clone()),

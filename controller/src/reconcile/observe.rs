@@ -1,4 +1,5 @@
-//! Stage 1, **observe**: read from the API server what one pass needs and nothing else.
+//! Stage 1, **observe**: gather what one pass needs and nothing else, from the controller's
+//! stores ([`crate::cache`]) where they hold it.
 //!
 //! * every Secret the effective spec names (the SASL users Secret, each sslProfile's
 //!   `credentials` and `caCert`, the issuer CA): the whole object, or that it is missing, so
@@ -13,16 +14,18 @@
 //!   pruned only after a spec change).
 
 use std::collections::{BTreeMap, BTreeSet};
+use std::sync::Arc;
 use std::time::SystemTime;
 
 use k8s_openapi::api::apps::v1::{DaemonSet, Deployment};
 use k8s_openapi::api::core::v1::{Pod, PodTemplateSpec, Secret};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::OwnerReference;
-use kube::api::{Api, ListParams};
+use kube::api::Api;
 use kube::{Resource, ResourceExt};
 use qdr_api::Placement;
 
 use crate::builders::{CONFIG_HASH, CREDENTIALS_HASH};
+use crate::cache::{Cache, SecretLookup};
 use crate::managed_fields::Adoption;
 use crate::owner::{FIELD_MANAGER, Owner};
 
@@ -207,11 +210,13 @@ fn read(what: String) -> impl FnOnce(kube::Error) -> Error {
 
 /// The workload of kind `K` named like `o`: its state (through `state`) when `o` controls
 /// it, with the take-over of the Go operator's fields when it wrote them, or the conflict
-/// when `o` does not control it; all `None` when it does not exist.
+/// when `o` does not control it; all `None` when it does not exist. `cached` is the labelled
+/// store's copy; without one the API server is asked (an unlabelled object may stand there).
 async fn existing<K>(
     client: &kube::Client,
     o: &Owner,
-    state: impl FnOnce(K) -> WorkloadState,
+    cached: Option<Arc<K>>,
+    state: impl FnOnce(&K) -> WorkloadState,
 ) -> Result<(Option<WorkloadState>, Option<Conflict>, Option<Adoption>), Error>
 where
     K: Resource<Scope = k8s_openapi::NamespaceResourceScope, DynamicType = ()>
@@ -220,52 +225,62 @@ where
         + std::fmt::Debug,
 {
     let kind = K::kind(&());
-    let api: Api<K> = Api::namespaced(client.clone(), o.namespace());
-    let Some(obj) = api.get_opt(o.name()).await.map_err(read(format!("{kind} {}", o.name())))? else {
-        return Ok((None, None, None));
+    let obj = match cached {
+        Some(obj) => obj,
+        None => {
+            let api: Api<K> = Api::namespaced(client.clone(), o.namespace());
+            match api.get_opt(o.name()).await.map_err(read(format!("{kind} {}", o.name())))? {
+                Some(obj) => Arc::new(obj),
+                None => return Ok((None, None, None)),
+            }
+        }
     };
     if let Some(c) = Conflict::of(o, &kind, o.name(), obj.owner_references()) {
         return Ok((None, Some(c), None));
     }
     let adoption = Adoption::of::<K>(obj.meta(), FIELD_MANAGER);
-    Ok((Some(state(obj)), None, adoption))
+    Ok((Some(state(&obj)), None, adoption))
 }
 
-/// Observes what a pass over `o` needs (see the module docs).
+/// Observes what a pass over `o` needs (see the module docs), from `cache` where it holds
+/// the answer: only user-provided Secrets, and children missing from the labelled stores,
+/// are read from the API server.
 ///
 /// # Errors
 /// [`Error::Read`] on the first failed read.
-pub async fn observe(client: &kube::Client, o: &Owner) -> Result<Observed, Error> {
+pub async fn observe(client: &kube::Client, cache: &Cache, o: &Owner) -> Result<Observed, Error> {
     let ns = o.namespace();
     let secrets_api: Api<Secret> = Api::namespaced(client.clone(), ns);
     let mut secrets = BTreeMap::new();
     for name in named_secrets(o) {
-        let found = secrets_api.get_opt(&name).await.map_err(read(format!("Secret {name}")))?;
+        let found = match cache.secret(ns, &name) {
+            SecretLookup::Ours(s) => Some(Secret::clone(&s)),
+            SecretLookup::Missing => None,
+            SecretLookup::Other => secrets_api.get_opt(&name).await.map_err(read(format!("Secret {name}")))?,
+        };
         secrets.insert(name, found);
     }
     let (workload, workload_conflict, workload_adoption) = if o.plan().placement == Some(Placement::Every) {
-        existing::<DaemonSet>(client, o, |d| {
-            let rolled_out = daemon_set_rolled_out(&d);
-            state(&d.spec.unwrap_or_default().template, None, rolled_out)
+        existing::<DaemonSet>(client, o, cache.daemon_set(ns, o.name()), |d| {
+            let rolled_out = daemon_set_rolled_out(d);
+            state(&d.spec.clone().unwrap_or_default().template, None, rolled_out)
         })
         .await?
     } else {
-        existing::<Deployment>(client, o, |d| {
-            let rolled_out = deployment_rolled_out(&d);
-            let spec = d.spec.unwrap_or_default();
+        existing::<Deployment>(client, o, cache.deployment(ns, o.name()), |d| {
+            let rolled_out = deployment_rolled_out(d);
+            let spec = d.spec.clone().unwrap_or_default();
             state(&spec.template, spec.replicas, rolled_out)
         })
         .await?
     };
-    let pods_api: Api<Pod> = Api::namespaced(client.clone(), ns);
-    let listed = pods_api
-        .list(&ListParams::default().labels(&o.selector_string()))
-        .await
-        .map_err(read("pods".into()))?;
+    let selector = o.selector();
+    let selector: Vec<(&str, &str)> = selector.iter().map(|(k, v)| (k.as_str(), v.as_str())).collect();
+    let listed = cache.pods(ns, &selector);
     let mut pods: Vec<String> =
-        listed.items.iter().filter(|p| p.meta().deletion_timestamp.is_none()).map(|p| p.name_any()).collect();
+        listed.iter().filter(|p| p.meta().deletion_timestamp.is_none()).map(|p| p.name_any()).collect();
     pods.sort();
-    let unschedulable = Unschedulable::of(&listed.items);
+    let unschedulable = Unschedulable::of(listed.iter().map(AsRef::as_ref));
     let generation = o.generation();
     let generation_reconciled = o.ic().status.iter().flat_map(|s| &s.conditions).any(|c| {
         c.type_ == super::status::DEGRADED && c.status == "False" && c.observed_generation == Some(generation)

@@ -1,0 +1,376 @@
+//! What the controller watches and keeps in memory, and which events wake a reconcile.
+//!
+//! Every owned kind is watched **only through the operator's label**
+//! (`app.kubernetes.io/managed-by=qdr-operator`), so unrelated Secrets, ConfigMaps, Services,
+//! ServiceAccounts and Roles of the cluster neither reach the controller nor take memory:
+//!
+//! | kind | watch | kept |
+//! |---|---|---|
+//! | Interconnect | all | full object |
+//! | Deployment, DaemonSet | labelled ours | full object (template hashes, status counts) |
+//! | Secret | labelled ours | full object (generated credentials are renewed from it) |
+//! | Secret | all, metadata only | name only (user-provided Secrets a spec names: existence, and a wake-up when one appears or is renewed) |
+//! | Pod | label `interconnect_cr` | metadata and status (routers' readiness and scheduling) |
+//! | ServiceAccount, Role, RoleBinding, Service, ConfigMap, Ingress | labelled ours, metadata only | metadata |
+//!
+//! Observe and apply read these stores instead of the API server: a pass over a converged
+//! Interconnect makes no reads at all. A name missing from a labelled store is looked up with
+//! one GET (metadata only), because an object without our label may stand there (a user's,
+//! or one the Go operator wrote): the ownership rule of [`crate::reconcile::apply`] holds.
+//!
+//! **Wake-ups** ([`triggers`], [`pod_state`]): the controller's own writes do not wake it. An
+//! event on a child whose newest `managedFields` entry is the controller's, strictly newer
+//! than every other manager's (one-second resolution: a tie wakes), is the echo of a write
+//! whose response the reconcile already used, and is dropped; deletions always wake. An
+//! Interconnect wakes its reconcile only when its `metadata.generation` changes (not on the
+//! controller's own status writes); a router pod only when its phase, readiness, scheduling
+//! or deletion changes. So no debounce is needed and a spec change is reconciled at once.
+
+use std::collections::{BTreeSet, HashMap};
+use std::hash::{Hash, Hasher};
+use std::sync::{Arc, Mutex};
+
+use futures::{Stream, StreamExt};
+use k8s_openapi::api::apps::v1::{DaemonSet, Deployment};
+use k8s_openapi::api::core::v1::{ConfigMap, Pod, Secret, Service, ServiceAccount};
+use k8s_openapi::api::networking::v1::Ingress;
+use k8s_openapi::api::rbac::v1::{Role, RoleBinding};
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
+use kube::Resource;
+use kube::core::PartialObjectMeta;
+use kube::runtime::reflector::{ObjectRef, Store};
+use kube::runtime::watcher;
+use qdr_api::Interconnect;
+
+use crate::owner::{FIELD_MANAGER, MANAGED_BY};
+
+/// The label every child carries, and the only one owned-kind watches select on.
+pub const MANAGED_BY_LABEL: &str = "app.kubernetes.io/managed-by";
+
+/// The label selector of the owned-kind watches: `app.kubernetes.io/managed-by=qdr-operator`.
+pub fn managed_selector() -> String {
+    format!("{MANAGED_BY_LABEL}={MANAGED_BY}")
+}
+
+/// How long a written object ([`Written`]) can stand in for the store's copy: the watch
+/// event of a write arrives within milliseconds; this bounds the case where a relist skips
+/// it.
+pub const WRITTEN_TTL: std::time::Duration = std::time::Duration::from_secs(60);
+
+/// Read-your-writes for the kinds a pass decides from (the workloads and the generated
+/// Secrets): the objects the controller wrote, as the API server returned them, until the
+/// store has caught up. A reconcile that runs before the echo of the previous one's write
+/// arrives would otherwise see the old object: an old rollout as complete (and promote a CA
+/// too early), old credentials (and roll the pod template back).
+#[derive(Debug)]
+pub struct Written<K> {
+    entries: Mutex<HashMap<(String, String), (std::time::Instant, Arc<K>)>>,
+}
+
+impl<K> Default for Written<K> {
+    fn default() -> Self {
+        Written { entries: Mutex::default() }
+    }
+}
+
+impl<K: Resource> Written<K> {
+    /// Records `obj`, just written (the API server's answer).
+    pub fn record(&self, obj: K) {
+        let key = (obj.meta().namespace.clone().unwrap_or_default(), obj.meta().name.clone().unwrap_or_default());
+        self.entries.lock().unwrap_or_else(|e| e.into_inner()).insert(key, (std::time::Instant::now(), Arc::new(obj)));
+    }
+
+    /// Forgets `ns/name` (it was deleted).
+    pub fn forget(&self, ns: &str, name: &str) {
+        self.entries.lock().unwrap_or_else(|e| e.into_inner()).remove(&(ns.to_string(), name.to_string()));
+    }
+
+    /// The fresher of `stored` (the store's copy of `ns/name`) and the written one: the
+    /// written one until the store shows the same `resourceVersion` or, for kinds with a
+    /// `metadata.generation`, at least the same generation; at most [`WRITTEN_TTL`].
+    pub fn pick(&self, ns: &str, name: &str, stored: Option<Arc<K>>) -> Option<Arc<K>> {
+        let mut entries = self.entries.lock().unwrap_or_else(|e| e.into_inner());
+        let key = (ns.to_string(), name.to_string());
+        let Some((at, ours)) = entries.get(&key) else { return stored };
+        let caught_up = stored.as_ref().is_some_and(|s| {
+            let (s, o) = (s.meta(), ours.meta());
+            s.resource_version == o.resource_version
+                || s.generation.zip(o.generation).is_some_and(|(sg, og)| sg >= og)
+        });
+        if caught_up || at.elapsed() > WRITTEN_TTL {
+            entries.remove(&key);
+            return stored;
+        }
+        Some(ours.clone())
+    }
+}
+
+/// The stores of one leadership term (see the module docs). Built by
+/// [`crate::runtime::run_controller`]; a store is complete once [`Cache::ready`] returns.
+#[derive(Clone)]
+pub struct Cache {
+    /// Deployments labelled ours.
+    pub deployments: Store<Deployment>,
+    /// DaemonSets labelled ours.
+    pub daemon_sets: Store<DaemonSet>,
+    /// Router pods (label `interconnect_cr`), with `spec` dropped.
+    pub pods: Store<Pod>,
+    /// Secrets labelled ours (generated ones).
+    pub secrets: Store<Secret>,
+    /// Every Secret of the watched namespaces, name and namespace only.
+    pub secret_names: Store<PartialObjectMeta<Secret>>,
+    /// ServiceAccounts labelled ours.
+    pub service_accounts: Store<PartialObjectMeta<ServiceAccount>>,
+    /// Roles labelled ours.
+    pub roles: Store<PartialObjectMeta<Role>>,
+    /// RoleBindings labelled ours.
+    pub role_bindings: Store<PartialObjectMeta<RoleBinding>>,
+    /// Services labelled ours.
+    pub services: Store<PartialObjectMeta<Service>>,
+    /// ConfigMaps labelled ours.
+    pub config_maps: Store<PartialObjectMeta<ConfigMap>>,
+    /// Ingresses labelled ours.
+    pub ingresses: Store<PartialObjectMeta<Ingress>>,
+    /// Deployments written in this term, until the store catches up.
+    pub written_deployments: Arc<Written<Deployment>>,
+    /// DaemonSets written in this term, until the store catches up.
+    pub written_daemon_sets: Arc<Written<DaemonSet>>,
+    /// Secrets created or replaced in this term, until the store catches up.
+    pub written_secrets: Arc<Written<Secret>>,
+}
+
+impl std::fmt::Debug for Cache {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Cache").finish_non_exhaustive()
+    }
+}
+
+/// What the stores know of a Secret.
+#[derive(Debug, Clone)]
+pub enum SecretLookup {
+    /// Labelled ours: the whole object.
+    Ours(Arc<Secret>),
+    /// It exists without our label (user-provided): read it to use it.
+    Other,
+    /// No Secret of that name exists.
+    Missing,
+}
+
+fn key<K: Resource<DynamicType = ()>>(ns: &str, name: &str) -> ObjectRef<K> {
+    ObjectRef::new(name).within(ns)
+}
+
+fn matches(meta: &ObjectMeta, ns: &str, selector: &[(&str, &str)]) -> bool {
+    meta.namespace.as_deref() == Some(ns)
+        && selector
+            .iter()
+            .all(|(k, v)| meta.labels.as_ref().and_then(|l| l.get(*k)).is_some_and(|x| x == v))
+}
+
+impl Cache {
+    /// Waits until every store holds its first complete list (a reconcile before that could
+    /// take a missing entry for a missing object).
+    pub async fn ready(&self) {
+        let _ = futures::join!(
+            self.deployments.wait_until_ready(),
+            self.daemon_sets.wait_until_ready(),
+            self.pods.wait_until_ready(),
+            self.secrets.wait_until_ready(),
+            self.secret_names.wait_until_ready(),
+            self.service_accounts.wait_until_ready(),
+            self.roles.wait_until_ready(),
+            self.role_bindings.wait_until_ready(),
+            self.services.wait_until_ready(),
+            self.config_maps.wait_until_ready(),
+            self.ingresses.wait_until_ready(),
+        );
+    }
+
+    /// Secret `ns/name` as far as the stores know it.
+    pub fn secret(&self, ns: &str, name: &str) -> SecretLookup {
+        if let Some(s) = self.written_secrets.pick(ns, name, self.secrets.get(&key(ns, name))) {
+            return SecretLookup::Ours(s);
+        }
+        if self.secret_names.get(&key(ns, name)).is_some() {
+            SecretLookup::Other
+        } else {
+            SecretLookup::Missing
+        }
+    }
+
+    /// The metadata of the labelled child `ns/name` of kind `kind` (`ServiceAccount`,
+    /// `Role`, `RoleBinding`, `Service`, `ConfigMap`, `Ingress`, `Deployment`,
+    /// `DaemonSet`, `Secret`), or `None` when it is not in the store (it may still exist
+    /// without our label) or the kind is not cached (`Route`).
+    pub fn meta(&self, kind: &str, ns: &str, name: &str) -> Option<ObjectMeta> {
+        match kind {
+            "ServiceAccount" => self.service_accounts.get(&key(ns, name)).map(|o| o.metadata.clone()),
+            "Role" => self.roles.get(&key(ns, name)).map(|o| o.metadata.clone()),
+            "RoleBinding" => self.role_bindings.get(&key(ns, name)).map(|o| o.metadata.clone()),
+            "Service" => self.services.get(&key(ns, name)).map(|o| o.metadata.clone()),
+            "ConfigMap" => self.config_maps.get(&key(ns, name)).map(|o| o.metadata.clone()),
+            "Ingress" => self.ingresses.get(&key(ns, name)).map(|o| o.metadata.clone()),
+            "Deployment" => self.deployments.get(&key(ns, name)).map(|o| o.metadata.clone()),
+            "DaemonSet" => self.daemon_sets.get(&key(ns, name)).map(|o| o.metadata.clone()),
+            "Secret" => self.secrets.get(&key(ns, name)).map(|o| o.metadata.clone()),
+            _ => None,
+        }
+    }
+
+    /// The metadata of every cached object of kind `kind` in `ns` carrying all the
+    /// `selector` labels, or `None` when the kind is not cached (`Route`: list it).
+    pub fn labelled(&self, kind: &str, ns: &str, selector: &[(&str, &str)]) -> Option<Vec<ObjectMeta>> {
+        fn pick<K: Resource + Clone>(store: &Store<K>, ns: &str, selector: &[(&str, &str)]) -> Vec<ObjectMeta>
+        where
+            K::DynamicType: Eq + Hash + Clone,
+        {
+            store.state_filter(|o| matches(o.meta(), ns, selector)).iter().map(|o| o.meta().clone()).collect()
+        }
+        Some(match kind {
+            "ServiceAccount" => pick(&self.service_accounts, ns, selector),
+            "Role" => pick(&self.roles, ns, selector),
+            "RoleBinding" => pick(&self.role_bindings, ns, selector),
+            "Service" => pick(&self.services, ns, selector),
+            "ConfigMap" => pick(&self.config_maps, ns, selector),
+            "Ingress" => pick(&self.ingresses, ns, selector),
+            "Deployment" => pick(&self.deployments, ns, selector),
+            "DaemonSet" => pick(&self.daemon_sets, ns, selector),
+            "Secret" => pick(&self.secrets, ns, selector),
+            _ => return None,
+        })
+    }
+
+    /// Deployment `ns/name` labelled ours: the store's copy, or the one just written.
+    pub fn deployment(&self, ns: &str, name: &str) -> Option<Arc<Deployment>> {
+        self.written_deployments.pick(ns, name, self.deployments.get(&key(ns, name)))
+    }
+
+    /// DaemonSet `ns/name` labelled ours: the store's copy, or the one just written.
+    pub fn daemon_set(&self, ns: &str, name: &str) -> Option<Arc<DaemonSet>> {
+        self.written_daemon_sets.pick(ns, name, self.daemon_sets.get(&key(ns, name)))
+    }
+
+    /// The router pods in `ns` carrying every `selector` label.
+    pub fn pods(&self, ns: &str, selector: &[(&str, &str)]) -> Vec<Arc<Pod>> {
+        self.pods.state_filter(|p| matches(&p.metadata, ns, selector))
+    }
+}
+
+/// Passes the events of a watch through, forgetting deleted objects in `written`.
+pub fn forget_deleted<K: Resource + Send + Sync + 'static>(
+    events: impl Stream<Item = Result<watcher::Event<K>, watcher::Error>> + Send + 'static,
+    written: Arc<Written<K>>,
+) -> impl Stream<Item = Result<watcher::Event<K>, watcher::Error>> + Send + 'static {
+    events.inspect(move |e| {
+        if let Ok(watcher::Event::Delete(o)) = e {
+            let m = o.meta();
+            written.forget(m.namespace.as_deref().unwrap_or_default(), m.name.as_deref().unwrap_or_default());
+        }
+    })
+}
+
+/// Whether the newest write recorded in `meta.managedFields` is the controller's
+/// ([`FIELD_MANAGER`]), strictly newer than every other manager's entry. Entries without a
+/// time count as newest (never an echo).
+pub fn last_written_by_us(meta: &ObjectMeta) -> bool {
+    let Some(entries) = meta.managed_fields.as_ref() else { return false };
+    let ours = entries.iter().filter(|e| e.manager.as_deref() == Some(FIELD_MANAGER)).map(|e| e.time.as_ref());
+    let Some(newest_ours) = ours.max().flatten() else { return false };
+    entries
+        .iter()
+        .filter(|e| e.manager.as_deref() != Some(FIELD_MANAGER))
+        .all(|e| e.time.as_ref().is_some_and(|t| t.0 < newest_ours.0))
+}
+
+/// The objects of a watch stream that should wake their owner: applied ones unless they are
+/// the echo of the controller's own write ([`last_written_by_us`]), and every deletion.
+/// The start of a (re)list is skipped; its objects are judged like any other.
+pub fn triggers<K>(
+    events: impl Stream<Item = Result<watcher::Event<K>, watcher::Error>> + Send + 'static,
+) -> impl Stream<Item = Result<K, watcher::Error>> + Send + 'static
+where
+    K: Resource + Send + 'static,
+{
+    events.filter_map(|e| {
+        futures::future::ready(match e {
+            Ok(watcher::Event::Apply(o) | watcher::Event::InitApply(o)) => {
+                (!last_written_by_us(o.meta())).then_some(Ok(o))
+            }
+            Ok(watcher::Event::Delete(o)) => Some(Ok(o)),
+            Ok(watcher::Event::Init | watcher::Event::InitDone) => None,
+            Err(e) => Some(Err(e)),
+        })
+    })
+}
+
+/// What of a router pod the status reports: whether it is being deleted, its phase, and its
+/// `Ready` and `PodScheduled` conditions (status and message). A pod event that changes none
+/// of these (an IP assigned, a probe time) wakes nothing. For
+/// [`kube::runtime::WatchStreamExt::predicate_filter`].
+pub fn pod_state(p: &Pod) -> Option<u64> {
+    let mut h = std::collections::hash_map::DefaultHasher::new();
+    p.metadata.deletion_timestamp.is_some().hash(&mut h);
+    if let Some(st) = &p.status {
+        st.phase.hash(&mut h);
+        for c in st.conditions.iter().flatten() {
+            if c.type_ == "Ready" || c.type_ == "PodScheduled" {
+                (&c.type_, &c.status, &c.message).hash(&mut h);
+            }
+        }
+    }
+    Some(h.finish())
+}
+
+/// Drops what a cached router pod does not need (`spec`, `managedFields`, annotations).
+pub fn slim_pod(p: &mut Pod) {
+    p.spec = None;
+    p.metadata.managed_fields = None;
+    p.metadata.annotations = None;
+}
+
+/// Keeps of a Secret's metadata only what the name index needs (name, namespace, uid,
+/// resourceVersion and our managed-by label).
+pub fn slim_secret_name(s: &mut PartialObjectMeta<Secret>) {
+    let m = &mut s.metadata;
+    m.managed_fields = None;
+    m.annotations = None;
+    m.owner_references = None;
+    m.finalizers = None;
+    if let Some(labels) = m.labels.as_mut() {
+        labels.retain(|k, _| k == MANAGED_BY_LABEL);
+    }
+}
+
+/// The Secret names each Interconnect's effective spec references, computed once per
+/// generation (defaulting every Interconnect for every Secret event would cost
+/// Interconnects × Secrets defaulting runs at start).
+#[derive(Debug, Default)]
+pub struct SecretReferences {
+    by_uid: Mutex<HashMap<String, (i64, BTreeSet<String>)>>,
+}
+
+impl SecretReferences {
+    /// The Interconnects in `store` of namespace `ns` whose effective spec names Secret
+    /// `name`.
+    pub fn referencing(&self, store: &Store<Interconnect>, ns: &str, name: &str) -> Vec<ObjectRef<Interconnect>> {
+        let mut memo = self.by_uid.lock().unwrap_or_else(|e| e.into_inner());
+        store
+            .state_filter(|ic| ic.metadata.namespace.as_deref() == Some(ns))
+            .into_iter()
+            .filter(|ic| {
+                let uid = ic.metadata.uid.clone().unwrap_or_default();
+                let generation = ic.metadata.generation.unwrap_or_default();
+                let entry = memo
+                    .entry(uid)
+                    .and_modify(|e| {
+                        if e.0 != generation {
+                            *e = (generation, qdr_api::defaults(ic).secret_names());
+                        }
+                    })
+                    .or_insert_with(|| (generation, qdr_api::defaults(ic).secret_names()));
+                entry.1.contains(name)
+            })
+            .map(|ic| ObjectRef::from_obj(ic.as_ref()))
+            .collect()
+    }
+}
