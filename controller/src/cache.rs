@@ -62,14 +62,30 @@ pub const WRITTEN_TTL: std::time::Duration = std::time::Duration::from_secs(60);
 /// store has caught up. A reconcile that runs before the echo of the previous one's write
 /// arrives would otherwise see the old object: an old rollout as complete (and promote a CA
 /// too early), old credentials (and roll the pod template back).
+///
+/// For Interconnects the status the controller wrote is what is kept: a pass must compare
+/// its new status (and decide its Events) against the last one written, not an older one.
 #[derive(Debug)]
 pub struct Written<K> {
     entries: Mutex<HashMap<(String, String), (std::time::Instant, Arc<K>)>>,
+    /// Whether a stored copy of the same `metadata.generation` has caught up (workloads:
+    /// what a pass reads of them, spec and rollout, is per generation), or only a greater
+    /// one (Interconnects: the controller's status writes keep the generation).
+    same_generation_caught_up: bool,
 }
 
 impl<K> Default for Written<K> {
     fn default() -> Self {
-        Written { entries: Mutex::default() }
+        Written { entries: Mutex::default(), same_generation_caught_up: true }
+    }
+}
+
+impl<K> Written<K> {
+    /// For objects whose writes by the controller keep their generation (status writes):
+    /// only a stored copy with the same `resourceVersion`, or a greater generation, has
+    /// caught up.
+    pub fn status_writes() -> Self {
+        Written { entries: Mutex::default(), same_generation_caught_up: false }
     }
 }
 
@@ -95,7 +111,9 @@ impl<K: Resource> Written<K> {
         let caught_up = stored.as_ref().is_some_and(|s| {
             let (s, o) = (s.meta(), ours.meta());
             s.resource_version == o.resource_version
-                || s.generation.zip(o.generation).is_some_and(|(sg, og)| sg >= og)
+                || s.generation.zip(o.generation).is_some_and(|(sg, og)| {
+                    sg > og || (sg == og && self.same_generation_caught_up)
+                })
         });
         if caught_up || at.elapsed() > WRITTEN_TTL {
             entries.remove(&key);
@@ -137,6 +155,8 @@ pub struct Cache {
     pub written_daemon_sets: Arc<Written<DaemonSet>>,
     /// Secrets created or replaced in this term, until the store catches up.
     pub written_secrets: Arc<Written<Secret>>,
+    /// Interconnects whose status was written in this term, until the store catches up.
+    pub written_interconnects: Arc<Written<Interconnect>>,
 }
 
 impl std::fmt::Debug for Cache {

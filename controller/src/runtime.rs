@@ -19,7 +19,7 @@ use qdr_api::Interconnect;
 use tokio::sync::watch;
 
 use crate::cache::{
-    Cache, MANAGED_BY_LABEL, SecretReferences, forget_deleted, managed_selector, pod_state, slim_pod, slim_secret_name,
+    Cache, MANAGED_BY_LABEL, SecretReferences, Written, forget_deleted, managed_selector, pod_state, slim_pod, slim_secret_name,
     triggers,
 };
 use crate::reconcile::{Context, error_policy, reconcile};
@@ -130,6 +130,7 @@ pub async fn run_controller(ctx: Arc<Context>, namespace: &str) {
         written_deployments,
         written_daemon_sets,
         written_secrets,
+        written_interconnects: Arc::new(Written::status_writes()),
     };
     let ctx = Arc::new(ctx.for_term(cache));
 

@@ -113,6 +113,22 @@ impl Context {
     }
 }
 
+impl Context {
+    /// [`status::write`], remembering the written object in the term's stores.
+    async fn write_status(
+        &self,
+        ic: &Interconnect,
+        new: qdr_api::InterconnectStatus,
+    ) -> Result<(), status::Error> {
+        if let Some(written) = status::write(&self.client, ic, new).await?
+            && let Some(cache) = &self.cache
+        {
+            cache.written_interconnects.record(written);
+        }
+        Ok(())
+    }
+}
+
 fn key(ic: &Interconnect) -> String {
     format!("{}/{}", ic.namespace().unwrap_or_default(), ic.name_any())
 }
@@ -161,6 +177,14 @@ impl Error {
 ))]
 pub async fn reconcile(ic: Arc<Interconnect>, ctx: Arc<Context>) -> Result<Action, Error> {
     let started = Instant::now();
+    // The status this controller wrote last, when the store has not caught up with it yet.
+    let ic = match &ctx.cache {
+        Some(c) => {
+            let (ns, name) = (ic.namespace().unwrap_or_default(), ic.name_any());
+            c.written_interconnects.pick(&ns, &name, Some(ic.clone())).unwrap_or(ic)
+        }
+        None => ic,
+    };
     let result = match stages(&ic, &ctx).await {
         Err(Error::Apply(e)) if e.is_stale() => {
             tracing::debug!(error = %e, "stale observation; reconciling again");
@@ -180,7 +204,7 @@ pub async fn reconcile(ic: Arc<Interconnect>, ctx: Arc<Context>) -> Result<Actio
     if let Err(e) = &result {
         tracing::warn!(category = e.category(), error = %e, "reconcile failed");
         let degraded = status::failed(&ic, &e.to_string());
-        if let Err(w) = status::write(&ctx.client, &ic, degraded).await {
+        if let Err(w) = ctx.write_status(&ic, degraded).await {
             tracing::debug!(error = %w, "could not record Degraded");
         }
     }
@@ -197,7 +221,7 @@ async fn stages(ic: &Interconnect, ctx: &Context) -> Result<Action, Error> {
         Err(OwnerError::Invalid(errors)) => {
             let message = crate::owner::summary(&errors);
             let event = events::invalid(ic, &message);
-            status::write(&ctx.client, ic, status::invalid(ic, &message)).await?;
+            ctx.write_status(ic, status::invalid(ic, &message)).await?;
             events::publish(&ctx.recorder, ic, event).await;
             return Ok(Action::await_change());
         }
@@ -220,7 +244,7 @@ async fn stages(ic: &Interconnect, ctx: &Context) -> Result<Action, Error> {
     .await?;
     let new_status = status::desired(&owner, &observed, &applied, &report);
     let scheduling = events::scheduling(ic, &new_status);
-    status::write(&ctx.client, ic, new_status).await?;
+    ctx.write_status(ic, new_status).await?;
     if !applied.conflicts.is_empty() {
         let event = events::conflicting(ic, &status::conflicts_message(&applied));
         events::publish(&ctx.recorder, ic, event).await;

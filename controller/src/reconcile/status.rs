@@ -227,7 +227,8 @@ pub fn same(a: &InterconnectStatus, b: &InterconnectStatus) -> bool {
     strip(a) == strip(b)
 }
 
-/// Writes `status` unless the stored one is the [`same`]. Returns whether it wrote.
+/// Writes `status` unless the stored one is the [`same`]. Returns the object as written,
+/// or `None` when nothing needed writing.
 ///
 /// # Errors
 /// [`Error::Write`] when the patch is refused.
@@ -235,13 +236,13 @@ pub async fn write(
     client: &kube::Client,
     ic: &Interconnect,
     status: InterconnectStatus,
-) -> Result<bool, Error> {
+) -> Result<Option<Interconnect>, Error> {
     if ic.status.as_ref().is_some_and(|old| same(old, &status)) {
-        return Ok(false);
+        return Ok(None);
     }
     let api: Api<Interconnect> = Api::namespaced(client.clone(), &ic.namespace().unwrap_or_default());
     api.patch_status(&ic.name_any(), &PatchParams::default(), &Patch::Merge(json!({"status": status})))
         .await
-        .map_err(Error::Write)?;
-    Ok(true)
+        .map(Some)
+        .map_err(Error::Write)
 }
