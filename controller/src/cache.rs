@@ -92,8 +92,12 @@ impl<K> Written<K> {
 impl<K: Resource> Written<K> {
     /// Records `obj`, just written (the API server's answer).
     pub fn record(&self, obj: K) {
-        let key = (obj.meta().namespace.clone().unwrap_or_default(), obj.meta().name.clone().unwrap_or_default());
-        self.entries.lock().unwrap_or_else(|e| e.into_inner()).insert(key, (std::time::Instant::now(), Arc::new(obj)));
+        let key =
+            (obj.meta().namespace.clone().unwrap_or_default(), obj.meta().name.clone().unwrap_or_default());
+        self.entries
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .insert(key, (std::time::Instant::now(), Arc::new(obj)));
     }
 
     /// Forgets `ns/name` (it was deleted).
@@ -111,9 +115,9 @@ impl<K: Resource> Written<K> {
         let caught_up = stored.as_ref().is_some_and(|s| {
             let (s, o) = (s.meta(), ours.meta());
             s.resource_version == o.resource_version
-                || s.generation.zip(o.generation).is_some_and(|(sg, og)| {
-                    sg > og || (sg == og && self.same_generation_caught_up)
-                })
+                || s.generation
+                    .zip(o.generation)
+                    .is_some_and(|(sg, og)| sg > og || (sg == og && self.same_generation_caught_up))
         });
         if caught_up || at.elapsed() > WRITTEN_TTL {
             entries.remove(&key);
@@ -157,6 +161,10 @@ pub struct Cache {
     pub written_secrets: Arc<Written<Secret>>,
     /// Interconnects whose status was written in this term, until the store catches up.
     pub written_interconnects: Arc<Written<Interconnect>>,
+    /// Interconnects whose children changed under them since their last full apply.
+    pub drift: Arc<Drift>,
+    /// The last full apply of each Interconnect in this term.
+    pub applied: Arc<AppliedMemo>,
 }
 
 impl std::fmt::Debug for Cache {
@@ -182,9 +190,7 @@ fn key<K: Resource<DynamicType = ()>>(ns: &str, name: &str) -> ObjectRef<K> {
 
 fn matches(meta: &ObjectMeta, ns: &str, selector: &[(&str, &str)]) -> bool {
     meta.namespace.as_deref() == Some(ns)
-        && selector
-            .iter()
-            .all(|(k, v)| meta.labels.as_ref().and_then(|l| l.get(*k)).is_some_and(|x| x == v))
+        && selector.iter().all(|(k, v)| meta.labels.as_ref().and_then(|l| l.get(*k)).is_some_and(|x| x == v))
 }
 
 impl Cache {
@@ -294,7 +300,8 @@ pub fn forget_deleted<K: Resource + Send + Sync + 'static>(
 /// time count as newest (never an echo).
 pub fn last_written_by_us(meta: &ObjectMeta) -> bool {
     let Some(entries) = meta.managed_fields.as_ref() else { return false };
-    let ours = entries.iter().filter(|e| e.manager.as_deref() == Some(FIELD_MANAGER)).map(|e| e.time.as_ref());
+    let ours =
+        entries.iter().filter(|e| e.manager.as_deref() == Some(FIELD_MANAGER)).map(|e| e.time.as_ref());
     let Some(newest_ours) = ours.max().flatten() else { return false };
     entries
         .iter()
@@ -302,25 +309,112 @@ pub fn last_written_by_us(meta: &ObjectMeta) -> bool {
         .all(|e| e.time.as_ref().is_some_and(|t| t.0 < newest_ours.0))
 }
 
+/// Whether the writes newer than the controller's last one (by `managedFields` time, a tie
+/// counting as newer) all went to the `status` subresource: a workload controller reporting,
+/// not someone changing what the controller applied.
+pub fn status_only(meta: &ObjectMeta) -> bool {
+    let Some(entries) = meta.managed_fields.as_ref() else { return false };
+    let ours = entries
+        .iter()
+        .filter(|e| e.manager.as_deref() == Some(FIELD_MANAGER))
+        .filter_map(|e| e.time.as_ref());
+    let Some(newest_ours) = ours.max() else { return false };
+    entries
+        .iter()
+        .filter(|e| e.manager.as_deref() != Some(FIELD_MANAGER))
+        .filter(|e| e.time.as_ref().is_none_or(|t| t.0 >= newest_ours.0))
+        .all(|e| e.subresource.as_deref() == Some("status"))
+}
+
+/// Interconnects (`namespace/name`) whose children someone else changed or deleted since
+/// their last full apply: their next pass applies everything again. See
+/// [`crate::reconcile::apply::fingerprint`].
+#[derive(Debug, Default)]
+pub struct Drift {
+    owners: Mutex<BTreeSet<String>>,
+}
+
+impl Drift {
+    /// Marks the Interconnect controlling `meta` (if any).
+    pub fn mark(&self, meta: &ObjectMeta) {
+        let ns = meta.namespace.clone().unwrap_or_default();
+        let mut owners = self.owners.lock().unwrap_or_else(|e| e.into_inner());
+        for r in meta.owner_references.iter().flatten() {
+            if r.controller == Some(true) && r.kind == "Interconnect" {
+                owners.insert(format!("{ns}/{}", r.name));
+            }
+        }
+    }
+
+    /// Whether `key` was marked, clearing the mark.
+    pub fn take(&self, key: &str) -> bool {
+        self.owners.lock().unwrap_or_else(|e| e.into_inner()).remove(key)
+    }
+}
+
 /// The objects of a watch stream that should wake their owner: applied ones unless they are
 /// the echo of the controller's own write ([`last_written_by_us`]), and every deletion.
-/// The start of a (re)list is skipped; its objects are judged like any other.
+/// Deletions and changes that are not [`status_only`] are marked in `drift`. The start of a
+/// (re)list is skipped; its objects are judged like any other.
 pub fn triggers<K>(
     events: impl Stream<Item = Result<watcher::Event<K>, watcher::Error>> + Send + 'static,
+    drift: Arc<Drift>,
 ) -> impl Stream<Item = Result<K, watcher::Error>> + Send + 'static
 where
     K: Resource + Send + 'static,
 {
-    events.filter_map(|e| {
+    events.filter_map(move |e| {
         futures::future::ready(match e {
             Ok(watcher::Event::Apply(o) | watcher::Event::InitApply(o)) => {
-                (!last_written_by_us(o.meta())).then_some(Ok(o))
+                if last_written_by_us(o.meta()) {
+                    None
+                } else {
+                    if !status_only(o.meta()) {
+                        drift.mark(o.meta());
+                    }
+                    Some(Ok(o))
+                }
             }
-            Ok(watcher::Event::Delete(o)) => Some(Ok(o)),
+            Ok(watcher::Event::Delete(o)) => {
+                drift.mark(o.meta());
+                Some(Ok(o))
+            }
             Ok(watcher::Event::Init | watcher::Event::InitDone) => None,
             Err(e) => Some(Err(e)),
         })
     })
+}
+
+/// The last full apply of each Interconnect (`namespace/name`): its uid, generation, the
+/// [`crate::reconcile::apply::fingerprint`] of what was applied, and when.
+#[derive(Debug, Default)]
+pub struct AppliedMemo {
+    entries: Mutex<HashMap<String, (String, i64, u64, std::time::Instant)>>,
+}
+
+impl AppliedMemo {
+    /// Records a full apply.
+    pub fn record(&self, key: &str, uid: &str, generation: i64, fingerprint: u64) {
+        self.entries
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .insert(key.into(), (uid.into(), generation, fingerprint, std::time::Instant::now()));
+    }
+
+    /// Whether the last full apply of `key` was this uid, generation and fingerprint, less
+    /// than `max_age` ago.
+    pub fn same(
+        &self,
+        key: &str,
+        uid: &str,
+        generation: i64,
+        fingerprint: u64,
+        max_age: std::time::Duration,
+    ) -> bool {
+        self.entries.lock().unwrap_or_else(|e| e.into_inner()).get(key).is_some_and(|(u, g, f, at)| {
+            u == uid && *g == generation && *f == fingerprint && at.elapsed() < max_age
+        })
+    }
 }
 
 /// What of a router pod the status reports: whether it is being deleted, its phase, and its
@@ -372,7 +466,12 @@ pub struct SecretReferences {
 impl SecretReferences {
     /// The Interconnects in `store` of namespace `ns` whose effective spec names Secret
     /// `name`.
-    pub fn referencing(&self, store: &Store<Interconnect>, ns: &str, name: &str) -> Vec<ObjectRef<Interconnect>> {
+    pub fn referencing(
+        &self,
+        store: &Store<Interconnect>,
+        ns: &str,
+        name: &str,
+    ) -> Vec<ObjectRef<Interconnect>> {
         let mut memo = self.by_uid.lock().unwrap_or_else(|e| e.into_inner());
         store
             .state_filter(|ic| ic.metadata.namespace.as_deref() == Some(ns))

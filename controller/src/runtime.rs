@@ -19,8 +19,8 @@ use qdr_api::Interconnect;
 use tokio::sync::watch;
 
 use crate::cache::{
-    Cache, MANAGED_BY_LABEL, SecretReferences, Written, forget_deleted, managed_selector, pod_state, slim_pod, slim_secret_name,
-    triggers,
+    Cache, Drift, MANAGED_BY_LABEL, SecretReferences, Written, forget_deleted, managed_selector, pod_state,
+    slim_pod, slim_secret_name, triggers,
 };
 use crate::reconcile::{Context, error_policy, reconcile};
 
@@ -76,7 +76,10 @@ where
         + 'static,
 {
     let (store, writer) = reflector::store();
-    let events = watcher(api::<PartialObjectMeta<K>>(client, ns), wc.clone()).default_backoff().modify(slim).reflect(writer);
+    let events = watcher(api::<PartialObjectMeta<K>>(client, ns), wc.clone())
+        .default_backoff()
+        .modify(slim)
+        .reflect(writer);
     (store, events)
 }
 
@@ -110,6 +113,7 @@ pub async fn run_controller(ctx: Arc<Context>, namespace: &str) {
     let (services, service_events) = reflect_meta::<Service>(client, ns, &ours, keep_all);
     let (config_maps, cm_events) = reflect_meta::<ConfigMap>(client, ns, &ours, keep_all);
     let (ingresses, ingress_events) = reflect_meta::<Ingress>(client, ns, &ours, keep_all);
+    let drift: Arc<Drift> = Arc::default();
     let (written_deployments, written_daemon_sets, written_secrets) =
         (Arc::default(), Arc::default(), Arc::default());
     let deployment_events = forget_deleted(deployment_events, Arc::clone(&written_deployments));
@@ -131,6 +135,8 @@ pub async fn run_controller(ctx: Arc<Context>, namespace: &str) {
         written_daemon_sets,
         written_secrets,
         written_interconnects: Arc::new(Written::status_writes()),
+        drift: Arc::clone(&drift),
+        applied: Arc::default(),
     };
     let ctx = Arc::new(ctx.for_term(cache));
 
@@ -151,15 +157,15 @@ pub async fn run_controller(ctx: Arc<Context>, namespace: &str) {
     let cfg = kube::runtime::controller::Config::default().concurrency(CONCURRENCY);
     Controller::for_stream(interconnects, ic_store)
         .with_config(cfg)
-        .owns_stream(triggers(deployment_events))
-        .owns_stream(triggers(daemon_set_events))
-        .owns_stream(triggers(secret_events))
-        .owns_stream(triggers(sa_events))
-        .owns_stream(triggers(role_events))
-        .owns_stream(triggers(rb_events))
-        .owns_stream(triggers(service_events))
-        .owns_stream(triggers(cm_events))
-        .owns_stream(triggers(ingress_events))
+        .owns_stream(triggers(deployment_events, drift.clone()))
+        .owns_stream(triggers(daemon_set_events, drift.clone()))
+        .owns_stream(triggers(secret_events, drift.clone()))
+        .owns_stream(triggers(sa_events, drift.clone()))
+        .owns_stream(triggers(role_events, drift.clone()))
+        .owns_stream(triggers(rb_events, drift.clone()))
+        .owns_stream(triggers(service_events, drift.clone()))
+        .owns_stream(triggers(cm_events, drift.clone()))
+        .owns_stream(triggers(ingress_events, drift.clone()))
         .watches_stream(user_secrets, move |secret: PartialObjectMeta<Secret>| {
             let ns = secret.metadata.namespace.clone().unwrap_or_default();
             let name = secret.metadata.name.clone().unwrap_or_default();

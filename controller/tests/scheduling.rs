@@ -128,7 +128,12 @@ async fn placement_follows_the_nodes() {
     assert_eq!(status["pods"].as_array().unwrap().len(), 4);
     eventually("a Scheduled event", SETTLE, || async { (events(&ns, "Scheduled").await >= 1).then_some(()) })
         .await;
-    assert_eq!(events(&ns, "Unschedulable").await, 1, "one Warning per change of the state, not per pass");
+    // One Warning per change of the scheduler's message, not per pass (the router pods
+    // alone woke dozens): the first message, and at most one more while node-3 is added
+    // but not yet Ready (the scheduler then says `1 node(s) had untolerated taint
+    // {node.kubernetes.io/not-ready: }`).
+    let warnings = events(&ns, "Unschedulable").await;
+    assert!((1..=2).contains(&warnings), "one Warning per change of the message, not per pass: {warnings}");
 
     // Scale down: status follows.
     let patch = json!({"spec": {"deploymentPlan": {"size": 2}}});

@@ -22,8 +22,8 @@ mod process;
 mod testbin;
 
 pub use control_plane::{
-    AuditEvent, AuditObjectRef, AuditStatus, AuditUser, ControlPlane, NODE_CAPACITY, Options, POD_CIDR, READY_TIMEOUT, SIMULATED_NODE, TestNamespace, shared,
-    shared_with_controller_manager, shared_with_nodes,
+    AuditEvent, AuditObjectRef, AuditStatus, AuditUser, ControlPlane, NODE_CAPACITY, Options, POD_CIDR,
+    READY_TIMEOUT, SIMULATED_NODE, TestNamespace, shared, shared_with_controller_manager, shared_with_nodes,
 };
 pub use pki::{CertPair, Pki};
 pub use process::Process;

@@ -36,8 +36,8 @@ use serde::de::DeserializeOwned;
 
 use super::build::{Children, Secrets};
 use crate::builders::{Exposure, Workload};
-use crate::managed_fields::Adoption;
 use crate::cache::Cache;
+use crate::managed_fields::Adoption;
 use crate::owner::{FIELD_MANAGER, MANAGED_BY, Owner};
 use crate::route::Route;
 
@@ -373,6 +373,52 @@ async fn prune(
         }
     }
     Ok(deleted)
+}
+
+/// A fingerprint of everything [`apply`] would write for `children` (each child's JSON),
+/// or `None` when Secrets are to be created or replaced (never skipped).
+///
+/// A pass whose children have the fingerprint of the last full apply of the same
+/// generation, with no drift marked since ([`crate::cache::Drift`]), skips the applies:
+/// they would all be no-ops. Such passes are woken by router pods and by the workload
+/// controller's status, and cost only their status write. A full apply still runs at least
+/// every [`super::RESYNC`].
+pub fn fingerprint(children: &Children) -> Option<u64> {
+    use std::hash::{Hash, Hasher};
+    if !children.secrets.create.is_empty() || !children.secrets.update.is_empty() {
+        return None;
+    }
+    let mut h = std::collections::hash_map::DefaultHasher::new();
+    let mut add = |v: serde_json::Result<Vec<u8>>| v.ok().hash(&mut h);
+    add(serde_json::to_vec(&children.service_account));
+    add(serde_json::to_vec(&children.role));
+    add(serde_json::to_vec(&children.role_binding));
+    add(serde_json::to_vec(&children.sasl_config_map));
+    match &children.workload {
+        Workload::Deployment(d) => add(serde_json::to_vec(d)),
+        Workload::DaemonSet(d) => add(serde_json::to_vec(d)),
+    }
+    add(serde_json::to_vec(&children.service));
+    match &children.exposure {
+        Exposure::Ingresses(list) => add(serde_json::to_vec(list)),
+        Exposure::Routes(list) => add(serde_json::to_vec(list)),
+    }
+    children.secrets.keep.hash(&mut h);
+    Some(h.finish())
+}
+
+/// What [`apply`] would report without writing anything, from the stores: the workload's
+/// counts. `None` when the workload is not in the store (then apply).
+pub fn unchanged(cache: &Cache, o: &Owner, children: &Children) -> Option<Applied> {
+    let workload = match &children.workload {
+        Workload::Deployment(d) => {
+            WorkloadStatus::of_deployment(d, cache.deployment(o.namespace(), o.name())?.as_ref())
+        }
+        Workload::DaemonSet(_) => {
+            WorkloadStatus::of_daemon_set(cache.daemon_set(o.namespace(), o.name())?.as_ref())
+        }
+    };
+    Some(Applied { workload, ..Applied::default() })
 }
 
 /// Applies every child of `o` unless one of their names is taken by an object `o` does not

@@ -177,6 +177,7 @@ pub fn planned(observed: &Observed, children: &Children) -> Vec<Change> {
 pub async fn publish(recorder: &Recorder, ic: &Interconnect, changes: impl IntoIterator<Item = Change>) {
     let reference = ic.object_ref(&());
     for change in changes {
+        tracing::debug!(reason = %change.event().reason, note = ?change.event().note, "event");
         if let Err(e) = recorder.publish(&change.event(), &reference).await {
             tracing::warn!(error = %e, reason = %change.event().reason, "could not publish event");
         }

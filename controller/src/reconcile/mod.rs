@@ -233,15 +233,35 @@ async fn stages(ic: &Interconnect, ctx: &Context) -> Result<Action, Error> {
     let children = build::build(&owner, &ctx.settings, &observed)?;
     let report = children.credentials.clone();
     let planned = events::planned(&observed, &children);
-    let applied = apply::apply(
-        &ctx.client,
-        cache,
-        &owner,
-        children,
-        (observed.workload_conflict.clone(), observed.workload_adoption.clone()),
-        !observed.generation_reconciled,
-    )
-    .await?;
+    let key = key(ic);
+    let fingerprint = apply::fingerprint(&children);
+    let drifted = cache.drift.take(&key);
+    let skip = match fingerprint {
+        Some(f) if !drifted && observed.generation_reconciled && observed.workload_adoption.is_none() => {
+            cache.applied.same(&key, owner.uid(), owner.generation(), f, RESYNC)
+        }
+        _ => false,
+    };
+    let applied = match skip.then(|| apply::unchanged(cache, &owner, &children)).flatten() {
+        Some(applied) => applied,
+        None => {
+            let applied = apply::apply(
+                &ctx.client,
+                cache,
+                &owner,
+                children,
+                (observed.workload_conflict.clone(), observed.workload_adoption.clone()),
+                !observed.generation_reconciled,
+            )
+            .await?;
+            if let Some(f) = fingerprint
+                && applied.conflicts.is_empty()
+            {
+                cache.applied.record(&key, owner.uid(), owner.generation(), f);
+            }
+            applied
+        }
+    };
     let new_status = status::desired(&owner, &observed, &applied, &report);
     let scheduling = events::scheduling(ic, &new_status);
     ctx.write_status(ic, new_status).await?;

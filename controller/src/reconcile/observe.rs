@@ -256,7 +256,9 @@ pub async fn observe(client: &kube::Client, cache: &Cache, o: &Owner) -> Result<
         let found = match cache.secret(ns, &name) {
             SecretLookup::Ours(s) => Some(Secret::clone(&s)),
             SecretLookup::Missing => None,
-            SecretLookup::Other => secrets_api.get_opt(&name).await.map_err(read(format!("Secret {name}")))?,
+            SecretLookup::Other => {
+                secrets_api.get_opt(&name).await.map_err(read(format!("Secret {name}")))?
+            }
         };
         secrets.insert(name, found);
     }

@@ -305,10 +305,9 @@ fn ic_obj(name: &str) -> DynamicObject {
 /// [`ic_obj`] as the mutating webhook stores it: with every default
 /// ([`qdr_api::defaults`]).
 fn ic_defaulted(name: &str) -> DynamicObject {
-    let raw: qdr_api::Interconnect = serde_json::from_value(
-        json!({"metadata": {"name": name}, "spec": {"deploymentPlan": {"size": 1}}}),
-    )
-    .unwrap();
+    let raw: qdr_api::Interconnect =
+        serde_json::from_value(json!({"metadata": {"name": name}, "spec": {"deploymentPlan": {"size": 1}}}))
+            .unwrap();
     let mut v = serde_json::to_value(qdr_api::defaults(&raw)).unwrap();
     v["apiVersion"] = json!("interconnectedcloud.github.io/v1alpha1");
     v["kind"] = json!("Interconnect");
@@ -660,9 +659,8 @@ async fn converge(
     let watch = tokio::spawn(async move {
         use futures::StreamExt;
         use kube::runtime::WatchStreamExt;
-        let mut events = kube::runtime::watcher(deps, kube::runtime::watcher::Config::default())
-            .applied_objects()
-            .boxed();
+        let mut events =
+            kube::runtime::watcher(deps, kube::runtime::watcher::Config::default()).applied_objects().boxed();
         while let Some(Ok(d)) = events.next().await {
             let replicas = d.spec.as_ref().and_then(|s| s.replicas);
             if tx.send((d.metadata.name.unwrap_or_default(), replicas, Instant::now())).is_err() {
@@ -676,8 +674,12 @@ async fn converge(
     for i in 0..changes.min(n) {
         let name = format!("ic-{i}");
         let t = Instant::now();
-        api.patch(&name, &PatchParams::default(), &Patch::Merge(json!({"spec": {"deploymentPlan": {"size": 2}}})))
-            .await?;
+        api.patch(
+            &name,
+            &PatchParams::default(),
+            &Patch::Merge(json!({"spec": {"deploymentPlan": {"size": 2}}})),
+        )
+        .await?;
         let seen = loop {
             match tokio::time::timeout(Duration::from_secs(30), rx.recv()).await {
                 Ok(Some((n, Some(2), at))) if n == name => break at,
@@ -745,7 +747,12 @@ async fn convergence_rows(
         unit: "ms",
         target: "≤ 300".into(),
     });
-    rows.push(Row { what: "controller peak RSS (500)".into(), runs: rss, unit: "MiB", target: "≤ 64".into() });
+    rows.push(Row {
+        what: "controller peak RSS (500)".into(),
+        runs: rss,
+        unit: "MiB",
+        target: "≤ 64".into(),
+    });
     rows.push(Row {
         what: "controller CPU time for the whole run (500)".into(),
         runs: cpu,
@@ -830,12 +837,8 @@ async fn unrelated_rows(
     }
     // Status cleared, so the second start reconciles all of them again.
     for i in 0..N {
-        api.patch_status(
-            &format!("ic-{i}"),
-            &PatchParams::default(),
-            &Patch::Merge(json!({"status": null})),
-        )
-        .await?;
+        api.patch_status(&format!("ic-{i}"), &PatchParams::default(), &Patch::Merge(json!({"status": null})))
+            .await?;
     }
     let (first_with, rss_with) = measure("controller-unrelated-1.log").await?;
     rows.push(Row {
@@ -845,7 +848,9 @@ async fn unrelated_rows(
         target: String::new(),
     });
     rows.push(Row {
-        what: format!("controller peak RSS, {N} Interconnects + {EACH} Secrets + {EACH} ConfigMaps (4 KiB, unrelated)"),
+        what: format!(
+            "controller peak RSS, {N} Interconnects + {EACH} Secrets + {EACH} ConfigMaps (4 KiB, unrelated)"
+        ),
         runs: vec![rss_with],
         unit: "MiB",
         target: String::new(),
@@ -919,7 +924,13 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
             webhook_rows(&mut rows, runs, &bin_dir).await?;
         }
         let cp: &'static ControlPlane = Box::leak(Box::new(
-            ControlPlane::start(Options { state_dir: None, controller_manager: false, nodes: 0, audit: true }).await?,
+            ControlPlane::start(Options {
+                state_dir: None,
+                controller_manager: false,
+                nodes: 0,
+                audit: true,
+            })
+            .await?,
         ));
         cp.install_crd().await;
         if only.is_empty() || only == "apiserver" {
