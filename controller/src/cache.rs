@@ -194,8 +194,15 @@ fn matches(meta: &ObjectMeta, ns: &str, selector: &[(&str, &str)]) -> bool {
 }
 
 impl Cache {
-    /// Waits until every store holds its first complete list (a reconcile before that could
-    /// take a missing entry for a missing object).
+    /// Whether every store holds its first complete list (a reconcile before that could
+    /// take a missing entry for a missing object). Not awaited by reconciles: the stores
+    /// fill only while the controller polls its watches, which it stops doing while every
+    /// reconcile slot is taken.
+    pub fn is_ready(&self) -> bool {
+        futures::FutureExt::now_or_never(self.ready()).is_some()
+    }
+
+    /// Waits until [`Cache::is_ready`].
     pub async fn ready(&self) {
         let _ = futures::join!(
             self.deployments.wait_until_ready(),

@@ -179,7 +179,14 @@ pub async fn run_controller(ctx: Arc<Context>, namespace: &str) {
             },
         )
         .run(reconcile, error_policy, ctx.clone())
-        .for_each(|_| futures::future::ready(()))
+        .for_each(|r| {
+            // Failed reconciles are logged by `reconcile`; a failing watch is logged here
+            // (it is retried with backoff).
+            if let Err(kube::runtime::controller::Error::QueueError(e)) = r {
+                tracing::warn!(error = %e, "watch failed");
+            }
+            futures::future::ready(())
+        })
         .await;
 }
 

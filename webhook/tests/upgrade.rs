@@ -279,10 +279,28 @@ async fn every_go_interconnect_is_taken_over_or_precisely_rejected() {
             outcome.insert(e.file.clone(), format!("SpecValid=False: {msg}"));
             continue;
         }
-        eventually(&format!("{}: Ready=True", e.file), SETTLE, || async {
-            condition(&client, e, "Ready").await.filter(|c| c["status"] == "True")
+        let ready = tokio::time::timeout(SETTLE, async {
+            loop {
+                if condition(&client, e, "Ready").await.is_some_and(|c| c["status"] == "True") {
+                    break;
+                }
+                tokio::time::sleep(Duration::from_millis(200)).await;
+            }
         })
         .await;
+        if ready.is_err() {
+            let out =
+                s.cp.kubectl()
+                    .args(["get", "interconnect,deploy,rs,pods", "-n", &e.ns, "-o", "yaml"])
+                    .output()
+                    .unwrap();
+            panic!(
+                "{}: not Ready within {SETTLE:?}:\n{}\ncontroller log:\n{}",
+                e.file,
+                String::from_utf8_lossy(&out.stdout),
+                s._controller.log_tail(60)
+            );
+        }
         // Adopted, not recreated, and its Go-only fields removed.
         let w = stored().await;
         assert_eq!(w.meta.uid.as_deref(), Some(e.workload_uid.as_str()), "{}: same {kind}", e.file);

@@ -52,6 +52,8 @@ pub const RETRY_CAP: Duration = Duration::from_secs(300);
 /// existed: the stores had not caught up with a write) it runs again. Not a failure: no
 /// `Degraded`, no backoff.
 pub const STALE_RETRY: Duration = Duration::from_millis(250);
+/// How long a reconcile that found the stores still listing waits before it runs again.
+pub const STORES_SYNCING_RETRY: Duration = Duration::from_millis(200);
 /// How long after a [`status::CONFLICTING_OBJECT`] the names are looked up again (the
 /// foreign objects are not watched: they are not ours).
 pub const CONFLICT_RECHECK: Duration = Duration::from_secs(30);
@@ -228,7 +230,9 @@ async fn stages(ic: &Interconnect, ctx: &Context) -> Result<Action, Error> {
         Err(e) => return Err(Error::Owner(e)),
     };
     let Some(cache) = &ctx.cache else { return Ok(Action::await_change()) };
-    cache.ready().await;
+    if !cache.is_ready() {
+        return Ok(Action::requeue(STORES_SYNCING_RETRY));
+    }
     let observed = observe::observe(&ctx.client, cache, &owner).await?;
     let children = build::build(&owner, &ctx.settings, &observed)?;
     let report = children.credentials.clone();
