@@ -30,7 +30,6 @@ use std::collections::{BTreeSet, HashMap};
 use std::hash::{Hash, Hasher};
 use std::sync::{Arc, Mutex};
 
-use futures::{Stream, StreamExt};
 use k8s_openapi::api::apps::v1::{DaemonSet, Deployment};
 use k8s_openapi::api::core::v1::{ConfigMap, Pod, Secret, Service, ServiceAccount};
 use k8s_openapi::api::networking::v1::Ingress;
@@ -57,6 +56,9 @@ pub fn managed_selector() -> String {
 /// it.
 pub const WRITTEN_TTL: std::time::Duration = std::time::Duration::from_secs(60);
 
+/// `(namespace, name)`.
+type NamespacedName = (String, String);
+
 /// Read-your-writes for the kinds a pass decides from (the workloads and the generated
 /// Secrets): the objects the controller wrote, as the API server returned them, until the
 /// store has caught up. A reconcile that runs before the echo of the previous one's write
@@ -67,7 +69,7 @@ pub const WRITTEN_TTL: std::time::Duration = std::time::Duration::from_secs(60);
 /// its new status (and decide its Events) against the last one written, not an older one.
 #[derive(Debug)]
 pub struct Written<K> {
-    entries: Mutex<HashMap<(String, String), (std::time::Instant, Arc<K>)>>,
+    entries: Mutex<HashMap<NamespacedName, (std::time::Instant, Arc<K>)>>,
     /// Whether a stored copy of the same `metadata.generation` has caught up (workloads:
     /// what a pass reads of them, spec and rollout, is per generation), or only a greater
     /// one (Interconnects: the controller's status writes keep the generation).
@@ -90,14 +92,33 @@ impl<K> Written<K> {
 }
 
 impl<K: Resource> Written<K> {
-    /// Records `obj`, just written (the API server's answer).
-    pub fn record(&self, obj: K) {
+    /// Records `obj`, just written (the API server's answer), without its `managedFields`.
+    pub fn record(&self, mut obj: K) {
+        obj.meta_mut().managed_fields = None;
         let key =
             (obj.meta().namespace.clone().unwrap_or_default(), obj.meta().name.clone().unwrap_or_default());
         self.entries
             .lock()
             .unwrap_or_else(|e| e.into_inner())
             .insert(key, (std::time::Instant::now(), Arc::new(obj)));
+    }
+
+    /// Forgets the written copy of `stored`'s name once the watch delivered that write or a
+    /// later generation (see [`Written::pick`]).
+    pub fn observed(&self, stored: &K) {
+        let m = stored.meta();
+        let key = (m.namespace.clone().unwrap_or_default(), m.name.clone().unwrap_or_default());
+        let mut entries = self.entries.lock().unwrap_or_else(|e| e.into_inner());
+        if entries.get(&key).is_some_and(|(_, ours)| self.caught_up(m, ours.meta())) {
+            entries.remove(&key);
+        }
+    }
+
+    fn caught_up(&self, s: &ObjectMeta, o: &ObjectMeta) -> bool {
+        s.resource_version == o.resource_version
+            || s.generation
+                .zip(o.generation)
+                .is_some_and(|(sg, og)| sg > og || (sg == og && self.same_generation_caught_up))
     }
 
     /// Forgets `ns/name` (it was deleted).
@@ -112,13 +133,7 @@ impl<K: Resource> Written<K> {
         let mut entries = self.entries.lock().unwrap_or_else(|e| e.into_inner());
         let key = (ns.to_string(), name.to_string());
         let Some((at, ours)) = entries.get(&key) else { return stored };
-        let caught_up = stored.as_ref().is_some_and(|s| {
-            let (s, o) = (s.meta(), ours.meta());
-            s.resource_version == o.resource_version
-                || s.generation
-                    .zip(o.generation)
-                    .is_some_and(|(sg, og)| sg > og || (sg == og && self.same_generation_caught_up))
-        });
+        let caught_up = stored.as_ref().is_some_and(|s| self.caught_up(s.meta(), ours.meta()));
         if caught_up || at.elapsed() > WRITTEN_TTL {
             entries.remove(&key);
             return stored;
@@ -289,19 +304,6 @@ impl Cache {
     }
 }
 
-/// Passes the events of a watch through, forgetting deleted objects in `written`.
-pub fn forget_deleted<K: Resource + Send + Sync + 'static>(
-    events: impl Stream<Item = Result<watcher::Event<K>, watcher::Error>> + Send + 'static,
-    written: Arc<Written<K>>,
-) -> impl Stream<Item = Result<watcher::Event<K>, watcher::Error>> + Send + 'static {
-    events.inspect(move |e| {
-        if let Ok(watcher::Event::Delete(o)) = e {
-            let m = o.meta();
-            written.forget(m.namespace.as_deref().unwrap_or_default(), m.name.as_deref().unwrap_or_default());
-        }
-    })
-}
-
 /// Whether the newest write recorded in `meta.managedFields` is the controller's
 /// ([`FIELD_MANAGER`]), strictly newer than every other manager's entry. Entries without a
 /// time count as newest (never an echo).
@@ -359,37 +361,105 @@ impl Drift {
     }
 }
 
-/// The objects of a watch stream that should wake their owner: applied ones unless they are
-/// the echo of the controller's own write ([`last_written_by_us`]), and every deletion.
-/// Deletions and changes that are not [`status_only`] are marked in `drift`. The start of a
-/// (re)list is skipped; its objects are judged like any other.
-pub fn triggers<K>(
-    events: impl Stream<Item = Result<watcher::Event<K>, watcher::Error>> + Send + 'static,
+/// The wake-up rule of an owned kind: an applied object wakes its owner unless it is the
+/// echo of the controller's own write ([`last_written_by_us`]); a deletion always wakes.
+/// Deletions and changes that are not [`status_only`] are marked in `drift`; `written` (the
+/// kinds with read-your-writes) forgets what the watch has caught up with. The start of a
+/// (re)list wakes nothing; its objects are judged like any other.
+pub fn owned_wake<K>(
     drift: Arc<Drift>,
-) -> impl Stream<Item = Result<K, watcher::Error>> + Send + 'static
+    written: Option<Arc<Written<K>>>,
+) -> impl FnMut(&watcher::Event<K>) -> bool + Send + 'static
 where
-    K: Resource + Send + 'static,
+    K: Resource + Send + Sync + 'static,
 {
-    events.filter_map(move |e| {
-        futures::future::ready(match e {
-            Ok(watcher::Event::Apply(o) | watcher::Event::InitApply(o)) => {
-                if last_written_by_us(o.meta()) {
-                    None
-                } else {
-                    if !status_only(o.meta()) {
-                        drift.mark(o.meta());
-                    }
-                    Some(Ok(o))
-                }
+    move |event| match event {
+        watcher::Event::Apply(o) | watcher::Event::InitApply(o) => {
+            if let Some(w) = &written {
+                w.observed(o);
             }
-            Ok(watcher::Event::Delete(o)) => {
+            if last_written_by_us(o.meta()) {
+                return false;
+            }
+            if !status_only(o.meta()) {
                 drift.mark(o.meta());
-                Some(Ok(o))
             }
-            Ok(watcher::Event::Init | watcher::Event::InitDone) => None,
-            Err(e) => Some(Err(e)),
-        })
-    })
+            true
+        }
+        watcher::Event::Delete(o) => {
+            if let Some(w) = &written {
+                let m = o.meta();
+                w.forget(m.namespace.as_deref().unwrap_or_default(), m.name.as_deref().unwrap_or_default());
+            }
+            drift.mark(o.meta());
+            true
+        }
+        watcher::Event::Init | watcher::Event::InitDone => false,
+    }
+}
+
+/// The wake-up rule of router pods: a change of [`pod_state`] (phase, readiness,
+/// scheduling, deletion), and every deletion.
+pub fn pod_wake() -> impl FnMut(&watcher::Event<Pod>) -> bool + Send + 'static {
+    let mut seen: HashMap<String, u64> = HashMap::new();
+    move |event| match event {
+        watcher::Event::Apply(p) | watcher::Event::InitApply(p) => {
+            let uid = p.metadata.uid.clone().unwrap_or_default();
+            let state = pod_state(p).unwrap_or_default();
+            seen.insert(uid, state) != Some(state)
+        }
+        watcher::Event::Delete(p) => {
+            seen.remove(p.metadata.uid.as_deref().unwrap_or_default());
+            true
+        }
+        watcher::Event::Init | watcher::Event::InitDone => false,
+    }
+}
+
+/// The wake-up rule of the all-Secrets watch: a Secret without our label (user-provided)
+/// appearing, changing or going. The initial list wakes nothing (every Interconnect is
+/// reconciled at start anyway).
+pub fn user_secret_wake(event: &watcher::Event<PartialObjectMeta<Secret>>) -> bool {
+    match event {
+        watcher::Event::Apply(s) | watcher::Event::Delete(s) => {
+            s.metadata.labels.as_ref().and_then(|l| l.get(MANAGED_BY_LABEL)).is_none()
+        }
+        _ => false,
+    }
+}
+
+/// Drops `managedFields` before an object is stored (wake-ups are decided before).
+pub fn slim<K: Resource>(o: &mut K) {
+    o.meta_mut().managed_fields = None;
+}
+
+/// [`slim`], and the pod template's `spec` of a workload: a pass reads only its replicas,
+/// the template's annotations (config and credentials hashes), generation and status.
+pub fn slim_workload<K: Resource + PodTemplated>(o: &mut K) {
+    slim(o);
+    o.drop_pod_spec();
+}
+
+/// Workloads whose stored pod template can lose its `spec`.
+pub trait PodTemplated {
+    /// Removes `spec.template.spec`.
+    fn drop_pod_spec(&mut self);
+}
+
+impl PodTemplated for Deployment {
+    fn drop_pod_spec(&mut self) {
+        if let Some(s) = self.spec.as_mut() {
+            s.template.spec = None;
+        }
+    }
+}
+
+impl PodTemplated for DaemonSet {
+    fn drop_pod_spec(&mut self) {
+        if let Some(s) = self.spec.as_mut() {
+            s.template.spec = None;
+        }
+    }
 }
 
 /// The last full apply of each Interconnect (`namespace/name`): its uid, generation, the

@@ -19,8 +19,8 @@ use qdr_api::Interconnect;
 use tokio::sync::watch;
 
 use crate::cache::{
-    Cache, Drift, MANAGED_BY_LABEL, SecretReferences, Written, forget_deleted, managed_selector, pod_state,
-    slim_pod, slim_secret_name, triggers,
+    Cache, Drift, SecretReferences, Written, managed_selector, owned_wake, pod_wake, slim, slim_pod,
+    slim_secret_name, slim_workload, user_secret_wake,
 };
 use crate::reconcile::{Context, error_policy, reconcile};
 
@@ -34,14 +34,17 @@ where
     if ns.is_empty() { Api::all(client.clone()) } else { Api::namespaced(client.clone(), ns) }
 }
 
-/// A reflector over the objects of `K` selected by `wc` (full objects, each passed through
-/// `slim` before it is stored), and the events it saw.
+/// A watch of the objects of `K` selected by `wc` (`K = PartialObjectMeta<X>` watches
+/// metadata only) kept in a store, and the objects that wake their owner. `wake` judges each
+/// event as the API server sent it (with `managedFields`); `slim` then drops what the store
+/// does not need.
 fn reflect<K>(
     client: &kube::Client,
     ns: &str,
     wc: &watcher::Config,
     slim: fn(&mut K),
-) -> (Store<K>, impl Stream<Item = Result<watcher::Event<K>, watcher::Error>> + Send + 'static)
+    mut wake: impl FnMut(&watcher::Event<K>) -> bool + Send + 'static,
+) -> (Store<K>, impl Stream<Item = Result<K, watcher::Error>> + Send + 'static)
 where
     K: kube::Resource<Scope = k8s_openapi::NamespaceResourceScope, DynamicType = ()>
         + Clone
@@ -51,39 +54,32 @@ where
         + Sync
         + 'static,
 {
-    let (store, writer) = reflector::store();
-    let events = watcher(api::<K>(client, ns), wc.clone()).default_backoff().modify(slim).reflect(writer);
-    (store, events)
+    let (store, mut writer) = reflector::store();
+    let woken = watcher(api::<K>(client, ns), wc.clone()).default_backoff().filter_map(move |event| {
+        futures::future::ready(match event {
+            Err(e) => Some(Err(e)),
+            Ok(mut event) => {
+                let woke = wake(&event);
+                match &mut event {
+                    watcher::Event::Apply(o) | watcher::Event::InitApply(o) | watcher::Event::Delete(o) => {
+                        slim(o)
+                    }
+                    watcher::Event::Init | watcher::Event::InitDone => {}
+                }
+                writer.apply_watcher_event(&event);
+                match event {
+                    watcher::Event::Apply(o) | watcher::Event::InitApply(o) | watcher::Event::Delete(o)
+                        if woke =>
+                    {
+                        Some(Ok(o))
+                    }
+                    _ => None,
+                }
+            }
+        })
+    });
+    (store, woken)
 }
-
-/// [`reflect`] for metadata only.
-fn reflect_meta<K>(
-    client: &kube::Client,
-    ns: &str,
-    wc: &watcher::Config,
-    slim: fn(&mut PartialObjectMeta<K>),
-) -> (
-    Store<PartialObjectMeta<K>>,
-    impl Stream<Item = Result<watcher::Event<PartialObjectMeta<K>>, watcher::Error>> + Send + 'static,
-)
-where
-    K: kube::Resource<Scope = k8s_openapi::NamespaceResourceScope, DynamicType = ()>
-        + Clone
-        + serde::de::DeserializeOwned
-        + std::fmt::Debug
-        + Send
-        + Sync
-        + 'static,
-{
-    let (store, writer) = reflector::store();
-    let events = watcher(api::<PartialObjectMeta<K>>(client, ns), wc.clone())
-        .default_backoff()
-        .modify(slim)
-        .reflect(writer);
-    (store, events)
-}
-
-fn keep_all<K>(_: &mut K) {}
 
 /// Runs the controller over the Interconnects of `namespace` (empty: all namespaces) until
 /// its watches end. Dropping the future stops it at once.
@@ -102,23 +98,48 @@ pub async fn run_controller(ctx: Arc<Context>, namespace: &str) {
         .applied_objects()
         .predicate_filter(predicates::generation, PredicateConfig::default());
 
-    let (deployments, deployment_events) = reflect::<Deployment>(client, ns, &ours, keep_all);
-    let (daemon_sets, daemon_set_events) = reflect::<DaemonSet>(client, ns, &ours, keep_all);
-    let (secrets, secret_events) = reflect::<Secret>(client, ns, &ours, keep_all);
-    let (pods, pod_events) = reflect::<Pod>(client, ns, &all.clone().labels("interconnect_cr"), slim_pod);
-    let (secret_names, secret_name_events) = reflect_meta::<Secret>(client, ns, &all, slim_secret_name);
-    let (service_accounts, sa_events) = reflect_meta::<ServiceAccount>(client, ns, &ours, keep_all);
-    let (roles, role_events) = reflect_meta::<Role>(client, ns, &ours, keep_all);
-    let (role_bindings, rb_events) = reflect_meta::<RoleBinding>(client, ns, &ours, keep_all);
-    let (services, service_events) = reflect_meta::<Service>(client, ns, &ours, keep_all);
-    let (config_maps, cm_events) = reflect_meta::<ConfigMap>(client, ns, &ours, keep_all);
-    let (ingresses, ingress_events) = reflect_meta::<Ingress>(client, ns, &ours, keep_all);
     let drift: Arc<Drift> = Arc::default();
     let (written_deployments, written_daemon_sets, written_secrets) =
-        (Arc::default(), Arc::default(), Arc::default());
-    let deployment_events = forget_deleted(deployment_events, Arc::clone(&written_deployments));
-    let daemon_set_events = forget_deleted(daemon_set_events, Arc::clone(&written_daemon_sets));
-    let secret_events = forget_deleted(secret_events, Arc::clone(&written_secrets));
+        (Arc::new(Written::default()), Arc::new(Written::default()), Arc::new(Written::default()));
+    let (deployments, deployment_events) = reflect::<Deployment>(
+        client,
+        ns,
+        &ours,
+        slim_workload,
+        owned_wake(drift.clone(), Some(written_deployments.clone())),
+    );
+    let (daemon_sets, daemon_set_events) = reflect::<DaemonSet>(
+        client,
+        ns,
+        &ours,
+        slim_workload,
+        owned_wake(drift.clone(), Some(written_daemon_sets.clone())),
+    );
+    let (secrets, secret_events) =
+        reflect::<Secret>(client, ns, &ours, slim, owned_wake(drift.clone(), Some(written_secrets.clone())));
+    let (service_accounts, sa_events) = reflect::<PartialObjectMeta<ServiceAccount>>(
+        client,
+        ns,
+        &ours,
+        slim,
+        owned_wake(drift.clone(), None),
+    );
+    let (roles, role_events) =
+        reflect::<PartialObjectMeta<Role>>(client, ns, &ours, slim, owned_wake(drift.clone(), None));
+    let (role_bindings, rb_events) =
+        reflect::<PartialObjectMeta<RoleBinding>>(client, ns, &ours, slim, owned_wake(drift.clone(), None));
+    let (services, service_events) =
+        reflect::<PartialObjectMeta<Service>>(client, ns, &ours, slim, owned_wake(drift.clone(), None));
+    let (config_maps, cm_events) =
+        reflect::<PartialObjectMeta<ConfigMap>>(client, ns, &ours, slim, owned_wake(drift.clone(), None));
+    let (ingresses, ingress_events) =
+        reflect::<PartialObjectMeta<Ingress>>(client, ns, &ours, slim, owned_wake(drift.clone(), None));
+    let (pods, pod_events) =
+        reflect::<Pod>(client, ns, &all.clone().labels("interconnect_cr"), slim_pod, pod_wake());
+    // User-provided Secrets (without our label) wake the Interconnects whose spec names
+    // them (a missing one appearing, a renewal); ours come through the labelled watch.
+    let (secret_names, user_secrets) =
+        reflect::<PartialObjectMeta<Secret>>(client, ns, &all, slim_secret_name, user_secret_wake);
     let cache = Cache {
         deployments,
         daemon_sets,
@@ -140,44 +161,29 @@ pub async fn run_controller(ctx: Arc<Context>, namespace: &str) {
     };
     let ctx = Arc::new(ctx.for_term(cache));
 
-    // User-provided Secrets (without our label): every Interconnect whose spec names one
-    // (a missing one appearing, a renewal). Ours come through the labelled watch.
     let references = Arc::new(SecretReferences::default());
     let store = ic_store.clone();
-    let user_secrets = secret_name_events.filter_map(|e| {
-        futures::future::ready(match e {
-            Ok(watcher::Event::Apply(s) | watcher::Event::Delete(s)) => {
-                let ours = s.metadata.labels.as_ref().and_then(|l| l.get(MANAGED_BY_LABEL)).is_some();
-                (!ours).then_some(Ok(s))
-            }
-            Ok(_) => None,
-            Err(e) => Some(Err(e)),
-        })
-    });
     let cfg = kube::runtime::controller::Config::default().concurrency(CONCURRENCY);
     Controller::for_stream(interconnects, ic_store)
         .with_config(cfg)
-        .owns_stream(triggers(deployment_events, drift.clone()))
-        .owns_stream(triggers(daemon_set_events, drift.clone()))
-        .owns_stream(triggers(secret_events, drift.clone()))
-        .owns_stream(triggers(sa_events, drift.clone()))
-        .owns_stream(triggers(role_events, drift.clone()))
-        .owns_stream(triggers(rb_events, drift.clone()))
-        .owns_stream(triggers(service_events, drift.clone()))
-        .owns_stream(triggers(cm_events, drift.clone()))
-        .owns_stream(triggers(ingress_events, drift.clone()))
+        .owns_stream(deployment_events)
+        .owns_stream(daemon_set_events)
+        .owns_stream(secret_events)
+        .owns_stream(sa_events)
+        .owns_stream(role_events)
+        .owns_stream(rb_events)
+        .owns_stream(service_events)
+        .owns_stream(cm_events)
+        .owns_stream(ingress_events)
         .watches_stream(user_secrets, move |secret: PartialObjectMeta<Secret>| {
             let ns = secret.metadata.namespace.clone().unwrap_or_default();
             let name = secret.metadata.name.clone().unwrap_or_default();
             references.referencing(&store, &ns, &name)
         })
-        .watches_stream(
-            pod_events.touched_objects().predicate_filter(pod_state, PredicateConfig::default()),
-            |pod: Pod| {
-                let name = pod.metadata.labels.as_ref().and_then(|l| l.get("interconnect_cr")).cloned();
-                name.map(|n| ObjectRef::new(&n).within(pod.metadata.namespace.as_deref().unwrap_or_default()))
-            },
-        )
+        .watches_stream(pod_events, |pod: Pod| {
+            let name = pod.metadata.labels.as_ref().and_then(|l| l.get("interconnect_cr")).cloned();
+            name.map(|n| ObjectRef::new(&n).within(pod.metadata.namespace.as_deref().unwrap_or_default()))
+        })
         .run(reconcile, error_policy, ctx.clone())
         .for_each(|r| {
             // Failed reconciles are logged by `reconcile`; a failing watch is logged here
