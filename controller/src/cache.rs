@@ -7,18 +7,20 @@
 //! | kind | watch | kept |
 //! |---|---|---|
 //! | Interconnect | all | full object |
-//! | Deployment, DaemonSet | labelled ours | full object (template hashes, status counts) |
+//! | Deployment, DaemonSet | labelled ours | without the pod spec (template hashes, replicas, status counts) |
 //! | Secret | labelled ours | full object (generated credentials are renewed from it) |
 //! | Secret | all, metadata only | name only (user-provided Secrets a spec names: existence, and a wake-up when one appears or is renewed) |
 //! | Pod | label `interconnect_cr` | metadata and status (routers' readiness and scheduling) |
 //! | ServiceAccount, Role, RoleBinding, Service, ConfigMap, Ingress | labelled ours, metadata only | metadata |
+//!
+//! No store keeps `managedFields`: the wake-up rules read them from each event first.
 //!
 //! Observe and apply read these stores instead of the API server: a pass over a converged
 //! Interconnect makes no reads at all. A name missing from a labelled store is looked up with
 //! one GET (metadata only), because an object without our label may stand there (a user's,
 //! or one the Go operator wrote): the ownership rule of [`crate::reconcile::apply`] holds.
 //!
-//! **Wake-ups** ([`triggers`], [`pod_state`]): the controller's own writes do not wake it. An
+//! **Wake-ups** ([`owned_wake`], [`pod_wake`], [`user_secret`]): the controller's own writes do not wake it. An
 //! event on a child whose newest `managedFields` entry is the controller's, strictly newer
 //! than every other manager's (one-second resolution: a tie wakes), is the echo of a write
 //! whose response the reconcile already used, and is dropped; deletions always wake. An
@@ -154,8 +156,8 @@ pub struct Cache {
     pub pods: Store<Pod>,
     /// Secrets labelled ours (generated ones).
     pub secrets: Store<Secret>,
-    /// Every Secret of the watched namespaces, name and namespace only.
-    pub secret_names: Store<PartialObjectMeta<Secret>>,
+    /// The names of every Secret of the watched namespaces.
+    pub secret_names: Arc<SecretNames>,
     /// ServiceAccounts labelled ours.
     pub service_accounts: Store<PartialObjectMeta<ServiceAccount>>,
     /// Roles labelled ours.
@@ -214,24 +216,21 @@ impl Cache {
     /// fill only while the controller polls its watches, which it stops doing while every
     /// reconcile slot is taken.
     pub fn is_ready(&self) -> bool {
-        futures::FutureExt::now_or_never(self.ready()).is_some()
-    }
-
-    /// Waits until [`Cache::is_ready`].
-    pub async fn ready(&self) {
-        let _ = futures::join!(
-            self.deployments.wait_until_ready(),
-            self.daemon_sets.wait_until_ready(),
-            self.pods.wait_until_ready(),
-            self.secrets.wait_until_ready(),
-            self.secret_names.wait_until_ready(),
-            self.service_accounts.wait_until_ready(),
-            self.roles.wait_until_ready(),
-            self.role_bindings.wait_until_ready(),
-            self.services.wait_until_ready(),
-            self.config_maps.wait_until_ready(),
-            self.ingresses.wait_until_ready(),
-        );
+        let all = async {
+            let _ = futures::join!(
+                self.deployments.wait_until_ready(),
+                self.daemon_sets.wait_until_ready(),
+                self.pods.wait_until_ready(),
+                self.secrets.wait_until_ready(),
+                self.service_accounts.wait_until_ready(),
+                self.roles.wait_until_ready(),
+                self.role_bindings.wait_until_ready(),
+                self.services.wait_until_ready(),
+                self.config_maps.wait_until_ready(),
+                self.ingresses.wait_until_ready(),
+            );
+        };
+        self.secret_names.is_ready() && futures::FutureExt::now_or_never(all).is_some()
     }
 
     /// Secret `ns/name` as far as the stores know it.
@@ -239,11 +238,7 @@ impl Cache {
         if let Some(s) = self.written_secrets.pick(ns, name, self.secrets.get(&key(ns, name))) {
             return SecretLookup::Ours(s);
         }
-        if self.secret_names.get(&key(ns, name)).is_some() {
-            SecretLookup::Other
-        } else {
-            SecretLookup::Missing
-        }
+        if self.secret_names.contains(ns, name) { SecretLookup::Other } else { SecretLookup::Missing }
     }
 
     /// The metadata of the labelled child `ns/name` of kind `kind` (`ServiceAccount`,
@@ -419,13 +414,8 @@ pub fn pod_wake() -> impl FnMut(&watcher::Event<Pod>) -> bool + Send + 'static {
 /// The wake-up rule of the all-Secrets watch: a Secret without our label (user-provided)
 /// appearing, changing or going. The initial list wakes nothing (every Interconnect is
 /// reconciled at start anyway).
-pub fn user_secret_wake(event: &watcher::Event<PartialObjectMeta<Secret>>) -> bool {
-    match event {
-        watcher::Event::Apply(s) | watcher::Event::Delete(s) => {
-            s.metadata.labels.as_ref().and_then(|l| l.get(MANAGED_BY_LABEL)).is_none()
-        }
-        _ => false,
-    }
+pub fn user_secret(s: &PartialObjectMeta<Secret>) -> bool {
+    s.metadata.labels.as_ref().and_then(|l| l.get(MANAGED_BY_LABEL)).is_none()
 }
 
 /// Drops `managedFields` before an object is stored (wake-ups are decided before).
@@ -519,16 +509,59 @@ pub fn slim_pod(p: &mut Pod) {
     p.metadata.annotations = None;
 }
 
-/// Keeps of a Secret's metadata only what the name index needs (name, namespace, uid,
-/// resourceVersion and our managed-by label).
-pub fn slim_secret_name(s: &mut PartialObjectMeta<Secret>) {
-    let m = &mut s.metadata;
-    m.managed_fields = None;
-    m.annotations = None;
-    m.owner_references = None;
-    m.finalizers = None;
-    if let Some(labels) = m.labels.as_mut() {
-        labels.retain(|k, _| k == MANAGED_BY_LABEL);
+/// The names (`namespace/name`) of every Secret in the watched namespaces, from a
+/// metadata-only watch: whether a user-provided Secret exists, at a few dozen bytes a
+/// Secret (no metadata is kept).
+#[derive(Debug, Default)]
+pub struct SecretNames {
+    state: Mutex<NamesState>,
+}
+
+#[derive(Debug, Default)]
+struct NamesState {
+    names: std::collections::HashSet<String>,
+    listing: std::collections::HashSet<String>,
+    ready: bool,
+}
+
+impl SecretNames {
+    /// Follows one watch event (a relist replaces the names when it is done).
+    pub fn apply(&self, event: &watcher::Event<PartialObjectMeta<Secret>>) {
+        let name = |s: &PartialObjectMeta<Secret>| {
+            format!(
+                "{}/{}",
+                s.metadata.namespace.as_deref().unwrap_or_default(),
+                s.metadata.name.as_deref().unwrap_or_default()
+            )
+        };
+        let mut st = self.state.lock().unwrap_or_else(|e| e.into_inner());
+        match event {
+            watcher::Event::Init => st.listing.clear(),
+            watcher::Event::InitApply(s) => {
+                st.listing.insert(name(s));
+            }
+            watcher::Event::InitDone => {
+                st.names = std::mem::take(&mut st.listing);
+                st.names.shrink_to_fit();
+                st.ready = true;
+            }
+            watcher::Event::Apply(s) => {
+                st.names.insert(name(s));
+            }
+            watcher::Event::Delete(s) => {
+                st.names.remove(&name(s));
+            }
+        }
+    }
+
+    /// Whether Secret `ns/name` exists.
+    pub fn contains(&self, ns: &str, name: &str) -> bool {
+        self.state.lock().unwrap_or_else(|e| e.into_inner()).names.contains(&format!("{ns}/{name}"))
+    }
+
+    /// Whether the first list is complete.
+    pub fn is_ready(&self) -> bool {
+        self.state.lock().unwrap_or_else(|e| e.into_inner()).ready
     }
 }
 

@@ -19,8 +19,8 @@ use qdr_api::Interconnect;
 use tokio::sync::watch;
 
 use crate::cache::{
-    Cache, Drift, SecretReferences, Written, managed_selector, owned_wake, pod_wake, slim, slim_pod,
-    slim_secret_name, slim_workload, user_secret_wake,
+    Cache, Drift, SecretNames, SecretReferences, Written, managed_selector, owned_wake, pod_wake, slim,
+    slim_pod, slim_workload, user_secret,
 };
 use crate::reconcile::{Context, error_policy, reconcile};
 
@@ -138,8 +138,24 @@ pub async fn run_controller(ctx: Arc<Context>, namespace: &str) {
         reflect::<Pod>(client, ns, &all.clone().labels("interconnect_cr"), slim_pod, pod_wake());
     // User-provided Secrets (without our label) wake the Interconnects whose spec names
     // them (a missing one appearing, a renewal); ours come through the labelled watch.
-    let (secret_names, user_secrets) =
-        reflect::<PartialObjectMeta<Secret>>(client, ns, &all, slim_secret_name, user_secret_wake);
+    let secret_names = Arc::new(SecretNames::default());
+    let names = secret_names.clone();
+    let user_secrets = watcher(api::<PartialObjectMeta<Secret>>(client, ns), all.clone())
+        .default_backoff()
+        .filter_map(move |event| {
+            futures::future::ready(match event {
+                Err(e) => Some(Err(e)),
+                Ok(event) => {
+                    names.apply(&event);
+                    match event {
+                        watcher::Event::Apply(s) | watcher::Event::Delete(s) if user_secret(&s) => {
+                            Some(Ok(s))
+                        }
+                        _ => None,
+                    }
+                }
+            })
+        });
     let cache = Cache {
         deployments,
         daemon_sets,

@@ -344,6 +344,11 @@ impl ControlPlane {
         Error::Startup { what, logs: self.logs_tail(40) }
     }
 
+    /// Process ids of kube-apiserver and etcd (for CPU and memory figures).
+    pub fn server_pids(&self) -> [u32; 2] {
+        [self.apiserver.pid(), self.etcd.pid()]
+    }
+
     /// The requests recorded in the audit log so far (empty unless started with
     /// [`Options::audit`]); lines that do not decode are skipped.
     pub fn audit(&self) -> Vec<AuditEvent> {

@@ -403,6 +403,10 @@ async fn api_server_rows(
         }
     }
     let connections = webhook_connections(health).await - connections_before;
+    let metrics = reqwest::get(format!("http://127.0.0.1:{health}/metrics")).await?.text().await?;
+    for line in metrics.lines().filter(|l| l.starts_with("qdr_webhook_connections_total")) {
+        eprintln!("webhook connections since it started (probes included): {line}");
+    }
     let apiserver_view = histogram_means(
         &metrics_text(&client).await,
         "apiserver_admission_webhook_admission_duration_seconds",
@@ -643,6 +647,7 @@ struct Convergence {
     change: Vec<Duration>,
     rss: f64,
     cpu: f64,
+    server_cpu: f64,
     breakdown: Vec<(String, usize)>,
 }
 
@@ -663,10 +668,13 @@ async fn converge(
     let api = interconnects(&client, &ns.name);
     create_interconnects(&api, n).await?;
     let before = controller_requests(cp).len();
+    let server_cpu = || cp.server_pids().iter().map(|p| cpu_seconds(*p)).sum::<f64>();
+    let server_cpu_before = server_cpu();
     let start = Instant::now();
     let ctl = start_controller(cp, bin_dir, &ns.name, &system.name, &format!("controller-{label}.log"))?;
     let limit = Duration::from_secs(60 + n as u64 / 5);
     let (_, all) = converged(&api, n, start, limit, &ctl).await?;
+    let server_cpu = server_cpu() - server_cpu_before;
     // Let the last status writes' echoes arrive, so what they cause is counted too.
     tokio::time::sleep(Duration::from_secs(2)).await;
     let made: Vec<_> = controller_requests(cp).into_iter().skip(before).collect();
@@ -714,6 +722,7 @@ async fn converge(
         change,
         rss: peak_rss_mib(ctl.pid()),
         cpu: cpu_seconds(ctl.pid()),
+        server_cpu,
         breakdown: breakdown(&made),
     };
     ctl.stop(Duration::from_secs(5));
@@ -727,8 +736,8 @@ async fn convergence_rows(
     cp: &'static ControlPlane,
 ) -> Result<(), Box<dyn std::error::Error>> {
     const N: usize = 500;
-    let (mut all, mut requests, mut p50, mut p99, mut rss, mut cpu) =
-        (Vec::new(), Vec::new(), Vec::new(), Vec::new(), Vec::new(), Vec::new());
+    let (mut all, mut requests, mut p50, mut p99, mut rss, mut cpu, mut server) =
+        (Vec::new(), Vec::new(), Vec::new(), Vec::new(), Vec::new(), Vec::new(), Vec::new());
     let mut last_breakdown = Vec::new();
     for run in 0..runs {
         let c = converge(cp, bin_dir, N, 50, &format!("bench-converge-{run}")).await?;
@@ -738,6 +747,7 @@ async fn convergence_rows(
         p99.push(percentile(&c.change, 0.99).as_secs_f64() * 1000.0);
         rss.push(c.rss);
         cpu.push(c.cpu);
+        server.push(c.server_cpu / c.seconds);
         last_breakdown = c.breakdown;
     }
     rows.push(Row {
@@ -776,6 +786,12 @@ async fn convergence_rows(
         unit: "s",
         target: String::new(),
     });
+    rows.push(Row {
+        what: "  kube-apiserver + etcd CPU while converging (cores busy of the machine's)".into(),
+        runs: server,
+        unit: "cores",
+        target: String::new(),
+    });
     eprintln!("controller requests by kind, last 500-object run: {last_breakdown:?}");
 
     const BIG: usize = 2000;
@@ -791,6 +807,12 @@ async fn convergence_rows(
         runs: vec![c.requests_per_ic],
         unit: "",
         target: "≤ 15".into(),
+    });
+    rows.push(Row {
+        what: format!("  kube-apiserver + etcd CPU while converging {BIG}"),
+        runs: vec![c.server_cpu / c.seconds],
+        unit: "cores",
+        target: String::new(),
     });
     rows.push(Row {
         what: format!("controller peak RSS ({BIG})"),
