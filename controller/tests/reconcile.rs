@@ -593,3 +593,51 @@ async fn a_missing_user_secret_is_reported_and_picked_up_when_it_appears() {
     assert!(!fingerprint(&d).is_empty());
     assert_eq!(events(&ns, "MissingSecret").await, 1, "one Warning per generation");
 }
+
+/// Once converged, an Interconnect costs no requests: the controller's own writes (applies,
+/// Secrets, status) do not wake it, and the workload controller's and the pods' last status
+/// changes cost at most a status write. Counted from the API server's audit log by the
+/// controller's `User-Agent`.
+#[tokio::test]
+async fn a_converged_interconnect_is_left_alone() {
+    let cp = setup().await;
+    let ns = cp.namespace("ctl-quiet").await;
+    create(
+        &ns,
+        json!({"apiVersion": "interconnectedcloud.github.io/v1alpha1", "kind": "Interconnect",
+        "metadata": {"name": "quiet"}, "spec": {"deploymentPlan": {"size": 2}}}),
+    )
+    .await;
+    let ready = condition_with_reason(&ns, "quiet", "Ready", "RoutersReady").await;
+    assert_eq!(ready["status"], "True", "{ready}");
+    let requests = || {
+        cp.audit()
+            .into_iter()
+            .filter(|e| e.user_agent.starts_with("qdr-controller/") && e.counts())
+            .filter(|e| e.object_ref.as_ref().is_some_and(|r| r.namespace == ns.name))
+            .count()
+    };
+    let converged = requests();
+    eprintln!("{converged} controller requests until Ready");
+    // A quiet window of 5 s must come within a minute; an echo loop never goes quiet.
+    const WINDOW: Duration = Duration::from_secs(5);
+    let deadline = std::time::Instant::now() + Duration::from_secs(60);
+    let mut before = requests();
+    loop {
+        tokio::time::sleep(WINDOW).await;
+        let now = requests();
+        if now == before {
+            break;
+        }
+        assert!(
+            std::time::Instant::now() < deadline,
+            "the controller kept making requests for a converged Interconnect: {} since Ready",
+            now - converged
+        );
+        before = now;
+    }
+    // And what it took to converge (31 measured: one pass of writes, one full re-apply after
+    // kube-controller-manager's revision annotation, status writes as the routers became
+    // ready): passes woken by their own echoes cost about 22 each.
+    assert!(converged <= 50, "{converged} requests to converge one Interconnect");
+}

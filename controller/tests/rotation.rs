@@ -70,56 +70,93 @@ async fn certificates_renew_and_the_ca_rotates_with_rolling_routers() {
     // Follow the Secrets and the pod template until the rotation is over (the CA's bundle
     // is one certificate again, and not the first one) and the routers rolled for that last
     // step (the pod template is applied right after the Secrets, in the same pass: waited for
-    // up to half a certificate lifetime), or 3 CA lifetimes.
+    // up to half a certificate lifetime), or 3 CA lifetimes. Followed through watches, so no
+    // step is missed however quickly the next follows (kwok completes a rollout in
+    // milliseconds, and each step waits only for the previous rollout).
+    enum Seen {
+        Secret(Box<Secret>),
+        Template(String),
+    }
+    let (tx, mut rx) = tokio::sync::mpsc::unbounded_channel::<Seen>();
+    let follow_secrets = {
+        let (api, tx) = (secrets.clone(), tx.clone());
+        tokio::spawn(async move {
+            use futures::StreamExt;
+            use kube::runtime::{WatchStreamExt, watcher};
+            let mut events = watcher(api, watcher::Config::default()).applied_objects().boxed();
+            while let Some(Ok(s)) = events.next().await {
+                if tx.send(Seen::Secret(Box::new(s))).is_err() {
+                    break;
+                }
+            }
+        })
+    };
+    let follow_template = {
+        let (api, tx) = (deps.clone(), tx.clone());
+        tokio::spawn(async move {
+            use futures::StreamExt;
+            use kube::runtime::{WatchStreamExt, watcher};
+            let mut events = watcher(api, watcher::Config::default()).applied_objects().boxed();
+            while let Some(Ok(d)) = events.next().await {
+                let hash = d
+                    .spec
+                    .and_then(|s| s.template.metadata)
+                    .and_then(|m| m.annotations)
+                    .and_then(|a| a.get("qdr-operator.io/credentials-hash").cloned())
+                    .unwrap_or_default();
+                if d.metadata.name.as_deref() == Some("mesh") && tx.send(Seen::Template(hash)).is_err() {
+                    break;
+                }
+            }
+        })
+    };
     let mut timeline: Vec<(f64, String)> = Vec::new();
     let mut retired_at: Option<f64> = None;
     let mut last_roll = 0.0;
     let mut seen: BTreeMap<String, String> = BTreeMap::new();
     let mut leaf_renewed_at = None;
+    let mut now_ca = first_ca.clone();
     let deadline = start + 3 * CA;
     let done = loop {
+        let next = tokio::time::timeout(Duration::from_millis(200), rx.recv()).await;
         let t = start.elapsed().as_secs_f64();
-        for name in [leaf, ca, "mesh-default-credentials", "mesh-ca"] {
-            let Some(s) = secrets.get_opt(name).await.unwrap() else { continue };
-            let state = format!(
-                "{} CAs trusted, signed by {}{}",
-                split_bundle(&text(&s, "ca.crt")).len(),
-                CertInfo::parse(&text(&s, "tls.crt")).map(|i| i.issuer_cn).unwrap_or_default(),
-                if text(&s, "next.crt").is_empty() { "" } else { ", next CA staged" }
-            );
-            let rv = s.metadata.resource_version.clone().unwrap_or_default();
-            if seen.get(name) != Some(&rv) {
-                if seen.contains_key(name) {
-                    timeline.push((t, format!("Secret {name}: {state}")));
-                    if name == leaf && leaf_renewed_at.is_none() {
-                        leaf_renewed_at = Some(t);
+        match next {
+            Ok(Some(Seen::Secret(s))) => {
+                let name = s.metadata.name.clone().unwrap_or_default();
+                if [leaf, ca, "mesh-default-credentials", "mesh-ca"].contains(&name.as_str()) {
+                    let state = format!(
+                        "{} CAs trusted, signed by {}{}",
+                        split_bundle(&text(&s, "ca.crt")).len(),
+                        CertInfo::parse(&text(&s, "tls.crt")).map(|i| i.issuer_cn).unwrap_or_default(),
+                        if text(&s, "next.crt").is_empty() { "" } else { ", next CA staged" }
+                    );
+                    let rv = s.metadata.resource_version.clone().unwrap_or_default();
+                    if seen.get(&name) != Some(&rv) {
+                        if seen.contains_key(&name) {
+                            timeline.push((t, format!("Secret {name}: {state}")));
+                            if name == leaf && leaf_renewed_at.is_none() {
+                                leaf_renewed_at = Some(t);
+                            }
+                        }
+                        seen.insert(name.clone(), rv);
+                    }
+                    if name == ca {
+                        now_ca = *s;
                     }
                 }
-                seen.insert(name.into(), rv);
             }
-        }
-        if let Some(d) = deps.get_opt("mesh").await.unwrap() {
-            let hash = d
-                .spec
-                .as_ref()
-                .unwrap()
-                .template
-                .metadata
-                .as_ref()
-                .unwrap()
-                .annotations
-                .as_ref()
-                .unwrap()["qdr-operator.io/credentials-hash"]
-                .clone();
-            if seen.get("template") != Some(&hash) {
-                if seen.contains_key("template") {
-                    timeline.push((t, "pod template rolled (credentials fingerprint changed)".into()));
-                    last_roll = t;
+            Ok(Some(Seen::Template(hash))) => {
+                if seen.get("template") != Some(&hash) {
+                    if seen.contains_key("template") {
+                        timeline.push((t, "pod template rolled (credentials fingerprint changed)".into()));
+                        last_roll = t;
+                    }
+                    seen.insert("template".into(), hash);
                 }
-                seen.insert("template".into(), hash);
             }
+            Ok(None) => break false,
+            Err(_) => {} // no change for 200 ms
         }
-        let now_ca = secrets.get(ca).await.unwrap();
         if split_bundle(&text(&now_ca, "ca.crt")).len() == 1
             && text(&now_ca, "tls.crt") != text(&first_ca, "tls.crt")
         {
@@ -131,8 +168,9 @@ async fn certificates_renew_and_the_ca_rotates_with_rolling_routers() {
         if Instant::now() > deadline {
             break false;
         }
-        tokio::time::sleep(Duration::from_millis(200)).await;
     };
+    follow_secrets.abort();
+    follow_template.abort();
     for (t, what) in &timeline {
         eprintln!("{t:7.2}s  {what}");
     }

@@ -142,14 +142,15 @@ pub struct ControlPlane {
 
 static SHARED: OnceCell<ControlPlane> = OnceCell::const_new();
 
-/// The one control plane of this test binary, started on first use.
+/// The one control plane of this test binary, started on first use, with an audit log
+/// ([`ControlPlane::audit`]).
 ///
 /// # Panics
 /// When the control plane cannot start; the message carries the cause, the build command
 /// for missing binaries, and the tail of every process log.
 pub async fn shared() -> &'static ControlPlane {
     SHARED
-        .get_or_try_init(|| ControlPlane::start(Options::default()))
+        .get_or_try_init(|| ControlPlane::start(Options { audit: true, ..Options::default() }))
         .await
         .unwrap_or_else(|e| panic!("test control plane failed to start: {e}"))
 }
