@@ -145,7 +145,7 @@ impl<K: Resource> Written<K> {
 }
 
 /// The stores of one leadership term (see the module docs). Built by
-/// [`crate::runtime::run_controller`]; a store is complete once [`Cache::ready`] returns.
+/// [`crate::runtime::run_controller`]; the stores are complete once [`Cache::is_ready`].
 #[derive(Clone)]
 pub struct Cache {
     /// Deployments labelled ours.
