@@ -182,6 +182,8 @@ pub struct Cache {
     pub drift: Arc<Drift>,
     /// The last full apply of each Interconnect in this term.
     pub applied: Arc<AppliedMemo>,
+    /// Set once every store has listed ([`Cache::is_ready`]).
+    pub listed: Arc<std::sync::atomic::AtomicBool>,
 }
 
 impl std::fmt::Debug for Cache {
@@ -216,6 +218,10 @@ impl Cache {
     /// fill only while the controller polls its watches, which it stops doing while every
     /// reconcile slot is taken.
     pub fn is_ready(&self) -> bool {
+        use std::sync::atomic::Ordering;
+        if self.listed.load(Ordering::Relaxed) {
+            return true; // a store, once listed, stays complete (relists swap in whole)
+        }
         let all = async {
             let _ = futures::join!(
                 self.deployments.wait_until_ready(),
@@ -230,7 +236,11 @@ impl Cache {
                 self.ingresses.wait_until_ready(),
             );
         };
-        self.secret_names.is_ready() && futures::FutureExt::now_or_never(all).is_some()
+        let ready = self.secret_names.is_ready() && futures::FutureExt::now_or_never(all).is_some();
+        if ready {
+            self.listed.store(true, Ordering::Relaxed);
+        }
+        ready
     }
 
     /// Secret `ns/name` as far as the stores know it.

@@ -174,6 +174,7 @@ pub async fn run_controller(ctx: Arc<Context>, namespace: &str) {
         written_interconnects: Arc::new(Written::status_writes()),
         drift: Arc::clone(&drift),
         applied: Arc::default(),
+        listed: Arc::default(),
     };
     let ctx = Arc::new(ctx.for_term(cache));
 

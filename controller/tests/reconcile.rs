@@ -611,9 +611,8 @@ async fn a_converged_interconnect_is_left_alone() {
     let ready = condition_with_reason(&ns, "quiet", "Ready", "RoutersReady").await;
     assert_eq!(ready["status"], "True", "{ready}");
     let requests = || {
-        cp.audit()
+        cp.requests_by("qdr-controller/")
             .into_iter()
-            .filter(|e| e.user_agent.starts_with("qdr-controller/") && e.counts())
             .filter(|e| e.object_ref.as_ref().is_some_and(|r| r.namespace == ns.name))
             .count()
     };

@@ -357,6 +357,12 @@ impl ControlPlane {
         text.lines().filter_map(|l| serde_json::from_str(l).ok()).collect()
     }
 
+    /// The requests made so far by clients whose `User-Agent` starts with `agent` (such as
+    /// `qdr-controller/`), each counted once ([`AuditEvent::counts`]).
+    pub fn requests_by(&self, agent: &str) -> Vec<AuditEvent> {
+        self.audit().into_iter().filter(|e| e.user_agent.starts_with(agent) && e.counts()).collect()
+    }
+
     /// Starts kube-controller-manager once; later calls return at once.
     ///
     /// # Errors

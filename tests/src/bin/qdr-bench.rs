@@ -409,7 +409,13 @@ async fn api_server_rows(
         tokio::time::sleep(Duration::from_millis(200)).await;
     }
     let api_without = interconnects(&client, &without.name);
-    let connections_before = webhook_connections(health).await;
+    let webhook_metrics = || async move {
+        match reqwest::get(format!("http://127.0.0.1:{health}/metrics")).await {
+            Ok(r) => r.text().await.unwrap_or_default(),
+            Err(_) => String::new(),
+        }
+    };
+    let connections_before = webhook_connections(&webhook_metrics().await);
     let defaulted_ns = cp.namespace("bench-defaulted").await;
     let api_defaulted = interconnects(&client, &defaulted_ns.name);
     // Three variants, interleaved so all see the same machine load: through both webhooks;
@@ -434,8 +440,8 @@ async fn api_server_rows(
             q[k][1].push(percentile(l, 0.99).as_secs_f64() * 1000.0);
         }
     }
-    let connections = webhook_connections(health).await - connections_before;
-    let metrics = reqwest::get(format!("http://127.0.0.1:{health}/metrics")).await?.text().await?;
+    let metrics = webhook_metrics().await;
+    let connections = webhook_connections(&metrics) - connections_before;
     for line in metrics.lines().filter(|l| l.starts_with("qdr_webhook_connections_total")) {
         eprintln!("webhook connections since it started (probes included): {line}");
     }
@@ -444,11 +450,7 @@ async fn api_server_rows(
         "apiserver_admission_webhook_admission_duration_seconds",
         "name",
     );
-    let own_view = histogram_means(
-        &reqwest::get(format!("http://127.0.0.1:{health}/metrics")).await?.text().await?,
-        "qdr_webhook_request_duration_seconds",
-        "operation",
-    );
+    let own_view = histogram_means(&metrics, "qdr_webhook_request_duration_seconds", "operation");
     let diff = |x: &[f64], y: &[f64]| x.iter().zip(y).map(|(a, b)| a - b).collect::<Vec<f64>>();
     for (k, label) in ["both webhooks", "no webhook", "no webhook, object with the webhooks' defaults"]
         .into_iter()
@@ -548,13 +550,10 @@ fn histogram_means(text: &str, name: &str, by: &str) -> Vec<(String, f64)> {
     acc.into_iter().filter(|(_, (_, n))| *n > 0.0).map(|(k, (s, n))| (k, s / n)).collect()
 }
 
-/// `qdr_webhook_connections_total` summed over its labels, from the health listener.
-async fn webhook_connections(health_port: u16) -> f64 {
-    let text = match reqwest::get(format!("http://127.0.0.1:{health_port}/metrics")).await {
-        Ok(r) => r.text().await.unwrap_or_default(),
-        Err(_) => String::new(),
-    };
-    text.lines()
+/// `qdr_webhook_connections_total` summed over its labels, in the webhook's exposition.
+fn webhook_connections(metrics: &str) -> f64 {
+    metrics
+        .lines()
         .filter(|l| l.starts_with("qdr_webhook_connections_total"))
         .filter_map(|l| l.rsplit(' ').next()?.parse::<f64>().ok())
         .sum()
@@ -565,7 +564,7 @@ const CONTROLLER_AGENT: &str = "qdr-controller/";
 
 /// Requests the controller made so far, as the audit log counts them.
 fn controller_requests(cp: &ControlPlane) -> Vec<qdr_tests::AuditEvent> {
-    cp.audit().into_iter().filter(|e| e.user_agent.starts_with(CONTROLLER_AGENT) && e.counts()).collect()
+    cp.requests_by(CONTROLLER_AGENT)
 }
 
 /// `verb resource[/subresource]` → count, largest first.
