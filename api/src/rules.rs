@@ -292,6 +292,7 @@ fn node<'a>(schema: &'a mut Value, location: &str) -> &'a mut Value {
 /// unit tests).
 pub fn apply(schema: &mut Value) {
     strip_defaults(schema);
+    reflow_descriptions(schema);
     // metadata.name names the router Service, so it must be a DNS-1035 label. A CRD schema
     // may restrict metadata.name (and nothing else in metadata) with maxLength and pattern.
     schema["properties"]["metadata"] = json!({
@@ -328,6 +329,61 @@ pub fn apply(schema: &mut Value) {
             req.as_array_mut().expect("required is a list").push(json!(f));
         }
     }
+}
+
+/// Rewrites every `description` in the schema with [`paragraphs`], so `kubectl explain`
+/// and the API reference wrap the text themselves instead of printing the doc comments'
+/// source line breaks mid-sentence.
+fn reflow_descriptions(schema: &mut Value) {
+    match schema {
+        Value::Object(map) => {
+            for (key, v) in map.iter_mut() {
+                match v {
+                    Value::String(text) if key == "description" => *text = paragraphs(text),
+                    _ => reflow_descriptions(v),
+                }
+            }
+        }
+        Value::Array(items) => items.iter_mut().for_each(reflow_descriptions),
+        _ => {}
+    }
+}
+
+/// Joins the source line breaks of a doc comment into paragraphs: lines inside a paragraph
+/// become one line (joined by a space); a blank line stays a paragraph break (`"\n\n"`),
+/// and a list item (a line starting with `- `, `* ` or `1. `) starts a line of its own, its
+/// continuation lines joined to it. Trailing spaces are dropped. Idempotent.
+///
+/// ```
+/// # use qdr_api::rules::paragraphs;
+/// assert_eq!(paragraphs("One sentence\nbroken here.\n\n- a\n  b\n- c"), "One sentence broken here.\n\n- a b\n- c");
+/// ```
+pub fn paragraphs(text: &str) -> String {
+    let mut out = String::with_capacity(text.len());
+    let mut blank = false;
+    for line in text.lines().map(str::trim) {
+        if line.is_empty() {
+            blank = !out.is_empty();
+            continue;
+        }
+        if out.is_empty() {
+        } else if blank {
+            out.push_str("\n\n");
+        } else if is_list_item(line) {
+            out.push('\n');
+        } else {
+            out.push(' ');
+        }
+        blank = false;
+        out.push_str(line);
+    }
+    out
+}
+
+/// Whether a (trimmed) line starts a Markdown list item: `- `, `* ` or digits then `. `.
+pub fn is_list_item(line: &str) -> bool {
+    let digits = line.bytes().take_while(u8::is_ascii_digit).count();
+    line.starts_with("- ") || line.starts_with("* ") || (digits > 0 && line[digits..].starts_with(". "))
 }
 
 /// Removes the `default` values schemars emits for `#[serde(default)]` fields: defaults are

@@ -554,6 +554,10 @@ pub struct LinkRoute {
     pub del_external_prefix: Option<String>,
 }
 
+/// Most pod names `status.pods` holds: the schema's `maxItems`, which keeps a status
+/// write of a large DaemonSet (one router per node) within the API server's bounds.
+pub const MAX_STATUS_PODS: usize = 1024;
+
 /// Observed state, written by the controller only.
 #[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, JsonSchema)]
 #[serde(rename_all = "camelCase")]
@@ -568,10 +572,16 @@ pub struct InterconnectStatus {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub observed_generation: Option<i64>,
 
-    /// Names of the router pods that are not being deleted.
+    /// Names of the router pods that are not being deleted, in name order: the first
+    /// 1,024 when there are more; `podCount` counts them all.
     #[serde(default)]
-    #[schemars(length(max = 1024))]
+    #[schemars(length(max = MAX_STATUS_PODS))]
     pub pods: Vec<String>,
+
+    /// Number of router pods that are not being deleted (`pods` names at most 1,024 of
+    /// them). Absent in statuses written before this field existed.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub pod_count: Option<i32>,
 
     /// Routers desired by the workload (nodes, for a DaemonSet).
     #[serde(default, skip_serializing_if = "Option::is_none")]

@@ -97,3 +97,62 @@ fn committed_api_reference_is_fresh() {
         assert!(generated.contains(section), "{section}");
     }
 }
+
+/// `kubectl explain` wraps descriptions itself: a line break inside a sentence prints as a
+/// broken line. Every single line break in a description must start a list item; paragraph
+/// breaks (`\n\n`) are kept.
+#[test]
+fn descriptions_are_paragraphs() {
+    let schema = serde_json::to_value(crd().spec.versions[0].schema.as_ref().unwrap().open_api_v3_schema.as_ref().unwrap())
+        .unwrap();
+    fn walk(path: &str, v: &serde_json::Value, seen: &mut usize, bad: &mut Vec<String>) {
+        match v {
+            serde_json::Value::Object(m) => {
+                for (k, c) in m {
+                    match c {
+                        serde_json::Value::String(text) if k == "description" => {
+                            *seen += 1;
+                            for para in text.split("\n\n") {
+                                let mut lines = para.lines();
+                                lines.next();
+                                for line in lines {
+                                    if !qdr_api::rules::is_list_item(line) {
+                                        bad.push(format!("{path}: …{line}"));
+                                    }
+                                }
+                            }
+                            if text.contains("\n\n\n") || text.ends_with('\n') || text.contains(" \n") {
+                                bad.push(format!("{path}: stray line breaks in {text:?}"));
+                            }
+                        }
+                        _ => walk(&format!("{path}.{k}"), c, seen, bad),
+                    }
+                }
+            }
+            serde_json::Value::Array(items) => items.iter().for_each(|i| walk(path, i, seen, bad)),
+            _ => {}
+        }
+    }
+    let (mut seen, mut bad) = (0, Vec::new());
+    walk("", &schema, &mut seen, &mut bad);
+    assert!(seen > 100, "only {seen} descriptions found");
+    assert!(bad.is_empty(), "descriptions with a line break inside a paragraph:\n{}", bad.join("\n"));
+}
+
+#[test]
+fn paragraphs_join_lines_and_keep_lists_and_breaks() {
+    use qdr_api::rules::paragraphs;
+    assert_eq!(paragraphs("A sentence\nbroken twice\nhere."), "A sentence broken twice here.");
+    assert_eq!(paragraphs("One.\n\n\nTwo\nlines.\n"), "One.\n\nTwo lines.");
+    assert_eq!(paragraphs("Either:\n- a thing\n  continued\n* b\n10. c"), "Either:\n- a thing continued\n* b\n10. c");
+    assert_eq!(paragraphs("Not a list: 5.5 - 3\nis fine."), "Not a list: 5.5 - 3 is fine.");
+    let once = paragraphs("x\ny\n\n- z");
+    assert_eq!(paragraphs(&once), once, "idempotent");
+}
+
+/// Rust doc links (`[`x`]`) in a field's doc comment would reach `kubectl explain` verbatim.
+#[test]
+fn descriptions_have_no_rustdoc_links() {
+    let yaml = crd_yaml();
+    assert!(!yaml.contains("[`"), "a rustdoc link reached the CRD");
+}

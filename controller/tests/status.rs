@@ -211,3 +211,22 @@ fn one_scheduling_event_per_change_of_that_state() {
     assert_eq!(warning.type_, kube::runtime::events::EventType::Warning);
     assert!(warning.note.unwrap().starts_with("1 of 4 routers cannot be scheduled: 0/3 nodes"));
 }
+
+/// A DaemonSet on more than 1,024 nodes: the status names the first 1,024 pods and counts
+/// them all, within the CRD's `maxItems` (a longer list failed the whole status write).
+#[test]
+fn more_routers_than_the_pod_list_holds_are_counted() {
+    let names: Vec<String> = (0..1500).map(|i| format!("mesh-{i:04}")).collect();
+    let o = Observed { pods: names.clone(), ..observed() };
+    let applied = Applied { workload: workload(1500, 1500, 1500, 1500), ..Default::default() };
+    let s = desired(&owner(), &o, &applied, &CredentialsReport::default());
+    assert_eq!(s.pods, names[..1024]);
+    assert_eq!(s.pod_count, Some(1500));
+    let crd = serde_json::to_value(qdr_api::crd()).unwrap();
+    let max = &crd["spec"]["versions"][0]["schema"]["openAPIV3Schema"]["properties"]["status"]["properties"]
+        ["pods"]["maxItems"];
+    assert_eq!(max.as_u64(), Some(s.pods.len() as u64), "the cap is the schema's maxItems");
+    let few = Observed { pods: names[..3].to_vec(), ..observed() };
+    let s = desired(&owner(), &few, &applied, &CredentialsReport::default());
+    assert_eq!((s.pods.len(), s.pod_count), (3, Some(3)));
+}

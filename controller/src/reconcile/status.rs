@@ -26,7 +26,7 @@
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, Time};
 use kube::ResourceExt;
 use kube::api::{Api, Patch, PatchParams};
-use qdr_api::{Interconnect, InterconnectStatus};
+use qdr_api::{Interconnect, InterconnectStatus, MAX_STATUS_PODS};
 use serde_json::json;
 
 use super::apply::Applied;
@@ -107,7 +107,7 @@ pub fn missing_message(report: &CredentialsReport) -> String {
 /// the count of unplaced router pods, the number of routers wanted (`desired`, or more while
 /// a rollout has extra pods) and the scheduler's distinct reasons, joined by `; `.
 pub fn unschedulable_message(u: &Unschedulable, desired: i32) -> String {
-    let pods = i32::try_from(u.pods.len()).unwrap_or(i32::MAX);
+    let pods = count(&u.pods);
     let of = desired.max(pods);
     let noun = if of == 1 { "router" } else { "routers" };
     format!("{pods} of {of} {noun} cannot be scheduled: {}", u.reasons.join("; "))
@@ -135,7 +135,8 @@ pub fn desired(
                 c(DEGRADED, true),
             ],
             observed_generation: Some(generation),
-            pods: observed.pods.clone(),
+            pods: capped(&observed.pods),
+            pod_count: Some(count(&observed.pods)),
             ..prev
         };
     }
@@ -175,11 +176,22 @@ pub fn desired(
             condition(DEGRADED, false, "ReconcileSucceeded", "all children applied", generation, pc),
         ],
         observed_generation: Some(generation),
-        pods: observed.pods.clone(),
+        pods: capped(&observed.pods),
+        pod_count: Some(count(&observed.pods)),
         replicas: Some(w.desired),
         ready_replicas: Some(w.ready),
         updated_replicas: Some(w.updated),
     }
+}
+
+/// The first [`MAX_STATUS_PODS`] of `pods` (sorted by name): a longer list would fail the
+/// whole status write against the schema's `maxItems`.
+pub fn capped(pods: &[String]) -> Vec<String> {
+    pods[..pods.len().min(MAX_STATUS_PODS)].to_vec()
+}
+
+fn count(pods: &[String]) -> i32 {
+    i32::try_from(pods.len()).unwrap_or(i32::MAX)
 }
 
 /// The status of an Interconnect whose spec is invalid: `SpecValid=False` with `message`
