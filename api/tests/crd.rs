@@ -103,8 +103,10 @@ fn committed_api_reference_is_fresh() {
 /// breaks (`\n\n`) are kept.
 #[test]
 fn descriptions_are_paragraphs() {
-    let schema = serde_json::to_value(crd().spec.versions[0].schema.as_ref().unwrap().open_api_v3_schema.as_ref().unwrap())
-        .unwrap();
+    let schema = serde_json::to_value(
+        crd().spec.versions[0].schema.as_ref().unwrap().open_api_v3_schema.as_ref().unwrap(),
+    )
+    .unwrap();
     fn walk(path: &str, v: &serde_json::Value, seen: &mut usize, bad: &mut Vec<String>) {
         match v {
             serde_json::Value::Object(m) => {
@@ -144,7 +146,10 @@ fn paragraphs_join_lines_and_keep_lists_and_breaks() {
     use qdr_api::rules::paragraphs;
     assert_eq!(paragraphs("A sentence\nbroken twice\nhere."), "A sentence broken twice here.");
     assert_eq!(paragraphs("One.\n\n\nTwo\nlines.\n"), "One.\n\nTwo lines.");
-    assert_eq!(paragraphs("Either:\n- a thing\n  continued\n* b\n10. c"), "Either:\n- a thing continued\n* b\n10. c");
+    assert_eq!(
+        paragraphs("Either:\n- a thing\n  continued\n* b\n10. c"),
+        "Either:\n- a thing continued\n* b\n10. c"
+    );
     assert_eq!(paragraphs("Not a list: 5.5 - 3\nis fine."), "Not a list: 5.5 - 3 is fine.");
     let once = paragraphs("x\ny\n\n- z");
     assert_eq!(paragraphs(&once), once, "idempotent");

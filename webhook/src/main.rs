@@ -9,7 +9,7 @@ use std::time::Duration;
 use clap::{Parser, ValueEnum};
 use qdr_certs::{CertManager, CertResolver, Policy, WebhookConfiguration};
 use qdr_webhook::metrics::Metrics;
-use qdr_webhook::server::{AppState, CountingAcceptor, admission_router, health_router};
+use qdr_webhook::server::{AppState, CountingAcceptor, Timeouts, admission_router, health_router};
 
 /// Where the serving certificate comes from.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
@@ -24,7 +24,7 @@ enum TlsMode {
 /// (interconnectedcloud.github.io/v1alpha1).
 ///
 /// Serves POST /mutate and POST /validate (AdmissionReview v1) over TLS, and /livez,
-/// /readyz and /metrics on both the TLS port and the plain health port. Every replica serves;
+/// /readyz and /metrics (OpenMetrics) on the plain health port only. Every replica serves;
 /// in secret mode they share one Secret and coordinate certificate rotation through it.
 #[derive(Debug, Parser)]
 #[command(version, about)]
@@ -98,6 +98,19 @@ struct Args {
     #[arg(long, env = "QDR_WEBHOOK_SHUTDOWN_DELAY", value_parser = humantime::parse_duration, default_value = "10s")]
     shutdown_delay: Duration,
 
+    /// Admission port: longest TLS handshake.
+    #[arg(long, env = "QDR_WEBHOOK_HANDSHAKE_TIMEOUT", value_parser = humantime::parse_duration, default_value = "10s")]
+    handshake_timeout: Duration,
+
+    /// Admission port: longest wait for a request's first bytes after the handshake, and on
+    /// HTTP/1.1 for its headers (also the idle limit of a kept-alive HTTP/1.1 connection).
+    #[arg(long, env = "QDR_WEBHOOK_HEADER_READ_TIMEOUT", value_parser = humantime::parse_duration, default_value = "10s")]
+    header_read_timeout: Duration,
+
+    /// Admission port: longest time from a request's headers to its response (408 after).
+    #[arg(long, env = "QDR_WEBHOOK_REQUEST_TIMEOUT", value_parser = humantime::parse_duration, default_value = "10s")]
+    request_timeout: Duration,
+
     /// Log format.
     #[arg(long, env = "QDR_LOG_FORMAT", value_parser = ["text", "json"], default_value = "text")]
     log_format: String,
@@ -166,18 +179,22 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
 
     let health = tokio::net::TcpListener::bind(args.health_listen).await?;
     tracing::info!(addr = %health.local_addr()?, "health and metrics listening");
-    let health_app = health_router(state.clone()).with_state(state.clone());
+    let health_app = health_router(state.clone());
     tokio::spawn(async move { axum::serve(health, health_app).await });
 
     let tls = axum_server::tls_rustls::RustlsConfig::from_config(Arc::new(resolver.server_config()));
     let handle = axum_server::Handle::new();
-    let app = admission_router(state.clone());
-    let acceptor = CountingAcceptor::new(tls, Duration::from_secs(10), state.clone());
-    let server = axum_server::bind(args.listen)
-        .acceptor(acceptor)
-        .handle(handle.clone())
-        .serve(app.into_make_service());
-    tracing::info!(addr = %args.listen, mode = ?args.tls_mode, "admission webhook listening");
+    let timeouts = Timeouts {
+        handshake: args.handshake_timeout,
+        header_read: args.header_read_timeout,
+        request: args.request_timeout,
+    };
+    let app = admission_router(state.clone(), timeouts.request);
+    let acceptor = CountingAcceptor::new(tls, timeouts, state.clone());
+    let mut server = axum_server::bind(args.listen).acceptor(acceptor).handle(handle.clone());
+    timeouts.configure(server.http_builder());
+    let server = server.serve(app.into_make_service());
+    tracing::info!(addr = %args.listen, mode = ?args.tls_mode, ?timeouts, "admission webhook listening");
 
     let shutdown = {
         let state = state.clone();

@@ -1,8 +1,15 @@
-//! The HTTP side: routes, body limit, health and metrics.
+//! The HTTP side: routes, body limit, time limits, health and metrics.
+//!
+//! Two listeners: the admission port (TLS) serves only `POST /mutate` and `POST /validate`
+//! ([`admission_router`]); the plain health port serves `/livez`, `/readyz` and `/metrics`
+//! ([`health_router`]), so metrics never leave through the port the API server reaches.
 
+use std::io;
+use std::pin::Pin;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::time::{Instant, SystemTime};
+use std::task::{Context, Poll};
+use std::time::{Duration, Instant, SystemTime};
 
 use axum::Router;
 use axum::body::Bytes;
@@ -17,6 +24,117 @@ use crate::metrics::Metrics;
 /// Largest accepted request body: an AdmissionReview carries the object and, on UPDATE,
 /// the old object; the API server caps each at 3 MiB.
 pub const MAX_BODY_BYTES: usize = 8 * 1024 * 1024;
+
+/// Time limits of the admission listener. A client that holds a connection without
+/// finishing its request is cut off by one of them, so slow or idle connections cost a
+/// socket and a few kilobytes each, never a request's admission (see `docs/hardening.md`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Timeouts {
+    /// From accept to the end of the TLS handshake.
+    pub handshake: Duration,
+    /// From the handshake to the client's first bytes, and on HTTP/1.1 from then (or from
+    /// the previous response on a kept-alive connection) to the end of a request's headers
+    /// (hyper's `header_read_timeout`).
+    pub header_read: Duration,
+    /// From a request's headers to its response: reading the body and admitting it. A
+    /// request over it gets `408 Request Timeout`.
+    pub request: Duration,
+}
+
+impl Default for Timeouts {
+    /// 10 s each: longer than the API server waits for a webhook by default (10 s,
+    /// `timeoutSeconds`), far shorter than a slow-loris client would like.
+    fn default() -> Self {
+        let d = Duration::from_secs(10);
+        Timeouts { handshake: d, header_read: d, request: d }
+    }
+}
+
+impl Timeouts {
+    /// Sets the HTTP/1.1 header-read limit on `builder`, and HTTP/2 keep-alive pings (every
+    /// 30 s, answered within 10 s) so a vanished peer's connection is closed.
+    pub fn configure(
+        &self,
+        builder: &mut hyper_util::server::conn::auto::Builder<hyper_util::rt::TokioExecutor>,
+    ) {
+        builder.http1().timer(hyper_util::rt::TokioTimer::new()).header_read_timeout(self.header_read);
+        builder
+            .http2()
+            .timer(hyper_util::rt::TokioTimer::new())
+            .keep_alive_interval(Some(Duration::from_secs(30)))
+            .keep_alive_timeout(Duration::from_secs(10));
+    }
+}
+
+/// A stream that fails with `TimedOut` unless its first bytes arrive before a deadline:
+/// between the TLS handshake and the first bytes of a request, hyper's protocol detection
+/// (HTTP/1.1 or HTTP/2) waits without a limit of its own.
+#[derive(Debug)]
+pub struct FirstBytes<S> {
+    inner: S,
+    deadline: Option<Pin<Box<tokio::time::Sleep>>>,
+}
+
+impl<S> FirstBytes<S> {
+    /// `inner`, whose first read must return data within `limit`.
+    pub fn new(inner: S, limit: Duration) -> Self {
+        FirstBytes { inner, deadline: Some(Box::pin(tokio::time::sleep(limit))) }
+    }
+
+    /// The wrapped stream.
+    pub fn get_ref(&self) -> &S {
+        &self.inner
+    }
+}
+
+impl<S: tokio::io::AsyncRead + Unpin> tokio::io::AsyncRead for FirstBytes<S> {
+    fn poll_read(
+        mut self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        buf: &mut tokio::io::ReadBuf<'_>,
+    ) -> Poll<io::Result<()>> {
+        let this = &mut *self;
+        let before = buf.filled().len();
+        let read = Pin::new(&mut this.inner).poll_read(cx, buf);
+        if let Some(deadline) = this.deadline.as_mut() {
+            match &read {
+                Poll::Ready(Ok(())) if buf.filled().len() > before => this.deadline = None,
+                Poll::Ready(_) => {}
+                Poll::Pending => {
+                    if deadline.as_mut().poll(cx).is_ready() {
+                        return Poll::Ready(Err(io::Error::new(
+                            io::ErrorKind::TimedOut,
+                            "no request bytes within the header-read timeout",
+                        )));
+                    }
+                }
+            }
+        }
+        read
+    }
+}
+
+impl<S: tokio::io::AsyncWrite + Unpin> tokio::io::AsyncWrite for FirstBytes<S> {
+    fn poll_write(mut self: Pin<&mut Self>, cx: &mut Context<'_>, buf: &[u8]) -> Poll<io::Result<usize>> {
+        Pin::new(&mut self.inner).poll_write(cx, buf)
+    }
+    fn poll_flush(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+        Pin::new(&mut self.inner).poll_flush(cx)
+    }
+    fn poll_shutdown(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+        Pin::new(&mut self.inner).poll_shutdown(cx)
+    }
+    fn poll_write_vectored(
+        mut self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        bufs: &[io::IoSlice<'_>],
+    ) -> Poll<io::Result<usize>> {
+        Pin::new(&mut self.inner).poll_write_vectored(cx, bufs)
+    }
+    fn is_write_vectored(&self) -> bool {
+        self.inner.is_write_vectored()
+    }
+}
 
 /// Shared state of the handlers.
 pub struct AppState {
@@ -38,11 +156,13 @@ impl std::fmt::Debug for AppState {
 
 /// The admission port's acceptor: TLS (rustls) over TCP with `TCP_NODELAY` (small
 /// AdmissionReview responses leave at once instead of waiting for the peer's delayed ACK
-/// under Nagle's algorithm), counting every accepted connection in
-/// `qdr_webhook_connections_total` by ALPN protocol and handshake kind.
+/// under Nagle's algorithm), the handshake and first-bytes limits of [`Timeouts`], counting
+/// every accepted connection in `qdr_webhook_connections_total` by ALPN protocol and
+/// handshake kind.
 #[derive(Clone)]
 pub struct CountingAcceptor {
     inner: axum_server::tls_rustls::RustlsAcceptor<axum_server::accept::NoDelayAcceptor>,
+    first_bytes: Duration,
     state: Arc<AppState>,
 }
 
@@ -53,22 +173,22 @@ impl std::fmt::Debug for CountingAcceptor {
 }
 
 impl CountingAcceptor {
-    /// An acceptor serving `config`, with the TLS handshake limited to `handshake_timeout`,
-    /// counting into `state`'s metrics.
+    /// An acceptor serving `config` within `timeouts` (handshake, then first bytes within
+    /// the header-read limit), counting into `state`'s metrics.
     pub fn new(
         config: axum_server::tls_rustls::RustlsConfig,
-        handshake_timeout: std::time::Duration,
+        timeouts: Timeouts,
         state: Arc<AppState>,
     ) -> Self {
         let inner = axum_server::tls_rustls::RustlsAcceptor::new(config)
-            .handshake_timeout(handshake_timeout)
+            .handshake_timeout(timeouts.handshake)
             .acceptor(axum_server::accept::NoDelayAcceptor::new());
-        CountingAcceptor { inner, state }
+        CountingAcceptor { inner, first_bytes: timeouts.header_read, state }
     }
 }
 
 impl<S: Send + 'static> axum_server::accept::Accept<tokio::net::TcpStream, S> for CountingAcceptor {
-    type Stream = tokio_rustls::server::TlsStream<tokio::net::TcpStream>;
+    type Stream = FirstBytes<tokio_rustls::server::TlsStream<tokio::net::TcpStream>>;
     type Service = S;
     type Future = std::pin::Pin<
         Box<dyn std::future::Future<Output = std::io::Result<(Self::Stream, S)>> + Send + 'static>,
@@ -76,35 +196,47 @@ impl<S: Send + 'static> axum_server::accept::Accept<tokio::net::TcpStream, S> fo
 
     fn accept(&self, stream: tokio::net::TcpStream, service: S) -> Self::Future {
         let fut = self.inner.accept(stream, service);
-        let state = self.state.clone();
+        let (state, first_bytes) = (self.state.clone(), self.first_bytes);
         Box::pin(async move {
             let (tls, service) = fut.await?;
             let conn = tls.get_ref().1;
             let resumed = conn.handshake_kind() == Some(rustls::HandshakeKind::Resumed);
             state.metrics.connection(conn.alpn_protocol(), resumed);
-            Ok((tls, service))
+            Ok((FirstBytes::new(tls, first_bytes), service))
         })
     }
 }
 
-/// Admission routes (`POST /mutate`, `POST /validate`) plus the health routes.
-pub fn admission_router(state: Arc<AppState>) -> Router {
+/// The admission port's routes: `POST /mutate` and `POST /validate`, bodies up to
+/// [`MAX_BODY_BYTES`] (`413` above), each request answered within `request_timeout` (`408`
+/// when its body is not read in time). Nothing else is served there (`404`).
+pub fn admission_router(state: Arc<AppState>, request_timeout: Duration) -> Router {
     Router::new()
         .route("/mutate", post(|s, b| admit(Webhook::Mutate, s, b)))
         .route("/validate", post(|s, b| admit(Webhook::Validate, s, b)))
-        .merge(health_router(state.clone()))
         .layer(DefaultBodyLimit::max(MAX_BODY_BYTES))
+        .layer(tower_http::timeout::TimeoutLayer::with_status_code(
+            StatusCode::REQUEST_TIMEOUT,
+            request_timeout,
+        ))
         .with_state(state)
 }
 
-/// `GET /livez`, `/readyz` and `/metrics`.
-pub fn health_router(state: Arc<AppState>) -> Router<Arc<AppState>> {
-    let _ = state;
+/// The health port's routes: `GET /livez` (always `200 ok` while the server answers),
+/// `/readyz` (`200` when this replica serves a certificate the webhook configurations
+/// trust and is not draining, else `503` with the reason) and `/metrics` (OpenMetrics text,
+/// [`OPENMETRICS`]).
+pub fn health_router(state: Arc<AppState>) -> Router {
     Router::new()
         .route("/livez", get(|| async { "ok" }))
         .route("/readyz", get(readyz))
         .route("/metrics", get(metrics))
+        .with_state(state)
 }
+
+/// Content type of `/metrics`: the OpenMetrics 1.0 text format that `prometheus-client`
+/// encodes (Prometheus negotiates it; it ends with `# EOF`).
+pub const OPENMETRICS: &str = "application/openmetrics-text; version=1.0.0; charset=utf-8";
 
 async fn admit(webhook: Webhook, State(st): State<Arc<AppState>>, body: Bytes) -> Response {
     let start = Instant::now();
@@ -133,5 +265,5 @@ async fn metrics(State(st): State<Arc<AppState>>) -> Response {
         Ok(d) => d.as_secs_f64(),
         Err(e) => -e.duration().as_secs_f64(),
     });
-    ([(header::CONTENT_TYPE, "text/plain; version=0.0.4")], st.metrics.encode(expiry)).into_response()
+    ([(header::CONTENT_TYPE, OPENMETRICS)], st.metrics.encode(expiry)).into_response()
 }

@@ -25,6 +25,9 @@ struct Setup {
 
 static SETUP: OnceCell<Setup> = OnceCell::const_new();
 
+/// The replica's handshake and header-read timeouts.
+const HOLD_LIMIT: Duration = Duration::from_secs(4);
+
 async fn setup() -> &'static Setup {
     SETUP
         .get_or_init(|| async {
@@ -36,7 +39,12 @@ async fn setup() -> &'static Setup {
             let port = common::free_port();
             let reg = common::register(&client, "e2e", port, port).await;
             common::label_namespace(cp, &ns, "e2e");
-            let replica = common::start_replica(cp, &webhook_ns, &reg, port, &["--check-interval=1s"]);
+            let limits = [
+                format!("--handshake-timeout={}ms", HOLD_LIMIT.as_millis()),
+                format!("--header-read-timeout={}ms", HOLD_LIMIT.as_millis()),
+            ];
+            let args = ["--check-interval=1s", &limits[0], &limits[1]];
+            let replica = common::start_replica(cp, &webhook_ns, &reg, port, &args);
             common::wait_ready(&replica, Duration::from_secs(60)).await;
             common::wait_admission_works(cp, &ns, Duration::from_secs(60)).await;
             Setup { ns, webhook_ns, reg, replica }
@@ -191,4 +199,128 @@ async fn health_and_metrics_endpoints_answer() {
         .expect("expiry gauge");
     assert!(expiry > 80.0 * 24.0 * 3600.0, "default 90-day certificate, got {expiry}s");
     assert!(metrics.contains("qdr_webhook_request_duration_seconds_bucket"));
+}
+
+/// What a held connection does.
+#[derive(Clone, Copy, Debug, PartialEq)]
+enum Hold {
+    /// TCP only: never starts the TLS handshake.
+    Tcp,
+    /// Completes the TLS handshake (ALPN h2), then sends nothing.
+    Silent,
+    /// HTTP/1.1 slow loris: sends a request line and then one header line every 500 ms,
+    /// never ending the headers.
+    Trickle,
+}
+
+/// Holds one connection of kind `hold` to the admission port until the server closes it
+/// (or `give_up` passes). Returns how long it stayed open after it was established, `None`
+/// when it was never established or never closed.
+async fn hold(
+    port: u16,
+    hold: Hold,
+    open: std::sync::Arc<std::sync::atomic::AtomicUsize>,
+    give_up: Duration,
+) -> Option<Duration> {
+    use std::sync::atomic::Ordering::SeqCst;
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let tcp = tokio::net::TcpStream::connect(("127.0.0.1", port)).await.ok()?;
+    let mut stream: Box<dyn AsyncStream> = match hold {
+        Hold::Tcp => Box::new(tcp),
+        Hold::Silent | Hold::Trickle => {
+            let mut cfg = (*common::see_any_cert()).clone();
+            cfg.alpn_protocols =
+                vec![if hold == Hold::Silent { b"h2".to_vec() } else { b"http/1.1".to_vec() }];
+            let connector = tokio_rustls::TlsConnector::from(std::sync::Arc::new(cfg));
+            let name = rustls::pki_types::ServerName::try_from("127.0.0.1").unwrap();
+            Box::new(connector.connect(name, tcp).await.ok()?)
+        }
+    };
+    let since = std::time::Instant::now();
+    open.fetch_add(1, SeqCst);
+    if hold == Hold::Trickle {
+        stream.write_all(b"POST /validate HTTP/1.1\r\nHost: 127.0.0.1\r\n").await.ok()?;
+    }
+    let mut buf = [0u8; 256];
+    let closed = loop {
+        tokio::select! {
+            r = stream.read(&mut buf) => match r {
+                Ok(0) | Err(_) => break true,
+                Ok(_) => {}
+            },
+            _ = tokio::time::sleep(Duration::from_millis(500)), if hold == Hold::Trickle => {
+                if stream.write_all(b"X-Slow: yes\r\n").await.is_err() {
+                    break true;
+                }
+            }
+            _ = tokio::time::sleep_until((since + give_up).into()) => break false,
+        }
+    };
+    open.fetch_sub(1, SeqCst);
+    closed.then(|| since.elapsed())
+}
+
+trait AsyncStream: tokio::io::AsyncRead + tokio::io::AsyncWrite + Unpin + Send {}
+impl<T: tokio::io::AsyncRead + tokio::io::AsyncWrite + Unpin + Send> AsyncStream for T {}
+
+/// 500 connections that never finish a request (TCP only, silent after TLS, HTTP/1.1 slow
+/// loris) are held open against the admission port while a real admission request goes
+/// through the API server: it succeeds (within the configuration's `timeoutSeconds`), and
+/// the server closes every held connection at its handshake or header-read limit.
+#[tokio::test]
+async fn slow_and_idle_connections_do_not_stop_admission() {
+    use std::sync::Arc;
+    use std::sync::atomic::{AtomicUsize, Ordering::SeqCst};
+    let s = setup().await;
+    let cp = qdr_tests::shared().await;
+    let open = Arc::new(AtomicUsize::new(0));
+    let give_up = HOLD_LIMIT * 3 + Duration::from_secs(10);
+    let kinds = [(Hold::Silent, 150), (Hold::Trickle, 150), (Hold::Tcp, 200)];
+    let mut tasks = Vec::new();
+    for (kind, n) in kinds {
+        for _ in 0..n {
+            tasks.push((kind, tokio::spawn(hold(s.replica.port, kind, open.clone(), give_up))));
+        }
+    }
+    let deadline = std::time::Instant::now() + HOLD_LIMIT;
+    while open.load(SeqCst) < 500 && std::time::Instant::now() < deadline {
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    let held = open.load(SeqCst);
+    let obj = r#"{"apiVersion":"interconnectedcloud.github.io/v1alpha1","kind":"Interconnect","metadata":{"name":"held"},"spec":{}}"#;
+    let started = std::time::Instant::now();
+    let out = kubectl_stdin(
+        cp,
+        &["create", "--dry-run=server", "-o", "jsonpath={.spec.users}", "-n", &s.ns, "-f", "-"],
+        obj,
+    );
+    let took = started.elapsed();
+    let still = open.load(SeqCst);
+    assert!(
+        out.status.success(),
+        "admission failed with {held} connections held: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert_eq!(String::from_utf8_lossy(&out.stdout), "held-users", "not defaulted by the webhook");
+    assert!(
+        held >= 450 && still >= 400,
+        "only {held} connections established, {still} open after the admission"
+    );
+
+    let mut closed = std::collections::BTreeMap::<String, Vec<Duration>>::new();
+    for (kind, t) in tasks {
+        let after = t
+            .await
+            .unwrap()
+            .unwrap_or_else(|| panic!("a {kind:?} connection was not closed within {give_up:?}"));
+        closed.entry(format!("{kind:?}")).or_default().push(after);
+    }
+    println!("held {held} connections, {still} still open after an admission that took {took:?}");
+    for (kind, times) in &closed {
+        let (min, max) = (times.iter().min().unwrap(), times.iter().max().unwrap());
+        println!("{kind}: {} closed by the server after {min:?}..{max:?}", times.len());
+        assert!(*min >= HOLD_LIMIT / 2, "{kind}: closed after {min:?}, before the {HOLD_LIMIT:?} limit");
+        assert!(*max <= HOLD_LIMIT * 3 + Duration::from_secs(5), "{kind}: still open after {max:?}");
+    }
+    assert_eq!(open.load(SeqCst), 0);
 }

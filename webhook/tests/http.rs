@@ -1,16 +1,24 @@
-//! The HTTP layer in process: status codes for oversized and malformed bodies, readiness
-//! and draining, metrics.
+//! The HTTP layer in process: status codes for oversized, malformed and slow bodies, which
+//! routes each port serves, readiness and draining, metrics, the first-bytes limit.
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::{Duration, Instant};
 
 use axum::body::Body;
 use axum::http::{Request, StatusCode};
 use http_body_util::BodyExt;
 use qdr_webhook::metrics::Metrics;
-use qdr_webhook::server::{AppState, MAX_BODY_BYTES, admission_router};
+use qdr_webhook::server::{
+    AppState, FirstBytes, MAX_BODY_BYTES, OPENMETRICS, admission_router, health_router,
+};
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tower::ServiceExt;
 
+const REQUEST_TIMEOUT: Duration = Duration::from_millis(300);
+
+/// The admission router (request timeout [`REQUEST_TIMEOUT`]) and the state it shares with
+/// the health router.
 fn app(ready: Arc<AtomicBool>) -> (axum::Router, Arc<AppState>) {
     let state = Arc::new(AppState {
         metrics: Metrics::default(),
@@ -20,15 +28,19 @@ fn app(ready: Arc<AtomicBool>) -> (axum::Router, Arc<AppState>) {
         expiry: Box::new(|| None),
         draining: AtomicBool::new(false),
     });
-    (admission_router(state.clone()), state)
+    (admission_router(state.clone(), REQUEST_TIMEOUT), state)
 }
 
 async fn call(app: &axum::Router, method: &str, path: &str, body: Vec<u8>) -> (StatusCode, String) {
-    let req = Request::builder().method(method).uri(path).body(Body::from(body)).unwrap();
+    send(app, Request::builder().method(method).uri(path).body(Body::from(body)).unwrap()).await.1
+}
+
+async fn send(app: &axum::Router, req: Request<Body>) -> (Option<String>, (StatusCode, String)) {
     let resp = app.clone().oneshot(req).await.unwrap();
     let status = resp.status();
+    let ct = resp.headers().get("content-type").map(|v| v.to_str().unwrap().to_string());
     let bytes = resp.into_body().collect().await.unwrap().to_bytes();
-    (status, String::from_utf8_lossy(&bytes).into_owned())
+    (ct, (status, String::from_utf8_lossy(&bytes).into_owned()))
 }
 
 #[tokio::test]
@@ -43,10 +55,41 @@ async fn oversized_and_malformed_bodies_get_clear_errors() {
     assert_eq!(status, StatusCode::METHOD_NOT_ALLOWED);
 }
 
+/// A client that sends headers and then trickles (or never sends) its body gets `408` at
+/// the request timeout instead of holding the handler.
+#[tokio::test]
+async fn a_body_that_never_arrives_times_out() {
+    let (app, _) = app(Arc::new(AtomicBool::new(true)));
+    let never = futures::stream::pending::<Result<Vec<u8>, std::io::Error>>();
+    let req = Request::post("/validate").body(Body::from_stream(never)).unwrap();
+    let start = Instant::now();
+    let (_, (status, _)) = send(&app, req).await;
+    let took = start.elapsed();
+    assert_eq!(status, StatusCode::REQUEST_TIMEOUT);
+    assert!(took >= REQUEST_TIMEOUT && took < REQUEST_TIMEOUT * 20, "answered after {took:?}");
+}
+
+/// Probes and metrics are on the health port only; the admission port serves admission.
+#[tokio::test]
+async fn each_port_serves_only_its_own_routes() {
+    let (admission, state) = app(Arc::new(AtomicBool::new(true)));
+    let health = health_router(state);
+    for path in ["/metrics", "/readyz", "/livez"] {
+        assert_eq!(
+            call(&admission, "GET", path, vec![]).await.0,
+            StatusCode::NOT_FOUND,
+            "{path} on admission"
+        );
+        assert_eq!(call(&health, "GET", path, vec![]).await.0, StatusCode::OK, "{path} on health");
+    }
+    assert_eq!(call(&health, "POST", "/validate", vec![]).await.0, StatusCode::NOT_FOUND);
+}
+
 #[tokio::test]
 async fn readiness_follows_the_certificate_and_draining() {
     let ready = Arc::new(AtomicBool::new(false));
-    let (app, state) = app(ready.clone());
+    let (_, state) = app(ready.clone());
+    let app = health_router(state.clone());
     let (status, body) = call(&app, "GET", "/readyz", vec![]).await;
     assert_eq!((status, body.as_str()), (StatusCode::SERVICE_UNAVAILABLE, "not ready: no certificate"));
     ready.store(true, Ordering::SeqCst);
@@ -65,11 +108,39 @@ async fn readiness_follows_the_certificate_and_draining() {
 
 #[tokio::test]
 async fn requests_are_counted_by_operation_and_outcome() {
-    let (app, _) = app(Arc::new(AtomicBool::new(true)));
+    let (app, state) = app(Arc::new(AtomicBool::new(true)));
     call(&app, "POST", "/validate", b"nope".to_vec()).await;
-    let (_, metrics) = call(&app, "GET", "/metrics", vec![]).await;
+    let req = Request::get("/metrics").body(Body::empty()).unwrap();
+    let (content_type, (_, metrics)) = send(&health_router(state), req).await;
+    assert_eq!(content_type.as_deref(), Some(OPENMETRICS));
+    assert!(metrics.ends_with("# EOF\n"), "not OpenMetrics text: {metrics}");
     assert!(
         metrics.contains("qdr_webhook_requests_total{operation=\"validate\",result=\"bad_request\"} 1"),
         "{metrics}"
     );
+}
+
+/// Between the TLS handshake and a request's first bytes nothing else limits the wait: a
+/// silent connection fails with `TimedOut` at the limit; once bytes came, reads wait freely.
+#[tokio::test]
+async fn first_bytes_must_arrive_within_the_limit() {
+    let limit = Duration::from_millis(200);
+    let (_client, server) = tokio::io::duplex(64);
+    let mut silent = FirstBytes::new(server, limit);
+    let start = Instant::now();
+    let err = silent.read(&mut [0; 8]).await.unwrap_err();
+    assert_eq!(err.kind(), std::io::ErrorKind::TimedOut);
+    assert!(start.elapsed() >= limit && start.elapsed() < limit * 20, "{:?}", start.elapsed());
+
+    let (mut client, server) = tokio::io::duplex(64);
+    let mut talking = FirstBytes::new(server, limit);
+    client.write_all(b"GET").await.unwrap();
+    assert_eq!(talking.read(&mut [0; 8]).await.unwrap(), 3);
+    let later = tokio::spawn(async move {
+        tokio::time::sleep(limit * 2).await;
+        client.write_all(b" /").await.unwrap();
+        client
+    });
+    assert_eq!(talking.read(&mut [0; 8]).await.unwrap(), 2, "no limit after the first bytes");
+    drop(later.await.unwrap());
 }
