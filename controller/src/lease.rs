@@ -48,6 +48,7 @@ pub struct Elector {
     identity: String,
     timing: Timing,
     leading: watch::Sender<bool>,
+    last_contact: std::sync::Mutex<Option<std::time::Instant>>,
 }
 
 impl std::fmt::Debug for Elector {
@@ -80,6 +81,7 @@ impl Elector {
             identity: identity.into(),
             timing,
             leading: watch::channel(false).0,
+            last_contact: std::sync::Mutex::new(None),
         }
     }
 
@@ -88,6 +90,22 @@ impl Elector {
     /// an election won before.
     pub fn subscribe(&self) -> watch::Receiver<bool> {
         self.leading.subscribe()
+    }
+
+    /// When the API server last answered one of this replica's Lease requests (a conflict
+    /// counts: it answered), whether leading or following; `None` before the first answer.
+    pub fn last_contact(&self) -> Option<std::time::Instant> {
+        *self.last_contact.lock().unwrap_or_else(std::sync::PoisonError::into_inner)
+    }
+
+    /// [`Self::try_acquire`], noting when the API server answered.
+    async fn attempt(&self, observed: &mut Option<(String, Instant)>) -> Result<bool, kube::Error> {
+        let result = self.try_acquire(observed).await;
+        if result.is_ok() {
+            *self.last_contact.lock().unwrap_or_else(std::sync::PoisonError::into_inner) =
+                Some(std::time::Instant::now());
+        }
+        result
     }
 
     /// This replica's identity.
@@ -161,7 +179,7 @@ impl Elector {
                 return;
             }
             // Follower.
-            let acquired = matches!(self.try_acquire(&mut observed).await, Ok(true));
+            let acquired = matches!(self.attempt(&mut observed).await, Ok(true));
             if !acquired {
                 tokio::select! {
                     _ = tokio::time::sleep(self.timing.retry_period) => {},
@@ -188,7 +206,7 @@ impl Elector {
                     _ = tokio::time::sleep(self.timing.retry_period) => {
                         let attempt_started = Instant::now();
                         let budget = deadline.saturating_duration_since(attempt_started);
-                        let renewed = tokio::time::timeout(budget, self.try_acquire(&mut observed)).await;
+                        let renewed = tokio::time::timeout(budget, self.attempt(&mut observed)).await;
                         match renewed {
                             Ok(Ok(true)) => deadline = attempt_started + self.timing.renew_deadline,
                             Ok(Ok(false)) => {

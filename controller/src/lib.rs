@@ -8,11 +8,13 @@
 //! * [`reconcile`]: one pass as stages (observe, build, apply, status, events);
 //! * [`cache`]: what is watched and cached, and which events wake a reconcile;
 //! * [`runtime`]: the kube-runtime controller and [`runtime::run_while_leading`];
-//! * [`lease`]: Lease-based leader election; [`metrics`]: Prometheus metrics.
+//! * [`lease`]: Lease-based leader election; [`metrics`]: Prometheus metrics; [`health`]:
+//!   what `/readyz` and `/livez` answer.
 
 pub mod builders;
 pub mod cache;
 pub mod credentials;
+pub mod health;
 pub mod lease;
 pub mod managed_fields;
 pub mod metrics;

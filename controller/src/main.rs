@@ -4,14 +4,14 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use axum::Router;
-use axum::routing::get;
 use clap::Parser;
 use k8s_openapi::api::coordination::v1::Lease;
 use kube::api::Api;
 use kube::runtime::events::{Recorder, Reporter};
 use qdr_controller::builders::Settings;
 use qdr_controller::credentials::Lifetimes;
+use qdr_controller::health::router as health_router;
+use qdr_controller::health::{Health, HealthTiming};
 use qdr_controller::lease::{Elector, Timing};
 use qdr_controller::metrics::Metrics;
 use qdr_controller::reconcile::Context;
@@ -22,7 +22,9 @@ use tracing::Instrument;
 /// Deployments or DaemonSets, Services, ConfigMaps, Secrets, RBAC and Ingresses.
 ///
 /// Run several replicas: they elect a leader through a Lease, and only the leader
-/// reconciles. /livez, /readyz and /metrics are served on --health-listen.
+/// reconciles. /livez, /readyz and /metrics (OpenMetrics) are served on --health-listen:
+/// ready while the API server answers (and, when leading, every watch has listed and none
+/// fails), live unless a reconcile runs longer than --reconcile-stuck-after.
 #[derive(Debug, Parser)]
 #[command(version, about)]
 struct Args {
@@ -71,6 +73,11 @@ struct Args {
     #[arg(long, env = "QDR_ROUTER_CERT_LIFETIME", value_parser = humantime::parse_duration, default_value = "365d")]
     router_cert_lifetime: Duration,
 
+    /// How long a single reconcile may run before /livez fails (the pod is restarted and
+    /// another replica takes over).
+    #[arg(long, env = "QDR_RECONCILE_STUCK_AFTER", value_parser = humantime::parse_duration, default_value = "5m")]
+    reconcile_stuck_after: Duration,
+
     /// Log format.
     #[arg(long, env = "QDR_LOG_FORMAT", value_parser = ["text", "json"], default_value = "text")]
     log_format: String,
@@ -97,15 +104,6 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
         format!("{host}-{}", std::process::id())
     });
     let metrics = Arc::new(Metrics::default());
-
-    let health = tokio::net::TcpListener::bind(args.health_listen).await?;
-    let m = metrics.clone();
-    let app = Router::new()
-        .route("/livez", get(|| async { "ok" }))
-        .route("/readyz", get(|| async { "ok" }))
-        .route("/metrics", get(move || async move { m.encode() }));
-    tokio::spawn(async move { axum::serve(health, app).await }.instrument(tracing::info_span!("health")));
-
     let timing = Timing {
         lease_duration: args.lease_duration,
         renew_deadline: args.renew_deadline,
@@ -117,6 +115,21 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
         &identity,
         timing,
     ));
+    let health = Arc::new(Health::new(
+        HealthTiming {
+            api_window: args.lease_duration,
+            stuck_after: args.reconcile_stuck_after,
+            ..HealthTiming::default()
+        },
+        {
+            let e = elector.clone();
+            move || e.last_contact()
+        },
+    ));
+    let listener = tokio::net::TcpListener::bind(args.health_listen).await?;
+    let app = health_router(health.clone(), metrics.clone());
+    tokio::spawn(async move { axum::serve(listener, app).await }.instrument(tracing::info_span!("health")));
+
     let (stop_tx, stop_rx) = tokio::sync::watch::channel(false);
     tokio::spawn(async move {
         let mut term = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())
@@ -131,7 +144,16 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
     });
 
     // OpenShift: Routes instead of Ingresses when the API is served (checked once at start).
-    let routes = client.list_api_groups().await?.groups.iter().any(|g| g.name == "route.openshift.io");
+    // Retried until the API server answers: meanwhile /readyz says why this replica waits.
+    let routes = loop {
+        match client.list_api_groups().await {
+            Ok(groups) => break groups.groups.iter().any(|g| g.name == "route.openshift.io"),
+            Err(e) => {
+                tracing::warn!(error = %e, "cannot list API groups; retrying");
+                tokio::time::sleep(args.retry_period).await;
+            }
+        }
+    };
     tracing::info!(routes, "exposure through {}", if routes { "Routes" } else { "Ingresses" });
     let settings = Settings {
         default_image: args.default_image.clone(),
@@ -142,7 +164,7 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
         client.clone(),
         Reporter { controller: "qdr-operator".into(), instance: Some(identity.clone()) },
     );
-    let ctx = Arc::new(Context::new(client.clone(), settings, recorder, metrics.clone()));
+    let ctx = Arc::new(Context::new(client.clone(), settings, recorder, metrics.clone(), health));
     let ns = args.watch_namespace.clone();
     run_while_leading(elector.subscribe(), stop_rx, Duration::from_secs(1), || {
         let (ctx, ns, identity) = (ctx.clone(), ns.clone(), identity.clone());

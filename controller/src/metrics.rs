@@ -105,13 +105,17 @@ impl Metrics {
         LeadingGuard(self.leader.clone())
     }
 
-    /// The text exposition.
+    /// The OpenMetrics text exposition (content type [`OPENMETRICS`]).
     pub fn encode(&self) -> String {
         let mut out = String::new();
         prometheus_client::encoding::text::encode(&mut out, &self.registry).expect("writing to a String");
         out
     }
 }
+
+/// Content type of `/metrics`: the OpenMetrics 1.0 text format that `prometheus-client`
+/// encodes (it ends with `# EOF`).
+pub const OPENMETRICS: &str = "application/openmetrics-text; version=1.0.0; charset=utf-8";
 
 /// Keeps `qdr_controller_leader` at 1 while alive (see [`Metrics::leading`]).
 #[derive(Debug)]

@@ -22,6 +22,7 @@ use crate::cache::{
     Cache, Drift, SecretNames, SecretReferences, Written, managed_selector, owned_wake, pod_wake, slim,
     slim_pod, slim_workload, user_secret,
 };
+use crate::health::Health;
 use crate::reconcile::{Context, error_policy, reconcile};
 
 /// Reconciles run at once.
@@ -39,7 +40,8 @@ where
 /// event as the API server sent it (with `managedFields`); `slim` then drops what the store
 /// does not need.
 fn reflect<K>(
-    client: &kube::Client,
+    (client, health): (&kube::Client, &Arc<Health>),
+    name: &'static str,
     ns: &str,
     wc: &watcher::Config,
     slim: fn(&mut K),
@@ -55,7 +57,9 @@ where
         + 'static,
 {
     let (store, mut writer) = reflector::store();
+    let health = health.clone();
     let woken = watcher(api::<K>(client, ns), wc.clone()).default_backoff().filter_map(move |event| {
+        health.watch_result(name, event.as_ref().map(drop));
         futures::future::ready(match event {
             Err(e) => Some(Err(e)),
             Ok(mut event) => {
@@ -89,11 +93,14 @@ where
 pub async fn run_controller(ctx: Arc<Context>, namespace: &str) {
     let client = &ctx.client;
     let ns = namespace;
+    let c = (client, &ctx.health);
     let all = watcher::Config::default();
     let ours = watcher::Config::default().labels(&managed_selector());
     let (ic_store, ic_writer) = reflector::store();
+    let health = ctx.health.clone();
     let interconnects = watcher(api::<Interconnect>(client, ns), all.clone())
         .default_backoff()
+        .inspect(move |event| health.watch_result("interconnects", event.as_ref().map(drop)))
         .reflect(ic_writer)
         .applied_objects()
         .predicate_filter(predicates::generation, PredicateConfig::default());
@@ -102,47 +109,82 @@ pub async fn run_controller(ctx: Arc<Context>, namespace: &str) {
     let (written_deployments, written_daemon_sets, written_secrets) =
         (Arc::new(Written::default()), Arc::new(Written::default()), Arc::new(Written::default()));
     let (deployments, deployment_events) = reflect::<Deployment>(
-        client,
+        c,
+        "deployments",
         ns,
         &ours,
         slim_workload,
         owned_wake(drift.clone(), Some(written_deployments.clone())),
     );
     let (daemon_sets, daemon_set_events) = reflect::<DaemonSet>(
-        client,
+        c,
+        "daemonsets",
         ns,
         &ours,
         slim_workload,
         owned_wake(drift.clone(), Some(written_daemon_sets.clone())),
     );
-    let (secrets, secret_events) =
-        reflect::<Secret>(client, ns, &ours, slim, owned_wake(drift.clone(), Some(written_secrets.clone())));
+    let (secrets, secret_events) = reflect::<Secret>(
+        c,
+        "secrets (ours)",
+        ns,
+        &ours,
+        slim,
+        owned_wake(drift.clone(), Some(written_secrets.clone())),
+    );
     let (service_accounts, sa_events) = reflect::<PartialObjectMeta<ServiceAccount>>(
-        client,
+        c,
+        "serviceaccounts",
         ns,
         &ours,
         slim,
         owned_wake(drift.clone(), None),
     );
     let (roles, role_events) =
-        reflect::<PartialObjectMeta<Role>>(client, ns, &ours, slim, owned_wake(drift.clone(), None));
-    let (role_bindings, rb_events) =
-        reflect::<PartialObjectMeta<RoleBinding>>(client, ns, &ours, slim, owned_wake(drift.clone(), None));
-    let (services, service_events) =
-        reflect::<PartialObjectMeta<Service>>(client, ns, &ours, slim, owned_wake(drift.clone(), None));
-    let (config_maps, cm_events) =
-        reflect::<PartialObjectMeta<ConfigMap>>(client, ns, &ours, slim, owned_wake(drift.clone(), None));
-    let (ingresses, ingress_events) =
-        reflect::<PartialObjectMeta<Ingress>>(client, ns, &ours, slim, owned_wake(drift.clone(), None));
+        reflect::<PartialObjectMeta<Role>>(c, "roles", ns, &ours, slim, owned_wake(drift.clone(), None));
+    let (role_bindings, rb_events) = reflect::<PartialObjectMeta<RoleBinding>>(
+        c,
+        "rolebindings",
+        ns,
+        &ours,
+        slim,
+        owned_wake(drift.clone(), None),
+    );
+    let (services, service_events) = reflect::<PartialObjectMeta<Service>>(
+        c,
+        "services",
+        ns,
+        &ours,
+        slim,
+        owned_wake(drift.clone(), None),
+    );
+    let (config_maps, cm_events) = reflect::<PartialObjectMeta<ConfigMap>>(
+        c,
+        "configmaps",
+        ns,
+        &ours,
+        slim,
+        owned_wake(drift.clone(), None),
+    );
+    let (ingresses, ingress_events) = reflect::<PartialObjectMeta<Ingress>>(
+        c,
+        "ingresses",
+        ns,
+        &ours,
+        slim,
+        owned_wake(drift.clone(), None),
+    );
     let (pods, pod_events) =
-        reflect::<Pod>(client, ns, &all.clone().labels("interconnect_cr"), slim_pod, pod_wake());
+        reflect::<Pod>(c, "pods", ns, &all.clone().labels("interconnect_cr"), slim_pod, pod_wake());
     // User-provided Secrets (without our label) wake the Interconnects whose spec names
     // them (a missing one appearing, a renewal); ours come through the labelled watch.
     let secret_names = Arc::new(SecretNames::default());
     let names = secret_names.clone();
+    let health = ctx.health.clone();
     let user_secrets = watcher(api::<PartialObjectMeta<Secret>>(client, ns), all.clone())
         .default_backoff()
         .filter_map(move |event| {
+            health.watch_result("secrets", event.as_ref().map(drop));
             futures::future::ready(match event {
                 Err(e) => Some(Err(e)),
                 Ok(event) => {
@@ -177,6 +219,8 @@ pub async fn run_controller(ctx: Arc<Context>, namespace: &str) {
         listed: Arc::default(),
     };
     let ctx = Arc::new(ctx.for_term(cache));
+    let term = ctx.clone();
+    let _term = ctx.health.term(move || term.cache.as_ref().is_some_and(Cache::is_ready));
 
     let references = Arc::new(SecretReferences::default());
     let store = ic_store.clone();

@@ -128,3 +128,41 @@ async fn failover_after_sigterm_and_after_sigkill() {
     // duration of slack for a loaded machine.
     assert!(crash_takeover < 2 * LEASE + RETRY, "crash takeover took {crash_takeover:?}");
 }
+
+/// `/readyz` follows the API connection and, on the leader, the watches; `/livez` stays ok
+/// when the API server is unreachable (a restart would not help).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn probes_follow_the_api_connection_and_the_election() {
+    let cp = qdr_tests::shared_with_controller_manager().await;
+    cp.install_crd().await;
+    let system = cp.namespace("probe-system").await;
+    let leases: Api<Lease> = system.api();
+    let ports = [common::free_port(), common::free_port()];
+    let _a = common::start_controller_on(cp, &system.name, "ha-lease", "probe-a", ports[0]);
+    let _b = common::start_controller_on(cp, &system.name, "ha-lease", "probe-b", ports[1]);
+    let leader = eventually("a leader", Duration::from_secs(20), || holder(&leases)).await;
+    for (port, id) in ports.iter().zip(["probe-a", "probe-b"]) {
+        let role = if id == leader { "leader" } else { "follower" };
+        eventually(&format!("{role} {id} ready"), Duration::from_secs(30), || async {
+            (common::http_get(*port, "/readyz").await? == (200, "ok".into())).then_some(())
+        })
+        .await;
+        assert_eq!(common::http_get(*port, "/livez").await, Some((200, "ok".into())), "{id}");
+    }
+
+    // A replica whose API server does not answer: not ready, saying why; still live.
+    let dead = format!("https://127.0.0.1:{}", common::free_port());
+    let kubeconfig = std::fs::read_to_string(cp.kubeconfig()).unwrap().replace(cp.server(), &dead);
+    let path = cp.dir().join("probe-dead.kubeconfig");
+    std::fs::write(&path, kubeconfig).unwrap();
+    let port = common::free_port();
+    let mut cmd = common::controller_command(cp, &system.name, "ha-lease", "probe-dead", port);
+    cmd.env("KUBECONFIG", &path);
+    let p = Process::spawn("probe-dead", cmd, &cp.dir().join("probe-dead.log")).unwrap();
+    let (status, body) =
+        eventually("probe-dead answering", Duration::from_secs(20), || common::http_get(port, "/readyz"))
+            .await;
+    assert_eq!((status, body.as_str()), (503, "not ready: no answer from the API server yet"));
+    assert_eq!(common::http_get(port, "/livez").await, Some((200, "ok".into())));
+    assert!(p.exited().is_none(), "exited without an API server:\n{}", p.log_tail(20));
+}

@@ -77,6 +77,8 @@ pub struct Context {
     pub recorder: Recorder,
     /// Metrics.
     pub metrics: Arc<Metrics>,
+    /// Readiness and liveness (`/readyz`, `/livez`).
+    pub health: Arc<crate::health::Health>,
     /// Failures in a row, by `namespace/name` (for [`backoff`]).
     pub failures: Arc<Mutex<HashMap<String, u32>>>,
     /// When a `CertificateExpiring` Warning was last sent, by `namespace/name/secret`.
@@ -88,12 +90,19 @@ pub struct Context {
 
 impl Context {
     /// A context with no failures recorded and no stores.
-    pub fn new(client: kube::Client, settings: Settings, recorder: Recorder, metrics: Arc<Metrics>) -> Self {
+    pub fn new(
+        client: kube::Client,
+        settings: Settings,
+        recorder: Recorder,
+        metrics: Arc<Metrics>,
+        health: Arc<crate::health::Health>,
+    ) -> Self {
         Context {
             client,
             settings,
             recorder,
             metrics,
+            health,
             failures: Arc::default(),
             expiry_warned: Arc::default(),
             cache: None,
@@ -108,6 +117,7 @@ impl Context {
             settings: self.settings.clone(),
             recorder: self.recorder.clone(),
             metrics: self.metrics.clone(),
+            health: self.health.clone(),
             failures: self.failures.clone(),
             expiry_warned: self.expiry_warned.clone(),
             cache: Some(cache),
@@ -179,6 +189,7 @@ impl Error {
 ))]
 pub async fn reconcile(ic: Arc<Interconnect>, ctx: Arc<Context>) -> Result<Action, Error> {
     let started = Instant::now();
+    let _running = ctx.health.reconciling(key(&ic));
     // The status this controller wrote last, when the store has not caught up with it yet.
     let ic = match &ctx.cache {
         Some(c) => {

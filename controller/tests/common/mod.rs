@@ -36,6 +36,19 @@ pub fn start_controller_with(
     health: u16,
     extra: &[String],
 ) -> Process {
+    let mut cmd = controller_command(cp, lease_ns, lease, identity, health);
+    cmd.args(extra);
+    Process::spawn(identity, cmd, &cp.dir().join(format!("{identity}.log"))).expect("start controller")
+}
+
+/// The command [`start_controller_on`] runs (`KUBECONFIG` is the control plane's).
+pub fn controller_command(
+    cp: &ControlPlane,
+    lease_ns: &str,
+    lease: &str,
+    identity: &str,
+    health: u16,
+) -> Command {
     let mut cmd = Command::new(env!("CARGO_BIN_EXE_qdr-controller"));
     cmd.env("KUBECONFIG", cp.kubeconfig()).env("RUST_LOG", "info,kube=warn").args([
         &format!("--lease-namespace={lease_ns}"),
@@ -47,8 +60,18 @@ pub fn start_controller_with(
         &format!("--health-listen=127.0.0.1:{health}"),
         "--default-image=quay.io/interconnectedcloud/qdrouterd:1.19.0",
     ]);
-    cmd.args(extra);
-    Process::spawn(identity, cmd, &cp.dir().join(format!("{identity}.log"))).expect("start controller")
+    cmd
+}
+
+/// `GET http://127.0.0.1:<port><path>` → (status, body).
+pub async fn http_get(port: u16, path: &str) -> Option<(u16, String)> {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let mut s = tokio::net::TcpStream::connect(("127.0.0.1", port)).await.ok()?;
+    s.write_all(format!("GET {path} HTTP/1.0\r\nHost: x\r\n\r\n").as_bytes()).await.ok()?;
+    let mut text = String::new();
+    s.read_to_string(&mut text).await.ok()?;
+    let status = text.split_whitespace().nth(1)?.parse().ok()?;
+    Some((status, text.split_once("\r\n\r\n").map(|(_, b)| b.to_string()).unwrap_or_default()))
 }
 
 pub fn interconnects(client: &kube::Client, ns: &str) -> Api<DynamicObject> {
@@ -97,10 +120,5 @@ pub async fn condition_with_reason(
 
 /// The text exposition of the controller's metrics on `health`.
 pub async fn metrics_text(health: u16) -> Option<String> {
-    use tokio::io::{AsyncReadExt, AsyncWriteExt};
-    let mut s = tokio::net::TcpStream::connect(("127.0.0.1", health)).await.ok()?;
-    s.write_all(b"GET /metrics HTTP/1.0\r\nHost: x\r\n\r\n").await.ok()?;
-    let mut body = String::new();
-    s.read_to_string(&mut body).await.ok()?;
-    Some(body)
+    http_get(health, "/metrics").await.map(|(_, body)| body)
 }
