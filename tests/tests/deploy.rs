@@ -44,6 +44,8 @@ async fn deploy_applies_with_server_dry_run_and_meets_pod_security_restricted() 
         "mutatingwebhookconfiguration.admissionregistration.k8s.io/qdr-operator-mutating",
         "poddisruptionbudget.policy/qdr-webhook",
         "service/qdr-webhook",
+        "networkpolicy.networking.k8s.io/qdr-webhook",
+        "networkpolicy.networking.k8s.io/qdr-controller",
     ] {
         assert!(stdout.contains(obj), "{obj} missing:\n{stdout}");
     }
@@ -61,6 +63,7 @@ async fn deploy_applies_with_server_dry_run_and_meets_pod_security_restricted() 
         let out = run_stdin(kubectl, &pod_from_template(d).to_string());
         assert!(out.status.success(), "{}: {}", d["metadata"]["name"], String::from_utf8_lossy(&out.stderr));
     }
+    network_policies_admit_only_each_pods_ports(&docs, &deployments);
     // And the check can fail: the same pod without its security context is refused.
     let mut bad = pod_from_template(deployments[0]);
     bad["spec"]["containers"][0].as_object_mut().unwrap().remove("securityContext");
@@ -73,4 +76,48 @@ async fn deploy_applies_with_server_dry_run_and_meets_pod_security_restricted() 
         "{}",
         String::from_utf8_lossy(&out.stderr)
     );
+}
+
+/// Every Deployment's pods are selected by exactly one NetworkPolicy that restricts both
+/// directions, admits exactly the pod's named container ports and lets out only the API
+/// server's ports.
+fn network_policies_admit_only_each_pods_ports(docs: &[Value], deployments: &[&Value]) {
+    let policies: Vec<&Value> = docs.iter().filter(|d| d["kind"] == "NetworkPolicy").collect();
+    for d in deployments {
+        let name = d["metadata"]["name"].as_str().unwrap();
+        let labels = d["spec"]["template"]["metadata"]["labels"].as_object().unwrap();
+        let selecting: Vec<&&Value> = policies
+            .iter()
+            .filter(|p| {
+                let m = p["spec"]["podSelector"]["matchLabels"].as_object().unwrap();
+                m.iter().all(|(k, v)| labels.get(k) == Some(v))
+            })
+            .collect();
+        assert_eq!(selecting.len(), 1, "{name}: {} NetworkPolicies select its pods", selecting.len());
+        let spec = &selecting[0]["spec"];
+        assert_eq!(spec["policyTypes"], serde_json::json!(["Ingress", "Egress"]), "{name}");
+        let ports = |rules: &Value| -> std::collections::BTreeSet<String> {
+            rules
+                .as_array()
+                .unwrap()
+                .iter()
+                .flat_map(|r| {
+                    assert!(r.get("from").is_none() && r.get("to").is_none(), "{name}: peers are not pinned");
+                    r["ports"].as_array().unwrap().iter().map(|p| p["port"].to_string().replace('"', ""))
+                })
+                .collect()
+        };
+        let container_ports: std::collections::BTreeSet<String> = d["spec"]["template"]["spec"]["containers"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .flat_map(|c| c["ports"].as_array().unwrap().iter().map(|p| p["name"].as_str().unwrap().to_string()))
+            .collect();
+        assert_eq!(ports(&spec["ingress"]), container_ports, "{name}: ingress is not exactly its ports");
+        assert_eq!(
+            ports(&spec["egress"]),
+            ["443", "6443"].map(String::from).into(),
+            "{name}: egress beyond the API server"
+        );
+    }
 }
