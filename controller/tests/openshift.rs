@@ -14,27 +14,11 @@ use kube::api::{Api, DynamicObject, ListParams, Patch, PatchParams, PostParams};
 use qdr_controller::route::Route;
 use serde_json::json;
 
-const ROUTE_CRD: &str = r#"{"apiVersion":"apiextensions.k8s.io/v1","kind":"CustomResourceDefinition",
- "metadata":{"name":"routes.route.openshift.io"},
- "spec":{"group":"route.openshift.io","scope":"Namespaced",
-  "names":{"plural":"routes","singular":"route","kind":"Route"},
-  "versions":[{"name":"v1","served":true,"storage":true,
-   "schema":{"openAPIV3Schema":{"type":"object","x-kubernetes-preserve-unknown-fields":true}}}]}}"#;
-
 #[tokio::test]
 async fn exposed_listeners_get_routes_on_openshift() {
     let cp = qdr_tests::shared().await;
     cp.install_crd().await;
-    let mut child =
-        cp.kubectl().args(["apply", "-f", "-"]).stdin(std::process::Stdio::piped()).spawn().unwrap();
-    std::io::Write::write_all(&mut child.stdin.take().unwrap(), ROUTE_CRD.as_bytes()).unwrap();
-    assert!(child.wait().unwrap().success());
-    let out = cp
-        .kubectl()
-        .args(["wait", "--for=condition=Established", "crd/routes.route.openshift.io", "--timeout=30s"])
-        .output()
-        .unwrap();
-    assert!(out.status.success());
+    common::install_route_crd(cp);
     let system = cp.namespace("os-system").await;
     let controller = common::start_controller(cp, &system.name, "os-lease", "os-controller");
 

@@ -19,6 +19,7 @@
 mod control_plane;
 mod pki;
 mod process;
+pub mod rbac;
 mod testbin;
 
 pub use control_plane::{

@@ -111,7 +111,9 @@ fn network_policies_admit_only_each_pods_ports(docs: &[Value], deployments: &[&V
             .as_array()
             .unwrap()
             .iter()
-            .flat_map(|c| c["ports"].as_array().unwrap().iter().map(|p| p["name"].as_str().unwrap().to_string()))
+            .flat_map(|c| {
+                c["ports"].as_array().unwrap().iter().map(|p| p["name"].as_str().unwrap().to_string())
+            })
             .collect();
         assert_eq!(ports(&spec["ingress"]), container_ports, "{name}: ingress is not exactly its ports");
         assert_eq!(

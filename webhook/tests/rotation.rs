@@ -189,6 +189,26 @@ async fn rotation_under_load_fails_no_admission_request() {
         !propagation.is_empty() && propagation.len() + 1 >= leaf_rotations,
         "rotations not observed on both replicas"
     );
+    permissions_are_exactly_what_deploy_grants(cp, &webhook_ns);
     drop(ns_guard);
     drop((a, b));
+}
+
+/// The replicas ran as the `qdr-webhook` ServiceAccount bound by `deploy/`'s RBAC through
+/// its whole life cycle (Secret created, read, watched, rotated; caBundles patched): nothing
+/// was refused, and every permission `deploy/` grants it was used.
+fn permissions_are_exactly_what_deploy_grants(cp: &qdr_tests::ControlPlane, webhook_ns: &str) {
+    use qdr_tests::rbac::{deploy_rbac, granted, used};
+    let user = format!("system:serviceaccount:{webhook_ns}:qdr-webhook");
+    let (used, forbidden) = used(&cp.audit(), &user);
+    assert!(forbidden.is_empty(), "requests refused by deploy/'s RBAC:\n{}", forbidden.join("\n"));
+    let granted = granted(&deploy_rbac(cp).unwrap(), "qdr-webhook");
+    let show = |ps: Vec<&qdr_tests::rbac::Permission>| {
+        ps.iter().map(ToString::to_string).collect::<Vec<_>>().join(", ")
+    };
+    eprintln!("webhook permissions used: {}", show(used.iter().collect()));
+    let unused: Vec<_> = granted.iter().filter(|p| !used.contains(*p)).collect();
+    assert!(unused.is_empty(), "granted by deploy/ but never used: {}", show(unused));
+    let beyond: Vec<_> = used.iter().filter(|p| !granted.contains(*p)).collect();
+    assert!(beyond.is_empty(), "used without a grant in deploy/: {}", show(beyond));
 }

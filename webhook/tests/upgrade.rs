@@ -190,8 +190,9 @@ async fn setup() -> &'static Setup {
             let controller_bin =
                 PathBuf::from(env!("CARGO_BIN_EXE_qdr-webhook")).with_file_name("qdr-controller");
             assert!(controller_bin.is_file(), "build qdr-controller next to qdr-webhook: cargo build --bins");
+            let ids = cp.install_rbac(&common::install(&webhook_ns, &reg)).unwrap();
             let mut cmd = std::process::Command::new(controller_bin);
-            cmd.env("KUBECONFIG", cp.kubeconfig()).env("RUST_LOG", "info,kube=warn").args([
+            cmd.env("KUBECONFIG", ids.controller).env("RUST_LOG", "info,kube=warn").args([
                 &format!("--lease-namespace={webhook_ns}"),
                 "--identity=upgrade-0",
                 &format!("--health-listen=127.0.0.1:{}", common::free_port()),

@@ -5,6 +5,7 @@ use std::process::Command;
 use std::time::Duration;
 
 use kube::api::{Api, ApiResource, DynamicObject, GroupVersionKind, ListParams};
+use qdr_tests::rbac::Install;
 use qdr_tests::{ControlPlane, Process};
 
 pub fn free_port() -> u16 {
@@ -41,7 +42,8 @@ pub fn start_controller_with(
     Process::spawn(identity, cmd, &cp.dir().join(format!("{identity}.log"))).expect("start controller")
 }
 
-/// The command [`start_controller_on`] runs (`KUBECONFIG` is the control plane's).
+/// The command [`start_controller_on`] runs: as the `qdr-controller` ServiceAccount of
+/// `lease_ns`, bound by `deploy/`'s RBAC ([`ControlPlane::install_rbac`]).
 pub fn controller_command(
     cp: &ControlPlane,
     lease_ns: &str,
@@ -49,8 +51,10 @@ pub fn controller_command(
     identity: &str,
     health: u16,
 ) -> Command {
+    let install = Install { lease: lease.into(), ..Install::new(lease_ns) };
+    let ids = cp.install_rbac(&install).expect("installing deploy/'s RBAC");
     let mut cmd = Command::new(env!("CARGO_BIN_EXE_qdr-controller"));
-    cmd.env("KUBECONFIG", cp.kubeconfig()).env("RUST_LOG", "info,kube=warn").args([
+    cmd.env("KUBECONFIG", ids.controller).env("RUST_LOG", "info,kube=warn").args([
         &format!("--lease-namespace={lease_ns}"),
         &format!("--lease-name={lease}"),
         &format!("--identity={identity}"),
@@ -121,4 +125,22 @@ pub async fn condition_with_reason(
 /// The text exposition of the controller's metrics on `health`.
 pub async fn metrics_text(health: u16) -> Option<String> {
     http_get(health, "/metrics").await.map(|(_, body)| body)
+}
+
+/// A Route CRD (`route.openshift.io/v1`): what the controller discovers as OpenShift.
+const ROUTE_CRD: &str = r#"{"apiVersion":"apiextensions.k8s.io/v1","kind":"CustomResourceDefinition",
+ "metadata":{"name":"routes.route.openshift.io"},
+ "spec":{"group":"route.openshift.io","scope":"Namespaced",
+  "names":{"plural":"routes","singular":"route","kind":"Route"},
+  "versions":[{"name":"v1","served":true,"storage":true,
+   "schema":{"openAPIV3Schema":{"type":"object","x-kubernetes-preserve-unknown-fields":true}}}]}}"#;
+
+/// Installs [`ROUTE_CRD`] and waits until it is established.
+pub fn install_route_crd(cp: &ControlPlane) {
+    cp.kubectl_stdin(&["apply", "-f", "-"], ROUTE_CRD).expect("applying the Route CRD");
+    cp.kubectl_stdin(
+        &["wait", "--for=condition=Established", "crd/routes.route.openshift.io", "--timeout=30s"],
+        "",
+    )
+    .expect("the Route CRD is established");
 }

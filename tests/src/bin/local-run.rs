@@ -3,7 +3,8 @@
 //! Starts etcd, kube-apiserver, kube-controller-manager, kube-scheduler and kwok with
 //! [`NODES`] simulated nodes (state in `target/dev-cluster/`, wiped at start), installs the CRD and the webhook configurations pointing at a locally
 //! running `qdr-webhook` (which creates its own CA and injects the caBundle), runs two
-//! `qdr-controller` replicas (one leads), applies `deploy/examples/`, then the invalid example
+//! `qdr-controller` replicas (one leads) — both components as their ServiceAccounts with
+//! `deploy/`'s RBAC and `kubectl create token` tokens —applies `deploy/examples/`, then the invalid example
 //! to show the rejection, waits with `kubectl wait --for=condition=Ready interconnect --all`
 //! until every router is scheduled and Ready, prints what was created and where the pods
 //! run, and stays up until Ctrl-C with the kubeconfig and commands to try. With `--once` it
@@ -87,6 +88,10 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         show("kubectl get nodes", &kubectl(&cp, &["get", "nodes"]));
         cp.install_crd().await;
         show("kubectl create namespace qdr-operator", &kubectl(&cp, &["create", "namespace", "qdr-operator"]));
+        // The components run as their ServiceAccounts, bound by deploy/'s RBAC: a permission
+        // missing there fails here too.
+        let ids = cp.install_rbac(&qdr_tests::rbac::Install::new("qdr-operator"))?;
+        println!("\n$ kubectl apply: deploy/'s ServiceAccounts, Roles and bindings; webhook and controllers run with `kubectl create token` tokens");
 
         // Webhook configurations as in deploy/, but calling the local webhook by URL.
         let port = free_port();
@@ -99,7 +104,7 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
 
         let health = free_port();
         let mut cmd = Command::new(bin_dir.join("qdr-webhook"));
-        cmd.env("KUBECONFIG", cp.kubeconfig()).args([
+        cmd.env("KUBECONFIG", &ids.webhook).args([
             &format!("--listen=127.0.0.1:{port}"),
             &format!("--health-listen=127.0.0.1:{health}"),
             "--namespace=qdr-operator",
@@ -110,7 +115,7 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         let controllers: Vec<Process> = (0..2)
             .map(|i| {
                 let mut cmd = Command::new(bin_dir.join("qdr-controller"));
-                cmd.env("KUBECONFIG", cp.kubeconfig()).args([
+                cmd.env("KUBECONFIG", &ids.controller).args([
                     "--lease-namespace=qdr-operator",
                     &format!("--identity=controller-{i}"),
                     &format!("--health-listen=127.0.0.1:{}", free_port()),

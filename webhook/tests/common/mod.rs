@@ -10,6 +10,7 @@ use k8s_openapi::api::admissionregistration::v1::{
     MutatingWebhookConfiguration, ValidatingWebhookConfiguration,
 };
 use kube::api::{Api, PostParams};
+use qdr_tests::rbac::Install;
 use qdr_tests::{ControlPlane, Process};
 use serde_json::json;
 
@@ -85,11 +86,19 @@ pub struct Replica {
     pub process: Process,
 }
 
-/// Starts `qdr-webhook` in secret mode for `reg`, with extra args (lifetimes, ...).
+/// The installation of namespace `ns` serving `reg`: `deploy/`'s RBAC, naming `reg`'s
+/// webhook configurations.
+pub fn install(ns: &str, reg: &Registration) -> Install {
+    Install { validating: reg.validating.clone(), mutating: reg.mutating.clone(), ..Install::new(ns) }
+}
+
+/// Starts `qdr-webhook` in secret mode for `reg`, with extra args (lifetimes, ...), as the
+/// `qdr-webhook` ServiceAccount of `ns` bound by `deploy/`'s RBAC.
 pub fn start_replica(cp: &ControlPlane, ns: &str, reg: &Registration, port: u16, extra: &[&str]) -> Replica {
     let health = free_port();
+    let ids = cp.install_rbac(&install(ns, reg)).expect("installing deploy/'s RBAC");
     let mut cmd = Command::new(env!("CARGO_BIN_EXE_qdr-webhook"));
-    cmd.env("KUBECONFIG", cp.kubeconfig()).env("RUST_LOG", "info,kube=warn").args([
+    cmd.env("KUBECONFIG", ids.webhook).env("RUST_LOG", "info,kube=warn").args([
         &format!("--listen=127.0.0.1:{port}"),
         &format!("--health-listen=127.0.0.1:{health}"),
         &format!("--namespace={ns}"),

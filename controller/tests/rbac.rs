@@ -1,0 +1,165 @@
+//! The controller's RBAC in `deploy/` is exactly what it uses. The controller runs as its
+//! ServiceAccount through every path that needs a distinct permission — children created,
+//! changed and pruned (placement switches, exposure and TLS profiles removed, `users: none`),
+//! a user-provided Secret read, a certificate renewed, Events repeated into a series, the
+//! Lease created and renewed, Routes on OpenShift — and the API server's audit log then
+//! lists what it used: nothing may be refused, and every granted permission must have been
+//! used, or be one the controller must hold to create the routers' Role (the API server's
+//! RBAC escalation check).
+
+mod common;
+
+use std::collections::BTreeSet;
+use std::time::Duration;
+
+use common::{eventually, interconnects};
+use k8s_openapi::api::apps::v1::{DaemonSet, Deployment};
+use k8s_openapi::api::core::v1::Secret;
+use k8s_openapi::api::networking::v1::Ingress;
+use kube::api::{Api, ApiResource, DynamicObject, Patch, PatchParams, PostParams};
+use qdr_controller::route::Route;
+use qdr_tests::rbac::{DEPLOY_LEASE, Permission, deploy_rbac, granted, permissions, used};
+use serde_json::{Value, json};
+
+fn ic(name: &str, spec: Value) -> DynamicObject {
+    serde_json::from_value(json!({"apiVersion": "interconnectedcloud.github.io/v1alpha1",
+        "kind": "Interconnect", "metadata": {"name": name}, "spec": spec}))
+    .unwrap()
+}
+
+/// Waits until Interconnect `name` reports `Degraded=False` for its current generation.
+async fn converged(ns: &qdr_tests::TestNamespace, name: &str, controller: &qdr_tests::Process) {
+    let api = interconnects(&ns.client, &ns.name);
+    let deadline = std::time::Instant::now() + Duration::from_secs(60);
+    loop {
+        let o = api.get(name).await.unwrap();
+        let generation = o.metadata.generation;
+        let done = o.data["status"]["conditions"].as_array().into_iter().flatten().any(|c| {
+            c["type"] == "Degraded"
+                && c["status"] == "False"
+                && c["observedGeneration"].as_i64() == generation
+        });
+        if done {
+            return;
+        }
+        assert!(
+            std::time::Instant::now() < deadline,
+            "{name} not reconciled: {}\ncontroller log:\n{}",
+            o.data["status"],
+            controller.log_tail(60)
+        );
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+}
+
+/// Waits until the controller's requests include `what`.
+async fn uses(cp: &qdr_tests::ControlPlane, user: &str, what: &str) {
+    eventually(what, Duration::from_secs(60), || async {
+        used(&cp.audit(), user).0.iter().any(|p| p.to_string() == what).then_some(())
+    })
+    .await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_controller_uses_every_permission_it_is_granted() {
+    let cp = qdr_tests::shared().await;
+    cp.install_crd().await;
+    let system = cp.namespace("rbac-system").await;
+    let ns = cp.namespace("rbac").await;
+    let user = format!("system:serviceaccount:{}:qdr-controller", system.name);
+    let lifetimes = ["--router-cert-lifetime=24s".to_string(), "--router-ca-lifetime=45s".to_string()];
+    let a = common::start_controller_with(
+        cp,
+        &system.name,
+        DEPLOY_LEASE,
+        "rbac-a",
+        common::free_port(),
+        &lifetimes,
+    );
+
+    // A user-provided TLS Secret, read (never written) by the controller.
+    let pair = cp.issue_serving_cert(&["full.example"]).unwrap();
+    let user_tls: Secret = serde_json::from_value(json!({"metadata": {"name": "user-tls"}, "stringData": {
+        "tls.crt": pair.cert_pem, "tls.key": pair.key_pem, "ca.crt": cp.ca_pem()}}))
+    .unwrap();
+    ns.api::<Secret>().create(&PostParams::default(), &user_tls).await.unwrap();
+
+    let ics = interconnects(&ns.client, &ns.name);
+    let full = json!({"deploymentPlan": {"size": 1},
+        "listeners": [{"port": 5672}, {"name": "console", "port": 8080, "http": true, "expose": true},
+                      {"name": "amqps", "port": 5671, "sslProfile": "amqps-tls", "expose": true},
+                      {"name": "user", "port": 5673, "sslProfile": "user-tls"}],
+        "sslProfiles": [{"name": "amqps-tls"}, {"name": "user-tls", "credentials": "user-tls"}]});
+    ics.create(&PostParams::default(), &ic("full", full)).await.unwrap();
+    converged(&ns, "full", &a).await;
+    assert!(ns.api::<Deployment>().get_opt("full").await.unwrap().is_some());
+    assert!(ns.api::<Ingress>().get_opt("full-console").await.unwrap().is_some());
+    // A renewal replaces a generated certificate (at 2/3 of 24 s).
+    uses(cp, &user, "update core/secrets").await;
+
+    // Everything optional removed: the Deployment, Ingresses, generated Secrets, the SASL
+    // ConfigMap and the users Secret are pruned.
+    let fewer = json!({"spec": {"deploymentPlan": {"size": null, "placement": "Every"}, "users": "none",
+        "listeners": [{"port": 5672}], "sslProfiles": null}});
+    ics.patch("full", &PatchParams::default(), &Patch::Merge(fewer)).await.unwrap();
+    converged(&ns, "full", &a).await;
+    assert!(ns.api::<DaemonSet>().get_opt("full").await.unwrap().is_some());
+    assert!(ns.api::<Deployment>().get_opt("full").await.unwrap().is_none(), "Deployment not pruned");
+    let back = json!({"spec": {"deploymentPlan": {"placement": "Any"}}});
+    ics.patch("full", &PatchParams::default(), &Patch::Merge(back)).await.unwrap();
+    converged(&ns, "full", &a).await;
+    assert!(ns.api::<DaemonSet>().get_opt("full").await.unwrap().is_none(), "DaemonSet not pruned");
+
+    // The same Warning twice: the Event recorder patches it into a series.
+    // (Invalid only to `validate`, which the schema cannot express: a duplicate name.)
+    let bad = json!({"listeners": [{"port": 5672}, {"name": "port-5672", "port": 5673}]});
+    ics.create(&PostParams::default(), &ic("bad", bad)).await.unwrap();
+    eventually("InvalidSpec", Duration::from_secs(30), || async {
+        (common::events(&ns, "InvalidSpec").await > 0).then_some(())
+    })
+    .await;
+    let again = json!({"spec": {"deploymentPlan": {"size": 2}}});
+    ics.patch("bad", &PatchParams::default(), &Patch::Merge(again)).await.unwrap();
+    uses(cp, &user, "patch events.k8s.io/events").await;
+
+    // OpenShift: a new leader discovers Routes, creates them and prunes one.
+    a.signal(libc::SIGTERM);
+    assert!(a.wait_exit(Duration::from_secs(15)), "rbac-a did not stop");
+    common::install_route_crd(cp);
+    let b = common::start_controller_with(cp, &system.name, DEPLOY_LEASE, "rbac-b", common::free_port(), &[]);
+    ics.create(&PostParams::default(), &ic("routed", json!({}))).await.unwrap();
+    converged(&ns, "routed", &b).await;
+    let routes: Api<DynamicObject> =
+        Api::namespaced_with(ns.client.clone(), &ns.name, &ApiResource::erase::<Route>(&()));
+    assert!(routes.get_opt("routed-8080").await.unwrap().is_some(), "no Route");
+    let closed = json!({"spec": {"listeners": [{"port": 5672}]}});
+    ics.patch("routed", &PatchParams::default(), &Patch::Merge(closed)).await.unwrap();
+    converged(&ns, "routed", &b).await;
+    assert!(routes.get_opt("routed-8080").await.unwrap().is_none(), "Route not pruned");
+
+    let (used, forbidden) = used(&cp.audit(), &user);
+    assert!(forbidden.is_empty(), "requests refused by deploy/'s RBAC:\n{}", forbidden.join("\n"));
+    let granted = granted(&deploy_rbac(cp).unwrap(), "qdr-controller");
+    // Creating a Role needs every permission it grants (RBAC escalation check).
+    let owner = qdr_controller::owner::Owner::new(
+        &serde_json::from_value(json!({"metadata": {"name": "x", "namespace": "y", "uid": "z"}, "spec": {}}))
+            .unwrap(),
+    )
+    .unwrap();
+    let routers = permissions(&serde_json::to_value(qdr_controller::builders::role(&owner).rules).unwrap());
+    println!("controller permissions used:");
+    for p in &used {
+        println!("  {p}");
+    }
+    println!("held for the routers' Role: {}", list(&routers));
+    let unused: BTreeSet<&Permission> =
+        granted.iter().filter(|p| !used.contains(*p) && !routers.contains(*p)).collect();
+    assert!(unused.is_empty(), "granted by deploy/ but never used: {}", list(unused));
+    let beyond: BTreeSet<&Permission> = used.iter().filter(|p| !granted.contains(*p)).collect();
+    assert!(beyond.is_empty(), "used without a grant in deploy/ (another binding?): {}", list(beyond));
+    assert!(a.exited().is_some() && b.exited().is_none(), "rbac-b stopped:\n{}", b.log_tail(40));
+}
+
+fn list<'a>(ps: impl IntoIterator<Item = &'a Permission>) -> String {
+    ps.into_iter().map(ToString::to_string).collect::<Vec<_>>().join(", ")
+}
