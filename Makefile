@@ -22,8 +22,9 @@ lint: ## rustfmt check and clippy with warnings as errors
 docs: ## Regenerate docs/api-reference.md from the CRD
 	$(CARGO) run --locked -q -p qdr-api --bin docgen > docs/api-reference.md
 
-crd: ## Regenerate the committed CRD from the API types
+crd: ## Regenerate the committed CRD (deploy/ and the Helm chart's copy) from the API types
 	$(CARGO) run --locked -q -p qdr-api --bin crdgen > deploy/crds/interconnects.interconnectedcloud.github.io.yaml
+	cp deploy/crds/interconnects.interconnectedcloud.github.io.yaml deploy/helm/qdr-operator/crds/
 
 test: lint ## Everything CI runs: lint, unit tests and integration tests on a real control plane
 	QDR_TESTBIN="$$(tools/testbin/build.sh)" $(CARGO) test --workspace --locked

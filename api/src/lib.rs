@@ -38,6 +38,11 @@ use kube::CustomResourceExt;
 /// Path of the committed CRD, relative to the repository root.
 pub const CRD_PATH: &str = "deploy/crds/interconnects.interconnectedcloud.github.io.yaml";
 
+/// Path of the Helm chart's copy of the CRD (Helm installs `crds/` before the templates),
+/// relative to the repository root; `make crd` writes both.
+pub const CHART_CRD_PATH: &str =
+    "deploy/helm/qdr-operator/crds/interconnects.interconnectedcloud.github.io.yaml";
+
 /// The CustomResourceDefinition: the schema derived from [`types`] plus the CEL rules and
 /// `required` lists of [`rules`].
 pub fn crd() -> CustomResourceDefinition {

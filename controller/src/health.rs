@@ -59,7 +59,8 @@ struct Term {
 pub struct Health {
     timing: HealthTiming,
     api_contact: Box<dyn Fn() -> Option<Instant> + Send + Sync>,
-    term: Mutex<Option<Term>>,
+    /// The running terms, by watched namespace (`""`: all namespaces).
+    terms: Mutex<BTreeMap<String, Term>>,
     running: Mutex<BTreeMap<u64, (String, Instant)>>,
     next: AtomicU64,
 }
@@ -80,23 +81,31 @@ impl Health {
         Health {
             timing,
             api_contact: Box::new(api_contact),
-            term: Mutex::new(None),
+            terms: Mutex::new(BTreeMap::new()),
             running: Mutex::new(BTreeMap::new()),
             next: AtomicU64::new(0),
         }
     }
 
-    /// Starts a leadership term whose stores are complete once `synced` says so; readiness
-    /// follows the term's watches until the returned guard is dropped.
-    pub fn term(&self, synced: impl Fn() -> bool + Send + Sync + 'static) -> TermGuard<'_> {
-        *lock(&self.term) = Some(Term { synced: Box::new(synced), failing: BTreeMap::new() });
-        TermGuard(self)
+    /// Starts a leadership term over `namespace` (`""`: all) whose stores are complete once
+    /// `synced` says so; readiness follows the term's watches until the returned guard is
+    /// dropped. A controller watching several namespaces runs one term for each.
+    pub fn term(&self, namespace: &str, synced: impl Fn() -> bool + Send + Sync + 'static) -> TermGuard<'_> {
+        lock(&self.terms)
+            .insert(namespace.into(), Term { synced: Box::new(synced), failing: BTreeMap::new() });
+        TermGuard(self, namespace.into())
     }
 
-    /// Records a watch's result: an error marks `watch` failing, anything else clears it.
-    pub fn watch_result<E: std::fmt::Display>(&self, watch: &'static str, result: Result<(), &E>) {
-        let mut term = lock(&self.term);
-        let Some(term) = term.as_mut() else { return };
+    /// Records a result of the watch `watch` of the term over `namespace`: an error marks
+    /// it failing, anything else clears it.
+    pub fn watch_result<E: std::fmt::Display>(
+        &self,
+        namespace: &str,
+        watch: &'static str,
+        result: Result<(), &E>,
+    ) {
+        let mut terms = lock(&self.terms);
+        let Some(term) = terms.get_mut(namespace) else { return };
         match result {
             Ok(()) => {
                 if !term.failing.is_empty() {
@@ -129,19 +138,21 @@ impl Health {
             }
             Some(_) => {}
         }
-        let term = lock(&self.term);
-        let Some(term) = term.as_ref() else { return Ok(()) };
-        if !(term.synced)() {
-            return Err("leading, but the watches have not listed yet".into());
-        }
+        let terms = lock(&self.terms);
         let window = self.timing.watch_error_window;
-        match term.failing.iter().find(|(_, (at, _))| now.saturating_duration_since(*at) <= window) {
-            Some((watch, (at, error))) => {
-                let ago = now.saturating_duration_since(*at).as_secs();
-                Err(format!("watch of {watch} failed {ago}s ago: {error}"))
+        for (namespace, term) in terms.iter() {
+            let within = if namespace.is_empty() { String::new() } else { format!(" in {namespace}") };
+            if !(term.synced)() {
+                return Err(format!("leading, but the watches{within} have not listed yet"));
             }
-            None => Ok(()),
+            if let Some((watch, (at, error))) =
+                term.failing.iter().find(|(_, (at, _))| now.saturating_duration_since(*at) <= window)
+            {
+                let ago = now.saturating_duration_since(*at).as_secs();
+                return Err(format!("watch of {watch}{within} failed {ago}s ago: {error}"));
+            }
         }
+        Ok(())
     }
 
     /// `Ok` when live at `now`, else the reason.
@@ -204,11 +215,11 @@ pub fn router(health: Arc<Health>, metrics: Arc<crate::metrics::Metrics>) -> axu
 
 /// Ends a leadership term when dropped (readiness no longer follows its watches).
 #[derive(Debug)]
-pub struct TermGuard<'a>(&'a Health);
+pub struct TermGuard<'a>(&'a Health, String);
 
 impl Drop for TermGuard<'_> {
     fn drop(&mut self) {
-        *lock(&self.0.term) = None;
+        lock(&self.0.terms).remove(&self.1);
     }
 }
 

@@ -15,7 +15,7 @@ use qdr_controller::health::{Health, HealthTiming};
 use qdr_controller::lease::{Elector, Timing};
 use qdr_controller::metrics::Metrics;
 use qdr_controller::reconcile::Context;
-use qdr_controller::runtime::{run_controller, run_while_leading};
+use qdr_controller::runtime::{run_controllers, run_while_leading};
 use tracing::Instrument;
 
 /// Reconciles Interconnects (interconnectedcloud.github.io/v1alpha1) into router
@@ -28,9 +28,16 @@ use tracing::Instrument;
 #[derive(Debug, Parser)]
 #[command(version, about)]
 struct Args {
-    /// Namespace to watch; empty for all namespaces.
-    #[arg(long, env = "WATCH_NAMESPACE", default_value = "")]
-    watch_namespace: String,
+    /// Namespaces to watch, comma-separated (a namespaced install, with a Role in each);
+    /// absent or empty for all namespaces (a ClusterRole). WATCH_NAMESPACE with one name,
+    /// as the Go operator read it, still works.
+    #[arg(
+        long = "watch-namespaces",
+        alias = "watch-namespace",
+        env = "WATCH_NAMESPACE",
+        value_delimiter = ','
+    )]
+    watch_namespaces: Vec<String>,
 
     /// Router image for Interconnects that do not set spec.deploymentPlan.image.
     #[arg(long, env = "QDROUTERD_IMAGE", default_value = "quay.io/interconnectedcloud/qdrouterd:1.19.0")]
@@ -165,13 +172,16 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
         Reporter { controller: "qdr-operator".into(), instance: Some(identity.clone()) },
     );
     let ctx = Arc::new(Context::new(client.clone(), settings, recorder, metrics.clone(), health));
-    let ns = args.watch_namespace.clone();
+    let mut ns = args.watch_namespaces.clone();
+    ns.retain(|n| !n.trim().is_empty());
+    ns.sort();
+    ns.dedup();
     run_while_leading(elector.subscribe(), stop_rx, Duration::from_secs(1), || {
         let (ctx, ns, identity) = (ctx.clone(), ns.clone(), identity.clone());
         async move {
             let _leading = ctx.metrics.leading();
             tracing::info!(%identity, "leading: reconciling");
-            run_controller(ctx.clone(), &ns).await;
+            run_controllers(ctx.clone(), &ns).await;
         }
     })
     .await;

@@ -57,9 +57,9 @@ where
         + 'static,
 {
     let (store, mut writer) = reflector::store();
-    let health = health.clone();
+    let (health, namespace) = (health.clone(), ns.to_string());
     let woken = watcher(api::<K>(client, ns), wc.clone()).default_backoff().filter_map(move |event| {
-        health.watch_result(name, event.as_ref().map(drop));
+        health.watch_result(&namespace, name, event.as_ref().map(drop));
         futures::future::ready(match event {
             Err(e) => Some(Err(e)),
             Ok(mut event) => {
@@ -85,6 +85,16 @@ where
     (store, woken)
 }
 
+/// Runs the controllers over the Interconnects of `namespaces` (empty: all namespaces), one
+/// [`run_controller`] per namespace, each with its own watches and stores, until they end.
+/// Dropping the future stops them at once.
+pub async fn run_controllers(ctx: Arc<Context>, namespaces: &[String]) {
+    if namespaces.is_empty() {
+        return run_controller(ctx, "").await;
+    }
+    futures::future::join_all(namespaces.iter().map(|ns| run_controller(ctx.clone(), ns))).await;
+}
+
 /// Runs the controller over the Interconnects of `namespace` (empty: all namespaces) until
 /// its watches end. Dropping the future stops it at once.
 ///
@@ -100,7 +110,10 @@ pub async fn run_controller(ctx: Arc<Context>, namespace: &str) {
     let health = ctx.health.clone();
     let interconnects = watcher(api::<Interconnect>(client, ns), all.clone())
         .default_backoff()
-        .inspect(move |event| health.watch_result("interconnects", event.as_ref().map(drop)))
+        .inspect({
+            let namespace = ns.to_string();
+            move |event| health.watch_result(&namespace, "interconnects", event.as_ref().map(drop))
+        })
         .reflect(ic_writer)
         .applied_objects()
         .predicate_filter(predicates::generation, PredicateConfig::default());
@@ -180,11 +193,11 @@ pub async fn run_controller(ctx: Arc<Context>, namespace: &str) {
     // them (a missing one appearing, a renewal); ours come through the labelled watch.
     let secret_names = Arc::new(SecretNames::default());
     let names = secret_names.clone();
-    let health = ctx.health.clone();
+    let (health, namespace) = (ctx.health.clone(), ns.to_string());
     let user_secrets = watcher(api::<PartialObjectMeta<Secret>>(client, ns), all.clone())
         .default_backoff()
         .filter_map(move |event| {
-            health.watch_result("secrets", event.as_ref().map(drop));
+            health.watch_result(&namespace, "secrets", event.as_ref().map(drop));
             futures::future::ready(match event {
                 Err(e) => Some(Err(e)),
                 Ok(event) => {
@@ -220,7 +233,7 @@ pub async fn run_controller(ctx: Arc<Context>, namespace: &str) {
     };
     let ctx = Arc::new(ctx.for_term(cache));
     let term = ctx.clone();
-    let _term = ctx.health.term(move || term.cache.as_ref().is_some_and(Cache::is_ready));
+    let _term = ctx.health.term(ns, move || term.cache.as_ref().is_some_and(Cache::is_ready));
 
     let references = Arc::new(SecretReferences::default());
     let store = ic_store.clone();

@@ -138,8 +138,17 @@ async fn probes_follow_the_api_connection_and_the_election() {
     let system = cp.namespace("probe-system").await;
     let leases: Api<Lease> = system.api();
     let ports = [common::free_port(), common::free_port()];
-    let _a = common::start_controller_on(cp, &system.name, "ha-lease", "probe-a", ports[0]);
-    let _b = common::start_controller_on(cp, &system.name, "ha-lease", "probe-b", ports[1]);
+    // Watching only their own namespace: the failover test's Interconnects are not theirs.
+    let install = qdr_tests::rbac::Install {
+        lease: "ha-lease".into(),
+        watch: vec![system.name.clone()],
+        ..qdr_tests::rbac::Install::new(&system.name)
+    };
+    let spawn = |id: &str, port: u16| {
+        let cmd = common::controller_command_for(cp, &install, id, port);
+        Process::spawn(id, cmd, &cp.dir().join(format!("{id}.log"))).unwrap()
+    };
+    let (a, b) = (spawn("probe-a", ports[0]), spawn("probe-b", ports[1]));
     let leader = eventually("a leader", Duration::from_secs(20), || holder(&leases)).await;
     for (port, id) in ports.iter().zip(["probe-a", "probe-b"]) {
         let role = if id == leader { "leader" } else { "follower" };
@@ -156,7 +165,7 @@ async fn probes_follow_the_api_connection_and_the_election() {
     let path = cp.dir().join("probe-dead.kubeconfig");
     std::fs::write(&path, kubeconfig).unwrap();
     let port = common::free_port();
-    let mut cmd = common::controller_command(cp, &system.name, "ha-lease", "probe-dead", port);
+    let mut cmd = common::controller_command_for(cp, &install, "probe-dead", port);
     cmd.env("KUBECONFIG", &path);
     let p = Process::spawn("probe-dead", cmd, &cp.dir().join("probe-dead.log")).unwrap();
     let (status, body) =
@@ -165,4 +174,7 @@ async fn probes_follow_the_api_connection_and_the_election() {
     assert_eq!((status, body.as_str()), (503, "not ready: no answer from the API server yet"));
     assert_eq!(common::http_get(port, "/livez").await, Some((200, "ok".into())));
     assert!(p.exited().is_none(), "exited without an API server:\n{}", p.log_tail(20));
+    for r in [a, b, p] {
+        r.stop(Duration::from_secs(10));
+    }
 }

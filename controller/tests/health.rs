@@ -45,28 +45,37 @@ fn a_leader_is_ready_once_its_stores_listed_and_while_no_watch_fails() {
     *contact.lock().unwrap() = Some(now);
     let synced = Arc::new(AtomicBool::new(false));
     let s = synced.clone();
-    let term = h.term(move || s.load(Ordering::SeqCst));
+    let term = h.term("", move || s.load(Ordering::SeqCst));
     assert_eq!(h.readiness_at(now).unwrap_err(), "leading, but the watches have not listed yet");
     synced.store(true, Ordering::SeqCst);
     assert_eq!(h.readiness_at(now), Ok(()));
 
-    h.watch_result("secrets", Err(&"403 Forbidden"));
+    h.watch_result("", "secrets", Err(&"403 Forbidden"));
     let failed_at = Instant::now();
     let reason = h.readiness_at(failed_at).unwrap_err();
     assert!(reason.starts_with("watch of secrets failed 0s ago: 403 Forbidden"), "{reason}");
-    h.watch_result::<&str>("pods", Ok(()));
+    h.watch_result::<&str>("", "pods", Ok(()));
     assert!(h.readiness_at(failed_at).is_err(), "another watch's event does not clear it");
     // A watch that recovered without an event stops counting after the window.
     let later = failed_at + TIMING.watch_error_window + Duration::from_secs(1);
     *contact.lock().unwrap() = Some(later);
     assert_eq!(h.readiness_at(later), Ok(()));
-    h.watch_result::<&str>("secrets", Ok(()));
+    h.watch_result::<&str>("", "secrets", Ok(()));
     assert_eq!(h.readiness_at(failed_at), Ok(()), "its next event clears it");
 
-    h.watch_result("pods", Err(&"connection refused"));
+    h.watch_result("", "pods", Err(&"connection refused"));
+    // Terms of several namespaces: each is followed, and named.
+    let other = h.term("team-b", || false);
+    let reason = h.readiness_at(Instant::now()).unwrap_err();
+    assert!(
+        reason.starts_with("leading, but the watches in team-b have not listed yet")
+            || reason.starts_with("watch of pods failed"),
+        "{reason}"
+    );
+    drop(other);
     drop(term);
     assert_eq!(h.readiness_at(Instant::now()), Ok(()), "a follower has no watches");
-    h.watch_result("pods", Err(&"after the term"));
+    h.watch_result("", "pods", Err(&"after the term"));
     assert_eq!(h.readiness_at(Instant::now()), Ok(()), "errors outside a term are not kept");
 }
 

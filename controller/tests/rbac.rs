@@ -18,7 +18,7 @@ use k8s_openapi::api::core::v1::Secret;
 use k8s_openapi::api::networking::v1::Ingress;
 use kube::api::{Api, ApiResource, DynamicObject, Patch, PatchParams, PostParams};
 use qdr_controller::route::Route;
-use qdr_tests::rbac::{DEPLOY_LEASE, Permission, deploy_rbac, granted, permissions, used};
+use qdr_tests::rbac::{DEPLOY_LEASE, Install, Permission, deploy_rbac, granted, permissions, used};
 use serde_json::{Value, json};
 
 fn ic(name: &str, spec: Value) -> DynamicObject {
@@ -60,8 +60,13 @@ async fn uses(cp: &qdr_tests::ControlPlane, user: &str, what: &str) {
     .await;
 }
 
+/// The tests of this binary run one at a time: a cluster-wide controller would reconcile
+/// the namespaced test's objects too.
+static SERIAL: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_controller_uses_every_permission_it_is_granted() {
+    let _serial = SERIAL.lock().await;
     let cp = qdr_tests::shared().await;
     cp.install_crd().await;
     let system = cp.namespace("rbac-system").await;
@@ -158,6 +163,73 @@ async fn the_controller_uses_every_permission_it_is_granted() {
     let beyond: BTreeSet<&Permission> = used.iter().filter(|p| !granted.contains(*p)).collect();
     assert!(beyond.is_empty(), "used without a grant in deploy/ (another binding?): {}", list(beyond));
     assert!(a.exited().is_some() && b.exited().is_none(), "rbac-b stopped:\n{}", b.log_tail(40));
+    b.stop(Duration::from_secs(10));
+}
+
+/// The namespaced install (`deploy/overlays/namespaced`): the controller watches two
+/// namespaces with the overlay's Role in each and no ClusterRole; it reconciles there, leaves
+/// a third namespace alone, is refused nothing and never asks beyond its namespaces.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_namespaced_controller_works_with_roles_in_its_namespaces_only() {
+    let _serial = SERIAL.lock().await;
+    let cp = qdr_tests::shared().await;
+    cp.install_crd().await;
+    let system = cp.namespace("scoped-system").await;
+    let watched = [cp.namespace("scoped-a").await, cp.namespace("scoped-b").await];
+    let other = cp.namespace("scoped-other").await;
+    let install =
+        Install { watch: watched.iter().map(|n| n.name.clone()).collect(), ..Install::new(&system.name) };
+    let health = common::free_port();
+    let cmd = common::controller_command_for(cp, &install, "scoped-0", health);
+    let controller = qdr_tests::Process::spawn("scoped-0", cmd, &cp.dir().join("scoped-0.log")).unwrap();
+    for ns in watched.iter().chain([&other]) {
+        interconnects(&ns.client, &ns.name)
+            .create(&PostParams::default(), &ic("mesh", json!({})))
+            .await
+            .unwrap();
+    }
+    for ns in &watched {
+        converged(ns, "mesh", &controller).await;
+        assert!(
+            ns.api::<Deployment>().get_opt("mesh").await.unwrap().is_some(),
+            "{}: no Deployment",
+            ns.name
+        );
+    }
+    eventually("ready", Duration::from_secs(30), || async {
+        (common::http_get(health, "/readyz").await? == (200, "ok".into())).then_some(())
+    })
+    .await;
+    // The unwatched namespace: a reconcile would have written a status by now (the watched
+    // ones converged); nothing may be there.
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    let untouched = interconnects(&other.client, &other.name).get("mesh").await.unwrap();
+    assert!(untouched.data.get("status").is_none_or(Value::is_null), "reconciled outside its namespaces");
+    assert!(other.api::<Deployment>().get_opt("mesh").await.unwrap().is_none());
+
+    let user = format!("system:serviceaccount:{}:qdr-controller", system.name);
+    let events = cp.audit();
+    let (_, forbidden) = used(&events, &user);
+    assert!(forbidden.is_empty(), "refused with the namespaced RBAC:\n{}", forbidden.join("\n"));
+    let mut allowed: BTreeSet<&str> = watched.iter().map(|n| n.name.as_str()).collect();
+    allowed.insert(&system.name);
+    let beyond: BTreeSet<String> = events
+        .iter()
+        .filter(|e| e.user.username == user)
+        .filter_map(|e| e.object_ref.as_ref().map(|o| (e, o)))
+        .filter(|(_, o)| !allowed.contains(o.namespace.as_str()))
+        .map(|(e, o)| format!("{} {} in {:?}", e.verb, o.resource, o.namespace))
+        .collect();
+    assert!(beyond.is_empty(), "requests outside the watched namespaces: {beyond:?}");
+    for ns in &watched {
+        let wrote_status = events.iter().any(|e| {
+            e.user.username == user
+                && e.verb == "patch"
+                && e.object_ref.as_ref().is_some_and(|o| o.namespace == ns.name && o.subresource == "status")
+        });
+        assert!(wrote_status, "the namespaced controller did not reconcile {}", ns.name);
+    }
+    controller.stop(Duration::from_secs(10));
 }
 
 fn list<'a>(ps: impl IntoIterator<Item = &'a Permission>) -> String {

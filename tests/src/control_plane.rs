@@ -587,6 +587,18 @@ impl ControlPlane {
         cmd
     }
 
+    /// A `helm` command (the pinned build), with `KUBECONFIG` set to this control plane and
+    /// its caches and configuration in [`Self::dir`].
+    pub fn helm(&self) -> Command {
+        let mut cmd = Command::new(self.testbin.path("helm"));
+        let home = self.dir.join("helm");
+        cmd.env("KUBECONFIG", &self.kubeconfig)
+            .env("HELM_CACHE_HOME", home.join("cache"))
+            .env("HELM_CONFIG_HOME", home.join("config"))
+            .env("HELM_DATA_HOME", home.join("data"));
+        cmd
+    }
+
     /// The last `lines` lines of every process log, each under a header.
     pub fn logs_tail(&self, lines: usize) -> String {
         let mut out = String::new();

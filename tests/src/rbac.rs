@@ -32,6 +32,10 @@ pub struct Install {
     pub validating: String,
     /// The MutatingWebhookConfiguration the webhook keeps the caBundle of.
     pub mutating: String,
+    /// Empty: the install of `deploy/` (the controller's ClusterRole). Otherwise the
+    /// namespaced install of [`NAMESPACED_OVERLAY`], watching these namespaces: its Role and
+    /// RoleBinding are placed in each of them.
+    pub watch: Vec<String>,
 }
 
 impl Install {
@@ -43,9 +47,20 @@ impl Install {
             webhook_secret: DEPLOY_WEBHOOK_SECRET.into(),
             validating: DEPLOY_VALIDATING.into(),
             mutating: DEPLOY_MUTATING.into(),
+            watch: Vec::new(),
         }
     }
+
+    /// Where its RBAC comes from: `deploy` or [`NAMESPACED_OVERLAY`].
+    pub fn kustomization(&self) -> &'static str {
+        if self.watch.is_empty() { "deploy" } else { NAMESPACED_OVERLAY }
+    }
 }
+
+/// The namespaced install's kustomization, relative to the workspace root.
+pub const NAMESPACED_OVERLAY: &str = "deploy/overlays/namespaced";
+/// The namespace `deploy/` installs the operator in.
+pub const DEPLOY_NAMESPACE: &str = "qdr-operator";
 
 /// `deploy/`'s Lease name (the controller's `--lease-name` default).
 pub const DEPLOY_LEASE: &str = "qdr-operator-controller";
@@ -75,20 +90,37 @@ static INSTALLED: Mutex<BTreeMap<(PathBuf, Install), Identities>> = Mutex::new(B
 /// # Errors
 /// [`Error::Startup`] when kustomize fails or its output does not parse.
 pub fn deploy_rbac(cp: &ControlPlane) -> Result<Vec<Value>, Error> {
+    kustomize_rbac(cp, "deploy")
+}
+
+/// Every object `kubectl kustomize <dir>` renders (`dir` relative to the workspace root).
+///
+/// # Errors
+/// [`Error::Startup`] when kustomize fails or its output does not parse.
+pub fn kustomize(cp: &ControlPlane, dir: &str) -> Result<Vec<Value>, Error> {
     let root = crate::workspace_root();
     let out = cp
         .kubectl()
         .arg("kustomize")
-        .arg(root.join("deploy"))
+        .arg(root.join(dir))
         .output()
         .map_err(|e| Error::io("running kubectl kustomize", e))?;
     let text = String::from_utf8_lossy(&out.stdout);
     if !out.status.success() {
-        return Err(startup("kubectl kustomize deploy/ failed", &String::from_utf8_lossy(&out.stderr)));
+        return Err(startup(
+            &format!("kubectl kustomize {dir} failed"),
+            &String::from_utf8_lossy(&out.stderr),
+        ));
     }
-    let docs: Vec<Value> =
-        serde_saphyr::from_str_multiple(&text).map_err(|e| startup("kustomize output", &e.to_string()))?;
-    Ok(docs
+    serde_saphyr::from_str_multiple(&text).map_err(|e| startup("kustomize output", &e.to_string()))
+}
+
+/// The RBAC objects [`kustomize`] renders for `dir`.
+///
+/// # Errors
+/// As [`kustomize`].
+pub fn kustomize_rbac(cp: &ControlPlane, dir: &str) -> Result<Vec<Value>, Error> {
+    Ok(kustomize(cp, dir)?
         .into_iter()
         .filter(|d| {
             matches!(
@@ -103,9 +135,28 @@ fn startup(what: &str, logs: &str) -> Error {
     Error::Startup { what: what.into(), logs: logs.into() }
 }
 
-/// `objects` (from [`deploy_rbac`]) renamed for `install`; rules and verbs untouched.
+/// `objects` (from [`kustomize_rbac`] of [`Install::kustomization`]) renamed for `install`;
+/// rules and verbs untouched. Objects in namespaces other than [`DEPLOY_NAMESPACE`] belong
+/// to the overlay's watched namespaces: those of the first are placed in each of
+/// `install.watch` instead.
 pub fn for_install(objects: &[Value], install: &Install) -> Vec<Value> {
-    let rename = |name: &str| -> String {
+    let namespace_of = |o: &Value| o["metadata"]["namespace"].as_str().unwrap_or_default().to_string();
+    let first_watched =
+        objects.iter().map(namespace_of).find(|n| !n.is_empty() && n != DEPLOY_NAMESPACE).unwrap_or_default();
+    let mut placed = Vec::new();
+    for o in objects {
+        match namespace_of(o) {
+            n if n.is_empty() || n == DEPLOY_NAMESPACE => placed.push((o, install.namespace.clone())),
+            n if n == first_watched => placed.extend(install.watch.iter().map(|w| (o, w.clone()))),
+            _ => {}
+        }
+    }
+    placed.into_iter().map(|(o, ns)| placed_in(o, &ns, install)).collect()
+}
+
+/// One object of [`for_install`], placed in `ns` when namespaced.
+fn placed_in(o: &Value, ns: &str, install: &Install) -> Value {
+    let renamed = |name: &str| -> String {
         match name {
             DEPLOY_LEASE => install.lease.clone(),
             DEPLOY_WEBHOOK_SECRET => install.webhook_secret.clone(),
@@ -115,33 +166,28 @@ pub fn for_install(objects: &[Value], install: &Install) -> Vec<Value> {
         }
     };
     let suffix = |name: &Value| json!(format!("{}-{}", name.as_str().unwrap_or_default(), install.namespace));
-    objects
-        .iter()
-        .map(|o| {
-            let mut o = o.clone();
-            let cluster_scoped = o["kind"].as_str().is_some_and(|k| k.starts_with("Cluster"));
-            if cluster_scoped {
-                o["metadata"]["name"] = suffix(&o["metadata"]["name"]);
-                if let Some(m) = o["metadata"].as_object_mut() {
-                    m.remove("namespace");
-                }
-            } else {
-                o["metadata"]["namespace"] = json!(install.namespace);
-            }
-            if o["kind"] == "ClusterRoleBinding" {
-                o["roleRef"]["name"] = suffix(&o["roleRef"]["name"]);
-            }
-            for s in o["subjects"].as_array_mut().into_iter().flatten() {
-                s["namespace"] = json!(install.namespace);
-            }
-            for r in o["rules"].as_array_mut().into_iter().flatten() {
-                for n in r["resourceNames"].as_array_mut().into_iter().flatten() {
-                    *n = json!(rename(n.as_str().unwrap_or_default()));
-                }
-            }
-            o
-        })
-        .collect()
+    let mut o = o.clone();
+    let cluster_scoped = o["kind"].as_str().is_some_and(|k| k.starts_with("Cluster"));
+    if cluster_scoped {
+        o["metadata"]["name"] = suffix(&o["metadata"]["name"]);
+        if let Some(m) = o["metadata"].as_object_mut() {
+            m.remove("namespace");
+        }
+    } else {
+        o["metadata"]["namespace"] = json!(ns);
+    }
+    if o["kind"] == "ClusterRoleBinding" {
+        o["roleRef"]["name"] = suffix(&o["roleRef"]["name"]);
+    }
+    for s in o["subjects"].as_array_mut().into_iter().flatten() {
+        s["namespace"] = json!(install.namespace);
+    }
+    for r in o["rules"].as_array_mut().into_iter().flatten() {
+        for n in r["resourceNames"].as_array_mut().into_iter().flatten() {
+            *n = json!(renamed(n.as_str().unwrap_or_default()));
+        }
+    }
+    o
 }
 
 impl ControlPlane {

@@ -6,7 +6,7 @@ use std::process::Command;
 use crate::Error;
 
 /// Environment variable that points at a directory holding `etcd`, `kube-apiserver`,
-/// `kube-controller-manager`, `kube-scheduler`, `kubectl`, `kwok` and [`KWOK_STAGES`]. When unset, the directory that
+/// `kube-controller-manager`, `kube-scheduler`, `kubectl`, `kwok`, `helm` and [`KWOK_STAGES`]. When unset, the directory that
 /// `tools/testbin/build.sh --print` names (the build cache) is used.
 pub const TESTBIN_ENV: &str = "QDR_TESTBIN";
 
@@ -17,8 +17,16 @@ pub const BUILD_HINT: &str = "make testbin";
 pub const KWOK_STAGES: &str = "kwok-stages.yaml";
 
 /// Every file [`Testbin::from_dir`] requires.
-pub const FILES: [&str; 7] =
-    ["etcd", "kube-apiserver", "kube-controller-manager", "kube-scheduler", "kubectl", "kwok", KWOK_STAGES];
+pub const FILES: [&str; 8] = [
+    "etcd",
+    "kube-apiserver",
+    "kube-controller-manager",
+    "kube-scheduler",
+    "kubectl",
+    "kwok",
+    "helm",
+    KWOK_STAGES,
+];
 
 /// The binaries the control plane needs, all from one pinned build.
 #[derive(Debug, Clone)]

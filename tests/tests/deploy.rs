@@ -27,9 +27,7 @@ async fn deploy_applies_with_server_dry_run_and_meets_pod_security_restricted() 
     let cp = qdr_tests::shared().await;
     let root = qdr_tests::workspace_root();
     // The namespace must exist for a dry run of what lives in it.
-    let out =
-        cp.kubectl().arg("apply").arg("-f").arg(root.join("deploy/base/namespace.yaml")).output().unwrap();
-    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    operator_namespace(cp).await;
 
     let out =
         cp.kubectl().args(["apply", "--dry-run=server", "-k"]).arg(root.join("deploy")).output().unwrap();
@@ -121,5 +119,328 @@ fn network_policies_admit_only_each_pods_ports(docs: &[Value], deployments: &[&V
             ["443", "6443"].map(String::from).into(),
             "{name}: egress beyond the API server"
         );
+    }
+}
+
+/// `deploy/overlays/namespaced`: the controller's ClusterRole and its binding are gone; each
+/// namespace in `--watch-namespaces` has a Role with exactly the ClusterRole's rules, bound
+/// to the controller; both webhooks select exactly those namespaces; and the whole overlay
+/// applies with `--dry-run=server`.
+#[tokio::test]
+async fn the_namespaced_overlay_grants_roles_in_the_watched_namespaces_only() {
+    use qdr_tests::rbac::{NAMESPACED_OVERLAY, kustomize};
+    let cp = qdr_tests::shared().await;
+    let docs = kustomize(cp, NAMESPACED_OVERLAY).unwrap();
+    let base = kustomize(cp, "deploy").unwrap();
+    let find = |docs: &[Value], kind: &str, name: &str| -> Vec<Value> {
+        docs.iter().filter(|d| d["kind"] == kind && d["metadata"]["name"] == name).cloned().collect()
+    };
+    let controller = &find(&docs, "Deployment", "qdr-controller")[0];
+    let args: Vec<&str> = controller["spec"]["template"]["spec"]["containers"][0]["args"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|a| a.as_str().unwrap())
+        .collect();
+    let list = args.iter().find_map(|a| a.strip_prefix("--watch-namespaces=")).expect("--watch-namespaces");
+    let watched: Vec<String> = list.split(',').map(String::from).collect();
+    assert!(watched.len() >= 2, "{watched:?}");
+
+    for kind in ["ValidatingWebhookConfiguration", "MutatingWebhookConfiguration"] {
+        for config in docs.iter().filter(|d| d["kind"] == kind) {
+            let selector = &config["webhooks"][0]["namespaceSelector"];
+            let want = serde_json::json!({"matchExpressions": [
+                {"key": "kubernetes.io/metadata.name", "operator": "In", "values": watched}]});
+            assert_eq!(selector, &want, "{kind}");
+        }
+    }
+    let cluster_rules = &find(&base, "ClusterRole", "qdr-operator-controller")[0]["rules"];
+    for ns in &watched {
+        let role = docs
+            .iter()
+            .find(|d| d["kind"] == "Role" && d["metadata"]["namespace"] == ns.as_str())
+            .unwrap_or_else(|| panic!("no Role in {ns}"));
+        assert_eq!(&role["rules"], cluster_rules, "the Role in {ns} differs from the ClusterRole");
+        let binding = docs
+            .iter()
+            .find(|d| d["kind"] == "RoleBinding" && d["metadata"]["namespace"] == ns.as_str())
+            .unwrap_or_else(|| panic!("no RoleBinding in {ns}"));
+        assert_eq!(binding["roleRef"]["name"], role["metadata"]["name"]);
+        assert_eq!(
+            binding["subjects"],
+            serde_json::json!([{"kind": "ServiceAccount", "name": "qdr-controller", "namespace": "qdr-operator"}])
+        );
+    }
+    for d in docs.iter().filter(|d| d["kind"] == "ClusterRoleBinding") {
+        let to_controller = d["subjects"].as_array().unwrap().iter().any(|s| s["name"] == "qdr-controller");
+        assert!(!to_controller, "a ClusterRoleBinding still binds the controller: {}", d["metadata"]["name"]);
+    }
+    for d in docs.iter().filter(|d| d["kind"] == "ClusterRole") {
+        let secrets = d["rules"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .any(|r| r["resources"].as_array().unwrap().iter().any(|x| x == "secrets"));
+        assert!(!secrets, "ClusterRole {} grants Secrets", d["metadata"]["name"]);
+    }
+
+    let root = qdr_tests::workspace_root();
+    operator_namespace(cp).await;
+    for ns in &watched {
+        let _ = cp.kubectl().args(["create", "namespace", ns]).output().unwrap();
+    }
+    let out = cp
+        .kubectl()
+        .args(["apply", "--dry-run=server", "-k"])
+        .arg(root.join(NAMESPACED_OVERLAY))
+        .output()
+        .unwrap();
+    let (stdout, stderr) = (String::from_utf8_lossy(&out.stdout), String::from_utf8_lossy(&out.stderr));
+    assert!(out.status.success(), "{stdout}\n{stderr}");
+    assert!(stdout.contains("role.rbac.authorization.k8s.io/qdr-operator-controller"), "{stdout}");
+}
+
+const CHART: &str = "deploy/helm/qdr-operator";
+
+/// The test control plane's Kubernetes version, for `helm template` and `helm lint` (which
+/// do not ask the cluster and would assume an old one).
+const KUBE_VERSION: &str = "v1.33.0";
+
+/// Applies `deploy/base/namespace.yaml` once (tests of this binary run concurrently).
+async fn operator_namespace(cp: &qdr_tests::ControlPlane) {
+    static ONCE: tokio::sync::OnceCell<()> = tokio::sync::OnceCell::const_new();
+    ONCE.get_or_init(|| async {
+        let path = qdr_tests::workspace_root().join("deploy/base/namespace.yaml");
+        let out = cp.kubectl().arg("apply").arg("-f").arg(path).output().unwrap();
+        assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    })
+    .await;
+}
+
+/// `helm template` of the chart into the operator's namespace (CRDs included) with `set`.
+fn helm_template(cp: &qdr_tests::ControlPlane, set: &[&str]) -> Vec<Value> {
+    let mut cmd = cp.helm();
+    cmd.args(["template", "qdr-operator"]).arg(qdr_tests::workspace_root().join(CHART));
+    cmd.args(["--namespace", "qdr-operator", "--include-crds", "--kube-version", KUBE_VERSION]);
+    for s in set {
+        cmd.args(["--set", s]);
+    }
+    let out = cmd.output().unwrap();
+    assert!(out.status.success(), "helm template {set:?}: {}", String::from_utf8_lossy(&out.stderr));
+    let docs: Vec<Value> = serde_saphyr::from_str_multiple(&String::from_utf8_lossy(&out.stdout)).unwrap();
+    docs.into_iter().filter(|d| !d.is_null()).collect()
+}
+
+/// Objects by `Kind namespace/name`, without what Helm adds (its labels, empty maps), and
+/// without the Namespace (Helm installs into an existing or `--create-namespace` one).
+fn normalized(docs: Vec<Value>) -> std::collections::BTreeMap<String, Value> {
+    docs.into_iter()
+        .filter(|d| d["kind"] != "Namespace")
+        .map(|mut d| {
+            if let Some(labels) = d.pointer_mut("/metadata/labels").and_then(Value::as_object_mut) {
+                for k in ["app.kubernetes.io/instance", "app.kubernetes.io/managed-by", "helm.sh/chart"] {
+                    labels.remove(k);
+                }
+            }
+            let key = format!(
+                "{} {}/{}",
+                d["kind"].as_str().unwrap(),
+                d["metadata"]["namespace"].as_str().unwrap_or_default(),
+                d["metadata"]["name"].as_str().unwrap()
+            );
+            (key, d)
+        })
+        .collect()
+}
+
+fn assert_same_objects(
+    helm: std::collections::BTreeMap<String, Value>,
+    kustomize: std::collections::BTreeMap<String, Value>,
+    what: &str,
+) {
+    assert!(kustomize.len() >= 15, "{what}: only {} objects", kustomize.len());
+    let (h, k): (Vec<&String>, Vec<&String>) = (helm.keys().collect(), kustomize.keys().collect());
+    assert_eq!(h, k, "{what}: the chart and kustomize install different objects");
+    for (key, obj) in &helm {
+        let mut differences = Vec::new();
+        diff("", obj, &kustomize[key], &mut differences);
+        assert!(
+            differences.is_empty(),
+            "{what}: {key} differs (helm, kustomize):\n{}",
+            differences.join("\n")
+        );
+    }
+}
+
+/// The JSON paths where `a` and `b` differ, with both values (shortened).
+fn diff(path: &str, a: &Value, b: &Value, out: &mut Vec<String>) {
+    match (a, b) {
+        (Value::Object(x), Value::Object(y)) => {
+            let keys: std::collections::BTreeSet<&String> = x.keys().chain(y.keys()).collect();
+            for k in keys {
+                diff(
+                    &format!("{path}.{k}"),
+                    x.get(k).unwrap_or(&Value::Null),
+                    y.get(k).unwrap_or(&Value::Null),
+                    out,
+                );
+            }
+        }
+        (Value::Array(x), Value::Array(y)) if x.len() == y.len() => {
+            for (i, (p, q)) in x.iter().zip(y).enumerate() {
+                diff(&format!("{path}[{i}]"), p, q, out);
+            }
+        }
+        // kustomize prints `9.0` as `9`.
+        (Value::Number(x), Value::Number(y)) if x.as_f64() == y.as_f64() => {}
+        _ if a != b => {
+            let short = |v: &Value| v.to_string().chars().take(200).collect::<String>();
+            out.push(format!("{path}: {} != {}", short(a), short(b)));
+        }
+        _ => {}
+    }
+}
+
+/// The chart renders exactly the kustomize installs: `deploy/` with default values, the
+/// namespaced overlay with its namespaces as `watchNamespaces`. `helm lint` is clean for
+/// each values set used here.
+#[tokio::test]
+async fn the_helm_chart_renders_the_kustomize_installs() {
+    use qdr_tests::rbac::{NAMESPACED_OVERLAY, kustomize};
+    let cp = qdr_tests::shared().await;
+    assert_same_objects(
+        normalized(helm_template(cp, &[])),
+        normalized(kustomize(cp, "deploy").unwrap()),
+        "default values",
+    );
+    let overlay = kustomize(cp, NAMESPACED_OVERLAY).unwrap();
+    let watched: Vec<String> = overlay
+        .iter()
+        .filter(|d| d["kind"] == "Role" && d["metadata"]["name"] == "qdr-operator-controller")
+        .map(|d| d["metadata"]["namespace"].as_str().unwrap().to_string())
+        .collect();
+    let set = format!("watchNamespaces={{{}}}", watched.join(","));
+    assert_same_objects(normalized(helm_template(cp, &[&set])), normalized(overlay), "namespaced");
+
+    for values in [vec![], vec![set.as_str()], vec!["webhook.tls.mode=cert-manager"]] {
+        let mut lint = cp.helm();
+        lint.args(["lint", "--strict", "--kube-version", KUBE_VERSION])
+            .arg(qdr_tests::workspace_root().join(CHART));
+        for s in &values {
+            lint.args(["--set", s]);
+        }
+        let out = lint.output().unwrap();
+        let text = String::from_utf8_lossy(&out.stdout);
+        assert!(out.status.success() && text.contains("0 chart(s) failed"), "helm lint {values:?}:\n{text}");
+        assert!(!text.contains("[WARNING]") && !text.contains("[ERROR]"), "helm lint {values:?}:\n{text}");
+    }
+    let mut bad = cp.helm();
+    bad.args(["template", "x", "--kube-version", KUBE_VERSION]).arg(qdr_tests::workspace_root().join(CHART));
+    let out = bad.args(["--set", "webhook.tls.mode=manual"]).output().unwrap();
+    assert!(!out.status.success(), "an unknown TLS mode rendered");
+    assert!(String::from_utf8_lossy(&out.stderr).contains("webhook.tls.mode must be"));
+}
+
+/// Every value lands where it should: images, replicas, resources, log format, the router
+/// image; cert-manager mode swaps the webhook's own certificate management for a
+/// Certificate, a mounted Secret and the CA injector, and drops the webhook's API access.
+#[tokio::test]
+async fn helm_values_reach_the_objects() {
+    let cp = qdr_tests::shared().await;
+    let objs = normalized(helm_template(
+        cp,
+        &[
+            "images.webhook.repository=registry.example/webhook",
+            "images.webhook.tag=1.2.3",
+            "images.controller.pullPolicy=Always",
+            "images.router=registry.example/qdrouterd:1.19.0",
+            "replicas.webhook=3",
+            "replicas.controller=1",
+            "resources.controller.limits.memory=512Mi",
+            "logFormat=text",
+        ],
+    ));
+    let webhook = &objs["Deployment qdr-operator/qdr-webhook"];
+    let controller = &objs["Deployment qdr-operator/qdr-controller"];
+    let (wc, cc) = (
+        &webhook["spec"]["template"]["spec"]["containers"][0],
+        &controller["spec"]["template"]["spec"]["containers"][0],
+    );
+    assert_eq!(wc["image"], "registry.example/webhook:1.2.3");
+    assert_eq!(cc["imagePullPolicy"], "Always");
+    assert_eq!(
+        (webhook["spec"]["replicas"].as_i64(), controller["spec"]["replicas"].as_i64()),
+        (Some(3), Some(1))
+    );
+    assert_eq!(cc["resources"]["limits"]["memory"], "512Mi");
+    assert_eq!(wc["args"], serde_json::json!(["--tls-mode=secret", "--log-format=text"]));
+    assert_eq!(
+        cc["args"],
+        serde_json::json!(["--log-format=text", "--default-image=registry.example/qdrouterd:1.19.0"])
+    );
+
+    let objs = normalized(helm_template(cp, &["webhook.tls.mode=cert-manager"]));
+    let cert = &objs["Certificate qdr-operator/qdr-webhook"];
+    assert_eq!(cert["spec"]["secretName"], "qdr-webhook-cert");
+    assert_eq!(cert["spec"]["dnsNames"][0], "qdr-webhook.qdr-operator.svc");
+    let pod = &objs["Deployment qdr-operator/qdr-webhook"]["spec"]["template"]["spec"];
+    assert_eq!(pod["containers"][0]["args"][0], "--tls-mode=files");
+    assert_eq!(pod["volumes"][0]["secret"]["secretName"], "qdr-webhook-cert");
+    assert_eq!(pod["automountServiceAccountToken"], false);
+    for kind in ["ValidatingWebhookConfiguration", "MutatingWebhookConfiguration"] {
+        let c = objs.iter().find(|(k, _)| k.starts_with(kind)).unwrap().1;
+        assert_eq!(
+            c["metadata"]["annotations"]["cert-manager.io/inject-ca-from"],
+            "qdr-operator/qdr-webhook"
+        );
+    }
+    assert!(
+        !objs.keys().any(|k| k.ends_with("/qdr-operator-webhook")),
+        "the webhook keeps API access in cert-manager mode: {:?}",
+        objs.keys().collect::<Vec<_>>()
+    );
+}
+
+/// The chart's objects apply with `--dry-run=server` (default, namespaced and cert-manager
+/// values; a stand-in Certificate CRD for the last) and each Deployment's pod template is
+/// admitted under Pod Security "restricted".
+#[tokio::test]
+async fn helm_output_applies_with_server_dry_run_under_restricted() {
+    let cp = qdr_tests::shared().await;
+    operator_namespace(cp).await;
+    let certificate_crd = serde_json::json!({"apiVersion": "apiextensions.k8s.io/v1", "kind": "CustomResourceDefinition",
+        "metadata": {"name": "certificates.cert-manager.io"},
+        "spec": {"group": "cert-manager.io", "scope": "Namespaced",
+            "names": {"plural": "certificates", "singular": "certificate", "kind": "Certificate"},
+            "versions": [{"name": "v1", "served": true, "storage": true,
+                "schema": {"openAPIV3Schema": {"type": "object", "x-kubernetes-preserve-unknown-fields": true}}}]}});
+    cp.kubectl_stdin(&["apply", "-f", "-"], &certificate_crd.to_string()).unwrap();
+    cp.kubectl_stdin(&["wait", "--for=condition=Established", "crd/certificates.cert-manager.io"], "")
+        .unwrap();
+    for ns in ["helm-apps-a", "helm-apps-b"] {
+        let _ = cp.kubectl().args(["create", "namespace", ns]).output().unwrap();
+    }
+    for set in
+        [vec![], vec!["watchNamespaces={helm-apps-a,helm-apps-b}"], vec!["webhook.tls.mode=cert-manager"]]
+    {
+        let docs = helm_template(cp, &set);
+        let list = serde_json::json!({"apiVersion": "v1", "kind": "List", "items": docs});
+        let mut kubectl = cp.kubectl();
+        kubectl.args(["apply", "--dry-run=server", "-f", "-"]);
+        let out = run_stdin(kubectl, &list.to_string());
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert!(out.status.success(), "{set:?}: {stderr}");
+        assert!(!stderr.contains("would violate PodSecurity"), "{set:?}: {stderr}");
+        for d in docs.iter().filter(|d| d["kind"] == "Deployment") {
+            let mut kubectl = cp.kubectl();
+            kubectl.args(["create", "--dry-run=server", "-f", "-"]);
+            let out = run_stdin(kubectl, &pod_from_template(d).to_string());
+            assert!(
+                out.status.success(),
+                "{set:?} {}: {}",
+                d["metadata"]["name"],
+                String::from_utf8_lossy(&out.stderr)
+            );
+        }
     }
 }

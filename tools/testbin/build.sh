@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Builds the pinned control plane (etcd, kube-apiserver, kube-controller-manager,
-# kube-scheduler, kubectl) and kwok (simulated nodes: it plays the kubelet) from the Go module
-# proxy into a cache directory outside the repo, keyed by the pinned versions and the Go
+# kube-scheduler, kubectl), kwok (simulated nodes: it plays the kubelet) and helm (the chart
+# tests) from the Go module proxy into a cache directory outside the repo, keyed by the pinned versions and the Go
 # version, and assembles kwok's own stage definitions (node-initialize, node heartbeat with a
 # Lease, pod-ready, pod-complete, pod-delete, from its module) into kwok-stages.yaml. Reuses
 # the cache when every file is present. Prints the directory on its last line of stdout.
@@ -15,7 +15,8 @@ modver() { grep -E "^(require)?[[:space:]]*$2 v" "$1" | head -1 | sed -E "s|.*$2
 K8S_VERSION="$(modver "$here/k8s/go.mod" k8s.io/kubernetes)"
 ETCD_VERSION="$(modver "$here/etcd/go.mod" go.etcd.io/etcd/server/v3)"
 KWOK_VERSION="$(modver "$here/kwok/go.mod" sigs.k8s.io/kwok)"
-[[ -n "$K8S_VERSION" && -n "$ETCD_VERSION" && -n "$KWOK_VERSION" ]] || { echo "build.sh: cannot read pinned versions from go.mod" >&2; exit 1; }
+HELM_VERSION="$(modver "$here/helm/go.mod" helm.sh/helm/v3)"
+[[ -n "$K8S_VERSION" && -n "$ETCD_VERSION" && -n "$KWOK_VERSION" && -n "$HELM_VERSION" ]] || { echo "build.sh: cannot read pinned versions from go.mod" >&2; exit 1; }
 command -v go >/dev/null || { echo "build.sh: Go is required to build the test control plane (install Go >= 1.26)" >&2; exit 1; }
 GO_VERSION="$(go env GOVERSION)"
 cache_root="${QDR_TESTBIN_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/qdr-operator/testbin}"
@@ -24,15 +25,28 @@ bins=(etcd kube-apiserver kube-controller-manager kube-scheduler kubectl kwok)
 
 if [[ "${1:-}" == "--print" ]]; then echo "$out"; exit 0; fi
 
+export GOTOOLCHAIN=local CGO_ENABLED=0 GOFLAGS=-mod=readonly
+# helm is built into the same directory but checked on its own (helm.version), so a helm pin
+# change does not rebuild the control plane.
+build_helm() {
+  if [[ -x "$out/helm" && "$(cat "$out/helm.version" 2>/dev/null)" == "$HELM_VERSION" ]]; then return 0; fi
+  local t; t=$(date +%s)
+  echo "testbin: building helm $HELM_VERSION" >&2
+  (cd "$here/helm" && go build -trimpath -ldflags "-s -w -X helm.sh/helm/v3/internal/version.version=$HELM_VERSION" \
+    -o "$out/helm.tmp" helm.sh/helm/v3/cmd/helm)
+  mv "$out/helm.tmp" "$out/helm" && echo "$HELM_VERSION" > "$out/helm.version"
+  echo "testbin: helm took $(( $(date +%s) - t ))s" >&2
+}
+
 complete=1
 for b in "${bins[@]}"; do [[ -x "$out/$b" ]] || complete=0; done
 [[ -s "$out/kwok-stages.yaml" ]] || complete=0
 if [[ $complete == 1 ]]; then
-  echo "testbin: cached (k8s $K8S_VERSION, etcd $ETCD_VERSION, kwok $KWOK_VERSION, $GO_VERSION)" >&2
+  build_helm
+  echo "testbin: cached (k8s $K8S_VERSION, etcd $ETCD_VERSION, kwok $KWOK_VERSION, helm $HELM_VERSION, $GO_VERSION)" >&2
   echo "$out"; exit 0
 fi
 
-export GOTOOLCHAIN=local CGO_ENABLED=0 GOFLAGS=-mod=readonly
 mkdir -p "$out.tmp"
 start=$(date +%s)
 
@@ -66,5 +80,6 @@ done > "$out.tmp/kwok-stages.yaml"
 "$out.tmp/etcd" --version | head -1 >&2
 "$out.tmp/kwok" --version >&2
 rm -rf "$out" && mv "$out.tmp" "$out"
+build_helm
 echo "testbin: built in $(( $(date +%s) - start ))s" >&2
 echo "$out"

@@ -52,8 +52,18 @@ pub fn controller_command(
     health: u16,
 ) -> Command {
     let install = Install { lease: lease.into(), ..Install::new(lease_ns) };
-    let ids = cp.install_rbac(&install).expect("installing deploy/'s RBAC");
+    controller_command_for(cp, &install, identity, health)
+}
+
+/// The command of a controller replica of `install` (its RBAC applied, its Lease, its
+/// ServiceAccount; `--watch-namespaces` when it watches a list).
+pub fn controller_command_for(cp: &ControlPlane, install: &Install, identity: &str, health: u16) -> Command {
+    let ids = cp.install_rbac(install).expect("installing deploy/'s RBAC");
+    let (lease_ns, lease) = (&install.namespace, &install.lease);
     let mut cmd = Command::new(env!("CARGO_BIN_EXE_qdr-controller"));
+    if !install.watch.is_empty() {
+        cmd.arg(format!("--watch-namespaces={}", install.watch.join(",")));
+    }
     cmd.env("KUBECONFIG", ids.controller).env("RUST_LOG", "info,kube=warn").args([
         &format!("--lease-namespace={lease_ns}"),
         &format!("--lease-name={lease}"),

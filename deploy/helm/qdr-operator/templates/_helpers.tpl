@@ -1,0 +1,82 @@
+{{/* Labels of every object: those of deploy/ for component $name, plus Helm's. */}}
+{{- define "qdr-operator.labels" -}}
+app.kubernetes.io/name: {{ .name }}
+app.kubernetes.io/part-of: qdr-operator
+app.kubernetes.io/instance: {{ .root.Release.Name }}
+app.kubernetes.io/managed-by: {{ .root.Release.Service }}
+helm.sh/chart: {{ printf "%s-%s" .root.Chart.Name .root.Chart.Version }}
+{{- end }}
+
+{{/* Whether the webhook manages its own certificate (and so needs API access). */}}
+{{- define "qdr-operator.selfManaged" -}}
+{{- if eq .Values.webhook.tls.mode "self-managed" }}true{{ else if eq .Values.webhook.tls.mode "cert-manager" }}{{ else }}{{ fail (printf "webhook.tls.mode must be self-managed or cert-manager, not %q" .Values.webhook.tls.mode) }}{{ end }}
+{{- end }}
+
+{{/* image: repository:tag */}}
+{{- define "qdr-operator.image" -}}
+image: {{ printf "%s:%s" .repository (toString .tag) }}
+{{- with .pullPolicy }}
+imagePullPolicy: {{ . }}
+{{- end }}
+{{- end }}
+
+{{/*
+The controller's permissions where it reconciles: a ClusterRole when it watches every
+namespace, a Role in each watched namespace otherwise. Exactly what it uses (see
+deploy/base/rbac.yaml for the reason of each rule; controller/tests/rbac.rs proves it).
+*/}}
+{{- define "qdr-operator.controllerRules" -}}
+- apiGroups: [interconnectedcloud.github.io]
+  resources: [interconnects]
+  verbs: [list, watch]
+- apiGroups: [interconnectedcloud.github.io]
+  resources: [interconnects/status]
+  verbs: [patch]
+- apiGroups: [""]
+  resources: [configmaps]
+  verbs: [get, list, watch, create, patch, delete]
+- apiGroups: [""]
+  resources: [services, serviceaccounts]
+  verbs: [get, list, watch, create, patch]
+- apiGroups: [""]
+  resources: [secrets]
+  verbs: [get, list, watch, create, update, delete]
+- apiGroups: [""]
+  resources: [pods]
+  verbs: [get, list, watch]
+- apiGroups: [apps]
+  resources: [deployments, daemonsets]
+  verbs: [get, list, watch, create, patch, delete]
+- apiGroups: [rbac.authorization.k8s.io]
+  resources: [roles, rolebindings]
+  verbs: [get, list, watch, create, patch]
+- apiGroups: [networking.k8s.io]
+  resources: [ingresses]
+  verbs: [get, list, watch, create, patch, delete]
+- apiGroups: [route.openshift.io]
+  resources: [routes]
+  verbs: [get, list, create, patch, delete]
+- apiGroups: [events.k8s.io]
+  resources: [events]
+  verbs: [create, patch]
+{{- end }}
+
+{{/* The webhooks' namespaceSelector: the watched namespaces, or every namespace but the operator's and the system's. */}}
+{{- define "qdr-operator.namespaceSelector" -}}
+namespaceSelector:
+  matchExpressions:
+  {{- if .Values.watchNamespaces }}
+    - {key: kubernetes.io/metadata.name, operator: In, values: {{ toJson .Values.watchNamespaces }}}
+  {{- else }}
+    - {key: kubernetes.io/metadata.name, operator: NotIn, values: [{{ .Release.Namespace }}, kube-system, kube-node-lease]}
+  {{- end }}
+{{- end }}
+
+{{/* cert-manager mode: the CA injector annotation of the webhook configurations. */}}
+{{- define "qdr-operator.webhookAnnotations" -}}
+{{- if not (include "qdr-operator.selfManaged" .) }}
+annotations:
+  # cert-manager's CA injector keeps the caBundle right.
+  cert-manager.io/inject-ca-from: {{ .Release.Namespace }}/qdr-webhook
+{{- end }}
+{{- end }}
