@@ -42,6 +42,8 @@ pub struct CertManager {
     targets: Vec<WebhookConfiguration>,
     resolver: Arc<CertResolver>,
     live: Mutex<Option<Vec<String>>>,
+    /// What this replica last served from (the Secret's content as last read or written).
+    served: Mutex<Option<Material>>,
     steps: Mutex<Vec<(Step, SystemTime)>>,
     lost: std::sync::atomic::AtomicU64,
 }
@@ -72,6 +74,7 @@ impl CertManager {
             targets,
             resolver,
             live: Mutex::new(None),
+            served: Mutex::new(None),
             steps: Mutex::new(Vec::new()),
             lost: Default::default(),
         }
@@ -166,6 +169,9 @@ impl CertManager {
     }
 
     fn serve(&self, m: &Material) {
+        if m.leaf.is_some() {
+            *self.served.lock().unwrap_or_else(|p| p.into_inner()) = Some(m.clone());
+        }
         if let Some(leaf) = &m.leaf {
             match self.resolver.set(&leaf.cert_pem, &leaf.key_pem) {
                 Ok(true) => tracing::info!("serving a new certificate"),
@@ -186,6 +192,25 @@ impl CertManager {
         for _ in 0..8 {
             let live = self.fetch_live().await?;
             let current = self.store.get().await?;
+            if current.is_none() {
+                // Deleted while this replica serves from it: put the same material back
+                // rather than start over with a CA the API server does not trust yet.
+                let served = self.served.lock().unwrap_or_else(|p| p.into_inner()).clone();
+                if let Some(m) = served {
+                    if self.store.write(None, &m).await? == Written::Done {
+                        tracing::warn!(
+                            secret = self.store.name(),
+                            "the Secret was deleted; restored what is served"
+                        );
+                        self.steps
+                            .lock()
+                            .unwrap_or_else(|p| p.into_inner())
+                            .push((Step::Restore, SystemTime::now()));
+                        written.push(Step::Restore);
+                    }
+                    continue;
+                }
+            }
             let m = current.as_ref().map(decode).unwrap_or_default();
             let trusted = |pem: &str| {
                 live.iter().all(|b| b.as_deref().is_some_and(|b| split_bundle(b).iter().any(|c| c == pem)))

@@ -108,6 +108,10 @@ pub enum Step {
     Retire,
     /// New serving certificate from the active CA.
     Renew,
+    /// The Secret was deleted while a replica served from it: that replica wrote the same
+    /// CAs and certificate back (not chosen by [`plan`]; nothing rotates, so the `caBundle`
+    /// the API server holds stays right and no admission request fails).
+    Restore,
 }
 
 fn usable(ck: &Option<CertKey>, now: SystemTime) -> Option<CertInfo> {

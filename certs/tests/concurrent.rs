@@ -111,3 +111,25 @@ async fn replicas_reconciling_at_once_agree_on_one_ca() {
         );
     }
 }
+
+/// A deleted Secret is written back by a replica with what it serves (same CA, same
+/// certificate: the caBundle the API server holds stays right), not replaced by a new CA.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_deleted_secret_is_restored_from_what_is_served() {
+    let _ = rustls::crypto::ring::default_provider().install_default();
+    let cp = qdr_tests::shared().await;
+    let ns = cp.namespace("certs-restore").await;
+    let client = cp.client().await.unwrap();
+    let policy = Policy::new("restore-ca", vec!["svc.ns.svc".into()]);
+    let resolver = CertResolver::new();
+    let manager = CertManager::new(client.clone(), &ns.name, "restore", policy, vec![], resolver.clone());
+    assert_eq!(manager.reconcile().await.unwrap(), vec![Step::Create]);
+    let api: Api<Secret> = Api::namespaced(client, &ns.name);
+    let before = api.get("restore").await.unwrap().data;
+    let served = resolver.cert_pem();
+    api.delete("restore", &Default::default()).await.unwrap();
+    assert_eq!(manager.reconcile().await.unwrap(), vec![Step::Restore]);
+    assert_eq!(api.get("restore").await.unwrap().data, before, "not the same material");
+    assert_eq!(resolver.cert_pem(), served, "the served certificate changed");
+    assert_eq!(manager.reconcile().await.unwrap(), vec![], "nothing more to do");
+}
