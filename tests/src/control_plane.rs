@@ -131,6 +131,7 @@ pub struct ControlPlane {
     server: String,
     kubeconfig: PathBuf,
     etcd: Process,
+    etcd_client_port: u16,
     apiserver: Process,
     kcm: OnceCell<Process>,
     /// kube-scheduler and kwok.
@@ -295,6 +296,7 @@ impl ControlPlane {
             server,
             kubeconfig,
             etcd,
+            etcd_client_port: client_port,
             apiserver,
             kcm: OnceCell::new(),
             nodes: OnceCell::new(),
@@ -343,6 +345,27 @@ impl ControlPlane {
 
     fn startup_error(&self, what: String) -> Error {
         Error::Startup { what, logs: self.logs_tail(40) }
+    }
+
+    /// Restarts kube-apiserver (SIGTERM, 5 s, SIGKILL; same flags, port and certificates)
+    /// and waits until it is ready again. Clients reconnect by themselves.
+    ///
+    /// # Errors
+    /// [`Error::Startup`] when it does not come back within [`READY_TIMEOUT`].
+    pub async fn restart_apiserver(&self) -> Result<(), Error> {
+        self.apiserver.restart(Duration::from_secs(5))?;
+        self.wait_ready().await
+    }
+
+    /// Restarts etcd (SIGTERM, 5 s, SIGKILL; same data directory and ports) and waits until
+    /// it and kube-apiserver answer again.
+    ///
+    /// # Errors
+    /// [`Error::Startup`] when either does not come back within [`READY_TIMEOUT`].
+    pub async fn restart_etcd(&self) -> Result<(), Error> {
+        self.etcd.restart(Duration::from_secs(5))?;
+        wait_etcd(&self.etcd, self.etcd_client_port).await?;
+        self.wait_ready().await
     }
 
     /// Process ids of kube-apiserver and etcd (for CPU and memory figures).

@@ -33,6 +33,8 @@ pub struct Process {
     name: String,
     child: Mutex<Child>,
     log: PathBuf,
+    /// Program, arguments and environment, for [`Process::restart`].
+    command: (std::ffi::OsString, Vec<std::ffi::OsString>, Vec<(std::ffi::OsString, std::ffi::OsString)>),
 }
 
 impl Process {
@@ -40,8 +42,37 @@ impl Process {
     ///
     /// # Errors
     /// [`Error::Io`] if the log file cannot be created or the binary cannot be started.
-    pub fn spawn(name: &str, mut cmd: Command, log: &Path) -> Result<Process, Error> {
+    pub fn spawn(name: &str, cmd: Command, log: &Path) -> Result<Process, Error> {
+        let command = (
+            cmd.get_program().to_owned(),
+            cmd.get_args().map(ToOwned::to_owned).collect(),
+            cmd.get_envs().filter_map(|(k, v)| Some((k.to_owned(), v?.to_owned()))).collect(),
+        );
         let out = File::create(log).map_err(|e| Error::io(format!("creating {}", log.display()), e))?;
+        let child = Self::start(name, cmd, out)?;
+        Ok(Process { name: name.to_string(), child: Mutex::new(child), log: log.to_path_buf(), command })
+    }
+
+    /// Stops the process like [`Self::stop`] (SIGTERM, `grace`, SIGKILL) and starts the same
+    /// command again, appending to the same log; the pid changes.
+    ///
+    /// # Errors
+    /// [`Error::Io`] if it cannot be started again.
+    pub fn restart(&self, grace: std::time::Duration) -> Result<(), Error> {
+        self.stop(grace);
+        let (program, args, envs) = &self.command;
+        let mut cmd = Command::new(program);
+        cmd.args(args).envs(envs.iter().map(|(k, v)| (k, v)));
+        let out = std::fs::OpenOptions::new()
+            .append(true)
+            .open(&self.log)
+            .map_err(|e| Error::io(format!("opening {}", self.log.display()), e))?;
+        let child = Self::start(&self.name, cmd, out)?;
+        *self.child.lock().unwrap_or_else(|p| p.into_inner()) = child;
+        Ok(())
+    }
+
+    fn start(name: &str, mut cmd: Command, out: File) -> Result<Child, Error> {
         let err = out.try_clone().map_err(|e| Error::io("duplicating log handle", e))?;
         cmd.stdin(Stdio::null()).stdout(out).stderr(err).process_group(0);
         // The API server and its peers must never reach a proxy for loopback traffic.
@@ -50,7 +81,7 @@ impl Process {
         let child = spawn_on_spawner_thread(cmd).map_err(|e| Error::io(format!("starting {name}"), e))?;
         install_atexit();
         CLEANUP.lock().unwrap_or_else(|p| p.into_inner()).pids.push(child.id() as i32);
-        Ok(Process { name: name.to_string(), child: Mutex::new(child), log: log.to_path_buf() })
+        Ok(child)
     }
 
     /// The name given at spawn time (`etcd`, `kube-apiserver`, ...).
