@@ -128,7 +128,7 @@ impl Health {
     /// `Ok` when ready at `now`, else the reason.
     ///
     /// # Errors
-    /// The first unmet condition, in the order: API server, stores listed, watches.
+    /// The first unmet condition, in the order: API server, a failing watch, stores listed.
     pub fn readiness_at(&self, now: Instant) -> Result<(), String> {
         match (self.api_contact)() {
             None => return Err("no answer from the API server yet".into()),
@@ -142,14 +142,15 @@ impl Health {
         let window = self.timing.watch_error_window;
         for (namespace, term) in terms.iter() {
             let within = if namespace.is_empty() { String::new() } else { format!(" in {namespace}") };
-            if !(term.synced)() {
-                return Err(format!("leading, but the watches{within} have not listed yet"));
-            }
+            // A failing watch first: it is usually why the stores have not listed.
             if let Some((watch, (at, error))) =
                 term.failing.iter().find(|(_, (at, _))| now.saturating_duration_since(*at) <= window)
             {
                 let ago = now.saturating_duration_since(*at).as_secs();
                 return Err(format!("watch of {watch}{within} failed {ago}s ago: {error}"));
+            }
+            if !(term.synced)() {
+                return Err(format!("leading, but the watches{within} have not listed yet"));
             }
         }
         Ok(())

@@ -235,3 +235,46 @@ async fn a_namespaced_controller_works_with_roles_in_its_namespaces_only() {
 fn list<'a>(ps: impl IntoIterator<Item = &'a Permission>) -> String {
     ps.into_iter().map(ToString::to_string).collect::<Vec<_>>().join(", ")
 }
+
+/// `/readyz` follows the watches: a leader refused one watch (its ClusterRole lost the
+/// Ingress rule) says so, and is ready again once the rule is back.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_leader_refused_a_watch_is_not_ready_and_names_it() {
+    let _serial = SERIAL.lock().await;
+    let cp = qdr_tests::shared().await;
+    cp.install_crd().await;
+    let system = cp.namespace("refused-system").await;
+    let install = Install::new(&system.name);
+    cp.install_rbac(&install).unwrap();
+    let role = format!("qdr-operator-controller-{}", system.name);
+    let full = cp.kubectl_stdin(&["get", "clusterrole", &role, "-o", "json"], "").unwrap();
+    let mut without: Value = serde_json::from_str(&full).unwrap();
+    without["rules"].as_array_mut().unwrap().retain(|r| !r["resources"].to_string().contains("ingresses"));
+    cp.kubectl_stdin(&["replace", "-f", "-"], &without.to_string()).unwrap();
+
+    let health = common::free_port();
+    let cmd = common::controller_command_for(cp, &install, "refused-0", health);
+    let controller = qdr_tests::Process::spawn("refused-0", cmd, &cp.dir().join("refused-0.log")).unwrap();
+    let (status, body) = eventually("not ready, naming the watch", Duration::from_secs(60), || async {
+        let (status, body) = common::http_get(health, "/readyz").await?;
+        body.contains("watch of ingresses failed").then_some((status, body))
+    })
+    .await;
+    assert_eq!(status, 503, "{body}");
+    assert!(body.contains("forbidden"), "{body}");
+    assert_eq!(common::http_get(health, "/livez").await, Some((200, "ok".into())), "not a reason to restart");
+
+    let restored: Value = serde_json::from_str(&full).unwrap();
+    let mut restored = restored;
+    if let Some(m) = restored["metadata"].as_object_mut() {
+        m.remove("resourceVersion");
+    }
+    cp.kubectl_stdin(&["apply", "-f", "-"], &restored.to_string()).unwrap();
+    // The watcher retries with a backoff of at most 30 s; readiness also forgets an error
+    // after 60 s without another.
+    eventually("ready again", Duration::from_secs(90), || async {
+        (common::http_get(health, "/readyz").await? == (200, "ok".into())).then_some(())
+    })
+    .await;
+    controller.stop(Duration::from_secs(10));
+}
