@@ -16,6 +16,7 @@
 //! Failing answers are `503` with a one-line reason, such as `not ready: watch of secrets
 //! failed 3s ago: ... 403 Forbidden`.
 
+use std::borrow::Cow;
 use std::collections::BTreeMap;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
@@ -51,7 +52,7 @@ type Probe = Box<dyn Fn() -> bool + Send + Sync>;
 /// A leadership term: whether its stores have listed, and its failing watches.
 struct Term {
     synced: Probe,
-    failing: BTreeMap<&'static str, (Instant, String)>,
+    failing: BTreeMap<Cow<'static, str>, (Instant, String)>,
 }
 
 /// Readiness and liveness, shared by the election, the watches, the reconciler and the
@@ -101,15 +102,16 @@ impl Health {
     pub fn watch_result<E: std::fmt::Display>(
         &self,
         namespace: &str,
-        watch: &'static str,
+        watch: impl Into<Cow<'static, str>>,
         result: Result<(), &E>,
     ) {
+        let watch = watch.into();
         let mut terms = lock(&self.terms);
         let Some(term) = terms.get_mut(namespace) else { return };
         match result {
             Ok(()) => {
                 if !term.failing.is_empty() {
-                    term.failing.remove(watch);
+                    term.failing.remove(watch.as_ref());
                 }
             }
             Err(e) => {

@@ -41,7 +41,6 @@ where
 /// does not need.
 fn reflect<K>(
     (client, health): (&kube::Client, &Arc<Health>),
-    name: &'static str,
     ns: &str,
     wc: &watcher::Config,
     slim: fn(&mut K),
@@ -59,7 +58,7 @@ where
     let (store, mut writer) = reflector::store();
     let (health, namespace) = (health.clone(), ns.to_string());
     let woken = watcher(api::<K>(client, ns), wc.clone()).default_backoff().filter_map(move |event| {
-        health.watch_result(&namespace, name, event.as_ref().map(drop));
+        health.watch_result(&namespace, K::plural(&()), event.as_ref().map(drop));
         futures::future::ready(match event {
             Err(e) => Some(Err(e)),
             Ok(mut event) => {
@@ -123,7 +122,6 @@ pub async fn run_controller(ctx: Arc<Context>, namespace: &str) {
         (Arc::new(Written::default()), Arc::new(Written::default()), Arc::new(Written::default()));
     let (deployments, deployment_events) = reflect::<Deployment>(
         c,
-        "deployments",
         ns,
         &ours,
         slim_workload,
@@ -131,64 +129,27 @@ pub async fn run_controller(ctx: Arc<Context>, namespace: &str) {
     );
     let (daemon_sets, daemon_set_events) = reflect::<DaemonSet>(
         c,
-        "daemonsets",
         ns,
         &ours,
         slim_workload,
         owned_wake(drift.clone(), Some(written_daemon_sets.clone())),
     );
-    let (secrets, secret_events) = reflect::<Secret>(
-        c,
-        "secrets (ours)",
-        ns,
-        &ours,
-        slim,
-        owned_wake(drift.clone(), Some(written_secrets.clone())),
-    );
-    let (service_accounts, sa_events) = reflect::<PartialObjectMeta<ServiceAccount>>(
-        c,
-        "serviceaccounts",
-        ns,
-        &ours,
-        slim,
-        owned_wake(drift.clone(), None),
-    );
+    let (secrets, secret_events) =
+        reflect::<Secret>(c, ns, &ours, slim, owned_wake(drift.clone(), Some(written_secrets.clone())));
+    let (service_accounts, sa_events) =
+        reflect::<PartialObjectMeta<ServiceAccount>>(c, ns, &ours, slim, owned_wake(drift.clone(), None));
     let (roles, role_events) =
-        reflect::<PartialObjectMeta<Role>>(c, "roles", ns, &ours, slim, owned_wake(drift.clone(), None));
-    let (role_bindings, rb_events) = reflect::<PartialObjectMeta<RoleBinding>>(
-        c,
-        "rolebindings",
-        ns,
-        &ours,
-        slim,
-        owned_wake(drift.clone(), None),
-    );
-    let (services, service_events) = reflect::<PartialObjectMeta<Service>>(
-        c,
-        "services",
-        ns,
-        &ours,
-        slim,
-        owned_wake(drift.clone(), None),
-    );
-    let (config_maps, cm_events) = reflect::<PartialObjectMeta<ConfigMap>>(
-        c,
-        "configmaps",
-        ns,
-        &ours,
-        slim,
-        owned_wake(drift.clone(), None),
-    );
-    let (ingresses, ingress_events) = reflect::<PartialObjectMeta<Ingress>>(
-        c,
-        "ingresses",
-        ns,
-        &ours,
-        slim,
-        owned_wake(drift.clone(), None),
-    );
+        reflect::<PartialObjectMeta<Role>>(c, ns, &ours, slim, owned_wake(drift.clone(), None));
+    let (role_bindings, rb_events) =
+        reflect::<PartialObjectMeta<RoleBinding>>(c, ns, &ours, slim, owned_wake(drift.clone(), None));
+    let (services, service_events) =
+        reflect::<PartialObjectMeta<Service>>(c, ns, &ours, slim, owned_wake(drift.clone(), None));
+    let (config_maps, cm_events) =
+        reflect::<PartialObjectMeta<ConfigMap>>(c, ns, &ours, slim, owned_wake(drift.clone(), None));
+    let (ingresses, ingress_events) =
+        reflect::<PartialObjectMeta<Ingress>>(c, ns, &ours, slim, owned_wake(drift.clone(), None));
     let (pods, pod_events) =
-        reflect::<Pod>(c, "pods", ns, &all.clone().labels("interconnect_cr"), slim_pod, pod_wake());
+        reflect::<Pod>(c, ns, &all.clone().labels("interconnect_cr"), slim_pod, pod_wake());
     // User-provided Secrets (without our label) wake the Interconnects whose spec names
     // them (a missing one appearing, a renewal); ours come through the labelled watch.
     let secret_names = Arc::new(SecretNames::default());
@@ -197,7 +158,7 @@ pub async fn run_controller(ctx: Arc<Context>, namespace: &str) {
     let user_secrets = watcher(api::<PartialObjectMeta<Secret>>(client, ns), all.clone())
         .default_backoff()
         .filter_map(move |event| {
-            health.watch_result(&namespace, "secrets", event.as_ref().map(drop));
+            health.watch_result(&namespace, "secrets (all, metadata)", event.as_ref().map(drop));
             futures::future::ready(match event {
                 Err(e) => Some(Err(e)),
                 Ok(event) => {
