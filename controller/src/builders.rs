@@ -1,4 +1,4 @@
-//! Pure builders: one function per child object of an Interconnect, from its [`Owner`]
+//! Pure builders: one function per child object of an Interconnect, from its [`ValidatedInterconnect`]
 //! (defaulted and validated). No I/O, no clock: what they return is server-side applied as
 //! is. Every object is a k8s-openapi struct built field by field, so a misspelled field
 //! does not compile.
@@ -8,6 +8,9 @@
 //! two profiles sharing a Secret do not collide; the Deployment and the DaemonSet share one
 //! pod template; `users: none` means no SASL Secret, ConfigMap, mounts or environment; the
 //! anti-affinity selects on both labels; the pod template carries a hash of the config.
+
+#[cfg(test)]
+mod tests;
 
 use std::collections::BTreeMap;
 
@@ -27,9 +30,9 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::{LabelSelector, ObjectMeta};
 use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
 use qdr_api::{LinkRole, Listener, Placement, Role as RouterRole};
 
-use crate::owner::Owner;
 use crate::route::{Route, RoutePort, RouteSpec, RouteTargetReference, TlsConfig};
 use crate::router_config::{Rendered, cert_dir};
+use crate::validated::ValidatedInterconnect;
 
 /// Pod-template annotation holding the SHA-256 of the rendered config (a change rolls pods).
 pub const CONFIG_HASH: &str = "qdr-operator.io/config-hash";
@@ -58,12 +61,12 @@ pub struct Settings {
 }
 
 /// ServiceAccount `<name>` for the router pods (auto-mesh reads the pod list with it).
-pub fn service_account(o: &Owner) -> k8s_openapi::api::core::v1::ServiceAccount {
+pub fn service_account(o: &ValidatedInterconnect) -> k8s_openapi::api::core::v1::ServiceAccount {
     k8s_openapi::api::core::v1::ServiceAccount { metadata: o.meta(o.name()), ..Default::default() }
 }
 
 /// Role `<name>`: get and list pods (what the image's auto-mesh needs, nothing more).
-pub fn role(o: &Owner) -> Role {
+pub fn role(o: &ValidatedInterconnect) -> Role {
     Role {
         metadata: o.meta(o.name()),
         rules: Some(vec![PolicyRule {
@@ -76,7 +79,7 @@ pub fn role(o: &Owner) -> Role {
 }
 
 /// RoleBinding `<name>` of the Role to the ServiceAccount.
-pub fn role_binding(o: &Owner) -> RoleBinding {
+pub fn role_binding(o: &ValidatedInterconnect) -> RoleBinding {
     RoleBinding {
         metadata: o.meta(o.name()),
         subjects: Some(vec![Subject {
@@ -95,7 +98,7 @@ pub fn role_binding(o: &Owner) -> RoleBinding {
 
 /// ConfigMap `<name>-sasl-config` pointing Cyrus SASL at the sasldb the image builds; `None`
 /// with `users: none`.
-pub fn sasl_config_map(o: &Owner) -> Option<ConfigMap> {
+pub fn sasl_config_map(o: &ValidatedInterconnect) -> Option<ConfigMap> {
     o.users_secret()?;
     Some(ConfigMap {
         metadata: o.meta(&o.sasl_config_name()),
@@ -106,7 +109,7 @@ pub fn sasl_config_map(o: &Owner) -> Option<ConfigMap> {
 
 /// The users Secret `name` the operator creates when it is missing: user
 /// [`GENERATED_USER`] with `password`.
-pub fn users_secret(o: &Owner, name: &str, password: &str) -> Secret {
+pub fn users_secret(o: &ValidatedInterconnect, name: &str, password: &str) -> Secret {
     Secret {
         metadata: o.meta(name),
         data: Some(BTreeMap::from([(GENERATED_USER.into(), ByteString(password.as_bytes().to_vec()))])),
@@ -156,7 +159,7 @@ fn secret_volume(name: &str, secret: &str) -> Volume {
 /// and what auto-mesh needs to find its peers (`POD_NAMESPACE`, `POD_IP`). Nothing here
 /// depends on `size`: the Go operator's `POD_COUNT` (never read by the image) made every
 /// scale a rolling restart.
-fn router_env(o: &Owner, config: &Rendered) -> Vec<EnvVar> {
+fn router_env(o: &ValidatedInterconnect, config: &Rendered) -> Vec<EnvVar> {
     let mut env_vars = vec![env("APPLICATION_NAME", o.name()), env("QDROUTERD_CONF", config.text.clone())];
     if o.users_secret().is_some() {
         env_vars.push(env("QDROUTERD_AUTO_CREATE_SASLDB_SOURCE", format!("{SASL_USERS_DIR}/")));
@@ -173,7 +176,7 @@ fn router_env(o: &Owner, config: &Rendered) -> Vec<EnvVar> {
 /// The volumes of the pod and the router container's mounts, in matching order: one per
 /// sslProfile Secret (credentials, and the CA when the config reads it from its own
 /// Secret), then the SASL users Secret and ConfigMap.
-fn volumes_and_mounts(o: &Owner) -> (Vec<Volume>, Vec<VolumeMount>) {
+fn volumes_and_mounts(o: &ValidatedInterconnect) -> (Vec<Volume>, Vec<VolumeMount>) {
     let (mut volumes, mut mounts) = (Vec::new(), Vec::new());
     for (i, p) in o.spec().ssl_profiles.iter().flatten().enumerate() {
         if let Some(cred) = &p.credentials {
@@ -207,7 +210,12 @@ fn volumes_and_mounts(o: &Owner) -> (Vec<Volume>, Vec<VolumeMount>) {
 /// The pod template shared by the Deployment and the DaemonSet; `config` is the rendered
 /// router configuration (in `QDROUTERD_CONF`, its hash in [`CONFIG_HASH`]),
 /// `credentials_hash` the fingerprint of the mounted Secrets ([`CREDENTIALS_HASH`]).
-pub fn pod_template(o: &Owner, s: &Settings, config: &Rendered, credentials_hash: &str) -> PodTemplateSpec {
+pub fn pod_template(
+    o: &ValidatedInterconnect,
+    s: &Settings,
+    config: &Rendered,
+    credentials_hash: &str,
+) -> PodTemplateSpec {
     let plan = o.plan();
     let liveness = o.spec().liveness_port();
     let ports = [LinkRole::Normal, LinkRole::InterRouter]
@@ -295,7 +303,12 @@ impl Workload {
 }
 
 /// Deployment or DaemonSet `<name>` running `config`.
-pub fn workload(o: &Owner, s: &Settings, config: &Rendered, credentials_hash: &str) -> Workload {
+pub fn workload(
+    o: &ValidatedInterconnect,
+    s: &Settings,
+    config: &Rendered,
+    credentials_hash: &str,
+) -> Workload {
     let plan = o.plan();
     let template = pod_template(o, s, config, credentials_hash);
     let selector = LabelSelector { match_labels: Some(o.selector()), ..Default::default() };
@@ -320,7 +333,7 @@ pub fn workload(o: &Owner, s: &Settings, config: &Rendered, credentials_hash: &s
 }
 
 /// Service `<name>`: one port per listener of every kind, the Service type when set.
-pub fn service(o: &Owner) -> Service {
+pub fn service(o: &ValidatedInterconnect) -> Service {
     let ports = o
         .spec()
         .every_listener()
@@ -346,7 +359,7 @@ pub fn service(o: &Owner) -> Service {
 
 /// Exposed listeners of every kind, with their Ingress or Route name
 /// `<name>-<listener name or port>`.
-fn exposed(o: &Owner) -> impl Iterator<Item = (String, &Listener)> + '_ {
+fn exposed(o: &ValidatedInterconnect) -> impl Iterator<Item = (String, &Listener)> + '_ {
     o.spec()
         .every_listener()
         .map(|(_, _, l)| l)
@@ -355,7 +368,7 @@ fn exposed(o: &Owner) -> impl Iterator<Item = (String, &Listener)> + '_ {
 }
 
 /// Ingresses (networking.k8s.io/v1) `<name>-<listener name or port>` for exposed listeners.
-pub fn ingresses(o: &Owner) -> Vec<Ingress> {
+pub fn ingresses(o: &ValidatedInterconnect) -> Vec<Ingress> {
     exposed(o)
         .map(|(name, l)| Ingress {
             metadata: o.meta(&name),
@@ -386,7 +399,7 @@ pub fn ingresses(o: &Owner) -> Vec<Ingress> {
 /// OpenShift Routes `<name>-<listener name or port>` for exposed listeners, used instead of
 /// Ingresses when that API is served: TLS passthrough for listeners with an sslProfile, edge
 /// termination with redirect otherwise (Go operator parity).
-pub fn routes(o: &Owner) -> Vec<Route> {
+pub fn routes(o: &ValidatedInterconnect) -> Vec<Route> {
     exposed(o)
         .map(|(name, l)| {
             let (termination, insecure) =
@@ -418,6 +431,6 @@ pub enum Exposure {
 }
 
 /// [`ingresses`] or [`routes`], as `s` says the cluster serves.
-pub fn exposure(o: &Owner, s: &Settings) -> Exposure {
+pub fn exposure(o: &ValidatedInterconnect, s: &Settings) -> Exposure {
     if s.routes { Exposure::Routes(routes(o)) } else { Exposure::Ingresses(ingresses(o)) }
 }

@@ -1,26 +1,31 @@
 //! The qdr-operator controller: reconciles valid Interconnects into Qpid Dispatch Router
 //! workloads.
 //!
-//! * [`owner`]: the Interconnect being built (defaulted and validated);
+//! * [`validated`]: the Interconnect being built (defaulted and validated); [`labels`]: every
+//!   label key the children carry;
 //! * [`builders`] (pure, one function per child), [`router_config`] (the typed
-//!   `qdrouterd.conf`), [`credentials`] (generated CAs and certificates, renewal and CA
-//!   rotation), [`references`] (the Secrets a spec depends on), [`route`] (OpenShift Routes);
+//!   `qdrouterd.conf`), `credentials` (generated CAs and certificates, renewal and CA
+//!   rotation), `references` (the Secrets a spec depends on), [`route`] (OpenShift Routes);
 //! * [`reconcile`]: one pass as stages (observe, build, apply, status, events);
-//! * [`cache`]: what is watched and cached, and which events wake a reconcile;
+//! * `cache`: what is watched and cached, and which events wake a reconcile;
 //! * [`runtime`]: the kube-runtime controller and [`runtime::run_while_leading`];
 //! * [`lease`]: Lease-based leader election; [`metrics`]: Prometheus metrics; [`health`]:
 //!   what `/readyz` and `/livez` answer.
+//!
+//! Public are the modules the `qdr-controller` binary, the benchmarks and the integration
+//! tests use; the rest is `pub(crate)`, tested by `#[cfg(test)]` modules beside the code.
 
 pub mod builders;
-pub mod cache;
+pub(crate) mod cache;
 pub mod credentials;
 pub mod health;
+pub mod labels;
 pub mod lease;
-pub mod managed_fields;
+pub(crate) mod managed_fields;
 pub mod metrics;
-pub mod owner;
 pub mod reconcile;
-pub mod references;
+pub(crate) mod references;
 pub mod route;
 pub mod router_config;
 pub mod runtime;
+pub mod validated;

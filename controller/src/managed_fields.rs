@@ -15,6 +15,9 @@
 //! Entries of other managers (kube-controller-manager, a user's `kubectl`) and of
 //! subresources (`status`) are left alone.
 
+#[cfg(test)]
+mod tests;
+
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{FieldsV1, ManagedFieldsEntry, ObjectMeta, Time};
 use serde_json::{Map, Value};
 

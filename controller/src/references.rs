@@ -8,8 +8,8 @@ use std::collections::BTreeMap;
 use sha2::Digest;
 
 use crate::credentials::Data;
-use crate::owner::Owner;
 use crate::router_config::keys_read;
+use crate::validated::ValidatedInterconnect;
 
 /// A Secret the routers mount or the operator reads.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -27,7 +27,7 @@ pub struct Reference {
 /// Every Secret `o` depends on, in spec order: the SASL users Secret, each profile's
 /// `credentials` and (when the configuration reads it) `caCert`, and the user's issuer CA
 /// when generated credentials are signed by it.
-pub fn references(o: &Owner) -> Vec<Reference> {
+pub fn references(o: &ValidatedInterconnect) -> Vec<Reference> {
     let mut out = Vec::new();
     if let Some(users) = o.users_secret() {
         out.push(Reference { secret: users, field: "spec.users".into(), keys: vec![], mounted: true });

@@ -146,7 +146,7 @@ async fn the_controller_uses_every_permission_it_is_granted() {
     assert!(forbidden.is_empty(), "requests refused by deploy/'s RBAC:\n{}", forbidden.join("\n"));
     let granted = granted(&deploy_rbac(cp).unwrap(), "qdr-controller");
     // Creating a Role needs every permission it grants (RBAC escalation check).
-    let owner = qdr_controller::owner::Owner::new(
+    let owner = qdr_controller::validated::ValidatedInterconnect::new(
         &serde_json::from_value(json!({"metadata": {"name": "x", "namespace": "y", "uid": "z"}, "spec": {}}))
             .unwrap(),
     )

@@ -21,8 +21,8 @@ use k8s_openapi::api::core::v1::Secret;
 use kube::api::{Api, ApiResource, DynamicObject, GroupVersionKind, ListParams, PostParams};
 use qdr_api::Interconnect;
 use qdr_controller::builders;
-use qdr_controller::owner::Owner;
 use qdr_controller::reconcile::observe::named_secrets;
+use qdr_controller::validated::ValidatedInterconnect;
 use qdr_tests::{ControlPlane, Process};
 use serde_json::json;
 
@@ -60,7 +60,7 @@ fn start_controller(cp: &ControlPlane, install: &qdr_tests::rbac::Install, id: &
 
 /// The children `ic` must have, as `Kind` → names: what the builders make for its spec.
 fn expected(ic: &Interconnect) -> BTreeMap<&'static str, BTreeSet<String>> {
-    let o = Owner::new(ic).unwrap();
+    let o = ValidatedInterconnect::new(ic).unwrap();
     let one = |n: &str| BTreeSet::from([n.to_string()]);
     let mut m = BTreeMap::from([
         ("ServiceAccount", one(o.name())),

@@ -29,113 +29,58 @@ use k8s_openapi::api::apps::v1::{DaemonSet, Deployment};
 use k8s_openapi::api::core::v1::{ConfigMap, Secret, Service, ServiceAccount};
 use k8s_openapi::api::networking::v1::Ingress;
 use k8s_openapi::api::rbac::v1::{Role, RoleBinding};
-use kube::api::{Api, ApiResource, DeleteParams, DynamicObject, ListParams, Patch, PatchParams, PostParams};
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
+use kube::api::{Api, DeleteParams, ListParams, Patch, PatchParams, PostParams};
 use kube::{Resource, ResourceExt};
 use serde::Serialize;
 use serde::de::DeserializeOwned;
 
 use super::build::{Children, Secrets};
+use super::observe::{Observed, WorkloadState};
+use super::types::{Applied, Conflict, Generation, Ownership, WorkloadStatus};
 use crate::builders::{Exposure, Workload};
-use crate::cache::Cache;
+use crate::cache::{Cache, Cached};
 use crate::managed_fields::Adoption;
-use crate::owner::{FIELD_MANAGER, MANAGED_BY, Owner};
 use crate::route::Route;
+use crate::validated::{FIELD_MANAGER, ValidatedInterconnect};
 
-/// Why applying failed.
+/// Why applying failed. Every variant names the child (`kind`, `name`) and carries the API
+/// server's error.
 #[derive(Debug, thiserror::Error)]
-pub enum Error {
+#[allow(missing_docs)]
+pub(crate) enum Error {
     /// A server-side apply was refused.
     #[error("applying {kind} {name}: {source}")]
-    Apply {
-        /// Kind of the child.
-        kind: String,
-        /// Its name.
-        name: String,
-        /// The API error.
-        source: kube::Error,
-    },
+    Apply { kind: String, name: String, source: kube::Error },
     /// Creating a generated Secret failed (other than "already exists").
     #[error("creating {kind} {name}: {source}")]
-    Create {
-        /// Kind of the child.
-        kind: String,
-        /// Its name.
-        name: String,
-        /// The API error.
-        source: kube::Error,
-    },
+    Create { kind: String, name: String, source: kube::Error },
     /// An object observed missing exists (409 on create): the pass ran on a stale
     /// observation and is retried at once ([`Error::is_stale`]).
     #[error("{kind} {name} appeared since it was observed missing")]
-    Exists {
-        /// Kind of the child.
-        kind: String,
-        /// Its name.
-        name: String,
-    },
+    Exists { kind: String, name: String },
     /// Listing a kind for pruning failed.
     #[error("listing {kind} to prune: {source}")]
-    List {
-        /// The kind.
-        kind: String,
-        /// The API error.
-        source: kube::Error,
-    },
-    /// Looking up a child's owner failed.
+    List { kind: String, source: kube::Error },
+    /// Looking up who holds a child's name failed.
     #[error("reading {kind} {name}: {source}")]
-    Get {
-        /// Kind of the child.
-        kind: String,
-        /// Its name.
-        name: String,
-        /// The API error.
-        source: kube::Error,
-    },
-    /// Replacing a generated Secret failed (409: it changed since it was observed).
+    Get { kind: String, name: String, source: kube::Error },
+    /// Replacing a generated Secret failed (409: it changed since it was observed), or
+    /// taking over managed fields failed.
     #[error("updating {kind} {name}: {source}")]
-    Update {
-        /// Kind of the child.
-        kind: String,
-        /// Its name.
-        name: String,
-        /// The API error.
-        source: kube::Error,
-    },
+    Update { kind: String, name: String, source: kube::Error },
     /// Deleting an orphan failed.
     #[error("deleting {kind} {name}: {source}")]
-    Delete {
-        /// Kind of the orphan.
-        kind: String,
-        /// Its name.
-        name: String,
-        /// The API error.
-        source: kube::Error,
-    },
+    Delete { kind: String, name: String, source: kube::Error },
 }
 
 impl Error {
     /// Whether the pass failed only because its observation was stale ([`Error::Exists`], or
     /// a 409 replacing a generated Secret): nothing is wrong, the next pass will see more.
-    pub fn is_stale(&self) -> bool {
+    pub(crate) fn is_stale(&self) -> bool {
         matches!(self, Error::Exists { .. })
             || matches!(self, Error::Update { source: kube::Error::Api(s), .. } if s.code == 409)
     }
-}
-
-/// The workload's counts, read from the object the apply returned.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
-pub struct WorkloadStatus {
-    /// Routers wanted (`replicas`, or nodes scheduled for a DaemonSet).
-    pub desired: i32,
-    /// Routers whose pods are ready.
-    pub ready: i32,
-    /// Routers running the current pod template.
-    pub updated: i32,
-    /// Routers available (ready for `minReadySeconds`).
-    pub available: i32,
-    /// Whether the workload controller has observed the applied generation, so the counts
-    /// describe the applied spec.
-    pub current: bool,
 }
 
 impl WorkloadStatus {
@@ -158,48 +103,6 @@ impl WorkloadStatus {
             updated: st.updated_number_scheduled.unwrap_or(0),
             available: st.number_available.unwrap_or(0),
             current: st.observed_generation >= applied.metadata.generation,
-        }
-    }
-}
-
-pub use super::observe::Conflict;
-
-/// What applying did.
-#[derive(Debug, Clone, Default, PartialEq, Eq)]
-pub struct Applied {
-    /// The workload's counts after the apply.
-    pub workload: WorkloadStatus,
-    /// Orphans deleted, as `Kind name`.
-    pub pruned: Vec<String>,
-    /// Objects in the way: when not empty, nothing was applied.
-    pub conflicts: Vec<Conflict>,
-    /// Children whose fields written by the Go operator were taken over (`Kind name`): the
-    /// apply then removed the ones this controller does not set.
-    pub adopted: Vec<String>,
-}
-
-/// The kinds that can become orphans, each with the names to keep.
-struct Keep(Vec<(ApiResource, BTreeSet<String>)>);
-
-impl Keep {
-    fn new(routes: bool) -> Self {
-        let mut kinds = vec![
-            ApiResource::erase::<Deployment>(&()),
-            ApiResource::erase::<DaemonSet>(&()),
-            ApiResource::erase::<Ingress>(&()),
-            ApiResource::erase::<ConfigMap>(&()),
-            ApiResource::erase::<Secret>(&()),
-        ];
-        if routes {
-            kinds.push(ApiResource::erase::<Route>(&()));
-        }
-        Keep(kinds.into_iter().map(|k| (k, BTreeSet::new())).collect())
-    }
-
-    fn insert<K: Resource<DynamicType = ()>>(&mut self, name: impl Into<String>) {
-        let kind = K::kind(&());
-        if let Some((_, names)) = self.0.iter_mut().find(|(ar, _)| ar.kind == kind) {
-            names.insert(name.into());
         }
     }
 }
@@ -241,25 +144,26 @@ struct Found {
 }
 
 impl Found {
-    fn extend(&mut self, (conflict, adoption): (Option<Conflict>, Option<Adoption>)) {
-        self.conflicts.extend(conflict);
-        self.adoptions.extend(adoption);
+    fn add<T>(&mut self, ownership: Ownership<T>) {
+        match ownership {
+            Ownership::Free | Ownership::Ours(_, None) => {}
+            Ownership::Ours(_, Some(a)) => self.adoptions.push(a),
+            Ownership::Foreign(c) => self.conflicts.push(c),
+        }
     }
 }
 
-/// The [`Conflict`] of `name` of kind `K` (an existing object that `o` does not control), or
-/// else its [`Adoption`] when the Go operator wrote it.
-///
-/// A child in the labelled store is judged from there; one missing from it is looked up
-/// (metadata only), since an object without our label may hold the name.
-async fn conflict<K: Child>(
+/// Who holds `name` of kind `K`: judged from `stored` (the labelled store's metadata) when
+/// it is there, else from one metadata GET, since an object without our label may hold the
+/// name.
+async fn ownership<K: Child>(
     client: &kube::Client,
-    cache: &Cache,
-    o: &Owner,
+    o: &ValidatedInterconnect,
     name: &str,
-) -> Result<(Option<Conflict>, Option<Adoption>), Error> {
+    stored: Option<ObjectMeta>,
+) -> Result<Ownership, Error> {
     let kind = K::kind(&());
-    let meta = match cache.meta(&kind, o.namespace(), name) {
+    let meta = match stored {
         Some(meta) => meta,
         None => {
             let found = Api::<K>::namespaced(client.clone(), o.namespace())
@@ -268,43 +172,55 @@ async fn conflict<K: Child>(
                 .map_err(|source| Error::Get { kind: kind.to_string(), name: name.into(), source })?;
             match found {
                 Some(m) => m.metadata,
-                None => return Ok((None, None)),
+                None => return Ok(Ownership::Free),
             }
         }
     };
     match Conflict::of(o, &kind, name, meta.owner_references.as_deref().unwrap_or_default()) {
-        Some(c) => Ok((Some(c), None)),
-        None => Ok((None, Adoption::of::<K>(&meta, FIELD_MANAGER))),
+        Some(c) => Ok(Ownership::Foreign(c)),
+        None => Ok(Ownership::Ours((), Adoption::of::<K>(&meta, FIELD_MANAGER))),
     }
 }
 
-/// Every child of `children` whose name is taken by an object `o` does not control, and
-/// every one of ours to adopt; the workload was already looked at by observe.
-async fn conflicts(
+/// [`ownership`] of a kind the controller keeps a store of.
+async fn cached_ownership<K: Child + Cached>(
     client: &kube::Client,
     cache: &Cache,
-    o: &Owner,
+    o: &ValidatedInterconnect,
+    name: &str,
+) -> Result<Ownership, Error> {
+    ownership::<K>(client, o, name, cache.meta::<K>(o.namespace(), name)).await
+}
+
+/// Who holds each name of `children`; the workload's name was already looked at by observe.
+async fn look_up(
+    client: &kube::Client,
+    cache: &Cache,
+    o: &ValidatedInterconnect,
     children: &Children,
-    workload: (Option<Conflict>, Option<Adoption>),
+    workload: &Ownership<WorkloadState>,
 ) -> Result<Found, Error> {
     let mut found = Found::default();
-    found.extend(workload);
-    found.extend(conflict::<ServiceAccount>(client, cache, o, &children.service_account.name_any()).await?);
-    found.extend(conflict::<Role>(client, cache, o, &children.role.name_any()).await?);
-    found.extend(conflict::<RoleBinding>(client, cache, o, &children.role_binding.name_any()).await?);
+    found.add(workload.clone());
+    found.add(
+        cached_ownership::<ServiceAccount>(client, cache, o, &children.service_account.name_any()).await?,
+    );
+    found.add(cached_ownership::<Role>(client, cache, o, &children.role.name_any()).await?);
+    found.add(cached_ownership::<RoleBinding>(client, cache, o, &children.role_binding.name_any()).await?);
     if let Some(cm) = &children.sasl_config_map {
-        found.extend(conflict::<ConfigMap>(client, cache, o, &cm.name_any()).await?);
+        found.add(cached_ownership::<ConfigMap>(client, cache, o, &cm.name_any()).await?);
     }
-    found.extend(conflict::<Service>(client, cache, o, &children.service.name_any()).await?);
+    found.add(cached_ownership::<Service>(client, cache, o, &children.service.name_any()).await?);
     match &children.exposure {
         Exposure::Ingresses(list) => {
             for i in list {
-                found.extend(conflict::<Ingress>(client, cache, o, &i.name_any()).await?);
+                found.add(cached_ownership::<Ingress>(client, cache, o, &i.name_any()).await?);
             }
         }
         Exposure::Routes(list) => {
             for r in list {
-                found.extend(conflict::<Route>(client, cache, o, &r.name_any()).await?);
+                // Routes are not watched: always read by name.
+                found.add(ownership::<Route>(client, o, &r.name_any(), None).await?);
             }
         }
     }
@@ -335,30 +251,16 @@ async fn create_if_missing<K: Child>(client: &kube::Client, ns: &str, obj: &K) -
     }
 }
 
-/// Deletes the objects of kind `ar` labelled as children of `o`, controlled by it, and not
-/// in `keep`. Returns them as `Kind name`.
-///
-/// The labelled stores answer for every cached kind; Routes are listed.
-async fn prune(
+/// Deletes those of `children` (kind `K`, labelled as children of `o`) that `o` controls
+/// and are not in `keep`. Returns them as `Kind name`; a 404 means someone was faster.
+async fn delete_orphans<K: Child>(
     client: &kube::Client,
-    cache: &Cache,
-    o: &Owner,
-    ar: &ApiResource,
+    o: &ValidatedInterconnect,
+    children: Vec<ObjectMeta>,
     keep: &BTreeSet<String>,
 ) -> Result<Vec<String>, Error> {
-    let api: Api<DynamicObject> = Api::namespaced_with(client.clone(), o.namespace(), ar);
-    let selector = [("interconnect_cr", o.name()), (crate::cache::MANAGED_BY_LABEL, MANAGED_BY)];
-    let children = match cache.labelled(&ar.kind, o.namespace(), &selector) {
-        Some(found) => found,
-        None => api
-            .list_metadata(&ListParams::default().labels(&o.children_selector()))
-            .await
-            .map_err(|source| Error::List { kind: ar.kind.clone(), source })?
-            .items
-            .into_iter()
-            .map(|m| m.metadata)
-            .collect(),
-    };
+    let api: Api<K> = Api::namespaced(client.clone(), o.namespace());
+    let kind = K::kind(&());
     let mut deleted = Vec::new();
     for meta in children {
         let controlled = o.controls(meta.owner_references.as_deref().unwrap_or_default());
@@ -367,12 +269,73 @@ async fn prune(
             continue;
         }
         match api.delete(&name, &DeleteParams::background()).await {
-            Ok(_) => deleted.push(format!("{} {name}", ar.kind)),
+            Ok(_) => deleted.push(format!("{kind} {name}")),
             Err(kube::Error::Api(s)) if s.code == 404 => {}
-            Err(source) => return Err(Error::Delete { kind: ar.kind.clone(), name, source }),
+            Err(source) => return Err(Error::Delete { kind: kind.to_string(), name, source }),
         }
     }
     Ok(deleted)
+}
+
+/// Prunes kind `K` from its labelled store ([`delete_orphans`]).
+async fn prune<K: Child + Cached>(
+    client: &kube::Client,
+    cache: &Cache,
+    o: &ValidatedInterconnect,
+    keep: &BTreeSet<String>,
+) -> Result<Vec<String>, Error> {
+    let children = cache.labelled::<K>(o.namespace(), &o.children_labels());
+    delete_orphans::<K>(client, o, children, keep).await
+}
+
+/// Prunes Routes, which are not watched: they are listed (metadata only).
+async fn prune_routes(
+    client: &kube::Client,
+    o: &ValidatedInterconnect,
+    keep: &BTreeSet<String>,
+) -> Result<Vec<String>, Error> {
+    let children = Api::<Route>::namespaced(client.clone(), o.namespace())
+        .list_metadata(&ListParams::default().labels(&o.children_selector()))
+        .await
+        .map_err(|source| Error::List { kind: "Route".into(), source })?
+        .items
+        .into_iter()
+        .map(|m| m.metadata)
+        .collect();
+    delete_orphans::<Route>(client, o, children, keep).await
+}
+
+/// The names of the children applied, by the kinds that can become orphans.
+#[derive(Debug, Default)]
+struct Keep {
+    deployments: BTreeSet<String>,
+    daemon_sets: BTreeSet<String>,
+    ingresses: BTreeSet<String>,
+    config_maps: BTreeSet<String>,
+    secrets: BTreeSet<String>,
+    /// `None` when Routes are not served (Ingresses are used): nothing to prune.
+    routes: Option<BTreeSet<String>>,
+}
+
+impl Keep {
+    /// Deletes every child of `o` that is not kept (the Deployment after `Any` → `Every`,
+    /// the Ingress of a listener no longer exposed, ...).
+    async fn prune(
+        &self,
+        client: &kube::Client,
+        cache: &Cache,
+        o: &ValidatedInterconnect,
+    ) -> Result<Vec<String>, Error> {
+        let mut pruned = prune::<Deployment>(client, cache, o, &self.deployments).await?;
+        pruned.extend(prune::<DaemonSet>(client, cache, o, &self.daemon_sets).await?);
+        pruned.extend(prune::<Ingress>(client, cache, o, &self.ingresses).await?);
+        pruned.extend(prune::<ConfigMap>(client, cache, o, &self.config_maps).await?);
+        pruned.extend(prune::<Secret>(client, cache, o, &self.secrets).await?);
+        if let Some(routes) = &self.routes {
+            pruned.extend(prune_routes(client, o, routes).await?);
+        }
+        Ok(pruned)
+    }
 }
 
 /// A fingerprint of everything [`apply`] would write for `children` (each child's JSON),
@@ -383,7 +346,7 @@ async fn prune(
 /// they would all be no-ops. Such passes are woken by router pods and by the workload
 /// controller's status, and cost only their status write. A full apply still runs at least
 /// every [`super::RESYNC`].
-pub fn fingerprint(children: &Children) -> Option<u64> {
+fn fingerprint(children: &Children) -> Option<u64> {
     use std::hash::{Hash, Hasher};
     if !children.secrets.create.is_empty() || !children.secrets.update.is_empty() {
         return None;
@@ -409,7 +372,7 @@ pub fn fingerprint(children: &Children) -> Option<u64> {
 
 /// What [`apply`] would report without writing anything, from the stores: the workload's
 /// counts. `None` when the workload is not in the store (then apply).
-pub fn unchanged(cache: &Cache, o: &Owner, children: &Children) -> Option<Applied> {
+fn unchanged(cache: &Cache, o: &ValidatedInterconnect, children: &Children) -> Option<Applied> {
     let workload = match &children.workload {
         Workload::Deployment(d) => {
             WorkloadStatus::of_deployment(d, cache.deployment(o.namespace(), o.name())?.as_ref())
@@ -421,24 +384,63 @@ pub fn unchanged(cache: &Cache, o: &Owner, children: &Children) -> Option<Applie
     Some(Applied { workload, ..Applied::default() })
 }
 
+/// [`apply`], or, when every write would be a no-op, only what it would report.
+///
+/// The applies are skipped when the generation was reconciled before, the workload needs
+/// no take-over, no child of `o` drifted since its last full apply in this term (the drift
+/// mark is consumed here), and the children have that apply's [`fingerprint`] (no Secret to
+/// create or replace), less than [`super::RESYNC`] ago. A full apply is recorded in the
+/// term's memo unless a name was in the way.
+///
+/// # Errors
+/// As [`apply`].
+pub(crate) async fn apply_or_reuse(
+    client: &kube::Client,
+    cache: &Cache,
+    o: &ValidatedInterconnect,
+    observed: &Observed,
+    children: Children,
+    generation: Generation,
+) -> Result<Applied, Error> {
+    let key = o.namespaced_name();
+    let fingerprint = fingerprint(&children);
+    let drifted = cache.drift.take(&key);
+    let adopting = matches!(observed.workload, Ownership::Ours(_, Some(_)));
+    let reusable = match fingerprint {
+        Some(f) if !drifted && generation == Generation::Reconciled && !adopting => {
+            cache.applied.is_current(&key, o.uid(), o.generation(), f, super::RESYNC)
+        }
+        _ => false,
+    };
+    if let Some(applied) = reusable.then(|| unchanged(cache, o, &children)).flatten() {
+        return Ok(applied);
+    }
+    let applied = apply(client, cache, o, children, &observed.workload, generation).await?;
+    if let Some(f) = fingerprint
+        && applied.conflicts.is_empty()
+    {
+        cache.applied.record(&key, o.uid(), o.generation(), f);
+    }
+    Ok(applied)
+}
+
 /// Applies every child of `o` unless one of their names is taken by an object `o` does not
 /// control (then nothing is written and [`Applied::conflicts`] lists them, starting with
 /// what observe found under the workload's name, `workload`); takes over the fields the Go
-/// operator wrote on children of ours ([`crate::managed_fields`]); when
-/// `prune_orphans`, deletes the children it no longer wants (the Deployment after `Any` →
-/// `Every`, the Ingress of a listener no longer exposed, ...).
+/// operator wrote on children of ours ([`crate::managed_fields`]); for a
+/// [`Generation::New`], deletes the children it no longer wants.
 ///
 /// # Errors
 /// The first failed read or write, as an [`Error`] naming kind and name.
-pub async fn apply(
+async fn apply(
     client: &kube::Client,
     cache: &Cache,
-    o: &Owner,
+    o: &ValidatedInterconnect,
     children: Children,
-    workload: (Option<Conflict>, Option<Adoption>),
-    prune_orphans: bool,
+    workload: &Ownership<WorkloadState>,
+    generation: Generation,
 ) -> Result<Applied, Error> {
-    let Found { conflicts, adoptions } = conflicts(client, cache, o, &children, workload).await?;
+    let Found { conflicts, adoptions } = look_up(client, cache, o, &children, workload).await?;
     if !conflicts.is_empty() {
         return Ok(Applied { conflicts, ..Applied::default() });
     }
@@ -460,16 +462,14 @@ pub async fn apply(
         workload,
         service,
         exposure,
-        router_config: _, // carried by the workload's pod template
-        credentials: _,   // reported, not applied
     } = children;
     let ns = o.namespace();
-    let mut keep = Keep::new(matches!(exposure, Exposure::Routes(_)));
+    let mut keep = Keep { secrets: keep_secrets, ..Keep::default() };
     ssa(client, ns, &service_account).await?;
     ssa(client, ns, &role).await?;
     ssa(client, ns, &role_binding).await?;
     if let Some(cm) = &sasl_config_map {
-        keep.insert::<ConfigMap>(cm.name_any());
+        keep.config_maps.insert(cm.name_any());
         ssa(client, ns, cm).await?;
     }
     for s in &create {
@@ -478,19 +478,16 @@ pub async fn apply(
     for s in &update {
         cache.written_secrets.record(replace_secret(client, ns, s).await?);
     }
-    for name in keep_secrets {
-        keep.insert::<Secret>(name);
-    }
     let workload = match workload {
         Workload::Deployment(d) => {
-            keep.insert::<Deployment>(d.name_any());
+            keep.deployments.insert(d.name_any());
             let applied = ssa(client, ns, d.as_ref()).await?;
             let status = WorkloadStatus::of_deployment(&d, &applied);
             cache.written_deployments.record(applied);
             status
         }
         Workload::DaemonSet(d) => {
-            keep.insert::<DaemonSet>(d.name_any());
+            keep.daemon_sets.insert(d.name_any());
             let applied = ssa(client, ns, d.as_ref()).await?;
             let status = WorkloadStatus::of_daemon_set(&applied);
             cache.written_daemon_sets.record(applied);
@@ -501,22 +498,21 @@ pub async fn apply(
     match exposure {
         Exposure::Ingresses(list) => {
             for i in &list {
-                keep.insert::<Ingress>(i.name_any());
+                keep.ingresses.insert(i.name_any());
                 ssa(client, ns, i).await?;
             }
         }
         Exposure::Routes(list) => {
+            let routes = keep.routes.insert(BTreeSet::new());
             for r in &list {
-                keep.insert::<Route>(r.name_any());
+                routes.insert(r.name_any());
                 ssa(client, ns, r).await?;
             }
         }
     }
-    let mut pruned = Vec::new();
-    if prune_orphans {
-        for (ar, names) in &keep.0 {
-            pruned.extend(prune(client, cache, o, ar, names).await?);
-        }
-    }
+    let pruned = match generation {
+        Generation::New => keep.prune(client, cache, o).await?,
+        Generation::Reconciled => Vec::new(),
+    };
     Ok(Applied { workload, pruned, conflicts: Vec::new(), adopted })
 }

@@ -1,10 +1,13 @@
-//! Stage 2, **build**: every child of one Interconnect, from the [`Owner`], the
+//! Stage 2, **build**: every child of one Interconnect, from the [`ValidatedInterconnect`], the
 //! controller's [`Settings`] and what was [`Observed`]. No I/O and no clock (the time comes
 //! from the observation); the only randomness is fresh key material and the generated SASL
 //! password, made only for Secrets that are missing or due for renewal. The router
 //! configuration is rendered once here and used for both `QDROUTERD_CONF` and the
 //! pod-template hash; the mounted Secrets, as they will be after this pass, give the
 //! credentials fingerprint.
+
+#[cfg(test)]
+mod tests;
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::time::{Duration, SystemTime};
@@ -15,15 +18,16 @@ use k8s_openapi::api::rbac::v1::{Role, RoleBinding};
 use super::observe::{Observed, named_secrets};
 use crate::builders::{self, Exposure, Settings, Workload};
 use crate::credentials::{self, CredentialChange, CredentialsError, Data, EXPIRY_WARNING, is_generated_by};
-use crate::owner::Owner;
 use crate::references::{Unmet, fingerprint, references, unmet};
 use crate::router_config::Rendered;
+use crate::validated::ValidatedInterconnect;
 
-/// Why building failed.
+/// Why building failed: credentials could not be issued (a named CA is missing, or
+/// generation failed).
 #[derive(Debug, thiserror::Error)]
 pub enum Error {
-    /// Credentials could not be issued (a named CA is missing, or generation failed).
     #[error("credentials: {0}")]
+    #[allow(missing_docs)]
     Credentials(#[from] CredentialsError),
 }
 
@@ -39,8 +43,9 @@ pub struct Secrets {
     pub keep: BTreeSet<String>,
 }
 
-/// Every child of one Interconnect: one field per kind. [`super::apply`] destructures it
-/// without `..`, so a field added here and never applied does not compile.
+/// Every child of one Interconnect, and nothing else: one field per kind.
+/// [`super::apply`] destructures it without `..`, so a field added here and never applied
+/// does not compile.
 #[derive(Debug, Clone, PartialEq)]
 pub struct Children {
     /// ServiceAccount `<name>`.
@@ -59,10 +64,27 @@ pub struct Children {
     pub service: Service,
     /// Ingresses or Routes of exposed listeners.
     pub exposure: Exposure,
-    /// The router configuration the workload runs, rendered once.
-    pub router_config: Rendered,
-    /// What the credentials look like after this pass (not applied: reported).
+}
+
+/// What a build made that is reported (status, Events) rather than applied.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Report {
+    /// The router configuration the workload runs, rendered once (its hash is in the pod
+    /// template).
+    pub config: Rendered,
+    /// `spec.replicas` of the Deployment (`None` for a DaemonSet).
+    pub replicas: Option<i32>,
+    /// What the credentials look like after this pass.
     pub credentials: CredentialsReport,
+}
+
+/// The result of [`build`]: the children to apply and what to report.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Built {
+    /// What [`super::apply`] writes.
+    pub children: Children,
+    /// What [`super::status`] and [`super::events`] report.
+    pub report: Report,
 }
 
 /// The state of the Secrets an Interconnect depends on, after this pass.
@@ -89,15 +111,14 @@ fn password() -> String {
     (0..16).map(|_| rng.sample(rand::distr::Alphanumeric) as char).collect()
 }
 
-/// Builds every child of `o`.
+/// Builds every child of `o`, and what is reported about them.
 ///
 /// # Errors
 /// [`Error::Credentials`] when a certificate cannot be generated.
-pub fn build(o: &Owner, settings: &Settings, observed: &Observed) -> Result<Children, Error> {
+pub fn build(o: &ValidatedInterconnect, settings: &Settings, observed: &Observed) -> Result<Built, Error> {
     let router_config = Rendered::of(o.spec());
     let existing = observed.existing_secrets();
-    let running =
-        observed.workload.as_ref().filter(|w| w.rolled_out).and_then(|w| w.credentials_hash.clone());
+    let running = observed.workload.ours().filter(|w| w.rolled_out).and_then(|w| w.credentials_hash.clone());
     let refs = references(o);
     let observed_data: BTreeMap<String, Data> =
         existing.iter().map(|(n, s)| (n.clone(), s.data.clone().unwrap_or_default())).collect();
@@ -141,16 +162,20 @@ pub fn build(o: &Owner, settings: &Settings, observed: &Observed) -> Result<Chil
         next_renewal: plan.next_renewal,
         fingerprint: credentials_hash.clone(),
     };
-    Ok(Children {
+    let workload = builders::workload(o, settings, &router_config, &credentials_hash);
+    let replicas = match &workload {
+        Workload::Deployment(d) => d.spec.as_ref().and_then(|s| s.replicas),
+        Workload::DaemonSet(_) => None,
+    };
+    let children = Children {
         service_account: builders::service_account(o),
         role: builders::role(o),
         role_binding: builders::role_binding(o),
         sasl_config_map: builders::sasl_config_map(o),
         secrets: Secrets { create, update: plan.update, keep: named_secrets(o) },
-        workload: builders::workload(o, settings, &router_config, &credentials_hash),
+        workload,
         service: builders::service(o),
         exposure: builders::exposure(o, settings),
-        router_config,
-        credentials,
-    })
+    };
+    Ok(Built { children, report: Report { config: router_config, replicas, credentials } })
 }

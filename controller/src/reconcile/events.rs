@@ -1,25 +1,36 @@
 //! Stage 5, **events**: what a pass changed that a user should hear about, as Kubernetes
-//! Events on the Interconnect (events.k8s.io/v1, reporting controller `qdr-operator`). Each
-//! [`Change`] is worked out purely, before or after the apply, and published only once the
-//! pass got that far, so an Event is never sent for a change that was not made. Events are
-//! sent on transitions only, never once per pass.
+//! Events on the Interconnect (events.k8s.io/v1, reporting controller `qdr-operator`). The
+//! [`Change`]s are worked out purely from the whole pass ([`for_pass`]) and published once
+//! its status is written, so an Event is never sent for a change that was not made. Events
+//! are sent on transitions only, never once per pass.
+
+use std::collections::HashMap;
+use std::sync::Mutex;
+use std::time::{Duration, Instant};
 
 use kube::Resource;
 use kube::runtime::events::{Event, EventType, Recorder};
-use qdr_api::Interconnect;
+use qdr_api::{Interconnect, InterconnectStatus};
 
-use super::build::Children;
+use super::build::Report;
 use super::observe::Observed;
-use super::status::{CONFLICTING_OBJECT, DEGRADED, MISSING_SECRET, READY, SPEC_VALID, UNSCHEDULABLE};
+use super::status::{conflicts_message, missing_message};
+use super::types::{
+    CONFLICTING_OBJECT, DEGRADED, INVALID_SPEC, MISSING_SECRET, READY, SPEC_VALID, UNSCHEDULABLE,
+};
+use super::{Pass, Reconciled};
 use crate::credentials::CredentialChange;
-use qdr_api::InterconnectStatus;
+use crate::validated::namespaced_name;
 
 /// Longest Event note written (the API's limit is 1 kB).
-pub const MAX_NOTE: usize = 1000;
+pub(crate) const MAX_NOTE: usize = 1000;
+
+/// How often at most a user-provided certificate's coming expiry is warned about.
+pub(crate) const EXPIRY_WARNING_INTERVAL: Duration = Duration::from_secs(24 * 3600);
 
 /// A change worth an Event.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub enum Change {
+pub(crate) enum Change {
     /// Warning `InvalidSpec`: the spec of this generation is invalid (every violation).
     InvalidSpec(String),
     /// `ConfigChanged`: the router configuration changed, so the routers roll.
@@ -56,9 +67,9 @@ pub enum Change {
 
 impl Change {
     /// The Event to publish.
-    pub fn event(&self) -> Event {
+    pub(crate) fn event(&self) -> Event {
         let (type_, reason, note) = match self {
-            Change::InvalidSpec(m) => (EventType::Warning, "InvalidSpec", m.clone()),
+            Change::InvalidSpec(m) => (EventType::Warning, INVALID_SPEC, m.clone()),
             Change::ConfigChanged => (
                 EventType::Normal,
                 "ConfigChanged",
@@ -105,10 +116,72 @@ impl Change {
     }
 }
 
+/// The Events of a pass, in order, given the status it led to (`new`; `None` when it left
+/// the status alone). Warnings about a state (invalid spec, conflict, missing Secret) are
+/// sent once per generation, judged from the stored status; the scheduling Events on each
+/// change of that state; a user certificate's coming expiry once per
+/// [`EXPIRY_WARNING_INTERVAL`] (remembered in `expiry`).
+pub(crate) fn for_pass(
+    ic: &Interconnect,
+    pass: &Pass,
+    new: Option<&InterconnectStatus>,
+    expiry: &ExpiryWarnings,
+) -> Vec<Change> {
+    let r = match pass {
+        Pass::Wait(_) => return Vec::new(),
+        Pass::Invalid(message) => return invalid_spec(ic, message).into_iter().collect(),
+        Pass::Reconciled(r) => r,
+    };
+    let Reconciled { observed, report, applied, .. } = r.as_ref();
+    if !applied.conflicts.is_empty() {
+        return conflicting(ic, &conflicts_message(applied)).into_iter().collect();
+    }
+    let mut changes = planned(observed, report);
+    if !applied.adopted.is_empty() {
+        changes.push(Change::Adopted(applied.adopted.clone()));
+    }
+    if !applied.pruned.is_empty() {
+        changes.push(Change::Pruned(applied.pruned.clone()));
+    }
+    if !report.credentials.unmet.is_empty() {
+        changes.extend(missing_secret(ic, &missing_message(&report.credentials)));
+    }
+    changes.extend(new.and_then(|new| scheduling(ic, new)));
+    changes.extend(expiry.due(ic, &report.credentials.expiring));
+    changes
+}
+
+/// When a `CertificateExpiring` Warning was last sent, by `namespace/name/secret`.
+#[derive(Debug, Default)]
+pub(crate) struct ExpiryWarnings {
+    sent: Mutex<HashMap<String, Instant>>,
+}
+
+impl ExpiryWarnings {
+    /// `CertificateExpiring` Warnings for `expiring` (Secret, line), each at most once per
+    /// [`EXPIRY_WARNING_INTERVAL`] per Interconnect and Secret.
+    fn due(&self, ic: &Interconnect, expiring: &[(String, String)]) -> Vec<Change> {
+        let mut sent = self.sent.lock().unwrap_or_else(|e| e.into_inner());
+        let now = Instant::now();
+        expiring
+            .iter()
+            .filter(|(secret, _)| {
+                let k = format!("{}/{secret}", namespaced_name(ic));
+                let due = sent.get(&k).is_none_or(|t| now.duration_since(*t) >= EXPIRY_WARNING_INTERVAL);
+                if due {
+                    sent.insert(k, now);
+                }
+                due
+            })
+            .map(|(_, line)| Change::CertificateExpiring(line.clone()))
+            .collect()
+    }
+}
+
 /// `InvalidSpec` with `message` (every violation), unless the stored status already reports
 /// this generation as invalid (one Warning per generation, not one per pass).
-pub fn invalid(ic: &Interconnect, message: &str) -> Option<Change> {
-    (!reported(ic, SPEC_VALID, "InvalidSpec")).then(|| Change::InvalidSpec(message.into()))
+fn invalid_spec(ic: &Interconnect, message: &str) -> Option<Change> {
+    (!reported(ic, SPEC_VALID, INVALID_SPEC)).then(|| Change::InvalidSpec(message.into()))
 }
 
 /// Whether the stored status already has condition `type_` with `reason` at the current
@@ -122,12 +195,12 @@ fn reported(ic: &Interconnect, type_: &str, reason: &str) -> bool {
 }
 
 /// `ConflictingObject` with `message`, once per generation.
-pub fn conflicting(ic: &Interconnect, message: &str) -> Option<Change> {
+fn conflicting(ic: &Interconnect, message: &str) -> Option<Change> {
     (!reported(ic, DEGRADED, CONFLICTING_OBJECT)).then(|| Change::ConflictingObject(message.into()))
 }
 
 /// `MissingSecret` with `message`, once per generation.
-pub fn missing_secret(ic: &Interconnect, message: &str) -> Option<Change> {
+fn missing_secret(ic: &Interconnect, message: &str) -> Option<Change> {
     (!reported(ic, READY, MISSING_SECRET)).then(|| Change::MissingSecret(message.into()))
 }
 
@@ -136,7 +209,7 @@ pub fn missing_secret(ic: &Interconnect, message: &str) -> Option<Change> {
 /// not say exactly that (a new count or a new scheduler reason is a change), `Scheduled`
 /// when the stored one did and the new one does not. Comparing the two statuses (not memory)
 /// keeps this right across restarts and leader changes.
-pub fn scheduling(ic: &Interconnect, new: &InterconnectStatus) -> Option<Change> {
+pub(crate) fn scheduling(ic: &Interconnect, new: &InterconnectStatus) -> Option<Change> {
     let unschedulable = |s: Option<&InterconnectStatus>| {
         s.into_iter()
             .flat_map(|s| &s.conditions)
@@ -150,31 +223,34 @@ pub fn scheduling(ic: &Interconnect, new: &InterconnectStatus) -> Option<Change>
     }
 }
 
-/// What applying `children` over the `observed` workload changes: the config (a new hash),
+/// What applying the build over the `observed` workload changes: the config (a new hash),
 /// the mounted credentials (a new fingerprint), the number of replicas (Deployments), and
 /// renewed or rotated credentials.
-pub fn planned(observed: &Observed, children: &Children) -> Vec<Change> {
+fn planned(observed: &Observed, report: &Report) -> Vec<Change> {
     let mut changes: Vec<Change> =
-        children.credentials.changes.iter().cloned().map(Change::Credential).collect();
-    let Some(old) = &observed.workload else { return changes };
-    if old.config_hash.as_ref().is_some_and(|h| *h != children.router_config.hash) {
+        report.credentials.changes.iter().cloned().map(Change::Credential).collect();
+    let Some(old) = observed.workload.ours() else { return changes };
+    if old.config_hash.as_ref().is_some_and(|h| *h != report.config.hash) {
         changes.push(Change::ConfigChanged);
     }
-    if old.credentials_hash.as_ref().is_some_and(|h| *h != children.credentials.fingerprint) {
+    if old.credentials_hash.as_ref().is_some_and(|h| *h != report.credentials.fingerprint) {
         changes.push(Change::CredentialsChanged);
     }
-    if let crate::builders::Workload::Deployment(d) = &children.workload {
-        let new = d.spec.as_ref().and_then(|s| s.replicas);
-        if old.replicas != new {
-            changes.push(Change::Scaled { from: old.replicas.unwrap_or(0), to: new.unwrap_or(0) });
-        }
+    if let Some(new) = report.replicas
+        && old.replicas != Some(new)
+    {
+        changes.push(Change::Scaled { from: old.replicas.unwrap_or(0), to: new });
     }
     changes
 }
 
 /// Publishes one Event per change on `ic`. A failure is logged, never fatal: Events are
 /// best effort.
-pub async fn publish(recorder: &Recorder, ic: &Interconnect, changes: impl IntoIterator<Item = Change>) {
+pub(crate) async fn publish(
+    recorder: &Recorder,
+    ic: &Interconnect,
+    changes: impl IntoIterator<Item = Change>,
+) {
     let reference = ic.object_ref(&());
     for change in changes {
         tracing::debug!(reason = %change.event().reason, note = ?change.event().note, "event");

@@ -9,9 +9,7 @@
 //!   credentials hashes, whether its rollout is complete: for the `Scaled` and
 //!   `ConfigChanged` events and for CA rotation);
 //! * the router pods (for `status.pods`, and the scheduler's reason for each pod it could
-//!   not place, from the pod's `PodScheduled=False` condition);
-//! * from the stored status: whether this generation was already reconciled (orphans are
-//!   pruned only after a spec change).
+//!   not place, from the pod's `PodScheduled=False` condition).
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::sync::Arc;
@@ -19,27 +17,23 @@ use std::time::SystemTime;
 
 use k8s_openapi::api::apps::v1::{DaemonSet, Deployment};
 use k8s_openapi::api::core::v1::{Pod, PodTemplateSpec, Secret};
-use k8s_openapi::apimachinery::pkg::apis::meta::v1::OwnerReference;
 use kube::api::Api;
 use kube::{Resource, ResourceExt};
 use qdr_api::Placement;
 
+use super::types::{Conflict, Ownership};
 use crate::builders::{CONFIG_HASH, CREDENTIALS_HASH};
 use crate::cache::{Cache, SecretLookup};
 use crate::managed_fields::Adoption;
-use crate::owner::{FIELD_MANAGER, Owner};
+use crate::validated::{FIELD_MANAGER, ValidatedInterconnect};
 
-/// Why observing failed.
+/// Why observing failed: a read of `what` (`Secret mesh-ca`, `Deployment mesh`) was
+/// refused or did not reach the API server.
 #[derive(Debug, thiserror::Error)]
 pub enum Error {
-    /// A read failed.
     #[error("reading {what}: {source}")]
-    Read {
-        /// What was read (`Secret mesh-ca`, `pods`, ...).
-        what: String,
-        /// The API error.
-        source: kube::Error,
-    },
+    #[allow(missing_docs)]
+    Read { what: String, source: kube::Error },
 }
 
 /// The workload as it exists now.
@@ -55,40 +49,6 @@ pub struct WorkloadState {
     /// controller observed the latest generation, and every wanted router runs the current
     /// template and is available, with no old router left.
     pub rolled_out: bool,
-}
-
-/// An object with a child's name that this Interconnect does not control.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Conflict {
-    /// Its kind.
-    pub kind: String,
-    /// Its name.
-    pub name: String,
-    /// Its controller (`Kind name`), if it has one.
-    pub controller: Option<String>,
-}
-
-impl Conflict {
-    /// The conflict of an existing object `kind`/`name` with `refs`, unless `o` controls it.
-    pub fn of(o: &Owner, kind: &str, name: &str, refs: &[OwnerReference]) -> Option<Conflict> {
-        if o.controls(refs) {
-            return None;
-        }
-        let controller =
-            refs.iter().find(|r| r.controller == Some(true)).map(|r| format!("{} {}", r.kind, r.name));
-        Some(Conflict { kind: kind.into(), name: name.into(), controller })
-    }
-}
-
-impl std::fmt::Display for Conflict {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        match &self.controller {
-            Some(c) => write!(f, "{} {} exists and is controlled by {c}", self.kind, self.name),
-            None => {
-                write!(f, "{} {} exists and is not controlled by this Interconnect", self.kind, self.name)
-            }
-        }
-    }
 }
 
 /// Router pods the scheduler could not place, with its reasons.
@@ -139,20 +99,14 @@ pub struct Observed {
     pub now: SystemTime,
     /// Every Secret the spec names, by name, or `None` when it does not exist.
     pub secrets: BTreeMap<String, Option<Secret>>,
-    /// The existing Deployment (placement Any, AntiAffinity) or DaemonSet (Every), when
-    /// this Interconnect controls it.
-    pub workload: Option<WorkloadState>,
-    /// An object of the workload's kind and name that this Interconnect does not control.
-    pub workload_conflict: Option<Conflict>,
-    /// The take-over of the workload's fields from the Go operator, when it wrote them.
-    pub workload_adoption: Option<Adoption>,
+    /// Who holds the workload's name: the existing Deployment (placement Any,
+    /// AntiAffinity) or DaemonSet (Every) of this Interconnect with its state, a foreign
+    /// object of that kind and name, or nothing.
+    pub workload: Ownership<WorkloadState>,
     /// Names of the router pods that are not being deleted, sorted.
     pub pods: Vec<String>,
     /// The router pods the scheduler could not place.
     pub unschedulable: Unschedulable,
-    /// Whether the stored status says this generation was already reconciled without error
-    /// (`Degraded=False` at this `observedGeneration`).
-    pub generation_reconciled: bool,
 }
 
 impl Observed {
@@ -169,7 +123,7 @@ impl Observed {
 
 /// The names of every Secret the effective spec names: the users Secret, each profile's
 /// `credentials` and `caCert`, and the issuer CA.
-pub fn named_secrets(o: &Owner) -> BTreeSet<String> {
+pub fn named_secrets(o: &ValidatedInterconnect) -> BTreeSet<String> {
     o.ic().secret_names()
 }
 
@@ -208,16 +162,16 @@ fn read(what: String) -> impl FnOnce(kube::Error) -> Error {
     move |source| Error::Read { what, source }
 }
 
-/// The workload of kind `K` named like `o`: its state (through `state`) when `o` controls
-/// it, with the take-over of the Go operator's fields when it wrote them, or the conflict
-/// when `o` does not control it; all `None` when it does not exist. `cached` is the labelled
-/// store's copy; without one the API server is asked (an unlabelled object may stand there).
+/// Who holds the workload's name (kind `K`, named like `o`): `o` with the workload's state
+/// (through `state`) and the take-over of the Go operator's fields when it wrote them, a
+/// foreign object, or nothing. `cached` is the labelled store's copy; without one the API
+/// server is asked (an unlabelled object may stand there).
 async fn existing<K>(
     client: &kube::Client,
-    o: &Owner,
+    o: &ValidatedInterconnect,
     cached: Option<Arc<K>>,
     state: impl FnOnce(&K) -> WorkloadState,
-) -> Result<(Option<WorkloadState>, Option<Conflict>, Option<Adoption>), Error>
+) -> Result<Ownership<WorkloadState>, Error>
 where
     K: Resource<Scope = k8s_openapi::NamespaceResourceScope, DynamicType = ()>
         + Clone
@@ -231,15 +185,14 @@ where
             let api: Api<K> = Api::namespaced(client.clone(), o.namespace());
             match api.get_opt(o.name()).await.map_err(read(format!("{kind} {}", o.name())))? {
                 Some(obj) => Arc::new(obj),
-                None => return Ok((None, None, None)),
+                None => return Ok(Ownership::Free),
             }
         }
     };
     if let Some(c) = Conflict::of(o, &kind, o.name(), obj.owner_references()) {
-        return Ok((None, Some(c), None));
+        return Ok(Ownership::Foreign(c));
     }
-    let adoption = Adoption::of::<K>(obj.meta(), FIELD_MANAGER);
-    Ok((Some(state(&obj)), None, adoption))
+    Ok(Ownership::Ours(state(&obj), Adoption::of::<K>(obj.meta(), FIELD_MANAGER)))
 }
 
 /// Observes what a pass over `o` needs (see the module docs), from `cache` where it holds
@@ -248,7 +201,11 @@ where
 ///
 /// # Errors
 /// [`Error::Read`] on the first failed read.
-pub async fn observe(client: &kube::Client, cache: &Cache, o: &Owner) -> Result<Observed, Error> {
+pub async fn observe(
+    client: &kube::Client,
+    cache: &Cache,
+    o: &ValidatedInterconnect,
+) -> Result<Observed, Error> {
     let ns = o.namespace();
     let secrets_api: Api<Secret> = Api::namespaced(client.clone(), ns);
     let mut secrets = BTreeMap::new();
@@ -262,7 +219,7 @@ pub async fn observe(client: &kube::Client, cache: &Cache, o: &Owner) -> Result<
         };
         secrets.insert(name, found);
     }
-    let (workload, workload_conflict, workload_adoption) = if o.plan().placement == Some(Placement::Every) {
+    let workload = if o.plan().placement == Some(Placement::Every) {
         existing::<DaemonSet>(client, o, cache.daemon_set(ns, o.name()), |d| {
             let rolled_out = daemon_set_rolled_out(d);
             state(&d.spec.clone().unwrap_or_default().template, None, rolled_out)
@@ -283,18 +240,5 @@ pub async fn observe(client: &kube::Client, cache: &Cache, o: &Owner) -> Result<
         listed.iter().filter(|p| p.meta().deletion_timestamp.is_none()).map(|p| p.name_any()).collect();
     pods.sort();
     let unschedulable = Unschedulable::of(listed.iter().map(AsRef::as_ref));
-    let generation = o.generation();
-    let generation_reconciled = o.ic().status.iter().flat_map(|s| &s.conditions).any(|c| {
-        c.type_ == super::status::DEGRADED && c.status == "False" && c.observed_generation == Some(generation)
-    });
-    Ok(Observed {
-        now: SystemTime::now(),
-        secrets,
-        workload,
-        workload_conflict,
-        workload_adoption,
-        pods,
-        unschedulable,
-        generation_reconciled,
-    })
+    Ok(Observed { now: SystemTime::now(), secrets, workload, pods, unschedulable })
 }

@@ -29,44 +29,52 @@ use kube::api::{Api, Patch, PatchParams};
 use qdr_api::{Interconnect, InterconnectStatus, MAX_STATUS_PODS};
 use serde_json::json;
 
-use super::apply::Applied;
 use super::build::CredentialsReport;
 use super::observe::{Observed, Unschedulable};
-use crate::owner::Owner;
-
-/// Condition type: the spec passed validation.
-pub const SPEC_VALID: &str = "SpecValid";
-/// Condition type: every router ready.
-pub const READY: &str = "Ready";
-/// Condition type: every router available.
-pub const AVAILABLE: &str = "Available";
-/// Condition type: a rollout is under way.
-pub const PROGRESSING: &str = "Progressing";
-/// Condition type: the last reconcile failed.
-pub const DEGRADED: &str = "Degraded";
-
-/// Reason: a child's name is taken by an object this Interconnect does not control.
-pub const CONFLICTING_OBJECT: &str = "ConflictingObject";
-/// Reason: a Secret the spec references is missing or lacks a key the router reads.
-pub const MISSING_SECRET: &str = "MissingSecret";
-
-/// Reason: router pods the scheduler cannot place (their `PodScheduled=False` condition).
-pub const UNSCHEDULABLE: &str = "Unschedulable";
+use super::types::{
+    AVAILABLE, Applied, CONFLICTING_OBJECT, DEGRADED, Generation, INVALID_SPEC, MISSING_SECRET, PROGRESSING,
+    READY, SPEC_VALID, UNSCHEDULABLE,
+};
+use super::{Error as PassError, Pass};
+use crate::validated::ValidatedInterconnect;
 
 /// Longest condition message written (the API's limit is 32 KiB).
-pub const MAX_MESSAGE: usize = 32 * 1024;
+pub(crate) const MAX_MESSAGE: usize = 32 * 1024;
 
-/// Why writing the status failed.
+/// Why writing the status failed: the merge patch of the status subresource was refused.
 #[derive(Debug, thiserror::Error)]
 pub enum Error {
-    /// The status patch was refused.
     #[error("writing status: {0}")]
+    #[allow(missing_docs)]
     Write(#[source] kube::Error),
+}
+
+/// Whether the stored status reports the current generation as reconciled without error
+/// (`Degraded=False` at this `observedGeneration`).
+pub(crate) fn generation(ic: &Interconnect) -> Generation {
+    let generation = ic.metadata.generation.unwrap_or_default();
+    let reconciled = ic
+        .status
+        .iter()
+        .flat_map(|s| &s.conditions)
+        .any(|c| c.type_ == DEGRADED && c.status == "False" && c.observed_generation == Some(generation));
+    if reconciled { Generation::Reconciled } else { Generation::New }
+}
+
+/// The status a pass leads to, or `None` when it leaves the status alone (a pass that
+/// waited: the object is being deleted, the stores are listing, the observation was stale).
+pub(crate) fn of(ic: &Interconnect, pass: &Result<Pass, PassError>) -> Option<InterconnectStatus> {
+    match pass {
+        Ok(Pass::Wait(_)) => None,
+        Ok(Pass::Invalid(message)) => Some(for_invalid_spec(ic, message)),
+        Ok(Pass::Reconciled(r)) => Some(desired(&r.ic, &r.observed, &r.applied, &r.report.credentials)),
+        Err(e) => Some(for_failure(ic, &e.to_string())),
+    }
 }
 
 /// A condition of `type_` for `generation`, keeping the previous transition time when the
 /// status is unchanged.
-pub fn condition(
+pub(crate) fn condition(
     type_: &str,
     ok: bool,
     reason: &str,
@@ -91,13 +99,13 @@ pub fn condition(
 }
 
 /// The message of the [`CONFLICTING_OBJECT`] conditions: every conflict and what to do.
-pub fn conflicts_message(applied: &Applied) -> String {
+pub(crate) fn conflicts_message(applied: &Applied) -> String {
     let list = applied.conflicts.iter().map(ToString::to_string).collect::<Vec<_>>().join("; ");
     format!("{list}: nothing was applied; rename the Interconnect or remove the objects in the way")
 }
 
 /// The message of the [`MISSING_SECRET`] conditions: every unmet reference.
-pub fn missing_message(report: &CredentialsReport) -> String {
+pub(crate) fn missing_message(report: &CredentialsReport) -> String {
     let list = report.unmet.iter().map(ToString::to_string).collect::<Vec<_>>().join("; ");
     format!("{list}: the routers cannot start until it is created")
 }
@@ -106,7 +114,7 @@ pub fn missing_message(report: &CredentialsReport) -> String {
 /// scheduled: 0/3 nodes are available: 3 node(s) didn't match pod anti-affinity rules. ...`:
 /// the count of unplaced router pods, the number of routers wanted (`desired`, or more while
 /// a rollout has extra pods) and the scheduler's distinct reasons, joined by `; `.
-pub fn unschedulable_message(u: &Unschedulable, desired: i32) -> String {
+pub(crate) fn unschedulable_message(u: &Unschedulable, desired: i32) -> String {
     let pods = count(&u.pods);
     let of = desired.max(pods);
     let noun = if of == 1 { "router" } else { "routers" };
@@ -114,8 +122,8 @@ pub fn unschedulable_message(u: &Unschedulable, desired: i32) -> String {
 }
 
 /// The status of a reconciled Interconnect.
-pub fn desired(
-    o: &Owner,
+pub(crate) fn desired(
+    o: &ValidatedInterconnect,
     observed: &Observed,
     applied: &Applied,
     report: &CredentialsReport,
@@ -186,7 +194,7 @@ pub fn desired(
 
 /// The first [`MAX_STATUS_PODS`] of `pods` (sorted by name): a longer list would fail the
 /// whole status write against the schema's `maxItems`.
-pub fn capped(pods: &[String]) -> Vec<String> {
+pub(crate) fn capped(pods: &[String]) -> Vec<String> {
     pods[..pods.len().min(MAX_STATUS_PODS)].to_vec()
 }
 
@@ -196,16 +204,16 @@ fn count(pods: &[String]) -> i32 {
 
 /// The status of an Interconnect whose spec is invalid: `SpecValid=False` with `message`
 /// (every violation), `Ready=False`; counts and pods as before.
-pub fn invalid(ic: &Interconnect, message: &str) -> InterconnectStatus {
+pub(crate) fn for_invalid_spec(ic: &Interconnect, message: &str) -> InterconnectStatus {
     let generation = ic.metadata.generation.unwrap_or_default();
     let prev = ic.status.clone().unwrap_or_default();
     InterconnectStatus {
         conditions: vec![
-            condition(SPEC_VALID, false, "InvalidSpec", message, generation, &prev.conditions),
+            condition(SPEC_VALID, false, INVALID_SPEC, message, generation, &prev.conditions),
             condition(
                 READY,
                 false,
-                "InvalidSpec",
+                INVALID_SPEC,
                 "the spec is invalid; see SpecValid",
                 generation,
                 &prev.conditions,
@@ -218,7 +226,7 @@ pub fn invalid(ic: &Interconnect, message: &str) -> InterconnectStatus {
 
 /// The stored status with `Degraded=True`, reason `ReconcileFailed` and `message` (the
 /// failed stage and its error); every other condition as it was.
-pub fn failed(ic: &Interconnect, message: &str) -> InterconnectStatus {
+pub(crate) fn for_failure(ic: &Interconnect, message: &str) -> InterconnectStatus {
     let generation = ic.metadata.generation.unwrap_or_default();
     let prev = ic.status.clone().unwrap_or_default();
     let mut conditions: Vec<Condition> =
@@ -228,7 +236,7 @@ pub fn failed(ic: &Interconnect, message: &str) -> InterconnectStatus {
 }
 
 /// Status equality that ignores condition timestamps.
-pub fn same(a: &InterconnectStatus, b: &InterconnectStatus) -> bool {
+pub(crate) fn equal_ignoring_times(a: &InterconnectStatus, b: &InterconnectStatus) -> bool {
     let strip = |s: &InterconnectStatus| {
         let mut s = s.clone();
         for c in &mut s.conditions {
@@ -239,17 +247,17 @@ pub fn same(a: &InterconnectStatus, b: &InterconnectStatus) -> bool {
     strip(a) == strip(b)
 }
 
-/// Writes `status` unless the stored one is the [`same`]. Returns the object as written,
+/// Writes `status` unless the stored one is [`equal_ignoring_times`]. Returns the object as written,
 /// or `None` when nothing needed writing.
 ///
 /// # Errors
 /// [`Error::Write`] when the patch is refused.
-pub async fn write(
+pub(crate) async fn write(
     client: &kube::Client,
     ic: &Interconnect,
     status: InterconnectStatus,
 ) -> Result<Option<Interconnect>, Error> {
-    if ic.status.as_ref().is_some_and(|old| same(old, &status)) {
+    if ic.status.as_ref().is_some_and(|old| equal_ignoring_times(old, &status)) {
         return Ok(None);
     }
     let api: Api<Interconnect> = Api::namespaced(client.clone(), &ic.namespace().unwrap_or_default());

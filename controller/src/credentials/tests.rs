@@ -6,22 +6,22 @@
 use std::collections::BTreeMap;
 use std::time::{Duration, SystemTime};
 
+use crate::credentials::{CredentialChange, Existing, Lifetimes, Plan, plan, text};
+use crate::references::{fingerprint, references, unmet};
+use crate::validated::ValidatedInterconnect;
 use k8s_openapi::ByteString;
 use k8s_openapi::api::core::v1::Secret;
 use qdr_api::Interconnect;
 use qdr_certs::pki::{CertInfo, new_ca, new_leaf, verify_leaf};
-use qdr_controller::credentials::{CredentialChange, Existing, Lifetimes, Plan, plan, text};
-use qdr_controller::owner::Owner;
-use qdr_controller::references::{fingerprint, references, unmet};
 use serde_json::{Value, json};
 
-fn owner(spec: Value) -> Owner {
+fn owner(spec: Value) -> ValidatedInterconnect {
     let ic: Interconnect = serde_json::from_value(json!({
         "metadata": {"name": "mesh", "namespace": "ns", "uid": "0f1e2d3c-aaaa-bbbb-cccc-000000000001"},
         "spec": spec,
     }))
     .unwrap();
-    Owner::new(&ic).unwrap()
+    ValidatedInterconnect::new(&ic).unwrap()
 }
 
 const LIFE: Lifetimes = Lifetimes { ca: Duration::from_secs(600), cert: Duration::from_secs(300) };

@@ -1,22 +1,21 @@
-//! [`Owner`]: the Interconnect whose children are being built, after
-//! [`qdr_api::defaults`] (in memory: the stored spec is never written) and
-//! [`qdr_api::validate`]. Builders take only an `Owner`, so an unvalidated spec cannot reach
-//! them (the "validated type" of the style guide).
+//! [`ValidatedInterconnect`]: a stored Interconnect after [`qdr_api::defaults`] (in memory:
+//! the stored spec is never written) and [`qdr_api::validate`]. The builders take only this
+//! type, so a spec that was not defaulted and validated cannot reach them: the check is made
+//! once, where the value is made, instead of in every builder.
 
 use std::collections::BTreeMap;
 
+use crate::labels;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ObjectMeta, OwnerReference};
 use kube::Resource;
 use qdr_api::{DeploymentPlan, FieldError, Interconnect, InterconnectSpec, defaults, validate};
 
 /// Field manager of every server-side apply and create by the controller.
 pub const FIELD_MANAGER: &str = "qdr-operator";
-/// Value of `app.kubernetes.io/managed-by` on every child.
-pub const MANAGED_BY: &str = "qdr-operator";
 
 /// Why a stored Interconnect cannot be built.
 #[derive(Debug, thiserror::Error)]
-pub enum OwnerError {
+pub enum ValidationError {
     /// The effective spec breaks rules of [`qdr_api::validate`]: every violation.
     #[error("the spec is invalid: {}", summary(.0))]
     Invalid(Vec<FieldError>),
@@ -26,36 +25,47 @@ pub enum OwnerError {
     NotStored(&'static str),
 }
 
+/// `namespace/name` of a stored object: the key of the controller's per-Interconnect memos
+/// (failures in a row, the last full apply, drift marks, expiry warnings).
+pub fn namespaced_name(ic: &Interconnect) -> String {
+    format!(
+        "{}/{}",
+        ic.metadata.namespace.as_deref().unwrap_or_default(),
+        ic.metadata.name.as_deref().unwrap_or_default()
+    )
+}
+
 /// Every violation on one line, `; `-separated (condition messages, Events, errors).
 pub fn summary(errors: &[FieldError]) -> String {
     errors.iter().map(ToString::to_string).collect::<Vec<_>>().join("; ")
 }
 
-/// A stored Interconnect with its effective spec, valid by construction.
+/// A stored Interconnect with its effective (defaulted) spec, valid by construction:
+/// [`ValidatedInterconnect::new`] is the only way to make one.
 #[derive(Debug, Clone)]
-pub struct Owner {
+pub struct ValidatedInterconnect {
     ic: Interconnect,
     name: String,
     namespace: String,
     owner_ref: OwnerReference,
 }
 
-impl Owner {
+impl ValidatedInterconnect {
     /// Defaults `stored` in memory and validates the result.
     ///
     /// # Errors
-    /// [`OwnerError::Invalid`] with every violation; [`OwnerError::NotStored`] when the
+    /// [`ValidationError::Invalid`] with every violation; [`ValidationError::NotStored`] when the
     /// object has no name, namespace or uid.
-    pub fn new(stored: &Interconnect) -> Result<Owner, OwnerError> {
-        let name = stored.metadata.name.clone().ok_or(OwnerError::NotStored("name"))?;
-        let namespace = stored.metadata.namespace.clone().ok_or(OwnerError::NotStored("namespace"))?;
-        let owner_ref = stored.controller_owner_ref(&()).ok_or(OwnerError::NotStored("uid"))?;
+    pub fn new(stored: &Interconnect) -> Result<ValidatedInterconnect, ValidationError> {
+        let name = stored.metadata.name.clone().ok_or(ValidationError::NotStored("name"))?;
+        let namespace = stored.metadata.namespace.clone().ok_or(ValidationError::NotStored("namespace"))?;
+        let owner_ref = stored.controller_owner_ref(&()).ok_or(ValidationError::NotStored("uid"))?;
         let ic = defaults(stored);
         let errors = validate(&ic);
         if !errors.is_empty() {
-            return Err(OwnerError::Invalid(errors));
+            return Err(ValidationError::Invalid(errors));
         }
-        Ok(Owner { ic, name, namespace, owner_ref })
+        Ok(ValidatedInterconnect { ic, name, namespace, owner_ref })
     }
 
     /// The Interconnect with its effective (defaulted) spec; metadata and status as stored.
@@ -84,6 +94,11 @@ impl Owner {
         &self.namespace
     }
 
+    /// `namespace/name` ([`namespaced_name`]).
+    pub fn namespaced_name(&self) -> String {
+        format!("{}/{}", self.namespace, self.name)
+    }
+
     /// `metadata.uid`.
     pub fn uid(&self) -> &str {
         &self.owner_ref.uid
@@ -97,7 +112,7 @@ impl Owner {
     /// `application=<name>`, `interconnect_cr=<name>`: the Go operator's selector, kept
     /// unchanged so existing Deployments (whose selector is immutable) can be adopted.
     pub fn selector(&self) -> BTreeMap<String, String> {
-        [("application", self.name.as_str()), ("interconnect_cr", self.name.as_str())]
+        [(labels::APPLICATION, self.name.as_str()), (labels::INTERCONNECT, self.name.as_str())]
             .into_iter()
             .map(|(k, v)| (k.to_string(), v.to_string()))
             .collect()
@@ -112,19 +127,25 @@ impl Owner {
     pub fn labels(&self) -> BTreeMap<String, String> {
         let mut l = self.selector();
         for (k, v) in [
-            ("app.kubernetes.io/name", "qdrouterd"),
-            ("app.kubernetes.io/instance", self.name.as_str()),
-            ("app.kubernetes.io/component", "router"),
-            ("app.kubernetes.io/managed-by", MANAGED_BY),
+            (labels::NAME, labels::NAME_VALUE),
+            (labels::INSTANCE, self.name.as_str()),
+            (labels::COMPONENT, labels::COMPONENT_VALUE),
+            (labels::MANAGED_BY_KEY, labels::MANAGED_BY),
         ] {
             l.insert(k.into(), v.into());
         }
         l
     }
 
-    /// The label selector of every child of this Interconnect (what pruning lists).
+    /// The labels every child carries that select this Interconnect's children (what
+    /// pruning lists): `interconnect_cr=<name>` and `app.kubernetes.io/managed-by=qdr-operator`.
+    pub fn children_labels(&self) -> [(&str, &str); 2] {
+        [(labels::INTERCONNECT, self.name.as_str()), (labels::MANAGED_BY_KEY, labels::MANAGED_BY)]
+    }
+
+    /// [`Self::children_labels`] as a label-selector string.
     pub fn children_selector(&self) -> String {
-        format!("interconnect_cr={},app.kubernetes.io/managed-by={MANAGED_BY}", self.name)
+        self.children_labels().iter().map(|(k, v)| format!("{k}={v}")).collect::<Vec<_>>().join(",")
     }
 
     /// Controller owner reference to the Interconnect (garbage collection on delete).

@@ -1,12 +1,13 @@
-//! Pure tests of what wakes a reconcile and of read-your-writes ([`qdr_controller::cache`]).
+//! Pure tests of what wakes a reconcile and of read-your-writes.
 
 use std::sync::Arc;
 
+use super::wake::{last_written_by_us, pod_state, status_only};
+use super::{Drift, Written};
 use k8s_openapi::api::apps::v1::Deployment;
 use k8s_openapi::api::core::v1::Pod;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use qdr_api::Interconnect;
-use qdr_controller::cache::{Drift, Written, last_written_by_us, pod_state, status_only};
 use serde_json::json;
 
 /// Metadata with `managedFields` entries `(manager, subresource, time)`.

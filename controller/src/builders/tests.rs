@@ -3,21 +3,21 @@
 
 use std::time::SystemTime;
 
+use crate::builders::{self, Settings, Workload};
+use crate::credentials::{self, Existing, Lifetimes};
+use crate::router_config::Rendered;
+use crate::validated::ValidatedInterconnect;
 use qdr_api::Interconnect;
-use qdr_controller::builders::{self, Settings, Workload};
-use qdr_controller::credentials::{self, Existing, Lifetimes};
-use qdr_controller::owner::Owner;
-use qdr_controller::router_config::Rendered;
 use serde_json::{Value, json};
 
-/// The Owner of a stored Interconnect `mesh` in `ns` with `spec` (defaulted, validated).
-fn ic(spec: Value) -> Owner {
+/// The ValidatedInterconnect of a stored Interconnect `mesh` in `ns` with `spec` (defaulted, validated).
+fn ic(spec: Value) -> ValidatedInterconnect {
     let ic: Interconnect = serde_json::from_value(json!({
         "apiVersion": "interconnectedcloud.github.io/v1alpha1", "kind": "Interconnect",
         "metadata": {"name": "mesh", "namespace": "ns", "uid": "0f1e2d3c-aaaa-bbbb-cccc-000000000001"}, "spec": spec,
     }))
     .unwrap();
-    Owner::new(&ic).unwrap()
+    ValidatedInterconnect::new(&ic).unwrap()
 }
 
 fn settings() -> Settings {
@@ -28,11 +28,11 @@ fn settings() -> Settings {
     }
 }
 
-fn workload(o: &Owner) -> Workload {
+fn workload(o: &ValidatedInterconnect) -> Workload {
     builders::workload(o, &settings(), &Rendered::of(o.spec()), "fingerprint")
 }
 
-fn pod(o: &Owner) -> Value {
+fn pod(o: &ValidatedInterconnect) -> Value {
     serde_json::to_value(builders::pod_template(o, &settings(), &Rendered::of(o.spec()), "fingerprint"))
         .unwrap()
 }
@@ -126,7 +126,7 @@ fn generated_credentials_have_service_names_and_no_empty_domain() {
     assert!(again.create.is_empty() && again.update.is_empty(), "{again:?}");
 }
 
-fn missing(ic: &Owner, existing: &Existing) -> Vec<k8s_openapi::api::core::v1::Secret> {
+fn missing(ic: &ValidatedInterconnect, existing: &Existing) -> Vec<k8s_openapi::api::core::v1::Secret> {
     let plan = credentials::plan(ic, existing, SystemTime::now(), Lifetimes::default(), false).unwrap();
     assert!(plan.update.is_empty());
     plan.create

@@ -3,7 +3,7 @@
 //!
 //! * **golden files**: every child as JSON equals `tests/data/golden/<example>.json`
 //!   (written by the builders before they were typed, so the typed builders are proven to
-//!   build the same objects). `QDR_BLESS=1 cargo test -p qdr-controller --test build`
+//!   build the same objects). `QDR_BLESS=1 cargo test -p qdr-controller --lib build::tests`
 //!   rewrites them after an intended change; review the diff.
 //! * **invariants** that hold for any spec: labels and owner reference on every child, the
 //!   config rendered once and carried by the pod template with its hash, every volume
@@ -14,12 +14,13 @@ use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 use std::time::SystemTime;
 
+use super::{Built, Children, Report, build};
+use crate::builders::{self, CONFIG_HASH, CREDENTIALS_HASH, Exposure, Settings, Workload};
+use crate::reconcile::observe::{Observed, named_secrets};
+use crate::reconcile::types::Ownership;
+use crate::router_config::{Rendered, router_config};
+use crate::validated::ValidatedInterconnect;
 use qdr_api::Interconnect;
-use qdr_controller::builders::{self, CONFIG_HASH, CREDENTIALS_HASH, Exposure, Settings, Workload};
-use qdr_controller::owner::Owner;
-use qdr_controller::reconcile::build::{Children, build};
-use qdr_controller::reconcile::observe::{Observed, named_secrets};
-use qdr_controller::router_config::{Rendered, router_config};
 use serde_json::{Value, json};
 
 const UID: &str = "0f1e2d3c-aaaa-bbbb-cccc-000000000001";
@@ -50,12 +51,12 @@ fn stored(file: &Path) -> Interconnect {
 }
 
 /// Every example that passes validation (the Go fixtures G and H put edgeConnectors on an
-/// interior router and are never built), with its Owner.
-fn owners() -> Vec<(String, Owner)> {
+/// interior router and are never built), with its ValidatedInterconnect.
+fn owners() -> Vec<(String, ValidatedInterconnect)> {
     let mut out = Vec::new();
     for f in examples() {
         let name = f.file_stem().unwrap().to_string_lossy().to_string();
-        match Owner::new(&stored(&f)) {
+        match ValidatedInterconnect::new(&stored(&f)) {
             Ok(o) => out.push((name, o)),
             Err(e) => assert!(name.starts_with("g-") || name.starts_with("h-"), "{name}: {e}"),
         }
@@ -68,12 +69,12 @@ fn settings(routes: bool) -> Settings {
     Settings {
         default_image: "quay.io/interconnectedcloud/qdrouterd:1.19.0".into(),
         routes,
-        lifetimes: qdr_controller::credentials::Lifetimes::default(),
+        lifetimes: crate::credentials::Lifetimes::default(),
     }
 }
 
 /// An observation of an empty namespace, except that `present` Secrets exist (no data).
-fn observed(o: &Owner, present: &[String]) -> Observed {
+fn observed(o: &ValidatedInterconnect, present: &[String]) -> Observed {
     let secrets = named_secrets(o)
         .into_iter()
         .map(|n| {
@@ -87,18 +88,15 @@ fn observed(o: &Owner, present: &[String]) -> Observed {
     Observed {
         now: SystemTime::now(),
         secrets,
-        workload: None,
-        workload_conflict: None,
-        workload_adoption: None,
+        workload: Ownership::Free,
         pods: vec![],
         unschedulable: Default::default(),
-        generation_reconciled: false,
     }
 }
 
 /// The golden JSON of `children` (generated Secrets by metadata, type and keys only: key
 /// material differs on every run).
-fn golden_json(o: &Owner, children: &Children) -> Value {
+fn golden_json(o: &ValidatedInterconnect, Built { children, report }: &Built) -> Value {
     let credentials: Vec<Value> = children
         .secrets
         .create
@@ -114,7 +112,7 @@ fn golden_json(o: &Owner, children: &Children) -> Value {
     };
     // The credentials fingerprint covers fresh key material: the same on no two runs.
     let fp = &mut workload["spec"]["template"]["metadata"]["annotations"][CREDENTIALS_HASH];
-    assert_eq!(fp.as_str(), Some(children.credentials.fingerprint.as_str()));
+    assert_eq!(fp.as_str(), Some(report.credentials.fingerprint.as_str()));
     *fp = json!("<credentials fingerprint>");
     let Exposure::Ingresses(ingresses) = &children.exposure else { panic!("built without Routes") };
     json!({
@@ -127,7 +125,7 @@ fn golden_json(o: &Owner, children: &Children) -> Value {
         "service": children.service,
         "ingresses": ingresses,
         "routes": builders::routes(o),
-        "configHash": children.router_config.hash,
+        "configHash": report.config.hash,
     })
 }
 
@@ -165,7 +163,7 @@ fn env<'a>(w: &'a Workload, name: &str) -> Option<&'a str> {
 fn every_child_of_every_example_is_labelled_owned_and_consistent() {
     for routes in [false, true] {
         for (name, o) in owners() {
-            let children = build(&o, &settings(routes), &observed(&o, &[])).unwrap();
+            let Built { children, report } = build(&o, &settings(routes), &observed(&o, &[])).unwrap();
             let Children {
                 service_account,
                 role,
@@ -175,9 +173,8 @@ fn every_child_of_every_example_is_labelled_owned_and_consistent() {
                 workload,
                 service,
                 exposure,
-                router_config: rendered,
-                credentials,
             } = &children;
+            let Report { config: rendered, credentials, .. } = &report;
             // Nothing is missing once the generated Secrets are created (users: generated).
             assert!(credentials.unmet.is_empty(), "{name}: {:?}", credentials.unmet);
             // Every object: in the namespace, labelled, controlled by the Interconnect.
@@ -249,18 +246,19 @@ fn every_child_of_every_example_is_labelled_owned_and_consistent() {
 #[test]
 fn secrets_that_exist_are_never_created_again() {
     for (name, o) in owners() {
-        let first = build(&o, &settings(false), &observed(&o, &[])).unwrap();
+        let Built { children: first, report: first_report } =
+            build(&o, &settings(false), &observed(&o, &[])).unwrap();
         // The namespace after the first pass: what was created now exists, with its data.
         let mut now = observed(&o, &[]);
         for s in &first.secrets.create {
             now.secrets.insert(s.metadata.name.clone().unwrap(), Some(s.clone()));
         }
-        let second = build(&o, &settings(false), &now).unwrap();
+        let Built { children: second, report: second_report } = build(&o, &settings(false), &now).unwrap();
         assert!(second.secrets.create.is_empty(), "{name}: {:?}", second.secrets.create);
         assert!(second.secrets.update.is_empty(), "{name}: nothing is due: {:?}", second.secrets.update);
         assert_eq!(first.secrets.keep, second.secrets.keep, "{name}");
         // The same Secrets, the same fingerprint: a second pass does not roll the routers.
-        assert_eq!(first.credentials.fingerprint, second.credentials.fingerprint, "{name}");
+        assert_eq!(first_report.credentials.fingerprint, second_report.credentials.fingerprint, "{name}");
         assert_eq!(first.workload, second.workload, "{name}");
     }
 }

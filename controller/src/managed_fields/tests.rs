@@ -1,7 +1,7 @@
 //! Taking over the Go operator's managed fields, purely: what moves, what stays.
 
+use crate::managed_fields::{union, upgraded};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ManagedFieldsEntry;
-use qdr_controller::managed_fields::{union, upgraded};
 use serde_json::{Value, json};
 
 fn entry(manager: &str, operation: &str, subresource: Option<&str>, fields: Value) -> ManagedFieldsEntry {

@@ -1,36 +1,33 @@
-//! The status stage, purely: the condition reasons for conflicts, missing Secrets, rollouts,
-//! unschedulable routers and their Events; and the retry backoff.
+//! A pass's status and Events, purely: the condition reasons for conflicts, missing
+//! Secrets, rollouts, unschedulable routers and their Events; and the retry backoff.
 
 use std::time::{Duration, SystemTime};
 
+use super::backoff;
+use super::build::CredentialsReport;
+use super::events::scheduling;
+use super::observe::{Observed, Unschedulable};
+use super::status::{desired, unschedulable_message};
+use super::types::{Applied, Conflict, Ownership, WorkloadStatus};
+use crate::references::{Reference, Unmet};
+use crate::validated::ValidatedInterconnect;
 use qdr_api::{Interconnect, InterconnectStatus};
-use qdr_controller::owner::Owner;
-use qdr_controller::reconcile::apply::{Applied, Conflict, WorkloadStatus};
-use qdr_controller::reconcile::backoff;
-use qdr_controller::reconcile::build::CredentialsReport;
-use qdr_controller::reconcile::events::scheduling;
-use qdr_controller::reconcile::observe::{Observed, Unschedulable};
-use qdr_controller::reconcile::status::{desired, unschedulable_message};
-use qdr_controller::references::{Reference, Unmet};
 use serde_json::json;
 
-fn owner() -> Owner {
+fn owner() -> ValidatedInterconnect {
     let ic: Interconnect = serde_json::from_value(json!({
         "metadata": {"name": "mesh", "namespace": "ns", "uid": "u-1", "generation": 3}, "spec": {}}))
     .unwrap();
-    Owner::new(&ic).unwrap()
+    ValidatedInterconnect::new(&ic).unwrap()
 }
 
 fn observed() -> Observed {
     Observed {
         now: SystemTime::now(),
         secrets: Default::default(),
-        workload: None,
-        workload_conflict: None,
-        workload_adoption: None,
+        workload: Ownership::Free,
         pods: vec![],
         unschedulable: Default::default(),
-        generation_reconciled: false,
     }
 }
 

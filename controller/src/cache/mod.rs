@@ -1,0 +1,227 @@
+//! What the controller watches and keeps in memory, and which events wake a reconcile.
+//!
+//! Every owned kind is watched **only through the operator's label**
+//! (`app.kubernetes.io/managed-by=qdr-operator`), so unrelated Secrets, ConfigMaps, Services,
+//! ServiceAccounts and Roles of the cluster neither reach the controller nor take memory:
+//!
+//! | kind | watch | kept |
+//! |---|---|---|
+//! | Interconnect | all | full object |
+//! | Deployment, DaemonSet | labelled ours | without the pod spec (template hashes, replicas, status counts) |
+//! | Secret | labelled ours | full object (generated credentials are renewed from it) |
+//! | Secret | all, metadata only | name only (user-provided Secrets a spec names: existence, and a wake-up when one appears or is renewed) |
+//! | Pod | label `interconnect_cr` | metadata and status (routers' readiness and scheduling) |
+//! | ServiceAccount, Role, RoleBinding, Service, ConfigMap, Ingress | labelled ours, metadata only | metadata |
+//!
+//! No store keeps `managedFields`: the wake-up rules read them from each event first.
+//!
+//! Observe and apply read these stores instead of the API server: a pass over a converged
+//! Interconnect makes no reads at all. A name missing from a labelled store is looked up with
+//! one GET (metadata only), because an object without our label may stand there (a user's,
+//! or one the Go operator wrote): the ownership rule of [`crate::reconcile::apply`] holds.
+//! Each cached kind implements [`Cached`], which names its store: asking for a kind without
+//! a store does not compile (Routes, not watched, are always read from the API server, by
+//! name).
+//!
+//! **Wake-ups** ([`wake`]): the controller's own writes do not wake it. An event on a child
+//! whose newest `managedFields` entry is the controller's, strictly newer than every other
+//! manager's (one-second resolution: a tie wakes), is the echo of a write whose response the
+//! reconcile already used, and is dropped; deletions always wake. An Interconnect wakes its
+//! reconcile only when its `metadata.generation` changes (not on the controller's own status
+//! writes); a router pod only when its phase, readiness, scheduling or deletion changes. So no
+//! debounce is needed and a spec change is reconciled at once.
+//!
+//! The files: [`watch`] sets the watches and stores up; [`written`] is read-your-writes;
+//! [`wake`] the wake-up rules; [`memo`] what a term remembers between passes; [`names`] the
+//! names of every Secret.
+
+mod memo;
+mod names;
+mod wake;
+mod watch;
+mod written;
+
+#[cfg(test)]
+mod tests;
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+
+use k8s_openapi::NamespaceResourceScope;
+use k8s_openapi::api::apps::v1::{DaemonSet, Deployment};
+use k8s_openapi::api::core::v1::{ConfigMap, Pod, Secret, Service, ServiceAccount};
+use k8s_openapi::api::networking::v1::Ingress;
+use k8s_openapi::api::rbac::v1::{Role, RoleBinding};
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
+use kube::Resource;
+use kube::core::PartialObjectMeta;
+use kube::runtime::reflector::{ObjectRef, Store};
+use qdr_api::Interconnect;
+
+pub(crate) use memo::{AppliedMemo, Drift};
+pub(crate) use names::SecretNames;
+pub(crate) use watch::watch;
+pub(crate) use written::Written;
+
+/// The stores of one leadership term (see the module docs), made by [`watch`]; complete
+/// once [`Cache::is_ready`].
+#[derive(Clone)]
+pub(crate) struct Cache {
+    deployments: Store<Deployment>,
+    daemon_sets: Store<DaemonSet>,
+    /// Router pods (label `interconnect_cr`), with `spec` dropped.
+    pods: Store<Pod>,
+    /// Secrets labelled ours (generated ones), whole.
+    secrets: Store<Secret>,
+    secret_names: Arc<SecretNames>,
+    service_accounts: Store<PartialObjectMeta<ServiceAccount>>,
+    roles: Store<PartialObjectMeta<Role>>,
+    role_bindings: Store<PartialObjectMeta<RoleBinding>>,
+    services: Store<PartialObjectMeta<Service>>,
+    config_maps: Store<PartialObjectMeta<ConfigMap>>,
+    ingresses: Store<PartialObjectMeta<Ingress>>,
+    /// Deployments written in this term, until the store catches up.
+    pub(crate) written_deployments: Arc<Written<Deployment>>,
+    /// DaemonSets written in this term, until the store catches up.
+    pub(crate) written_daemon_sets: Arc<Written<DaemonSet>>,
+    /// Secrets created or replaced in this term, until the store catches up.
+    pub(crate) written_secrets: Arc<Written<Secret>>,
+    /// Interconnects whose status was written in this term, until the store catches up.
+    pub(crate) written_interconnects: Arc<Written<Interconnect>>,
+    /// Interconnects whose children changed under them since their last full apply.
+    pub(crate) drift: Arc<Drift>,
+    /// The last full apply of each Interconnect in this term.
+    pub(crate) applied: Arc<AppliedMemo>,
+    /// Set once every store has listed ([`Cache::is_ready`]).
+    listed: Arc<AtomicBool>,
+}
+
+impl std::fmt::Debug for Cache {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Cache").finish_non_exhaustive()
+    }
+}
+
+/// A child kind the controller keeps a labelled store of: the typed lookup of
+/// [`Cache::meta`] and [`Cache::labelled`]. A kind without an implementation has no store,
+/// so code that would look one up does not compile.
+pub(crate) trait Cached: Resource<DynamicType = (), Scope = NamespaceResourceScope> {
+    /// What the store keeps of it: the object, or its metadata only.
+    type Stored: Resource<DynamicType = ()> + Clone + 'static;
+    /// Its store.
+    fn store(cache: &Cache) -> &Store<Self::Stored>;
+}
+
+macro_rules! cached {
+    ($($kind:ty => $field:ident: $stored:ty),* $(,)?) => {$(
+        impl Cached for $kind {
+            type Stored = $stored;
+            fn store(cache: &Cache) -> &Store<$stored> {
+                &cache.$field
+            }
+        }
+    )*};
+}
+
+cached! {
+    Deployment => deployments: Deployment,
+    DaemonSet => daemon_sets: DaemonSet,
+    Secret => secrets: Secret,
+    ServiceAccount => service_accounts: PartialObjectMeta<ServiceAccount>,
+    Role => roles: PartialObjectMeta<Role>,
+    RoleBinding => role_bindings: PartialObjectMeta<RoleBinding>,
+    Service => services: PartialObjectMeta<Service>,
+    ConfigMap => config_maps: PartialObjectMeta<ConfigMap>,
+    Ingress => ingresses: PartialObjectMeta<Ingress>,
+}
+
+/// What the stores know of a Secret.
+#[derive(Debug, Clone)]
+pub(crate) enum SecretLookup {
+    /// Labelled ours: the whole object.
+    Ours(Arc<Secret>),
+    /// It exists without our label (user-provided): read it to use it.
+    Other,
+    /// No Secret of that name exists.
+    Missing,
+}
+
+fn object_ref<K: Resource<DynamicType = ()>>(ns: &str, name: &str) -> ObjectRef<K> {
+    ObjectRef::new(name).within(ns)
+}
+
+/// Whether `meta` is in namespace `ns` and carries every `selector` label.
+fn selected(meta: &ObjectMeta, ns: &str, selector: &[(&str, &str)]) -> bool {
+    meta.namespace.as_deref() == Some(ns)
+        && selector.iter().all(|(k, v)| meta.labels.as_ref().and_then(|l| l.get(*k)).is_some_and(|x| x == v))
+}
+
+impl Cache {
+    /// Whether every store holds its first complete list (a reconcile before that could
+    /// take a missing entry for a missing object). Not awaited by reconciles: the stores
+    /// fill only while the controller polls its watches, which it stops doing while every
+    /// reconcile slot is taken.
+    pub(crate) fn is_ready(&self) -> bool {
+        if self.listed.load(Ordering::Relaxed) {
+            return true; // a store, once listed, stays complete (relists swap in whole)
+        }
+        let all = async {
+            let _ = futures::join!(
+                self.deployments.wait_until_ready(),
+                self.daemon_sets.wait_until_ready(),
+                self.pods.wait_until_ready(),
+                self.secrets.wait_until_ready(),
+                self.service_accounts.wait_until_ready(),
+                self.roles.wait_until_ready(),
+                self.role_bindings.wait_until_ready(),
+                self.services.wait_until_ready(),
+                self.config_maps.wait_until_ready(),
+                self.ingresses.wait_until_ready(),
+            );
+        };
+        let ready = self.secret_names.is_ready() && futures::FutureExt::now_or_never(all).is_some();
+        if ready {
+            self.listed.store(true, Ordering::Relaxed);
+        }
+        ready
+    }
+
+    /// Secret `ns/name` as far as the stores know it.
+    pub(crate) fn secret(&self, ns: &str, name: &str) -> SecretLookup {
+        if let Some(s) = self.written_secrets.pick(ns, name, self.secrets.get(&object_ref(ns, name))) {
+            return SecretLookup::Ours(s);
+        }
+        if self.secret_names.contains(ns, name) { SecretLookup::Other } else { SecretLookup::Missing }
+    }
+
+    /// The metadata of the labelled child `ns/name` of kind `K`, or `None` when it is not
+    /// in the store (it may still exist without our label).
+    pub(crate) fn meta<K: Cached>(&self, ns: &str, name: &str) -> Option<ObjectMeta> {
+        K::store(self).get(&object_ref(ns, name)).map(|o| o.meta().clone())
+    }
+
+    /// The metadata of every stored object of kind `K` in `ns` carrying all the `selector`
+    /// labels.
+    pub(crate) fn labelled<K: Cached>(&self, ns: &str, selector: &[(&str, &str)]) -> Vec<ObjectMeta> {
+        K::store(self)
+            .state_filter(|o| selected(o.meta(), ns, selector))
+            .iter()
+            .map(|o| o.meta().clone())
+            .collect()
+    }
+
+    /// Deployment `ns/name` labelled ours: the store's copy, or the one just written.
+    pub(crate) fn deployment(&self, ns: &str, name: &str) -> Option<Arc<Deployment>> {
+        self.written_deployments.pick(ns, name, self.deployments.get(&object_ref(ns, name)))
+    }
+
+    /// DaemonSet `ns/name` labelled ours: the store's copy, or the one just written.
+    pub(crate) fn daemon_set(&self, ns: &str, name: &str) -> Option<Arc<DaemonSet>> {
+        self.written_daemon_sets.pick(ns, name, self.daemon_sets.get(&object_ref(ns, name)))
+    }
+
+    /// The router pods in `ns` carrying every `selector` label.
+    pub(crate) fn pods(&self, ns: &str, selector: &[(&str, &str)]) -> Vec<Arc<Pod>> {
+        self.pods.state_filter(|p| selected(&p.metadata, ns, selector))
+    }
+}

@@ -1,0 +1,204 @@
+//! The watches of one namespace (or all), the stores they fill, and the kube-runtime
+//! [`Controller`] they drive: which kind is watched how is tabled in [`super`].
+
+use std::sync::Arc;
+
+use futures::{Stream, StreamExt};
+use k8s_openapi::api::apps::v1::{DaemonSet, Deployment};
+use k8s_openapi::api::core::v1::{ConfigMap, Pod, Secret, Service, ServiceAccount};
+use k8s_openapi::api::networking::v1::Ingress;
+use k8s_openapi::api::rbac::v1::{Role, RoleBinding};
+use kube::api::Api;
+use kube::core::PartialObjectMeta;
+use kube::runtime::reflector::{self, ObjectRef, Store};
+use kube::runtime::{Controller, PredicateConfig, WatchStreamExt, predicates, watcher};
+use qdr_api::Interconnect;
+
+use super::Cache;
+use super::memo::{Drift, SecretReferences};
+use super::names::SecretNames;
+use super::wake::{owned_wake, pod_wake, slim, slim_pod, slim_workload, user_secret};
+use super::written::Written;
+use crate::health::Health;
+use crate::labels;
+
+fn api<K>(client: &kube::Client, ns: &str) -> Api<K>
+where
+    K: kube::Resource<Scope = k8s_openapi::NamespaceResourceScope, DynamicType = ()>,
+{
+    if ns.is_empty() { Api::all(client.clone()) } else { Api::namespaced(client.clone(), ns) }
+}
+
+/// A watch of the objects of `K` selected by `wc` (`K = PartialObjectMeta<X>` watches
+/// metadata only) kept in a store, and the objects that wake their owner. `wake` judges each
+/// event as the API server sent it (with `managedFields`); `slim` then drops what the store
+/// does not need.
+fn reflect<K>(
+    (client, health): (&kube::Client, &Arc<Health>),
+    ns: &str,
+    wc: &watcher::Config,
+    slim: fn(&mut K),
+    mut wake: impl FnMut(&watcher::Event<K>) -> bool + Send + 'static,
+) -> (Store<K>, impl Stream<Item = Result<K, watcher::Error>> + Send + 'static)
+where
+    K: kube::Resource<Scope = k8s_openapi::NamespaceResourceScope, DynamicType = ()>
+        + Clone
+        + serde::de::DeserializeOwned
+        + std::fmt::Debug
+        + Send
+        + Sync
+        + 'static,
+{
+    let (store, mut writer) = reflector::store();
+    let (health, namespace) = (health.clone(), ns.to_string());
+    let woken = watcher(api::<K>(client, ns), wc.clone()).default_backoff().filter_map(move |event| {
+        health.watch_result(&namespace, K::plural(&()), event.as_ref().map(drop));
+        futures::future::ready(match event {
+            Err(e) => Some(Err(e)),
+            Ok(mut event) => {
+                let woke = wake(&event);
+                match &mut event {
+                    watcher::Event::Apply(o) | watcher::Event::InitApply(o) | watcher::Event::Delete(o) => {
+                        slim(o)
+                    }
+                    watcher::Event::Init | watcher::Event::InitDone => {}
+                }
+                writer.apply_watcher_event(&event);
+                match event {
+                    watcher::Event::Apply(o) | watcher::Event::InitApply(o) | watcher::Event::Delete(o)
+                        if woke =>
+                    {
+                        Some(Ok(o))
+                    }
+                    _ => None,
+                }
+            }
+        })
+    });
+    (store, woken)
+}
+
+/// Starts nothing yet: builds the watches of namespace `ns` (empty: all namespaces), the
+/// [`Cache`] their stores fill, and the [`Controller`] over Interconnects that they wake
+/// (owned kinds, user-provided Secrets by the specs that name them, router pods by their
+/// `interconnect_cr` label). Polling the controller runs the watches; each watch reports
+/// its health (listed, failing) to `health`.
+pub(crate) fn watch(
+    client: &kube::Client,
+    health: &Arc<Health>,
+    ns: &str,
+) -> (Cache, Controller<Interconnect>) {
+    let c = (client, health);
+    let all = watcher::Config::default();
+    let ours = watcher::Config::default().labels(&labels::managed_selector());
+    let (ic_store, ic_writer) = reflector::store();
+    let interconnects = {
+        let (health, namespace) = (health.clone(), ns.to_string());
+        watcher(api::<Interconnect>(client, ns), all.clone())
+            .default_backoff()
+            .inspect(move |event| health.watch_result(&namespace, "interconnects", event.as_ref().map(drop)))
+            .reflect(ic_writer)
+            .applied_objects()
+            .predicate_filter(predicates::generation, PredicateConfig::default())
+    };
+
+    let drift: Arc<Drift> = Arc::default();
+    let (written_deployments, written_daemon_sets, written_secrets) =
+        (Arc::new(Written::default()), Arc::new(Written::default()), Arc::new(Written::default()));
+    let (deployments, deployment_events) = reflect::<Deployment>(
+        c,
+        ns,
+        &ours,
+        slim_workload,
+        owned_wake(drift.clone(), Some(written_deployments.clone())),
+    );
+    let (daemon_sets, daemon_set_events) = reflect::<DaemonSet>(
+        c,
+        ns,
+        &ours,
+        slim_workload,
+        owned_wake(drift.clone(), Some(written_daemon_sets.clone())),
+    );
+    let (secrets, secret_events) =
+        reflect::<Secret>(c, ns, &ours, slim, owned_wake(drift.clone(), Some(written_secrets.clone())));
+    let (service_accounts, sa_events) =
+        reflect::<PartialObjectMeta<ServiceAccount>>(c, ns, &ours, slim, owned_wake(drift.clone(), None));
+    let (roles, role_events) =
+        reflect::<PartialObjectMeta<Role>>(c, ns, &ours, slim, owned_wake(drift.clone(), None));
+    let (role_bindings, rb_events) =
+        reflect::<PartialObjectMeta<RoleBinding>>(c, ns, &ours, slim, owned_wake(drift.clone(), None));
+    let (services, service_events) =
+        reflect::<PartialObjectMeta<Service>>(c, ns, &ours, slim, owned_wake(drift.clone(), None));
+    let (config_maps, cm_events) =
+        reflect::<PartialObjectMeta<ConfigMap>>(c, ns, &ours, slim, owned_wake(drift.clone(), None));
+    let (ingresses, ingress_events) =
+        reflect::<PartialObjectMeta<Ingress>>(c, ns, &ours, slim, owned_wake(drift.clone(), None));
+    let (pods, pod_events) =
+        reflect::<Pod>(c, ns, &all.clone().labels(labels::INTERCONNECT), slim_pod, pod_wake());
+    // User-provided Secrets (without our label) wake the Interconnects whose spec names
+    // them (a missing one appearing, a renewal); ours come through the labelled watch.
+    let secret_names = Arc::new(SecretNames::default());
+    let user_secrets = {
+        let (names, health, namespace) = (secret_names.clone(), health.clone(), ns.to_string());
+        watcher(api::<PartialObjectMeta<Secret>>(client, ns), all.clone()).default_backoff().filter_map(
+            move |event| {
+                health.watch_result(&namespace, "secrets (all, metadata)", event.as_ref().map(drop));
+                futures::future::ready(match event {
+                    Err(e) => Some(Err(e)),
+                    Ok(event) => {
+                        names.apply(&event);
+                        match event {
+                            watcher::Event::Apply(s) | watcher::Event::Delete(s) if user_secret(&s) => {
+                                Some(Ok(s))
+                            }
+                            _ => None,
+                        }
+                    }
+                })
+            },
+        )
+    };
+    let cache = Cache {
+        deployments,
+        daemon_sets,
+        pods,
+        secrets,
+        secret_names,
+        service_accounts,
+        roles,
+        role_bindings,
+        services,
+        config_maps,
+        ingresses,
+        written_deployments,
+        written_daemon_sets,
+        written_secrets,
+        written_interconnects: Arc::new(Written::status_writes()),
+        drift,
+        applied: Arc::default(),
+        listed: Arc::default(),
+    };
+
+    let references = Arc::new(SecretReferences::default());
+    let store = ic_store.clone();
+    let controller = Controller::for_stream(interconnects, ic_store)
+        .owns_stream(deployment_events)
+        .owns_stream(daemon_set_events)
+        .owns_stream(secret_events)
+        .owns_stream(sa_events)
+        .owns_stream(role_events)
+        .owns_stream(rb_events)
+        .owns_stream(service_events)
+        .owns_stream(cm_events)
+        .owns_stream(ingress_events)
+        .watches_stream(user_secrets, move |secret: PartialObjectMeta<Secret>| {
+            let ns = secret.metadata.namespace.clone().unwrap_or_default();
+            let name = secret.metadata.name.clone().unwrap_or_default();
+            references.referencing(&store, &ns, &name)
+        })
+        .watches_stream(pod_events, |pod: Pod| {
+            let name = pod.metadata.labels.as_ref().and_then(|l| l.get(labels::INTERCONNECT)).cloned();
+            name.map(|n| ObjectRef::new(&n).within(pod.metadata.namespace.as_deref().unwrap_or_default()))
+        });
+    (cache, controller)
+}

@@ -1,0 +1,98 @@
+//! Read-your-writes: the objects the controller wrote, until the watch delivers them.
+
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex};
+
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
+use kube::Resource;
+
+/// How long a written object ([`Written`]) can stand in for the store's copy: the watch
+/// event of a write arrives within milliseconds; this bounds the case where a relist skips
+/// it.
+pub(crate) const WRITTEN_TTL: std::time::Duration = std::time::Duration::from_secs(60);
+
+/// `(namespace, name)`.
+type NamespacedName = (String, String);
+
+/// Read-your-writes for the kinds a pass decides from (the workloads and the generated
+/// Secrets): the objects the controller wrote, as the API server returned them, until the
+/// store has caught up. A reconcile that runs before the echo of the previous one's write
+/// arrives would otherwise see the old object: an old rollout as complete (and promote a CA
+/// too early), old credentials (and roll the pod template back).
+///
+/// For Interconnects the status the controller wrote is what is kept: a pass must compare
+/// its new status (and decide its Events) against the last one written, not an older one.
+#[derive(Debug)]
+pub(crate) struct Written<K> {
+    entries: Mutex<HashMap<NamespacedName, (std::time::Instant, Arc<K>)>>,
+    /// Whether a stored copy of the same `metadata.generation` has caught up (workloads:
+    /// what a pass reads of them, spec and rollout, is per generation), or only a greater
+    /// one (Interconnects: the controller's status writes keep the generation).
+    same_generation_caught_up: bool,
+}
+
+impl<K> Default for Written<K> {
+    fn default() -> Self {
+        Written { entries: Mutex::default(), same_generation_caught_up: true }
+    }
+}
+
+impl<K> Written<K> {
+    /// For objects whose writes by the controller keep their generation (status writes):
+    /// only a stored copy with the same `resourceVersion`, or a greater generation, has
+    /// caught up.
+    pub(crate) fn status_writes() -> Self {
+        Written { entries: Mutex::default(), same_generation_caught_up: false }
+    }
+}
+
+impl<K: Resource> Written<K> {
+    /// Records `obj`, just written (the API server's answer), without its `managedFields`.
+    pub(crate) fn record(&self, mut obj: K) {
+        obj.meta_mut().managed_fields = None;
+        let key =
+            (obj.meta().namespace.clone().unwrap_or_default(), obj.meta().name.clone().unwrap_or_default());
+        self.entries
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .insert(key, (std::time::Instant::now(), Arc::new(obj)));
+    }
+
+    /// Forgets the written copy of `stored`'s name once the watch delivered that write or a
+    /// later generation (see [`Written::pick`]).
+    pub(crate) fn observed(&self, stored: &K) {
+        let m = stored.meta();
+        let key = (m.namespace.clone().unwrap_or_default(), m.name.clone().unwrap_or_default());
+        let mut entries = self.entries.lock().unwrap_or_else(|e| e.into_inner());
+        if entries.get(&key).is_some_and(|(_, ours)| self.caught_up(m, ours.meta())) {
+            entries.remove(&key);
+        }
+    }
+
+    fn caught_up(&self, s: &ObjectMeta, o: &ObjectMeta) -> bool {
+        s.resource_version == o.resource_version
+            || s.generation
+                .zip(o.generation)
+                .is_some_and(|(sg, og)| sg > og || (sg == og && self.same_generation_caught_up))
+    }
+
+    /// Forgets `ns/name` (it was deleted).
+    pub(crate) fn forget(&self, ns: &str, name: &str) {
+        self.entries.lock().unwrap_or_else(|e| e.into_inner()).remove(&(ns.to_string(), name.to_string()));
+    }
+
+    /// The fresher of `stored` (the store's copy of `ns/name`) and the written one: the
+    /// written one until the store shows the same `resourceVersion` or, for kinds with a
+    /// `metadata.generation`, at least the same generation; at most [`WRITTEN_TTL`].
+    pub(crate) fn pick(&self, ns: &str, name: &str, stored: Option<Arc<K>>) -> Option<Arc<K>> {
+        let mut entries = self.entries.lock().unwrap_or_else(|e| e.into_inner());
+        let key = (ns.to_string(), name.to_string());
+        let Some((at, ours)) = entries.get(&key) else { return stored };
+        let caught_up = stored.as_ref().is_some_and(|s| self.caught_up(s.meta(), ours.meta()));
+        if caught_up || at.elapsed() > WRITTEN_TTL {
+            entries.remove(&key);
+            return stored;
+        }
+        Some(ours.clone())
+    }
+}

@@ -1,0 +1,134 @@
+//! What several stages share: condition types and reasons, the ownership of a child's name,
+//! what applying did, and whether the generation is new. A stage module imports only the
+//! stages before it and this module (observe → build → apply → status → events), so the
+//! types that travel forward through a pass live here.
+
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::OwnerReference;
+
+use crate::managed_fields::Adoption;
+use crate::validated::ValidatedInterconnect;
+
+/// Condition type: the effective spec passed [`qdr_api::validate`].
+pub(crate) const SPEC_VALID: &str = "SpecValid";
+/// Condition type: every desired router is ready and none is being rolled.
+pub(crate) const READY: &str = "Ready";
+/// Condition type: every desired router is available.
+pub(crate) const AVAILABLE: &str = "Available";
+/// Condition type: a rollout is under way (or a Secret the routers need is missing).
+pub(crate) const PROGRESSING: &str = "Progressing";
+/// Condition type: the last reconcile failed, or a child's name is taken.
+pub(crate) const DEGRADED: &str = "Degraded";
+
+/// Reason: the effective spec breaks a rule (`SpecValid=False`, `Ready=False`, and the
+/// Warning Event).
+pub(crate) const INVALID_SPEC: &str = "InvalidSpec";
+/// Reason: a child's name is taken by an object this Interconnect does not control.
+pub(crate) const CONFLICTING_OBJECT: &str = "ConflictingObject";
+/// Reason: a Secret the spec references is missing or lacks a key the router reads.
+pub(crate) const MISSING_SECRET: &str = "MissingSecret";
+/// Reason: router pods the scheduler cannot place (their `PodScheduled=False` condition).
+pub(crate) const UNSCHEDULABLE: &str = "Unschedulable";
+
+/// An object with a child's name that this Interconnect does not control.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Conflict {
+    /// Its kind, such as `ServiceAccount`.
+    pub kind: String,
+    /// Its name (the child's name).
+    pub name: String,
+    /// Its controller as `Kind name`, if it has one.
+    pub controller: Option<String>,
+}
+
+impl Conflict {
+    /// The conflict of an existing object `kind`/`name` with owner references `refs`, or
+    /// `None` when `ic` controls it (a controller reference with its uid).
+    pub fn of(
+        ic: &ValidatedInterconnect,
+        kind: &str,
+        name: &str,
+        refs: &[OwnerReference],
+    ) -> Option<Conflict> {
+        if ic.controls(refs) {
+            return None;
+        }
+        let controller =
+            refs.iter().find(|r| r.controller == Some(true)).map(|r| format!("{} {}", r.kind, r.name));
+        Some(Conflict { kind: kind.into(), name: name.into(), controller })
+    }
+}
+
+impl std::fmt::Display for Conflict {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match &self.controller {
+            Some(c) => write!(f, "{} {} exists and is controlled by {c}", self.kind, self.name),
+            None => {
+                write!(f, "{} {} exists and is not controlled by this Interconnect", self.kind, self.name)
+            }
+        }
+    }
+}
+
+/// Who holds a child's name.
+#[derive(Debug, Clone, Default)]
+pub(crate) enum Ownership<T = ()> {
+    /// No object has the name.
+    #[default]
+    Free,
+    /// A child of this Interconnect has it: what was read of it (`T`), and the take-over
+    /// of its fields when the Go operator wrote them.
+    Ours(T, Option<Adoption>),
+    /// An object this Interconnect does not control has it: nothing may be applied.
+    Foreign(Conflict),
+}
+
+impl<T> Ownership<T> {
+    /// What was read of the child, when it is ours.
+    pub(crate) fn ours(&self) -> Option<&T> {
+        match self {
+            Ownership::Ours(t, _) => Some(t),
+            _ => None,
+        }
+    }
+}
+
+/// Whether this pass reconciles a generation for the first time. Orphans are pruned only
+/// then, and the applies are never skipped then; decided from the stored status by
+/// [`super::status::generation`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Generation {
+    /// The stored status does not report this generation as reconciled without error.
+    New,
+    /// `Degraded=False` at this `observedGeneration`: reconciled before.
+    Reconciled,
+}
+
+/// The workload's counts after the apply, read from the object the API server returned.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct WorkloadStatus {
+    /// Routers wanted (`replicas`, or nodes scheduled for a DaemonSet).
+    pub desired: i32,
+    /// Routers whose pods are ready.
+    pub ready: i32,
+    /// Routers running the current pod template.
+    pub updated: i32,
+    /// Routers available (ready for `minReadySeconds`).
+    pub available: i32,
+    /// Whether the workload controller has observed the applied generation, so the counts
+    /// describe the applied spec.
+    pub current: bool,
+}
+
+/// What applying did.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Applied {
+    /// The workload's counts after the apply.
+    pub workload: WorkloadStatus,
+    /// Orphans deleted, as `Kind name`.
+    pub pruned: Vec<String>,
+    /// Objects in the way: when not empty, nothing was applied.
+    pub conflicts: Vec<Conflict>,
+    /// Children whose fields written by the Go operator were taken over (`Kind name`): the
+    /// apply then removed the ones this controller does not set.
+    pub adopted: Vec<String>,
+}
