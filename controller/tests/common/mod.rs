@@ -1,5 +1,5 @@
 //! Running real `qdr-controller` processes against the test control plane.
-#![allow(dead_code)]
+#![allow(dead_code, unused_imports)]
 
 use std::process::Command;
 use std::time::Duration;
@@ -8,9 +8,10 @@ use kube::api::{Api, ApiResource, DynamicObject, GroupVersionKind, ListParams};
 use qdr_tests::rbac::Install;
 use qdr_tests::{ControlPlane, Process};
 
-pub fn free_port() -> u16 {
-    std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port()
-}
+pub use qdr_tests::components::{
+    Replica, free_port, install, kubectl_stdin, label_namespace, register, start_replica,
+    wait_admission_works, wait_ready,
+};
 
 /// Starts a controller replica with a fast Lease (`lease`, 4 s / 3 s / 0.5 s).
 pub fn start_controller(cp: &ControlPlane, lease_ns: &str, lease: &str, identity: &str) -> Process {

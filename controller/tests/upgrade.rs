@@ -187,8 +187,7 @@ async fn setup() -> &'static Setup {
             let webhook = common::start_replica(cp, &webhook_ns, &reg, port, &[]);
             common::wait_ready(&webhook, Duration::from_secs(60)).await;
             common::wait_admission_works(cp, &spare_ns, Duration::from_secs(60)).await;
-            let controller_bin =
-                PathBuf::from(env!("CARGO_BIN_EXE_qdr-webhook")).with_file_name("qdr-controller");
+            let controller_bin = PathBuf::from(env!("CARGO_BIN_EXE_qdr-controller"));
             assert!(controller_bin.is_file(), "build qdr-controller next to qdr-webhook: cargo build --bins");
             let ids = cp.install_rbac(&common::install(&webhook_ns, &reg)).unwrap();
             let mut cmd = std::process::Command::new(controller_bin);

@@ -21,7 +21,6 @@ use k8s_openapi::api::core::v1::Secret;
 use kube::api::{Api, ApiResource, DynamicObject, GroupVersionKind, ListParams, PostParams};
 use qdr_api::Interconnect;
 use qdr_controller::builders;
-use qdr_controller::reconcile::observe::named_secrets;
 use qdr_controller::validated::ValidatedInterconnect;
 use qdr_tests::{ControlPlane, Process};
 use serde_json::json;
@@ -43,8 +42,7 @@ fn interconnects(client: &kube::Client, ns: &str) -> Api<DynamicObject> {
 
 fn start_controller(cp: &ControlPlane, install: &qdr_tests::rbac::Install, id: &str) -> Process {
     let ids = cp.install_rbac(install).unwrap();
-    let bin = PathBuf::from(env!("CARGO_BIN_EXE_qdr-webhook")).with_file_name("qdr-controller");
-    assert!(bin.is_file(), "build qdr-controller next to qdr-webhook: cargo build --bins");
+    let bin = PathBuf::from(env!("CARGO_BIN_EXE_qdr-controller"));
     let mut cmd = Command::new(bin);
     cmd.env("KUBECONFIG", ids.controller).env("RUST_LOG", "info,kube=warn").args([
         &format!("--lease-namespace={}", install.namespace),
@@ -68,7 +66,7 @@ fn expected(ic: &Interconnect) -> BTreeMap<&'static str, BTreeSet<String>> {
         ("RoleBinding", one(o.name())),
         ("Deployment", one(o.name())),
         ("Service", one(o.name())),
-        ("Secret", named_secrets(&o)),
+        ("Secret", o.ic().secret_names()),
         ("Ingress", builders::ingresses(&o).iter().filter_map(|i| i.metadata.name.clone()).collect()),
     ]);
     if let Some(cm) = builders::sasl_config_map(&o) {
