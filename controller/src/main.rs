@@ -16,6 +16,7 @@ use qdr_controller::lease::{Elector, Timing};
 use qdr_controller::metrics::Metrics;
 use qdr_controller::reconcile::Context;
 use qdr_controller::runtime::{run_controllers, run_while_leading};
+use qdr_startup::LogFormat;
 use tracing::Instrument;
 
 /// Reconciles Interconnects (interconnectedcloud.github.io/v1alpha1) into router
@@ -86,8 +87,8 @@ struct Args {
     reconcile_stuck_after: Duration,
 
     /// Log format.
-    #[arg(long, env = "QDR_LOG_FORMAT", value_parser = ["text", "json"], default_value = "text")]
-    log_format: String,
+    #[arg(long, env = "QDR_LOG_FORMAT", value_enum, default_value = "text")]
+    log_format: LogFormat,
 }
 
 /// `User-Agent` of every request to the API server (audit logs, request metrics).
@@ -96,16 +97,8 @@ const USER_AGENT: &str = concat!("qdr-controller/", env!("CARGO_PKG_VERSION"));
 #[tokio::main]
 async fn main() -> Result<(), Box<dyn std::error::Error>> {
     let args = Args::parse();
-    let filter = tracing_subscriber::EnvFilter::try_from_default_env().unwrap_or_else(|_| "info".into());
-    if args.log_format == "json" {
-        tracing_subscriber::fmt().json().with_env_filter(filter).init();
-    } else {
-        tracing_subscriber::fmt().with_env_filter(filter).init();
-    }
-    let _ = rustls::crypto::ring::default_provider().install_default();
-    let mut config = kube::Config::infer().await?;
-    config.headers.push((http::header::USER_AGENT, http::HeaderValue::from_static(USER_AGENT)));
-    let client = kube::Client::try_from(config)?;
+    qdr_startup::init(args.log_format);
+    let client = qdr_startup::client(USER_AGENT).await?;
     let identity = args.identity.clone().unwrap_or_else(|| {
         let host = std::fs::read_to_string("/etc/hostname").unwrap_or_default().trim().to_string();
         format!("{host}-{}", std::process::id())
@@ -139,9 +132,7 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
 
     let (stop_tx, stop_rx) = tokio::sync::watch::channel(false);
     tokio::spawn(async move {
-        let mut term = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())
-            .expect("SIGTERM handler");
-        tokio::select! { _ = term.recv() => {}, _ = tokio::signal::ctrl_c() => {} }
+        qdr_startup::shutdown_signal().await;
         tracing::info!("shutting down");
         let _ = stop_tx.send(true);
     });

@@ -8,6 +8,7 @@ use std::time::Duration;
 
 use clap::{Parser, ValueEnum};
 use qdr_certs::{CertManager, CertResolver, Policy, WebhookConfiguration};
+use qdr_startup::LogFormat;
 use qdr_webhook::metrics::Metrics;
 use qdr_webhook::server::{AppState, CountingAcceptor, Timeouts, admission_router, health_router};
 
@@ -112,8 +113,8 @@ struct Args {
     request_timeout: Duration,
 
     /// Log format.
-    #[arg(long, env = "QDR_LOG_FORMAT", value_parser = ["text", "json"], default_value = "text")]
-    log_format: String,
+    #[arg(long, env = "QDR_LOG_FORMAT", value_enum, default_value = "text")]
+    log_format: LogFormat,
 }
 
 /// `User-Agent` of every request to the API server (audit logs, request metrics).
@@ -122,13 +123,7 @@ const USER_AGENT: &str = concat!("qdr-webhook/", env!("CARGO_PKG_VERSION"));
 #[tokio::main]
 async fn main() -> Result<(), Box<dyn std::error::Error>> {
     let args = Args::parse();
-    let filter = tracing_subscriber::EnvFilter::try_from_default_env().unwrap_or_else(|_| "info".into());
-    if args.log_format == "json" {
-        tracing_subscriber::fmt().json().with_env_filter(filter).init();
-    } else {
-        tracing_subscriber::fmt().with_env_filter(filter).init();
-    }
-    let _ = rustls::crypto::ring::default_provider().install_default();
+    qdr_startup::init(args.log_format);
 
     let resolver = CertResolver::new();
     let (readiness, expiry): (Box<dyn Fn() -> Result<(), String> + Send + Sync>, _) = match args.tls_mode {
@@ -142,9 +137,7 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
             )
         }
         TlsMode::Secret => {
-            let mut config = kube::Config::infer().await?;
-            config.headers.push((http::header::USER_AGENT, http::HeaderValue::from_static(USER_AGENT)));
-            let client = kube::Client::try_from(config)?;
+            let client = qdr_startup::client(USER_AGENT).await?;
             let svc = &args.service_name;
             let ns = &args.namespace;
             let mut sans = vec![format!("{svc}.{ns}.svc"), format!("{svc}.{ns}"), svc.clone()];
@@ -200,12 +193,7 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
         let state = state.clone();
         let delay = args.shutdown_delay;
         async move {
-            let mut term = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())
-                .expect("installing the SIGTERM handler");
-            tokio::select! {
-                _ = term.recv() => {},
-                _ = tokio::signal::ctrl_c() => {},
-            }
+            qdr_startup::shutdown_signal().await;
             tracing::info!(?delay, "shutting down: not ready, still serving");
             state.draining.store(true, Ordering::SeqCst);
             tokio::time::sleep(delay).await;

@@ -1,0 +1,51 @@
+//! What `qdr-controller` and `qdr-webhook` do first, in one place: logging in the chosen
+//! [`LogFormat`], the process-wide rustls crypto provider (ring, the only one in the
+//! dependency graph), a Kubernetes client whose requests carry the program's `User-Agent`
+//! (so audit logs and the API server's request metrics name it), and the signal that starts
+//! a graceful shutdown.
+
+/// How log lines are written to standard error.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, clap::ValueEnum)]
+pub enum LogFormat {
+    /// Human-readable lines.
+    #[default]
+    Text,
+    /// One JSON object per line (for log collectors).
+    Json,
+}
+
+/// Starts logging in `format`, filtered by `RUST_LOG` (default `info`), and installs ring
+/// as the process's rustls crypto provider. Call once, first thing in `main`.
+pub fn init(format: LogFormat) {
+    let filter = tracing_subscriber::EnvFilter::try_from_default_env().unwrap_or_else(|_| "info".into());
+    match format {
+        LogFormat::Json => tracing_subscriber::fmt().json().with_env_filter(filter).init(),
+        LogFormat::Text => tracing_subscriber::fmt().with_env_filter(filter).init(),
+    }
+    // An error means a provider is installed already: that one stays.
+    let _ = rustls::crypto::ring::default_provider().install_default();
+}
+
+/// A client for the cluster `kube::Config::infer` finds (in-cluster ServiceAccount, or
+/// `KUBECONFIG`), sending `user_agent` (such as `qdr-controller/0.1.0`) on every request.
+///
+/// # Errors
+/// When no configuration can be inferred or the client cannot be built from it.
+pub async fn client(user_agent: &'static str) -> Result<kube::Client, Box<dyn std::error::Error>> {
+    let mut config = kube::Config::infer().await?;
+    config.headers.push((http::header::USER_AGENT, http::HeaderValue::from_static(user_agent)));
+    Ok(kube::Client::try_from(config)?)
+}
+
+/// Resolves at the first SIGTERM (what the kubelet sends) or Ctrl-C.
+///
+/// # Panics
+/// When the SIGTERM handler cannot be installed (no signal support: not on Linux).
+pub async fn shutdown_signal() {
+    let mut term = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())
+        .expect("installing the SIGTERM handler");
+    tokio::select! {
+        _ = term.recv() => {},
+        _ = tokio::signal::ctrl_c() => {},
+    }
+}
