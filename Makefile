@@ -27,12 +27,12 @@ crd: ## Regenerate the committed CRD (deploy/ and the Helm chart's copy) from th
 	cp deploy/crds/interconnects.interconnectedcloud.github.io.yaml deploy/helm/qdr-operator/crds/
 
 test: lint ## Everything CI runs: lint, unit tests and integration tests on a real control plane
-	QDR_TESTBIN="$$(tools/testbin/build.sh)" $(CARGO) test --workspace --locked
+	testbin="$$(tools/testbin/build.sh)"; QDR_TESTBIN="$$testbin" $(CARGO) test --workspace --locked
 
 bench: ## Benchmarks: per-object cost, webhook over HTTPS, API server, controller convergence (one table)
 	$(CARGO) bench --locked -p qdr-controller --bench per_object
 	$(CARGO) build --locked --release --bins
-	QDR_TESTBIN="$$(tools/testbin/build.sh)" $(CARGO_TARGET_DIR_OR_DEFAULT)/release/qdr-bench
+	testbin="$$(tools/testbin/build.sh)"; QDR_TESTBIN="$$testbin" $(CARGO_TARGET_DIR_OR_DEFAULT)/release/qdr-bench
 
 validate-command: ## Build qdr-validate (offline manifest checks) into the release directory
 	$(CARGO) build --locked --release -p qdr-webhook --features validate-command --bin qdr-validate
@@ -40,13 +40,13 @@ validate-command: ## Build qdr-validate (offline manifest checks) into the relea
 
 run: ## Run the whole system on a local control plane with the examples, until Ctrl-C
 	$(CARGO) build --locked --bins
-	QDR_TESTBIN="$$(tools/testbin/build.sh)" $(CARGO_TARGET_DIR_OR_DEFAULT)/debug/local-run
+	testbin="$$(tools/testbin/build.sh)"; QDR_TESTBIN="$$testbin" $(CARGO_TARGET_DIR_OR_DEFAULT)/debug/local-run
 
 deploy: ## Install deploy/ into the cluster of the current kubeconfig (kubectl apply -k)
 	kubectl apply -k deploy/
 
 dev-cluster: ## Run the local control plane (kube-controller-manager, kube-scheduler, 3 kwok nodes) until Ctrl-C
-	QDR_TESTBIN="$$(tools/testbin/build.sh)" $(CARGO) run --locked -p qdr-tests --bin dev-cluster
+	testbin="$$(tools/testbin/build.sh)"; QDR_TESTBIN="$$testbin" $(CARGO) run --locked -p qdr-tests --bin dev-cluster
 
 clean-testbin: ## Remove the cached control-plane binaries
 	rm -rf "$$(dirname "$$(tools/testbin/build.sh --print)")"

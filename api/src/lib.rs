@@ -1,30 +1,32 @@
 //! The Interconnect API, `interconnectedcloud.github.io/v1alpha1`: the single source of
 //! truth that the webhook, the controller, the CRD YAML and the API reference come from.
 //!
-//! * [`types`]: the resource types, with the Go operator's JSON names.
+//! * [`Interconnect`] and the types of its spec and status, with the Go operator's JSON
+//!   names.
 //! * [`crd()`]: the CustomResourceDefinition, derived from the types, with the schema and
 //!   CEL rules of [`rules`]. `cargo run -p qdr-api --bin crdgen` prints it; the committed
 //!   copy is `deploy/crds/interconnects.interconnectedcloud.github.io.yaml`.
 //! * [`defaults()`]: one pure, idempotent defaulting function.
 //! * [`validate()`]: one pure validation function that returns every violation.
-//! * [`spec`]: what every part reads from a spec (the listener lists, every listener,
-//!   the Secrets it names); [`messages`]: rule texts shared by CEL and [`validate()`].
+//! * what every part reads from a spec (every listener, the Secrets it names:
+//!   [`InterconnectSpec`] and [`Interconnect`] methods); [`messages`]: rule texts shared by
+//!   CEL and [`validate()`]; [`warnings()`]: the admission warnings of risky specs.
 //!
 //! The crate is pure: no client, no I/O, no async runtime.
 
 mod enums;
 
-pub mod defaults;
+mod defaults;
 pub mod docs;
 pub mod messages;
 #[cfg(feature = "offline")]
 pub mod offline;
-pub mod quantity;
+mod quantity;
 pub mod rules;
-pub mod spec;
-pub mod types;
-pub mod validate;
-pub mod warnings;
+mod spec;
+mod types;
+mod validate;
+mod warnings;
 
 pub use defaults::{apply_defaults, defaults};
 pub use spec::{DEFAULT_LIVENESS_PORT, LinkRole};
@@ -43,7 +45,7 @@ pub const CRD_PATH: &str = "deploy/crds/interconnects.interconnectedcloud.github
 pub const CHART_CRD_PATH: &str =
     "deploy/helm/qdr-operator/crds/interconnects.interconnectedcloud.github.io.yaml";
 
-/// The CustomResourceDefinition: the schema derived from [`types`] plus the CEL rules and
+/// The CustomResourceDefinition: the schema derived from the types plus the CEL rules and
 /// `required` lists of [`rules`].
 pub fn crd() -> CustomResourceDefinition {
     let mut crd = Interconnect::crd();

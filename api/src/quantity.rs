@@ -77,11 +77,6 @@ impl Quantity {
         }
         Ok(Quantity { mantissa: if negative { -mantissa } else { mantissa }, exp10 })
     }
-
-    /// Whether the quantity is below zero.
-    pub fn is_negative(&self) -> bool {
-        self.mantissa < 0
-    }
 }
 
 impl PartialEq for Quantity {

@@ -1,4 +1,5 @@
-//! The committed CRD is what the types generate, and its shape is what the issue asks for.
+//! The committed CRD is what the types generate, and its shape is what
+//! docs/validation-and-defaults.md describes.
 
 use qdr_api::{CHART_CRD_PATH, CRD_PATH, crd, crd_yaml};
 

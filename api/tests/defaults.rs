@@ -18,7 +18,7 @@ fn default_of(name: &str, spec: Value) -> InterconnectSpec {
 #[test]
 fn empty_spec_gets_the_go_operators_secure_defaults() {
     let spec = default_of("cluster1-router-mesh", json!({}));
-    // Reference §2, "Defaulted spec for an empty spec with cert-manager present".
+    // The Go operator's defaulted spec for an empty spec with cert-manager present.
     let expected = json!({
         "addresses": [
             {"prefix": "closest", "distribution": "closest"}, {"prefix": "multicast", "distribution": "multicast"},

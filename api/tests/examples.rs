@@ -1,4 +1,4 @@
-//! Every example written for the Go operator (reference §7.3 A–K) is accepted unchanged by
+//! Every example written for the Go operator (`tests/data/go-operator/`) is accepted unchanged by
 //! the CRD schema, its CEL rules and `validate`, before and after `defaults` — except the
 //! two e2e fixtures that put edgeConnectors on an interior router (see the test below).
 

@@ -3,7 +3,8 @@
 //! is. Every object is a k8s-openapi struct built field by field, so a misspelled field
 //! does not compile.
 //!
-//! Names, labels and pod shape follow the Go operator (reference §3) with its bugs fixed:
+//! Names, labels and pod shape follow the Go operator (docs/controller.md, "Objects for an
+//! Interconnect") with its bugs fixed:
 //! every object carries the labels and an owner reference; volume names are generated, so
 //! two profiles sharing a Secret do not collide; the Deployment and the DaemonSet share one
 //! pod template; `users: none` means no SASL Secret, ConfigMap, mounts or environment; the
@@ -41,12 +42,12 @@ pub const CONFIG_HASH: &str = "qdr-operator.io/config-hash";
 /// users Secret rolls the routers, which read these files only at start.
 pub const CREDENTIALS_HASH: &str = "qdr-operator.io/credentials-hash";
 /// Where the SASL users Secret is mounted.
-pub const SASL_USERS_DIR: &str = "/etc/qpid-dispatch/sasl-users";
+pub(crate) const SASL_USERS_DIR: &str = "/etc/qpid-dispatch/sasl-users";
 /// Content of the `<name>-sasl-config` ConfigMap (Go operator parity).
-pub const SASL_CONFIG: &str =
+pub(crate) const SASL_CONFIG: &str =
     "\npwcheck_method: auxprop\nauxprop_plugin: sasldb\nsasldb_path: /tmp/qdrouterd.sasldb\n";
 /// The user the generated users Secret holds (Go operator parity).
-pub const GENERATED_USER: &str = "guest";
+pub(crate) const GENERATED_USER: &str = "guest";
 
 /// Everything the builders need besides the Interconnect: the controller's configuration
 /// and what it discovered about the cluster at start.
@@ -118,12 +119,12 @@ pub fn users_secret(o: &ValidatedInterconnect, name: &str, password: &str) -> Se
 }
 
 /// Container-port name of a listener: its name, or `port-<N>` (an IANA service name).
-pub fn container_port_name(l: &Listener) -> String {
+pub(crate) fn container_port_name(l: &Listener) -> String {
     l.name.clone().unwrap_or_else(|| format!("port-{}", l.port))
 }
 
 /// Service-port name of a listener: its name, or the port number (Go operator parity).
-pub fn service_port_name(l: &Listener) -> String {
+pub(crate) fn service_port_name(l: &Listener) -> String {
     l.name.clone().unwrap_or_else(|| l.port.to_string())
 }
 

@@ -1,7 +1,7 @@
 //! The router configuration as a typed model, rendered deterministically to the
 //! `qdrouterd.conf` text format (`QDROUTERD_CONF`).
 //!
-//! What goes in follows the Go operator (reference §4) with its gaps fixed: `ciphers` and
+//! What goes in follows what the Go operator rendered, with its gaps fixed: `ciphers` and
 //! `protocols` are rendered, auto-links use `address` (not the deprecated `addr`), and a
 //! connector's `verifyHostname` is written only when set (the router's default, true,
 //! otherwise). Values are never quoted or escaped: the format has no escaping, which is why

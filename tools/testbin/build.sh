@@ -77,7 +77,9 @@ for f in node/fast/node-initialize node/heartbeat-with-lease/node-heartbeat-with
 done > "$out.tmp/kwok-stages.yaml"
 
 "$out.tmp/kube-apiserver" --version >&2
-"$out.tmp/etcd" --version | head -1 >&2
+# sed reads all of it: `head -1` would close the pipe early, etcd would die of SIGPIPE,
+# and pipefail would end this script before the directory is moved into place.
+"$out.tmp/etcd" --version | sed -n 1p >&2
 "$out.tmp/kwok" --version >&2
 rm -rf "$out" && mv "$out.tmp" "$out"
 build_helm

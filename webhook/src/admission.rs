@@ -221,7 +221,7 @@ pub fn answer(webhook: Webhook, req: &AdmissionRequest<DynamicObject>) -> Reply 
             let (effective, errors) = checked(&ic, stand_in.as_deref());
             let (introduced, _) = ratcheted(errors);
             if !introduced.is_empty() {
-                return reply(invalid(req, &name, &introduced, &[]), Outcome::Denied);
+                return reply(denied_invalid(req, &name, &introduced, &[]), Outcome::Denied);
             }
             // Defaults under the object's own name: none derived from a name not yet picked.
             let ops = defaulting_patch(raw.get("spec"), &effective);
@@ -239,7 +239,7 @@ pub fn answer(webhook: Webhook, req: &AdmissionRequest<DynamicObject>) -> Reply 
                 bad_value: None,
                 detail: e.into_inner().to_string(),
             };
-            reply(invalid(req, &name, &[err], &[]), Outcome::Denied)
+            reply(denied_invalid(req, &name, &[err], &[]), Outcome::Denied)
         }
         (Webhook::Validate, Ok(ic)) => {
             let (effective, errors) = checked(&ic, stand_in.as_deref());
@@ -247,7 +247,7 @@ pub fn answer(webhook: Webhook, req: &AdmissionRequest<DynamicObject>) -> Reply 
             let mut warns = warnings(&effective);
             warns.extend(carried.iter().map(carried_warning));
             if !introduced.is_empty() {
-                return reply(invalid(req, &name, &introduced, &warns), Outcome::Denied);
+                return reply(denied_invalid(req, &name, &introduced, &warns), Outcome::Denied);
             }
             let mut response = AdmissionResponse::from(req);
             if !warns.is_empty() {
@@ -356,7 +356,7 @@ fn defaulting_patch(spec: Option<&Value>, defaulted: &Interconnect) -> json_patc
 
 /// The 422 `Invalid` answer, shaped like the API server's own field errors: one cause per
 /// violation, every cause also in `message`.
-fn invalid(
+fn denied_invalid(
     req: &AdmissionRequest<DynamicObject>,
     name: &str,
     errors: &[FieldError],

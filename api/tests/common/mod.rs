@@ -11,7 +11,7 @@ pub fn data_dir() -> PathBuf {
     PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("tests/data")
 }
 
-/// The Go operator's example CRs (reference §7.3 A–K), by file name.
+/// The Go operator's example CRs (`tests/data/go-operator/`), by file name.
 pub fn go_examples() -> Vec<(String, Value)> {
     let mut files: Vec<_> = std::fs::read_dir(data_dir().join("go-operator"))
         .unwrap()

@@ -1,4 +1,5 @@
-//! The pure builders, one test per Go operator bug (reference §6) they fix; each assertion
+//! The pure builders, one test per Go operator bug they fix (docs/controller.md, "Fixes of
+//! the Go operator's bugs"); each assertion
 //! fails on the Go operator's behaviour.
 
 use std::time::SystemTime;

@@ -47,7 +47,6 @@ use crate::validated::{FIELD_MANAGER, ValidatedInterconnect};
 /// Why applying failed. Every variant names the child (`kind`, `name`) and carries the API
 /// server's error.
 #[derive(Debug, thiserror::Error)]
-#[allow(missing_docs)]
 pub(crate) enum Error {
     /// A server-side apply was refused.
     #[error("applying {kind} {name}: {source}")]

@@ -27,7 +27,6 @@ use crate::validated::ValidatedInterconnect;
 #[derive(Debug, thiserror::Error)]
 pub enum Error {
     #[error("credentials: {0}")]
-    #[allow(missing_docs)]
     Credentials(#[from] CredentialsError),
 }
 

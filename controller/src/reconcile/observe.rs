@@ -32,7 +32,6 @@ use crate::validated::{FIELD_MANAGER, ValidatedInterconnect};
 #[derive(Debug, thiserror::Error)]
 pub enum Error {
     #[error("reading {what}: {source}")]
-    #[allow(missing_docs)]
     Read { what: String, source: kube::Error },
 }
 

@@ -45,7 +45,6 @@ pub(crate) const MAX_MESSAGE: usize = 32 * 1024;
 #[derive(Debug, thiserror::Error)]
 pub enum Error {
     #[error("writing status: {0}")]
-    #[allow(missing_docs)]
     Write(#[source] kube::Error),
 }
 

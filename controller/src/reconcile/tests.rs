@@ -227,3 +227,60 @@ fn more_routers_than_the_pod_list_holds_are_counted() {
     let s = desired(&owner(), &few, &applied, &CredentialsReport::default());
     assert_eq!((s.pods.len(), s.pod_count), (3, Some(3)));
 }
+
+/// The `use` declarations of a module's source, each on one line.
+fn uses(text: &str) -> Vec<String> {
+    let mut out = Vec::new();
+    let mut current: Option<String> = None;
+    for line in text.lines() {
+        let line = line.trim();
+        if current.is_none() && (line.starts_with("use ") || line.starts_with("pub(crate) use ")) {
+            current = Some(String::new());
+        }
+        if let Some(c) = current.as_mut() {
+            c.push_str(line);
+            c.push(' ');
+            if line.ends_with(';') {
+                out.extend(current.take());
+            }
+        }
+    }
+    out
+}
+
+/// Whether the `use` declaration `u` imports module `m` of `reconcile`.
+fn imports(u: &str, m: &str) -> bool {
+    let word = |w: &str| w.trim_matches(|c: char| !c.is_alphanumeric() && c != '_') == m;
+    u.contains(&format!("super::{m}"))
+        || u.contains(&format!("reconcile::{m}"))
+        || (u.contains("super::{") && u.split([',', '{', '}', ' ']).any(word))
+}
+
+/// Imports flow forward only (observe → build → apply → status → events): no stage module
+/// imports a later stage, and the shared types import no stage at all.
+#[test]
+fn stages_import_only_earlier_stages() {
+    let stages = [
+        ("observe", include_str!("observe.rs")),
+        ("build", include_str!("build.rs")),
+        ("apply", include_str!("apply.rs")),
+        ("status", include_str!("status.rs")),
+        ("events", include_str!("events.rs")),
+    ];
+    for (i, (stage, text)) in stages.iter().enumerate() {
+        for (later, _) in &stages[i + 1..] {
+            for u in uses(text) {
+                assert!(!imports(&u, later), "stage {stage} imports the later stage {later}: {u}");
+            }
+        }
+    }
+    for (stage, _) in &stages {
+        for u in uses(include_str!("types.rs")) {
+            assert!(!imports(&u, stage), "types.rs imports the stage {stage}: {u}");
+        }
+    }
+    // The check itself sees a backward import.
+    assert!(imports("use super::status::DEGRADED;", "status"));
+    assert!(imports("use super::{Pass, status};", "status"));
+    assert!(!imports("use super::types::{DEGRADED, READY};", "status"));
+}

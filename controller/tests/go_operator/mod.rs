@@ -3,8 +3,8 @@
 //! The real operator cannot be built here: the Go module proxy answers `403 Forbidden` for
 //! every version of `github.com/interconnectedcloud/qdr-operator` (and it is a `dep`
 //! project pinned to client-go for Kubernetes 1.12 and controller-runtime v0.1.8). So this
-//! module writes what it writes, as the operator's behaviour specification describes it
-//! (§2 defaults, §3 objects, §5.2 order), with plain create/update calls under its field
+//! module writes what it writes (its defaults written back, its objects, in its order), with
+//! plain create/update calls under its field
 //! manager `qdr-operator` (the API server names an update's manager after the client's user
 //! agent, the binary name):
 //!
@@ -37,7 +37,7 @@ pub const MANAGER: &str = "qdr-operator";
 pub const IMAGE: &str = "quay.io/interconnectedcloud/qdrouterd:1.12.0";
 
 /// A v1 CRD with the Go operator's group, names and status subresource and a schema that
-/// checks no cross-field rule (its shipped CRD validated only types, §1.4): what a cluster
+/// checks no cross-field rule (its shipped CRD validated only types): what a cluster
 /// running the Go operator has before our CRD replaces it.
 pub fn crd() -> Value {
     json!({
@@ -64,7 +64,7 @@ pub fn interconnects(client: &kube::Client, ns: &str) -> Api<DynamicObject> {
     Api::namespaced_with(client.clone(), ns, &ar)
 }
 
-/// `SetInterconnectDefaults` without cert-manager (§2): the spec the operator writes back.
+/// `SetInterconnectDefaults` without cert-manager: the spec the operator writes back.
 pub fn defaults(spec: &Value) -> Value {
     let mut s = spec.clone();
     let plan = s["deploymentPlan"].as_object().cloned().unwrap_or_default();
@@ -101,7 +101,7 @@ fn listeners(spec: &Value, keys: &[&str]) -> Vec<Value> {
     keys.iter().flat_map(|k| spec[*k].as_array().cloned().unwrap_or_default()).collect()
 }
 
-/// The workload's pod template and its kind (§3.2, §3.3).
+/// The workload's pod template and its kind (Deployment, or DaemonSet for `placement: Every`).
 fn workload(name: &str, spec: &Value) -> (bool, Value) {
     let plan = &spec["deploymentPlan"];
     let every = plan["placement"] == "Every";
