@@ -22,6 +22,7 @@ pub mod messages;
 #[cfg(feature = "offline")]
 pub mod offline;
 mod quantity;
+pub mod router_config;
 pub mod rules;
 mod spec;
 mod types;

@@ -57,17 +57,11 @@ pub const LISTENER_NAME_IANA: &str = "must be an IANA service name (it names the
 pub const USERS_SECRET_NAME: &str =
     "must be the name of a Secret (lowercase letters, digits, '-' and '.') or 'none' for no SASL users";
 
-/// The characters a value rendered into `qdrouterd.conf` may not contain, as a list.
-pub const FORBIDDEN_CONFIG_CHARS: &str = "'#', '\"', '\\', '{', '}' or a line break";
-/// The same for `pattern`, where the router's parser keeps `#`.
-pub const FORBIDDEN_PATTERN_CHARS: &str = "'\"', '\\', '{', '}' or a line break";
-
-/// A value the router's configuration format cannot carry (CEL `config-safe` and
-/// `config-safe-pattern`).
-pub fn config_unsafe(hash_ok: bool) -> String {
-    let what = if hash_ok { FORBIDDEN_PATTERN_CHARS } else { FORBIDDEN_CONFIG_CHARS };
-    format!("must not contain {what}: the router's configuration format cannot carry them")
-}
+/// A configuration value with a NUL character (CEL `config-no-nul`). The configuration is
+/// JSON, so every other character arrives as written; the router keeps its values as C
+/// strings, which end at the first NUL.
+pub const CONFIG_NUL: &str =
+    "must not contain the NUL character: the router keeps configuration values as C strings, which end there";
 
 /// Validate-only (no CEL rule: it depends on how the controller names container ports): a
 /// named listener takes `port-<N>`, the container-port name of the unnamed listener on N.

@@ -29,33 +29,32 @@ pub struct CelRule {
     pub reason: Option<&'static str>,
 }
 
-/// Fields whose values are written into the router's `qdrouterd.conf` text, by schema
-/// location, and whether `#` is allowed (only in `pattern`, which the router's parser
-/// exempts from comment stripping). See `docs/router-config` in the API reference.
-pub fn config_strings() -> Vec<(String, bool)> {
+/// Fields whose values are written into the router's configuration as strings, by schema
+/// location: none may contain NUL (CEL `config-no-nul`).
+pub fn config_strings() -> Vec<String> {
     let mut v = Vec::new();
     for l in LISTENER_LISTS {
         for f in ["host", "saslMechanisms", "sslProfile"] {
-            v.push((format!("spec.{l}[].{f}"), false));
+            v.push(format!("spec.{l}[].{f}"));
         }
     }
     for c in CONNECTOR_LISTS {
         for f in ["host", "sslProfile"] {
-            v.push((format!("spec.{c}[].{f}"), false));
+            v.push(format!("spec.{c}[].{f}"));
         }
     }
     for f in ["ciphers", "protocols"] {
-        v.push((format!("spec.sslProfiles[].{f}"), false));
+        v.push(format!("spec.sslProfiles[].{f}"));
     }
-    v.push(("spec.addresses[].prefix".into(), false));
-    v.push(("spec.addresses[].pattern".into(), true));
+    for f in ["prefix", "pattern"] {
+        v.push(format!("spec.addresses[].{f}"));
+    }
     for f in ["address", "containerId", "connection", "externalAddress"] {
-        v.push((format!("spec.autoLinks[].{f}"), false));
+        v.push(format!("spec.autoLinks[].{f}"));
     }
-    for f in ["prefix", "containerId", "connection", "addExternalPrefix", "delExternalPrefix"] {
-        v.push((format!("spec.linkRoutes[].{f}"), false));
+    for f in ["prefix", "pattern", "containerId", "connection", "addExternalPrefix", "delExternalPrefix"] {
+        v.push(format!("spec.linkRoutes[].{f}"));
     }
-    v.push(("spec.linkRoutes[].pattern".into(), true));
     v
 }
 
@@ -251,14 +250,8 @@ pub fn cel_rules() -> Vec<CelRule> {
         msg::USERS_SECRET_NAME.into(),
     ));
 
-    for (loc, hash_ok) in config_strings() {
-        let class = if hash_ok { r#"["\\\\{}\\n\\r]"# } else { r#"["\\\\{}#\\n\\r]"# };
-        rules.push(rule(
-            if hash_ok { "config-safe-pattern" } else { "config-safe" },
-            &loc,
-            format!("!self.matches('{class}')"),
-            msg::config_unsafe(hash_ok),
-        ));
+    for loc in config_strings() {
+        rules.push(rule("config-no-nul", &loc, r"!self.matches('\\x00')".into(), msg::CONFIG_NUL.into()));
     }
     rules
 }

@@ -170,11 +170,10 @@ pub fn is_iana_svc_name(s: &str) -> bool {
     s.len() <= 15 && is_label_chars(s) && s.bytes().any(|b| b.is_ascii_lowercase()) && !s.contains("--")
 }
 
-/// A value the router's `qdrouterd.conf` text format can carry: none of `"`, `\`, `{`,
-/// `}`, CR or LF, and no `#` unless `hash_ok` (the parser strips `#` comments in every
-/// attribute except `pattern`).
-pub fn is_config_safe(s: &str, hash_ok: bool) -> bool {
-    !s.chars().any(|c| matches!(c, '"' | '\\' | '{' | '}' | '\n' | '\r') || (!hash_ok && c == '#'))
+/// A value the router's configuration can carry: anything but NUL (the configuration is
+/// JSON-escaped; the router keeps values as C strings).
+pub fn is_config_safe(s: &str) -> bool {
+    !s.contains('\0')
 }
 
 /// Whether an optional list has at least one item.
@@ -198,21 +197,19 @@ impl Validator {
         self.errors.push(FieldError::new(field.into(), t, value, detail));
     }
 
-    /// Length bounds and, for config values, the character rule.
-    fn string(&mut self, path: &str, s: &str, max: usize, config: Option<bool>) {
+    /// Length bounds and, for config values (`config`), the character rule.
+    fn string(&mut self, path: &str, s: &str, max: usize, config: bool) {
         if s.is_empty() {
             self.push(path, ErrorType::Invalid, Some(s.into()), "must not be empty");
         } else if s.chars().count() > max {
             self.push(path, ErrorType::TooLong, None, format!("may not be more than {max} characters"));
         }
-        if let Some(hash_ok) = config
-            && !is_config_safe(s, hash_ok)
-        {
-            self.push(path, ErrorType::Invalid, Some(s.into()), msg::config_unsafe(hash_ok));
+        if config && !is_config_safe(s) {
+            self.push(path, ErrorType::Invalid, Some(s.into()), msg::CONFIG_NUL);
         }
     }
 
-    fn opt_string(&mut self, path: &str, s: &Option<String>, max: usize, config: Option<bool>) {
+    fn opt_string(&mut self, path: &str, s: &Option<String>, max: usize, config: bool) {
         if let Some(s) = s {
             self.string(path, s, max, config);
         }
@@ -220,7 +217,7 @@ impl Validator {
 
     fn secret_name(&mut self, path: &str, s: &Option<String>) {
         if let Some(s) = s {
-            self.string(path, s, 253, None);
+            self.string(path, s, 253, false);
             if !s.is_empty() && s.len() <= 253 && !is_dns_subdomain(s) {
                 self.push(
                     path,
@@ -280,7 +277,7 @@ impl Validator {
     fn spec(&mut self, spec: &InterconnectSpec) {
         let edge = spec.deployment_plan.as_ref().and_then(|p| p.role.as_ref()) == Some(&Role::Edge);
         if let Some(plan) = &spec.deployment_plan {
-            self.opt_string("spec.deploymentPlan.image", &plan.image, 1024, None);
+            self.opt_string("spec.deploymentPlan.image", &plan.image, 1024, false);
             self.range("spec.deploymentPlan.size", plan.size, 1, 16);
             self.resources(plan.resources.as_ref());
             if let Some(r) = &plan.role {
@@ -327,7 +324,7 @@ impl Validator {
         }
 
         if let Some(users) = &spec.users {
-            self.string("spec.users", users, 253, None);
+            self.string("spec.users", users, 253, false);
             if !users.is_empty() && !is_no_users(users) && !is_dns_subdomain(users) {
                 self.push(
                     "spec.users",
@@ -337,7 +334,7 @@ impl Validator {
                 );
             }
         }
-        self.opt_string("spec.issuer", &spec.issuer, 253, None);
+        self.opt_string("spec.issuer", &spec.issuer, 253, false);
 
         if let Some(l) = &spec.listeners
             && l.is_empty()
@@ -430,8 +427,8 @@ impl Validator {
             }
             self.secret_name(&format!("{path}.credentials"), &p.credentials);
             self.secret_name(&format!("{path}.caCert"), &p.ca_cert);
-            self.opt_string(&format!("{path}.ciphers"), &p.ciphers, 1024, Some(false));
-            self.opt_string(&format!("{path}.protocols"), &p.protocols, 256, Some(false));
+            self.opt_string(&format!("{path}.ciphers"), &p.ciphers, 1024, true);
+            self.opt_string(&format!("{path}.protocols"), &p.protocols, 256, true);
         }
         let refs =
             spec.every_listener().map(|(r, i, x)| (r.listeners_field(), i, x.ssl_profile.as_deref())).chain(
@@ -456,8 +453,8 @@ impl Validator {
         self.max_items("spec.addresses", &spec.addresses, 256);
         for (i, a) in spec.addresses.iter().flatten().enumerate() {
             let path = format!("spec.addresses[{i}]");
-            self.opt_string(&format!("{path}.prefix"), &a.prefix, 1024, Some(false));
-            self.opt_string(&format!("{path}.pattern"), &a.pattern, 1024, Some(true));
+            self.opt_string(&format!("{path}.prefix"), &a.prefix, 1024, true);
+            self.opt_string(&format!("{path}.pattern"), &a.pattern, 1024, true);
             if a.prefix.is_some() == a.pattern.is_some() {
                 self.push(&path, ErrorType::Invalid, None, msg::PREFIX_XOR_PATTERN);
             }
@@ -486,12 +483,12 @@ impl Validator {
                     "the address to link is required",
                 );
             } else {
-                self.string(&format!("{path}.address"), &a.address, 1024, Some(false));
+                self.string(&format!("{path}.address"), &a.address, 1024, true);
             }
             self.direction(&format!("{path}.direction"), &a.direction);
-            self.opt_string(&format!("{path}.containerId"), &a.container_id, 253, Some(false));
-            self.opt_string(&format!("{path}.connection"), &a.connection, 253, Some(false));
-            self.opt_string(&format!("{path}.externalAddress"), &a.external_address, 1024, Some(false));
+            self.opt_string(&format!("{path}.containerId"), &a.container_id, 253, true);
+            self.opt_string(&format!("{path}.connection"), &a.connection, 253, true);
+            self.opt_string(&format!("{path}.externalAddress"), &a.external_address, 1024, true);
             self.range(&format!("{path}.phase"), a.phase, 0, 9);
             self.container_xor_connection(&path, a.container_id.is_some(), a.connection.is_some());
         }
@@ -499,16 +496,16 @@ impl Validator {
         self.max_items("spec.linkRoutes", &spec.link_routes, 256);
         for (i, r) in spec.link_routes.iter().flatten().enumerate() {
             let path = format!("spec.linkRoutes[{i}]");
-            self.opt_string(&format!("{path}.prefix"), &r.prefix, 1024, Some(false));
-            self.opt_string(&format!("{path}.pattern"), &r.pattern, 1024, Some(true));
+            self.opt_string(&format!("{path}.prefix"), &r.prefix, 1024, true);
+            self.opt_string(&format!("{path}.pattern"), &r.pattern, 1024, true);
             if r.prefix.is_some() == r.pattern.is_some() {
                 self.push(&path, ErrorType::Invalid, None, msg::PREFIX_XOR_PATTERN);
             }
             self.direction(&format!("{path}.direction"), &r.direction);
-            self.opt_string(&format!("{path}.containerId"), &r.container_id, 253, Some(false));
-            self.opt_string(&format!("{path}.connection"), &r.connection, 253, Some(false));
-            self.opt_string(&format!("{path}.addExternalPrefix"), &r.add_external_prefix, 1024, Some(false));
-            self.opt_string(&format!("{path}.delExternalPrefix"), &r.del_external_prefix, 1024, Some(false));
+            self.opt_string(&format!("{path}.containerId"), &r.container_id, 253, true);
+            self.opt_string(&format!("{path}.connection"), &r.connection, 253, true);
+            self.opt_string(&format!("{path}.addExternalPrefix"), &r.add_external_prefix, 1024, true);
+            self.opt_string(&format!("{path}.delExternalPrefix"), &r.del_external_prefix, 1024, true);
             self.container_xor_connection(&path, r.container_id.is_some(), r.connection.is_some());
         }
     }
@@ -533,11 +530,11 @@ impl Validator {
                 );
             }
         }
-        self.opt_string(&format!("{path}.host"), &l.host, 253, Some(false));
+        self.opt_string(&format!("{path}.host"), &l.host, 253, true);
         self.port(&format!("{path}.port"), l.port);
         self.range(&format!("{path}.cost"), l.cost, 1, i32::MAX);
-        self.opt_string(&format!("{path}.sslProfile"), &l.ssl_profile, 63, Some(false));
-        self.opt_string(&format!("{path}.saslMechanisms"), &l.sasl_mechanisms, 256, Some(false));
+        self.opt_string(&format!("{path}.sslProfile"), &l.ssl_profile, 63, true);
+        self.opt_string(&format!("{path}.saslMechanisms"), &l.sasl_mechanisms, 256, true);
         self.range(&format!("{path}.linkCapacity"), l.link_capacity, 1, i32::MAX);
     }
 
@@ -565,11 +562,11 @@ impl Validator {
                 "the host to connect to is required",
             );
         } else {
-            self.string(&format!("{path}.host"), &c.host, 253, Some(false));
+            self.string(&format!("{path}.host"), &c.host, 253, true);
         }
         self.port(&format!("{path}.port"), c.port);
         self.range(&format!("{path}.cost"), c.cost, 1, i32::MAX);
-        self.opt_string(&format!("{path}.sslProfile"), &c.ssl_profile, 63, Some(false));
+        self.opt_string(&format!("{path}.sslProfile"), &c.ssl_profile, 63, true);
         self.range(&format!("{path}.linkCapacity"), c.link_capacity, 1, i32::MAX);
     }
 

@@ -44,8 +44,8 @@ fn every_shared_message_is_used_by_cel_and_by_validate() {
         ),
         (msg::LISTENER_NAME_IANA.into(), json!({"listeners": [{"port": 1, "name": "a--b"}]})),
         (msg::USERS_SECRET_NAME.into(), json!({"users": "Not_A_Secret"})),
-        (msg::config_unsafe(false), json!({"listeners": [{"port": 1, "host": "a#b"}]})),
-        (msg::config_unsafe(true), json!({"addresses": [{"pattern": "a\"b"}]})),
+        (msg::CONFIG_NUL.into(), json!({"listeners": [{"port": 1, "host": "a\u{0}b"}]})),
+        (msg::CONFIG_NUL.into(), json!({"addresses": [{"pattern": "a\u{0}b"}]})),
     ];
     let cel: Vec<String> = rules::cel_rules().into_iter().map(|r| r.message).collect();
     for (text, spec) in cases {

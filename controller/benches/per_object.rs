@@ -2,8 +2,8 @@
 //! the 3-router example and for a spec with every list near its maxItems.
 
 use criterion::{Criterion, criterion_group, criterion_main};
+use qdr_api::router_config::router_config;
 use qdr_api::{Interconnect, defaults, validate};
-use qdr_controller::router_config::router_config;
 use serde_json::{Value, json};
 
 fn small() -> Interconnect {

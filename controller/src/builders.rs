@@ -16,11 +16,14 @@ mod tests;
 use std::collections::BTreeMap;
 
 use k8s_openapi::ByteString;
-use k8s_openapi::api::apps::v1::{DaemonSet, DaemonSetSpec, Deployment, DeploymentSpec};
+use k8s_openapi::api::apps::v1::{
+    DaemonSet, DaemonSetSpec, Deployment, DeploymentSpec, DeploymentStrategy, RollingUpdateDeployment,
+};
 use k8s_openapi::api::core::v1::{
-    Affinity, ConfigMap, ConfigMapVolumeSource, Container, ContainerPort, EnvVar, EnvVarSource,
-    HTTPGetAction, ObjectFieldSelector, PodAffinityTerm, PodAntiAffinity, PodSpec, PodTemplateSpec, Probe,
-    Secret, SecretVolumeSource, Service, ServicePort, ServiceSpec, Volume, VolumeMount,
+    Affinity, Capabilities, ConfigMap, ConfigMapVolumeSource, Container, ContainerPort, EnvVar, EnvVarSource,
+    HTTPGetAction, ObjectFieldSelector, PodAffinityTerm, PodAntiAffinity, PodSecurityContext, PodSpec,
+    PodTemplateSpec, Probe, SeccompProfile, Secret, SecretVolumeSource, SecurityContext, Service,
+    ServicePort, ServiceSpec, Volume, VolumeMount,
 };
 use k8s_openapi::api::networking::v1::{
     HTTPIngressPath, HTTPIngressRuleValue, Ingress, IngressBackend, IngressRule, IngressServiceBackend,
@@ -32,8 +35,8 @@ use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
 use qdr_api::{LinkRole, Listener, Placement, Role as RouterRole};
 
 use crate::route::{Route, RoutePort, RouteSpec, RouteTargetReference, TlsConfig};
-use crate::router_config::{Rendered, cert_dir};
 use crate::validated::ValidatedInterconnect;
+use qdr_api::router_config::{CONFIG_DIR, CONFIG_FILE, DOLLAR_ENV, Rendered, cert_dir};
 
 /// Pod-template annotation holding the SHA-256 of the rendered config (a change rolls pods).
 pub const CONFIG_HASH: &str = "qdr-operator.io/config-hash";
@@ -59,7 +62,15 @@ pub struct Settings {
     pub routes: bool,
     /// Lifetimes of generated CAs and router certificates.
     pub lifetimes: crate::credentials::Lifetimes,
+    /// `runAsUser` of the router pods ([`DEFAULT_RUN_AS_USER`] by default; `None` where the
+    /// platform assigns the UID, as OpenShift's restricted SCC does).
+    pub run_as_user: Option<i64>,
 }
+
+/// The UID the router pods run as by default. The router image (qdr-image 1.19.0) declares no
+/// `USER` and writes only below `/tmp` (its configuration and SASL database), so any
+/// non-root UID works; this one is outside the range of system accounts.
+pub const DEFAULT_RUN_AS_USER: i64 = 10001;
 
 /// ServiceAccount `<name>` for the router pods (auto-mesh reads the pod list with it).
 pub fn service_account(o: &ValidatedInterconnect) -> k8s_openapi::api::core::v1::ServiceAccount {
@@ -94,6 +105,17 @@ pub fn role_binding(o: &ValidatedInterconnect) -> RoleBinding {
             kind: "Role".into(),
             name: o.name().into(),
         },
+    }
+}
+
+/// ConfigMap `<name>-router-config`: the rendered router configuration under
+/// [`CONFIG_FILE`], mounted read-only at [`CONFIG_DIR`]. Its size is bounded by
+/// `qdr_api::validate` (a ConfigMap holds at most 1 MiB).
+pub fn router_config_map(o: &ValidatedInterconnect, config: &Rendered) -> ConfigMap {
+    ConfigMap {
+        metadata: o.meta(&o.router_config_name()),
+        data: Some(BTreeMap::from([(CONFIG_FILE.into(), config.text.clone())])),
+        ..Default::default()
     }
 }
 
@@ -155,13 +177,21 @@ fn secret_volume(name: &str, secret: &str) -> Volume {
     }
 }
 
-/// The router container's environment: what the image's `configure.sh` reads
-/// (`QDROUTERD_CONF`, the SASL database source and path, `QDROUTERD_AUTO_MESH_DISCOVERY`)
-/// and what auto-mesh needs to find its peers (`POD_NAMESPACE`, `POD_IP`). Nothing here
-/// depends on `size`: the Go operator's `POD_COUNT` (never read by the image) made every
-/// scale a rolling restart.
-fn router_env(o: &ValidatedInterconnect, config: &Rendered) -> Vec<EnvVar> {
-    let mut env_vars = vec![env("APPLICATION_NAME", o.name()), env("QDROUTERD_CONF", config.text.clone())];
+/// The router container's environment: what the image's start scripts read
+/// (`QDROUTERD_CONF`, the path of the mounted configuration, with `QDROUTERD_CONF_TYPE=json`;
+/// the SASL database source and path; `QDROUTERD_AUTO_MESH_DISCOVERY`), `DOLLAR=$` for the
+/// literal `$` of the configuration ([`qdr_api::router_config::LITERAL_DOLLAR`]), and what
+/// auto-mesh needs to find its peers (`POD_NAMESPACE`, `POD_IP`). Nothing here depends on
+/// `size`: the Go operator's `POD_COUNT` (never read by the image) made every scale a
+/// rolling restart; nor on the configuration itself (its hash in the pod template rolls the
+/// routers).
+fn router_env(o: &ValidatedInterconnect) -> Vec<EnvVar> {
+    let mut env_vars = vec![
+        env("APPLICATION_NAME", o.name()),
+        env("QDROUTERD_CONF", format!("{CONFIG_DIR}/{CONFIG_FILE}")),
+        env("QDROUTERD_CONF_TYPE", "json"),
+        env(DOLLAR_ENV, "$"),
+    ];
     if o.users_secret().is_some() {
         env_vars.push(env("QDROUTERD_AUTO_CREATE_SASLDB_SOURCE", format!("{SASL_USERS_DIR}/")));
         env_vars.push(env("QDROUTERD_AUTO_CREATE_SASLDB_PATH", "/tmp/qdrouterd.sasldb"));
@@ -174,11 +204,17 @@ fn router_env(o: &ValidatedInterconnect, config: &Rendered) -> Vec<EnvVar> {
     env_vars
 }
 
-/// The volumes of the pod and the router container's mounts, in matching order: one per
-/// sslProfile Secret (credentials, and the CA when the config reads it from its own
-/// Secret), then the SASL users Secret and ConfigMap.
+/// The volumes of the pod and the router container's mounts, in matching order: the router
+/// configuration, one per sslProfile Secret (credentials, and the CA when the config reads
+/// it from its own Secret), then the SASL users Secret and ConfigMap.
 fn volumes_and_mounts(o: &ValidatedInterconnect) -> (Vec<Volume>, Vec<VolumeMount>) {
     let (mut volumes, mut mounts) = (Vec::new(), Vec::new());
+    volumes.push(Volume {
+        name: "router-config".into(),
+        config_map: Some(ConfigMapVolumeSource { name: o.router_config_name(), ..Default::default() }),
+        ..Default::default()
+    });
+    mounts.push(mount("router-config", CONFIG_DIR.into()));
     for (i, p) in o.spec().ssl_profiles.iter().flatten().enumerate() {
         if let Some(cred) = &p.credentials {
             let v = format!("ssl-{i}-credentials");
@@ -233,7 +269,7 @@ pub fn pod_template(
     let container = Container {
         name: o.name().into(),
         image: Some(plan.image.clone().unwrap_or_else(|| s.default_image.clone())),
-        env: Some(router_env(o, config)),
+        env: Some(router_env(o)),
         ports: Some(ports),
         liveness_probe: Some(Probe {
             http_get: Some(HTTPGetAction {
@@ -242,6 +278,22 @@ pub fn pod_template(
                 ..Default::default()
             }),
             initial_delay_seconds: Some(60),
+            ..Default::default()
+        }),
+        // Ready once the router answers on its health listener: a Service sends no client
+        // to a router that has not started, and a rollout waits for each new router.
+        readiness_probe: Some(Probe {
+            http_get: Some(HTTPGetAction {
+                path: Some("/healthz".into()),
+                port: IntOrString::Int(liveness),
+                ..Default::default()
+            }),
+            period_seconds: Some(5),
+            ..Default::default()
+        }),
+        security_context: Some(SecurityContext {
+            allow_privilege_escalation: Some(false),
+            capabilities: Some(Capabilities { drop: Some(vec!["ALL".into()]), ..Default::default() }),
             ..Default::default()
         }),
         volume_mounts: Some(mounts),
@@ -278,8 +330,23 @@ pub fn pod_template(
             containers: vec![container],
             volumes: Some(volumes),
             affinity,
+            security_context: Some(pod_security(s)),
             ..Default::default()
         }),
+    }
+}
+
+/// The pod's security context: what Pod Security `restricted` asks of a pod (non-root,
+/// `RuntimeDefault` seccomp), and the user to run as, [`Settings::run_as_user`]: the router
+/// image declares no `USER`, so without one it would run as root and `runAsNonRoot` would
+/// refuse it. `None` leaves the UID to the platform (OpenShift's restricted SCC assigns one
+/// from the namespace's range).
+fn pod_security(s: &Settings) -> PodSecurityContext {
+    PodSecurityContext {
+        run_as_non_root: Some(true),
+        run_as_user: s.run_as_user,
+        seccomp_profile: Some(SeccompProfile { type_: "RuntimeDefault".into(), ..Default::default() }),
+        ..Default::default()
     }
 }
 
@@ -301,6 +368,20 @@ impl Workload {
             Workload::DaemonSet(d) => d.spec.as_ref().map(|s| &s.template),
         }
     }
+}
+
+/// How a Deployment rolls: the default (25 % surge) except for `AntiAffinity`, where every
+/// router needs a node of its own: a surge pod has no node to go to when there are as many
+/// nodes as routers, and the rollout would never finish. There one old router goes first
+/// (`maxSurge: 0`, `maxUnavailable: 1`), so `size - 1` routers serve throughout a roll.
+fn strategy(placement: Option<Placement>) -> Option<DeploymentStrategy> {
+    (placement == Some(Placement::AntiAffinity)).then(|| DeploymentStrategy {
+        type_: Some("RollingUpdate".into()),
+        rolling_update: Some(RollingUpdateDeployment {
+            max_surge: Some(IntOrString::Int(0)),
+            max_unavailable: Some(IntOrString::Int(1)),
+        }),
+    })
 }
 
 /// Deployment or DaemonSet `<name>` running `config`.
@@ -326,6 +407,7 @@ pub fn workload(
                 replicas: Some(plan.size.unwrap_or(1)),
                 selector,
                 template,
+                strategy: strategy(plan.placement),
                 ..Default::default()
             }),
             ..Default::default()

@@ -26,6 +26,5 @@ pub mod metrics;
 pub mod reconcile;
 pub(crate) mod references;
 pub mod route;
-pub mod router_config;
 pub mod runtime;
 pub mod validated;

@@ -86,9 +86,28 @@ struct Args {
     #[arg(long, env = "QDR_RECONCILE_STUCK_AFTER", value_parser = humantime::parse_duration, default_value = "5m")]
     reconcile_stuck_after: Duration,
 
+    /// runAsUser of the router pods (the router image declares no USER). "platform" sets
+    /// none, for OpenShift, whose restricted SCC assigns a UID from the namespace's range.
+    #[arg(long, env = "QDR_ROUTER_RUN_AS_USER", default_value = "10001", value_parser = parse_run_as_user)]
+    router_run_as_user: RunAsUser,
+
     /// Log format.
     #[arg(long, env = "QDR_LOG_FORMAT", value_enum, default_value = "text")]
     log_format: LogFormat,
+}
+
+/// `--router-run-as-user`: a UID, or the platform's choice.
+#[derive(Debug, Clone, Copy)]
+struct RunAsUser(Option<i64>);
+
+fn parse_run_as_user(s: &str) -> Result<RunAsUser, String> {
+    match s {
+        "platform" => Ok(RunAsUser(None)),
+        _ => match s.parse::<i64>() {
+            Ok(uid) if uid > 0 => Ok(RunAsUser(Some(uid))),
+            _ => Err(format!("{s:?} is neither a UID above 0 nor \"platform\"")),
+        },
+    }
 }
 
 /// `User-Agent` of every request to the API server (audit logs, request metrics).
@@ -157,6 +176,7 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
         default_image: args.default_image.clone(),
         routes,
         lifetimes: Lifetimes { ca: args.router_ca_lifetime, cert: args.router_cert_lifetime },
+        run_as_user: args.router_run_as_user.0,
     };
     let recorder = Recorder::new(
         client.clone(),

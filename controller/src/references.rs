@@ -8,8 +8,8 @@ use std::collections::BTreeMap;
 use sha2::Digest;
 
 use crate::credentials::Data;
-use crate::router_config::keys_read;
 use crate::validated::ValidatedInterconnect;
+use qdr_api::router_config::keys_read;
 
 /// A Secret the routers mount or the operator reads.
 #[derive(Debug, Clone, PartialEq, Eq)]

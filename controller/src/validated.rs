@@ -175,6 +175,12 @@ impl ValidatedInterconnect {
         self.ic.users_secret()
     }
 
+    /// Name of the router configuration ConfigMap, `<name>-router-config` (no other child's
+    /// name, of this or another Interconnect, ends that way).
+    pub fn router_config_name(&self) -> String {
+        format!("{}-router-config", self.name)
+    }
+
     /// Name of the SASL ConfigMap, `<name>-sasl-config`.
     pub fn sasl_config_name(&self) -> String {
         format!("{}-sasl-config", self.name)

@@ -56,6 +56,21 @@ fn env<'a>(d: &'a Deployment, name: &str) -> Option<&'a str> {
     c.env.as_ref()?.iter().find(|e| e.name == name)?.value.as_deref()
 }
 
+/// The router configuration the pods of `d` read: the ConfigMap its `QDROUTERD_CONF` file
+/// comes from (the volume mounted at that directory), as the API server has it now.
+async fn mounted_config(ns: &qdr_tests::TestNamespace, d: &Deployment) -> String {
+    let path = env(d, "QDROUTERD_CONF").expect("QDROUTERD_CONF");
+    assert_eq!(env(d, "QDROUTERD_CONF_TYPE"), Some("json"));
+    let (dir, file) = path.rsplit_once('/').unwrap();
+    let pod = d.spec.as_ref().unwrap().template.spec.as_ref().unwrap();
+    let mount = pod.containers[0].volume_mounts.iter().flatten().find(|m| m.mount_path == dir).unwrap();
+    assert_eq!(mount.read_only, Some(true));
+    let volume = pod.volumes.iter().flatten().find(|v| v.name == mount.name).unwrap();
+    let cm = &volume.config_map.as_ref().expect("a ConfigMap volume").name;
+    let cm: ConfigMap = ns.api().get(cm).await.unwrap();
+    cm.data.unwrap()[file].clone()
+}
+
 fn hash(d: &Deployment) -> String {
     d.spec.as_ref().unwrap().template.metadata.as_ref().unwrap().annotations.as_ref().unwrap()["qdr-operator.io/config-hash"].clone()
 }
@@ -88,7 +103,10 @@ async fn interior_example_reconciles_to_the_go_operators_object_graph() {
     let c = &pod.containers[0];
     assert_eq!(c.name, name);
     assert_eq!(c.image.as_deref(), Some("quay.io/interconnectedcloud/qdrouterd:1.13.0"));
-    assert!(env(&d, "QDROUTERD_CONF").unwrap().contains("mode: interior"));
+    assert!(
+        mounted_config(&ns, &d).await.contains(r#"["router", {"mode": "interior", "id": "${HOSTNAME}"}]"#)
+    );
+    assert_eq!(env(&d, "DOLLAR"), Some("$"));
     assert_eq!(env(&d, "QDROUTERD_AUTO_MESH_DISCOVERY"), Some("QUERY"));
     assert_eq!(env(&d, "APPLICATION_NAME"), Some(name.as_str()));
     assert_eq!(env(&d, "POD_COUNT"), None, "a size-dependent value would roll the routers on every scale");
@@ -208,7 +226,7 @@ async fn scaling_image_and_listener_changes_reach_the_children() {
         deps.get(&name).await.ok().filter(|d| hash(d) != before)
     })
     .await;
-    assert!(env(&d, "QDROUTERD_CONF").unwrap().contains("port: 6000"));
+    assert!(mounted_config(&ns, &d).await.contains(r#""port": 6000"#));
     assert_ne!(hash(&d0), hash(&d));
     // Go bug 6: the Service follows the listeners.
     let svc: Api<Service> = ns.api();
@@ -396,8 +414,8 @@ async fn every_go_operator_example_reconciles_to_its_objects() {
             .collect();
         let ports: Vec<i32> = c.ports.iter().flatten().map(|p| p.container_port).collect();
         assert_eq!(ports, want_ports, "{file}");
-        let conf = env(&d, "QDROUTERD_CONF").unwrap();
-        assert_eq!(conf, qdr_controller::router_config::router_config(&effective.spec).render(), "{file}");
+        let conf = mounted_config(&ns, &d).await;
+        assert_eq!(conf, qdr_api::router_config::router_config(&effective.spec).render(), "{file}");
         let svc: Service = eventually(&format!("{file}: Service"), Duration::from_secs(20), || async {
             ns.api::<Service>().get_opt(&name).await.ok().flatten()
         })

@@ -1,54 +1,137 @@
-//! Every rendered router configuration is one qdrouterd 1.19.0 accepts: the text is parsed
-//! the way the router's own `config.py` does (line by line, `#` truncating values), and
-//! the result is checked against the router's management schema (`data/qdrouter.json`):
-//! known entities and attributes only, values of the right type, enum values from the
-//! schema, required attributes present, one `router`, unique names, the role/mode rules,
-//! and every value arriving unchanged.
+//! Every rendered router configuration is one qdrouterd 1.19.0 accepts, after what the
+//! router image does to it: the JSON text goes through the image's `expandvars.py` (modelled
+//! here: Python's `os.path.expandvars` on every line with a `$` that does not start with
+//! `#`) with the container's environment, then is parsed the way the router's `config.py`
+//! parses a `.json` file (lines starting with `#` dropped, then JSON), and the result is
+//! checked against the router's management schema (`data/qdrouter.json`): known entities
+//! and attributes only, values of the right type, enum values from the schema, required
+//! attributes present, one `router`, unique names, the role/mode rules, and every value
+//! arriving exactly as the spec wrote it.
 
 use std::collections::{BTreeMap, HashSet};
 
 use proptest::prelude::*;
+use qdr_api::router_config::{Rendered, RouterConfig, Value as V, router_config};
 use qdr_api::{Interconnect, defaults, validate};
-use qdr_controller::router_config::{Rendered, RouterConfig, router_config};
 use serde_json::{Value, json};
 
-type Parsed = Vec<(String, BTreeMap<String, String>)>;
+type Parsed = Vec<(String, BTreeMap<String, Value>)>;
 
-/// The router's `.conf` parser (`Config._parse`), reduced to what matters for acceptance.
-fn parse_conf(text: &str) -> Result<Parsed, String> {
-    let mut out: Parsed = Vec::new();
-    let mut open: Option<(String, BTreeMap<String, String>)> = None;
-    for (n, raw) in text.lines().enumerate() {
-        let line = raw.trim();
-        if line.is_empty() || line.starts_with('#') {
-            continue;
-        }
-        if let Some(name) = line.strip_suffix('{').map(str::trim) {
-            if open.is_some()
-                || name.is_empty()
-                || !name.chars().all(|c| c.is_ascii_alphanumeric() || c == '_' || c == '-')
-            {
-                return Err(format!("line {n}: bad section start {line:?}"));
+/// The router container's environment as the image's scripts see it: what the controller
+/// sets that a configuration could name, and what the image and the kubelet set.
+const POD_ENV: &[(&str, &str)] = &[
+    ("DOLLAR", "$"),
+    ("HOSTNAME", "mesh-7d9f-abcde"),
+    ("HOME", "/"),
+    ("POD_NAMESPACE", "ns"),
+    ("USD", "1.08"),
+];
+
+/// Python's `os.path.expandvars` (posixpath): `$name` (`name` = `[A-Za-z0-9_]+`) and
+/// `${name}` (`name` = anything but `}`) become the variable's value when it is set and
+/// stay as they are when it is not; scanning resumes after an inserted value, so a value is
+/// never expanded again.
+fn python_expandvars(line: &str, env: &[(&str, &str)]) -> String {
+    let lookup = |n: &str| env.iter().find(|(k, _)| *k == n).map(|(_, v)| *v);
+    let word = |c: char| c.is_ascii_alphanumeric() || c == '_';
+    let mut out = String::new();
+    let mut rest = line;
+    while let Some(i) = rest.find('$') {
+        out.push_str(&rest[..i]);
+        let after = &rest[i + 1..];
+        let (name, len) = if let Some(braced) = after.strip_prefix('{') {
+            match braced.find('}') {
+                Some(end) => (&braced[..end], end + 2),
+                None => ("", 0),
             }
-            open = Some((name.to_string(), BTreeMap::new()));
-        } else if line == "}" {
-            out.push(open.take().ok_or(format!("line {n}: unbalanced }}"))?);
         } else {
-            let (k, v) = line.split_once(':').ok_or(format!("line {n}: not key: value: {line:?}"))?;
-            let (k, mut v) = (k.trim(), v.trim().to_string());
-            if !["pattern", "bindingKey", "hostname"].contains(&k) {
-                v = v.split('#').next().unwrap().trim().to_string();
+            let end = after.find(|c: char| !word(c)).unwrap_or(after.len());
+            (&after[..end], end)
+        };
+        match (len, lookup(name)) {
+            (0, _) | (_, None) => {
+                // Not a reference, or an unknown name: the `$` stays, scanning goes on after it.
+                out.push('$');
+                rest = after;
             }
-            if v.is_empty() || v.contains('"') || v.contains('\\') || v.starts_with('{') {
-                return Err(format!("line {n}: value the parser rejects: {line:?}"));
+            (len, Some(value)) => {
+                out.push_str(value);
+                rest = &after[len..];
             }
-            open.as_mut().ok_or(format!("line {n}: attribute outside a section"))?.1.insert(k.to_string(), v);
         }
     }
-    if open.is_some() {
-        return Err("unterminated section".into());
+    out.push_str(rest);
+    out
+}
+
+/// The image's `expandvars.py`: [`python_expandvars`] on each line that contains `$` and does
+/// not start with `#`.
+fn image_expandvars(text: &str, env: &[(&str, &str)]) -> String {
+    text.split_inclusive('\n')
+        .map(
+            |l| {
+                if l.contains('$') && !l.starts_with('#') { python_expandvars(l, env) } else { l.to_string() }
+            },
+        )
+        .collect()
+}
+
+/// GNU `envsubst` without a shell-format argument (what images before 2019 ran, with
+/// `DOLLAR='$'` in their own environment): `$NAME` and `${NAME}` become the variable's
+/// value, or nothing when it is unset; single pass.
+fn gnu_envsubst(text: &str, env: &[(&str, &str)]) -> String {
+    let value = |n: &str| env.iter().find(|(k, _)| *k == n).map(|(_, v)| *v).unwrap_or("");
+    let ident = |c: char| c.is_ascii_alphanumeric() || c == '_';
+    let (mut out, mut rest) = (String::new(), text);
+    while let Some(i) = rest.find('$') {
+        out.push_str(&rest[..i]);
+        let after = &rest[i + 1..];
+        if let Some(braced) = after.strip_prefix('{')
+            && let Some(end) = braced.find('}')
+            && end > 0
+            && braced[..end].chars().all(ident)
+            && !braced.starts_with(|c: char| c.is_ascii_digit())
+        {
+            out.push_str(value(&braced[..end]));
+            rest = &braced[end + 1..];
+        } else {
+            let end = after.find(|c: char| !ident(c)).unwrap_or(after.len());
+            if end == 0 || after.starts_with(|c: char| c.is_ascii_digit()) {
+                out.push('$');
+                rest = after;
+            } else {
+                out.push_str(value(&after[..end]));
+                rest = &after[end..];
+            }
+        }
+    }
+    out.push_str(rest);
+    out
+}
+
+/// The router's JSON configuration loader (`config.py` for a `.json` file): lines that
+/// start with `#` (after white space) are dropped, the rest is a JSON array of
+/// `[entity type, {attributes}]`.
+fn parse_json(text: &str) -> Result<Parsed, String> {
+    let kept: String = text.split_inclusive('\n').filter(|l| !l.trim_start().starts_with('#')).collect();
+    let v: Value = serde_json::from_str(&kept).map_err(|e| format!("not JSON: {e}"))?;
+    let mut out = Parsed::new();
+    for (i, e) in v.as_array().ok_or("not a JSON array")?.iter().enumerate() {
+        let pair =
+            e.as_array().filter(|p| p.len() == 2).ok_or(format!("entity {i}: not [type, attributes]"))?;
+        let ty = pair[0].as_str().ok_or(format!("entity {i}: type is not a string"))?;
+        let attrs = pair[1].as_object().ok_or(format!("entity {i}: attributes are not an object"))?;
+        out.push((ty.to_string(), attrs.iter().map(|(k, v)| (k.clone(), v.clone())).collect()));
     }
     Ok(out)
+}
+
+/// A JSON value as the schema check sees it (qdrouterd coerces strings to its types).
+fn text(v: &Value) -> String {
+    match v {
+        Value::String(s) => s.clone(),
+        other => other.to_string(),
+    }
 }
 
 struct Schema {
@@ -95,7 +178,7 @@ impl Schema {
         let mode = parsed
             .iter()
             .find(|(s, _)| s == "router")
-            .and_then(|(_, a)| a.get("mode").cloned())
+            .and_then(|(_, a)| a.get("mode").map(text))
             .unwrap_or_default();
         if parsed.iter().filter(|(s, _)| s == "router").count() != 1 {
             errors.push("exactly one router section".into());
@@ -107,6 +190,7 @@ impl Schema {
                 continue;
             };
             for (k, v) in attrs {
+                let v = &text(v);
                 let Some(def) = schema.get(k) else {
                     errors.push(format!("{section}: unknown attribute {k}"));
                     continue;
@@ -132,20 +216,21 @@ impl Schema {
                     errors.push(format!("{section}: required attribute {k} missing"));
                 }
             }
-            if let Some(n) = attrs.get("name")
+            if let Some(n) = attrs.get("name").map(text)
                 && !names.insert(n.clone())
             {
                 errors.push(format!("{section}: duplicate name {n} (names are unique across all entities)"));
             }
             // An http listener without a host logs `getaddrinfo(, <port>) failed` at every start.
             if section == "listener"
-                && attrs.get("http").is_some_and(|h| h == "true")
+                && attrs.get("http").is_some_and(|h| text(h) == "true")
                 && !attrs.contains_key("host")
             {
                 errors.push(format!("{section}: an http listener needs an explicit host"));
             }
             if section == "listener" || section == "connector" {
-                let role = attrs.get("role").map(String::as_str).unwrap_or("normal");
+                let role = attrs.get("role").map(text).unwrap_or_else(|| "normal".into());
+                let role = role.as_str();
                 if role == "inter-router" && mode != "interior" {
                     errors.push(format!("{section}: role inter-router needs mode interior"));
                 }
@@ -158,18 +243,35 @@ impl Schema {
     }
 }
 
-/// Renders, parses like the router, checks against the schema, and checks that every
-/// value arrived unchanged (nothing truncated by `#`).
+/// What the router should end up with for one attribute: a string as the spec wrote it, an
+/// environment reference expanded, numbers and booleans as they are.
+fn arrived(v: &V) -> Value {
+    match v {
+        V::Str(s) => json!(s),
+        V::Env(name) => json!(POD_ENV.iter().find(|(k, _)| k == name).map(|(_, v)| *v).unwrap_or_default()),
+        V::Int(i) => json!(i),
+        V::Bool(b) => json!(b),
+    }
+}
+
+/// Renders, runs the image's `expandvars.py` with the pod's environment, parses like the
+/// router, checks against the schema, and checks that every value arrived as written.
 fn assert_accepted(cfg: &RouterConfig, what: &str) {
-    let text = cfg.render();
-    let parsed = parse_conf(&text).unwrap_or_else(|e| panic!("{what}: {e}\n{text}"));
+    let rendered = cfg.render();
+    let text = image_expandvars(&rendered, POD_ENV);
+    let parsed = parse_json(&text).unwrap_or_else(|e| panic!("{what}: {e}\n{text}"));
     let errors = Schema::load().check(&parsed);
     assert!(errors.is_empty(), "{what}: {errors:#?}\n{text}");
     assert_eq!(parsed.len(), cfg.sections.len(), "{what}");
     for ((name, attrs), section) in parsed.iter().zip(&cfg.sections) {
         assert_eq!(name, section.entity);
+        assert_eq!(attrs.len(), section.attrs.len(), "{what}: {name}");
         for (k, v) in &section.attrs {
-            assert_eq!(attrs.get(*k), Some(&v.to_string()), "{what}: {name}.{k} changed on the way in");
+            assert_eq!(
+                attrs.get(*k),
+                Some(&arrived(v)),
+                "{what}: {name}.{k} changed on the way in:\n{rendered}"
+            );
         }
     }
 }
@@ -199,22 +301,26 @@ fn every_example_renders_a_config_the_router_accepts() {
 fn default_interior_config_is_rendered_exactly() {
     let ic: Interconnect = serde_json::from_value(json!({"metadata": {"name": "mesh"}, "spec": {}})).unwrap();
     let text = router_config(&defaults(&ic).spec).render();
-    let expected = "router {\n    mode: interior\n    id: ${HOSTNAME}\n}\n\n\
-listener {\n    role: normal\n    host: 0.0.0.0\n    port: 5672\n}\n\n\
-listener {\n    role: normal\n    host: 0.0.0.0\n    port: 8080\n    http: true\n    authenticatePeer: true\n}\n\n\
-listener {\n    role: normal\n    host: 0.0.0.0\n    port: 5671\n    sslProfile: default\n}\n\n\
-listener {\n    name: health-and-stats\n    host: 0.0.0.0\n    port: 8888\n    http: true\n    healthz: true\n    metrics: true\n    websockets: false\n    httpRootDir: invalid\n}\n\n\
-listener {\n    role: inter-router\n    host: 0.0.0.0\n    port: 55671\n    saslMechanisms: EXTERNAL\n    authenticatePeer: true\n    sslProfile: inter-router\n}\n\n\
-listener {\n    role: edge\n    host: 0.0.0.0\n    port: 45672\n}\n\n\
-sslProfile {\n    name: default\n    certFile: /etc/qpid-dispatch-certs/default/mesh-default-credentials/tls.crt\n    privateKeyFile: /etc/qpid-dispatch-certs/default/mesh-default-credentials/tls.key\n}\n\n\
-sslProfile {\n    name: inter-router\n    certFile: /etc/qpid-dispatch-certs/inter-router/mesh-inter-router-credentials/tls.crt\n    privateKeyFile: /etc/qpid-dispatch-certs/inter-router/mesh-inter-router-credentials/tls.key\n    caCertFile: /etc/qpid-dispatch-certs/inter-router/mesh-inter-router-credentials/ca.crt\n}\n\n\
-address {\n    prefix: closest\n    distribution: closest\n}\n\n\
-address {\n    prefix: multicast\n    distribution: multicast\n}\n\n\
-address {\n    prefix: unicast\n    distribution: closest\n}\n\n\
-address {\n    prefix: exclusive\n    distribution: closest\n}\n\n\
-address {\n    prefix: broadcast\n    distribution: multicast\n}\n";
+    let expected = r#"[
+  ["router", {"mode": "interior", "id": "${HOSTNAME}"}],
+  ["listener", {"role": "normal", "host": "0.0.0.0", "port": 5672}],
+  ["listener", {"role": "normal", "host": "0.0.0.0", "port": 8080, "http": true, "authenticatePeer": true}],
+  ["listener", {"role": "normal", "host": "0.0.0.0", "port": 5671, "sslProfile": "default"}],
+  ["listener", {"name": "health-and-stats", "host": "0.0.0.0", "port": 8888, "http": true, "healthz": true, "metrics": true, "websockets": false, "httpRootDir": "invalid"}],
+  ["listener", {"role": "inter-router", "host": "0.0.0.0", "port": 55671, "saslMechanisms": "EXTERNAL", "authenticatePeer": true, "sslProfile": "inter-router"}],
+  ["listener", {"role": "edge", "host": "0.0.0.0", "port": 45672}],
+  ["sslProfile", {"name": "default", "certFile": "/etc/qpid-dispatch-certs/default/mesh-default-credentials/tls.crt", "privateKeyFile": "/etc/qpid-dispatch-certs/default/mesh-default-credentials/tls.key"}],
+  ["sslProfile", {"name": "inter-router", "certFile": "/etc/qpid-dispatch-certs/inter-router/mesh-inter-router-credentials/tls.crt", "privateKeyFile": "/etc/qpid-dispatch-certs/inter-router/mesh-inter-router-credentials/tls.key", "caCertFile": "/etc/qpid-dispatch-certs/inter-router/mesh-inter-router-credentials/ca.crt"}],
+  ["address", {"prefix": "closest", "distribution": "closest"}],
+  ["address", {"prefix": "multicast", "distribution": "multicast"}],
+  ["address", {"prefix": "unicast", "distribution": "closest"}],
+  ["address", {"prefix": "exclusive", "distribution": "closest"}],
+  ["address", {"prefix": "broadcast", "distribution": "multicast"}]
+]
+"#;
     assert_eq!(text, expected);
     assert_eq!(text, router_config(&defaults(&ic).spec).render(), "deterministic");
+    assert!(text.lines().all(|l| !l.starts_with('#')), "expandvars.py skips lines starting with '#'");
 }
 
 /// Go bug 7: ciphers and protocols were accepted and dropped. Go bug 8: every connector
@@ -228,12 +334,12 @@ fn ciphers_protocols_and_verify_hostname_are_rendered_as_given() {
     .unwrap();
     let cfg = router_config(&defaults(&ic).spec);
     assert_accepted(&cfg, "ciphers");
-    let p = cfg.of("sslProfile").find(|s| s.get("name").unwrap().to_string() == "tls").unwrap();
-    assert_eq!(p.get("ciphers").unwrap().to_string(), "ECDHE-RSA-AES128-GCM-SHA256");
-    assert_eq!(p.get("protocols").unwrap().to_string(), "TLSv1.2 TLSv1.3");
+    let p = cfg.of("sslProfile").find(|s| s.get("name") == Some(&V::Str("tls".into()))).unwrap();
+    assert_eq!(p.get("ciphers"), Some(&V::Str("ECDHE-RSA-AES128-GCM-SHA256".into())));
+    assert_eq!(p.get("protocols"), Some(&V::Str("TLSv1.2 TLSv1.3".into())));
     let conns: Vec<_> = cfg.of("connector").collect();
     assert_eq!(conns[0].get("verifyHostname"), None, "router default (true) when not set");
-    assert_eq!(conns[1].get("verifyHostname").unwrap().to_string(), "false");
+    assert_eq!(conns[1].get("verifyHostname"), Some(&V::Bool(false)));
 }
 
 fn arb_spec() -> impl Strategy<Value = Value> {
@@ -286,7 +392,7 @@ proptest! {
 /// The checker itself rejects what the router rejects (or silently mangles).
 #[test]
 fn the_checker_catches_what_the_router_would_refuse() {
-    use qdr_controller::router_config::{Section, Value as V};
+    use qdr_api::router_config::Section;
     let router = |mode: &str| Section { entity: "router", attrs: vec![("mode", V::Str(mode.into()))] };
     let bad = [
         (
@@ -341,77 +447,86 @@ fn the_checker_catches_what_the_router_would_refuse() {
     ];
     for (what, sections) in bad {
         let text = RouterConfig { sections }.render();
-        let parsed = parse_conf(&text).unwrap();
+        let parsed = parse_json(&text).unwrap();
         assert!(!Schema::load().check(&parsed).is_empty(), "{what} was not caught:\n{text}");
     }
-    // '#' truncates a prefix: the value does not arrive unchanged.
-    let cfg = RouterConfig {
-        sections: vec![
-            router("interior"),
-            Section {
-                entity: "linkRoute",
-                attrs: vec![("prefix", V::Str("a.#.b".into())), ("direction", V::Str("in".into()))],
-            },
-        ],
-    };
-    let r = std::panic::catch_unwind(|| assert_accepted(&cfg, "hash"));
-    assert!(r.is_err(), "'#' truncation was not caught");
+    // A value the image would change on the way (a `$` written bare) does not arrive as written.
+    let mangled = image_expandvars("  [\"address\", {\"prefix\": \"price.$USD\"}]\n", POD_ENV);
+    assert_eq!(mangled, "  [\"address\", {\"prefix\": \"price.1.08\"}]\n");
+    // And the loader drops a line that starts with '#'.
+    assert!(parse_json("[\n# [\"router\", {}]\n]\n").unwrap().is_empty());
 }
 
-/// What the image's `configure.sh` does to the file: GNU `envsubst` with `DOLLAR='$'` and
-/// the pod's environment; `$NAME` and `${NAME}` become the variable's value, or nothing.
-fn envsubst(text: &str, env: &[(&str, &str)]) -> String {
-    let value = |n: &str| env.iter().find(|(k, _)| *k == n).map(|(_, v)| *v).unwrap_or("");
-    let ident = |c: char| c.is_ascii_alphanumeric() || c == '_';
-    let (mut out, mut rest) = (String::new(), text);
-    while let Some(i) = rest.find('$') {
-        out.push_str(&rest[..i]);
-        let after = &rest[i + 1..];
-        if let Some(braced) = after.strip_prefix('{')
-            && let Some(end) = braced.find('}')
-            && braced[..end].chars().all(ident)
-            && end > 0
-        {
-            out.push_str(value(&braced[..end]));
-            rest = &braced[end + 1..];
-        } else {
-            let end = after.find(|c: char| !ident(c)).unwrap_or(after.len());
-            if end == 0 {
-                out.push('$');
-            } else {
-                out.push_str(value(&after[..end]));
-            }
-            rest = &after[end..];
-        }
-    }
-    out.push_str(rest);
-    out
-}
-
-/// A `$` in any value reaches the router unchanged after the image's `envsubst`; the router
-/// id still becomes the pod name.
+/// `$` in any value reaches the router exactly as written, through the 1.19.0 image's
+/// `expandvars.py` and through an older image's `envsubst` (with its own `DOLLAR='$'`); the
+/// router id still becomes the pod name.
 #[test]
-fn dollar_signs_survive_the_images_envsubst() {
+fn dollar_signs_survive_the_images_variable_expansion() {
+    let cases = ["$management.custom", "price.$USD", "a$HOSTNAME", "$$", "trailing$", "${HOME}", "$"];
     let ic: Interconnect = serde_json::from_value(json!({"metadata": {"name": "m"}, "spec": {
-        "addresses": [{"prefix": "$management"}, {"pattern": "a.$x.#"}],
-        "linkRoutes": [{"prefix": "$HOME.q", "direction": "in"}],
+        "addresses": cases.iter().map(|p| json!({"prefix": p})).collect::<Vec<_>>(),
+        "linkRoutes": [{"pattern": "a.$x.#", "direction": "in"}],
         "connectors": [{"name": "c", "host": "$HOSTNAME", "port": 5672}],
     }}))
     .unwrap();
-    let text = Rendered::of(&qdr_api::defaults(&ic).spec).text;
-    assert!(text.contains("prefix: ${DOLLAR}management"), "{text}");
-    let expanded = envsubst(&text, &[("DOLLAR", "$"), ("HOSTNAME", "m-0"), ("HOME", "/root")]);
-    for line in [
-        "    id: m-0",
-        "    prefix: $management",
-        "    pattern: a.$x.#",
-        "    prefix: $HOME.q",
-        "    host: $HOSTNAME",
-    ] {
-        assert!(expanded.lines().any(|l| l == line), "{line:?} missing after envsubst:\n{expanded}");
+    let d = qdr_api::defaults(&ic);
+    assert!(validate(&d).is_empty(), "{:?}", validate(&d));
+    let cfg = router_config(&d.spec);
+    let text = Rendered::of(&d.spec).text;
+    assert!(text.contains(r#""prefix": "${DOLLAR}management.custom""#), "{text}");
+    for (image, expanded) in
+        [("expandvars.py", image_expandvars(&text, POD_ENV)), ("envsubst", gnu_envsubst(&text, POD_ENV))]
+    {
+        let parsed = parse_json(&expanded).unwrap_or_else(|e| panic!("{image}: {e}\n{expanded}"));
+        assert!(Schema::load().check(&parsed).is_empty(), "{image}");
+        let prefixes: Vec<String> = parsed
+            .iter()
+            .filter(|(t, _)| t == "address")
+            .filter_map(|(_, a)| a.get("prefix").map(text_of))
+            .collect();
+        for case in cases {
+            assert!(prefixes.iter().any(|p| p == case), "{image}: {case:?} did not arrive: {prefixes:?}");
+        }
+        let router = &parsed.iter().find(|(t, _)| t == "router").unwrap().1;
+        assert_eq!(router["id"], json!("mesh-7d9f-abcde"), "{image}: the router id is the pod name");
+        let conn = &parsed.iter().find(|(t, _)| t == "connector").unwrap().1;
+        assert_eq!(conn["host"], json!("$HOSTNAME"), "{image}");
+        let route = &parsed.iter().find(|(t, _)| t == "linkRoute").unwrap().1;
+        assert_eq!(route["pattern"], json!("a.$x.#"), "{image}");
     }
-    let parsed = parse_conf(&expanded).unwrap();
-    assert!(Schema::load().check(&parsed).is_empty());
-    // Without the escape, envsubst would have eaten the value.
-    assert_eq!(envsubst("prefix: $management", &[("DOLLAR", "$")]), "prefix: ");
+    assert_accepted(&cfg, "dollars");
+    // Without the escape each image would have changed the values.
+    assert_eq!(python_expandvars("a$HOSTNAME", POD_ENV), "amesh-7d9f-abcde");
+    assert_eq!(gnu_envsubst("$management.custom", POD_ENV), ".custom");
+}
+
+/// Characters the `.conf` text format cut or refused (`#`, quotes, backslashes, braces, tab,
+/// vertical tab, form feed, line breaks, `/*`, `, ]`) arrive intact in the JSON form.
+#[test]
+fn any_character_but_nul_arrives_intact() {
+    let values = [
+        "sp ace/*",
+        "comma, ]x",
+        "tab\there",
+        "vt\u{b}ff\u{c}",
+        "quote\"back\\slash",
+        "{brace}#hash",
+        "line\nbreak\r",
+    ];
+    let cfg = RouterConfig {
+        sections: std::iter::once(qdr_api::router_config::Section {
+            entity: "router",
+            attrs: vec![("mode", V::Str("interior".into())), ("id", V::Env("HOSTNAME"))],
+        })
+        .chain(values.iter().map(|v| qdr_api::router_config::Section {
+            entity: "address",
+            attrs: vec![("prefix", V::Str((*v).into()))],
+        }))
+        .collect(),
+    };
+    assert_accepted(&cfg, "characters");
+}
+
+fn text_of(v: &Value) -> String {
+    text(v)
 }

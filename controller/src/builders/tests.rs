@@ -6,9 +6,9 @@ use std::time::SystemTime;
 
 use crate::builders::{self, Settings, Workload};
 use crate::credentials::{self, Existing, Lifetimes};
-use crate::router_config::Rendered;
 use crate::validated::ValidatedInterconnect;
 use qdr_api::Interconnect;
+use qdr_api::router_config::Rendered;
 use serde_json::{Value, json};
 
 /// The ValidatedInterconnect of a stored Interconnect `mesh` in `ns` with `spec` (defaulted, validated).
@@ -26,6 +26,7 @@ fn settings() -> Settings {
         default_image: "quay.io/interconnectedcloud/qdrouterd:1.19.0".into(),
         routes: false,
         lifetimes: Lifetimes::default(),
+        run_as_user: Some(builders::DEFAULT_RUN_AS_USER),
     }
 }
 

@@ -206,6 +206,7 @@ async fn look_up(
     );
     found.add(cached_ownership::<Role>(client, cache, o, &children.role.name_any()).await?);
     found.add(cached_ownership::<RoleBinding>(client, cache, o, &children.role_binding.name_any()).await?);
+    found.add(cached_ownership::<ConfigMap>(client, cache, o, &children.router_config_map.name_any()).await?);
     if let Some(cm) = &children.sasl_config_map {
         found.add(cached_ownership::<ConfigMap>(client, cache, o, &cm.name_any()).await?);
     }
@@ -355,6 +356,7 @@ fn fingerprint(children: &Children) -> Option<u64> {
     add(serde_json::to_vec(&children.service_account));
     add(serde_json::to_vec(&children.role));
     add(serde_json::to_vec(&children.role_binding));
+    add(serde_json::to_vec(&children.router_config_map));
     add(serde_json::to_vec(&children.sasl_config_map));
     match &children.workload {
         Workload::Deployment(d) => add(serde_json::to_vec(d)),
@@ -456,6 +458,7 @@ async fn apply(
         service_account,
         role,
         role_binding,
+        router_config_map,
         sasl_config_map,
         secrets: Secrets { create, update, keep: keep_secrets },
         workload,
@@ -467,6 +470,9 @@ async fn apply(
     ssa(client, ns, &service_account).await?;
     ssa(client, ns, &role).await?;
     ssa(client, ns, &role_binding).await?;
+    // Before the workload: a router started from the new template reads the new file.
+    keep.config_maps.insert(router_config_map.name_any());
+    ssa(client, ns, &router_config_map).await?;
     if let Some(cm) = &sasl_config_map {
         keep.config_maps.insert(cm.name_any());
         ssa(client, ns, cm).await?;

@@ -19,8 +19,8 @@ use super::observe::{Observed, named_secrets};
 use crate::builders::{self, Exposure, Settings, Workload};
 use crate::credentials::{self, CredentialChange, CredentialsError, Data, EXPIRY_WARNING, is_generated_by};
 use crate::references::{Unmet, fingerprint, references, unmet};
-use crate::router_config::Rendered;
 use crate::validated::ValidatedInterconnect;
+use qdr_api::router_config::Rendered;
 
 /// Why building failed: credentials could not be issued (a named CA is missing, or
 /// generation failed).
@@ -53,6 +53,8 @@ pub struct Children {
     pub role: Role,
     /// RoleBinding `<name>`.
     pub role_binding: RoleBinding,
+    /// ConfigMap `<name>-router-config`: the rendered router configuration.
+    pub router_config_map: ConfigMap,
     /// ConfigMap `<name>-sasl-config`, unless `users: none`.
     pub sasl_config_map: Option<ConfigMap>,
     /// Generated Secrets to create, and the Secret names to keep.
@@ -170,6 +172,7 @@ pub fn build(o: &ValidatedInterconnect, settings: &Settings, observed: &Observed
         service_account: builders::service_account(o),
         role: builders::role(o),
         role_binding: builders::role_binding(o),
+        router_config_map: builders::router_config_map(o, &router_config),
         sasl_config_map: builders::sasl_config_map(o),
         secrets: Secrets { create, update: plan.update, keep: named_secrets(o) },
         workload,

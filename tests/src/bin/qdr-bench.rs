@@ -1036,5 +1036,5 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
 
 /// Renders the router configuration of an effective spec (the controller's renderer).
 fn qdr_controller_render(ic: &qdr_api::Interconnect) -> String {
-    qdr_controller::router_config::router_config(&ic.spec).render()
+    qdr_api::router_config::router_config(&ic.spec).render()
 }

@@ -18,9 +18,9 @@ use super::{Built, Children, Report, build};
 use crate::builders::{self, CONFIG_HASH, CREDENTIALS_HASH, Exposure, Settings, Workload};
 use crate::reconcile::observe::{Observed, named_secrets};
 use crate::reconcile::types::Ownership;
-use crate::router_config::{Rendered, router_config};
 use crate::validated::ValidatedInterconnect;
 use qdr_api::Interconnect;
+use qdr_api::router_config::{Rendered, router_config};
 use serde_json::{Value, json};
 
 const UID: &str = "0f1e2d3c-aaaa-bbbb-cccc-000000000001";
@@ -70,6 +70,7 @@ fn settings(routes: bool) -> Settings {
         default_image: "quay.io/interconnectedcloud/qdrouterd:1.19.0".into(),
         routes,
         lifetimes: crate::credentials::Lifetimes::default(),
+        run_as_user: Some(builders::DEFAULT_RUN_AS_USER),
     }
 }
 
@@ -119,6 +120,7 @@ fn golden_json(o: &ValidatedInterconnect, Built { children, report }: &Built) ->
         "serviceAccount": children.service_account,
         "role": children.role,
         "roleBinding": children.role_binding,
+        "routerConfigMap": children.router_config_map,
         "saslConfigMap": children.sasl_config_map,
         "credentials": credentials,
         "workload": workload,
@@ -168,6 +170,7 @@ fn every_child_of_every_example_is_labelled_owned_and_consistent() {
                 service_account,
                 role,
                 role_binding,
+                router_config_map,
                 sasl_config_map,
                 secrets,
                 workload,
@@ -183,6 +186,7 @@ fn every_child_of_every_example_is_labelled_owned_and_consistent() {
                 serde_json::to_value(&role.metadata).unwrap(),
                 serde_json::to_value(&role_binding.metadata).unwrap(),
                 serde_json::to_value(&service.metadata).unwrap(),
+                serde_json::to_value(&router_config_map.metadata).unwrap(),
             ];
             metas.extend(sasl_config_map.iter().map(|c| serde_json::to_value(&c.metadata).unwrap()));
             metas.extend(secrets.create.iter().map(|s| serde_json::to_value(&s.metadata).unwrap()));
@@ -209,10 +213,34 @@ fn every_child_of_every_example_is_labelled_owned_and_consistent() {
                 assert_eq!(refs[0]["uid"], UID);
                 assert_eq!(refs[0]["controller"], true);
             }
-            // The config is rendered once and the pod template carries it and its hash.
+            // The config is rendered once: the ConfigMap carries it, the pod mounts it and
+            // names the file, and the pod template carries its hash.
             assert_eq!(*rendered, Rendered::of(o.spec()), "{name}");
             assert_eq!(rendered.text, router_config(o.spec()).render(), "{name}");
-            assert_eq!(env(workload, "QDROUTERD_CONF"), Some(rendered.text.as_str()), "{name}");
+            let data = router_config_map.data.as_ref().unwrap();
+            assert_eq!(data.get("qdrouterd.json"), Some(&rendered.text), "{name}");
+            assert_eq!(
+                env(workload, "QDROUTERD_CONF"),
+                Some("/etc/qpid-dispatch-config/qdrouterd.json"),
+                "{name}"
+            );
+            assert_eq!(env(workload, "QDROUTERD_CONF_TYPE"), Some("json"), "{name}");
+            assert_eq!(env(workload, "DOLLAR"), Some("$"), "{name}");
+            let config_volume = workload
+                .template()
+                .unwrap()
+                .spec
+                .as_ref()
+                .unwrap()
+                .volumes
+                .iter()
+                .flatten()
+                .find_map(|v| v.config_map.as_ref().filter(|c| c.name.ends_with("-router-config")));
+            assert_eq!(
+                config_volume.map(|c| c.name.as_str()),
+                router_config_map.metadata.name.as_deref(),
+                "{name}"
+            );
             let template = workload.template().unwrap();
             let annotations = template.metadata.as_ref().unwrap().annotations.as_ref().unwrap();
             assert_eq!(annotations[CONFIG_HASH], rendered.hash, "{name}");

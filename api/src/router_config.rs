@@ -1,35 +1,56 @@
-//! The router configuration as a typed model, rendered deterministically to the
-//! `qdrouterd.conf` text format (`QDROUTERD_CONF`).
+//! The router configuration as a typed model, rendered deterministically in qdrouterd's
+//! JSON configuration form: `[["router", {...}], ["listener", {...}], ...]`, one entity per
+//! line. The controller puts it in a ConfigMap that the router pod mounts read-only; the
+//! image's start script copies it to `/tmp/qdrouterd.json` (`QDROUTERD_CONF_TYPE=json`) and
+//! qdrouterd reads a `.json` file as JSON (docs/controller.md, "What the router image
+//! reads").
 //!
 //! What goes in follows what the Go operator rendered, with its gaps fixed: `ciphers` and
 //! `protocols` are rendered, auto-links use `address` (not the deprecated `addr`), and a
 //! connector's `verifyHostname` is written only when set (the router's default, true,
-//! otherwise). Values are never quoted or escaped: the format has no escaping, which is why
-//! the API rejects `#`, quotes, backslashes, braces and line breaks in these fields. The one
-//! exception is `$`: the image expands environment variables in the file, so a literal `$`
-//! is written as [`LITERAL_DOLLAR`].
+//! otherwise). Every string is JSON-escaped, so any character but NUL arrives as written
+//! (the `qdrouterd.conf` text format has no escaping: it cut values at `#`, quotes,
+//! backslashes, braces and line breaks). The one rewrite is `$`: the image's
+//! `expandvars.py` expands environment variables on every line that has one, so a literal
+//! `$` is written as [`LITERAL_DOLLAR`] and the container's environment carries
+//! [`DOLLAR_ENV`]` = "$"`.
 
 use std::fmt::Write as _;
 
-use qdr_api::{Connector, InterconnectSpec, LinkRole, Listener, Role, SslProfile};
+use crate::{Connector, InterconnectSpec, LinkRole, Listener, Role, SslProfile};
 use sha2::Digest;
+
+/// Where the ConfigMap holding the rendered configuration is mounted in the router
+/// container.
+pub const CONFIG_DIR: &str = "/etc/qpid-dispatch-config";
+/// The ConfigMap key (and file name) of the rendered configuration: the `.json` ending is
+/// what makes qdrouterd parse it as JSON.
+pub const CONFIG_FILE: &str = "qdrouterd.json";
+/// The environment variable the router container sets to `$`, for [`LITERAL_DOLLAR`].
+pub const DOLLAR_ENV: &str = "DOLLAR";
 
 /// Where credentials Secrets are mounted: `<CERTS_DIR>/<profile>/<secret>/`.
 pub const CERTS_DIR: &str = "/etc/qpid-dispatch-certs";
 
-/// How a literal `$` is written: the router image runs `envsubst` over the configuration
-/// with `DOLLAR='$'` set, so `${DOLLAR}` is what comes out as `$`. A bare `$` would be
-/// taken as the start of a variable (`$management` → the empty string).
+/// How a literal `$` is written. The router image (1.19.0) runs `expandvars.py` over the
+/// configuration: Python's `os.path.expandvars` on every line that contains `$` and does
+/// not start with `#`, which replaces `$name` and `${name}` when `name` is in the
+/// environment and leaves it otherwise. The router container's environment sets
+/// [`DOLLAR_ENV`] to `$`, so `${DOLLAR}` comes out as `$` and nothing after it is looked at
+/// again (`${DOLLAR}HOSTNAME` → `$HOSTNAME`); an older image that runs `envsubst` with its
+/// own `DOLLAR='$'` gives the same. A bare `$` would be expanded (`price.$USD` with `USD`
+/// set) or, under `envsubst`, removed with its name.
 pub const LITERAL_DOLLAR: &str = "${DOLLAR}";
 
 /// A typed attribute value.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Value {
-    /// A string, path or enum tag, rendered literally: each `$` is written as
-    /// [`LITERAL_DOLLAR`] so that it survives the image's `envsubst`.
+    /// A string, path or enum tag, rendered as a JSON string: each `$` is written as
+    /// [`LITERAL_DOLLAR`] so that it survives the image's variable expansion.
     Str(String),
-    /// A reference to an environment variable of the router container, rendered verbatim
-    /// for the image's `envsubst` to expand (`${HOSTNAME}`: the router id is the pod name).
+    /// A reference to an environment variable of the router container, rendered as a JSON
+    /// string `"${NAME}"` for the image to expand (`${HOSTNAME}`: the router id is the pod
+    /// name).
     Env(&'static str),
     /// An integer.
     Int(i64),
@@ -38,10 +59,12 @@ pub enum Value {
 }
 
 impl std::fmt::Display for Value {
+    /// The value as JSON.
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let json = |s: &str| serde_json::to_string(s).expect("a string serializes");
         match self {
-            Value::Str(s) => f.write_str(&s.replace('$', LITERAL_DOLLAR)),
-            Value::Env(var) => write!(f, "${{{var}}}"),
+            Value::Str(s) => f.write_str(&json(&s.replace('$', LITERAL_DOLLAR))),
+            Value::Env(var) => f.write_str(&json(&format!("${{{var}}}"))),
             Value::Int(i) => write!(f, "{i}"),
             Value::Bool(b) => write!(f, "{b}"),
         }
@@ -97,20 +120,17 @@ pub struct RouterConfig {
 }
 
 impl RouterConfig {
-    /// The `qdrouterd.conf` text: one `key: value` per line, 4-space indent, a blank line
-    /// between sections, a trailing newline. Deterministic for a given model.
+    /// The JSON configuration: a JSON array with one `["entity", {attributes}]` per line,
+    /// attributes in emission order, a trailing newline. Deterministic for a given model;
+    /// no line starts with `#` (the image's `expandvars.py` skips such lines).
     pub fn render(&self) -> String {
-        let mut out = String::new();
+        let mut out = String::from("[\n");
         for (i, s) in self.sections.iter().enumerate() {
-            if i > 0 {
-                out.push('\n');
-            }
-            let _ = writeln!(out, "{} {{", s.entity);
-            for (k, v) in &s.attrs {
-                let _ = writeln!(out, "    {k}: {v}");
-            }
-            out.push_str("}\n");
+            let attrs: Vec<String> = s.attrs.iter().map(|(k, v)| format!("\"{k}\": {v}")).collect();
+            let _ = write!(out, "  [\"{}\", {{{}}}]", s.entity, attrs.join(", "));
+            out.push_str(if i + 1 < self.sections.len() { ",\n" } else { "\n" });
         }
+        out.push_str("]\n");
         out
     }
 
@@ -120,8 +140,8 @@ impl RouterConfig {
     }
 }
 
-/// A configuration rendered once per reconcile: the `qdrouterd.conf` text (the value of
-/// `QDROUTERD_CONF`) and its SHA-256 in lower-case hex (the pod-template annotation that
+/// A configuration rendered once per reconcile: the JSON text (the [`CONFIG_FILE`] of the
+/// router ConfigMap) and its SHA-256 in lower-case hex (the pod-template annotation that
 /// rolls the routers when the text changes).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Rendered {
@@ -221,7 +241,7 @@ pub fn router_config(spec: &InterconnectSpec) -> RouterConfig {
     sections.extend(spec.listeners.iter().flatten().map(|l| listener(l, LinkRole::Normal)));
     sections.push(
         Section::new("listener")
-            .s("name", Some(qdr_api::messages::HEALTH_LISTENER))
+            .s("name", Some(crate::messages::HEALTH_LISTENER))
             .s("host", Some("0.0.0.0"))
             .i("port", Some(spec.liveness_port()))
             .b("http", Some(true))
