@@ -32,7 +32,9 @@ mod warnings;
 pub use defaults::{apply_defaults, defaults};
 pub use spec::{DEFAULT_LIVENESS_PORT, LinkRole};
 pub use types::*;
-pub use validate::{ErrorType, FieldError, validate, validate_spec};
+pub use validate::{
+    ErrorType, FieldError, MAX_CONFIG_BYTES, MAX_SPEC_BYTES, RESERVED_NAMES, validate, validate_spec,
+};
 pub use warnings::warnings;
 
 use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;

@@ -124,9 +124,51 @@ pub fn validate(ic: &Interconnect) -> Vec<FieldError> {
             "must be at most 63 lowercase letters, digits and '-', start with a letter and end with a letter \
              or digit: it names the router Service, Deployment and container",
         );
+    } else if RESERVED_NAMES.contains(&name) {
+        v.push(
+            "metadata.name",
+            ErrorType::Invalid,
+            Some(name.into()),
+            "every namespace holds a ServiceAccount with this name, and the routers' ServiceAccount is named \
+             after the Interconnect (the controller never takes over an object it does not own, so this \
+             Interconnect could never run): choose another name",
+        );
     }
     v.spec(&ic.spec);
+    if !name.is_empty() {
+        v.exposed_hosts(name, &ic.spec);
+    }
+    v.sizes(ic);
     v.errors
+}
+
+/// Names an Interconnect cannot have because every namespace already holds an object of
+/// that name among its children's: the ServiceAccount `default`.
+pub const RESERVED_NAMES: [&str; 1] = ["default"];
+
+/// Longest JSON of a stored `spec`, in bytes. etcd refuses a request over 1.5 MiB (its
+/// default `--max-request-bytes`, 1,572,864) with `etcdserver: request is too large`,
+/// naming no field; a stored object can hold its spec twice (`kubectl apply` keeps a copy
+/// in the `last-applied-configuration` annotation) besides metadata, managed fields and
+/// status. 512 KiB twice leaves half a MiB for the rest.
+pub const MAX_SPEC_BYTES: usize = 512 * 1024;
+
+/// Longest rendered router configuration, in bytes: a ConfigMap holds at most 1 MiB
+/// (1,048,576 bytes) of keys and values, and the configuration's key is
+/// [`crate::router_config::CONFIG_FILE`].
+pub const MAX_CONFIG_BYTES: usize = 1024 * 1024 - crate::router_config::CONFIG_FILE.len();
+
+/// `n` with a thousands separator (`1,234,567`).
+fn grouped(n: usize) -> String {
+    let digits = n.to_string();
+    let mut out = String::new();
+    for (i, c) in digits.chars().enumerate() {
+        if i > 0 && (digits.len() - i).is_multiple_of(3) {
+            out.push(',');
+        }
+        out.push(c);
+    }
+    out
 }
 
 /// Validates a spec alone (no `metadata.name` check).
@@ -270,6 +312,64 @@ impl Validator {
                 ErrorType::TooMany,
                 Some(l.len().into()),
                 format!("must have at most {max} items"),
+            );
+        }
+    }
+
+    /// The Ingress or Route host of each exposed listener, `<name>-<listener name or
+    /// port>`, is one DNS label: at most 63 characters.
+    fn exposed_hosts(&mut self, name: &str, spec: &InterconnectSpec) {
+        for (role, i, l) in spec.every_listener() {
+            if l.expose != Some(true) {
+                continue;
+            }
+            let host = format!("{name}-{}", l.name.clone().unwrap_or_else(|| l.port.to_string()));
+            if host.len() > 63 {
+                self.push(
+                    format!("spec.{}[{i}].expose", role.listeners_field()),
+                    ErrorType::Invalid,
+                    Some(Value::Bool(true)),
+                    format!(
+                        "the listener's Ingress or Route host {host:?} is {} characters; a DNS label may not be \
+                         more than 63: shorten the Interconnect's or the listener's name",
+                        host.len()
+                    ),
+                );
+            }
+        }
+    }
+
+    /// What must fit where it is stored: the spec in etcd ([`MAX_SPEC_BYTES`]) and the
+    /// rendered router configuration (of the defaulted spec) in a ConfigMap
+    /// ([`MAX_CONFIG_BYTES`]).
+    fn sizes(&mut self, ic: &Interconnect) {
+        let spec = serde_json::to_vec(&ic.spec).map(|v| v.len()).unwrap_or_default();
+        if spec > MAX_SPEC_BYTES {
+            self.push(
+                "spec",
+                ErrorType::TooLong,
+                None,
+                format!(
+                    "may not be more than {} bytes as JSON (it is {}): the stored object must fit etcd's request \
+                     limit; split the routers' configuration over several Interconnects",
+                    grouped(MAX_SPEC_BYTES),
+                    grouped(spec)
+                ),
+            );
+            return; // the configuration of such a spec is not worth rendering
+        }
+        let config = crate::router_config::router_config(&crate::defaults(ic).spec).render().len();
+        if config > MAX_CONFIG_BYTES {
+            self.push(
+                "spec",
+                ErrorType::TooLong,
+                None,
+                format!(
+                    "the rendered router configuration would be {} bytes; a ConfigMap holds at most {} (each \
+                     '$' takes 9): shorten or split the lists",
+                    grouped(config),
+                    grouped(MAX_CONFIG_BYTES)
+                ),
             );
         }
     }

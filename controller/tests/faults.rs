@@ -69,9 +69,9 @@ fn expected(ic: &Interconnect) -> BTreeMap<&'static str, BTreeSet<String>> {
         ("Secret", o.ic().secret_names()),
         ("Ingress", builders::ingresses(&o).iter().filter_map(|i| i.metadata.name.clone()).collect()),
     ]);
-    if let Some(cm) = builders::sasl_config_map(&o) {
-        m.insert("ConfigMap", cm.metadata.name.into_iter().collect());
-    }
+    let mut config_maps = one(&o.router_config_name());
+    config_maps.extend(builders::sasl_config_map(&o).and_then(|cm| cm.metadata.name));
+    m.insert("ConfigMap", config_maps);
     m
 }
 

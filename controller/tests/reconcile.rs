@@ -612,6 +612,116 @@ async fn a_missing_user_secret_is_reported_and_picked_up_when_it_appears() {
     assert_eq!(events(&ns, "MissingSecret").await, 1, "one Warning per generation");
 }
 
+/// Deleting a user Secret the routers mount never rolls them onto pods that cannot mount it:
+/// the pod template and its configuration keep their last mountable state (no new
+/// ReplicaSet, even across a spec change) and the status says why, until the Secret exists
+/// again; then the routers roll once.
+#[tokio::test]
+async fn deleting_a_mounted_user_secret_never_rolls_the_routers() {
+    use k8s_openapi::api::apps::v1::ReplicaSet;
+    let cp = setup().await;
+    let ns = cp.namespace("ctl-held").await;
+    let secrets: Api<Secret> = ns.api();
+    let ca = qdr_certs::pki::new_ca("user", std::time::SystemTime::now(), Duration::from_secs(3600)).unwrap();
+    let leaf = qdr_certs::pki::new_leaf(
+        &ca,
+        &["tls".into()],
+        std::time::SystemTime::now(),
+        Duration::from_secs(3600),
+    )
+    .unwrap();
+    let secret: Secret = serde_json::from_value(json!({
+        "metadata": {"name": "my-tls"}, "stringData": {"tls.crt": leaf.cert_pem, "tls.key": leaf.key_pem}}))
+    .unwrap();
+    secrets.create(&PostParams::default(), &secret).await.unwrap();
+    let name = create(
+        &ns,
+        json!({"apiVersion": "interconnectedcloud.github.io/v1alpha1", "kind": "Interconnect", "metadata": {"name": "held"},
+               "spec": {"deploymentPlan": {"size": 2},
+                        "listeners": [{"port": 5671, "sslProfile": "server"}],
+                        "sslProfiles": [{"name": "server", "credentials": "my-tls"}]}}),
+    )
+    .await;
+    condition_with_reason(&ns, &name, "Ready", "RoutersReady").await;
+    let replica_sets = || async {
+        let list = ns.api::<ReplicaSet>().list(&ListParams::default()).await.unwrap();
+        let mut names: Vec<String> = list.items.into_iter().filter_map(|r| r.metadata.name).collect();
+        names.sort();
+        names
+    };
+    let before = replica_sets().await;
+    assert_eq!(before.len(), 1, "{before:?}");
+    let template = |d: &Deployment| serde_json::to_value(&d.spec.as_ref().unwrap().template).unwrap();
+    let d0 = deployment(&ns, &name).await;
+
+    secrets.delete("my-tls", &DeleteParams::default()).await.unwrap();
+    let ready = condition_with_reason(&ns, &name, "Ready", "MissingSecret").await;
+    assert!(ready["message"].as_str().unwrap().contains("left as they are"), "{ready}");
+    // A spec change while the Secret is missing does not roll them either.
+    let ics = interconnects(&ns.client, &ns.name);
+    ics.patch(
+        &name,
+        &PatchParams::default(),
+        &Patch::Merge(json!({"spec": {"addresses": [{"prefix": "held.q"}]}})),
+    )
+    .await
+    .unwrap();
+    eventually("the new generation reported", Duration::from_secs(20), || async {
+        let o = ics.get(&name).await.ok()?;
+        let conds = o.data["status"]["conditions"].as_array()?.clone();
+        conds
+            .iter()
+            .any(|c| c["type"] == "Ready" && c["reason"] == "MissingSecret" && c["observedGeneration"] == 2)
+            .then_some(())
+    })
+    .await;
+    assert_eq!(replica_sets().await, before, "no new ReplicaSet while the Secret is missing");
+    assert_eq!(template(&deployment(&ns, &name).await), template(&d0), "the pod template is left as it was");
+
+    secrets.create(&PostParams::default(), &secret).await.unwrap();
+    condition_with_reason(&ns, &name, "Ready", "RoutersReady").await;
+    let after = eventually("the routers roll once the Secret is back", Duration::from_secs(30), || async {
+        let now = replica_sets().await;
+        (now.len() == 2).then_some(now)
+    })
+    .await;
+    assert!(after.iter().any(|r| before.contains(r)), "{after:?}");
+    assert!(mounted_config(&ns, &deployment(&ns, &name).await).await.contains("held.q"));
+}
+
+/// Router pods satisfy Pod Security `restricted`: in a namespace that enforces it, the
+/// ReplicaSet's pods are admitted and the routers become Ready.
+#[tokio::test]
+async fn routers_run_in_a_namespace_enforcing_restricted() {
+    let cp = setup().await;
+    let ns = cp.namespace("ctl-restricted").await;
+    let out = cp
+        .kubectl()
+        .args(["label", "ns", &ns.name, "pod-security.kubernetes.io/enforce=restricted"])
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let name = create(
+        &ns,
+        json!({"apiVersion": "interconnectedcloud.github.io/v1alpha1", "kind": "Interconnect",
+               "metadata": {"name": "strict"}, "spec": {"deploymentPlan": {"size": 2}}}),
+    )
+    .await;
+    let ready = condition_with_reason(&ns, &name, "Ready", "RoutersReady").await;
+    assert_eq!(ready["status"], "True", "{ready}");
+    let pods = ns
+        .api::<Pod>()
+        .list(&ListParams::default().labels(&format!("interconnect_cr={name}")))
+        .await
+        .unwrap();
+    assert_eq!(pods.items.len(), 2);
+    for p in &pods.items {
+        let sc = p.spec.as_ref().unwrap().security_context.as_ref().unwrap();
+        assert_eq!(sc.run_as_non_root, Some(true));
+        assert_eq!(sc.run_as_user, Some(10001));
+    }
+}
+
 /// Once converged, an Interconnect costs no requests: the controller's own writes (applies,
 /// Secrets, status) do not wake it, and the workload controller's and the pods' last status
 /// changes cost at most a status write. Counted from the API server's audit log by the

@@ -1,7 +1,9 @@
 //! Router credentials renewed and a CA rotated on a real control plane, in seconds: the
 //! controller runs with a router certificate lifetime of [`CERT`] and a CA lifetime of
-//! [`CA`]; the router pods run on a simulated node (kwok makes them Ready), so rollouts
-//! complete and gate the CA steps.
+//! [`CA`]; three `AntiAffinity` routers run on three simulated nodes (kwok makes them
+//! Ready), so every rollout needs one router to go before its replacement can be placed
+//! (`maxSurge: 0`), and rollouts complete and gate the CA steps. A configuration change
+//! then rolls them once more, to completion.
 //! The timeline (when each Secret changed, when the pod template rolled) is printed.
 
 mod common;
@@ -12,7 +14,7 @@ use std::time::{Duration, Instant};
 use common::{eventually, interconnects};
 use k8s_openapi::api::apps::v1::Deployment;
 use k8s_openapi::api::core::v1::Secret;
-use kube::api::{Api, DynamicObject, PostParams};
+use kube::api::{Api, DynamicObject, Patch, PatchParams, PostParams};
 use qdr_certs::pki::{CertInfo, split_bundle};
 use serde_json::json;
 
@@ -31,7 +33,7 @@ fn text(s: &Secret, key: &str) -> String {
 
 #[tokio::test]
 async fn certificates_renew_and_the_ca_rotates_with_rolling_routers() {
-    let cp = qdr_tests::shared_with_nodes(1).await;
+    let cp = qdr_tests::shared_with_nodes(3).await;
     cp.install_crd().await;
     let lease_ns = cp.namespace("rotation-system").await.name.clone();
     let health = common::free_port();
@@ -49,7 +51,7 @@ async fn certificates_renew_and_the_ca_rotates_with_rolling_routers() {
     let ns = cp.namespace("rotation").await;
     let ic: DynamicObject = serde_json::from_value(json!({
         "apiVersion": "interconnectedcloud.github.io/v1alpha1", "kind": "Interconnect",
-        "metadata": {"name": "mesh"}, "spec": {"deploymentPlan": {"size": 1}}}))
+        "metadata": {"name": "mesh"}, "spec": {"deploymentPlan": {"size": 3, "placement": "AntiAffinity"}}}))
     .unwrap();
     let start = Instant::now();
     interconnects(&ns.client, &ns.name).create(&PostParams::default(), &ic).await.unwrap();
@@ -211,6 +213,39 @@ async fn certificates_renew_and_the_ca_rotates_with_rolling_routers() {
     .unwrap();
     let info = CertInfo::parse(&text(&leaf_now, "tls.crt")).unwrap();
     assert_eq!(info.issuer_cn, CertInfo::parse(&text(&ca_now, "tls.crt")).unwrap().subject_cn);
+
+    // A configuration change rolls the three routers to completion as well.
+    let ics = interconnects(&ns.client, &ns.name);
+    ics.patch(
+        "mesh",
+        &PatchParams::default(),
+        &Patch::Merge(json!({"spec": {"addresses": [{"prefix": "rolled"}]}})),
+    )
+    .await
+    .unwrap();
+    let config_hash = |d: &Deployment| {
+        d.spec
+            .as_ref()?
+            .template
+            .metadata
+            .as_ref()?
+            .annotations
+            .as_ref()?
+            .get("qdr-operator.io/config-hash")
+            .cloned()
+    };
+    let before = config_hash(&deps.get("mesh").await.unwrap());
+    eventually("the configuration change rolled out on 3 nodes", CA, || async {
+        let d = deps.get("mesh").await.ok()?;
+        let st = d.status.as_ref()?;
+        let done = config_hash(&d) != before
+            && st.observed_generation >= d.metadata.generation
+            && st.updated_replicas == Some(3)
+            && st.replicas == Some(3)
+            && st.available_replicas == Some(3);
+        done.then_some(())
+    })
+    .await;
 
     // The expiry metric names the Interconnect and is within a certificate lifetime.
     let metrics = common::metrics_text(health).await.unwrap();

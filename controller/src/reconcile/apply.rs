@@ -35,7 +35,7 @@ use kube::{Resource, ResourceExt};
 use serde::Serialize;
 use serde::de::DeserializeOwned;
 
-use super::build::{Children, Secrets};
+use super::build::{Children, Secrets, WorkloadChange};
 use super::observe::{Observed, WorkloadState};
 use super::types::{Applied, Conflict, Generation, Ownership, WorkloadStatus};
 use crate::builders::{Exposure, Workload};
@@ -358,7 +358,8 @@ fn fingerprint(children: &Children) -> Option<u64> {
     add(serde_json::to_vec(&children.role_binding));
     add(serde_json::to_vec(&children.router_config_map));
     add(serde_json::to_vec(&children.sasl_config_map));
-    match &children.workload {
+    add(Ok(vec![u8::from(matches!(children.workload, WorkloadChange::Hold(_)))]));
+    match children.workload.built() {
         Workload::Deployment(d) => add(serde_json::to_vec(d)),
         Workload::DaemonSet(d) => add(serde_json::to_vec(d)),
     }
@@ -374,15 +375,25 @@ fn fingerprint(children: &Children) -> Option<u64> {
 /// What [`apply`] would report without writing anything, from the stores: the workload's
 /// counts. `None` when the workload is not in the store (then apply).
 fn unchanged(cache: &Cache, o: &ValidatedInterconnect, children: &Children) -> Option<Applied> {
-    let workload = match &children.workload {
+    let held = matches!(children.workload, WorkloadChange::Hold(_));
+    Some(Applied {
+        workload: stored_status(cache, o, children.workload.built())?,
+        held,
+        ..Applied::default()
+    })
+}
+
+/// The counts of the stored workload of `built`'s kind, from the store; `None` when it is
+/// not there.
+fn stored_status(cache: &Cache, o: &ValidatedInterconnect, built: &Workload) -> Option<WorkloadStatus> {
+    Some(match built {
         Workload::Deployment(d) => {
             WorkloadStatus::of_deployment(d, cache.deployment(o.namespace(), o.name())?.as_ref())
         }
         Workload::DaemonSet(_) => {
             WorkloadStatus::of_daemon_set(cache.daemon_set(o.namespace(), o.name())?.as_ref())
         }
-    };
-    Some(Applied { workload, ..Applied::default() })
+    })
 }
 
 /// [`apply`], or, when every write would be a no-op, only what it would report.
@@ -470,9 +481,16 @@ async fn apply(
     ssa(client, ns, &service_account).await?;
     ssa(client, ns, &role).await?;
     ssa(client, ns, &role_binding).await?;
-    // Before the workload: a router started from the new template reads the new file.
+    let (workload, held) = match workload {
+        WorkloadChange::Apply(w) => (w, false),
+        WorkloadChange::Hold(w) => (w, true),
+    };
+    // Before the workload: a router started from the new template reads the new file. A
+    // held workload keeps the configuration its pods were started with.
     keep.config_maps.insert(router_config_map.name_any());
-    ssa(client, ns, &router_config_map).await?;
+    if !held {
+        ssa(client, ns, &router_config_map).await?;
+    }
     if let Some(cm) = &sasl_config_map {
         keep.config_maps.insert(cm.name_any());
         ssa(client, ns, cm).await?;
@@ -484,6 +502,11 @@ async fn apply(
         cache.written_secrets.record(replace_secret(client, ns, s).await?);
     }
     let workload = match workload {
+        w if held => {
+            keep.deployments.extend(matches!(w, Workload::Deployment(_)).then(|| o.name().to_string()));
+            keep.daemon_sets.extend(matches!(w, Workload::DaemonSet(_)).then(|| o.name().to_string()));
+            stored_status(cache, o, &w).unwrap_or_default()
+        }
         Workload::Deployment(d) => {
             keep.deployments.insert(d.name_any());
             let applied = ssa(client, ns, d.as_ref()).await?;
@@ -519,5 +542,5 @@ async fn apply(
         Generation::New => keep.prune(client, cache, o).await?,
         Generation::Reconciled => Vec::new(),
     };
-    Ok(Applied { workload, pruned, conflicts: Vec::new(), adopted })
+    Ok(Applied { workload, pruned, conflicts: Vec::new(), adopted, held })
 }

@@ -59,12 +59,33 @@ pub struct Children {
     pub sasl_config_map: Option<ConfigMap>,
     /// Generated Secrets to create, and the Secret names to keep.
     pub secrets: Secrets,
-    /// Deployment or DaemonSet `<name>`.
-    pub workload: Workload,
+    /// Deployment or DaemonSet `<name>`, to apply or to leave as it is.
+    pub workload: WorkloadChange,
     /// Service `<name>`.
     pub service: Service,
     /// Ingresses or Routes of exposed listeners.
     pub exposure: Exposure,
+}
+
+/// The workload to write, or the one to leave as it is.
+#[derive(Debug, Clone, PartialEq)]
+pub enum WorkloadChange {
+    /// Apply this Deployment or DaemonSet (and the router configuration ConfigMap).
+    Apply(Workload),
+    /// Leave the existing workload and its router configuration as they are: a Secret the
+    /// new pods would mount is missing, and they would wait in `ContainerCreating` while the
+    /// rollout removes working routers. Carries what would have been applied (its kind and
+    /// name are kept from pruning).
+    Hold(Workload),
+}
+
+impl WorkloadChange {
+    /// The built workload, applied or held.
+    pub fn built(&self) -> &Workload {
+        match self {
+            WorkloadChange::Apply(w) | WorkloadChange::Hold(w) => w,
+        }
+    }
 }
 
 /// What a build made that is reported (status, Events) rather than applied.
@@ -164,6 +185,9 @@ pub fn build(o: &ValidatedInterconnect, settings: &Settings, observed: &Observed
         fingerprint: credentials_hash.clone(),
     };
     let workload = builders::workload(o, settings, &router_config, &credentials_hash);
+    // A missing Secret never rolls existing routers onto pods that cannot start: the pod
+    // template keeps its last mountable state until every Secret it mounts exists again.
+    let hold = !credentials.unmet.is_empty() && observed.workload.ours().is_some();
     let replicas = match &workload {
         Workload::Deployment(d) => d.spec.as_ref().and_then(|s| s.replicas),
         Workload::DaemonSet(_) => None,
@@ -175,7 +199,7 @@ pub fn build(o: &ValidatedInterconnect, settings: &Settings, observed: &Observed
         router_config_map: builders::router_config_map(o, &router_config),
         sasl_config_map: builders::sasl_config_map(o),
         secrets: Secrets { create, update: plan.update, keep: named_secrets(o) },
-        workload,
+        workload: if hold { WorkloadChange::Hold(workload) } else { WorkloadChange::Apply(workload) },
         service: builders::service(o),
         exposure: builders::exposure(o, settings),
     };

@@ -137,6 +137,12 @@ pub(crate) fn for_pass(
         return conflicting(ic, &conflicts_message(applied)).into_iter().collect();
     }
     let mut changes = planned(observed, report);
+    if applied.held {
+        // Nothing rolled: the workload was left as it was.
+        changes.retain(|c| {
+            !matches!(c, Change::ConfigChanged | Change::CredentialsChanged | Change::Scaled { .. })
+        });
+    }
     if !applied.adopted.is_empty() {
         changes.push(Change::Adopted(applied.adopted.clone()));
     }
@@ -144,7 +150,7 @@ pub(crate) fn for_pass(
         changes.push(Change::Pruned(applied.pruned.clone()));
     }
     if !report.credentials.unmet.is_empty() {
-        changes.extend(missing_secret(ic, &missing_message(&report.credentials)));
+        changes.extend(missing_secret(ic, &missing_message(&report.credentials, applied.held)));
     }
     changes.extend(new.and_then(|new| scheduling(ic, new)));
     changes.extend(expiry.due(ic, &report.credentials.expiring));

@@ -103,10 +103,18 @@ pub(crate) fn conflicts_message(applied: &Applied) -> String {
     format!("{list}: nothing was applied; rename the Interconnect or remove the objects in the way")
 }
 
-/// The message of the [`MISSING_SECRET`] conditions: every unmet reference.
-pub(crate) fn missing_message(report: &CredentialsReport) -> String {
+/// The message of the [`MISSING_SECRET`] conditions: every unmet reference, and whether the
+/// running routers were `held` (left on their last pod template) meanwhile.
+pub(crate) fn missing_message(report: &CredentialsReport, held: bool) -> String {
     let list = report.unmet.iter().map(ToString::to_string).collect::<Vec<_>>().join("; ");
-    format!("{list}: the routers cannot start until it is created")
+    if held {
+        format!(
+            "{list}: the running routers are left as they are (no rollout) until it exists again; new routers \
+             cannot start without it"
+        )
+    } else {
+        format!("{list}: the routers cannot start until it is created")
+    }
 }
 
 /// The message of the [`UNSCHEDULABLE`] conditions, such as `1 of 4 routers cannot be
@@ -155,7 +163,8 @@ pub(crate) fn desired(
     let is_ready = is_available && !rolling && w.ready >= w.desired && report.unmet.is_empty();
     let msg =
         format!("{}/{} routers ready, {} updated, {} available", w.ready, w.desired, w.updated, w.available);
-    let missing = (!report.unmet.is_empty()).then(|| format!("{}; {msg}", missing_message(report)));
+    let missing =
+        (!report.unmet.is_empty()).then(|| format!("{}; {msg}", missing_message(report, applied.held)));
     let unschedulable = (!observed.unschedulable.is_empty())
         .then(|| unschedulable_message(&observed.unschedulable, w.desired));
     let (ready_reason, progressing_reason) = match (&missing, &unschedulable, is_ready, rolling) {

@@ -131,4 +131,7 @@ pub struct Applied {
     /// Children whose fields written by the Go operator were taken over (`Kind name`): the
     /// apply then removed the ones this controller does not set.
     pub adopted: Vec<String>,
+    /// Whether the workload and its router configuration were left as they were, because a
+    /// Secret the new pods would mount is missing.
+    pub held: bool,
 }

@@ -14,7 +14,7 @@ use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 use std::time::SystemTime;
 
-use super::{Built, Children, Report, build};
+use super::{Built, Children, Report, WorkloadChange, build};
 use crate::builders::{self, CONFIG_HASH, CREDENTIALS_HASH, Exposure, Settings, Workload};
 use crate::reconcile::observe::{Observed, named_secrets};
 use crate::reconcile::types::Ownership;
@@ -107,7 +107,7 @@ fn golden_json(o: &ValidatedInterconnect, Built { children, report }: &Built) ->
             json!({"metadata": s.metadata, "type": s.type_, "keys": keys})
         })
         .collect();
-    let mut workload = match &children.workload {
+    let mut workload = match children.workload.built() {
         Workload::Deployment(d) => serde_json::to_value(d).unwrap(),
         Workload::DaemonSet(d) => serde_json::to_value(d).unwrap(),
     };
@@ -178,6 +178,7 @@ fn every_child_of_every_example_is_labelled_owned_and_consistent() {
                 exposure,
             } = &children;
             let Report { config: rendered, credentials, .. } = &report;
+            let WorkloadChange::Apply(workload) = workload else { panic!("{name}: nothing is missing") };
             // Nothing is missing once the generated Secrets are created (users: generated).
             assert!(credentials.unmet.is_empty(), "{name}: {:?}", credentials.unmet);
             // Every object: in the namespace, labelled, controlled by the Interconnect.
@@ -289,4 +290,40 @@ fn secrets_that_exist_are_never_created_again() {
         assert_eq!(first_report.credentials.fingerprint, second_report.credentials.fingerprint, "{name}");
         assert_eq!(first.workload, second.workload, "{name}");
     }
+}
+
+/// A Secret the pods mount that is missing holds an existing workload (and its
+/// configuration) as it is; with no workload yet, the new one is applied (nothing runs that
+/// could be lost).
+#[test]
+fn a_missing_mounted_secret_holds_an_existing_workload() {
+    let ic: Interconnect = serde_json::from_value(json!({
+        "metadata": {"name": "mesh", "namespace": "ns", "uid": UID, "generation": 1},
+        "spec": {"sslProfiles": [{"name": "tls", "credentials": "users-tls"}],
+                 "listeners": [{"port": 5671, "sslProfile": "tls"}]}}))
+    .unwrap();
+    let o = ValidatedInterconnect::new(&ic).unwrap();
+    let users: Vec<String> = o.users_secret().into_iter().collect();
+    let mut seen = observed(&o, &users);
+    assert_eq!(seen.secrets.get("users-tls"), Some(&None), "the user's Secret is missing");
+    let Built { children, report } = build(&o, &settings(false), &seen).unwrap();
+    assert!(!report.credentials.unmet.is_empty());
+    assert!(matches!(children.workload, WorkloadChange::Apply(_)), "no workload yet: apply it");
+    seen.workload = Ownership::Ours(Default::default(), None);
+    let Built { children, .. } = build(&o, &settings(false), &seen).unwrap();
+    assert!(matches!(children.workload, WorkloadChange::Hold(_)), "running routers are left alone");
+    // Once the Secret exists, the workload is applied again.
+    seen.secrets.insert(
+        "users-tls".into(),
+        Some(k8s_openapi::api::core::v1::Secret {
+            data: Some(BTreeMap::from([
+                ("tls.crt".into(), k8s_openapi::ByteString(b"x".to_vec())),
+                ("tls.key".into(), k8s_openapi::ByteString(b"x".to_vec())),
+            ])),
+            ..Default::default()
+        }),
+    );
+    let Built { children, report } = build(&o, &settings(false), &seen).unwrap();
+    assert!(report.credentials.unmet.is_empty(), "{:?}", report.credentials.unmet);
+    assert!(matches!(children.workload, WorkloadChange::Apply(_)));
 }
