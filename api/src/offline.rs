@@ -35,6 +35,10 @@ pub struct OfflineError {
 
 impl std::fmt::Display for OfflineError {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        if self.message.starts_with("unknown field ") {
+            // As the API server's strict field validation says it: the path is in the message.
+            return f.write_str(&self.message);
+        }
         write!(f, "{}: {}", if self.path.is_empty() { "<root>" } else { &self.path }, self.message)
     }
 }
@@ -86,18 +90,32 @@ impl OfflineValidator {
     /// Every rejection the API server would give `object` (a whole Interconnect as JSON),
     /// schema errors first. Empty when it would be accepted.
     pub fn check(&self, object: &Value) -> Vec<OfflineError> {
+        let join = |path: &str, p: &str| if path.is_empty() { p.to_string() } else { format!("{path}.{p}") };
         let mut out: Vec<OfflineError> = self
             .schema
             .iter_errors(object)
-            .map(|e| {
-                let mut path = pointer_to_path(e.instance_path().as_str());
-                // The API server reports a missing property at the property, not its parent.
-                if let jsonschema::error::ValidationErrorKind::Required { property: Value::String(p) } =
-                    e.kind()
-                {
-                    path = if path.is_empty() { p.clone() } else { format!("{path}.{p}") };
+            .flat_map(|e| {
+                let path = pointer_to_path(e.instance_path().as_str());
+                match e.kind() {
+                    // The API server reports a missing property at the property, not its parent.
+                    jsonschema::error::ValidationErrorKind::Required { property: Value::String(p) } => {
+                        vec![OfflineError {
+                            path: join(&path, p),
+                            message: e.to_string(),
+                            check: Check::Schema,
+                        }]
+                    }
+                    // And an unknown one as strict field validation does: one per field.
+                    jsonschema::error::ValidationErrorKind::AdditionalProperties { unexpected } => unexpected
+                        .iter()
+                        .map(|p| {
+                            let field = join(&path, p);
+                            let message = format!("unknown field {field:?}");
+                            OfflineError { path: field, message, check: Check::Schema }
+                        })
+                        .collect(),
+                    _ => vec![OfflineError { path, message: e.to_string(), check: Check::Schema }],
                 }
-                OfflineError { path, message: e.to_string(), check: Check::Schema }
             })
             .collect();
         if let Err(errs) = CelValidator::new().validate_compiled(&self.cel, object, None) {

@@ -135,9 +135,6 @@ pub fn validate(ic: &Interconnect) -> Vec<FieldError> {
         );
     }
     v.spec(&ic.spec);
-    if !name.is_empty() {
-        v.exposed_hosts(name, &ic.spec);
-    }
     v.sizes(ic);
     v.errors
 }
@@ -313,29 +310,6 @@ impl Validator {
                 Some(l.len().into()),
                 format!("must have at most {max} items"),
             );
-        }
-    }
-
-    /// The Ingress or Route host of each exposed listener, `<name>-<listener name or
-    /// port>`, is one DNS label: at most 63 characters.
-    fn exposed_hosts(&mut self, name: &str, spec: &InterconnectSpec) {
-        for (role, i, l) in spec.every_listener() {
-            if l.expose != Some(true) {
-                continue;
-            }
-            let host = format!("{name}-{}", l.name.clone().unwrap_or_else(|| l.port.to_string()));
-            if host.len() > 63 {
-                self.push(
-                    format!("spec.{}[{i}].expose", role.listeners_field()),
-                    ErrorType::Invalid,
-                    Some(Value::Bool(true)),
-                    format!(
-                        "the listener's Ingress or Route host {host:?} is {} characters; a DNS label may not be \
-                         more than 63: shorten the Interconnect's or the listener's name",
-                        host.len()
-                    ),
-                );
-            }
         }
     }
 

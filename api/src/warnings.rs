@@ -25,10 +25,14 @@ pub fn warnings(ic: &Interconnect) -> Vec<String> {
         let p = format!("spec.{}[{i}]", role.listeners_field());
         let exposed = l.expose == Some(true);
         if exposed && l.ssl_profile.is_none() {
-            w.push(format!("{p}: exposed outside the cluster without TLS (no sslProfile)"));
+            w.push(format!(
+                "{p}: exposed outside the cluster without TLS (no sslProfile); add one or set expose: false"
+            ));
         }
         if exposed && l.authenticate_peer != Some(true) {
-            w.push(format!("{p}: exposed outside the cluster without authenticatePeer"));
+            w.push(format!(
+                "{p}: exposed outside the cluster without authenticatePeer; set it or expose: false"
+            ));
         }
         if role == LinkRole::InterRouter && l.ssl_profile.is_none() {
             w.push(format!(

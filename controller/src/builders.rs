@@ -447,7 +447,31 @@ fn exposed(o: &ValidatedInterconnect) -> impl Iterator<Item = (String, &Listener
         .every_listener()
         .map(|(_, _, l)| l)
         .filter(|l| l.expose == Some(true))
-        .map(|l| (format!("{}-{}", o.name(), l.name.clone().unwrap_or_else(|| l.port.to_string())), l))
+        .map(|l| (format!("{}-{}", o.name(), listener_suffix(l)), l))
+}
+
+/// What names an exposed listener's objects after the Interconnect's name: its name, or
+/// its port.
+fn listener_suffix(l: &Listener) -> String {
+    l.name.clone().unwrap_or_else(|| l.port.to_string())
+}
+
+/// The Ingress host of an exposed listener: one DNS label, `<name>-<suffix>` when that is at
+/// most 63 characters; otherwise the name is cut and the first 8 hex digits of its SHA-256
+/// keep hosts of different Interconnects apart: `<name cut>-<hash>-<suffix>`, 63 characters.
+/// (`name` is a DNS-1035 label of at most 63 characters and `suffix` a listener name of at
+/// most 15 or a port of at most 5 digits, so there is always room.)
+pub(crate) fn host_label(name: &str, suffix: &str) -> String {
+    let full = format!("{name}-{suffix}");
+    if full.len() <= 63 {
+        return full;
+    }
+    use sha2::Digest;
+    let hash: String =
+        sha2::Sha256::digest(name.as_bytes()).iter().take(4).map(|b| format!("{b:02x}")).collect();
+    let keep = 63 - suffix.len() - hash.len() - 2;
+    let cut = name[..keep].trim_end_matches('-');
+    format!("{cut}-{hash}-{suffix}")
 }
 
 /// Ingresses (networking.k8s.io/v1) `<name>-<listener name or port>` for exposed listeners.
@@ -457,7 +481,7 @@ pub fn ingresses(o: &ValidatedInterconnect) -> Vec<Ingress> {
             metadata: o.meta(&name),
             spec: Some(IngressSpec {
                 rules: Some(vec![IngressRule {
-                    host: Some(name.clone()),
+                    host: Some(host_label(o.name(), &listener_suffix(l))),
                     http: Some(HTTPIngressRuleValue {
                         paths: vec![HTTPIngressPath {
                             path: Some("/".into()),

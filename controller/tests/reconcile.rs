@@ -450,12 +450,19 @@ async fn every_go_operator_example_reconciles_to_its_objects() {
 async fn foreign_objects_with_a_childs_name_are_never_taken_over() {
     let cp = setup().await;
     let ns = cp.namespace("ctl-foreign").await;
-    // The namespace's own ServiceAccount `default`, and a user's Service and Deployment `broker`.
+    // The namespace's own ServiceAccount `default`, a user's ServiceAccount `gateway`, and a
+    // user's Service and Deployment `broker`.
     let sas: Api<ServiceAccount> = ns.api();
     eventually("ServiceAccount default", Duration::from_secs(30), || async {
         sas.get_opt("default").await.ok().flatten()
     })
     .await;
+    sas.create(
+        &PostParams::default(),
+        &serde_json::from_value(json!({"metadata": {"name": "gateway"}})).unwrap(),
+    )
+    .await
+    .unwrap();
     let svc: Api<Service> = ns.api();
     let deps: Api<Deployment> = ns.api();
     svc.create(
@@ -483,6 +490,7 @@ async fn foreign_objects_with_a_childs_name_are_never_taken_over() {
         d["metadata"]["managedFields"].as_array_mut().unwrap().retain(|e| e["subresource"] != "status");
         (
             serde_json::to_value(sas.get("default").await.unwrap()).unwrap(),
+            serde_json::to_value(sas.get("gateway").await.unwrap()).unwrap(),
             serde_json::to_value(svc.get("broker").await.unwrap()).unwrap(),
             d,
         )
@@ -501,10 +509,16 @@ async fn foreign_objects_with_a_childs_name_are_never_taken_over() {
         "metadata": {"name": n}, "spec": {"deploymentPlan": {"size": 1}}})
     };
     create(&ns, ic("default")).await;
+    create(&ns, ic("gateway")).await;
     create(&ns, ic("broker")).await;
-    let d = condition_with_reason(&ns, "default", "Degraded", "ConflictingObject").await;
-    assert_eq!(d["status"], "True");
-    assert!(d["message"].as_str().unwrap().contains("ServiceAccount default exists"), "{d}");
+    // `default` is refused by validation (every namespace holds that ServiceAccount): it
+    // never gets as far as a conflict.
+    let d = condition_with_reason(&ns, "default", "SpecValid", "InvalidSpec").await;
+    assert_eq!(d["status"], "False");
+    assert!(d["message"].as_str().unwrap().contains("metadata.name: Invalid value: \"default\""), "{d}");
+    let g = condition_with_reason(&ns, "gateway", "Degraded", "ConflictingObject").await;
+    assert_eq!(g["status"], "True");
+    assert!(g["message"].as_str().unwrap().contains("ServiceAccount gateway exists"), "{g}");
     let b = condition_with_reason(&ns, "broker", "Degraded", "ConflictingObject").await;
     let msg = b["message"].as_str().unwrap();
     assert!(msg.contains("Deployment broker exists") && msg.contains("Service broker exists"), "{msg}");
@@ -517,10 +531,11 @@ async fn foreign_objects_with_a_childs_name_are_never_taken_over() {
     // Nothing else of either Interconnect was created.
     assert!(ns.api::<ConfigMap>().get_opt("broker-sasl-config").await.unwrap().is_none());
     assert!(ns.api::<Role>().get_opt("default").await.unwrap().is_none());
+    assert!(ns.api::<Role>().get_opt("gateway").await.unwrap().is_none());
     assert_eq!(snapshot().await, before, "a foreign object was written");
     // Deleting the Interconnects collects nothing that was not theirs.
     let ics = interconnects(&ns.client, &ns.name);
-    for n in ["default", "broker"] {
+    for n in ["default", "gateway", "broker"] {
         ics.delete(n, &DeleteParams::background()).await.unwrap();
     }
     eventually("Interconnects gone", Duration::from_secs(30), || async {

@@ -244,7 +244,7 @@ pub fn answer(webhook: Webhook, req: &AdmissionRequest<DynamicObject>) -> Reply 
         (Webhook::Validate, Ok(ic)) => {
             let (effective, errors) = checked(&ic, stand_in.as_deref());
             let (introduced, carried) = ratcheted(errors);
-            let mut warns = warnings(&effective);
+            let mut warns = new_warnings(&effective, old.as_ref());
             warns.extend(carried.iter().map(carried_warning));
             if !introduced.is_empty() {
                 return reply(denied_invalid(req, &name, &introduced, &warns), Outcome::Denied);
@@ -256,6 +256,18 @@ pub fn answer(webhook: Webhook, req: &AdmissionRequest<DynamicObject>) -> Reply 
             reply(response, Outcome::Allowed)
         }
     }
+}
+
+/// The warnings of `effective` that the stored object `old` (on UPDATE) did not already
+/// have: a risky state is announced once, by the write that introduces it (the create that
+/// adds a default, the update that changes it), not on every later update.
+fn new_warnings(effective: &Interconnect, old: Option<&Value>) -> Vec<String> {
+    let warns = warnings(effective);
+    let Some(old) = old.and_then(|o| serde_json::from_value::<Interconnect>(o.clone()).ok()) else {
+        return warns;
+    };
+    let before = warnings(&qdr_api::defaults(&old));
+    warns.into_iter().filter(|w| !before.contains(w)).collect()
 }
 
 /// The name to report and, for a `generateName` create without a name, the stand-in name

@@ -107,12 +107,51 @@ fn validate_allows_a_valid_spec_with_warnings_of_at_most_120_chars() {
     let warnings: Vec<&str> =
         resp["warnings"].as_array().unwrap().iter().map(|w| w.as_str().unwrap()).collect();
     assert!(
-        warnings.contains(&"spec.listeners[0]: exposed outside the cluster without TLS (no sslProfile)"),
+        warnings.contains(
+            &"spec.listeners[0]: exposed outside the cluster without TLS (no sslProfile); add one or set expose: false"
+        ),
         "{warnings:#?}"
     );
-    assert!(warnings.contains(&"spec.listeners[0]: exposed outside the cluster without authenticatePeer"));
+    assert!(warnings.contains(
+        &"spec.listeners[0]: exposed outside the cluster without authenticatePeer; set it or expose: false"
+    ));
     assert!(warnings.iter().any(|w| w.starts_with("spec.issuer: deprecated")));
     assert!(warnings.iter().all(|w| w.chars().count() <= 120));
+}
+
+/// A risky state is announced once: at the write that introduces it (a create, or the update
+/// that makes it risky), not again on every later update that leaves it as it was. The
+/// defaulted console listener of a minimal spec is exposed without TLS: warned about at
+/// create, not when the next update changes something else.
+#[test]
+fn a_warning_is_given_once_by_the_write_that_introduces_it() {
+    let minimal = ic(json!({}));
+    let created = response(Webhook::Mutate, &review("CREATE", minimal.clone()));
+    let patch = patch_of(&created).expect("the defaults");
+    let mut stored = minimal.clone();
+    json_patch::patch(&mut stored, &patch).unwrap();
+    let create = response(Webhook::Validate, &review("CREATE", stored.clone()));
+    let warns = |r: &serde_json::Value| -> Vec<String> {
+        r["warnings"].as_array().into_iter().flatten().map(|w| w.as_str().unwrap().to_string()).collect()
+    };
+    let exposed = |w: &[String]| w.iter().any(|w| w.contains("exposed outside the cluster without TLS"));
+    assert!(exposed(&warns(&create)), "announced at create: {create}");
+    // An update that changes something else: not again.
+    let mut updated = stored.clone();
+    updated["spec"]["addresses"].as_array_mut().unwrap().push(json!({"prefix": "orders"}));
+    let second = response(Webhook::Validate, &update(updated.clone(), stored.clone()));
+    assert_eq!(second["allowed"], true, "{second}");
+    assert!(!exposed(&warns(&second)), "not repeated: {second}");
+    // An update that exposes another listener without TLS: that one is announced.
+    let mut risky = updated.clone();
+    risky["spec"]["listeners"].as_array_mut().unwrap().push(json!({"port": 6000, "expose": true}));
+    let third = response(Webhook::Validate, &update(risky, updated));
+    let w = warns(&third);
+    assert_eq!(
+        w.iter().filter(|w| w.contains("exposed outside the cluster without TLS")).count(),
+        1,
+        "{w:#?}"
+    );
 }
 
 #[test]

@@ -225,3 +225,39 @@ fn status_pods_and_conditions_are_never_null() {
     assert_eq!(s["pods"], json!([]));
     assert_eq!(s["conditions"], json!([]));
 }
+
+/// An Ingress host is one DNS label: a long Interconnect name is cut and hashed so that the
+/// host stays at most 63 characters and different names stay apart.
+#[test]
+fn ingress_hosts_are_dns_labels_whatever_the_name() {
+    assert_eq!(builders::host_label("mesh", "console"), "mesh-console");
+    let long = "a".repeat(63);
+    let other = format!("{}b", "a".repeat(62));
+    for (name, suffix) in
+        [(long.as_str(), "55671"), (other.as_str(), "55671"), (long.as_str(), "fifteen-chars-x")]
+    {
+        let host = builders::host_label(name, suffix);
+        assert!(host.len() <= 63, "{host}");
+        let label = host.bytes().all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'-')
+            && !host.starts_with('-')
+            && !host.ends_with('-');
+        assert!(label, "{host}");
+        assert!(host.ends_with(&format!("-{suffix}")), "{host}");
+    }
+    assert_ne!(builders::host_label(&long, "55671"), builders::host_label(&other, "55671"));
+    // A name cut right after a '-' does not leave "--".
+    let dashed = format!("{}-{}", "a".repeat(47), "b".repeat(15));
+    assert!(!builders::host_label(&dashed, "55671").contains("--"));
+    // Through the builder, for a 63-character Interconnect with the default exposed listeners.
+    let ic: Interconnect = serde_json::from_value(json!({
+        "metadata": {"name": long, "namespace": "ns", "uid": "u"}, "spec": {}}))
+    .unwrap();
+    let o = ValidatedInterconnect::new(&ic).unwrap();
+    let hosts: Vec<String> = builders::ingresses(&o)
+        .iter()
+        .flat_map(|i| i.spec.as_ref().unwrap().rules.clone().unwrap())
+        .filter_map(|r| r.host)
+        .collect();
+    assert!(!hosts.is_empty());
+    assert!(hosts.iter().all(|h| h.len() <= 63), "{hosts:?}");
+}
