@@ -201,3 +201,17 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
     election.abort();
     Ok(())
 }
+
+#[cfg(test)]
+mod tests {
+    use super::parse_run_as_user;
+
+    #[test]
+    fn run_as_user_is_a_uid_or_the_platforms_choice() {
+        assert_eq!(parse_run_as_user("10001").unwrap().0, Some(10001));
+        assert_eq!(parse_run_as_user("platform").unwrap().0, None);
+        for bad in ["0", "-1", "root", ""] {
+            assert!(parse_run_as_user(bad).is_err(), "{bad:?}");
+        }
+    }
+}

@@ -358,6 +358,7 @@ async fn helm_values_reach_the_objects() {
             "replicas.controller=1",
             "resources.controller.limits.memory=512Mi",
             "logFormat=text",
+            "routerRunAsUser=platform",
         ],
     ));
     let webhook = &objs["Deployment qdr-operator/qdr-webhook"];
@@ -376,7 +377,11 @@ async fn helm_values_reach_the_objects() {
     assert_eq!(wc["args"], serde_json::json!(["--tls-mode=secret", "--log-format=text"]));
     assert_eq!(
         cc["args"],
-        serde_json::json!(["--log-format=text", "--default-image=registry.example/qdrouterd:1.19.0"])
+        serde_json::json!([
+            "--log-format=text",
+            "--default-image=registry.example/qdrouterd:1.19.0",
+            "--router-run-as-user=platform"
+        ])
     );
 
     let objs = normalized(helm_template(cp, &["webhook.tls.mode=cert-manager"]));
