@@ -546,6 +546,13 @@ async fn foreign_objects_with_a_childs_name_are_never_taken_over() {
     assert_eq!(snapshot().await, before, "a foreign object changed after the Interconnect was deleted");
 }
 
+/// A user's certificate for `tls`, from a CA of its own, valid for an hour.
+fn user_certificate() -> qdr_certs::pki::CertKey {
+    let ca = qdr_certs::pki::new_ca("user", std::time::SystemTime::now(), Duration::from_secs(3600)).unwrap();
+    qdr_certs::pki::new_leaf(&ca, &["tls".into()], std::time::SystemTime::now(), Duration::from_secs(3600))
+        .unwrap()
+}
+
 /// A referenced Secret that does not exist: conditions and one Warning name it and the
 /// field; when it appears, the Interconnect is reconciled at once (it is watched) and the
 /// routers roll onto it.
@@ -578,14 +585,7 @@ async fn a_missing_user_secret_is_reported_and_picked_up_when_it_appears() {
     .await;
     // A Secret without the key: reported as such.
     let secrets: Api<Secret> = ns.api();
-    let ca = qdr_certs::pki::new_ca("user", std::time::SystemTime::now(), Duration::from_secs(3600)).unwrap();
-    let leaf = qdr_certs::pki::new_leaf(
-        &ca,
-        &["tls".into()],
-        std::time::SystemTime::now(),
-        Duration::from_secs(3600),
-    )
-    .unwrap();
+    let leaf = user_certificate();
     secrets
         .create(
             &PostParams::default(),
@@ -637,14 +637,7 @@ async fn deleting_a_mounted_user_secret_never_rolls_the_routers() {
     let cp = setup().await;
     let ns = cp.namespace("ctl-held").await;
     let secrets: Api<Secret> = ns.api();
-    let ca = qdr_certs::pki::new_ca("user", std::time::SystemTime::now(), Duration::from_secs(3600)).unwrap();
-    let leaf = qdr_certs::pki::new_leaf(
-        &ca,
-        &["tls".into()],
-        std::time::SystemTime::now(),
-        Duration::from_secs(3600),
-    )
-    .unwrap();
+    let leaf = user_certificate();
     let secret: Secret = serde_json::from_value(json!({
         "metadata": {"name": "my-tls"}, "stringData": {"tls.crt": leaf.cert_pem, "tls.key": leaf.key_pem}}))
     .unwrap();
