@@ -271,26 +271,10 @@ pub fn pod_template(
         image: Some(plan.image.clone().unwrap_or_else(|| s.default_image.clone())),
         env: Some(router_env(o)),
         ports: Some(ports),
-        liveness_probe: Some(Probe {
-            http_get: Some(HTTPGetAction {
-                path: Some("/healthz".into()),
-                port: IntOrString::Int(liveness),
-                ..Default::default()
-            }),
-            initial_delay_seconds: Some(60),
-            ..Default::default()
-        }),
+        liveness_probe: Some(Probe { initial_delay_seconds: Some(60), ..healthz(liveness) }),
         // Ready once the router answers on its health listener: a Service sends no client
         // to a router that has not started, and a rollout waits for each new router.
-        readiness_probe: Some(Probe {
-            http_get: Some(HTTPGetAction {
-                path: Some("/healthz".into()),
-                port: IntOrString::Int(liveness),
-                ..Default::default()
-            }),
-            period_seconds: Some(5),
-            ..Default::default()
-        }),
+        readiness_probe: Some(Probe { period_seconds: Some(5), ..healthz(liveness) }),
         security_context: Some(SecurityContext {
             allow_privilege_escalation: Some(false),
             capabilities: Some(Capabilities { drop: Some(vec!["ALL".into()]), ..Default::default() }),
@@ -333,6 +317,18 @@ pub fn pod_template(
             security_context: Some(pod_security(s)),
             ..Default::default()
         }),
+    }
+}
+
+/// A probe of the router's health listener: `GET /healthz` on `port` (the liveness port).
+fn healthz(port: i32) -> Probe {
+    Probe {
+        http_get: Some(HTTPGetAction {
+            path: Some("/healthz".into()),
+            port: IntOrString::Int(port),
+            ..Default::default()
+        }),
+        ..Default::default()
     }
 }
 

@@ -472,17 +472,18 @@ fn dollar_signs_survive_the_images_variable_expansion() {
     let d = qdr_api::defaults(&ic);
     assert!(validate(&d).is_empty(), "{:?}", validate(&d));
     let cfg = router_config(&d.spec);
-    let text = Rendered::of(&d.spec).text;
-    assert!(text.contains(r#""prefix": "${DOLLAR}management.custom""#), "{text}");
-    for (image, expanded) in
-        [("expandvars.py", image_expandvars(&text, POD_ENV)), ("envsubst", gnu_envsubst(&text, POD_ENV))]
-    {
+    let rendered = Rendered::of(&d.spec).text;
+    assert!(rendered.contains(r#""prefix": "${DOLLAR}management.custom""#), "{rendered}");
+    for (image, expanded) in [
+        ("expandvars.py", image_expandvars(&rendered, POD_ENV)),
+        ("envsubst", gnu_envsubst(&rendered, POD_ENV)),
+    ] {
         let parsed = parse_json(&expanded).unwrap_or_else(|e| panic!("{image}: {e}\n{expanded}"));
         assert!(Schema::load().check(&parsed).is_empty(), "{image}");
         let prefixes: Vec<String> = parsed
             .iter()
             .filter(|(t, _)| t == "address")
-            .filter_map(|(_, a)| a.get("prefix").map(text_of))
+            .filter_map(|(_, a)| a.get("prefix").map(text))
             .collect();
         for case in cases {
             assert!(prefixes.iter().any(|p| p == case), "{image}: {case:?} did not arrive: {prefixes:?}");
@@ -525,8 +526,4 @@ fn any_character_but_nul_arrives_intact() {
         .collect(),
     };
     assert_accepted(&cfg, "characters");
-}
-
-fn text_of(v: &Value) -> String {
-    text(v)
 }

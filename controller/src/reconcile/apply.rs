@@ -503,8 +503,11 @@ async fn apply(
     }
     let workload = match workload {
         w if held => {
-            keep.deployments.extend(matches!(w, Workload::Deployment(_)).then(|| o.name().to_string()));
-            keep.daemon_sets.extend(matches!(w, Workload::DaemonSet(_)).then(|| o.name().to_string()));
+            let kept = match w {
+                Workload::Deployment(_) => &mut keep.deployments,
+                Workload::DaemonSet(_) => &mut keep.daemon_sets,
+            };
+            kept.insert(o.name().to_string());
             stored_status(cache, o, &w).unwrap_or_default()
         }
         Workload::Deployment(d) => {
