@@ -30,6 +30,11 @@ use crate::enums::string_enum;
     shortname = "ic",
     namespaced,
     status = "InterconnectStatus",
+    scale(
+        spec_replicas_path = ".spec.deploymentPlan.size",
+        status_replicas_path = ".status.podCount",
+        label_selector_path = ".status.selector"
+    ),
     doc = "An Interconnect is a network of Apache Qpid Dispatch Routers run by qdr-operator: a Deployment (or a DaemonSet for placement Every) of routers, their Service, configuration and credentials.",
     printcolumn(
         name = "Role",
@@ -590,6 +595,12 @@ pub struct InterconnectStatus {
     /// Routers whose pods are ready.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub ready_replicas: Option<i32>,
+
+    /// Label selector of the router pods in its string form (`application=mesh,...`): the
+    /// `labelSelectorPath` of the `scale` subresource, which `kubectl scale` and a
+    /// HorizontalPodAutoscaler use (with `.spec.deploymentPlan.size` and `.status.podCount`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub selector: Option<String>,
 
     /// Routers running the current configuration.
     #[serde(default, skip_serializing_if = "Option::is_none")]

@@ -429,11 +429,38 @@ pub fn service(o: &ValidatedInterconnect) -> Service {
         spec: Some(ServiceSpec {
             selector: Some(o.selector()),
             ports: Some(ports),
-            type_: o.plan().service_type.map(|t| t.as_str().to_string()),
+            // Always set (the API's default when unset), so a type someone else set is
+            // taken back by the next apply.
+            type_: Some(o.plan().service_type.map_or_else(|| "ClusterIP".into(), |t| t.as_str().to_string())),
             ..Default::default()
         }),
         ..Default::default()
     }
+}
+
+/// Whether the Service `live` (as the API server answered) has exactly the ports of
+/// `desired`: the same entries by name, port, protocol, target port and app protocol, in
+/// any order. Node ports are the API server's to allocate and are not compared.
+pub fn same_ports(desired: &Service, live: &Service) -> bool {
+    let entries = |s: &Service| {
+        let mut v: Vec<_> = s
+            .spec
+            .iter()
+            .flat_map(|s| s.ports.iter().flatten())
+            .map(|p| {
+                let protocol = p.protocol.clone().unwrap_or_else(|| "TCP".into());
+                let target = p.target_port.clone().unwrap_or(IntOrString::Int(p.port));
+                let target = match target {
+                    IntOrString::Int(i) => i.to_string(),
+                    IntOrString::String(s) => s,
+                };
+                (p.name.clone(), p.port, protocol, target, p.app_protocol.clone())
+            })
+            .collect();
+        v.sort();
+        v
+    };
+    entries(desired) == entries(live)
 }
 
 /// Exposed listeners of every kind, with their Ingress or Route name

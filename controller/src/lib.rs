@@ -9,6 +9,7 @@
 //! * [`reconcile`]: one pass as stages (observe, build, apply, status, events);
 //! * `cache`: what is watched and cached, and which events wake a reconcile;
 //! * [`runtime`]: the kube-runtime controller and [`runtime::run_while_leading`];
+//! * [`recorder`]: Kubernetes Events, a series only for identical messages;
 //! * [`lease`]: Lease-based leader election; [`metrics`]: Prometheus metrics; [`health`]:
 //!   what `/readyz` and `/livez` answer.
 //!
@@ -24,6 +25,7 @@ pub mod lease;
 pub(crate) mod managed_fields;
 pub mod metrics;
 pub mod reconcile;
+pub mod recorder;
 pub(crate) mod references;
 pub mod route;
 pub mod runtime;

@@ -7,7 +7,6 @@ use std::time::Duration;
 use clap::Parser;
 use k8s_openapi::api::coordination::v1::Lease;
 use kube::api::Api;
-use kube::runtime::events::{Recorder, Reporter};
 use qdr_controller::builders::Settings;
 use qdr_controller::credentials::Lifetimes;
 use qdr_controller::health::router as health_router;
@@ -178,10 +177,7 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
         lifetimes: Lifetimes { ca: args.router_ca_lifetime, cert: args.router_cert_lifetime },
         run_as_user: args.router_run_as_user.0,
     };
-    let recorder = Recorder::new(
-        client.clone(),
-        Reporter { controller: "qdr-operator".into(), instance: Some(identity.clone()) },
-    );
+    let recorder = qdr_controller::recorder::Recorder::new(client.clone(), "qdr-operator", &identity);
     let ctx = Arc::new(Context::new(client.clone(), settings, recorder, metrics.clone(), health));
     let mut ns = args.watch_namespaces.clone();
     ns.retain(|n| !n.trim().is_empty());

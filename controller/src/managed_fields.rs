@@ -115,9 +115,11 @@ impl Adoption {
     /// observed `resourceVersion` as precondition: a concurrent write fails with 409 and the
     /// next reconcile starts over).
     ///
+    /// Returns the object's metadata as the API server answered.
+    ///
     /// # Errors
     /// The API error of the patch.
-    pub async fn write(&self, client: &kube::Client, ns: &str) -> Result<(), kube::Error> {
+    pub async fn write(&self, client: &kube::Client, ns: &str) -> Result<ObjectMeta, kube::Error> {
         let api: kube::Api<kube::api::DynamicObject> =
             kube::Api::namespaced_with(client.clone(), ns, &self.resource);
         let patch = serde_json::json!({"metadata": {
@@ -126,6 +128,11 @@ impl Adoption {
         }});
         api.patch(&self.name, &kube::api::PatchParams::default(), &kube::api::Patch::Merge(patch))
             .await
-            .map(|_| ())
+            .map(|o| o.metadata)
+    }
+
+    /// The kind of the object taken over, such as `Deployment`.
+    pub fn kind(&self) -> &str {
+        &self.resource.kind
     }
 }

@@ -99,6 +99,18 @@ impl Metrics {
         }
     }
 
+    /// A guard that removes every per-Interconnect series (`qdr_router_certificate_expiry_seconds`)
+    /// when dropped: at the end of a leadership term, so a follower does not serve frozen
+    /// values (an alert on `< 0` would fire forever on one that expired while it led).
+    pub fn interconnect_series_guard(&self) -> SeriesGuard {
+        SeriesGuard(self.expiry.clone())
+    }
+
+    /// How many Interconnects have a `qdr_router_certificate_expiry_seconds` series.
+    pub fn expiry_series(&self) -> usize {
+        self.encode().lines().filter(|l| l.starts_with("qdr_router_certificate_expiry_seconds{")).count()
+    }
+
     /// Sets `qdr_controller_leader` to 1 until the guard is dropped.
     pub fn leading(&self) -> LeadingGuard {
         self.leader.set(1);
@@ -124,5 +136,16 @@ pub struct LeadingGuard(Gauge<i64, AtomicI64>);
 impl Drop for LeadingGuard {
     fn drop(&mut self) {
         self.0.set(0);
+    }
+}
+
+/// Removes every per-Interconnect series when dropped (see
+/// [`Metrics::interconnect_series_guard`]).
+#[derive(Debug)]
+pub struct SeriesGuard(Family<Object, Gauge<f64, AtomicU64>>);
+
+impl Drop for SeriesGuard {
+    fn drop(&mut self) {
+        self.0.clear();
     }
 }

@@ -31,8 +31,12 @@ pub async fn run_controllers(ctx: Arc<Context>, namespaces: &[String]) {
 /// What is watched, what is cached and which events wake a reconcile is described in
 /// [`crate::cache`]; there is no debounce: the controller's own writes do not wake it.
 pub async fn run_controller(ctx: Arc<Context>, namespace: &str) {
-    let (cache, controller) = crate::cache::watch(&ctx.client, &ctx.health, namespace);
+    let process = ctx.clone();
+    let (cache, controller) =
+        crate::cache::watch(&ctx.client, &ctx.health, namespace, move |ic| process.forget(ic));
     let ctx = Arc::new(ctx.for_term(cache));
+    // A follower publishes no per-Interconnect series: frozen values would outlive the term.
+    let _series = ctx.metrics.interconnect_series_guard();
     let term = ctx.clone();
     let _term = ctx.health.term(namespace, move || term.cache.as_ref().is_some_and(Cache::is_ready));
     let cfg = kube::runtime::controller::Config::default().concurrency(CONCURRENCY);

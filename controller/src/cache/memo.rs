@@ -9,11 +9,16 @@ use kube::runtime::reflector::{ObjectRef, Store};
 use qdr_api::Interconnect;
 
 /// Interconnects (`namespace/name`) whose children someone else changed or deleted since
-/// their last full apply: their next pass applies everything again. See
+/// their last successful full apply: their next pass applies everything again. See
 /// [`crate::reconcile::apply::fingerprint`].
+///
+/// A mark is a counter: [`Drift::marked`] reads it before a full apply, and
+/// [`Drift::clear`] removes it after the apply succeeded, only when no new mark arrived
+/// meanwhile. A failed apply, a failed status write or a pass that ends as stale leaves it,
+/// so the next pass applies again.
 #[derive(Debug, Default)]
 pub(crate) struct Drift {
-    owners: Mutex<BTreeSet<String>>,
+    owners: Mutex<HashMap<String, u64>>,
 }
 
 impl Drift {
@@ -23,14 +28,126 @@ impl Drift {
         let mut owners = self.owners.lock().unwrap_or_else(|e| e.into_inner());
         for r in meta.owner_references.iter().flatten() {
             if r.controller == Some(true) && r.kind == "Interconnect" {
-                owners.insert(format!("{ns}/{}", r.name));
+                *owners.entry(format!("{ns}/{}", r.name)).or_default() += 1;
             }
         }
     }
 
-    /// Whether `key` was marked, clearing the mark.
-    pub(crate) fn take(&self, key: &str) -> bool {
-        self.owners.lock().unwrap_or_else(|e| e.into_inner()).remove(key)
+    /// The mark of `key` (`None`: no drift since its last successful full apply).
+    pub(crate) fn marked(&self, key: &str) -> Option<u64> {
+        self.owners.lock().unwrap_or_else(|e| e.into_inner()).get(key).copied()
+    }
+
+    /// Clears the mark of `key` after a successful full apply that started when it was
+    /// `seen` ([`Drift::marked`]); a mark made since stays.
+    pub(crate) fn clear(&self, key: &str, seen: Option<u64>) {
+        let mut owners = self.owners.lock().unwrap_or_else(|e| e.into_inner());
+        if owners.get(key).copied() == seen {
+            owners.remove(key);
+        }
+    }
+
+    /// Forgets `key` (the Interconnect was deleted).
+    pub(crate) fn forget(&self, key: &str) {
+        self.owners.lock().unwrap_or_else(|e| e.into_inner()).remove(key);
+    }
+}
+
+/// `(kind, namespace, name)` of a child.
+type ChildKey = (String, String, String);
+
+/// What a watch event shows relative to the controller's last write of that object
+/// ([`OwnWrites::judge`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Seen {
+    /// The `resourceVersion` the controller's own write returned: its echo.
+    Echo,
+    /// A later version with the same `metadata.generation` and the same labels,
+    /// annotations and owner references as written: only the status moved (a workload
+    /// controller reporting). Only for kinds with a generation (workloads).
+    StatusOnly,
+    /// Anything else: someone changed or removed something, or the controller never
+    /// wrote this object in this term.
+    Changed,
+}
+
+/// The `resourceVersion` (and, for workloads, generation and metadata) of the controller's
+/// last write of each child in this term, as the API server's answer gave it: a watch event
+/// is the controller's echo only when it carries that exact `resourceVersion`. Unlike
+/// `managedFields` times (moved only when a manager sets a field, at one-second
+/// resolution, on the API server's clock), this cannot take someone else's removal of a
+/// field for the controller's own write.
+#[derive(Debug, Default)]
+pub(crate) struct OwnWrites {
+    entries: Mutex<HashMap<ChildKey, Stamp>>,
+}
+
+/// What identifies one written version of an object.
+#[derive(Debug, Clone, PartialEq, Eq)]
+struct Stamp {
+    resource_version: Option<String>,
+    generation: Option<i64>,
+    metadata: u64,
+}
+
+/// Annotations other controllers legitimately set on our children (not drift).
+const FOREIGN_ANNOTATIONS: &[&str] = &["deployment.kubernetes.io/revision"];
+
+impl Stamp {
+    fn of(meta: &ObjectMeta) -> Stamp {
+        use std::hash::{Hash, Hasher};
+        let mut h = std::collections::hash_map::DefaultHasher::new();
+        meta.labels.hash(&mut h);
+        for (k, v) in meta.annotations.iter().flatten() {
+            if !FOREIGN_ANNOTATIONS.contains(&k.as_str()) {
+                (k, v).hash(&mut h);
+            }
+        }
+        serde_json::to_string(&meta.owner_references).unwrap_or_default().hash(&mut h);
+        Stamp {
+            resource_version: meta.resource_version.clone(),
+            generation: meta.generation,
+            metadata: h.finish(),
+        }
+    }
+}
+
+fn child_key(kind: &str, meta: &ObjectMeta) -> ChildKey {
+    (kind.into(), meta.namespace.clone().unwrap_or_default(), meta.name.clone().unwrap_or_default())
+}
+
+impl OwnWrites {
+    /// Records `meta`, as the API server answered a write of the controller's, of a `kind`.
+    pub(crate) fn record(&self, kind: &str, meta: &ObjectMeta) {
+        self.entries.lock().unwrap_or_else(|e| e.into_inner()).insert(child_key(kind, meta), Stamp::of(meta));
+    }
+
+    /// What the event carrying `meta` (of a `kind`) shows (see [`Seen`]).
+    pub(crate) fn judge(&self, kind: &str, meta: &ObjectMeta) -> Seen {
+        let entries = self.entries.lock().unwrap_or_else(|e| e.into_inner());
+        let Some(ours) = entries.get(&child_key(kind, meta)) else { return Seen::Changed };
+        let now = Stamp::of(meta);
+        if ours.resource_version.is_some() && now.resource_version == ours.resource_version {
+            Seen::Echo
+        } else if ours.generation.is_some()
+            && now.generation == ours.generation
+            && now.metadata == ours.metadata
+        {
+            Seen::StatusOnly
+        } else {
+            Seen::Changed
+        }
+    }
+
+    /// Forgets the object of `meta` (deleted).
+    pub(crate) fn forget(&self, kind: &str, meta: &ObjectMeta) {
+        self.entries.lock().unwrap_or_else(|e| e.into_inner()).remove(&child_key(kind, meta));
+    }
+
+    /// How many objects are remembered (for tests and the memory figures).
+    #[cfg(test)]
+    pub(crate) fn len(&self) -> usize {
+        self.entries.lock().unwrap_or_else(|e| e.into_inner()).len()
     }
 }
 
@@ -63,6 +180,11 @@ impl AppliedMemo {
         self.entries.lock().unwrap_or_else(|e| e.into_inner()).get(key).is_some_and(|(u, g, f, at)| {
             u == uid && *g == generation && *f == fingerprint && at.elapsed() < max_age
         })
+    }
+
+    /// Forgets `key` (the Interconnect was deleted).
+    pub(crate) fn forget(&self, key: &str) {
+        self.entries.lock().unwrap_or_else(|e| e.into_inner()).remove(key);
     }
 }
 
@@ -102,5 +224,10 @@ impl SecretReferences {
             })
             .map(|ic| ObjectRef::from_obj(ic.as_ref()))
             .collect()
+    }
+
+    /// Forgets the Interconnect with `uid` (deleted).
+    pub(crate) fn forget(&self, uid: &str) {
+        self.by_uid.lock().unwrap_or_else(|e| e.into_inner()).remove(uid);
     }
 }

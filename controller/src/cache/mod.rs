@@ -58,7 +58,7 @@ use kube::core::PartialObjectMeta;
 use kube::runtime::reflector::{ObjectRef, Store};
 use qdr_api::Interconnect;
 
-pub(crate) use memo::{AppliedMemo, Drift};
+pub(crate) use memo::{AppliedMemo, Drift, OwnWrites};
 pub(crate) use names::SecretNames;
 pub(crate) use watch::watch;
 pub(crate) use written::Written;
@@ -88,6 +88,8 @@ pub(crate) struct Cache {
     pub(crate) written_secrets: Arc<Written<Secret>>,
     /// Interconnects whose status was written in this term, until the store catches up.
     pub(crate) written_interconnects: Arc<Written<Interconnect>>,
+    /// The `resourceVersion` of the controller's last write of each child (echo detection).
+    pub(crate) own: Arc<OwnWrites>,
     /// Interconnects whose children changed under them since their last full apply.
     pub(crate) drift: Arc<Drift>,
     /// The last full apply of each Interconnect in this term.

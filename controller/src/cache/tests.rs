@@ -2,11 +2,14 @@
 
 use std::sync::Arc;
 
-use super::wake::{last_written_by_us, pod_state, status_only};
-use super::{Drift, Written};
+use super::memo::Seen;
+use super::wake::{Listed, Relist, pod_state};
+use super::{Drift, OwnWrites, Written};
 use k8s_openapi::api::apps::v1::Deployment;
 use k8s_openapi::api::core::v1::Pod;
+use k8s_openapi::api::core::v1::Service;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
+use kube::core::PartialObjectMeta;
 use qdr_api::Interconnect;
 use serde_json::json;
 
@@ -28,62 +31,99 @@ fn meta(entries: &[(&str, &str, &str)]) -> ObjectMeta {
     .unwrap()
 }
 
-#[test]
-fn only_a_strictly_newest_write_of_ours_is_an_echo() {
-    // Created by us: the echo of our own apply.
-    assert!(last_written_by_us(&meta(&[("qdr-operator", "", "2026-01-01T00:00:05Z")])));
-    // A workload controller's status after ours: wakes.
-    assert!(!last_written_by_us(&meta(&[
-        ("qdr-operator", "", "2026-01-01T00:00:05Z"),
-        ("kube-controller-manager", "status", "2026-01-01T00:00:06Z"),
-    ])));
-    // The same second: a tie wakes (one-second resolution).
-    assert!(!last_written_by_us(&meta(&[
-        ("qdr-operator", "", "2026-01-01T00:00:05Z"),
-        ("kube-controller-manager", "status", "2026-01-01T00:00:05Z"),
-    ])));
-    // Someone else's older write, then ours: our response already reflected it.
-    assert!(last_written_by_us(&meta(&[
-        ("kubectl-edit", "", "2026-01-01T00:00:04Z"),
-        ("qdr-operator", "", "2026-01-01T00:00:05Z"),
-    ])));
-    // Nothing of ours, or no managedFields at all: wakes.
-    assert!(!last_written_by_us(&meta(&[("kubectl", "", "2026-01-01T00:00:05Z")])));
-    assert!(!last_written_by_us(&ObjectMeta::default()));
+fn owned(rv: &str, generation: Option<i64>, annotations: &[(&str, &str)]) -> ObjectMeta {
+    let mut m = meta(&[]);
+    m.resource_version = Some(rv.into());
+    m.generation = generation;
+    m.annotations = Some(annotations.iter().map(|(k, v)| (k.to_string(), v.to_string())).collect());
+    m
 }
 
 #[test]
-fn status_writes_after_ours_are_not_drift_but_spec_writes_are() {
-    let status = meta(&[
-        ("qdr-operator", "", "2026-01-01T00:00:05Z"),
-        ("kube-controller-manager", "status", "2026-01-01T00:00:07Z"),
-    ]);
-    assert!(status_only(&status));
-    let edited = meta(&[
-        ("qdr-operator", "", "2026-01-01T00:00:05Z"),
-        ("kube-controller-manager", "status", "2026-01-01T00:00:07Z"),
-        ("kubectl-edit", "", "2026-01-01T00:00:08Z"),
-    ]);
-    assert!(!status_only(&edited));
-    // An older edit, overwritten by our later apply, is not drift any more.
-    let repaired = meta(&[
-        ("kubectl-edit", "", "2026-01-01T00:00:04Z"),
-        ("qdr-operator", "", "2026-01-01T00:00:05Z"),
-        ("kube-controller-manager", "status", "2026-01-01T00:00:07Z"),
-    ]);
-    assert!(status_only(&repaired));
+fn only_the_resource_version_a_write_returned_is_an_echo() {
+    let own = OwnWrites::default();
+    // Never written in this term: someone else's (or the start of a term).
+    assert_eq!(own.judge("Deployment", &owned("10", Some(2), &[])), Seen::Changed);
+    own.record("Deployment", &owned("10", Some(2), &[]));
+    assert_eq!(own.judge("Deployment", &owned("10", Some(2), &[])), Seen::Echo);
+    // The workload controller's status (same generation and metadata), and the revision
+    // annotation it sets: not drift.
+    assert_eq!(own.judge("Deployment", &owned("11", Some(2), &[])), Seen::StatusOnly);
+    let revised = owned("12", Some(2), &[("deployment.kubernetes.io/revision", "3")]);
+    assert_eq!(own.judge("Deployment", &revised), Seen::StatusOnly);
+    // A JSON-patch removal of a probe: a new generation, no managedFields trace: changed.
+    assert_eq!(own.judge("Deployment", &owned("13", Some(3), &[])), Seen::Changed);
+    // An annotation someone added: changed.
+    assert_eq!(own.judge("Deployment", &owned("14", Some(2), &[("team", "a")])), Seen::Changed);
+    // Kinds without a generation: any other version is a change.
+    own.record("Service", &owned("20", None, &[]));
+    assert_eq!(own.judge("Service", &owned("20", None, &[])), Seen::Echo);
+    assert_eq!(own.judge("Service", &owned("21", None, &[])), Seen::Changed);
+    // Kinds are apart; a deletion forgets.
+    assert_eq!(own.judge("ConfigMap", &owned("20", None, &[])), Seen::Changed);
+    own.forget("Service", &owned("21", None, &[]));
+    assert_eq!(own.len(), 1);
 }
 
 #[test]
-fn drift_marks_the_controlling_interconnect_once() {
+fn a_drift_mark_is_cleared_only_by_an_apply_that_saw_it() {
     let drift = Drift::default();
+    assert_eq!(drift.marked("ns/mesh"), None);
     drift.mark(&meta(&[]));
-    assert!(drift.take("ns/mesh"));
-    assert!(!drift.take("ns/mesh"), "taken once");
+    let seen = drift.marked("ns/mesh");
+    assert!(seen.is_some());
+    // A failed apply clears nothing: the mark stays for the next pass.
+    assert_eq!(drift.marked("ns/mesh"), seen);
+    // A new mark while the apply ran: the apply's clear leaves it.
+    drift.mark(&meta(&[]));
+    drift.clear("ns/mesh", seen);
+    assert!(drift.marked("ns/mesh").is_some(), "a change during the apply is not lost");
+    let seen = drift.marked("ns/mesh");
+    drift.clear("ns/mesh", seen);
+    assert_eq!(drift.marked("ns/mesh"), None);
     let mut foreign = meta(&[]);
     foreign.owner_references.as_mut().unwrap()[0].controller = Some(false);
     drift.mark(&foreign);
-    assert!(!drift.take("ns/mesh"), "only a controller reference counts");
+    assert_eq!(drift.marked("ns/mesh"), None, "only a controller reference counts");
+    drift.mark(&meta(&[]));
+    drift.forget("ns/mesh");
+    assert_eq!(drift.marked("ns/mesh"), None);
+}
+
+#[test]
+fn a_relist_wakes_for_what_changed_or_went_and_not_for_the_rest() {
+    use kube::runtime::reflector;
+    use kube::runtime::watcher::Event;
+    let svc = |name: &str, rv: &str| -> PartialObjectMeta<Service> {
+        let mut m = meta(&[]);
+        m.name = Some(name.into());
+        m.resource_version = Some(rv.into());
+        PartialObjectMeta { types: None, metadata: m, _phantom: std::marker::PhantomData }
+    };
+    let (store, mut writer) = reflector::store::<PartialObjectMeta<Service>>();
+    let mut relist = Relist::default();
+    let mut feed = |e: Event<PartialObjectMeta<Service>>, relist: &mut Relist| {
+        let seen = relist.see(&store, &e);
+        writer.apply_watcher_event(&e);
+        seen
+    };
+    // The first list: everything is judged.
+    assert!(matches!(feed(Event::Init, &mut relist), Listed::Unchanged));
+    assert!(matches!(feed(Event::InitApply(svc("a", "1")), &mut relist), Listed::Judge));
+    assert!(matches!(feed(Event::InitApply(svc("b", "2")), &mut relist), Listed::Judge));
+    assert!(matches!(feed(Event::InitDone, &mut relist), Listed::Gone(g) if g.is_empty()));
+    // A relist after a gap: `a` unchanged, `b` deleted meanwhile, `c` new.
+    feed(Event::Init, &mut relist);
+    assert!(matches!(feed(Event::InitApply(svc("a", "1")), &mut relist), Listed::Unchanged));
+    assert!(matches!(feed(Event::InitApply(svc("c", "5")), &mut relist), Listed::Judge));
+    match feed(Event::InitDone, &mut relist) {
+        Listed::Gone(gone) => {
+            let names: Vec<_> = gone.iter().map(|o| o.metadata.name.clone().unwrap()).collect();
+            assert_eq!(names, ["b"]);
+        }
+        other => panic!("expected the gone objects, got {other:?}"),
+    }
+    assert!(matches!(feed(Event::Apply(svc("a", "7")), &mut relist), Listed::Judge));
 }
 
 fn deployment(rv: &str, generation: i64) -> Deployment {

@@ -1,86 +1,122 @@
 //! Which watch events wake a reconcile, and what is dropped before an object is stored.
 
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 use std::hash::{Hash, Hasher};
 use std::sync::Arc;
 
 use k8s_openapi::api::apps::v1::{DaemonSet, Deployment};
 use k8s_openapi::api::core::v1::{Pod, Secret};
-use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use kube::Resource;
 use kube::core::PartialObjectMeta;
+use kube::runtime::reflector::{ObjectRef, Store};
 use kube::runtime::watcher;
 
-use super::memo::Drift;
+use super::memo::{Drift, OwnWrites, Seen};
 use super::written::Written;
 use crate::labels;
-use crate::validated::FIELD_MANAGER;
-
-/// Whether the newest write recorded in `meta.managedFields` is the controller's
-/// ([`FIELD_MANAGER`]), strictly newer than every other manager's entry. Entries without a
-/// time count as newest (never an echo).
-pub(crate) fn last_written_by_us(meta: &ObjectMeta) -> bool {
-    let Some(entries) = meta.managed_fields.as_ref() else { return false };
-    let ours =
-        entries.iter().filter(|e| e.manager.as_deref() == Some(FIELD_MANAGER)).map(|e| e.time.as_ref());
-    let Some(newest_ours) = ours.max().flatten() else { return false };
-    entries
-        .iter()
-        .filter(|e| e.manager.as_deref() != Some(FIELD_MANAGER))
-        .all(|e| e.time.as_ref().is_some_and(|t| t.0 < newest_ours.0))
-}
-
-/// Whether the writes newer than the controller's last one (by `managedFields` time, a tie
-/// counting as newer) all went to the `status` subresource: a workload controller reporting,
-/// not someone changing what the controller applied.
-pub(crate) fn status_only(meta: &ObjectMeta) -> bool {
-    let Some(entries) = meta.managed_fields.as_ref() else { return false };
-    let ours = entries
-        .iter()
-        .filter(|e| e.manager.as_deref() == Some(FIELD_MANAGER))
-        .filter_map(|e| e.time.as_ref());
-    let Some(newest_ours) = ours.max() else { return false };
-    entries
-        .iter()
-        .filter(|e| e.manager.as_deref() != Some(FIELD_MANAGER))
-        .filter(|e| e.time.as_ref().is_none_or(|t| t.0 >= newest_ours.0))
-        .all(|e| e.subresource.as_deref() == Some("status"))
-}
 
 /// The wake-up rule of an owned kind: an applied object wakes its owner unless it is the
-/// echo of the controller's own write ([`last_written_by_us`]); a deletion always wakes.
-/// Deletions and changes that are not [`status_only`] are marked in `drift`; `written` (the
-/// kinds with read-your-writes) forgets what the watch has caught up with. The start of a
-/// (re)list wakes nothing; its objects are judged like any other.
+/// echo of the controller's own write (its `resourceVersion` is the one that write
+/// returned, [`OwnWrites`]); a deletion always wakes. Deletions and changes that are not
+/// [`Seen::StatusOnly`] are marked in `drift`; `written` (the kinds with read-your-writes)
+/// forgets what the watch has caught up with. The start and end of a (re)list wake nothing
+/// themselves; [`super::watch`] judges what a relist shows against the store.
 pub(crate) fn owned_wake<K>(
+    own: Arc<OwnWrites>,
     drift: Arc<Drift>,
     written: Option<Arc<Written<K>>>,
 ) -> impl FnMut(&watcher::Event<K>) -> bool + Send + 'static
 where
-    K: Resource + Send + Sync + 'static,
+    K: Resource<DynamicType = ()> + Send + Sync + 'static,
 {
+    let kind = K::kind(&()).into_owned();
     move |event| match event {
         watcher::Event::Apply(o) | watcher::Event::InitApply(o) => {
             if let Some(w) = &written {
                 w.observed(o);
             }
-            if last_written_by_us(o.meta()) {
-                return false;
+            match own.judge(&kind, o.meta()) {
+                Seen::Echo => false,
+                Seen::StatusOnly => true,
+                Seen::Changed => {
+                    drift.mark(o.meta());
+                    true
+                }
             }
-            if !status_only(o.meta()) {
-                drift.mark(o.meta());
-            }
-            true
         }
         watcher::Event::Delete(o) => {
+            let m = o.meta();
             if let Some(w) = &written {
-                let m = o.meta();
                 w.forget(m.namespace.as_deref().unwrap_or_default(), m.name.as_deref().unwrap_or_default());
             }
-            drift.mark(o.meta());
+            own.forget(&kind, m);
+            drift.mark(m);
             true
         }
         watcher::Event::Init | watcher::Event::InitDone => false,
+    }
+}
+
+/// What a (re)list shows against the store, for [`super::watch`]. A watch that breaks for
+/// longer than the API server keeps its history (an API server restart, a long network
+/// gap) starts over with a list: objects deleted meanwhile are simply absent from it, and
+/// objects changed meanwhile come as `InitApply`. This compares each listed object with the
+/// store (an unchanged `resourceVersion` is nothing new) and, when the list is done, names
+/// the stored objects it did not contain: they are gone, and wake their owners like a
+/// deletion.
+#[derive(Debug, Default)]
+pub(crate) struct Relist {
+    listed: HashSet<(String, String)>,
+}
+
+/// What [`Relist::see`] makes of one event.
+#[derive(Debug)]
+pub(crate) enum Listed<K> {
+    /// Judge it by the kind's wake-up rule.
+    Judge,
+    /// Listed again unchanged: nothing happened to it.
+    Unchanged,
+    /// The list is done; these stored objects were not in it.
+    Gone(Vec<K>),
+}
+
+fn name_of(meta: &k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta) -> (String, String) {
+    (meta.namespace.clone().unwrap_or_default(), meta.name.clone().unwrap_or_default())
+}
+
+impl Relist {
+    /// Sees one event, before it reaches `store`.
+    pub(crate) fn see<K>(&mut self, store: &Store<K>, event: &watcher::Event<K>) -> Listed<K>
+    where
+        K: Resource<DynamicType = ()> + Clone + 'static,
+    {
+        match event {
+            watcher::Event::Init => {
+                self.listed.clear();
+                Listed::Unchanged
+            }
+            watcher::Event::InitApply(o) => {
+                let (ns, name) = name_of(o.meta());
+                let stored = store.get(&ObjectRef::new(&name).within(&ns));
+                self.listed.insert((ns, name));
+                match stored {
+                    Some(s) if s.meta().resource_version == o.meta().resource_version => Listed::Unchanged,
+                    _ => Listed::Judge,
+                }
+            }
+            watcher::Event::InitDone => {
+                let listed = std::mem::take(&mut self.listed);
+                Listed::Gone(
+                    store
+                        .state()
+                        .into_iter()
+                        .filter(|o| !listed.contains(&name_of(o.meta())))
+                        .map(|o| o.as_ref().clone())
+                        .collect(),
+                )
+            }
+            watcher::Event::Apply(_) | watcher::Event::Delete(_) => Listed::Judge,
+        }
     }
 }
 

@@ -8,6 +8,7 @@ use k8s_openapi::api::apps::v1::{DaemonSet, Deployment};
 use k8s_openapi::api::core::v1::{ConfigMap, Pod, Secret, Service, ServiceAccount};
 use k8s_openapi::api::networking::v1::Ingress;
 use k8s_openapi::api::rbac::v1::{Role, RoleBinding};
+use kube::ResourceExt;
 use kube::api::Api;
 use kube::core::PartialObjectMeta;
 use kube::runtime::reflector::{self, ObjectRef, Store};
@@ -15,9 +16,9 @@ use kube::runtime::{Controller, PredicateConfig, WatchStreamExt, predicates, wat
 use qdr_api::Interconnect;
 
 use super::Cache;
-use super::memo::{Drift, SecretReferences};
+use super::memo::{AppliedMemo, Drift, OwnWrites, SecretReferences};
 use super::names::SecretNames;
-use super::wake::{owned_wake, pod_wake, slim, slim_pod, slim_workload, user_secret};
+use super::wake::{Listed, Relist, owned_wake, pod_wake, slim, slim_pod, slim_workload, user_secret};
 use super::written::Written;
 use crate::health::Health;
 use crate::labels;
@@ -50,31 +51,48 @@ where
         + 'static,
 {
     let (store, mut writer) = reflector::store();
+    let reader = writer.as_reader();
+    let mut relist = Relist::default();
     let (health, namespace) = (health.clone(), ns.to_string());
-    let woken = watcher(api::<K>(client, ns), wc.clone()).default_backoff().filter_map(move |event| {
-        health.watch_result(&namespace, K::plural(&()), event.as_ref().map(drop));
-        futures::future::ready(match event {
-            Err(e) => Some(Err(e)),
-            Ok(mut event) => {
-                let woke = wake(&event);
-                match &mut event {
-                    watcher::Event::Apply(o) | watcher::Event::InitApply(o) | watcher::Event::Delete(o) => {
-                        slim(o)
+    let woken = watcher(api::<K>(client, ns), wc.clone())
+        .default_backoff()
+        .map(move |event| {
+            health.watch_result(&namespace, K::plural(&()), event.as_ref().map(drop));
+            let mut event = match event {
+                Err(e) => return vec![Err(e)],
+                Ok(event) => event,
+            };
+            let mut out = Vec::new();
+            let woke = match relist.see(&reader, &event) {
+                Listed::Judge => wake(&event),
+                Listed::Unchanged => false,
+                Listed::Gone(gone) => {
+                    for o in gone {
+                        if wake(&watcher::Event::Delete(o.clone())) {
+                            out.push(Ok(o));
+                        }
                     }
-                    watcher::Event::Init | watcher::Event::InitDone => {}
+                    false
                 }
-                writer.apply_watcher_event(&event);
-                match event {
-                    watcher::Event::Apply(o) | watcher::Event::InitApply(o) | watcher::Event::Delete(o)
-                        if woke =>
-                    {
-                        Some(Ok(o))
-                    }
-                    _ => None,
+            };
+            match &mut event {
+                watcher::Event::Apply(o) | watcher::Event::InitApply(o) | watcher::Event::Delete(o) => {
+                    slim(o)
                 }
+                watcher::Event::Init | watcher::Event::InitDone => {}
             }
+            writer.apply_watcher_event(&event);
+            match event {
+                watcher::Event::Apply(o) | watcher::Event::InitApply(o) | watcher::Event::Delete(o)
+                    if woke =>
+                {
+                    out.push(Ok(o));
+                }
+                _ => {}
+            }
+            out
         })
-    });
+        .flat_map(futures::stream::iter);
     (store, woken)
 }
 
@@ -82,27 +100,57 @@ where
 /// [`Cache`] their stores fill, and the [`Controller`] over Interconnects that they wake
 /// (owned kinds, user-provided Secrets by the specs that name them, router pods by their
 /// `interconnect_cr` label). Polling the controller runs the watches; each watch reports
-/// its health (listed, failing) to `health`.
+/// its health (listed, failing) to `health`. `gone` is called with each Interconnect that
+/// was deleted (or is found missing when its watch lists again), after the term's memos of
+/// it were dropped.
 pub(crate) fn watch(
     client: &kube::Client,
     health: &Arc<Health>,
     ns: &str,
+    gone: impl Fn(&Interconnect) + Send + 'static,
 ) -> (Cache, Controller<Interconnect>) {
     let c = (client, health);
     let all = watcher::Config::default();
     let ours = watcher::Config::default().labels(&labels::managed_selector());
     let (ic_store, ic_writer) = reflector::store();
+    let drift: Arc<Drift> = Arc::default();
+    let applied: Arc<AppliedMemo> = Arc::default();
+    let references = Arc::new(SecretReferences::default());
+    let written_interconnects = Arc::new(Written::status_writes());
     let interconnects = {
         let (health, namespace) = (health.clone(), ns.to_string());
+        let (reader, mut relist) = (ic_writer.as_reader(), Relist::default());
+        let (drift, applied, references, written) =
+            (drift.clone(), applied.clone(), references.clone(), written_interconnects.clone());
+        // What the term remembers of an Interconnect goes with it, and so does what the
+        // process remembers (`gone`: metrics, failures, Event series).
+        let mut forget = move |ic: &Interconnect| {
+            let (ns, name) = (ic.metadata.namespace.clone().unwrap_or_default(), ic.name_any());
+            let key = format!("{ns}/{name}");
+            drift.forget(&key);
+            applied.forget(&key);
+            references.forget(ic.metadata.uid.as_deref().unwrap_or_default());
+            written.forget(&ns, &name);
+            gone(ic);
+        };
         watcher(api::<Interconnect>(client, ns), all.clone())
             .default_backoff()
-            .inspect(move |event| health.watch_result(&namespace, "interconnects", event.as_ref().map(drop)))
+            .inspect(move |event| {
+                health.watch_result(&namespace, "interconnects", event.as_ref().map(drop));
+                let Ok(event) = event else { return };
+                if let Listed::Gone(list) = relist.see(&reader, event) {
+                    list.iter().for_each(&mut forget);
+                }
+                if let watcher::Event::Delete(ic) = event {
+                    forget(ic);
+                }
+            })
             .reflect(ic_writer)
             .applied_objects()
             .predicate_filter(predicates::generation, PredicateConfig::default())
     };
 
-    let drift: Arc<Drift> = Arc::default();
+    let own: Arc<OwnWrites> = Arc::default();
     let (written_deployments, written_daemon_sets, written_secrets) =
         (Arc::new(Written::default()), Arc::new(Written::default()), Arc::new(Written::default()));
     let (deployments, deployment_events) = reflect::<Deployment>(
@@ -110,29 +158,59 @@ pub(crate) fn watch(
         ns,
         &ours,
         slim_workload,
-        owned_wake(drift.clone(), Some(written_deployments.clone())),
+        owned_wake(own.clone(), drift.clone(), Some(written_deployments.clone())),
     );
     let (daemon_sets, daemon_set_events) = reflect::<DaemonSet>(
         c,
         ns,
         &ours,
         slim_workload,
-        owned_wake(drift.clone(), Some(written_daemon_sets.clone())),
+        owned_wake(own.clone(), drift.clone(), Some(written_daemon_sets.clone())),
     );
-    let (secrets, secret_events) =
-        reflect::<Secret>(c, ns, &ours, slim, owned_wake(drift.clone(), Some(written_secrets.clone())));
-    let (service_accounts, sa_events) =
-        reflect::<PartialObjectMeta<ServiceAccount>>(c, ns, &ours, slim, owned_wake(drift.clone(), None));
+    let (secrets, secret_events) = reflect::<Secret>(
+        c,
+        ns,
+        &ours,
+        slim,
+        owned_wake(own.clone(), drift.clone(), Some(written_secrets.clone())),
+    );
+    let (service_accounts, sa_events) = reflect::<PartialObjectMeta<ServiceAccount>>(
+        c,
+        ns,
+        &ours,
+        slim,
+        owned_wake(own.clone(), drift.clone(), None),
+    );
     let (roles, role_events) =
-        reflect::<PartialObjectMeta<Role>>(c, ns, &ours, slim, owned_wake(drift.clone(), None));
-    let (role_bindings, rb_events) =
-        reflect::<PartialObjectMeta<RoleBinding>>(c, ns, &ours, slim, owned_wake(drift.clone(), None));
-    let (services, service_events) =
-        reflect::<PartialObjectMeta<Service>>(c, ns, &ours, slim, owned_wake(drift.clone(), None));
-    let (config_maps, cm_events) =
-        reflect::<PartialObjectMeta<ConfigMap>>(c, ns, &ours, slim, owned_wake(drift.clone(), None));
-    let (ingresses, ingress_events) =
-        reflect::<PartialObjectMeta<Ingress>>(c, ns, &ours, slim, owned_wake(drift.clone(), None));
+        reflect::<PartialObjectMeta<Role>>(c, ns, &ours, slim, owned_wake(own.clone(), drift.clone(), None));
+    let (role_bindings, rb_events) = reflect::<PartialObjectMeta<RoleBinding>>(
+        c,
+        ns,
+        &ours,
+        slim,
+        owned_wake(own.clone(), drift.clone(), None),
+    );
+    let (services, service_events) = reflect::<PartialObjectMeta<Service>>(
+        c,
+        ns,
+        &ours,
+        slim,
+        owned_wake(own.clone(), drift.clone(), None),
+    );
+    let (config_maps, cm_events) = reflect::<PartialObjectMeta<ConfigMap>>(
+        c,
+        ns,
+        &ours,
+        slim,
+        owned_wake(own.clone(), drift.clone(), None),
+    );
+    let (ingresses, ingress_events) = reflect::<PartialObjectMeta<Ingress>>(
+        c,
+        ns,
+        &ours,
+        slim,
+        owned_wake(own.clone(), drift.clone(), None),
+    );
     let (pods, pod_events) =
         reflect::<Pod>(c, ns, &all.clone().labels(labels::INTERCONNECT), slim_pod, pod_wake());
     // User-provided Secrets (without our label) wake the Interconnects whose spec names
@@ -173,13 +251,13 @@ pub(crate) fn watch(
         written_deployments,
         written_daemon_sets,
         written_secrets,
-        written_interconnects: Arc::new(Written::status_writes()),
+        written_interconnects,
+        own,
         drift,
-        applied: Arc::default(),
+        applied,
         listed: Arc::default(),
     };
 
-    let references = Arc::new(SecretReferences::default());
     let store = ic_store.clone();
     let controller = Controller::for_stream(interconnects, ic_store)
         .owns_stream(deployment_events)

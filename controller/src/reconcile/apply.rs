@@ -37,7 +37,7 @@ use serde::de::DeserializeOwned;
 
 use super::build::{Children, Secrets, WorkloadChange};
 use super::observe::{Observed, WorkloadState};
-use super::types::{Applied, Conflict, Generation, Ownership, WorkloadStatus};
+use super::types::{Applied, Conflict, Generation, Ownership, WorkloadStatus, api_message};
 use crate::builders::{Exposure, Workload};
 use crate::cache::{Cache, Cached};
 use crate::managed_fields::Adoption;
@@ -49,31 +49,44 @@ use crate::validated::{FIELD_MANAGER, ValidatedInterconnect};
 #[derive(Debug, thiserror::Error)]
 pub(crate) enum Error {
     /// A server-side apply was refused.
-    #[error("applying {kind} {name}: {source}")]
+    #[error("applying {kind} {name}: {}", api_message(.source))]
     Apply { kind: String, name: String, source: kube::Error },
     /// Creating a generated Secret failed (other than "already exists").
-    #[error("creating {kind} {name}: {source}")]
+    #[error("creating {kind} {name}: {}", api_message(.source))]
     Create { kind: String, name: String, source: kube::Error },
     /// An object observed missing exists (409 on create): the pass ran on a stale
     /// observation and is retried at once ([`Error::is_stale`]).
     #[error("{kind} {name} appeared since it was observed missing")]
     Exists { kind: String, name: String },
     /// Listing a kind for pruning failed.
-    #[error("listing {kind} to prune: {source}")]
+    #[error("listing {kind} to prune: {}", api_message(.source))]
     List { kind: String, source: kube::Error },
     /// Looking up who holds a child's name failed.
-    #[error("reading {kind} {name}: {source}")]
+    #[error("reading {kind} {name}: {}", api_message(.source))]
     Get { kind: String, name: String, source: kube::Error },
     /// Replacing a generated Secret failed (409: it changed since it was observed), or
     /// taking over managed fields failed.
-    #[error("updating {kind} {name}: {source}")]
+    #[error("updating {kind} {name}: {}", api_message(.source))]
     Update { kind: String, name: String, source: kube::Error },
     /// Deleting an orphan failed.
-    #[error("deleting {kind} {name}: {source}")]
+    #[error("deleting {kind} {name}: {}", api_message(.source))]
     Delete { kind: String, name: String, source: kube::Error },
 }
 
 impl Error {
+    /// The API server's error, when the failure is one.
+    pub(crate) fn source_error(&self) -> Option<&kube::Error> {
+        match self {
+            Error::Apply { source, .. }
+            | Error::Create { source, .. }
+            | Error::List { source, .. }
+            | Error::Get { source, .. }
+            | Error::Update { source, .. }
+            | Error::Delete { source, .. } => Some(source),
+            Error::Exists { .. } => None,
+        }
+    }
+
     /// Whether the pass failed only because its observation was stale ([`Error::Exists`], or
     /// a 409 replacing a generated Secret): nothing is wrong, the next pass will see more.
     pub(crate) fn is_stale(&self) -> bool {
@@ -125,13 +138,66 @@ impl<K> Child for K where
 {
 }
 
-/// Server-side applies `obj` with `force` under [`FIELD_MANAGER`]; returns the stored object.
-async fn ssa<K: Child>(client: &kube::Client, ns: &str, obj: &K) -> Result<K, Error> {
+/// Server-side applies `obj` with `force` under [`FIELD_MANAGER`]; returns the stored object,
+/// whose `resourceVersion` is remembered as the controller's own ([`crate::cache::OwnWrites`]).
+async fn ssa<K: Child>(client: &kube::Client, cache: &Cache, ns: &str, obj: &K) -> Result<K, Error> {
     let name = obj.name_any();
-    Api::<K>::namespaced(client.clone(), ns)
+    let applied = Api::<K>::namespaced(client.clone(), ns)
         .patch(&name, &PatchParams::apply(FIELD_MANAGER).force(), &Patch::Apply(obj))
         .await
-        .map_err(|source| Error::Apply { kind: K::kind(&()).into_owned(), name, source })
+        .map_err(|source| Error::Apply { kind: K::kind(&()).into_owned(), name, source })?;
+    cache.own.record(&K::kind(&()), applied.meta());
+    Ok(applied)
+}
+
+/// The field manager of [`take_over_ports`]: a name of its own, so its `Update` entry is
+/// never taken for the Go operator's ([`crate::managed_fields::LEGACY_MANAGERS`]).
+pub(crate) const PORTS_MANAGER: &str = "qdr-operator-ports";
+
+/// Server-side applies the Service and makes its `spec.ports` exactly the desired list.
+///
+/// Server-side apply merges list-map entries by key (`port`, `protocol`) and never
+/// removes an entry another manager owns: a port someone added stays, and someone's edit of
+/// an entry's `port` leaves an entry whose `name` collides with the one applied, which the
+/// API server refuses (`spec.ports[1].name: Duplicate value`) on every apply, for ever.
+/// The children are ours, so the controller takes the field over as a whole: when the
+/// apply is refused as invalid, or the answer shows ports that are not the desired ones,
+/// `spec.ports` is replaced by the desired list ([`take_over_ports`]) and applied again.
+async fn apply_service(
+    client: &kube::Client,
+    cache: &Cache,
+    ns: &str,
+    desired: &Service,
+) -> Result<(), Error> {
+    let applied = match ssa(client, cache, ns, desired).await {
+        Ok(applied) => applied,
+        Err(Error::Apply { source: kube::Error::Api(s), .. }) if s.code == 422 => {
+            take_over_ports(client, ns, desired).await?;
+            ssa(client, cache, ns, desired).await?
+        }
+        Err(e) => return Err(e),
+    };
+    if !crate::builders::same_ports(desired, &applied) {
+        take_over_ports(client, ns, desired).await?;
+        ssa(client, cache, ns, desired).await?;
+    }
+    Ok(())
+}
+
+/// Replaces `spec.ports` of the Service by the desired list (a merge patch under
+/// [`PORTS_MANAGER`]): entries others added or changed are gone, node ports of entries
+/// kept are kept by the API server.
+async fn take_over_ports(client: &kube::Client, ns: &str, desired: &Service) -> Result<(), Error> {
+    let name = desired.name_any();
+    let ports = desired.spec.as_ref().and_then(|s| s.ports.clone()).unwrap_or_default();
+    // A JSON merge patch (RFC 7386) replaces a list as a whole.
+    let patch = serde_json::json!({"spec": {"ports": ports}});
+    let pp = PatchParams { field_manager: Some(PORTS_MANAGER.into()), ..Default::default() };
+    Api::<Service>::namespaced(client.clone(), ns)
+        .patch(&name, &pp, &Patch::Merge(patch))
+        .await
+        .map_err(|source| Error::Update { kind: "Service".into(), name, source })?;
+    Ok(())
 }
 
 /// What the look-up of the children's names found: objects in the way, and objects of ours
@@ -228,22 +294,32 @@ async fn look_up(
 }
 
 /// Replaces the generated Secret `s` (its `resourceVersion` is the precondition).
-async fn replace_secret(client: &kube::Client, ns: &str, s: &Secret) -> Result<Secret, Error> {
+async fn replace_secret(client: &kube::Client, cache: &Cache, ns: &str, s: &Secret) -> Result<Secret, Error> {
     let name = s.name_any();
-    Api::<Secret>::namespaced(client.clone(), ns)
+    let replaced = Api::<Secret>::namespaced(client.clone(), ns)
         .replace(&name, &PostParams { field_manager: Some(FIELD_MANAGER.into()), ..Default::default() }, s)
         .await
-        .map_err(|source| Error::Update { kind: "Secret".into(), name, source })
+        .map_err(|source| Error::Update { kind: "Secret".into(), name, source })?;
+    cache.own.record("Secret", replaced.meta());
+    Ok(replaced)
 }
 
 /// Creates `obj`, observed missing. An object of its name is never overwritten: a 409 means
 /// the observation was stale (a watch event not yet arrived), and [`Error::Exists`] stops
 /// the pass before anything built from that observation (the credentials hash of the pod
 /// template) is written.
-async fn create_if_missing<K: Child>(client: &kube::Client, ns: &str, obj: &K) -> Result<K, Error> {
+async fn create_if_missing<K: Child>(
+    client: &kube::Client,
+    cache: &Cache,
+    ns: &str,
+    obj: &K,
+) -> Result<K, Error> {
     let pp = PostParams { field_manager: Some(FIELD_MANAGER.into()), ..Default::default() };
     match Api::<K>::namespaced(client.clone(), ns).create(&pp, obj).await {
-        Ok(created) => Ok(created),
+        Ok(created) => {
+            cache.own.record(&K::kind(&()), created.meta());
+            Ok(created)
+        }
         Err(kube::Error::Api(s)) if s.code == 409 => {
             Err(Error::Exists { kind: K::kind(&()).into_owned(), name: obj.name_any() })
         }
@@ -373,8 +449,24 @@ fn fingerprint(children: &Children) -> Option<u64> {
 }
 
 /// What [`apply`] would report without writing anything, from the stores: the workload's
-/// counts. `None` when the workload is not in the store (then apply).
+/// counts. `None` when a child is missing from its store (deleted by someone, or a watch
+/// event not yet arrived): then apply.
 fn unchanged(cache: &Cache, o: &ValidatedInterconnect, children: &Children) -> Option<Applied> {
+    let ns = o.namespace();
+    let stored = |present: bool| present.then_some(());
+    stored(cache.meta::<ServiceAccount>(ns, &children.service_account.name_any()).is_some())?;
+    stored(cache.meta::<Role>(ns, &children.role.name_any()).is_some())?;
+    stored(cache.meta::<RoleBinding>(ns, &children.role_binding.name_any()).is_some())?;
+    stored(cache.meta::<ConfigMap>(ns, &children.router_config_map.name_any()).is_some())?;
+    if let Some(cm) = &children.sasl_config_map {
+        stored(cache.meta::<ConfigMap>(ns, &cm.name_any()).is_some())?;
+    }
+    stored(cache.meta::<Service>(ns, &children.service.name_any()).is_some())?;
+    if let Exposure::Ingresses(list) = &children.exposure {
+        for i in list {
+            stored(cache.meta::<Ingress>(ns, &i.name_any()).is_some())?;
+        }
+    }
     let held = matches!(children.workload, WorkloadChange::Hold(_));
     Some(Applied {
         workload: stored_status(cache, o, children.workload.built())?,
@@ -399,10 +491,11 @@ fn stored_status(cache: &Cache, o: &ValidatedInterconnect, built: &Workload) -> 
 /// [`apply`], or, when every write would be a no-op, only what it would report.
 ///
 /// The applies are skipped when the generation was reconciled before, the workload needs
-/// no take-over, no child of `o` drifted since its last full apply in this term (the drift
-/// mark is consumed here), and the children have that apply's [`fingerprint`] (no Secret to
-/// create or replace), less than [`super::RESYNC`] ago. A full apply is recorded in the
-/// term's memo unless a name was in the way.
+/// no take-over, no child of `o` drifted since its last successful full apply in this term,
+/// every child is in its store, and the children have that apply's [`fingerprint`] (no
+/// Secret to create or replace), less than [`super::RESYNC`] ago. A successful full apply
+/// is recorded in the term's memo and clears the drift mark seen before it (a mark made
+/// during the apply stays), unless a name was in the way; a failed one leaves the mark.
 ///
 /// # Errors
 /// As [`apply`].
@@ -416,10 +509,10 @@ pub(crate) async fn apply_or_reuse(
 ) -> Result<Applied, Error> {
     let key = o.namespaced_name();
     let fingerprint = fingerprint(&children);
-    let drifted = cache.drift.take(&key);
+    let drift = cache.drift.marked(&key);
     let adopting = matches!(observed.workload, Ownership::Ours(_, Some(_)));
     let reusable = match fingerprint {
-        Some(f) if !drifted && generation == Generation::Reconciled && !adopting => {
+        Some(f) if drift.is_none() && generation == Generation::Reconciled && !adopting => {
             cache.applied.is_current(&key, o.uid(), o.generation(), f, super::RESYNC)
         }
         _ => false,
@@ -428,10 +521,11 @@ pub(crate) async fn apply_or_reuse(
         return Ok(applied);
     }
     let applied = apply(client, cache, o, children, &observed.workload, generation).await?;
-    if let Some(f) = fingerprint
-        && applied.conflicts.is_empty()
-    {
-        cache.applied.record(&key, o.uid(), o.generation(), f);
+    if applied.conflicts.is_empty() {
+        cache.drift.clear(&key, drift);
+        if let Some(f) = fingerprint {
+            cache.applied.record(&key, o.uid(), o.generation(), f);
+        }
     }
     Ok(applied)
 }
@@ -458,11 +552,12 @@ async fn apply(
     }
     let mut adopted = Vec::new();
     for a in adoptions {
-        a.write(client, o.namespace()).await.map_err(|source| Error::Update {
+        let written = a.write(client, o.namespace()).await.map_err(|source| Error::Update {
             kind: "managed fields of".into(),
             name: a.what.clone(),
             source,
         })?;
+        cache.own.record(a.kind(), &written);
         adopted.push(a.what);
     }
     let Children {
@@ -478,9 +573,9 @@ async fn apply(
     } = children;
     let ns = o.namespace();
     let mut keep = Keep { secrets: keep_secrets, ..Keep::default() };
-    ssa(client, ns, &service_account).await?;
-    ssa(client, ns, &role).await?;
-    ssa(client, ns, &role_binding).await?;
+    ssa(client, cache, ns, &service_account).await?;
+    ssa(client, cache, ns, &role).await?;
+    ssa(client, cache, ns, &role_binding).await?;
     let (workload, held) = match workload {
         WorkloadChange::Apply(w) => (w, false),
         WorkloadChange::Hold(w) => (w, true),
@@ -489,17 +584,17 @@ async fn apply(
     // held workload keeps the configuration its pods were started with.
     keep.config_maps.insert(router_config_map.name_any());
     if !held {
-        ssa(client, ns, &router_config_map).await?;
+        ssa(client, cache, ns, &router_config_map).await?;
     }
     if let Some(cm) = &sasl_config_map {
         keep.config_maps.insert(cm.name_any());
-        ssa(client, ns, cm).await?;
+        ssa(client, cache, ns, cm).await?;
     }
     for s in &create {
-        cache.written_secrets.record(create_if_missing(client, ns, s).await?);
+        cache.written_secrets.record(create_if_missing(client, cache, ns, s).await?);
     }
     for s in &update {
-        cache.written_secrets.record(replace_secret(client, ns, s).await?);
+        cache.written_secrets.record(replace_secret(client, cache, ns, s).await?);
     }
     let workload = match workload {
         w if held => {
@@ -512,32 +607,32 @@ async fn apply(
         }
         Workload::Deployment(d) => {
             keep.deployments.insert(d.name_any());
-            let applied = ssa(client, ns, d.as_ref()).await?;
+            let applied = ssa(client, cache, ns, d.as_ref()).await?;
             let status = WorkloadStatus::of_deployment(&d, &applied);
             cache.written_deployments.record(applied);
             status
         }
         Workload::DaemonSet(d) => {
             keep.daemon_sets.insert(d.name_any());
-            let applied = ssa(client, ns, d.as_ref()).await?;
+            let applied = ssa(client, cache, ns, d.as_ref()).await?;
             let status = WorkloadStatus::of_daemon_set(&applied);
             cache.written_daemon_sets.record(applied);
             status
         }
     };
-    ssa(client, ns, &service).await?;
+    apply_service(client, cache, ns, &service).await?;
     match exposure {
         Exposure::Ingresses(list) => {
             for i in &list {
                 keep.ingresses.insert(i.name_any());
-                ssa(client, ns, i).await?;
+                ssa(client, cache, ns, i).await?;
             }
         }
         Exposure::Routes(list) => {
             let routes = keep.routes.insert(BTreeSet::new());
             for r in &list {
                 routes.insert(r.name_any());
-                ssa(client, ns, r).await?;
+                ssa(client, cache, ns, r).await?;
             }
         }
     }

@@ -9,17 +9,19 @@ use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
 use kube::Resource;
-use kube::runtime::events::{Event, EventType, Recorder};
+use kube::runtime::events::{Event, EventType};
 use qdr_api::{Interconnect, InterconnectStatus};
 
 use super::build::Report;
 use super::observe::Observed;
-use super::status::{conflicts_message, missing_message};
+use super::status::{MAX_MESSAGE, conflicts_message, missing_message};
 use super::types::{
-    CONFLICTING_OBJECT, DEGRADED, INVALID_SPEC, MISSING_SECRET, READY, SPEC_VALID, UNSCHEDULABLE,
+    CONFLICTING_OBJECT, DEGRADED, INVALID_SPEC, MISSING_SECRET, READY, RECONCILE_FAILED, SPEC_VALID,
+    UNSCHEDULABLE,
 };
 use super::{Pass, Reconciled};
 use crate::credentials::CredentialChange;
+use crate::recorder::Recorder;
 use crate::validated::namespaced_name;
 
 /// Longest Event note written (the API's limit is 1 kB).
@@ -44,6 +46,8 @@ pub(crate) enum Change {
     },
     /// `Pruned`: children no longer wanted were deleted (`Kind name` each).
     Pruned(Vec<String>),
+    /// Warning `ReconcileFailed`: a stage failed (the stage and the API server's message).
+    ReconcileFailed(String),
     /// Warning `ConflictingObject`: a child's name is taken by a foreign object; nothing
     /// was applied.
     ConflictingObject(String),
@@ -84,6 +88,7 @@ impl Change {
                 format!("deleted objects no longer wanted: {}", objs.join(", ")),
             ),
             Change::ConflictingObject(m) => (EventType::Warning, CONFLICTING_OBJECT, m.clone()),
+            Change::ReconcileFailed(m) => (EventType::Warning, RECONCILE_FAILED, m.clone()),
             Change::MissingSecret(m) => (EventType::Warning, MISSING_SECRET, m.clone()),
             Change::CredentialsChanged => (
                 EventType::Normal,
@@ -157,6 +162,18 @@ pub(crate) fn for_pass(
     changes
 }
 
+/// The Event of a failed pass: Warning `ReconcileFailed` with `message`, unless the stored
+/// status already reports exactly this failure (one Warning per distinct failure, not one
+/// per retry; the retries are counted in the metrics).
+pub(crate) fn for_failure(ic: &Interconnect, message: &str) -> Vec<Change> {
+    let reported = ic.status.iter().flat_map(|s| &s.conditions).any(|c| {
+        c.type_ == DEGRADED
+            && c.reason == RECONCILE_FAILED
+            && c.message == message.chars().take(MAX_MESSAGE).collect::<String>()
+    });
+    if reported { Vec::new() } else { vec![Change::ReconcileFailed(message.into())] }
+}
+
 /// When a `CertificateExpiring` Warning was last sent, by `namespace/name/secret`.
 #[derive(Debug, Default)]
 pub(crate) struct ExpiryWarnings {
@@ -164,6 +181,12 @@ pub(crate) struct ExpiryWarnings {
 }
 
 impl ExpiryWarnings {
+    /// Forgets the warnings about Interconnect `key` (`namespace/name`, deleted).
+    pub(crate) fn forget(&self, key: &str) {
+        let prefix = format!("{key}/");
+        self.sent.lock().unwrap_or_else(|e| e.into_inner()).retain(|k, _| !k.starts_with(&prefix));
+    }
+
     /// `CertificateExpiring` Warnings for `expiring` (Secret, line), each at most once per
     /// [`EXPIRY_WARNING_INTERVAL`] per Interconnect and Secret.
     fn due(&self, ic: &Interconnect, expiring: &[(String, String)]) -> Vec<Change> {

@@ -42,12 +42,12 @@ use std::time::{Duration, Instant, SystemTime};
 
 use kube::ResourceExt;
 use kube::runtime::controller::Action;
-use kube::runtime::events::Recorder;
 use qdr_api::Interconnect;
 
 use crate::builders::Settings;
 use crate::cache::Cache;
 use crate::metrics::Metrics;
+use crate::recorder::Recorder;
 use crate::validated::{ValidatedInterconnect, ValidationError, namespaced_name, summary};
 
 /// How long a reconciled Interconnect waits before it is looked at again without a change.
@@ -128,6 +128,16 @@ impl Context {
         }
     }
 
+    /// Forgets what the process remembers of `ic`, deleted: its failures in a row, its
+    /// warning times, its Event series and its metric series.
+    pub(crate) fn forget(&self, ic: &Interconnect) {
+        let key = namespaced_name(ic);
+        self.failures.lock().unwrap_or_else(|e| e.into_inner()).remove(&key);
+        self.expiry.forget(&key);
+        self.recorder.forget(ic.metadata.uid.as_deref().unwrap_or_default());
+        self.metrics.certificate_expiry(&ic.namespace().unwrap_or_default(), &ic.name_any(), None);
+    }
+
     /// [`status::write`], remembering the written object in the term's stores.
     async fn write_status(
         &self,
@@ -160,6 +170,17 @@ pub(crate) enum Error {
 }
 
 impl Error {
+    /// Whether the API server refused because the Interconnect or its namespace is being
+    /// deleted ([`types::is_going_away`]): not a failure, nothing to retry.
+    pub(crate) fn is_going_away(&self) -> bool {
+        match self {
+            Error::Observe(observe::Error::Read { source, .. }) => types::is_going_away(source),
+            Error::Apply(e) => e.source_error().is_some_and(types::is_going_away),
+            Error::Status(e) => e.is_going_away(),
+            Error::NotStored(_) | Error::Build(_) => false,
+        }
+    }
+
     /// `owner`, `observe`, `build`, `apply` or `status`.
     pub(crate) fn category(&self) -> &'static str {
         match self {
@@ -235,10 +256,21 @@ pub(crate) async fn reconcile(ic: Arc<Interconnect>, ctx: Arc<Context>) -> Resul
         }
         None => ic,
     };
+    // Failures (and stale passes) in a row before this one.
+    let in_a_row = ctx.failures.lock().unwrap_or_else(|e| e.into_inner()).get(&key).copied().unwrap_or(0);
+    let mut stale = false;
     let pass = match stages(&ic, &ctx).await {
         Err(Error::Apply(e)) if e.is_stale() => {
-            tracing::debug!(error = %e, "stale observation; reconciling again");
-            Ok(Pass::Wait(Action::requeue(STALE_RETRY)))
+            // Not a failure (no Degraded), but backed off like one: a store that stays
+            // behind (a broken watch) must not make this loop every STALE_RETRY.
+            stale = true;
+            let delay = STALE_RETRY.saturating_mul(1 << in_a_row.min(20)).min(RETRY_CAP);
+            tracing::debug!(error = %e, ?delay, "stale observation; reconciling again");
+            Ok(Pass::Wait(Action::requeue(delay)))
+        }
+        Err(e) if e.is_going_away() => {
+            tracing::debug!(error = %e, "the Interconnect or its namespace is being deleted");
+            Ok(Pass::Wait(Action::await_change()))
         }
         other => other,
     };
@@ -252,7 +284,11 @@ pub(crate) async fn reconcile(ic: Arc<Interconnect>, ctx: Arc<Context>) -> Resul
             tracing::debug!(error = %w, "could not record Degraded");
             Err(e)
         }
-        (Err(e), Ok(())) => Err(e),
+        (Err(e), Ok(())) => {
+            events::publish(&ctx.recorder, &ic, events::for_failure(&ic, &e.to_string())).await;
+            Err(e)
+        }
+        (Ok(_), Err(w)) if w.is_going_away() => Ok(Action::await_change()),
         (Ok(_), Err(w)) => Err(Error::Status(w)),
         (Ok(pass), Ok(())) => {
             let changes = events::for_pass(&ic, &pass, new_status.as_ref(), &ctx.expiry);
@@ -269,10 +305,10 @@ pub(crate) async fn reconcile(ic: Arc<Interconnect>, ctx: Arc<Context>) -> Resul
     {
         let mut failures = ctx.failures.lock().unwrap_or_else(|e| e.into_inner());
         match &result {
-            Ok(_) => {
+            Ok(_) if !stale => {
                 failures.remove(&key);
             }
-            Err(_) => *failures.entry(key).or_default() += 1,
+            _ => *failures.entry(key).or_default() += 1,
         }
     }
     if let Err(e) = &result {

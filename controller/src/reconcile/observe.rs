@@ -21,7 +21,7 @@ use kube::api::Api;
 use kube::{Resource, ResourceExt};
 use qdr_api::Placement;
 
-use super::types::{Conflict, Ownership};
+use super::types::{Conflict, Ownership, api_message};
 use crate::builders::{CONFIG_HASH, CREDENTIALS_HASH};
 use crate::cache::{Cache, SecretLookup};
 use crate::managed_fields::Adoption;
@@ -31,7 +31,7 @@ use crate::validated::{FIELD_MANAGER, ValidatedInterconnect};
 /// refused or did not reach the API server.
 #[derive(Debug, thiserror::Error)]
 pub enum Error {
-    #[error("reading {what}: {source}")]
+    #[error("reading {what}: {}", api_message(.source))]
     Read { what: String, source: kube::Error },
 }
 
@@ -104,6 +104,8 @@ pub struct Observed {
     pub workload: Ownership<WorkloadState>,
     /// Names of the router pods that are not being deleted, sorted.
     pub pods: Vec<String>,
+    /// How many router pods are being deleted (old routers still shutting down).
+    pub terminating: i32,
     /// The router pods the scheduler could not place.
     pub unschedulable: Unschedulable,
 }
@@ -238,6 +240,8 @@ pub async fn observe(
     let mut pods: Vec<String> =
         listed.iter().filter(|p| p.meta().deletion_timestamp.is_none()).map(|p| p.name_any()).collect();
     pods.sort();
+    let terminating = listed.iter().filter(|p| p.meta().deletion_timestamp.is_some()).count();
+    let terminating = i32::try_from(terminating).unwrap_or(i32::MAX);
     let unschedulable = Unschedulable::of(listed.iter().map(AsRef::as_ref));
-    Ok(Observed { now: SystemTime::now(), secrets, workload, pods, unschedulable })
+    Ok(Observed { now: SystemTime::now(), secrets, workload, pods, terminating, unschedulable })
 }

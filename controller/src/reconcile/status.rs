@@ -18,7 +18,7 @@
 //! | condition | reasons |
 //! |---|---|
 //! | `SpecValid` | `Valid`, `InvalidSpec` |
-//! | `Ready` | `RoutersReady`, `RoutersNotReady`, `Unschedulable`, `MissingSecret`, `ConflictingObject`, `InvalidSpec` |
+//! | `Ready` | `RoutersReady`, `RoutersNotReady`, `Unschedulable`, `MissingSecret`, `ConflictingObject`, `InvalidSpec`, `ReconcileFailed` |
 //! | `Available` | `MinimumRoutersAvailable`, `RoutersUnavailable`, `Unschedulable`, `ConflictingObject` |
 //! | `Progressing` | `RollingOut`, `Complete`, `MissingSecret`, `ConflictingObject` |
 //! | `Degraded` | `ReconcileSucceeded`, `ReconcileFailed`, `ConflictingObject` |
@@ -33,7 +33,7 @@ use super::build::CredentialsReport;
 use super::observe::{Observed, Unschedulable};
 use super::types::{
     AVAILABLE, Applied, CONFLICTING_OBJECT, DEGRADED, Generation, INVALID_SPEC, MISSING_SECRET, PROGRESSING,
-    READY, SPEC_VALID, UNSCHEDULABLE,
+    READY, RECONCILE_FAILED, SPEC_VALID, UNSCHEDULABLE,
 };
 use super::{Error as PassError, Pass};
 use crate::validated::ValidatedInterconnect;
@@ -44,8 +44,18 @@ pub(crate) const MAX_MESSAGE: usize = 32 * 1024;
 /// Why writing the status failed: the merge patch of the status subresource was refused.
 #[derive(Debug, thiserror::Error)]
 pub enum Error {
-    #[error("writing status: {0}")]
+    #[error("writing status: {}", super::types::api_message(.0))]
     Write(#[source] kube::Error),
+}
+
+impl Error {
+    /// Whether the Interconnect or its namespace is gone or going
+    /// ([`super::types::is_going_away`]).
+    pub(crate) fn is_going_away(&self) -> bool {
+        match self {
+            Error::Write(e) => super::types::is_going_away(e),
+        }
+    }
 }
 
 /// Whether the stored status reports the current generation as reconciled without error
@@ -67,7 +77,7 @@ pub(crate) fn of(ic: &Interconnect, pass: &Result<Pass, PassError>) -> Option<In
         Ok(Pass::Wait(_)) => None,
         Ok(Pass::Invalid(message)) => Some(for_invalid_spec(ic, message)),
         Ok(Pass::Reconciled(r)) => Some(desired(&r.ic, &r.observed, &r.applied, &r.report.credentials)),
-        Err(e) => Some(for_failure(ic, &e.to_string())),
+        Err(e) => Some(for_failure(ic, &e.to_string(), matches!(e, PassError::Apply(_)))),
     }
 }
 
@@ -152,17 +162,28 @@ pub(crate) fn desired(
             observed_generation: Some(generation),
             pods: capped(&observed.pods),
             pod_count: Some(count(&observed.pods)),
+            selector: Some(selector_string(o)),
             ..prev
         };
     }
     let w = applied.workload;
-    let is_available = w.current && w.available >= w.desired;
+    // Availability is the routers' own, whatever generation the workload controller has
+    // observed: a new generation (a config change) does not make running routers
+    // unavailable, so `Available` does not drop for the moment before it is observed.
+    let is_available = w.available >= w.desired;
+    // Router pods beyond the desired number, or shutting down: old routers remain.
+    let old = (count(&observed.pods) - w.desired).max(0) + observed.terminating;
     // A rollout is pending until every wanted router runs the current template and is
-    // available (never "Complete" with routers unavailable).
-    let rolling = !w.current || w.updated < w.desired || !is_available;
+    // available, and no old router remains (never "Complete" with routers unavailable or
+    // with an old pod still terminating).
+    let rolling = !w.current || w.updated < w.desired || !is_available || old > 0;
     let is_ready = is_available && !rolling && w.ready >= w.desired && report.unmet.is_empty();
-    let msg =
+    let mut msg =
         format!("{}/{} routers ready, {} updated, {} available", w.ready, w.desired, w.updated, w.available);
+    if old > 0 {
+        let noun = if old == 1 { "old router" } else { "old routers" };
+        msg.push_str(&format!(", {old} {noun} still running or shutting down"));
+    }
     let missing =
         (!report.unmet.is_empty()).then(|| format!("{}; {msg}", missing_message(report, applied.held)));
     let unschedulable = (!observed.unschedulable.is_empty())
@@ -197,7 +218,14 @@ pub(crate) fn desired(
         replicas: Some(w.desired),
         ready_replicas: Some(w.ready),
         updated_replicas: Some(w.updated),
+        selector: Some(selector_string(o)),
     }
+}
+
+/// The router pods' label selector as a string, `k=v,k=v` in key order: `status.selector`,
+/// the scale subresource's `labelSelectorPath`.
+pub(crate) fn selector_string(o: &ValidatedInterconnect) -> String {
+    o.selector().iter().map(|(k, v)| format!("{k}={v}")).collect::<Vec<_>>().join(",")
 }
 
 /// The first [`MAX_STATUS_PODS`] of `pods` (sorted by name): a longer list would fail the
@@ -233,13 +261,22 @@ pub(crate) fn for_invalid_spec(ic: &Interconnect, message: &str) -> Interconnect
 }
 
 /// The stored status with `Degraded=True`, reason `ReconcileFailed` and `message` (the
-/// failed stage and its error); every other condition as it was.
-pub(crate) fn for_failure(ic: &Interconnect, message: &str) -> InterconnectStatus {
+/// failed stage and the API server's own message); when a child could not be applied
+/// (`unapplied`), `Ready=False` too (the routers may not be what the spec asks for: a
+/// Service without the listener's port serves nothing). Every other condition, and
+/// `observedGeneration` (which never claims a generation whose children were not all
+/// applied), as they were.
+pub(crate) fn for_failure(ic: &Interconnect, message: &str, unapplied: bool) -> InterconnectStatus {
     let generation = ic.metadata.generation.unwrap_or_default();
     let prev = ic.status.clone().unwrap_or_default();
-    let mut conditions: Vec<Condition> =
-        prev.conditions.iter().filter(|c| c.type_ != DEGRADED).cloned().collect();
-    conditions.push(condition(DEGRADED, true, "ReconcileFailed", message, generation, &prev.conditions));
+    let pc = &prev.conditions;
+    let replaced = |t: &str| t == DEGRADED || (unapplied && t == READY);
+    let mut conditions: Vec<Condition> = pc.iter().filter(|c| !replaced(&c.type_)).cloned().collect();
+    if unapplied {
+        let why = "a child could not be applied; see Degraded";
+        conditions.push(condition(READY, false, RECONCILE_FAILED, why, generation, pc));
+    }
+    conditions.push(condition(DEGRADED, true, RECONCILE_FAILED, message, generation, pc));
     InterconnectStatus { conditions, ..prev }
 }
 

@@ -27,6 +27,7 @@ fn observed() -> Observed {
         secrets: Default::default(),
         workload: Ownership::Free,
         pods: vec![],
+        terminating: 0,
         unschedulable: Default::default(),
     }
 }
@@ -283,4 +284,119 @@ fn stages_import_only_earlier_stages() {
     assert!(imports("use super::status::DEGRADED;", "status"));
     assert!(imports("use super::{Pass, status};", "status"));
     assert!(!imports("use super::types::{DEGRADED, READY};", "status"));
+}
+
+#[test]
+fn available_holds_across_a_new_generation_and_ready_waits_for_old_routers() {
+    // The workload controller has not yet observed the new generation (a config change):
+    // the running routers are still available, so Available stays True, not Ready.
+    let mut w = workload(3, 3, 0, 3);
+    w.current = false;
+    let applied = Applied { workload: w, ..Default::default() };
+    let s = desired(&owner(), &observed(), &applied, &CredentialsReport::default());
+    assert_eq!(cond(&s, "Available").0, "True", "{s:?}");
+    assert_eq!(cond(&s, "Ready").0, "False");
+    assert_eq!(cond(&s, "Progressing").1, "RollingOut");
+    // Rolled out by the counts, but an old router is still shutting down: not Complete.
+    let applied = Applied { workload: workload(2, 3, 2, 2), ..Default::default() };
+    let mut seen = observed();
+    seen.pods = vec!["mesh-a".into(), "mesh-b".into()];
+    seen.terminating = 1;
+    let s = desired(&owner(), &seen, &applied, &CredentialsReport::default());
+    assert_eq!(cond(&s, "Ready").0, "False");
+    assert_eq!(cond(&s, "Progressing").1, "RollingOut");
+    assert!(cond(&s, "Ready").2.contains("1 old router still running or shutting down"), "{s:?}");
+    // One pod too many (scaled 3 → 2, not yet deleted): not Ready either.
+    seen.pods.push("mesh-c".into());
+    seen.terminating = 0;
+    let s = desired(&owner(), &seen, &applied, &CredentialsReport::default());
+    assert_eq!(cond(&s, "Ready").0, "False");
+    // Gone: Ready, Complete, and the selector for the scale subresource.
+    seen.pods.pop();
+    let s = desired(&owner(), &seen, &applied, &CredentialsReport::default());
+    assert_eq!(cond(&s, "Ready").0, "True");
+    assert_eq!(cond(&s, "Progressing").1, "Complete");
+    assert_eq!(s.selector.as_deref(), Some("application=mesh,interconnect_cr=mesh"));
+}
+
+#[test]
+fn an_apply_failure_degrades_with_the_api_message_and_is_not_ready() {
+    let before = desired(
+        &owner(),
+        &observed(),
+        &Applied { workload: workload(1, 1, 1, 1), ..Default::default() },
+        &CredentialsReport::default(),
+    );
+    let mut ic = owner().ic().clone();
+    ic.status = Some(before);
+    ic.metadata.generation = Some(4);
+    let status = kube::core::Status::failure(
+        r#"Service "mesh" is invalid: spec.ports[1].name: Duplicate value: "5672""#,
+        "Invalid",
+    )
+    .with_code(422);
+    let e = super::apply::Error::Apply {
+        kind: "Service".into(),
+        name: "mesh".into(),
+        source: kube::Error::Api(Box::new(status)),
+    };
+    let message = super::Error::Apply(e).to_string();
+    assert_eq!(
+        message,
+        r#"apply: applying Service mesh: Service "mesh" is invalid: spec.ports[1].name: Duplicate value: "5672" (422 Invalid)"#
+    );
+    let s = super::status::for_failure(&ic, &message, true);
+    assert_eq!(cond(&s, "Degraded"), ("True", "ReconcileFailed", message.as_str()));
+    assert_eq!(cond(&s, "Ready").0, "False");
+    assert_eq!(cond(&s, "Available").0, "True", "the running routers are still available");
+    assert_eq!(s.observed_generation, Some(3), "generation 4 was not applied");
+    // One Warning per distinct failure, not one per retry.
+    let events = super::events::for_failure(&ic, &message);
+    assert_eq!(events.len(), 1);
+    assert_eq!(events[0].event().reason, "ReconcileFailed");
+    ic.status = Some(s);
+    assert!(super::events::for_failure(&ic, &message).is_empty());
+    assert_eq!(super::events::for_failure(&ic, "apply: something else").len(), 1);
+}
+
+#[test]
+fn a_terminating_namespace_or_a_gone_object_is_not_a_failure() {
+    use super::types::is_going_away;
+    let api = |code: u16, reason: &str, message: &str, kind: &str| {
+        let mut s = kube::core::Status::failure(message, reason).with_code(code);
+        s.details = Some(serde_json::from_value(json!({"kind": kind})).unwrap());
+        kube::Error::Api(Box::new(s))
+    };
+    let terminating = api(
+        403,
+        "Forbidden",
+        r#"serviceaccounts "mesh" is forbidden: unable to create new content in namespace t because it is being terminated"#,
+        "serviceaccounts",
+    );
+    assert!(is_going_away(&terminating));
+    assert!(is_going_away(&api(404, "NotFound", r#"namespaces "t" not found"#, "namespaces")));
+    assert!(is_going_away(&api(404, "NotFound", r#"interconnects "mesh" not found"#, "interconnects")));
+    assert!(!is_going_away(&api(404, "NotFound", "the server could not find the requested resource", "")));
+    assert!(!is_going_away(&api(403, "Forbidden", "cannot patch services", "services")));
+}
+
+#[test]
+fn service_ports_are_compared_as_a_whole_without_node_ports() {
+    use k8s_openapi::api::core::v1::Service;
+    let svc = |ports: serde_json::Value| -> Service {
+        serde_json::from_value(json!({"spec": {"ports": ports}})).unwrap()
+    };
+    let desired = svc(json!([{"name": "5672", "port": 5672, "protocol": "TCP", "targetPort": 5672},
+                             {"name": "8080", "port": 8080, "protocol": "TCP", "targetPort": 8080}]));
+    let live =
+        svc(json!([{"name": "8080", "port": 8080, "protocol": "TCP", "targetPort": 8080, "nodePort": 30001},
+                          {"name": "5672", "port": 5672, "protocol": "TCP", "targetPort": 5672}]));
+    assert!(crate::builders::same_ports(&desired, &live));
+    let extra = svc(json!([{"name": "5672", "port": 5672, "protocol": "TCP", "targetPort": 5672},
+                           {"name": "8080", "port": 8080, "protocol": "TCP", "targetPort": 8080},
+                           {"name": "extra", "port": 9000, "protocol": "TCP", "targetPort": 9000}]));
+    assert!(!crate::builders::same_ports(&desired, &extra));
+    let edited = svc(json!([{"name": "5672", "port": 9999, "protocol": "TCP", "targetPort": 5672},
+                            {"name": "8080", "port": 8080, "protocol": "TCP", "targetPort": 8080}]));
+    assert!(!crate::builders::same_ports(&desired, &edited));
 }

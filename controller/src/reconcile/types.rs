@@ -22,12 +22,40 @@ pub(crate) const DEGRADED: &str = "Degraded";
 /// Reason: the effective spec breaks a rule (`SpecValid=False`, `Ready=False`, and the
 /// Warning Event).
 pub(crate) const INVALID_SPEC: &str = "InvalidSpec";
+/// Reason: a stage of the last reconcile failed (`Degraded=True`, and `Ready=False` when a
+/// child could not be applied; the Warning Event).
+pub(crate) const RECONCILE_FAILED: &str = "ReconcileFailed";
 /// Reason: a child's name is taken by an object this Interconnect does not control.
 pub(crate) const CONFLICTING_OBJECT: &str = "ConflictingObject";
 /// Reason: a Secret the spec references is missing or lacks a key the router reads.
 pub(crate) const MISSING_SECRET: &str = "MissingSecret";
 /// Reason: router pods the scheduler cannot place (their `PodScheduled=False` condition).
 pub(crate) const UNSCHEDULABLE: &str = "Unschedulable";
+
+/// The API server's own words for a failed request, as `kubectl` prints them: the
+/// `Status` message (which names the object and, for a refused write, the field, such as
+/// `Service "mesh" is invalid: spec.ports[1].name: Duplicate value: "5672"`) with its code
+/// and reason; any other error (transport, decoding) as it displays. Never a `Debug` dump.
+pub(crate) fn api_message(e: &kube::Error) -> String {
+    match e {
+        kube::Error::Api(s) if !s.message.is_empty() => format!("{} ({} {})", s.message, s.code, s.reason),
+        kube::Error::Api(s) => format!("{} {}", s.code, s.reason),
+        other => other.to_string(),
+    }
+}
+
+/// Whether `e` says the namespace is being deleted (`403 Forbidden`, cause
+/// `NamespaceTerminating`) or the namespace or the Interconnect itself is already gone
+/// (`404` for `namespaces` or `interconnects`; a 404 for another kind, such as an API that
+/// is not served, stays an error): the end of an Interconnect's life, not a failure.
+pub(crate) fn is_going_away(e: &kube::Error) -> bool {
+    let kube::Error::Api(s) = e else { return false };
+    let kind = s.details.as_ref().map(|d| d.kind.as_str()).unwrap_or_default();
+    (s.code == 404 && matches!(kind, "namespaces" | "interconnects"))
+        || (s.code == 403
+            && (s.message.contains("because it is being terminated")
+                || s.details.iter().flat_map(|d| &d.causes).any(|c| c.reason == "NamespaceTerminating")))
+}
 
 /// An object with a child's name that this Interconnect does not control.
 #[derive(Debug, Clone, PartialEq, Eq)]

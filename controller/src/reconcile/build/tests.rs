@@ -91,6 +91,7 @@ fn observed(o: &ValidatedInterconnect, present: &[String]) -> Observed {
         secrets,
         workload: Ownership::Free,
         pods: vec![],
+        terminating: 0,
         unschedulable: Default::default(),
     }
 }

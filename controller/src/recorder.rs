@@ -1,0 +1,199 @@
+//! Publishing Kubernetes Events (`events.k8s.io/v1`), each occurrence with its own message.
+//!
+//! kube-runtime's `Recorder` folds every Event with the same type, reason and action on an
+//! object into one series that keeps the **first** occurrence's note: after scaling 3 → 5 →
+//! 2 a user read "routers scaled from 3 to 5", count 2. This recorder folds only Events
+//! whose note is identical too (the API's `series`, as `kubectl describe` shows it: "x2 over
+//! 3m"); any other occurrence is a new Event with its own note.
+
+use std::collections::HashMap;
+use std::sync::Mutex;
+use std::time::{Duration, Instant};
+
+use k8s_openapi::api::core::v1::ObjectReference;
+use k8s_openapi::api::events::v1::{Event as K8sEvent, EventSeries};
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::{MicroTime, ObjectMeta};
+use kube::api::{Api, Patch, PatchParams, PostParams};
+use kube::runtime::events::{Event, EventType};
+
+/// How long an Event can be continued as a series (as client-go's and kube-runtime's
+/// recorders: 6 minutes); a repeat after that is a new Event.
+pub const SERIES_TTL: Duration = Duration::from_secs(6 * 60);
+
+/// What identifies a series: the object (`uid`), type, reason, action and note.
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+struct SeriesKey {
+    uid: String,
+    warning: bool,
+    reason: String,
+    action: String,
+    note: String,
+}
+
+#[derive(Debug, Clone)]
+struct Published {
+    name: String,
+    count: i32,
+    last: Instant,
+}
+
+/// Publishes Events as the controller `controller` (instance `instance`, the pod name).
+/// Clones share their series.
+#[derive(Clone)]
+pub struct Recorder {
+    client: kube::Client,
+    controller: String,
+    instance: String,
+    series: std::sync::Arc<Mutex<HashMap<SeriesKey, Published>>>,
+}
+
+impl std::fmt::Debug for Recorder {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Recorder").field("controller", &self.controller).finish_non_exhaustive()
+    }
+}
+
+/// What [`Recorder::publish`] does with one occurrence.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) enum Write {
+    /// Create a new Event of this name.
+    Create(String),
+    /// Continue the series of this Event: its count is now `count`.
+    Continue { name: String, count: i32 },
+}
+
+impl Recorder {
+    /// A recorder reporting as `controller` from `instance`.
+    pub fn new(client: kube::Client, controller: &str, instance: &str) -> Self {
+        Recorder {
+            client,
+            controller: controller.into(),
+            instance: instance.into(),
+            series: std::sync::Arc::default(),
+        }
+    }
+
+    /// Decides what publishing `ev` on `regarding` at `now` writes, and remembers it.
+    pub(crate) fn plan(&self, ev: &Event, regarding: &ObjectReference, now: Instant) -> Write {
+        let key = SeriesKey {
+            uid: regarding.uid.clone().unwrap_or_default(),
+            warning: ev.type_ == EventType::Warning,
+            reason: ev.reason.clone(),
+            action: ev.action.clone(),
+            note: ev.note.clone().unwrap_or_default(),
+        };
+        let mut series = self.series.lock().unwrap_or_else(|e| e.into_inner());
+        series.retain(|_, p| now.saturating_duration_since(p.last) < SERIES_TTL);
+        if let Some(p) = series.get_mut(&key) {
+            p.count += 1;
+            p.last = now;
+            return Write::Continue { name: p.name.clone(), count: p.count };
+        }
+        let stamp =
+            std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap_or_default().as_nanos();
+        let name = format!("{}.{stamp:x}", regarding.name.as_deref().unwrap_or(&self.controller));
+        series.insert(key, Published { name: name.clone(), count: 1, last: now });
+        Write::Create(name)
+    }
+
+    /// Forgets the series of the object with `uid` (deleted).
+    pub(crate) fn forget(&self, uid: &str) {
+        self.series.lock().unwrap_or_else(|e| e.into_inner()).retain(|k, _| k.uid != uid);
+    }
+
+    /// Publishes `ev` on `regarding`: a new Event, or the next count of the series of an
+    /// identical one published less than [`SERIES_TTL`] ago.
+    ///
+    /// # Errors
+    /// The API server's refusal of the create or patch.
+    pub async fn publish(&self, ev: &Event, regarding: &ObjectReference) -> Result<(), kube::Error> {
+        let ns = regarding.namespace.clone().unwrap_or_else(|| "default".into());
+        let api: Api<K8sEvent> = Api::namespaced(self.client.clone(), &ns);
+        let now = MicroTime(k8s_openapi::jiff::Timestamp::now());
+        match self.plan(ev, regarding, Instant::now()) {
+            Write::Create(name) => {
+                let event = K8sEvent {
+                    metadata: ObjectMeta { name: Some(name), namespace: Some(ns), ..Default::default() },
+                    action: Some(ev.action.clone()),
+                    reason: Some(ev.reason.clone()),
+                    note: ev.note.clone(),
+                    type_: Some(if ev.type_ == EventType::Warning { "Warning" } else { "Normal" }.into()),
+                    event_time: Some(now),
+                    regarding: Some(regarding.clone()),
+                    related: ev.secondary.clone(),
+                    reporting_controller: Some(self.controller.clone()),
+                    reporting_instance: Some(self.instance.clone()),
+                    ..Default::default()
+                };
+                api.create(&PostParams::default(), &event).await.map(drop)
+            }
+            Write::Continue { name, count } => {
+                let series = EventSeries { count, last_observed_time: now };
+                let patch = serde_json::json!({ "series": series });
+                api.patch(&name, &PatchParams::default(), &Patch::Merge(patch)).await.map(drop)
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn event(reason: &str, note: &str) -> Event {
+        Event {
+            type_: EventType::Normal,
+            reason: reason.into(),
+            note: Some(note.into()),
+            action: "Reconcile".into(),
+            secondary: None,
+        }
+    }
+
+    fn recorder() -> Recorder {
+        // A client that is never called: `plan` is pure.
+        let config = kube::Config::new("http://127.0.0.1:9".parse().unwrap());
+        Recorder::new(kube::Client::try_from(config).unwrap(), "qdr-operator", "pod-0")
+    }
+
+    #[tokio::test]
+    async fn only_identical_notes_continue_a_series() {
+        let r = recorder();
+        let mesh = ObjectReference {
+            name: Some("mesh".into()),
+            namespace: Some("ns".into()),
+            uid: Some("u1".into()),
+            ..Default::default()
+        };
+        let t0 = Instant::now();
+        let first = r.plan(&event("Scaled", "routers scaled from 3 to 5"), &mesh, t0);
+        let Write::Create(name) = &first else { panic!("a new Event first: {first:?}") };
+        // Another message of the same reason: its own Event.
+        assert!(matches!(
+            r.plan(&event("Scaled", "routers scaled from 5 to 2"), &mesh, t0),
+            Write::Create(_)
+        ));
+        // The same message again: the series of the first, count 2.
+        assert_eq!(
+            r.plan(&event("Scaled", "routers scaled from 3 to 5"), &mesh, t0 + Duration::from_secs(1)),
+            Write::Continue { name: name.clone(), count: 2 }
+        );
+        // After the series' time to live: a new Event.
+        let later = t0 + SERIES_TTL + Duration::from_secs(2);
+        assert!(matches!(
+            r.plan(&event("Scaled", "routers scaled from 3 to 5"), &mesh, later),
+            Write::Create(_)
+        ));
+        // Another object: its own series.
+        let other = ObjectReference { uid: Some("u2".into()), ..mesh.clone() };
+        assert!(matches!(
+            r.plan(&event("Scaled", "routers scaled from 3 to 5"), &other, later),
+            Write::Create(_)
+        ));
+        r.forget("u2");
+        assert!(matches!(
+            r.plan(&event("Scaled", "routers scaled from 3 to 5"), &other, later),
+            Write::Create(_)
+        ));
+    }
+}
