@@ -17,7 +17,7 @@
 //! | mutate, invalid object | 422 `Invalid` with every cause (before the API server's schema checks, which would hide the rest) |
 //! | validate | allowed with warnings, or 422 `Invalid`, one cause per violation, every cause also in `message` |
 //! | UPDATE that leaves `spec` as it was (labels, annotations, finalizers, status) | allowed, no patch; validate adds the stored violations as warnings |
-//! | UPDATE of a spec whose `oldObject` already broke rules | **ratcheting**: only violations the update introduces or changes deny (compared by field path, type and value, as the API server ratchets CRD schema and CEL rules); the carried ones are warnings |
+//! | UPDATE of a spec whose `oldObject` already broke rules | **ratcheting**: only violations the update introduces or changes deny (compared by the identity of the offending item, type and value: [`crate::ratchet`]); the carried ones are warnings |
 //! | CREATE with `metadata.generateName` and no name | validated under a stand-in name (`generateName` cut to 58 characters + 5 characters, the server's rule); mutate adds only the defaults that do not derive from the name |
 //!
 //! Ratcheting keeps objects written by the Go operator (which validated almost nothing)
@@ -207,8 +207,12 @@ pub fn answer(webhook: Webhook, req: &AdmissionRequest<DynamicObject>) -> Reply 
     let (name, stand_in) = names(object, req);
     let decoded: Result<Interconnect, _> = serde_path_to_error::deserialize(&raw);
     // The stored object's violations, computed only when the new object has some.
-    let ratcheted = |errors: Vec<FieldError>| match &old {
-        Some(old) if !errors.is_empty() => ratchet(errors, &stored_violations(old)),
+    let ratcheted = |effective: &Interconnect, errors: Vec<FieldError>| match &old {
+        Some(old) if !errors.is_empty() => {
+            let (stored, old_effective) = stored_violations(old);
+            let new_effective = serde_json::to_value(effective).expect("serializes");
+            crate::ratchet::ratchet(errors, &new_effective, &stored, &old_effective)
+        }
         _ => (errors, Vec::new()),
     };
     match (webhook, decoded) {
@@ -219,7 +223,7 @@ pub fn answer(webhook: Webhook, req: &AdmissionRequest<DynamicObject>) -> Reply 
             // and CEL checks, which stop at the first failing layer. Answering now lists every
             // problem at once; the validating webhook still checks the final object.
             let (effective, errors) = checked(&ic, stand_in.as_deref());
-            let (introduced, _) = ratcheted(errors);
+            let (introduced, _) = ratcheted(&effective, errors);
             if !introduced.is_empty() {
                 return reply(denied_invalid(req, &name, &introduced, &[]), Outcome::Denied);
             }
@@ -243,7 +247,7 @@ pub fn answer(webhook: Webhook, req: &AdmissionRequest<DynamicObject>) -> Reply 
         }
         (Webhook::Validate, Ok(ic)) => {
             let (effective, errors) = checked(&ic, stand_in.as_deref());
-            let (introduced, carried) = ratcheted(errors);
+            let (introduced, carried) = ratcheted(&effective, errors);
             let mut warns = new_warnings(&effective, old.as_ref());
             warns.extend(carried.iter().map(carried_warning));
             if !introduced.is_empty() {
@@ -299,24 +303,16 @@ fn checked(ic: &Interconnect, stand_in: Option<&str>) -> (Interconnect, Vec<Fiel
     (effective, errors)
 }
 
-/// Every violation of the defaulted `ic`.
-fn violations(ic: &Interconnect) -> Vec<FieldError> {
-    validate(&defaults(ic))
-}
-
-/// The violations of the stored object (`oldObject`); none when it does not decode.
-fn stored_violations(old: &Value) -> Vec<FieldError> {
-    serde_json::from_value::<Interconnect>(old.clone()).map(|ic| violations(&ic)).unwrap_or_default()
-}
-
-/// Splits `new` into the violations the request introduces or changes and those the stored
-/// object already had: the same field path, type and offending value.
-pub fn ratchet(new: Vec<FieldError>, stored: &[FieldError]) -> (Vec<FieldError>, Vec<FieldError>) {
-    new.into_iter().partition(|e| {
-        !stored
-            .iter()
-            .any(|o| o.field == e.field && o.error_type == e.error_type && o.bad_value == e.bad_value)
-    })
+/// The violations of the stored object (`oldObject`) and its defaulted form as JSON (where
+/// their paths point); none when it does not decode.
+fn stored_violations(old: &Value) -> (Vec<FieldError>, Value) {
+    match serde_json::from_value::<Interconnect>(old.clone()) {
+        Ok(ic) => {
+            let effective = defaults(&ic);
+            (validate(&effective), serde_json::to_value(&effective).expect("serializes"))
+        }
+        Err(_) => (Vec::new(), Value::Null),
+    }
 }
 
 /// Longest warning, in characters (the API guidance, also what kubectl users read).
@@ -342,7 +338,7 @@ fn unchanged_spec(webhook: Webhook, req: &AdmissionRequest<DynamicObject>, raw: 
     if webhook == Webhook::Validate
         && let Ok(ic) = serde_json::from_value::<Interconnect>(raw.clone())
     {
-        let warns: Vec<String> = violations(&ic).iter().map(carried_warning).collect();
+        let warns: Vec<String> = validate(&defaults(&ic)).iter().map(carried_warning).collect();
         if !warns.is_empty() {
             response.warnings = Some(warns);
         }

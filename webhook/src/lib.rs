@@ -5,11 +5,13 @@
 //!
 //! * [`admission`]: the pure review handler (typed `AdmissionReview<DynamicObject>` in,
 //!   `AdmissionResponse` out);
+//! * [`ratchet`]: which violations of an UPDATE were already stored (by item identity);
 //! * [`server`]: the HTTP routes, health and metrics ([`metrics`]);
 //! * `validate_command` (feature `validate-command`): the offline `qdr-validate` command.
 
 pub mod admission;
 pub mod metrics;
+pub mod ratchet;
 pub mod server;
 #[cfg(feature = "validate-command")]
 pub mod validate_command;

@@ -387,11 +387,13 @@ fn a_spec_update_is_denied_only_for_what_it_introduces() {
         assert_eq!(resp["allowed"], false, "{w:?}");
         assert_eq!(causes(&resp), ["spec.listeners[1].port"], "{w:?}: {resp}");
     }
-    // The same violation at the same path is carried over even if other values under it
-    // change (Forbidden shows no value)...
+    // A cause that shows no value (Forbidden) is carried only while the value at its path
+    // is unchanged: editing the forbidden list is a new violation...
     let mut moved = stored.clone();
     moved["spec"]["edgeConnectors"][0]["host"] = json!("other.example");
-    assert_eq!(response(Webhook::Validate, &update(moved, stored.clone()))["allowed"], true);
+    let resp = response(Webhook::Validate, &update(moved, stored.clone()));
+    assert_eq!(resp["allowed"], false, "{resp}");
+    assert_eq!(causes(&resp), ["spec.edgeConnectors"]);
     // ...but a violation whose offending value changes is a changed violation: denied.
     let mut dup = stored.clone();
     dup["spec"]["listeners"] = json!([{"port": 5672}, {"port": 5672}]);
@@ -435,4 +437,36 @@ fn generate_name_creates_are_admitted_and_get_no_name_derived_defaults() {
     r2["request"]["object"]["metadata"]["generateName"] = json!(long);
     let v = response(Webhook::Validate, &serde_json::to_vec(&r2).unwrap());
     assert_eq!(v["allowed"], true, "cut to 58 + 5 = 63 characters, as the server does: {v}");
+}
+
+#[test]
+fn stored_violations_are_followed_by_item_not_by_index() {
+    // Two listeners naming a profile that does not exist (stored before the rule).
+    let stored = ic(json!({"listeners": [
+        {"name": "plain", "port": 5672},
+        {"name": "a", "port": 5673, "sslProfile": "gone"},
+        {"name": "b", "port": 5674, "sslProfile": "gone"}]}));
+    let with = |l: Value| ic(json!({"listeners": l}));
+    // Deleting the earlier, valid listener moves both violations one index down: admitted.
+    let deleted = with(json!([{"name": "a", "port": 5673, "sslProfile": "gone"},
+                              {"name": "b", "port": 5674, "sslProfile": "gone"}]));
+    let resp = response(Webhook::Validate, &update(deleted, stored.clone()));
+    assert_eq!(resp["allowed"], true, "{resp}");
+    // Fixing one of the two: admitted, the other carried as a warning.
+    let fixed = with(json!([{"name": "plain", "port": 5672}, {"name": "a", "port": 5673},
+                            {"name": "b", "port": 5674, "sslProfile": "gone"}]));
+    let resp = response(Webhook::Validate, &update(fixed, stored.clone()));
+    assert_eq!(resp["allowed"], true, "{resp}");
+    assert!(resp["warnings"].to_string().contains("spec.listeners[2].sslProfile"), "{resp}");
+    // Moving one: admitted.
+    let moved = with(json!([{"name": "b", "port": 5674, "sslProfile": "gone"}, {"name": "plain", "port": 5672},
+                            {"name": "a", "port": 5673, "sslProfile": "gone"}]));
+    assert_eq!(response(Webhook::Validate, &update(moved, stored.clone()))["allowed"], true);
+    // The valid listener made to name the missing profile: a new violation, denied.
+    let worse = with(json!([{"name": "plain", "port": 5672, "sslProfile": "gone"},
+                            {"name": "a", "port": 5673, "sslProfile": "gone"},
+                            {"name": "b", "port": 5674, "sslProfile": "gone"}]));
+    let resp = response(Webhook::Validate, &update(worse, stored));
+    assert_eq!(resp["allowed"], false);
+    assert_eq!(causes(&resp), ["spec.listeners[0].sslProfile"]);
 }
