@@ -9,6 +9,10 @@
 //! * **self-demotion**: a leader that has not renewed within `renew_deadline` (measured from
 //!   *before* its last successful renew request) stops leading at once, and since
 //!   `renew_deadline < lease_duration`, it stops before any follower may take over;
+//! * **followers honour the holder's `leaseDurationSeconds`** (as client-go does), not
+//!   their own flag, so replicas started with different timings never take over early;
+//! * **fencing**: the reconcilers' writes go through a client that refuses them outside
+//!   the term and abandons them at its deadline ([`crate::fence`]);
 //! * **release** on shutdown, after the caller has stopped reconciling, so a follower takes
 //!   over within one `retry_period`.
 
@@ -49,6 +53,7 @@ pub struct Elector {
     timing: Timing,
     leading: watch::Sender<bool>,
     last_contact: std::sync::Mutex<Option<std::time::Instant>>,
+    fence: crate::fence::Fence,
 }
 
 impl std::fmt::Debug for Elector {
@@ -82,7 +87,23 @@ impl Elector {
             timing,
             leading: watch::channel(false).0,
             last_contact: std::sync::Mutex::new(None),
+            fence: crate::fence::Fence::default(),
         }
+    }
+
+    /// This elector, moving `fence` with its term: open until the start of the last
+    /// successful acquire or renew plus `renew_deadline`, closed on demotion (see
+    /// [`crate::fence`]).
+    #[must_use]
+    pub fn with_fence(mut self, fence: crate::fence::Fence) -> Self {
+        self.fence = fence;
+        self
+    }
+
+    /// Stops leading: the flag, then the fence.
+    fn demote(&self) {
+        let _ = self.leading.send_replace(false);
+        self.fence.close();
     }
 
     /// A receiver that is `true` exactly while this replica may act as leader. The value is
@@ -140,10 +161,17 @@ impl Elector {
         let mine = holder == self.identity;
         if !mine && !holder.is_empty() {
             // Someone else holds it: take over only after seeing this exact record unchanged
-            // for a whole lease duration on our own clock.
+            // for a whole lease duration on our own clock: the duration its holder wrote
+            // (replicas may run with different flags, as client-go honours), or ours when
+            // it wrote none.
+            let duration = spec
+                .lease_duration_seconds
+                .and_then(|s| u64::try_from(s).ok())
+                .filter(|s| *s > 0)
+                .map_or(self.timing.lease_duration, Duration::from_secs);
             match observed {
                 Some((seen, since)) if *seen == rv => {
-                    if since.elapsed() < self.timing.lease_duration {
+                    if since.elapsed() < duration {
                         return Ok(false);
                     }
                 }
@@ -175,10 +203,11 @@ impl Elector {
         let mut observed = None;
         loop {
             if *stop.borrow() {
-                let _ = self.leading.send_replace(false);
+                self.demote();
                 return;
             }
             // Follower.
+            let attempt_started = Instant::now();
             let acquired = matches!(self.attempt(&mut observed).await, Ok(true));
             if !acquired {
                 tokio::select! {
@@ -188,19 +217,20 @@ impl Elector {
                 continue;
             }
             tracing::info!(identity = %self.identity, lease = %self.name, "became leader");
+            let mut deadline = attempt_started + self.timing.renew_deadline;
+            self.fence.hold_until(deadline);
             let _ = self.leading.send_replace(true);
             observed = None;
             // Leader: renew every retry period; demote at the deadline.
-            let mut deadline = Instant::now() + self.timing.renew_deadline;
             loop {
                 tokio::select! {
                     _ = tokio::time::sleep_until(deadline) => {
                         tracing::warn!(identity = %self.identity, "could not renew the lease in time: no longer leader");
-                        let _ = self.leading.send_replace(false);
+                        self.demote();
                         break;
                     }
                     _ = stop.changed() => {
-                        let _ = self.leading.send_replace(false);
+                        self.demote();
                         return;
                     }
                     _ = tokio::time::sleep(self.timing.retry_period) => {
@@ -208,10 +238,13 @@ impl Elector {
                         let budget = deadline.saturating_duration_since(attempt_started);
                         let renewed = tokio::time::timeout(budget, self.attempt(&mut observed)).await;
                         match renewed {
-                            Ok(Ok(true)) => deadline = attempt_started + self.timing.renew_deadline,
+                            Ok(Ok(true)) => {
+                                deadline = attempt_started + self.timing.renew_deadline;
+                                self.fence.hold_until(deadline);
+                            }
                             Ok(Ok(false)) => {
                                 tracing::warn!(identity = %self.identity, "lease taken by another replica: no longer leader");
-                                let _ = self.leading.send_replace(false);
+                                self.demote();
                                 break;
                             }
                             _ => tracing::debug!("lease renew failed; retrying until the deadline"),

@@ -10,7 +10,7 @@
 //! * `cache`: what is watched and cached, and which events wake a reconcile;
 //! * [`runtime`]: the kube-runtime controller and [`runtime::run_while_leading`];
 //! * [`recorder`]: Kubernetes Events, a series only for identical messages;
-//! * [`lease`]: Lease-based leader election; [`metrics`]: Prometheus metrics; [`health`]:
+//! * [`lease`]: Lease-based leader election, [`fence`]: writes fenced to the term; [`metrics`]: Prometheus metrics; [`health`]:
 //!   what `/readyz` and `/livez` answer.
 //!
 //! Public are the modules the `qdr-controller` binary, the benchmarks and the integration
@@ -19,6 +19,7 @@
 pub mod builders;
 pub(crate) mod cache;
 pub mod credentials;
+pub mod fence;
 pub mod health;
 pub mod labels;
 pub mod lease;

@@ -116,7 +116,12 @@ const USER_AGENT: &str = concat!("qdr-controller/", env!("CARGO_PKG_VERSION"));
 async fn main() -> Result<(), Box<dyn std::error::Error>> {
     let args = Args::parse();
     qdr_startup::init(args.log_format);
-    let client = qdr_startup::client(USER_AGENT).await?;
+    let config = qdr_startup::config(USER_AGENT).await?;
+    // The elector and the watches use `client`; every write of the reconcilers goes through
+    // `fenced`, which refuses it outside the leadership term (see `qdr_controller::fence`).
+    let client = kube::Client::try_from(config.clone())?;
+    let fence = qdr_controller::fence::Fence::default();
+    let fenced = kube::client::ClientBuilder::try_from(config)?.with_layer(&fence).build();
     let identity = args.identity.clone().unwrap_or_else(|| {
         let host = std::fs::read_to_string("/etc/hostname").unwrap_or_default().trim().to_string();
         format!("{host}-{}", std::process::id())
@@ -127,12 +132,15 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
         renew_deadline: args.renew_deadline,
         retry_period: args.retry_period,
     };
-    let elector = Arc::new(Elector::new(
-        Api::<Lease>::namespaced(client.clone(), &args.lease_namespace),
-        &args.lease_name,
-        &identity,
-        timing,
-    ));
+    let elector = Arc::new(
+        Elector::new(
+            Api::<Lease>::namespaced(client.clone(), &args.lease_namespace),
+            &args.lease_name,
+            &identity,
+            timing,
+        )
+        .with_fence(fence),
+    );
     let health = Arc::new(Health::new(
         HealthTiming {
             api_window: args.lease_duration,
@@ -177,8 +185,8 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
         lifetimes: Lifetimes { ca: args.router_ca_lifetime, cert: args.router_cert_lifetime },
         run_as_user: args.router_run_as_user.0,
     };
-    let recorder = qdr_controller::recorder::Recorder::new(client.clone(), "qdr-operator", &identity);
-    let ctx = Arc::new(Context::new(client.clone(), settings, recorder, metrics.clone(), health));
+    let recorder = qdr_controller::recorder::Recorder::new(fenced.clone(), "qdr-operator", &identity);
+    let ctx = Arc::new(Context::new(fenced, settings, recorder, metrics.clone(), health));
     let mut ns = args.watch_namespaces.clone();
     ns.retain(|n| !n.trim().is_empty());
     ns.sort();

@@ -22,7 +22,8 @@ fn timing() -> Timing {
     }
 }
 
-/// A TCP proxy to the API server that can be cut (all connections dropped, new ones refused).
+/// A TCP proxy to the API server that can be cut: existing connections dropped, new ones
+/// accepted and held open without an answer (a black hole: a request waits for ever).
 async fn proxy(target: u16, cut: Arc<AtomicBool>) -> u16 {
     let l = TcpListener::bind("127.0.0.1:0").await.unwrap();
     let port = l.local_addr().unwrap().port();
@@ -38,10 +39,12 @@ async fn proxy(target: u16, cut: Arc<AtomicBool>) -> u16 {
                 c.abort();
             }
         });
+        let mut held = Vec::new();
         loop {
             let Ok((mut inbound, _)) = l.accept().await else { return };
             if cut.load(Ordering::SeqCst) {
-                continue; // dropped: the connection is refused
+                held.push(inbound); // never answered
+                continue;
             }
             conns.lock().unwrap().push(tokio::spawn(async move {
                 if let Ok(mut outbound) = TcpStream::connect(("127.0.0.1", target)).await {
@@ -192,6 +195,123 @@ async fn leadership_won_before_subscribing_is_visible() {
         assert!(seen.elapsed() < timing().renew_deadline, "the won election was lost");
         tokio::time::sleep(Duration::from_millis(10)).await;
     }
+    let _ = stop_tx.send(true);
+    run.await.unwrap();
+}
+
+/// A demoted leader's writes are fenced: a write in flight when the partition starts is
+/// abandoned at the fence deadline (the start of the last renew plus the renew deadline,
+/// before any follower may lead), and writes after the demotion are refused before they
+/// are sent, so none reaches the API server once the follower leads.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_demoted_leaders_writes_are_fenced() {
+    use k8s_openapi::api::core::v1::ConfigMap;
+    use kube::api::PostParams;
+    let cp = qdr_tests::shared().await;
+    let ns = cp.namespace("fence").await;
+    let api_port: u16 = cp.server().rsplit(':').next().unwrap().parse().unwrap();
+    let cut = Arc::new(AtomicBool::new(false));
+    let via = proxy(api_port, cut.clone()).await;
+    let fence = qdr_controller::fence::Fence::default();
+    let a = Arc::new(
+        Elector::new(Api::<Lease>::namespaced(client_via(cp, Some(via)).await, &ns.name), "l", "a", timing())
+            .with_fence(fence.clone()),
+    );
+    // A's reconcilers' client: through the same proxy, fenced, with no read timeout of
+    // its own short enough to end a stalled write first.
+    let kc = Kubeconfig::read_from(cp.kubeconfig()).unwrap();
+    let mut cfg = kube::Config::from_custom_kubeconfig(kc, &KubeConfigOptions::default()).await.unwrap();
+    cfg.cluster_url = format!("https://127.0.0.1:{via}").parse().unwrap();
+    cfg.read_timeout = Some(Duration::from_secs(60));
+    let fenced = kube::client::ClientBuilder::try_from(cfg).unwrap().with_layer(&fence).build();
+    let cms: Api<ConfigMap> = Api::namespaced(fenced, &ns.name);
+    let cm = |name: &str| ConfigMap {
+        metadata: kube::api::ObjectMeta { name: Some(name.into()), ..Default::default() },
+        ..Default::default()
+    };
+    // Not leading yet: refused before sending.
+    let early = cms.create(&PostParams::default(), &cm("before")).await.unwrap_err();
+    assert!(early.to_string().contains("refused before sending"), "{early}");
+    let (stop_tx, stop_rx) = tokio::sync::watch::channel(false);
+    let ra = a.subscribe();
+    let ta = tokio::spawn({
+        let a = a.clone();
+        async move { a.run(stop_rx).await }
+    });
+    let start = Instant::now();
+    while !*ra.borrow() {
+        assert!(start.elapsed() < Duration::from_secs(10), "a never led");
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    cms.create(&PostParams::default(), &cm("while-leading")).await.unwrap();
+    // The partition: a write now stalls in the black hole until the fence ends it.
+    let deadline = fence.open_until().expect("open while leading");
+    cut.store(true, Ordering::SeqCst);
+    let t_cut = Instant::now();
+    let stalled = cms.create(&PostParams::default(), &cm("in-flight")).await.unwrap_err();
+    let ended = Instant::now();
+    eprintln!("fence: a write in flight at the partition was abandoned {:?} after it", ended - t_cut);
+    assert!(stalled.to_string().contains("abandoned at the lease deadline"), "{stalled}");
+    assert!(ended >= deadline && ended < t_cut + timing().renew_deadline + Duration::from_secs(1));
+    assert!(ended - t_cut < timing().lease_duration, "ended before any follower may lead");
+    // Demoted (at the same deadline); healed, A's writes are refused without being sent.
+    while *ra.borrow() {
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
+    cut.store(false, Ordering::SeqCst);
+    let late = cms.create(&PostParams::default(), &cm("after-demotion")).await.unwrap_err();
+    assert!(late.to_string().contains("refused before sending"), "{late}");
+    let server: Api<ConfigMap> = ns.api();
+    assert!(server.get_opt("while-leading").await.unwrap().is_some());
+    for name in ["before", "in-flight", "after-demotion"] {
+        assert!(server.get_opt(name).await.unwrap().is_none(), "{name} reached the API server");
+    }
+    let _ = stop_tx.send(true);
+    ta.await.unwrap();
+}
+
+/// Followers wait for the lease duration the holder wrote in the Lease, not their own.
+#[tokio::test]
+async fn followers_honour_the_holders_lease_duration() {
+    use k8s_openapi::api::coordination::v1::LeaseSpec;
+    use k8s_openapi::apimachinery::pkg::apis::meta::v1::MicroTime;
+    let cp = qdr_tests::shared().await;
+    let ns = cp.namespace("lease-duration").await;
+    let leases: Api<Lease> = ns.api();
+    // Another replica, started with a 6 s lease (twice ours), holds it and then stops
+    // renewing (crashed).
+    let theirs = Duration::from_secs(6);
+    let now = MicroTime(k8s_openapi::jiff::Timestamp::now());
+    let lease = Lease {
+        metadata: kube::api::ObjectMeta { name: Some("d".into()), ..Default::default() },
+        spec: Some(LeaseSpec {
+            holder_identity: Some("other".into()),
+            lease_duration_seconds: Some(theirs.as_secs() as i32),
+            renew_time: Some(now.clone()),
+            acquire_time: Some(now),
+            ..Default::default()
+        }),
+    };
+    leases.create(&kube::api::PostParams::default(), &lease).await.unwrap();
+    let e = Arc::new(Elector::new(leases.clone(), "d", "me", timing()));
+    let rx = e.subscribe();
+    let (stop_tx, stop_rx) = tokio::sync::watch::channel(false);
+    let started = Instant::now();
+    let run = tokio::spawn({
+        let e = e.clone();
+        async move { e.run(stop_rx).await }
+    });
+    while !*rx.borrow() {
+        assert!(started.elapsed() < theirs * 3, "never took over the expired lease");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    let took = started.elapsed();
+    eprintln!(
+        "lease duration: took over {took:?} after starting (holder's duration {theirs:?}, ours {:?})",
+        timing().lease_duration
+    );
+    // Not after its own 3 s: after the holder's 6 s of an unchanged record.
+    assert!(took >= theirs, "{took:?}");
     let _ = stop_tx.send(true);
     run.await.unwrap();
 }

@@ -32,9 +32,18 @@ pub fn init(format: LogFormat) {
 /// # Errors
 /// When no configuration can be inferred or the client cannot be built from it.
 pub async fn client(user_agent: &'static str) -> Result<kube::Client, Box<dyn std::error::Error>> {
+    Ok(kube::Client::try_from(config(user_agent).await?)?)
+}
+
+/// The configuration [`client`] uses (in-cluster or kubeconfig, with `user_agent`), for a
+/// binary that builds more than one client from it.
+///
+/// # Errors
+/// When no configuration can be found.
+pub async fn config(user_agent: &'static str) -> Result<kube::Config, Box<dyn std::error::Error>> {
     let mut config = kube::Config::infer().await?;
     config.headers.push((http::header::USER_AGENT, http::HeaderValue::from_static(user_agent)));
-    Ok(kube::Client::try_from(config)?)
+    Ok(config)
 }
 
 /// Resolves at the first SIGTERM (what the kubelet sends) or Ctrl-C.

@@ -459,7 +459,8 @@ fn stored_violations_are_followed_by_item_not_by_index() {
     assert_eq!(resp["allowed"], true, "{resp}");
     assert!(resp["warnings"].to_string().contains("spec.listeners[2].sslProfile"), "{resp}");
     // Moving one: admitted.
-    let moved = with(json!([{"name": "b", "port": 5674, "sslProfile": "gone"}, {"name": "plain", "port": 5672},
+    let moved =
+        with(json!([{"name": "b", "port": 5674, "sslProfile": "gone"}, {"name": "plain", "port": 5672},
                             {"name": "a", "port": 5673, "sslProfile": "gone"}]));
     assert_eq!(response(Webhook::Validate, &update(moved, stored.clone()))["allowed"], true);
     // The valid listener made to name the missing profile: a new violation, denied.

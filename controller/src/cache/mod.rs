@@ -13,7 +13,7 @@
 //! | Pod | label `interconnect_cr` | metadata and status (routers' readiness and scheduling) |
 //! | ServiceAccount, Role, RoleBinding, Service, ConfigMap, Ingress | labelled ours, metadata only | metadata |
 //!
-//! No store keeps `managedFields`: the wake-up rules read them from each event first.
+//! No store keeps `managedFields`.
 //!
 //! Observe and apply read these stores instead of the API server: a pass over a converged
 //! Interconnect makes no reads at all. A name missing from a labelled store is looked up with
@@ -24,12 +24,13 @@
 //! name).
 //!
 //! **Wake-ups** ([`wake`]): the controller's own writes do not wake it. An event on a child
-//! whose newest `managedFields` entry is the controller's, strictly newer than every other
-//! manager's (one-second resolution: a tie wakes), is the echo of a write whose response the
-//! reconcile already used, and is dropped; deletions always wake. An Interconnect wakes its
-//! reconcile only when its `metadata.generation` changes (not on the controller's own status
-//! writes); a router pod only when its phase, readiness, scheduling or deletion changes. So no
-//! debounce is needed and a spec change is reconciled at once.
+//! carrying the `resourceVersion` the controller's own last write of it returned
+//! ([`OwnWrites`]) is its echo and is dropped; any other version wakes the owner and is
+//! drift unless only a workload's status moved; deletions always wake, including those a
+//! relist finds ([`wake::Relist`]). An Interconnect wakes its reconcile only when its
+//! `metadata.generation` changes (not on the controller's own status writes); a router pod
+//! only when its phase, readiness, scheduling or deletion changes. So no debounce is needed
+//! and a spec change is reconciled at once.
 //!
 //! The files: [`watch`] sets the watches and stores up; [`written`] is read-your-writes;
 //! [`wake`] the wake-up rules; [`memo`] what a term remembers between passes; [`names`] the
