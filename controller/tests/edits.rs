@@ -20,8 +20,8 @@ use tokio::sync::{OnceCell, RwLock};
 
 static CONTROLLER: OnceCell<Process> = OnceCell::const_new();
 static HEALTH: std::sync::OnceLock<u16> = std::sync::OnceLock::new();
-/// The API server restart test takes it for writing; every other test for reading, so the
-/// restart never falls into another test.
+/// The API server restart test holds it for writing, every other test for reading, each for
+/// its whole run (set-up included), so the restart never falls into another test.
 static APISERVER: RwLock<()> = RwLock::const_new(());
 const NODES: usize = 3;
 
@@ -105,8 +105,8 @@ async fn service_until(
 
 #[tokio::test]
 async fn removals_port_edits_types_and_foreign_ports_are_repaired() {
-    let cp = setup().await;
     let _shared = APISERVER.read().await;
+    let cp = setup().await;
     let ns = cp.namespace("edits").await;
     create(&ns, "mesh", json!({"deploymentPlan": {"size": 1}})).await;
     ready_at_generation(&ns, "mesh").await;
@@ -220,8 +220,8 @@ async fn wait_note(ns: &qdr_tests::TestNamespace, reason: &str, contains: &str) 
 
 #[tokio::test]
 async fn every_event_says_what_happened() {
-    let cp = setup().await;
     let _shared = APISERVER.read().await;
+    let cp = setup().await;
     let ns = cp.namespace("events").await;
     create(&ns, "ev", json!({"deploymentPlan": {"size": 3, "placement": "AntiAffinity"}})).await;
     ready_at_generation(&ns, "ev").await;
@@ -256,8 +256,8 @@ async fn every_event_says_what_happened() {
 #[tokio::test]
 async fn conditions_do_not_flicker_through_a_roll() {
     use futures::StreamExt;
-    let cp = setup().await;
     let _shared = APISERVER.read().await;
+    let cp = setup().await;
     let ns = cp.namespace("roll").await;
     create(&ns, "roll", json!({"deploymentPlan": {"size": 2}})).await;
     ready_at_generation(&ns, "roll").await;
@@ -321,8 +321,8 @@ async fn errors_total() -> u64 {
 
 #[tokio::test]
 async fn apply_failures_are_reported_and_deleted_interconnects_leave_nothing() {
-    let cp = setup().await;
     let _shared = APISERVER.read().await;
+    let cp = setup().await;
     // An apply the API server refuses: a quota of no Services.
     let ns = cp.namespace("quota").await;
     let quota: k8s_openapi::api::core::v1::ResourceQuota = serde_json::from_value(
@@ -331,12 +331,31 @@ async fn apply_failures_are_reported_and_deleted_interconnects_leave_nothing() {
     .unwrap();
     let quotas: Api<k8s_openapi::api::core::v1::ResourceQuota> = ns.api();
     quotas.create(&PostParams::default(), &quota).await.unwrap();
-    tokio::time::sleep(Duration::from_secs(1)).await;
+    // In force once the quota controller has recorded what is used.
+    eventually("the quota in force", Duration::from_secs(30), || async {
+        let q = quotas.get("no-services").await.ok()?;
+        q.status?.used?.contains_key("services").then_some(())
+    })
+    .await;
     create(&ns, "q", json!({"deploymentPlan": {"size": 1}})).await;
-    let degraded = condition_with_reason(&ns, "q", "Degraded", "ReconcileFailed").await;
+    let services: Api<Service> = ns.api();
+    let degraded = eventually("Degraded reason ReconcileFailed", Duration::from_secs(60), || async {
+        let o = interconnects(&ns.client, &ns.name).get("q").await.ok()?;
+        let found = o.data["status"]["conditions"]
+            .as_array()
+            .into_iter()
+            .flatten()
+            .find(|c| c["reason"] == "ReconcileFailed" && c["type"] == "Degraded")
+            .cloned();
+        if found.is_none() && services.get_opt("q").await.ok().flatten().is_some() {
+            panic!("the Service was created despite the quota: {:?}", o.data["status"]);
+        }
+        found
+    })
+    .await;
     let message = degraded["message"].as_str().unwrap();
     eprintln!("failure: Degraded message {message:?}");
-    assert!(message.contains("applying Service q") && message.contains("exceeded quota"), "{message}");
+    assert!(message.contains("applying Service q") && message.contains("no-services"), "{message}");
     assert!(!message.contains("Status {") && !message.contains("ErrorResponse"), "a Debug dump: {message}");
     let o = interconnects(&ns.client, &ns.name).get("q").await.unwrap();
     assert!(
@@ -387,8 +406,8 @@ async fn apply_failures_are_reported_and_deleted_interconnects_leave_nothing() {
 
 #[tokio::test]
 async fn kubectl_scale_sets_the_size_and_is_refused_for_every() {
-    let cp = setup().await;
     let _shared = APISERVER.read().await;
+    let cp = setup().await;
     let ns = cp.namespace("scale").await;
     create(&ns, "s", json!({"deploymentPlan": {"size": 1}})).await;
     ready_at_generation(&ns, "s").await;
@@ -415,15 +434,18 @@ async fn kubectl_scale_sets_the_size_and_is_refused_for_every() {
     eprintln!("scale Every: {}", out.trim());
     assert!(!ok, "{out}");
     assert!(out.contains("size must not be set with placement Every"), "{out}");
+    // The schema's range holds for the subresource too.
+    let (ok, out) = kubectl(cp, &["-n", &ns.name, "scale", "interconnect", "s", "--replicas=17"]);
+    assert!(!ok && out.contains("less than or equal to 16"), "{out}");
 }
 
 #[tokio::test]
 async fn a_service_deleted_while_the_api_server_restarts_comes_back() {
+    let _alone = APISERVER.write().await;
     let cp = setup().await;
     let ns = cp.namespace("restart").await;
     create(&ns, "r", json!({"deploymentPlan": {"size": 1}})).await;
     ready_at_generation(&ns, "r").await;
-    let _alone = APISERVER.write().await;
     cp.restart_apiserver().await.unwrap();
     // At once, before the controller's watches are back (they start over with a list).
     let services: Api<Service> = ns.api();

@@ -25,6 +25,11 @@ bins=(etcd kube-apiserver kube-controller-manager kube-scheduler kubectl kwok)
 
 if [[ "${1:-}" == "--print" ]]; then echo "$out"; exit 0; fi
 
+# One build at a time per cache: a second caller waits, then finds the cache complete (two
+# builds sharing "$out.tmp" made each other fail).
+mkdir -p "$cache_root"
+if command -v flock >/dev/null; then exec 9>"$cache_root/.lock"; flock 9; fi
+
 export GOTOOLCHAIN=local CGO_ENABLED=0 GOFLAGS=-mod=readonly
 # helm is built into the same directory but checked on its own (helm.version), so a helm pin
 # change does not rebuild the control plane.

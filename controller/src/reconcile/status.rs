@@ -171,8 +171,10 @@ pub(crate) fn desired(
     // observed: a new generation (a config change) does not make running routers
     // unavailable, so `Available` does not drop for the moment before it is observed.
     let is_available = w.available >= w.desired;
-    // Router pods beyond the desired number, or shutting down: old routers remain.
-    let old = (count(&observed.pods) - w.desired).max(0) + observed.terminating;
+    // Router pods beyond the desired number (in the pod store, or still counted by the
+    // workload controller, whichever is behind), or shutting down: old routers remain.
+    let extra = [count(&observed.pods), w.ready, w.available].into_iter().max().unwrap_or(0) - w.desired;
+    let old = extra.max(observed.terminating).max(0);
     // A rollout is pending until every wanted router runs the current template and is
     // available, and no old router remains (never "Complete" with routers unavailable or
     // with an old pod still terminating).

@@ -311,6 +311,13 @@ fn available_holds_across_a_new_generation_and_ready_waits_for_old_routers() {
     seen.terminating = 0;
     let s = desired(&owner(), &seen, &applied, &CredentialsReport::default());
     assert_eq!(cond(&s, "Ready").0, "False");
+    // Gone from the pod store, but the workload controller still counts 3 ready
+    // ("3/2 routers ready"): not Ready yet.
+    seen.pods.pop();
+    let s = desired(&owner(), &seen, &applied, &CredentialsReport::default());
+    assert_eq!(cond(&s, "Ready").0, "False", "{s:?}");
+    seen.pods.push("mesh-c".into());
+    let applied = Applied { workload: workload(2, 2, 2, 2), ..Default::default() };
     // Gone: Ready, Complete, and the selector for the scale subresource.
     seen.pods.pop();
     let s = desired(&owner(), &seen, &applied, &CredentialsReport::default());

@@ -170,7 +170,7 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         println!("            {k} --kubeconfig {kc} explain interconnect.spec.deploymentPlan");
         println!("            {k} --kubeconfig {kc} patch interconnect router-mesh --type merge -p '{{\"spec\":{{\"deploymentPlan\":{{\"size\":5}}}}}}'");
         println!("            {k} --kubeconfig {kc} wait --for=condition=Ready interconnect --all");
-        println!("            {k} --kubeconfig {kc} patch interconnect secure-router --type merge -p '{{\"spec\":{{\"deploymentPlan\":{{\"size\":4}}}}}}'");
+        println!("            {k} --kubeconfig {kc} scale interconnect secure-router --replicas=4");
         println!("            {k} --kubeconfig {kc} get interconnect secure-router   (AntiAffinity: 1 of 4 cannot be scheduled on {NODES} nodes)");
         if !once {
             println!("Ctrl-C stops everything.");
