@@ -9,17 +9,15 @@ mod common;
 
 use std::time::{Duration, Instant};
 
-use common::{condition_with_reason, eventually, interconnects};
+use common::{condition_with_reason, create_interconnect, eventually, interconnects};
 use k8s_openapi::api::apps::v1::Deployment;
 use k8s_openapi::api::core::v1::{Namespace, Service};
 use kube::api::{Api, DeleteParams, DynamicObject, ListParams, Patch, PatchParams, PostParams};
 use qdr_controller::reconcile::RESYNC;
-use qdr_tests::Process;
 use serde_json::{Value, json};
-use tokio::sync::{OnceCell, RwLock};
+use tokio::sync::RwLock;
 
-static CONTROLLER: OnceCell<Process> = OnceCell::const_new();
-static HEALTH: std::sync::OnceLock<u16> = std::sync::OnceLock::new();
+static CONTROLLER: common::SharedController = common::SharedController::new();
 /// The API server restart test holds it for writing, every other test for reading, each for
 /// its whole run (set-up included), so the restart never falls into another test.
 static APISERVER: RwLock<()> = RwLock::const_new(());
@@ -31,24 +29,7 @@ fn repair_margin() -> Duration {
 }
 
 async fn setup() -> &'static qdr_tests::ControlPlane {
-    let cp = qdr_tests::shared_with_nodes(NODES).await;
-    cp.install_crd().await;
-    CONTROLLER
-        .get_or_init(|| async {
-            let ns = cp.namespace("controller-system").await.name.clone();
-            let health = *HEALTH.get_or_init(common::free_port);
-            common::start_controller_on(cp, &ns, "qdr-operator-controller", "controller-0", health)
-        })
-        .await;
-    cp
-}
-
-async fn create(ns: &qdr_tests::TestNamespace, name: &str, spec: Value) {
-    let o: DynamicObject = serde_json::from_value(json!({
-        "apiVersion": "interconnectedcloud.github.io/v1alpha1", "kind": "Interconnect",
-        "metadata": {"name": name}, "spec": spec}))
-    .unwrap();
-    interconnects(&ns.client, &ns.name).create(&PostParams::default(), &o).await.unwrap();
+    CONTROLLER.start(NODES, "controller-system", "controller-0").await
 }
 
 async fn patch_spec(ns: &qdr_tests::TestNamespace, name: &str, spec: Value) {
@@ -62,6 +43,12 @@ fn kubectl(cp: &qdr_tests::ControlPlane, args: &[&str]) -> (bool, String) {
     let out = cp.kubectl().args(args).output().expect("kubectl");
     let text = format!("{}{}", String::from_utf8_lossy(&out.stdout), String::from_utf8_lossy(&out.stderr));
     (out.status.success(), text)
+}
+
+/// `kubectl -n <ns> patch <kind> <name> --type=<type> -p <patch>`, which must succeed.
+fn kubectl_patch(cp: &qdr_tests::ControlPlane, ns: &str, kind: &str, name: &str, type_: &str, patch: &str) {
+    let (ok, out) = kubectl(cp, &["-n", ns, "patch", kind, name, &format!("--type={type_}"), "-p", patch]);
+    assert!(ok, "kubectl patch {kind} {name}: {out}");
 }
 
 /// The Interconnect once its status reports `generation` with `Ready=True`.
@@ -108,7 +95,7 @@ async fn removals_port_edits_types_and_foreign_ports_are_repaired() {
     let _shared = APISERVER.read().await;
     let cp = setup().await;
     let ns = cp.namespace("edits").await;
-    create(&ns, "mesh", json!({"deploymentPlan": {"size": 1}})).await;
+    create_interconnect(&ns, "mesh", json!({"deploymentPlan": {"size": 1}})).await;
     ready_at_generation(&ns, "mesh").await;
     let n = ns.name.as_str();
     let deployments: Api<Deployment> = ns.api();
@@ -120,20 +107,14 @@ async fn removals_port_edits_types_and_foreign_ports_are_repaired() {
     };
 
     // 1. A removal by JSON patch: no managedFields entry moves; the resourceVersion does.
-    let (ok, out) = kubectl(
+    kubectl_patch(
         cp,
-        &[
-            "-n",
-            n,
-            "patch",
-            "deploy",
-            "mesh",
-            "--type=json",
-            "-p",
-            r#"[{"op":"remove","path":"/spec/template/spec/containers/0/livenessProbe"}]"#,
-        ],
+        n,
+        "deploy",
+        "mesh",
+        "json",
+        r#"[{"op":"remove","path":"/spec/template/spec/containers/0/livenessProbe"}]"#,
     );
-    assert!(ok, "{out}");
     let started = Instant::now();
     eventually("the liveness probe back", repair_margin(), || async {
         probe(&deployments.get("mesh").await.ok()?).then_some(())
@@ -146,20 +127,14 @@ async fn removals_port_edits_types_and_foreign_ports_are_repaired() {
     let services: Api<Service> = ns.api();
     let desired = ports(&services.get("mesh").await.unwrap());
     assert!(desired.iter().any(|(_, p)| *p == 5672), "{desired:?}");
-    let (ok, out) = kubectl(
+    kubectl_patch(
         cp,
-        &[
-            "-n",
-            n,
-            "patch",
-            "svc",
-            "mesh",
-            "--type=json",
-            "-p",
-            r#"[{"op":"replace","path":"/spec/ports/0/port","value":9999}]"#,
-        ],
+        n,
+        "svc",
+        "mesh",
+        "json",
+        r#"[{"op":"replace","path":"/spec/ports/0/port","value":9999}]"#,
     );
-    assert!(ok, "{out}");
     let took = service_until(&ns, "mesh", "the Service ports repaired", |s| ports(s) == desired).await;
     eprintln!("repair: Service port 5672 -> 9999 undone in {took:?}");
     // Not wedged: a later size change is applied and observed.
@@ -171,8 +146,7 @@ async fn removals_port_edits_types_and_foreign_ports_are_repaired() {
     assert_eq!(deployments.get("mesh").await.unwrap().spec.unwrap().replicas, Some(2));
 
     // 3. A NodePort type set by someone else, with serviceType unset: back to ClusterIP.
-    let (ok, out) = kubectl(cp, &["-n", n, "patch", "svc", "mesh", "-p", r#"{"spec":{"type":"NodePort"}}"#]);
-    assert!(ok, "{out}");
+    kubectl_patch(cp, n, "svc", "mesh", "strategic", r#"{"spec":{"type":"NodePort"}}"#);
     let took = service_until(&ns, "mesh", "the Service type back to ClusterIP", |s| {
         s.spec.as_ref().and_then(|s| s.type_.as_deref()) == Some("ClusterIP")
             && s.spec.iter().flat_map(|s| s.ports.iter().flatten()).all(|p| p.node_port.is_none())
@@ -181,20 +155,14 @@ async fn removals_port_edits_types_and_foreign_ports_are_repaired() {
     eprintln!("repair: Service type NodePort reverted to ClusterIP in {took:?}");
 
     // 4. An extra port added by someone else: removed.
-    let (ok, out) = kubectl(
+    kubectl_patch(
         cp,
-        &[
-            "-n",
-            n,
-            "patch",
-            "svc",
-            "mesh",
-            "--type=json",
-            "-p",
-            r#"[{"op":"add","path":"/spec/ports/-","value":{"name":"extra","port":9000,"targetPort":9000}}]"#,
-        ],
+        n,
+        "svc",
+        "mesh",
+        "json",
+        r#"[{"op":"add","path":"/spec/ports/-","value":{"name":"extra","port":9000,"targetPort":9000}}]"#,
     );
-    assert!(ok, "{out}");
     let took = service_until(&ns, "mesh", "the extra port removed", |s| ports(s) == desired).await;
     eprintln!("repair: extra Service port removed in {took:?}");
 }
@@ -223,7 +191,7 @@ async fn every_event_says_what_happened() {
     let _shared = APISERVER.read().await;
     let cp = setup().await;
     let ns = cp.namespace("events").await;
-    create(&ns, "ev", json!({"deploymentPlan": {"size": 3, "placement": "AntiAffinity"}})).await;
+    create_interconnect(&ns, "ev", json!({"deploymentPlan": {"size": 3, "placement": "AntiAffinity"}})).await;
     ready_at_generation(&ns, "ev").await;
     // 3 → 5 on 3 nodes: two routers cannot be placed.
     patch_spec(&ns, "ev", json!({"deploymentPlan": {"size": 5}})).await;
@@ -259,7 +227,7 @@ async fn conditions_do_not_flicker_through_a_roll() {
     let _shared = APISERVER.read().await;
     let cp = setup().await;
     let ns = cp.namespace("roll").await;
-    create(&ns, "roll", json!({"deploymentPlan": {"size": 2}})).await;
+    create_interconnect(&ns, "roll", json!({"deploymentPlan": {"size": 2}})).await;
     ready_at_generation(&ns, "roll").await;
     // Every status write from here on.
     let ics = interconnects(&ns.client, &ns.name);
@@ -312,7 +280,7 @@ async fn conditions_do_not_flicker_through_a_roll() {
 
 /// `qdr_controller_reconcile_errors_total`, all categories.
 async fn errors_total() -> u64 {
-    let text = common::metrics_text(*HEALTH.get().unwrap()).await.unwrap_or_default();
+    let text = common::metrics_text(CONTROLLER.health()).await.unwrap_or_default();
     text.lines()
         .filter(|l| l.starts_with("qdr_controller_reconcile_errors_total{"))
         .filter_map(|l| l.rsplit(' ').next()?.parse::<u64>().ok())
@@ -337,7 +305,7 @@ async fn apply_failures_are_reported_and_deleted_interconnects_leave_nothing() {
         q.status?.used?.contains_key("services").then_some(())
     })
     .await;
-    create(&ns, "q", json!({"deploymentPlan": {"size": 1}})).await;
+    create_interconnect(&ns, "q", json!({"deploymentPlan": {"size": 1}})).await;
     let services: Api<Service> = ns.api();
     let degraded = eventually("Degraded reason ReconcileFailed", Duration::from_secs(60), || async {
         let o = interconnects(&ns.client, &ns.name).get("q").await.ok()?;
@@ -374,7 +342,7 @@ async fn apply_failures_are_reported_and_deleted_interconnects_leave_nothing() {
     // series goes with it.
     let before = errors_total().await;
     let gone = cp.namespace("gone").await;
-    create(
+    create_interconnect(
         &gone,
         "tls",
         json!({"deploymentPlan": {"size": 1},
@@ -384,7 +352,7 @@ async fn apply_failures_are_reported_and_deleted_interconnects_leave_nothing() {
     .await;
     ready_at_generation(&gone, "tls").await;
     let series = format!("namespace=\"{}\"", gone.name);
-    let health = *HEALTH.get().unwrap();
+    let health = CONTROLLER.health();
     eventually("the expiry series", Duration::from_secs(30), || async {
         common::metrics_text(health).await?.contains(&series).then_some(())
     })
@@ -409,7 +377,7 @@ async fn kubectl_scale_sets_the_size_and_is_refused_for_every() {
     let _shared = APISERVER.read().await;
     let cp = setup().await;
     let ns = cp.namespace("scale").await;
-    create(&ns, "s", json!({"deploymentPlan": {"size": 1}})).await;
+    create_interconnect(&ns, "s", json!({"deploymentPlan": {"size": 1}})).await;
     ready_at_generation(&ns, "s").await;
     let (ok, out) = kubectl(cp, &["-n", &ns.name, "scale", "interconnect", "s", "--replicas=3"]);
     assert!(ok, "{out}");
@@ -429,7 +397,7 @@ async fn kubectl_scale_sets_the_size_and_is_refused_for_every() {
     assert_eq!(scale["status"]["replicas"], 3, "{scale}");
     assert_eq!(scale["status"]["selector"], "application=s,interconnect_cr=s", "{scale}");
     // placement Every: a DaemonSet has no size; the API server refuses it with our message.
-    create(&ns, "e", json!({"deploymentPlan": {"placement": "Every"}})).await;
+    create_interconnect(&ns, "e", json!({"deploymentPlan": {"placement": "Every"}})).await;
     let (ok, out) = kubectl(cp, &["-n", &ns.name, "scale", "interconnect", "e", "--replicas=2"]);
     eprintln!("scale Every: {}", out.trim());
     assert!(!ok, "{out}");
@@ -444,7 +412,7 @@ async fn a_service_deleted_while_the_api_server_restarts_comes_back() {
     let _alone = APISERVER.write().await;
     let cp = setup().await;
     let ns = cp.namespace("restart").await;
-    create(&ns, "r", json!({"deploymentPlan": {"size": 1}})).await;
+    create_interconnect(&ns, "r", json!({"deploymentPlan": {"size": 1}})).await;
     ready_at_generation(&ns, "r").await;
     cp.restart_apiserver().await.unwrap();
     // At once, before the controller's watches are back (they start over with a list).

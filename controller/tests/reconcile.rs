@@ -13,27 +13,14 @@ use k8s_openapi::api::core::v1::{ConfigMap, Pod, Secret, Service, ServiceAccount
 use k8s_openapi::api::networking::v1::Ingress;
 use k8s_openapi::api::rbac::v1::{Role, RoleBinding};
 use kube::api::{Api, DeleteParams, DynamicObject, ListParams, Patch, PatchParams, PostParams};
-use qdr_tests::Process;
 use serde_json::{Value, json};
-use tokio::sync::OnceCell;
 
-static CONTROLLER: OnceCell<Process> = OnceCell::const_new();
+static CONTROLLER: common::SharedController = common::SharedController::new();
 /// Simulated nodes: router pods are scheduled and become Ready (kwok).
 const NODES: usize = 3;
-/// The health (metrics) port of that controller.
-static HEALTH: std::sync::OnceLock<u16> = std::sync::OnceLock::new();
 
 async fn setup() -> &'static qdr_tests::ControlPlane {
-    let cp = qdr_tests::shared_with_nodes(NODES).await;
-    cp.install_crd().await;
-    CONTROLLER
-        .get_or_init(|| async {
-            let ns = cp.namespace("controller-system").await.name.clone();
-            let health = *HEALTH.get_or_init(common::free_port);
-            common::start_controller_on(cp, &ns, "qdr-operator-controller", "controller-0", health)
-        })
-        .await;
-    cp
+    CONTROLLER.start(NODES, "controller-system", "controller-0").await
 }
 
 async fn create(ns: &qdr_tests::TestNamespace, obj: Value) -> String {
@@ -306,7 +293,7 @@ async fn an_invalid_object_stored_without_webhook_gets_spec_valid_false_and_no_c
     assert!(status["message"].as_str().unwrap().contains("spec.listeners[1].name"), "{status}");
     // Another pass over the same generation (an annotation is a change to the object, not
     // to its spec); once the controller has run it, exactly one Warning exists.
-    let health = *HEALTH.get().unwrap();
+    let health = CONTROLLER.health();
     let before = common::reconciles(health).await.expect("controller metrics");
     ics.patch(
         &name,

@@ -14,10 +14,9 @@ use std::time::Duration;
 use common::{condition_with_reason, events, eventually, interconnects};
 use k8s_openapi::api::apps::v1::DaemonSet;
 use k8s_openapi::api::core::v1::Pod;
-use kube::api::{Api, DynamicObject, ListParams, Patch, PatchParams, PostParams};
-use qdr_tests::{Process, TestNamespace};
+use kube::api::{Api, ListParams, Patch, PatchParams};
+use qdr_tests::TestNamespace;
 use serde_json::{Value, json};
-use tokio::sync::OnceCell;
 
 /// Simulated nodes at start.
 const NODES: usize = 3;
@@ -25,26 +24,10 @@ const NODES: usize = 3;
 /// How long scheduling plus kwok plus a reconcile may take on a loaded 2-core machine.
 const SETTLE: Duration = Duration::from_secs(60);
 
-static CONTROLLER: OnceCell<Process> = OnceCell::const_new();
+static CONTROLLER: common::SharedController = common::SharedController::new();
 
 async fn setup() -> &'static qdr_tests::ControlPlane {
-    let cp = qdr_tests::shared_with_nodes(NODES).await;
-    cp.install_crd().await;
-    CONTROLLER
-        .get_or_init(|| async {
-            let ns = cp.namespace("scheduling-system").await.name.clone();
-            common::start_controller(cp, &ns, "qdr-operator-controller", "scheduling-0")
-        })
-        .await;
-    cp
-}
-
-async fn create(ns: &TestNamespace, name: &str, spec: Value) {
-    let o: DynamicObject = serde_json::from_value(json!({
-        "apiVersion": "interconnectedcloud.github.io/v1alpha1", "kind": "Interconnect",
-        "metadata": {"name": name}, "spec": spec}))
-    .unwrap();
-    interconnects(&ns.client, &ns.name).create(&PostParams::default(), &o).await.unwrap();
+    CONTROLLER.start(NODES, "scheduling-system", "scheduling-0").await
 }
 
 /// Waits until Interconnect `name` reports `ready` routers Ready out of `ready` wanted,
@@ -91,8 +74,18 @@ async fn nodes_of(ns: &TestNamespace, name: &str) -> Vec<String> {
 async fn placement_follows_the_nodes() {
     let cp = setup().await;
     let ns = cp.namespace("sched-nodes").await;
-    create(&ns, "edge", json!({"deploymentPlan": {"role": "edge", "placement": "Every"}})).await;
-    create(&ns, "spread", json!({"deploymentPlan": {"size": 4, "placement": "AntiAffinity"}})).await;
+    common::create_interconnect(
+        &ns,
+        "edge",
+        json!({"deploymentPlan": {"role": "edge", "placement": "Every"}}),
+    )
+    .await;
+    common::create_interconnect(
+        &ns,
+        "spread",
+        json!({"deploymentPlan": {"size": 4, "placement": "AntiAffinity"}}),
+    )
+    .await;
 
     // Every: one router per node.
     settled(&ns, "edge", NODES, true).await;
@@ -150,7 +143,8 @@ async fn placement_follows_the_nodes() {
 async fn any_placement_is_ready_and_kubectl_wait_returns() {
     let cp = setup().await;
     let ns = cp.namespace("sched-any").await;
-    create(&ns, "mesh", json!({"deploymentPlan": {"size": 3, "placement": "Any"}})).await;
+    common::create_interconnect(&ns, "mesh", json!({"deploymentPlan": {"size": 3, "placement": "Any"}}))
+        .await;
     let out = cp
         .kubectl()
         .args(["wait", "--for=condition=Ready", "interconnect/mesh", "-n", &ns.name])
@@ -168,7 +162,7 @@ async fn resources_that_fit_no_node_are_reported() {
     let cp = setup().await;
     let ns = cp.namespace("sched-cpu").await;
     let cpus = qdr_tests::NODE_CAPACITY.0.parse::<u32>().unwrap() * 4;
-    create(
+    common::create_interconnect(
         &ns,
         "big",
         json!({"deploymentPlan": {"size": 1, "resources": {"requests": {"cpu": cpus.to_string()}}}}),

@@ -155,3 +155,45 @@ pub fn install_route_crd(cp: &ControlPlane) {
     )
     .expect("the Route CRD is established");
 }
+
+/// One controller per test binary on a control plane with simulated nodes: started by the
+/// first test that asks, its health and metrics port kept for the others.
+pub struct SharedController {
+    process: tokio::sync::OnceCell<(Process, u16)>,
+}
+
+impl SharedController {
+    pub const fn new() -> Self {
+        Self { process: tokio::sync::OnceCell::const_new() }
+    }
+
+    /// The shared control plane with `nodes` simulated nodes and the CRD installed, and a
+    /// controller replica (identity `identity`, Lease in a namespace named after `system`)
+    /// running on it.
+    pub async fn start(&self, nodes: usize, system: &str, identity: &str) -> &'static ControlPlane {
+        let cp = qdr_tests::shared_with_nodes(nodes).await;
+        cp.install_crd().await;
+        self.process
+            .get_or_init(|| async {
+                let ns = cp.namespace(system).await.name.clone();
+                let health = free_port();
+                (start_controller_on(cp, &ns, "qdr-operator-controller", identity, health), health)
+            })
+            .await;
+        cp
+    }
+
+    /// The health and metrics port of the started controller.
+    pub fn health(&self) -> u16 {
+        self.process.get().expect("SharedController::start first").1
+    }
+}
+
+/// Creates Interconnect `name` with `spec` in `ns`.
+pub async fn create_interconnect(ns: &qdr_tests::TestNamespace, name: &str, spec: serde_json::Value) {
+    let o: DynamicObject = serde_json::from_value(serde_json::json!({
+        "apiVersion": "interconnectedcloud.github.io/v1alpha1", "kind": "Interconnect",
+        "metadata": {"name": name}, "spec": spec}))
+    .unwrap();
+    interconnects(&ns.client, &ns.name).create(&kube::api::PostParams::default(), &o).await.unwrap();
+}
