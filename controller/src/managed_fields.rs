@@ -131,6 +131,11 @@ impl Adoption {
             .map(|o| o.metadata)
     }
 
+    /// The name of the object taken over.
+    pub fn name(&self) -> &str {
+        &self.name
+    }
+
     /// The kind of the object taken over, such as `Deployment`.
     pub fn kind(&self) -> &str {
         &self.resource.kind

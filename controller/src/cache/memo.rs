@@ -66,6 +66,10 @@ pub(crate) enum Seen {
     /// annotations and owner references as written: only the status moved (a workload
     /// controller reporting). Only for kinds with a generation (workloads).
     StatusOnly,
+    /// An unknown version while a write of the controller's to that object is in flight:
+    /// most often that write's own echo, arriving before the write's answer. It is judged
+    /// when the answer (or the failure) comes ([`PendingWrite`]).
+    Held,
     /// Anything else: someone changed or removed something, or the controller never
     /// wrote this object in this term.
     Changed,
@@ -77,9 +81,28 @@ pub(crate) enum Seen {
 /// `managedFields` times (moved only when a manager sets a field, at one-second
 /// resolution, on the API server's clock), this cannot take someone else's removal of a
 /// field for the controller's own write.
+///
+/// The watch and the write's answer travel on different connections, so a write's echo
+/// can be seen before its answer. A write is therefore announced before it is sent
+/// ([`OwnWrites::begin`]); events of that object with an unknown version are held until
+/// the answer comes, then dropped when they carry the answer's version and marked as drift
+/// otherwise. Without this, under load most first applies would be followed by a second
+/// full apply woken by their own echoes.
 #[derive(Debug, Default)]
 pub(crate) struct OwnWrites {
-    entries: Mutex<HashMap<ChildKey, Stamp>>,
+    entries: Mutex<HashMap<ChildKey, Entry>>,
+}
+
+/// What is known of one child.
+#[derive(Debug, Default)]
+struct Entry {
+    /// The controller's last write, as answered.
+    written: Option<Stamp>,
+    /// Writes announced and not yet answered.
+    pending: u32,
+    /// Events seen while a write was pending: their version, and the metadata that names
+    /// the owner to mark when they turn out not to be the echo.
+    held: Vec<(Option<String>, ObjectMeta)>,
 }
 
 /// What identifies one written version of an object.
@@ -116,38 +139,127 @@ fn child_key(kind: &str, meta: &ObjectMeta) -> ChildKey {
     (kind.into(), meta.namespace.clone().unwrap_or_default(), meta.name.clone().unwrap_or_default())
 }
 
+/// A write of the controller's announced with [`OwnWrites::begin`]: [`PendingWrite::record`]
+/// gives the answer; dropped without one (the write failed or was abandoned), every event
+/// held meanwhile is someone else's and is marked as drift.
+#[must_use = "a pending write is finished by record, or by drop when the write failed"]
+pub(crate) struct PendingWrite<'a> {
+    own: &'a OwnWrites,
+    drift: &'a Drift,
+    key: Option<ChildKey>,
+}
+
+impl PendingWrite<'_> {
+    /// Records `meta`, as the API server answered the write.
+    pub(crate) fn record(mut self, meta: &ObjectMeta) {
+        if let Some(key) = self.key.take() {
+            self.own.finish(key, Some(Stamp::of(meta)), self.drift);
+        }
+    }
+}
+
+impl Drop for PendingWrite<'_> {
+    fn drop(&mut self) {
+        if let Some(key) = self.key.take() {
+            self.own.finish(key, None, self.drift);
+        }
+    }
+}
+
 impl OwnWrites {
-    /// Records `meta`, as the API server answered a write of the controller's, of a `kind`.
-    pub(crate) fn record(&self, kind: &str, meta: &ObjectMeta) {
-        self.entries.lock().unwrap_or_else(|e| e.into_inner()).insert(child_key(kind, meta), Stamp::of(meta));
+    fn lock(&self) -> std::sync::MutexGuard<'_, HashMap<ChildKey, Entry>> {
+        self.entries.lock().unwrap_or_else(|e| e.into_inner())
     }
 
-    /// What the event carrying `meta` (of a `kind`) shows (see [`Seen`]).
+    /// Announces a write of the controller's to the `kind` `ns/name`, before it is sent;
+    /// events held meanwhile are judged against `drift` when it is finished.
+    pub(crate) fn begin<'a>(
+        &'a self,
+        drift: &'a Drift,
+        kind: &str,
+        ns: &str,
+        name: &str,
+    ) -> PendingWrite<'a> {
+        let key: ChildKey = (kind.into(), ns.into(), name.into());
+        self.lock().entry(key.clone()).or_default().pending += 1;
+        PendingWrite { own: self, drift, key: Some(key) }
+    }
+
+    /// Ends a pending write with its `answer` (none: it failed): held events with the
+    /// answer's version are its echo; any other is marked in `drift`.
+    fn finish(&self, key: ChildKey, answer: Option<Stamp>, drift: &Drift) {
+        let held = {
+            let mut entries = self.lock();
+            let entry = entries.entry(key.clone()).or_default();
+            entry.pending = entry.pending.saturating_sub(1);
+            if answer.is_some() {
+                entry.written = answer.clone();
+            }
+            let held = std::mem::take(&mut entry.held);
+            if entry.written.is_none() && entry.pending == 0 {
+                entries.remove(&key);
+            }
+            held
+        };
+        let echo = answer.and_then(|a| a.resource_version);
+        for (version, meta) in held {
+            if version.is_none() || version != echo {
+                drift.mark(&meta);
+            }
+        }
+    }
+
+    /// What the event carrying `meta` (of a `kind`) shows (see [`Seen`]); a
+    /// [`Seen::Held`] event is kept until the pending write is finished.
     pub(crate) fn judge(&self, kind: &str, meta: &ObjectMeta) -> Seen {
-        let entries = self.entries.lock().unwrap_or_else(|e| e.into_inner());
-        let Some(ours) = entries.get(&child_key(kind, meta)) else { return Seen::Changed };
+        let mut entries = self.lock();
+        let Some(entry) = entries.get_mut(&child_key(kind, meta)) else { return Seen::Changed };
         let now = Stamp::of(meta);
-        if ours.resource_version.is_some() && now.resource_version == ours.resource_version {
-            Seen::Echo
-        } else if ours.generation.is_some()
-            && now.generation == ours.generation
-            && now.metadata == ours.metadata
-        {
-            Seen::StatusOnly
+        match &entry.written {
+            Some(ours)
+                if ours.resource_version.is_some() && now.resource_version == ours.resource_version =>
+            {
+                return Seen::Echo;
+            }
+            Some(ours)
+                if ours.generation.is_some()
+                    && now.generation == ours.generation
+                    && now.metadata == ours.metadata =>
+            {
+                return Seen::StatusOnly;
+            }
+            _ => {}
+        }
+        if entry.pending > 0 {
+            let owner = ObjectMeta {
+                namespace: meta.namespace.clone(),
+                owner_references: meta.owner_references.clone(),
+                ..ObjectMeta::default()
+            };
+            entry.held.push((now.resource_version, owner));
+            Seen::Held
         } else {
             Seen::Changed
         }
     }
 
-    /// Forgets the object of `meta` (deleted).
+    /// Forgets the object of `meta` (deleted), unless a write to it is pending.
     pub(crate) fn forget(&self, kind: &str, meta: &ObjectMeta) {
-        self.entries.lock().unwrap_or_else(|e| e.into_inner()).remove(&child_key(kind, meta));
+        let mut entries = self.lock();
+        let key = child_key(kind, meta);
+        match entries.get_mut(&key) {
+            Some(entry) if entry.pending > 0 => entry.written = None,
+            Some(_) => {
+                entries.remove(&key);
+            }
+            None => {}
+        }
     }
 
     /// How many objects are remembered (for tests and the memory figures).
     #[cfg(test)]
     pub(crate) fn len(&self) -> usize {
-        self.entries.lock().unwrap_or_else(|e| e.into_inner()).len()
+        self.lock().len()
     }
 }
 

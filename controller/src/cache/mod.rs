@@ -25,8 +25,9 @@
 //!
 //! **Wake-ups** ([`wake`]): the controller's own writes do not wake it. An event on a child
 //! carrying the `resourceVersion` the controller's own last write of it returned
-//! ([`OwnWrites`]) is its echo and is dropped; any other version wakes the owner and is
-//! drift unless only a workload's status moved; deletions always wake, including those a
+//! ([`OwnWrites`]) is its echo and is dropped (an event seen while a write of that object
+//! is in flight is held until the write's answer tells which it is); any other version
+//! wakes the owner and is drift unless only a workload's status moved; deletions always wake, including those a
 //! relist finds ([`wake::Relist`]). An Interconnect wakes its reconcile only when its
 //! `metadata.generation` changes (not on the controller's own status writes); a router pod
 //! only when its phase, readiness, scheduling or deletion changes. So no debounce is needed

@@ -41,10 +41,13 @@ fn owned(rv: &str, generation: Option<i64>, annotations: &[(&str, &str)]) -> Obj
 
 #[test]
 fn only_the_resource_version_a_write_returned_is_an_echo() {
-    let own = OwnWrites::default();
+    let (own, drift) = (OwnWrites::default(), Drift::default());
+    let record = |kind: &str, m: &ObjectMeta| {
+        own.begin(&drift, kind, "ns", m.name.as_deref().unwrap_or_default()).record(m)
+    };
     // Never written in this term: someone else's (or the start of a term).
     assert_eq!(own.judge("Deployment", &owned("10", Some(2), &[])), Seen::Changed);
-    own.record("Deployment", &owned("10", Some(2), &[]));
+    record("Deployment", &owned("10", Some(2), &[]));
     assert_eq!(own.judge("Deployment", &owned("10", Some(2), &[])), Seen::Echo);
     // The workload controller's status (same generation and metadata), and the revision
     // annotation it sets: not drift.
@@ -56,13 +59,42 @@ fn only_the_resource_version_a_write_returned_is_an_echo() {
     // An annotation someone added: changed.
     assert_eq!(own.judge("Deployment", &owned("14", Some(2), &[("team", "a")])), Seen::Changed);
     // Kinds without a generation: any other version is a change.
-    own.record("Service", &owned("20", None, &[]));
+    record("Service", &owned("20", None, &[]));
     assert_eq!(own.judge("Service", &owned("20", None, &[])), Seen::Echo);
     assert_eq!(own.judge("Service", &owned("21", None, &[])), Seen::Changed);
     // Kinds are apart; a deletion forgets.
     assert_eq!(own.judge("ConfigMap", &owned("20", None, &[])), Seen::Changed);
     own.forget("Service", &owned("21", None, &[]));
     assert_eq!(own.len(), 1);
+}
+
+#[test]
+fn an_echo_seen_before_the_answer_is_held_and_dropped() {
+    let (own, drift) = (OwnWrites::default(), Drift::default());
+    // A create: its echo comes before its answer; held (no wake, no mark), then dropped.
+    let create = own.begin(&drift, "ConfigMap", "ns", "mesh");
+    assert_eq!(own.judge("ConfigMap", &owned("30", None, &[])), Seen::Held);
+    create.record(&owned("30", None, &[]));
+    assert_eq!(drift.marked("ns/mesh"), None, "its own echo is not drift");
+    assert_eq!(own.judge("ConfigMap", &owned("30", None, &[])), Seen::Echo);
+    // Someone else's write seen while ours is in flight: marked when the answer differs.
+    let apply = own.begin(&drift, "ConfigMap", "ns", "mesh");
+    assert_eq!(own.judge("ConfigMap", &owned("31", None, &[])), Seen::Held);
+    assert_eq!(own.judge("ConfigMap", &owned("32", None, &[])), Seen::Held);
+    apply.record(&owned("32", None, &[]));
+    assert!(drift.marked("ns/mesh").is_some(), "version 31 was someone else's");
+    // A failed write: everything held was someone else's.
+    let drift = Drift::default();
+    let failed = own.begin(&drift, "ConfigMap", "ns", "mesh");
+    assert_eq!(own.judge("ConfigMap", &owned("33", None, &[])), Seen::Held);
+    drop(failed);
+    assert!(drift.marked("ns/mesh").is_some());
+    // Nothing pending: an unknown version is a change at once.
+    assert_eq!(own.judge("ConfigMap", &owned("34", None, &[])), Seen::Changed);
+    // A failed create of an object never written leaves nothing behind.
+    let own = OwnWrites::default();
+    drop(own.begin(&drift, "Secret", "ns", "ca"));
+    assert_eq!(own.len(), 0);
 }
 
 #[test]

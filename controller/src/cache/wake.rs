@@ -36,7 +36,7 @@ where
                 w.observed(o);
             }
             match own.judge(&kind, o.meta()) {
-                Seen::Echo => false,
+                Seen::Echo | Seen::Held => false,
                 Seen::StatusOnly => true,
                 Seen::Changed => {
                     drift.mark(o.meta());

@@ -142,11 +142,12 @@ impl<K> Child for K where
 /// whose `resourceVersion` is remembered as the controller's own ([`crate::cache::OwnWrites`]).
 async fn ssa<K: Child>(client: &kube::Client, cache: &Cache, ns: &str, obj: &K) -> Result<K, Error> {
     let name = obj.name_any();
+    let pending = cache.own.begin(&cache.drift, &K::kind(&()), ns, &name);
     let applied = Api::<K>::namespaced(client.clone(), ns)
         .patch(&name, &PatchParams::apply(FIELD_MANAGER).force(), &Patch::Apply(obj))
         .await
         .map_err(|source| Error::Apply { kind: K::kind(&()).into_owned(), name, source })?;
-    cache.own.record(&K::kind(&()), applied.meta());
+    pending.record(applied.meta());
     Ok(applied)
 }
 
@@ -172,13 +173,13 @@ async fn apply_service(
     let applied = match ssa(client, cache, ns, desired).await {
         Ok(applied) => applied,
         Err(Error::Apply { source: kube::Error::Api(s), .. }) if s.code == 422 => {
-            take_over_ports(client, ns, desired).await?;
+            take_over_ports(client, cache, ns, desired).await?;
             ssa(client, cache, ns, desired).await?
         }
         Err(e) => return Err(e),
     };
     if !crate::builders::same_ports(desired, &applied) {
-        take_over_ports(client, ns, desired).await?;
+        take_over_ports(client, cache, ns, desired).await?;
         ssa(client, cache, ns, desired).await?;
     }
     Ok(())
@@ -187,16 +188,23 @@ async fn apply_service(
 /// Replaces `spec.ports` of the Service by the desired list (a merge patch under
 /// [`PORTS_MANAGER`]): entries others added or changed are gone, node ports of entries
 /// kept are kept by the API server.
-async fn take_over_ports(client: &kube::Client, ns: &str, desired: &Service) -> Result<(), Error> {
+async fn take_over_ports(
+    client: &kube::Client,
+    cache: &Cache,
+    ns: &str,
+    desired: &Service,
+) -> Result<(), Error> {
     let name = desired.name_any();
     let ports = desired.spec.as_ref().and_then(|s| s.ports.clone()).unwrap_or_default();
     // A JSON merge patch (RFC 7386) replaces a list as a whole.
     let patch = serde_json::json!({"spec": {"ports": ports}});
     let pp = PatchParams { field_manager: Some(PORTS_MANAGER.into()), ..Default::default() };
-    Api::<Service>::namespaced(client.clone(), ns)
+    let pending = cache.own.begin(&cache.drift, "Service", ns, &name);
+    let patched = Api::<Service>::namespaced(client.clone(), ns)
         .patch(&name, &pp, &Patch::Merge(patch))
         .await
         .map_err(|source| Error::Update { kind: "Service".into(), name, source })?;
+    pending.record(patched.meta());
     Ok(())
 }
 
@@ -296,11 +304,12 @@ async fn look_up(
 /// Replaces the generated Secret `s` (its `resourceVersion` is the precondition).
 async fn replace_secret(client: &kube::Client, cache: &Cache, ns: &str, s: &Secret) -> Result<Secret, Error> {
     let name = s.name_any();
+    let pending = cache.own.begin(&cache.drift, "Secret", ns, &name);
     let replaced = Api::<Secret>::namespaced(client.clone(), ns)
         .replace(&name, &PostParams { field_manager: Some(FIELD_MANAGER.into()), ..Default::default() }, s)
         .await
         .map_err(|source| Error::Update { kind: "Secret".into(), name, source })?;
-    cache.own.record("Secret", replaced.meta());
+    pending.record(replaced.meta());
     Ok(replaced)
 }
 
@@ -315,9 +324,10 @@ async fn create_if_missing<K: Child>(
     obj: &K,
 ) -> Result<K, Error> {
     let pp = PostParams { field_manager: Some(FIELD_MANAGER.into()), ..Default::default() };
+    let pending = cache.own.begin(&cache.drift, &K::kind(&()), ns, &obj.name_any());
     match Api::<K>::namespaced(client.clone(), ns).create(&pp, obj).await {
         Ok(created) => {
-            cache.own.record(&K::kind(&()), created.meta());
+            pending.record(created.meta());
             Ok(created)
         }
         Err(kube::Error::Api(s)) if s.code == 409 => {
@@ -520,12 +530,13 @@ pub(crate) async fn apply_or_reuse(
     if let Some(applied) = reusable.then(|| unchanged(cache, o, &children)).flatten() {
         return Ok(applied);
     }
-    let applied = apply(client, cache, o, children, &observed.workload, generation).await?;
+    let mut applied = apply(client, cache, o, children, &observed.workload, generation).await?;
     if applied.conflicts.is_empty() {
         cache.drift.clear(&key, drift);
         if let Some(f) = fingerprint {
             cache.applied.record(&key, o.uid(), o.generation(), f);
         }
+        applied.again = cache.drift.marked(&key).is_some();
     }
     Ok(applied)
 }
@@ -552,12 +563,13 @@ async fn apply(
     }
     let mut adopted = Vec::new();
     for a in adoptions {
+        let pending = cache.own.begin(&cache.drift, a.kind(), o.namespace(), a.name());
         let written = a.write(client, o.namespace()).await.map_err(|source| Error::Update {
             kind: "managed fields of".into(),
             name: a.what.clone(),
             source,
         })?;
-        cache.own.record(a.kind(), &written);
+        pending.record(&written);
         adopted.push(a.what);
     }
     let Children {
@@ -640,5 +652,5 @@ async fn apply(
         Generation::New => keep.prune(client, cache, o).await?,
         Generation::Reconciled => Vec::new(),
     };
-    Ok(Applied { workload, pruned, conflicts: Vec::new(), adopted, held })
+    Ok(Applied { workload, pruned, conflicts: Vec::new(), adopted, held, again: false })
 }

@@ -217,13 +217,15 @@ pub(crate) struct Reconciled {
 
 impl Pass {
     /// When to look at the Interconnect again: at the next generation for an invalid spec,
-    /// after [`CONFLICT_RECHECK`] while a name is taken, else at the next certificate
+    /// after [`CONFLICT_RECHECK`] while a name is taken, at once when a child was changed by
+    /// someone else while it was written ([`types::Applied::again`]), else at the next certificate
     /// renewal point or after [`RESYNC`], whichever is sooner.
     fn next(&self) -> Action {
         match self {
             Pass::Wait(action) => action.clone(),
             Pass::Invalid(_) => Action::await_change(),
             Pass::Reconciled(r) if !r.applied.conflicts.is_empty() => Action::requeue(CONFLICT_RECHECK),
+            Pass::Reconciled(r) if r.applied.again => Action::requeue(Duration::ZERO),
             Pass::Reconciled(r) => {
                 let until_renewal = r.report.credentials.next_renewal.map(|t| {
                     t.duration_since(SystemTime::now()).unwrap_or_default().max(Duration::from_secs(1))

@@ -162,4 +162,8 @@ pub struct Applied {
     /// Whether the workload and its router configuration were left as they were, because a
     /// Secret the new pods would mount is missing.
     pub held: bool,
+    /// Whether someone else changed a child while it was being written (a drift mark the
+    /// apply did not see is left, [`crate::cache::OwnWrites`]): the Interconnect is
+    /// reconciled again at once, not at the next resync.
+    pub again: bool,
 }
