@@ -106,11 +106,6 @@ impl Metrics {
         SeriesGuard(self.expiry.clone())
     }
 
-    /// How many Interconnects have a `qdr_router_certificate_expiry_seconds` series.
-    pub fn expiry_series(&self) -> usize {
-        self.encode().lines().filter(|l| l.starts_with("qdr_router_certificate_expiry_seconds{")).count()
-    }
-
     /// Sets `qdr_controller_leader` to 1 until the guard is dropped.
     pub fn leading(&self) -> LeadingGuard {
         self.leader.set(1);

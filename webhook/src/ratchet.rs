@@ -55,19 +55,11 @@ fn item_key(item: &Value) -> String {
     if let Some(name) = s("name") {
         return format!("name={name}");
     }
-    for k in ["prefix", "pattern"] {
+    for k in ["prefix", "pattern", "address"] {
         if let Some(v) = s(k) {
-            return format!(
-                "{k}={v}{}",
-                s("direction").map(|d| format!(",direction={d}")).unwrap_or_default()
-            );
+            let direction = s("direction").map(|d| format!(",direction={d}")).unwrap_or_default();
+            return format!("{k}={v}{direction}");
         }
-    }
-    if let Some(a) = s("address") {
-        return format!(
-            "address={a}{}",
-            s("direction").map(|d| format!(",direction={d}")).unwrap_or_default()
-        );
     }
     if let Some(port) = s("port") {
         return format!("{}:{port}", s("host").unwrap_or_default());

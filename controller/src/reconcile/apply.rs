@@ -463,19 +463,20 @@ fn fingerprint(children: &Children) -> Option<u64> {
 /// event not yet arrived): then apply.
 fn unchanged(cache: &Cache, o: &ValidatedInterconnect, children: &Children) -> Option<Applied> {
     let ns = o.namespace();
-    let stored = |present: bool| present.then_some(());
-    stored(cache.meta::<ServiceAccount>(ns, &children.service_account.name_any()).is_some())?;
-    stored(cache.meta::<Role>(ns, &children.role.name_any()).is_some())?;
-    stored(cache.meta::<RoleBinding>(ns, &children.role_binding.name_any()).is_some())?;
-    stored(cache.meta::<ConfigMap>(ns, &children.router_config_map.name_any()).is_some())?;
-    if let Some(cm) = &children.sasl_config_map {
-        stored(cache.meta::<ConfigMap>(ns, &cm.name_any()).is_some())?;
-    }
-    stored(cache.meta::<Service>(ns, &children.service.name_any()).is_some())?;
-    if let Exposure::Ingresses(list) = &children.exposure {
-        for i in list {
-            stored(cache.meta::<Ingress>(ns, &i.name_any()).is_some())?;
-        }
+    let all_stored = cache.meta::<ServiceAccount>(ns, &children.service_account.name_any()).is_some()
+        && cache.meta::<Role>(ns, &children.role.name_any()).is_some()
+        && cache.meta::<RoleBinding>(ns, &children.role_binding.name_any()).is_some()
+        && cache.meta::<ConfigMap>(ns, &children.router_config_map.name_any()).is_some()
+        && (children.sasl_config_map.iter()).all(|cm| cache.meta::<ConfigMap>(ns, &cm.name_any()).is_some())
+        && cache.meta::<Service>(ns, &children.service.name_any()).is_some()
+        && match &children.exposure {
+            Exposure::Ingresses(list) => {
+                list.iter().all(|i| cache.meta::<Ingress>(ns, &i.name_any()).is_some())
+            }
+            Exposure::Routes(_) => true,
+        };
+    if !all_stored {
+        return None;
     }
     let held = matches!(children.workload, WorkloadChange::Hold(_));
     Some(Applied {
