@@ -13,7 +13,7 @@
 #[cfg(test)]
 mod tests;
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 
 use k8s_openapi::ByteString;
 use k8s_openapi::api::apps::v1::{
@@ -36,7 +36,7 @@ use qdr_api::{LinkRole, Listener, Placement, Role as RouterRole};
 
 use crate::route::{Route, RoutePort, RouteSpec, RouteTargetReference, TlsConfig};
 use crate::validated::ValidatedInterconnect;
-use qdr_api::router_config::{CONFIG_DIR, CONFIG_FILE, DOLLAR_ENV, Rendered, cert_dir};
+use qdr_api::router_config::{CONFIG_DIR, CONFIG_FILE, DOLLAR_ENV, Rendered, ca_cert_file, cert_dir};
 
 /// Pod-template annotation holding the SHA-256 of the rendered config (a change rolls pods).
 pub const CONFIG_HASH: &str = "qdr-operator.io/config-hash";
@@ -177,6 +177,21 @@ fn secret_volume(name: &str, secret: &str) -> Volume {
     }
 }
 
+/// A generated CA Secret trusted through a profile's `caCert`: only its trust bundle
+/// (`ca.crt`, two CAs during a rotation) is mounted, at the path the configuration reads
+/// (`tls.crt`, the Go operator's file for a user's CA); its keys stay out of the pod.
+fn bundle_volume(name: &str, secret: &str) -> Volume {
+    let mut v = secret_volume(name, secret);
+    if let Some(s) = v.secret.as_mut() {
+        s.items = Some(vec![k8s_openapi::api::core::v1::KeyToPath {
+            key: "ca.crt".into(),
+            path: "tls.crt".into(),
+            mode: None,
+        }]);
+    }
+    v
+}
+
 /// The router container's environment: what the image's start scripts read
 /// (`QDROUTERD_CONF`, the path of the mounted configuration, with `QDROUTERD_CONF_TYPE=json`;
 /// the SASL database source and path; `QDROUTERD_AUTO_MESH_DISCOVERY`), `DOLLAR=$` for the
@@ -206,8 +221,9 @@ fn router_env(o: &ValidatedInterconnect) -> Vec<EnvVar> {
 
 /// The volumes of the pod and the router container's mounts, in matching order: the router
 /// configuration, one per sslProfile Secret (credentials, and the CA when the config reads
-/// it from its own Secret), then the SASL users Secret and ConfigMap.
-fn volumes_and_mounts(o: &ValidatedInterconnect) -> (Vec<Volume>, Vec<VolumeMount>) {
+/// it from its own Secret; only the bundle of a CA in `bundles`), then the SASL users
+/// Secret and ConfigMap.
+fn volumes_and_mounts(o: &ValidatedInterconnect, bundles: &BTreeSet<String>) -> (Vec<Volume>, Vec<VolumeMount>) {
     let (mut volumes, mut mounts) = (Vec::new(), Vec::new());
     volumes.push(Volume {
         name: "router-config".into(),
@@ -226,7 +242,12 @@ fn volumes_and_mounts(o: &ValidatedInterconnect) -> (Vec<Volume>, Vec<VolumeMoun
                 && !(p.mutual_auth == Some(true) && p.generate_credentials == Some(true));
             if needed {
                 let v = format!("ssl-{i}-ca");
-                volumes.push(secret_volume(&v, ca));
+                let reads_tls_crt = ca_cert_file(p).is_some_and(|f| f.ends_with("/tls.crt"));
+                volumes.push(if reads_tls_crt && bundles.contains(ca) {
+                    bundle_volume(&v, ca)
+                } else {
+                    secret_volume(&v, ca)
+                });
                 mounts.push(mount(&v, cert_dir(&p.name, ca)));
             }
         }
@@ -246,12 +267,15 @@ fn volumes_and_mounts(o: &ValidatedInterconnect) -> (Vec<Volume>, Vec<VolumeMoun
 
 /// The pod template shared by the Deployment and the DaemonSet; `config` is the rendered
 /// router configuration (in `QDROUTERD_CONF`, its hash in [`CONFIG_HASH`]),
-/// `credentials_hash` the fingerprint of the mounted Secrets ([`CREDENTIALS_HASH`]).
+/// `credentials_hash` the fingerprint of the mounted Secrets ([`CREDENTIALS_HASH`]);
+/// `bundles` the `caCert` Secrets that are generated CAs (of this or another Interconnect),
+/// whose trust bundle is mounted instead of the Secret.
 pub fn pod_template(
     o: &ValidatedInterconnect,
     s: &Settings,
     config: &Rendered,
     credentials_hash: &str,
+    bundles: &BTreeSet<String>,
 ) -> PodTemplateSpec {
     let plan = o.plan();
     let liveness = o.spec().liveness_port();
@@ -265,7 +289,7 @@ pub fn pod_template(
             ..Default::default()
         })
         .collect();
-    let (volumes, mounts) = volumes_and_mounts(o);
+    let (volumes, mounts) = volumes_and_mounts(o, bundles);
     let container = Container {
         name: o.name().into(),
         image: Some(plan.image.clone().unwrap_or_else(|| s.default_image.clone())),
@@ -380,15 +404,16 @@ fn strategy(placement: Option<Placement>) -> Option<DeploymentStrategy> {
     })
 }
 
-/// Deployment or DaemonSet `<name>` running `config`.
+/// Deployment or DaemonSet `<name>` running `config` (the rest as [`pod_template`]).
 pub fn workload(
     o: &ValidatedInterconnect,
     s: &Settings,
     config: &Rendered,
     credentials_hash: &str,
+    bundles: &BTreeSet<String>,
 ) -> Workload {
     let plan = o.plan();
-    let template = pod_template(o, s, config, credentials_hash);
+    let template = pod_template(o, s, config, credentials_hash, bundles);
     let selector = LabelSelector { match_labels: Some(o.selector()), ..Default::default() };
     if plan.placement == Some(Placement::Every) {
         Workload::DaemonSet(Box::new(DaemonSet {

@@ -16,15 +16,27 @@
 //! them is user-provided: read and mounted, never written, renewed or deleted.
 //!
 //! ## Lifecycle ([`plan`], pure, at most one CA step per CA and pass)
-//! * **Renew**: a generated certificate past [`RENEW_FRACTION`] of its lifetime, or not
-//!   signed by its signer's active CA, is re-issued (new key).
+//! * **Renew**: a generated certificate past [`RENEW_FRACTION`] of its lifetime, not signed
+//!   by its signer's key (checked by signature, so a CA re-keyed under the same name counts
+//!   as a new signer), not a certificate, or whose key does not match, is re-issued (new key).
 //! * **CA rotation with overlap**, for a generated CA past [`RENEW_FRACTION`] of its life:
 //!   1. *stage*: a next CA is made (`next.crt`/`next.key`) and added to the trust bundle
 //!      (`ca.crt` = active + next); every leaf gets the new bundle as its `ca.crt`;
-//!   2. *promote*, once every leaf carries that bundle and the routers run it (rolled out):
-//!      the next CA becomes active; leaves are re-signed by it (still trusting both);
-//!   3. *retire*, once every leaf is signed by the active CA and rolled out: the old CA leaves
-//!      the bundle, and the leaves' `ca.crt` follow.
+//!   2. *promote*, once every leaf carries that bundle, the routers run it (rolled out) and
+//!      [`Lifetimes::overlap`] has passed since the stage: the next CA becomes active; leaves
+//!      are re-signed by it (still trusting both);
+//!   3. *retire*, once every leaf is signed by the active CA, rolled out, and the overlap has
+//!      passed since the promotion: the old CA leaves the bundle, and the leaves' `ca.crt`
+//!      follow.
+//!
+//!   The time of the last step is the Secret's [`STEP_AT`] annotation; each step is a
+//!   [`CredentialChange`] that gives the earliest date of the next, for the owners of
+//!   clients outside the Interconnect that trust the bundle or hold certificates of the CA.
+//! * **A lost CA** (its Secret deleted, `tls.key` removed or not matching `tls.crt`, `tls.crt`
+//!   not a CA certificate) whose certificate is still valid in the leaves' `ca.crt` (or its
+//!   own): the same three steps, starting from a stage that keeps the old certificate trusted
+//!   (without its key, so nothing is signed until the promotion). With nothing left to keep
+//!   trusted (an expired CA, nothing issued yet) a new CA replaces it at once.
 //!
 //! A router never has to accept a peer certificate from a CA it does not trust yet: a new
 //! CA is trusted everywhere before it signs, and the old one is trusted until nothing it
@@ -38,8 +50,9 @@ use std::time::{Duration, SystemTime};
 
 use k8s_openapi::ByteString;
 use k8s_openapi::api::core::v1::Secret;
-use qdr_certs::pki::{CertInfo, CertKey, new_ca, new_leaf, split_bundle};
+use qdr_certs::pki::{CertInfo, CertKey, key_matches, new_ca, new_leaf, signed_by, split_bundle};
 
+use crate::human;
 use crate::validated::ValidatedInterconnect;
 
 /// Default lifetime of generated CAs (flag `--router-ca-lifetime`).
@@ -48,6 +61,11 @@ pub const CA_LIFETIME: Duration = Duration::from_secs(5 * 365 * 24 * 3600);
 pub const CERT_LIFETIME: Duration = Duration::from_secs(365 * 24 * 3600);
 /// Fraction of a lifetime after which a generated certificate or CA is replaced.
 pub(crate) const RENEW_FRACTION: f64 = 2.0 / 3.0;
+/// The default [`Lifetimes::overlap`] is the CA lifetime divided by this: 10, so 182.5 days
+/// for the default 5 years. Both waits of a rotation (stage → promote → retire) then take a
+/// fifth of the lifetime, inside the third that is left after the stage at
+/// [`RENEW_FRACTION`], leaving the last 2/15 (8 months by default) for slow rollouts.
+pub const OVERLAP_DIVISOR: u32 = 10;
 /// A user-provided certificate expiring within this raises a Warning Event.
 pub(crate) const EXPIRY_WARNING: Duration = Duration::from_secs(30 * 24 * 3600);
 
@@ -55,19 +73,51 @@ pub(crate) const EXPIRY_WARNING: Duration = Duration::from_secs(30 * 24 * 3600);
 pub(crate) const NEXT_CRT: &str = "next.crt";
 /// Secret key of the staged CA's private key.
 pub(crate) const NEXT_KEY: &str = "next.key";
+/// Annotation of a generated CA Secret in the middle of a rotation: when its last step
+/// (stage or promote) was taken, RFC 3339. The next step waits [`Lifetimes::overlap`] from it.
+pub const STEP_AT: &str = "qdr-operator.io/ca-rotation-step-at";
 
-/// Lifetimes of what the operator generates.
+/// Lifetimes of what the operator generates, and the grace period of CA rotations.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Lifetimes {
-    /// CA lifetime.
+    /// CA lifetime (`--router-ca-lifetime`).
     pub ca: Duration,
-    /// Router certificate lifetime.
+    /// Router certificate lifetime (`--router-cert-lifetime`).
     pub cert: Duration,
+    /// Least time between a CA's stage and its promotion, and between the promotion and the
+    /// retirement of the old CA (`--router-ca-overlap`), on top of the rollout gates.
+    pub overlap: Duration,
+}
+
+impl Lifetimes {
+    /// `ca` and `cert` with the default overlap (`ca` / [`OVERLAP_DIVISOR`]).
+    pub fn new(ca: Duration, cert: Duration) -> Self {
+        Lifetimes { ca, cert, overlap: ca / OVERLAP_DIVISOR }
+    }
+
+    /// Checks that both waits of a rotation fit in what is left of the old CA's life after
+    /// the stage (`2 × overlap < (1 − RENEW_FRACTION) × ca`).
+    ///
+    /// # Errors
+    /// A sentence naming the flags and the largest overlap that fits.
+    pub fn check(&self) -> Result<(), String> {
+        let left = self.ca.mul_f64(1.0 - RENEW_FRACTION);
+        if self.overlap * 2 >= left {
+            return Err(format!(
+                "--router-ca-overlap={} is too long for --router-ca-lifetime={}: a rotation starts at 2/3 of \
+                 the CA's lifetime and waits the overlap twice, so it must be less than {}",
+                humantime::format_duration(self.overlap),
+                humantime::format_duration(self.ca),
+                humantime::format_duration(Duration::from_secs((left / 2).as_secs()))
+            ));
+        }
+        Ok(())
+    }
 }
 
 impl Default for Lifetimes {
     fn default() -> Self {
-        Lifetimes { ca: CA_LIFETIME, cert: CERT_LIFETIME }
+        Lifetimes::new(CA_LIFETIME, CERT_LIFETIME)
     }
 }
 
@@ -89,11 +139,15 @@ pub(crate) type Existing = BTreeMap<String, Secret>;
 /// told from user-provided ones.
 pub(crate) const GENERATED_LABEL: &str = "qdr-operator.io/credentials";
 
+/// Whether `s` carries [`GENERATED_LABEL`] (generated by some Interconnect).
+pub(crate) fn is_generated(s: &Secret) -> bool {
+    s.metadata.labels.as_ref().is_some_and(|l| l.contains_key(GENERATED_LABEL))
+}
+
 /// Whether `s` was generated by the controller for `o` (labelled and controlled by it):
 /// only such Secrets are rewritten.
 pub(crate) fn is_generated_by(s: &Secret, o: &ValidatedInterconnect) -> bool {
-    let labelled = s.metadata.labels.as_ref().is_some_and(|l| l.contains_key(GENERATED_LABEL));
-    labelled
+    is_generated(s)
         && s.metadata
             .owner_references
             .iter()
@@ -106,8 +160,24 @@ pub(crate) fn text(d: &Data, key: &str) -> Option<String> {
     d.get(key).map(|b| String::from_utf8_lossy(&b.0).into_owned())
 }
 
-fn pair(d: &Data) -> Option<CertKey> {
-    Some(CertKey { cert_pem: text(d, "tls.crt")?, key_pem: text(d, "tls.key")? })
+/// The CA pair under `crt`/`key` when it can sign at `now`: a CA certificate, not expired,
+/// with its own key. `Err` says what is wrong with it; `Ok(None)`: the keys are absent.
+fn ca_pair(d: &Data, crt: &str, key: &str, now: SystemTime) -> Result<Option<CertKey>, String> {
+    let (cert_pem, key_pem) = match (text(d, crt), text(d, key)) {
+        (None, None) => return Ok(None),
+        (None, Some(_)) => return Err(format!("it has no {crt}")),
+        (Some(_), None) => return Err(format!("it has no {key}")),
+        (Some(c), Some(k)) => (c, k),
+    };
+    let info = CertInfo::parse(&cert_pem).map_err(|_| format!("its {crt} is not a certificate"))?;
+    if !info.is_ca {
+        return Err(format!("its {crt} is not a CA certificate"));
+    }
+    if info.not_after <= now {
+        return Err(format!("its CA expired at {}", human::date(info.not_after)));
+    }
+    key_matches(&cert_pem, &key_pem).map_err(|_| format!("its {key} does not belong to {crt}"))?;
+    Ok(Some(CertKey { cert_pem, key_pem }))
 }
 
 /// The trust bundle of a CA Secret: its `ca.crt`, else its `tls.crt`.
@@ -115,11 +185,19 @@ fn bundle(d: &Data) -> Option<String> {
     text(d, "ca.crt").or_else(|| text(d, "tls.crt"))
 }
 
+/// The CA certificates of `pem` still valid at `now`, normalized.
+fn valid_cas(pem: &str, now: SystemTime) -> Vec<String> {
+    split_bundle(pem)
+        .into_iter()
+        .filter(|c| CertInfo::parse(c).is_ok_and(|i| i.is_ca && i.not_after > now))
+        .collect()
+}
+
 fn data(entries: &[(&str, &str)]) -> Data {
     entries.iter().map(|(k, v)| (k.to_string(), ByteString(v.as_bytes().to_vec()))).collect()
 }
 
-fn secret(o: &ValidatedInterconnect, name: &str, d: Data) -> Secret {
+fn secret(o: &ValidatedInterconnect, name: &str, d: Data, step_at: Option<SystemTime>) -> Secret {
     let mut s = Secret {
         metadata: o.meta(name),
         type_: Some("kubernetes.io/tls".into()),
@@ -127,7 +205,21 @@ fn secret(o: &ValidatedInterconnect, name: &str, d: Data) -> Secret {
         ..Default::default()
     };
     s.metadata.labels.get_or_insert_with(BTreeMap::new).insert(GENERATED_LABEL.into(), "true".into());
+    if let Some(t) = step_at {
+        s.metadata.annotations.get_or_insert_with(BTreeMap::new).insert(STEP_AT.into(), timestamp(t));
+    }
     s
+}
+
+/// RFC 3339 with the fraction of a second (tests use overlaps of seconds).
+fn timestamp(t: SystemTime) -> String {
+    k8s_openapi::jiff::Timestamp::try_from(t).map(|t| t.to_string()).unwrap_or_default()
+}
+
+/// The [`STEP_AT`] annotation of `s`, if it parses.
+fn step_at(s: &Secret) -> Option<SystemTime> {
+    let v = s.metadata.annotations.as_ref()?.get(STEP_AT)?;
+    v.parse::<k8s_openapi::jiff::Timestamp>().ok().map(SystemTime::from)
 }
 
 /// The DNS names of router certificates.
@@ -139,38 +231,94 @@ pub(crate) fn dns_names(o: &ValidatedInterconnect) -> Vec<String> {
 /// A change to generated credentials, for an Event.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub(crate) enum CredentialChange {
-    /// A certificate was re-issued; `until` was the old one's expiry (RFC 3339).
+    /// A certificate was re-issued; `until` was the old one's expiry.
     Renewed {
         /// The Secret.
         secret: String,
-        /// Why: `renew point reached` or `signer rotated`.
+        /// Why: `renew point reached`, `signer's key changed`, `names changed`, ...
         why: &'static str,
-        /// Expiry of the replaced certificate.
-        until: String,
+        /// Expiry of the replaced certificate, if it parsed.
+        until: Option<SystemTime>,
     },
-    /// A next CA was staged in the trust bundle.
-    CaStaged(String),
-    /// The staged CA became the signing CA.
-    CaPromoted(String),
-    /// Old CAs left the trust bundle.
+    /// Step 1: a next CA was staged in the trust bundle.
+    CaStaged {
+        /// The CA Secret.
+        secret: String,
+        /// The earliest moment of the promotion.
+        promote_after: SystemTime,
+        /// Why the active CA was lost, when this stage recovers it.
+        lost: Option<String>,
+    },
+    /// Step 2: the staged CA became the signing CA.
+    CaPromoted {
+        /// The CA Secret.
+        secret: String,
+        /// The earliest moment the old CA leaves the bundle.
+        retire_after: SystemTime,
+    },
+    /// Step 3: old CAs left the trust bundle.
     CaRetired(String),
+    /// A lost CA with nothing left to keep trusted was replaced at once (Warning).
+    CaReplaced {
+        /// The CA Secret.
+        secret: String,
+        /// What was wrong with it.
+        why: String,
+    },
+    /// The users Secret was missing while routers ran: new passwords were generated
+    /// (Warning).
+    PasswordsChanged(String),
 }
 
 impl std::fmt::Display for CredentialChange {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         match self {
             CredentialChange::Renewed { secret, why, until } => {
-                write!(f, "renewed the certificate in Secret {secret} ({why}; it was valid until {until})")
+                write!(f, "renewed the certificate in Secret {secret} ({why}")?;
+                match until {
+                    Some(t) => write!(f, "; it was valid until {})", human::date(*t)),
+                    None => write!(f, ")"),
+                }
             }
-            CredentialChange::CaStaged(s) => {
-                write!(f, "CA rotation: staged a new CA in Secret {s} (trusted, not yet signing)")
+            CredentialChange::CaStaged { secret, promote_after, lost } => {
+                if let Some(why) = lost {
+                    write!(
+                        f,
+                        "CA rotation 1/3: the CA in Secret {secret} was lost ({why}); the certificates it signed stay \
+                         trusted and "
+                    )?;
+                } else {
+                    write!(f, "CA rotation 1/3: ")?;
+                }
+                write!(
+                    f,
+                    "a new CA is staged in Secret {secret}: ca.crt now holds the old and the new CA. Clients that \
+                     verify these routers must trust the new ca.crt before {}: from then on (once every router runs \
+                     it) the new CA signs the routers' certificates",
+                    human::date(*promote_after)
+                )
             }
-            CredentialChange::CaPromoted(s) => {
-                write!(f, "CA rotation: the new CA in Secret {s} now signs; the old one is still trusted")
-            }
-            CredentialChange::CaRetired(s) => {
-                write!(f, "CA rotation: the old CA left the trust bundle of Secret {s}")
-            }
+            CredentialChange::CaPromoted { secret, retire_after } => write!(
+                f,
+                "CA rotation 2/3: the new CA in Secret {secret} now signs; the old CA stays trusted until at least \
+                 {}. Client certificates signed by the old CA must be re-issued from the new one (tls.crt, \
+                 tls.key of the Secret) before then",
+                human::date(*retire_after)
+            ),
+            CredentialChange::CaRetired(s) => write!(
+                f,
+                "CA rotation 3/3: the old CA left the trust bundle of Secret {s}; only the new CA is trusted"
+            ),
+            CredentialChange::CaReplaced { secret, why } => write!(
+                f,
+                "the CA in Secret {secret} was replaced at once ({why}) and every certificate it signed is \
+                 re-issued: nothing it signed was still valid to keep trusted; clients must trust the new ca.crt"
+            ),
+            CredentialChange::PasswordsChanged(s) => write!(
+                f,
+                "Secret {s} (spec.users) was missing, so new passwords were generated for its users and the \
+                 routers roll onto them: clients must use the passwords now in the Secret"
+            ),
         }
     }
 }
@@ -185,13 +333,9 @@ pub(crate) struct Plan {
     pub update: Vec<Secret>,
     /// What changed, for Events.
     pub changes: Vec<CredentialChange>,
-    /// The next moment something generated reaches its renew point (for the requeue).
+    /// The next moment something generated is due (a renew point, the end of an overlap),
+    /// for the requeue.
     pub next_renewal: Option<SystemTime>,
-}
-
-fn rfc3339(t: SystemTime) -> String {
-    let secs = t.duration_since(SystemTime::UNIX_EPOCH).unwrap_or_default().as_secs() as i64;
-    k8s_openapi::jiff::Timestamp::from_second(secs).map(|t| t.to_string()).unwrap_or_default()
 }
 
 /// Working state: effective data by name, and which Secrets were written this pass.
@@ -212,9 +356,9 @@ impl Work<'_> {
         self.existing.get(name).is_none_or(|s| is_generated_by(s, self.o))
     }
 
-    fn write(&mut self, name: &str, d: Data) {
+    fn write(&mut self, name: &str, d: Data, step_at: Option<SystemTime>) {
         self.data.insert(name.to_string(), d.clone());
-        let mut s = secret(self.o, name, d);
+        let mut s = secret(self.o, name, d, step_at);
         match self.existing.get(name) {
             None => {
                 self.plan.create.retain(|c| c.metadata.name.as_deref() != Some(name));
@@ -239,13 +383,43 @@ struct Leaf {
     signer: String,
 }
 
+/// The Secrets `o` generates, each with the spec field that makes it generated, in spec
+/// order: the Interconnect's CA (`<name>-ca`, unless `deploymentPlan.issuer` names one) when
+/// a generated certificate is signed by it, each `generateCaCert` profile's `caCert`, and
+/// each `generateCredentials` profile's `credentials`. A name may appear twice only for one
+/// CA shared by profiles; [`qdr_api::validate`] refuses any other repeat.
+pub(crate) fn generated(o: &ValidatedInterconnect) -> Vec<(String, String)> {
+    let profiles: Vec<_> = o.spec().ssl_profiles.iter().flatten().collect();
+    let ic_ca = o.issuer_secret();
+    let mut out = Vec::new();
+    let signs = profiles.iter().filter(|p| p.generate_credentials == Some(true)).any(|p| {
+        p.mutual_auth != Some(true) || p.ca_cert.as_ref().is_none_or(|c| *c == ic_ca)
+    });
+    if o.spec().user_issuer().is_none() && signs {
+        out.push((ic_ca, "spec.deploymentPlan.issuer".to_string()));
+    }
+    for (i, p) in profiles.iter().enumerate() {
+        if p.generate_ca_cert == Some(true)
+            && let Some(ca) = &p.ca_cert
+        {
+            out.push((ca.clone(), format!("spec.sslProfiles[{i}].caCert")));
+        }
+        if p.generate_credentials == Some(true)
+            && let Some(c) = &p.credentials
+        {
+            out.push((c.clone(), format!("spec.sslProfiles[{i}].credentials")));
+        }
+    }
+    out
+}
+
 /// What every generated credential of `o` needs at `now`: missing Secrets created, due
 /// renewals and CA rotation steps (see the module docs). `rolled_out` says whether the
 /// routers run the credentials observed now (the workload's rollout is complete with the
 /// current credentials fingerprint): CA promotion and retirement wait for it.
 ///
-/// A leaf whose signer is missing or not a CA pair is not issued: the caller reports the
-/// missing Secret.
+/// A leaf whose signer is missing or cannot sign is not issued: the caller reports the
+/// missing Secret (or key).
 ///
 /// # Errors
 /// [`CredentialsError::Certificate`] when generation fails.
@@ -303,6 +477,32 @@ pub(crate) fn plan(
     Ok(w.plan)
 }
 
+/// One CA's state, read from its Secret.
+struct CaState {
+    data: Data,
+    /// The signing pair, or what is wrong with it (`Ok(None)`: the Secret is missing).
+    active: Result<Option<CertKey>, String>,
+    /// The staged pair (a broken one counts as none and is made again).
+    next: Option<CertKey>,
+    /// The trust bundle.
+    trust: String,
+    /// When the last rotation step was taken.
+    since: Option<SystemTime>,
+}
+
+fn ca_state(w: &Work<'_>, name: &str, now: SystemTime) -> CaState {
+    let data = w.get(name).cloned().unwrap_or_default();
+    let exists = w.existing.contains_key(name);
+    let active = match ca_pair(&data, "tls.crt", "tls.key", now) {
+        Ok(None) if exists => Err("it has no tls.crt and tls.key".to_string()),
+        other => other,
+    };
+    let next = ca_pair(&data, NEXT_CRT, NEXT_KEY, now).ok().flatten();
+    let trust = bundle(&data).unwrap_or_default();
+    let since = w.existing.get(name).and_then(step_at);
+    CaState { data, active, next, trust, since }
+}
+
 fn ca_step(
     w: &mut Work<'_>,
     name: &str,
@@ -311,44 +511,63 @@ fn ca_step(
     lifetimes: Lifetimes,
     rolled_out: bool,
 ) -> Result<(), CredentialsError> {
-    let current = w.get(name).cloned().unwrap_or_default();
-    let active = pair(&current).filter(|p| CertInfo::parse(&p.cert_pem).is_ok_and(|i| i.not_after > now));
-    let Some(active) = active else {
-        let ca = new_ca(name, now, lifetimes.ca)?;
-        w.write(name, data(&[("tls.crt", &ca.cert_pem), ("tls.key", &ca.key_pem), ("ca.crt", &ca.cert_pem)]));
-        w.due(CertInfo::parse(&ca.cert_pem)?.point(RENEW_FRACTION));
-        return Ok(());
+    let st = ca_state(w, name, now);
+    let leaf_data: Vec<Option<Data>> = leaves.iter().map(|l| w.get(&l.secret).cloned()).collect();
+    // Every leaf that exists carries the bundle (a missing one is issued with it).
+    let distributed = leaf_data.iter().flatten().all(|d| text(d, "ca.crt").as_deref() == Some(&st.trust));
+    // The overlap since the last step has passed (a Secret from before the annotation
+    // counts from the certificate that step introduced).
+    let waited = |w: &mut Work<'_>, from: Option<SystemTime>| {
+        let open = from.map(|t| t + lifetimes.overlap);
+        match open {
+            Some(t) if now < t => {
+                w.due(t);
+                false
+            }
+            _ => true,
+        }
     };
-    let info = CertInfo::parse(&active.cert_pem)?;
-    let trust = bundle(&current).unwrap_or_else(|| active.cert_pem.clone());
-    let distributed =
-        leaves.iter().all(|l| w.get(&l.secret).and_then(|d| text(d, "ca.crt")) == Some(trust.clone()));
-    let next = text(&current, NEXT_CRT).zip(text(&current, NEXT_KEY));
-    if let Some((next_crt, next_key)) = next {
-        if distributed && rolled_out {
-            let mut d = current.clone();
+    if let Some(next) = st.next.clone() {
+        // Staged: promote.
+        let from = st.since.or_else(|| CertInfo::parse(&next.cert_pem).ok().map(|i| i.not_before));
+        if distributed && rolled_out && waited(w, from) {
+            let mut d = st.data.clone();
             d.remove(NEXT_CRT);
             d.remove(NEXT_KEY);
-            d.insert("tls.crt".into(), ByteString(next_crt.into_bytes()));
-            d.insert("tls.key".into(), ByteString(next_key.into_bytes()));
-            w.write(name, d);
-            w.plan.changes.push(CredentialChange::CaPromoted(name.into()));
+            d.insert("tls.crt".into(), ByteString(next.cert_pem.into_bytes()));
+            d.insert("tls.key".into(), ByteString(next.key_pem.into_bytes()));
+            w.write(name, d, Some(now));
+            w.due(now + lifetimes.overlap);
+            w.plan.changes.push(CredentialChange::CaPromoted {
+                secret: name.into(),
+                retire_after: now + lifetimes.overlap,
+            });
         }
         return Ok(());
     }
+    let active = match st.active.clone() {
+        Ok(Some(a)) => a,
+        Ok(None) => {
+            // New.
+            let ca = new_ca(name, now, lifetimes.ca)?;
+            w.write(name, data(&[("tls.crt", &ca.cert_pem), ("tls.key", &ca.key_pem), ("ca.crt", &ca.cert_pem)]), None);
+            w.due(CertInfo::parse(&ca.cert_pem)?.point(RENEW_FRACTION));
+            return Ok(());
+        }
+        Err(why) => return recover(w, name, &st, &leaf_data, why, now, lifetimes),
+    };
+    let info = CertInfo::parse(&active.cert_pem)?;
     // Anything else in the bundle (an old CA, an expired one) leaves it once nothing it
-    // signed is served.
-    if split_bundle(&trust) != split_bundle(&active.cert_pem) {
-        let all_signed = leaves.iter().all(|l| {
-            w.get(&l.secret)
-                .and_then(|d| text(d, "tls.crt"))
-                .and_then(|c| CertInfo::parse(&c).ok())
-                .is_some_and(|c| c.issuer_cn == info.subject_cn)
-        });
-        if all_signed && distributed && rolled_out {
-            let mut d = current.clone();
+    // signed is served and the overlap has passed.
+    if split_bundle(&st.trust) != split_bundle(&active.cert_pem) {
+        let all_signed = leaf_data
+            .iter()
+            .all(|d| d.as_ref().and_then(|d| text(d, "tls.crt")).is_some_and(|c| signed_by(&c, &active.cert_pem)));
+        let from = st.since.or(Some(info.not_before));
+        if all_signed && distributed && rolled_out && waited(w, from) {
+            let mut d = st.data.clone();
             d.insert("ca.crt".into(), ByteString(active.cert_pem.clone().into_bytes()));
-            w.write(name, d);
+            w.write(name, d, None);
             w.plan.changes.push(CredentialChange::CaRetired(name.into()));
         }
         return Ok(());
@@ -356,15 +575,71 @@ fn ca_step(
     let renew_at = info.point(RENEW_FRACTION);
     if now >= renew_at {
         let next = new_ca(name, now, lifetimes.ca)?;
-        let mut d = current.clone();
+        let mut d = st.data.clone();
         d.insert(NEXT_CRT.into(), ByteString(next.cert_pem.clone().into_bytes()));
         d.insert(NEXT_KEY.into(), ByteString(next.key_pem.into_bytes()));
         d.insert("ca.crt".into(), ByteString(format!("{}{}", active.cert_pem, next.cert_pem).into_bytes()));
-        w.write(name, d);
-        w.plan.changes.push(CredentialChange::CaStaged(name.into()));
+        w.write(name, d, Some(now));
+        w.due(now + lifetimes.overlap);
+        w.plan.changes.push(CredentialChange::CaStaged {
+            secret: name.into(),
+            promote_after: now + lifetimes.overlap,
+            lost: None,
+        });
     } else {
         w.due(renew_at);
     }
+    Ok(())
+}
+
+/// A CA Secret that cannot sign (`why`): the CAs still valid in its bundle and in its
+/// leaves' `ca.crt` stay trusted beside a staged replacement, which is promoted and the old
+/// ones retired like any rotation. With none left, a new CA replaces it at once.
+fn recover(
+    w: &mut Work<'_>,
+    name: &str,
+    st: &CaState,
+    leaf_data: &[Option<Data>],
+    why: String,
+    now: SystemTime,
+    lifetimes: Lifetimes,
+) -> Result<(), CredentialsError> {
+    let mut old: Vec<String> = Vec::new();
+    let bundles = std::iter::once(st.trust.clone())
+        .chain(leaf_data.iter().flatten().filter_map(|d| text(d, "ca.crt")));
+    for b in bundles {
+        for c in valid_cas(&b, now) {
+            if !old.contains(&c) {
+                old.push(c);
+            }
+        }
+    }
+    let why = format!("Secret {name}: {why}");
+    let next = new_ca(name, now, lifetimes.ca)?;
+    if old.is_empty() {
+        w.write(
+            name,
+            data(&[("tls.crt", &next.cert_pem), ("tls.key", &next.key_pem), ("ca.crt", &next.cert_pem)]),
+            None,
+        );
+        w.due(CertInfo::parse(&next.cert_pem)?.point(RENEW_FRACTION));
+        w.plan.changes.push(CredentialChange::CaReplaced { secret: name.into(), why });
+        return Ok(());
+    }
+    let trust = format!("{}{}", old.concat(), next.cert_pem);
+    // The old certificate stays as tls.crt (without a key: nothing is signed until the
+    // promotion), so the Secret keeps its shape.
+    w.write(
+        name,
+        data(&[("tls.crt", &old[0]), ("ca.crt", &trust), (NEXT_CRT, &next.cert_pem), (NEXT_KEY, &next.key_pem)]),
+        Some(now),
+    );
+    w.due(now + lifetimes.overlap);
+    w.plan.changes.push(CredentialChange::CaStaged {
+        secret: name.into(),
+        promote_after: now + lifetimes.overlap,
+        lost: Some(why),
+    });
     Ok(())
 }
 
@@ -375,31 +650,50 @@ fn leaf_step(
     lifetimes: Lifetimes,
 ) -> Result<(), CredentialsError> {
     let Some(signer_data) = w.get(&leaf.signer).cloned() else { return Ok(()) };
-    let Some(signer) = pair(&signer_data) else { return Ok(()) };
-    let Ok(signer_info) = CertInfo::parse(&signer.cert_pem) else { return Ok(()) };
-    let trust = bundle(&signer_data).unwrap_or_else(|| signer.cert_pem.clone());
+    let Some(trust) = bundle(&signer_data) else { return Ok(()) };
+    let signer = ca_pair(&signer_data, "tls.crt", "tls.key", now).ok().flatten();
     let sans = dns_names(w.o);
     let current = w.get(&leaf.secret).cloned();
-    let old = current.as_ref().and_then(|d| text(d, "tls.crt")).and_then(|c| CertInfo::parse(&c).ok());
-    let reissue = match &old {
-        None => Some(None),
-        Some(i) if i.issuer_cn != signer_info.subject_cn => Some(Some("signer rotated")),
-        Some(i) if i.sans != sans => Some(Some("names changed")),
-        Some(i) if now >= i.point(RENEW_FRACTION) => Some(Some("renew point reached")),
-        Some(_) => None,
+    let cert = current.as_ref().and_then(|d| text(d, "tls.crt"));
+    let old = cert.as_deref().and_then(|c| CertInfo::parse(c).ok());
+    let reissue: Option<Option<&'static str>> = match (&cert, &old, &signer) {
+        (None, _, _) => Some(None),
+        (Some(_), None, _) => Some(Some("tls.crt is not a certificate")),
+        // A signer that cannot sign (a CA being recovered) keeps the leaves it signed.
+        (_, _, None) => None,
+        (Some(c), Some(i), Some(s)) => {
+            let key = current.as_ref().and_then(|d| text(d, "tls.key")).unwrap_or_default();
+            if !signed_by(c, &s.cert_pem) {
+                Some(Some("signer's key changed"))
+            } else if key_matches(c, &key).is_err() {
+                Some(Some("tls.key does not belong to tls.crt"))
+            } else if i.sans != sans {
+                Some(Some("names changed"))
+            } else if now >= i.point(RENEW_FRACTION) {
+                Some(Some("renew point reached"))
+            } else {
+                None
+            }
+        }
     };
-    if let Some(why) = reissue {
-        let new = new_leaf(&signer, &sans, now, lifetimes.cert)?;
+    // A missing leaf of a CA being recovered is signed by the staged CA: the bundle it
+    // comes with trusts it, and nothing else could start the routers.
+    let signing = signer.or_else(|| {
+        (cert.is_none()).then(|| ca_pair(&signer_data, NEXT_CRT, NEXT_KEY, now).ok().flatten()).flatten()
+    });
+    if let (Some(why), Some(signing)) = (reissue, &signing) {
+        let new = new_leaf(signing, &sans, now, lifetimes.cert)?;
         w.due(CertInfo::parse(&new.cert_pem)?.point(RENEW_FRACTION));
         w.write(
             &leaf.secret,
             data(&[("tls.crt", &new.cert_pem), ("tls.key", &new.key_pem), ("ca.crt", &trust)]),
+            None,
         );
-        if let (Some(why), Some(i)) = (why, &old) {
+        if let Some(why) = why {
             w.plan.changes.push(CredentialChange::Renewed {
                 secret: leaf.secret.clone(),
                 why,
-                until: rfc3339(i.not_after),
+                until: old.as_ref().map(|i| i.not_after),
             });
         }
         return Ok(());
@@ -407,10 +701,11 @@ fn leaf_step(
     if let Some(i) = &old {
         w.due(i.point(RENEW_FRACTION));
     }
-    let mut d = current.unwrap_or_default();
-    if text(&d, "ca.crt").as_deref() != Some(trust.as_str()) {
+    if let Some(mut d) = current
+        && text(&d, "ca.crt").as_deref() != Some(trust.as_str())
+    {
         d.insert("ca.crt".into(), ByteString(trust.into_bytes()));
-        w.write(&leaf.secret, d);
+        w.write(&leaf.secret, d, None);
     }
     Ok(())
 }

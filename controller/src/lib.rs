@@ -21,6 +21,7 @@ pub(crate) mod cache;
 pub mod credentials;
 pub mod fence;
 pub mod health;
+pub mod human;
 pub mod labels;
 pub mod lease;
 pub(crate) mod managed_fields;

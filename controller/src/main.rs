@@ -80,6 +80,13 @@ struct Args {
     #[arg(long, env = "QDR_ROUTER_CERT_LIFETIME", value_parser = humantime::parse_duration, default_value = "365d")]
     router_cert_lifetime: Duration,
 
+    /// Least time between the steps of a generated CA's rotation (stage → promote →
+    /// retire), on top of the routers' rollouts: the time clients outside the Interconnect
+    /// get to trust the new CA, and to replace certificates of the old one. Default: a tenth
+    /// of --router-ca-lifetime (182.5 days for 5 years); both waits must fit in the last third.
+    #[arg(long, env = "QDR_ROUTER_CA_OVERLAP", value_parser = humantime::parse_duration)]
+    router_ca_overlap: Option<Duration>,
+
     /// How long a single reconcile may run before /livez fails (the pod is restarted and
     /// another replica takes over).
     #[arg(long, env = "QDR_RECONCILE_STUCK_AFTER", value_parser = humantime::parse_duration, default_value = "5m")]
@@ -115,6 +122,13 @@ const USER_AGENT: &str = concat!("qdr-controller/", env!("CARGO_PKG_VERSION"));
 #[tokio::main]
 async fn main() -> Result<(), Box<dyn std::error::Error>> {
     let args = Args::parse();
+    let mut lifetimes = Lifetimes::new(args.router_ca_lifetime, args.router_cert_lifetime);
+    if let Some(overlap) = args.router_ca_overlap {
+        lifetimes.overlap = overlap;
+    }
+    if let Err(e) = lifetimes.check() {
+        clap::Error::raw(clap::error::ErrorKind::ValueValidation, format!("{e}\n")).exit();
+    }
     qdr_startup::init(args.log_format);
     let config = qdr_startup::config(USER_AGENT).await?;
     // The elector and the watches use `client`; every write of the reconcilers goes through
@@ -182,7 +196,7 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
     let settings = Settings {
         default_image: args.default_image.clone(),
         routes,
-        lifetimes: Lifetimes { ca: args.router_ca_lifetime, cert: args.router_cert_lifetime },
+        lifetimes,
         run_as_user: args.router_run_as_user.0,
     };
     let recorder = qdr_controller::recorder::Recorder::new(fenced.clone(), "qdr-operator", &identity);

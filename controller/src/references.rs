@@ -3,7 +3,9 @@
 //! ones, which rolls the routers when their files change (qdrouterd 1.19 reads certificate
 //! files and the SASL database only at start).
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
+
+use std::time::SystemTime;
 
 use sha2::Digest;
 
@@ -25,9 +27,11 @@ pub struct Reference {
 }
 
 /// Every Secret `o` depends on, in spec order: the SASL users Secret, each profile's
-/// `credentials` and (when the configuration reads it) `caCert`, and the user's issuer CA
-/// when generated credentials are signed by it.
-pub fn references(o: &ValidatedInterconnect) -> Vec<Reference> {
+/// `credentials` and (when the configuration reads it) `caCert`, a user's `caCert` that
+/// signs a profile's generated credentials, and the user's issuer CA when generated
+/// credentials are signed by it. A `caCert` in `bundles` (a generated CA, of this or another
+/// Interconnect) is read for its trust bundle, `ca.crt`.
+pub fn references(o: &ValidatedInterconnect, bundles: &BTreeSet<String>) -> Vec<Reference> {
     let mut out = Vec::new();
     if let Some(users) = o.users_secret() {
         out.push(Reference { secret: users, field: "spec.users".into(), keys: vec![], mounted: true });
@@ -42,14 +46,16 @@ pub fn references(o: &ValidatedInterconnect) -> Vec<Reference> {
             });
         }
         if let Some(ca) = p.ca_cert.as_ref().filter(|ca| Some(*ca) != p.credentials.as_ref()) {
-            let keys = keys_read(p, ca);
+            let mut keys = keys_read(p, ca);
+            if bundles.contains(ca) && p.generate_ca_cert != Some(true) {
+                keys = vec!["ca.crt"];
+            }
+            let field = format!("spec.sslProfiles[{i}].caCert");
             if !keys.is_empty() {
-                out.push(Reference {
-                    secret: ca.clone(),
-                    field: format!("spec.sslProfiles[{i}].caCert"),
-                    keys,
-                    mounted: true,
-                });
+                out.push(Reference { secret: ca.clone(), field, keys, mounted: true });
+            } else if p.generate_credentials == Some(true) && p.generate_ca_cert != Some(true) {
+                // The user's CA signs the generated credentials: read by the operator.
+                out.push(Reference { secret: ca.clone(), field, keys: vec!["tls.crt", "tls.key"], mounted: false });
             }
         }
     }
@@ -131,4 +137,93 @@ pub fn fingerprint(refs: &[Reference], secrets: &BTreeMap<String, Data>) -> Stri
         h.update([0xff]);
     }
     h.finalize().iter().map(|b| format!("{b:02x}")).collect()
+}
+
+/// What is wrong with a Secret that exists and has every key a [`Reference`] reads.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Problem {
+    /// The certificate in `tls.crt` (or every CA of `ca.crt`) is no longer valid: its
+    /// `notAfter`.
+    Expired(SystemTime),
+    /// The content is not what the router reads: what is wrong, as a phrase
+    /// (`tls.crt is not a PEM certificate`, `tls.key does not belong to tls.crt`).
+    Invalid(String),
+}
+
+/// A reference whose Secret has a [`Problem`].
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Judged {
+    /// The reference.
+    pub reference: Reference,
+    /// What is wrong.
+    pub problem: Problem,
+}
+
+impl std::fmt::Display for Judged {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let r = &self.reference;
+        match &self.problem {
+            Problem::Expired(t) => write!(
+                f,
+                "the certificate in Secret {} ({}) expired at {}",
+                r.secret,
+                r.field,
+                crate::human::date(*t)
+            ),
+            Problem::Invalid(what) => write!(f, "Secret {} ({}): {what}", r.secret, r.field),
+        }
+    }
+}
+
+fn message(e: qdr_certs::Error) -> String {
+    match e {
+        qdr_certs::Error::Certificate(m) => m,
+        other => other.to_string(),
+    }
+}
+
+/// The first problem of the keys `r` reads in `d`: `tls.crt` must hold a certificate valid
+/// at `now`, `tls.key` its private key, `ca.crt` at least one certificate, one of them valid.
+fn problem(r: &Reference, d: &Data, now: SystemTime) -> Option<Problem> {
+    use qdr_certs::pki::{CertInfo, key_matches, split_bundle};
+    let text = |k: &str| d.get(k).map(|v| String::from_utf8_lossy(&v.0).into_owned());
+    if r.keys.contains(&"tls.crt")
+        && let Some(cert) = text("tls.crt")
+    {
+        let Ok(info) = CertInfo::parse(&cert) else {
+            return Some(Problem::Invalid("tls.crt is not a PEM certificate".into()));
+        };
+        if r.keys.contains(&"tls.key")
+            && let Some(key) = text("tls.key")
+            && let Err(e) = key_matches(&cert, &key)
+        {
+            return Some(Problem::Invalid(format!("tls.key: {}", message(e))));
+        }
+        if info.not_after <= now {
+            return Some(Problem::Expired(info.not_after));
+        }
+    }
+    if r.keys.contains(&"ca.crt")
+        && let Some(bundle) = text("ca.crt")
+    {
+        let infos: Vec<CertInfo> = split_bundle(&bundle).iter().filter_map(|c| CertInfo::parse(c).ok()).collect();
+        let Some(last) = infos.iter().map(|i| i.not_after).max() else {
+            return Some(Problem::Invalid("ca.crt is not a PEM certificate".into()));
+        };
+        if last <= now {
+            return Some(Problem::Expired(last));
+        }
+    }
+    None
+}
+
+/// The references of `refs` whose Secret in `secrets` exists with its keys (see [`unmet`])
+/// but holds an invalid or expired certificate or a key of another certificate, at `now`.
+pub fn judge(refs: &[Reference], secrets: &BTreeMap<String, Data>, now: SystemTime) -> Vec<Judged> {
+    refs.iter()
+        .filter_map(|r| {
+            let problem = problem(r, secrets.get(&r.secret)?, now)?;
+            Some(Judged { reference: r.clone(), problem })
+        })
+        .collect()
 }

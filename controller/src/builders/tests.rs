@@ -31,11 +31,11 @@ fn settings() -> Settings {
 }
 
 fn workload(o: &ValidatedInterconnect) -> Workload {
-    builders::workload(o, &settings(), &Rendered::of(o.spec()), "fingerprint")
+    builders::workload(o, &settings(), &Rendered::of(o.spec()), "fingerprint", &Default::default())
 }
 
 fn pod(o: &ValidatedInterconnect) -> Value {
-    serde_json::to_value(builders::pod_template(o, &settings(), &Rendered::of(o.spec()), "fingerprint"))
+    serde_json::to_value(builders::pod_template(o, &settings(), &Rendered::of(o.spec()), "fingerprint", &Default::default()))
         .unwrap()
 }
 

@@ -5,7 +5,7 @@ use std::collections::{BTreeSet, HashMap};
 use std::sync::Mutex;
 
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
-use kube::runtime::reflector::{ObjectRef, Store};
+use kube::runtime::reflector::ObjectRef;
 use qdr_api::Interconnect;
 
 /// Interconnects (`namespace/name`) whose children someone else changed or deleted since
@@ -300,46 +300,70 @@ impl AppliedMemo {
     }
 }
 
-/// The Secret names each Interconnect's effective spec references, computed once per
-/// generation (defaulting every Interconnect for every Secret event would cost
-/// Interconnects × Secrets defaulting runs at start).
+/// Which Interconnects' effective specs name each Secret: an index kept from the
+/// Interconnect watch ([`SecretReferences::see`] once per generation: defaulting every
+/// Interconnect for every Secret event would cost Interconnects × Secrets defaulting runs),
+/// so a Secret event finds the Interconnects to wake without scanning them.
 #[derive(Debug, Default)]
 pub(crate) struct SecretReferences {
-    by_uid: Mutex<HashMap<String, (i64, BTreeSet<String>)>>,
+    index: Mutex<ReferenceIndex>,
+}
+
+#[derive(Debug, Default)]
+struct ReferenceIndex {
+    /// uid → generation indexed, the Interconnect, and the names its spec references.
+    by_uid: HashMap<String, (i64, ObjectRef<Interconnect>, BTreeSet<String>)>,
+    /// (namespace, Secret name) → uids of the Interconnects that reference it.
+    by_secret: HashMap<(String, String), BTreeSet<String>>,
+}
+
+impl ReferenceIndex {
+    fn remove(&mut self, uid: &str) {
+        let Some((_, r, names)) = self.by_uid.remove(uid) else { return };
+        let ns = r.namespace.clone().unwrap_or_default();
+        for name in names {
+            let key = (ns.clone(), name);
+            if let Some(uids) = self.by_secret.get_mut(&key) {
+                uids.remove(uid);
+                if uids.is_empty() {
+                    self.by_secret.remove(&key);
+                }
+            }
+        }
+    }
 }
 
 impl SecretReferences {
-    /// The Interconnects in `store` of namespace `ns` whose effective spec names Secret
-    /// `name`.
-    pub(crate) fn referencing(
-        &self,
-        store: &Store<Interconnect>,
-        ns: &str,
-        name: &str,
-    ) -> Vec<ObjectRef<Interconnect>> {
-        let mut memo = self.by_uid.lock().unwrap_or_else(|e| e.into_inner());
-        store
-            .state_filter(|ic| ic.metadata.namespace.as_deref() == Some(ns))
-            .into_iter()
-            .filter(|ic| {
-                let uid = ic.metadata.uid.clone().unwrap_or_default();
-                let generation = ic.metadata.generation.unwrap_or_default();
-                let entry = memo
-                    .entry(uid)
-                    .and_modify(|e| {
-                        if e.0 != generation {
-                            *e = (generation, qdr_api::defaults(ic).secret_names());
-                        }
-                    })
-                    .or_insert_with(|| (generation, qdr_api::defaults(ic).secret_names()));
-                entry.1.contains(name)
-            })
-            .map(|ic| ObjectRef::from_obj(ic.as_ref()))
+    /// Indexes the Secret names of `ic` (a watch event), unless its generation is indexed.
+    pub(crate) fn see(&self, ic: &Interconnect) {
+        let uid = ic.metadata.uid.clone().unwrap_or_default();
+        let generation = ic.metadata.generation.unwrap_or_default();
+        let mut index = self.index.lock().unwrap_or_else(|e| e.into_inner());
+        if index.by_uid.get(&uid).is_some_and(|(g, _, _)| *g == generation) {
+            return;
+        }
+        index.remove(&uid);
+        let names = qdr_api::defaults(ic).secret_names();
+        let ns = ic.metadata.namespace.clone().unwrap_or_default();
+        for name in &names {
+            index.by_secret.entry((ns.clone(), name.clone())).or_default().insert(uid.clone());
+        }
+        index.by_uid.insert(uid, (generation, ObjectRef::from_obj(ic), names));
+    }
+
+    /// The Interconnects of namespace `ns` whose effective spec names Secret `name`, except
+    /// the one named `except` (the Secret's controller, which its own watch wakes).
+    pub(crate) fn referencing(&self, ns: &str, name: &str, except: Option<&str>) -> Vec<ObjectRef<Interconnect>> {
+        let index = self.index.lock().unwrap_or_else(|e| e.into_inner());
+        let Some(uids) = index.by_secret.get(&(ns.to_string(), name.to_string())) else { return Vec::new() };
+        uids.iter()
+            .filter_map(|uid| index.by_uid.get(uid).map(|(_, r, _)| r.clone()))
+            .filter(|r| except != Some(r.name.as_str()))
             .collect()
     }
 
     /// Forgets the Interconnect with `uid` (deleted).
     pub(crate) fn forget(&self, uid: &str) {
-        self.by_uid.lock().unwrap_or_else(|e| e.into_inner()).remove(uid);
+        self.index.lock().unwrap_or_else(|e| e.into_inner()).remove(uid);
     }
 }

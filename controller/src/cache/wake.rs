@@ -138,11 +138,20 @@ pub(crate) fn pod_wake() -> impl FnMut(&watcher::Event<Pod>) -> bool + Send + 's
     }
 }
 
-/// The wake-up rule of the all-Secrets watch: a Secret without our label (user-provided)
-/// appearing, changing or going. The initial list wakes nothing (every Interconnect is
-/// reconciled at start anyway).
+/// Whether a Secret of the all-Secrets watch is user-provided (without our label); the
+/// initial list wakes nothing (every Interconnect is reconciled at start anyway).
 pub(crate) fn user_secret(s: &PartialObjectMeta<Secret>) -> bool {
     s.metadata.labels.as_ref().and_then(|l| l.get(labels::MANAGED_BY_KEY)).is_none()
+}
+
+/// The name of the Interconnect that controls `s` (its controller owner reference), if any.
+pub(crate) fn interconnect_controller(s: &PartialObjectMeta<Secret>) -> Option<String> {
+    s.metadata
+        .owner_references
+        .iter()
+        .flatten()
+        .find(|r| r.controller == Some(true) && r.kind == "Interconnect")
+        .map(|r| r.name.clone())
 }
 
 /// Drops `managedFields` before an object is stored (wake-ups are decided before).

@@ -298,6 +298,7 @@ async fn look_up(
             }
         }
     }
+    found.conflicts.extend(children.secrets.conflicts.iter().cloned());
     Ok(found)
 }
 
@@ -425,7 +426,8 @@ impl Keep {
 }
 
 /// A fingerprint of everything [`apply`] would write for `children` (each child's JSON),
-/// or `None` when Secrets are to be created or replaced (never skipped).
+/// or `None` when Secrets are to be created or replaced, or a generated Secret's name is
+/// taken (never skipped).
 ///
 /// A pass whose children have the fingerprint of the last full apply of the same
 /// generation, with no drift marked since ([`crate::cache::Drift`]), skips the applies:
@@ -434,7 +436,8 @@ impl Keep {
 /// every [`super::RESYNC`].
 fn fingerprint(children: &Children) -> Option<u64> {
     use std::hash::{Hash, Hasher};
-    if !children.secrets.create.is_empty() || !children.secrets.update.is_empty() {
+    let s = &children.secrets;
+    if !s.create.is_empty() || !s.update.is_empty() || !s.conflicts.is_empty() {
         return None;
     }
     let mut h = std::collections::hash_map::DefaultHasher::new();
@@ -579,7 +582,7 @@ async fn apply(
         role_binding,
         router_config_map,
         sasl_config_map,
-        secrets: Secrets { create, update, keep: keep_secrets },
+        secrets: Secrets { create, update, keep: keep_secrets, conflicts: _ },
         workload,
         service,
         exposure,

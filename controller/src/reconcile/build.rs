@@ -10,15 +10,18 @@
 mod tests;
 
 use std::collections::{BTreeMap, BTreeSet};
-use std::time::{Duration, SystemTime};
+use std::time::SystemTime;
 
 use k8s_openapi::api::core::v1::{ConfigMap, Secret, Service, ServiceAccount};
 use k8s_openapi::api::rbac::v1::{Role, RoleBinding};
 
 use super::observe::{Observed, named_secrets};
 use crate::builders::{self, Exposure, Settings, Workload};
-use crate::credentials::{self, CredentialChange, CredentialsError, Data, EXPIRY_WARNING, is_generated_by};
-use crate::references::{Unmet, fingerprint, references, unmet};
+use super::types::Conflict;
+use crate::credentials::{
+    self, CredentialChange, CredentialsError, Data, EXPIRY_WARNING, is_generated, is_generated_by,
+};
+use crate::references::{Judged, Problem, Unmet, fingerprint, judge, references, unmet};
 use crate::validated::ValidatedInterconnect;
 use qdr_api::router_config::Rendered;
 
@@ -40,6 +43,9 @@ pub struct Secrets {
     pub update: Vec<Secret>,
     /// Every Secret the spec names (users, credentials, CAs, issuer): the ones pruning keeps.
     pub keep: BTreeSet<String>,
+    /// Secrets this Interconnect would generate whose name is taken by a Secret another
+    /// Interconnect generated (our label, another controller): nothing is applied.
+    pub conflicts: Vec<Conflict>,
 }
 
 /// Every child of one Interconnect, and nothing else: one field per kind.
@@ -116,6 +122,9 @@ pub struct CredentialsReport {
     pub changes: Vec<CredentialChange>,
     /// Secrets the spec references that are missing or lack keys the router reads.
     pub unmet: Vec<Unmet>,
+    /// Secrets that exist with their keys but hold an expired or invalid certificate, or a
+    /// key of another certificate.
+    pub problems: Vec<Judged>,
     /// User-provided certificates that expire within [`EXPIRY_WARNING`]: the Secret and
     /// a line saying so.
     pub expiring: Vec<(String, String)>,
@@ -125,6 +134,25 @@ pub struct CredentialsReport {
     pub next_renewal: Option<SystemTime>,
     /// The fingerprint of the mounted Secrets (the pod template's credentials hash).
     pub fingerprint: String,
+}
+
+/// The `caCert` Secrets of `o`'s profiles that are generated CAs (our label, a trust bundle
+/// in `ca.crt`), of this or another Interconnect, where the configuration would read
+/// `tls.crt`: the routers trust the whole bundle ([`builders::pod_template`]), so a rotation
+/// of that CA keeps them trusting its leaves at every step.
+pub(crate) fn trusted_bundles(o: &ValidatedInterconnect, existing: &credentials::Existing) -> BTreeSet<String> {
+    o.spec()
+        .ssl_profiles
+        .iter()
+        .flatten()
+        .filter(|p| p.generate_ca_cert != Some(true))
+        .filter_map(|p| p.ca_cert.clone())
+        .filter(|ca| {
+            existing.get(ca).is_some_and(|s| {
+                is_generated(s) && s.data.as_ref().is_some_and(|d| d.contains_key("ca.crt"))
+            })
+        })
+        .collect()
 }
 
 fn password() -> String {
@@ -141,15 +169,31 @@ pub fn build(o: &ValidatedInterconnect, settings: &Settings, observed: &Observed
     let router_config = Rendered::of(o.spec());
     let existing = observed.existing_secrets();
     let running = observed.workload.ours().filter(|w| w.rolled_out).and_then(|w| w.credentials_hash.clone());
-    let refs = references(o);
+    let bundles = trusted_bundles(o, &existing);
+    let refs = references(o, &bundles);
     let observed_data: BTreeMap<String, Data> =
         existing.iter().map(|(n, s)| (n.clone(), s.data.clone().unwrap_or_default())).collect();
     let rolled_out = running.is_some_and(|h| h == fingerprint(&refs, &observed_data));
-    let plan = credentials::plan(o, &existing, observed.now, settings.lifetimes, rolled_out)?;
+    let mut plan = credentials::plan(o, &existing, observed.now, settings.lifetimes, rolled_out)?;
     let mut create = plan.create;
     if let Some(users) = o.users_secret().filter(|u| !observed.secret_exists(u)) {
         create.push(builders::users_secret(o, &users, &password()));
+        if observed.workload.ours().is_some() {
+            plan.changes.push(CredentialChange::PasswordsChanged(users));
+        }
     }
+    let conflicts = credentials::generated(o)
+        .into_iter()
+        .filter_map(|(name, _)| {
+            let s = existing.get(&name).filter(|s| is_generated(s) && !is_generated_by(s, o))?;
+            Conflict::of(o, "Secret", &name, s.metadata.owner_references.as_deref().unwrap_or_default())
+        })
+        .fold(Vec::<Conflict>::new(), |mut all, c| {
+            if !all.contains(&c) {
+                all.push(c);
+            }
+            all
+        });
     // The Secrets as they will be once this pass is applied.
     let mut after = observed_data;
     for s in create.iter().chain(&plan.update) {
@@ -163,14 +207,15 @@ pub fn build(o: &ValidatedInterconnect, settings: &Settings, observed: &Observed
         .filter(|r| r.mounted && existing.get(&r.secret).is_some_and(|s| !is_generated_by(s, o)))
         .filter_map(|r| {
             let until = credentials::earliest_expiry([after.get(&r.secret)?])?;
-            let left = until.duration_since(observed.now).unwrap_or(Duration::ZERO);
+            // Expired is a problem of its own (`CertificateExpired`), not a warning.
+            let left = until.duration_since(observed.now).ok().filter(|l| !l.is_zero())?;
             (left < EXPIRY_WARNING).then(|| {
                 let line = format!(
                     "the certificate in Secret {} ({}) expires in {}: it is user-provided, so the operator does \
                      not renew it",
                     r.secret,
                     r.field,
-                    humantime::format_duration(Duration::from_secs(left.as_secs()))
+                    crate::human::duration(left)
                 );
                 (r.secret.clone(), line)
             })
@@ -179,15 +224,18 @@ pub fn build(o: &ValidatedInterconnect, settings: &Settings, observed: &Observed
     let credentials = CredentialsReport {
         changes: plan.changes,
         unmet: unmet(&refs, &after),
+        problems: judge(&refs, &after, observed.now),
         expiring,
         earliest_expiry: credentials::earliest_expiry(mounted),
         next_renewal: plan.next_renewal,
         fingerprint: credentials_hash.clone(),
     };
-    let workload = builders::workload(o, settings, &router_config, &credentials_hash);
-    // A missing Secret never rolls existing routers onto pods that cannot start: the pod
-    // template keeps its last mountable state until every Secret it mounts exists again.
-    let hold = !credentials.unmet.is_empty() && observed.workload.ours().is_some();
+    let workload = builders::workload(o, settings, &router_config, &credentials_hash, &bundles);
+    // A missing or invalid Secret never rolls existing routers onto pods that cannot start:
+    // the pod template keeps its last mountable state until every Secret it mounts exists
+    // again with what the router reads.
+    let invalid = credentials.problems.iter().any(|j| matches!(j.problem, Problem::Invalid(_)));
+    let hold = (!credentials.unmet.is_empty() || invalid) && observed.workload.ours().is_some();
     let replicas = match &workload {
         Workload::Deployment(d) => d.spec.as_ref().and_then(|s| s.replicas),
         Workload::DaemonSet(_) => None,
@@ -198,7 +246,7 @@ pub fn build(o: &ValidatedInterconnect, settings: &Settings, observed: &Observed
         role_binding: builders::role_binding(o),
         router_config_map: builders::router_config_map(o, &router_config),
         sasl_config_map: builders::sasl_config_map(o),
-        secrets: Secrets { create, update: plan.update, keep: named_secrets(o) },
+        secrets: Secrets { create, update: plan.update, keep: named_secrets(o), conflicts },
         workload: if hold { WorkloadChange::Hold(workload) } else { WorkloadChange::Apply(workload) },
         service: builders::service(o),
         exposure: builders::exposure(o, settings),

@@ -14,7 +14,7 @@ use qdr_api::{Interconnect, InterconnectStatus};
 
 use super::build::Report;
 use super::observe::Observed;
-use super::status::{MAX_MESSAGE, conflicts_message, missing_message};
+use super::status::{MAX_MESSAGE, conflicts_message, missing_message, problem_message};
 use super::types::{
     CONFLICTING_OBJECT, DEGRADED, INVALID_SPEC, MISSING_SECRET, READY, RECONCILE_FAILED, SPEC_VALID,
     UNSCHEDULABLE,
@@ -53,6 +53,9 @@ pub(crate) enum Change {
     ConflictingObject(String),
     /// Warning `MissingSecret`: a referenced Secret is missing or lacks keys.
     MissingSecret(String),
+    /// Warning `InvalidSecret` or `CertificateExpired` (the reason): a referenced Secret
+    /// holds what cannot be used (the condition message).
+    SecretProblem(&'static str, String),
     /// `CredentialsChanged`: a mounted Secret changed, so the routers roll.
     CredentialsChanged,
     /// `CertificateRenewed` or `CARotation`: generated credentials were renewed or a CA
@@ -90,6 +93,7 @@ impl Change {
             Change::ConflictingObject(m) => (EventType::Warning, CONFLICTING_OBJECT, m.clone()),
             Change::ReconcileFailed(m) => (EventType::Warning, RECONCILE_FAILED, m.clone()),
             Change::MissingSecret(m) => (EventType::Warning, MISSING_SECRET, m.clone()),
+            Change::SecretProblem(reason, m) => (EventType::Warning, *reason, m.clone()),
             Change::CredentialsChanged => (
                 EventType::Normal,
                 "CredentialsChanged",
@@ -97,6 +101,12 @@ impl Change {
             ),
             Change::Credential(c @ CredentialChange::Renewed { .. }) => {
                 (EventType::Normal, "CertificateRenewed", c.to_string())
+            }
+            Change::Credential(c @ CredentialChange::CaReplaced { .. }) => {
+                (EventType::Warning, "CAReplaced", c.to_string())
+            }
+            Change::Credential(c @ CredentialChange::PasswordsChanged(_)) => {
+                (EventType::Warning, "PasswordsChanged", c.to_string())
             }
             Change::Credential(c) => (EventType::Normal, "CARotation", c.to_string()),
             Change::CertificateExpiring(m) => (EventType::Warning, "CertificateExpiring", m.clone()),
@@ -156,6 +166,8 @@ pub(crate) fn for_pass(
     }
     if !report.credentials.unmet.is_empty() {
         changes.extend(missing_secret(ic, &missing_message(&report.credentials, applied.held)));
+    } else if let Some((reason, message)) = problem_message(&report.credentials, applied.held) {
+        changes.extend((!reported(ic, READY, reason)).then(|| Change::SecretProblem(reason, message)));
     }
     changes.extend(new.and_then(|new| scheduling(ic, new)));
     changes.extend(expiry.due(ic, &report.credentials.expiring));

@@ -18,9 +18,9 @@
 //! | condition | reasons |
 //! |---|---|
 //! | `SpecValid` | `Valid`, `InvalidSpec` |
-//! | `Ready` | `RoutersReady`, `RoutersNotReady`, `Unschedulable`, `MissingSecret`, `ConflictingObject`, `InvalidSpec`, `ReconcileFailed` |
+//! | `Ready` | `RoutersReady`, `RoutersNotReady`, `Unschedulable`, `MissingSecret`, `InvalidSecret`, `CertificateExpired`, `ConflictingObject`, `InvalidSpec`, `ReconcileFailed` |
 //! | `Available` | `MinimumRoutersAvailable`, `RoutersUnavailable`, `Unschedulable`, `ConflictingObject` |
-//! | `Progressing` | `RollingOut`, `Complete`, `MissingSecret`, `ConflictingObject` |
+//! | `Progressing` | `RollingOut`, `Complete`, `MissingSecret`, `InvalidSecret`, `ConflictingObject` |
 //! | `Degraded` | `ReconcileSucceeded`, `ReconcileFailed`, `ConflictingObject` |
 
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, Time};
@@ -32,9 +32,10 @@ use serde_json::json;
 use super::build::CredentialsReport;
 use super::observe::{Observed, Unschedulable};
 use super::types::{
-    AVAILABLE, Applied, CONFLICTING_OBJECT, DEGRADED, Generation, INVALID_SPEC, MISSING_SECRET, PROGRESSING,
-    READY, RECONCILE_FAILED, SPEC_VALID, UNSCHEDULABLE,
+    AVAILABLE, Applied, CERTIFICATE_EXPIRED, CONFLICTING_OBJECT, DEGRADED, Generation, INVALID_SECRET,
+    INVALID_SPEC, MISSING_SECRET, PROGRESSING, READY, RECONCILE_FAILED, SPEC_VALID, UNSCHEDULABLE,
 };
+use crate::references::Problem;
 use super::{Error as PassError, Pass};
 use crate::validated::ValidatedInterconnect;
 
@@ -127,6 +128,33 @@ pub(crate) fn missing_message(report: &CredentialsReport, held: bool) -> String 
     }
 }
 
+/// The reason and message of the conditions for Secrets that exist but hold what cannot be
+/// used ([`INVALID_SECRET`], before [`CERTIFICATE_EXPIRED`]), or `None`; `held` as in
+/// [`missing_message`].
+pub(crate) fn problem_message(report: &CredentialsReport, held: bool) -> Option<(&'static str, String)> {
+    let of = |expired: bool| {
+        report
+            .problems
+            .iter()
+            .filter(|j| matches!(j.problem, Problem::Expired(_)) == expired)
+            .map(ToString::to_string)
+            .collect::<Vec<_>>()
+    };
+    let (invalid, expired) = (of(false), of(true));
+    if !invalid.is_empty() {
+        let then = if held {
+            "the running routers are left as they are (no rollout) until it is fixed; new routers could not start"
+        } else {
+            "the routers cannot start until it is fixed"
+        };
+        return Some((INVALID_SECRET, format!("{}: {then}", invalid.join("; "))));
+    }
+    (!expired.is_empty()).then(|| {
+        let what = "clients reject an expired certificate: replace it (the operator renews only the certificates                     it generates)";
+        (CERTIFICATE_EXPIRED, format!("{}: {what}", expired.join("; ")))
+    })
+}
+
 /// The message of the [`UNSCHEDULABLE`] conditions, such as `1 of 4 routers cannot be
 /// scheduled: 0/3 nodes are available: 3 node(s) didn't match pod anti-affinity rules. ...`:
 /// the count of unplaced router pods, the number of routers wanted (`desired`, or more while
@@ -179,19 +207,26 @@ pub(crate) fn desired(
     // available, and no old router remains (never "Complete" with routers unavailable or
     // with an old pod still terminating).
     let rolling = !w.current || w.updated < w.desired || !is_available || old > 0;
-    let is_ready = is_available && !rolling && w.ready >= w.desired && report.unmet.is_empty();
+    let is_ready = is_available
+        && !rolling
+        && w.ready >= w.desired
+        && report.unmet.is_empty()
+        && report.problems.is_empty();
     let mut msg =
         format!("{}/{} routers ready, {} updated, {} available", w.ready, w.desired, w.updated, w.available);
     if old > 0 {
         let noun = if old == 1 { "old router" } else { "old routers" };
         msg.push_str(&format!(", {old} {noun} still running or shutting down"));
     }
-    let missing =
-        (!report.unmet.is_empty()).then(|| format!("{}; {msg}", missing_message(report, applied.held)));
+    let missing = (!report.unmet.is_empty())
+        .then(|| (MISSING_SECRET, format!("{}; {msg}", missing_message(report, applied.held))))
+        .or_else(|| problem_message(report, applied.held).map(|(r, m)| (r, format!("{m}; {msg}"))));
     let unschedulable = (!observed.unschedulable.is_empty())
         .then(|| unschedulable_message(&observed.unschedulable, w.desired));
     let (ready_reason, progressing_reason) = match (&missing, &unschedulable, is_ready, rolling) {
-        (Some(_), _, _, _) => (MISSING_SECRET, MISSING_SECRET),
+        (Some((CERTIFICATE_EXPIRED, _)), _, _, true) => (CERTIFICATE_EXPIRED, "RollingOut"),
+        (Some((CERTIFICATE_EXPIRED, _)), _, _, false) => (CERTIFICATE_EXPIRED, "Complete"),
+        (Some((reason, _)), _, _, _) => (*reason, *reason),
         (None, Some(_), _, true) => (UNSCHEDULABLE, "RollingOut"),
         (None, Some(_), _, false) => (UNSCHEDULABLE, "Complete"),
         (None, None, true, _) => ("RoutersReady", "Complete"),
@@ -200,7 +235,9 @@ pub(crate) fn desired(
     };
     // A router that cannot be scheduled is never ready, whatever the workload counts say.
     let is_ready = is_ready && unschedulable.is_none();
-    let detail = missing.as_deref().or(unschedulable.as_deref()).unwrap_or(&msg);
+    let detail = missing.as_ref().map(|(_, m)| m.as_str()).or(unschedulable.as_deref()).unwrap_or(&msg);
+    // An expired certificate is served: nothing is held or waits for it.
+    let blocked = missing.as_ref().is_some_and(|(r, _)| *r != CERTIFICATE_EXPIRED);
     let (available_reason, available_message) = match (is_available, &unschedulable) {
         (true, _) => ("MinimumRoutersAvailable", msg.as_str()),
         (false, Some(u)) => (UNSCHEDULABLE, u.as_str()),
@@ -211,7 +248,7 @@ pub(crate) fn desired(
             condition(SPEC_VALID, true, "Valid", "the spec passed validation", generation, pc),
             condition(READY, is_ready, ready_reason, detail, generation, pc),
             condition(AVAILABLE, is_available, available_reason, available_message, generation, pc),
-            condition(PROGRESSING, rolling || missing.is_some(), progressing_reason, detail, generation, pc),
+            condition(PROGRESSING, rolling || blocked, progressing_reason, detail, generation, pc),
             condition(DEGRADED, false, "ReconcileSucceeded", "all children applied", generation, pc),
         ],
         observed_generation: Some(generation),

@@ -29,6 +29,11 @@ pub(crate) const RECONCILE_FAILED: &str = "ReconcileFailed";
 pub(crate) const CONFLICTING_OBJECT: &str = "ConflictingObject";
 /// Reason: a Secret the spec references is missing or lacks a key the router reads.
 pub(crate) const MISSING_SECRET: &str = "MissingSecret";
+/// Reason: a certificate a referenced Secret holds has expired (`Ready=False`).
+pub(crate) const CERTIFICATE_EXPIRED: &str = "CertificateExpired";
+/// Reason: a referenced Secret holds something the router cannot read: not a certificate,
+/// or a key of another certificate (`Ready=False`, `Progressing=True`).
+pub(crate) const INVALID_SECRET: &str = "InvalidSecret";
 /// Reason: router pods the scheduler cannot place (their `PodScheduled=False` condition).
 pub(crate) const UNSCHEDULABLE: &str = "Unschedulable";
 
