@@ -725,9 +725,12 @@ impl Validator {
             seen.push((users, "spec.users".into(), Generated::Users));
         }
         let ic_ca = ic.issuer_secret();
-        let signs = spec.ssl_profiles.iter().flatten().filter(|p| p.generate_credentials == Some(true)).any(|p| {
-            p.mutual_auth != Some(true) || p.ca_cert.as_ref().is_none_or(|c| *c == ic_ca)
-        });
+        let signs = spec
+            .ssl_profiles
+            .iter()
+            .flatten()
+            .filter(|p| p.generate_credentials == Some(true))
+            .any(|p| p.mutual_auth != Some(true) || p.ca_cert.as_ref().is_none_or(|c| *c == ic_ca));
         if spec.user_issuer().is_none() && signs {
             let path = "the Interconnect's CA, <name>-ca (spec.deploymentPlan.issuer is not set)".to_string();
             seen.push((ic_ca, path, Generated::Ca));

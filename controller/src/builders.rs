@@ -223,7 +223,10 @@ fn router_env(o: &ValidatedInterconnect) -> Vec<EnvVar> {
 /// configuration, one per sslProfile Secret (credentials, and the CA when the config reads
 /// it from its own Secret; only the bundle of a CA in `bundles`), then the SASL users
 /// Secret and ConfigMap.
-fn volumes_and_mounts(o: &ValidatedInterconnect, bundles: &BTreeSet<String>) -> (Vec<Volume>, Vec<VolumeMount>) {
+fn volumes_and_mounts(
+    o: &ValidatedInterconnect,
+    bundles: &BTreeSet<String>,
+) -> (Vec<Volume>, Vec<VolumeMount>) {
     let (mut volumes, mut mounts) = (Vec::new(), Vec::new());
     volumes.push(Volume {
         name: "router-config".into(),

@@ -392,9 +392,10 @@ pub(crate) fn generated(o: &ValidatedInterconnect) -> Vec<(String, String)> {
     let profiles: Vec<_> = o.spec().ssl_profiles.iter().flatten().collect();
     let ic_ca = o.issuer_secret();
     let mut out = Vec::new();
-    let signs = profiles.iter().filter(|p| p.generate_credentials == Some(true)).any(|p| {
-        p.mutual_auth != Some(true) || p.ca_cert.as_ref().is_none_or(|c| *c == ic_ca)
-    });
+    let signs = profiles
+        .iter()
+        .filter(|p| p.generate_credentials == Some(true))
+        .any(|p| p.mutual_auth != Some(true) || p.ca_cert.as_ref().is_none_or(|c| *c == ic_ca));
     if o.spec().user_issuer().is_none() && signs {
         out.push((ic_ca, "spec.deploymentPlan.issuer".to_string()));
     }
@@ -547,10 +548,17 @@ fn ca_step(
     }
     let active = match st.active.clone() {
         Ok(Some(a)) => a,
+        Ok(None) if leaf_data.iter().any(Option::is_some) => {
+            return recover(w, name, &st, &leaf_data, "it does not exist".into(), now, lifetimes);
+        }
         Ok(None) => {
             // New.
             let ca = new_ca(name, now, lifetimes.ca)?;
-            w.write(name, data(&[("tls.crt", &ca.cert_pem), ("tls.key", &ca.key_pem), ("ca.crt", &ca.cert_pem)]), None);
+            w.write(
+                name,
+                data(&[("tls.crt", &ca.cert_pem), ("tls.key", &ca.key_pem), ("ca.crt", &ca.cert_pem)]),
+                None,
+            );
             w.due(CertInfo::parse(&ca.cert_pem)?.point(RENEW_FRACTION));
             return Ok(());
         }
@@ -560,9 +568,9 @@ fn ca_step(
     // Anything else in the bundle (an old CA, an expired one) leaves it once nothing it
     // signed is served and the overlap has passed.
     if split_bundle(&st.trust) != split_bundle(&active.cert_pem) {
-        let all_signed = leaf_data
-            .iter()
-            .all(|d| d.as_ref().and_then(|d| text(d, "tls.crt")).is_some_and(|c| signed_by(&c, &active.cert_pem)));
+        let all_signed = leaf_data.iter().all(|d| {
+            d.as_ref().and_then(|d| text(d, "tls.crt")).is_some_and(|c| signed_by(&c, &active.cert_pem))
+        });
         let from = st.since.or(Some(info.not_before));
         if all_signed && distributed && rolled_out && waited(w, from) {
             let mut d = st.data.clone();
@@ -605,8 +613,8 @@ fn recover(
     lifetimes: Lifetimes,
 ) -> Result<(), CredentialsError> {
     let mut old: Vec<String> = Vec::new();
-    let bundles = std::iter::once(st.trust.clone())
-        .chain(leaf_data.iter().flatten().filter_map(|d| text(d, "ca.crt")));
+    let bundles =
+        std::iter::once(st.trust.clone()).chain(leaf_data.iter().flatten().filter_map(|d| text(d, "ca.crt")));
     for b in bundles {
         for c in valid_cas(&b, now) {
             if !old.contains(&c) {
@@ -631,7 +639,12 @@ fn recover(
     // promotion), so the Secret keeps its shape.
     w.write(
         name,
-        data(&[("tls.crt", &old[0]), ("ca.crt", &trust), (NEXT_CRT, &next.cert_pem), (NEXT_KEY, &next.key_pem)]),
+        data(&[
+            ("tls.crt", &old[0]),
+            ("ca.crt", &trust),
+            (NEXT_CRT, &next.cert_pem),
+            (NEXT_KEY, &next.key_pem),
+        ]),
         Some(now),
     );
     w.due(now + lifetimes.overlap);

@@ -55,7 +55,12 @@ pub fn references(o: &ValidatedInterconnect, bundles: &BTreeSet<String>) -> Vec<
                 out.push(Reference { secret: ca.clone(), field, keys, mounted: true });
             } else if p.generate_credentials == Some(true) && p.generate_ca_cert != Some(true) {
                 // The user's CA signs the generated credentials: read by the operator.
-                out.push(Reference { secret: ca.clone(), field, keys: vec!["tls.crt", "tls.key"], mounted: false });
+                out.push(Reference {
+                    secret: ca.clone(),
+                    field,
+                    keys: vec!["tls.crt", "tls.key"],
+                    mounted: false,
+                });
             }
         }
     }
@@ -206,7 +211,8 @@ fn problem(r: &Reference, d: &Data, now: SystemTime) -> Option<Problem> {
     if r.keys.contains(&"ca.crt")
         && let Some(bundle) = text("ca.crt")
     {
-        let infos: Vec<CertInfo> = split_bundle(&bundle).iter().filter_map(|c| CertInfo::parse(c).ok()).collect();
+        let infos: Vec<CertInfo> =
+            split_bundle(&bundle).iter().filter_map(|c| CertInfo::parse(c).ok()).collect();
         let Some(last) = infos.iter().map(|i| i.not_after).max() else {
             return Some(Problem::Invalid("ca.crt is not a PEM certificate".into()));
         };

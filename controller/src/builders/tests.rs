@@ -35,8 +35,14 @@ fn workload(o: &ValidatedInterconnect) -> Workload {
 }
 
 fn pod(o: &ValidatedInterconnect) -> Value {
-    serde_json::to_value(builders::pod_template(o, &settings(), &Rendered::of(o.spec()), "fingerprint", &Default::default()))
-        .unwrap()
+    serde_json::to_value(builders::pod_template(
+        o,
+        &settings(),
+        &Rendered::of(o.spec()),
+        "fingerprint",
+        &Default::default(),
+    ))
+    .unwrap()
 }
 
 fn env_names(p: &Value) -> Vec<String> {

@@ -353,7 +353,12 @@ impl SecretReferences {
 
     /// The Interconnects of namespace `ns` whose effective spec names Secret `name`, except
     /// the one named `except` (the Secret's controller, which its own watch wakes).
-    pub(crate) fn referencing(&self, ns: &str, name: &str, except: Option<&str>) -> Vec<ObjectRef<Interconnect>> {
+    pub(crate) fn referencing(
+        &self,
+        ns: &str,
+        name: &str,
+        except: Option<&str>,
+    ) -> Vec<ObjectRef<Interconnect>> {
         let index = self.index.lock().unwrap_or_else(|e| e.into_inner());
         let Some(uids) = index.by_secret.get(&(ns.to_string(), name.to_string())) else { return Vec::new() };
         uids.iter()

@@ -6,7 +6,7 @@
 use std::collections::BTreeMap;
 use std::time::{Duration, SystemTime};
 
-use crate::credentials::{CredentialChange, Existing, Lifetimes, Plan, plan, text};
+use crate::credentials::{CredentialChange, Existing, Lifetimes, Plan, STEP_AT, plan, text};
 use crate::references::{fingerprint, references, unmet};
 use crate::validated::ValidatedInterconnect;
 use k8s_openapi::ByteString;
@@ -24,7 +24,11 @@ fn owner(spec: Value) -> ValidatedInterconnect {
     ValidatedInterconnect::new(&ic).unwrap()
 }
 
-const LIFE: Lifetimes = Lifetimes { ca: Duration::from_secs(600), cert: Duration::from_secs(300) };
+const LIFE: Lifetimes = Lifetimes {
+    ca: Duration::from_secs(600),
+    cert: Duration::from_secs(300),
+    overlap: Duration::from_secs(20),
+};
 
 /// The namespace after `p` was applied.
 fn apply(existing: &mut Existing, p: &Plan) {
@@ -74,67 +78,246 @@ fn certificates_are_renewed_at_two_thirds_of_their_lifetime() {
         .unwrap();
 }
 
-/// Runs the passes of a CA rotation, with the routers rolled out after every change, and
-/// checks at every step that each router state accepts the peer certificate of the state
-/// before and after it (a rolling update mixes them).
+/// A rotation step of `c`, as `stage mesh-ca` (renewals are `None`).
+fn step(c: &CredentialChange) -> Option<String> {
+    match c {
+        CredentialChange::CaStaged { secret, lost: None, .. } => Some(format!("stage {secret}")),
+        CredentialChange::CaStaged { secret, lost: Some(_), .. } => Some(format!("recover {secret}")),
+        CredentialChange::CaPromoted { secret, .. } => Some(format!("promote {secret}")),
+        CredentialChange::CaRetired(secret) => Some(format!("retire {secret}")),
+        CredentialChange::CaReplaced { secret, .. } => Some(format!("replace {secret}")),
+        _ => None,
+    }
+}
+
+/// Runs passes every `tick` from `now` while anything changes (at most `passes`), with the
+/// routers rolled out after every change; checks that a pass which sees the routers still
+/// on the previous state takes no CA step beyond a stage, and that each state accepts the
+/// peer certificate of the state before and after it (a rolling update mixes them).
+/// Returns the steps with their times (seconds from the first pass) and the states.
+fn run(
+    o: &ValidatedInterconnect,
+    ns: &mut Existing,
+    mut now: SystemTime,
+    life: Lifetimes,
+    tick: Duration,
+    passes: usize,
+) -> (Vec<(u64, String)>, SystemTime) {
+    let start = now;
+    let state = |ns: &Existing| (get(ns, LEAF, "tls.crt"), get(ns, LEAF, "ca.crt"));
+    let mut states = vec![state(ns)];
+    let mut steps = Vec::new();
+    let mut quiet = 0;
+    for _ in 0..passes {
+        let waiting = plan(o, ns, now, life, false).unwrap();
+        let early: Vec<String> = waiting
+            .changes
+            .iter()
+            .filter_map(step)
+            .filter(|s| s.starts_with("promote") || s.starts_with("retire"))
+            .collect();
+        assert!(early.is_empty(), "a step before the rollout: {early:?}");
+        let p = plan(o, ns, now, life, true).unwrap();
+        if p.update.is_empty() && p.create.is_empty() {
+            quiet += 1;
+            // Nothing due before the overlap ends: wait for the plan's own next moment.
+            if quiet > 2 && p.next_renewal.is_none_or(|t| t > now + life.overlap * 2) {
+                break;
+            }
+        } else {
+            quiet = 0;
+            let secs = now.duration_since(start).unwrap().as_secs();
+            steps.extend(p.changes.iter().filter_map(step).map(|s| (secs, s)));
+            apply(ns, &p);
+            states.push(state(ns));
+        }
+        now += tick;
+    }
+    for pair in states.windows(2) {
+        let ((leaf_a, trust_a), (leaf_b, trust_b)) = (&pair[0], &pair[1]);
+        verify_leaf(leaf_a, trust_b, "mesh.ns.svc", now).expect("new router trusts old peer");
+        verify_leaf(leaf_b, trust_a, "mesh.ns.svc", now).expect("old router trusts new peer");
+    }
+    (steps, now)
+}
+
 #[test]
 fn a_ca_is_rotated_with_overlap_and_no_router_ever_distrusts_a_peer() {
     // Leaves outlive the CA's renew point, so only the rotation changes them.
-    const LIFE: Lifetimes = Lifetimes { ca: Duration::from_secs(300), cert: Duration::from_secs(600) };
+    const LIFE: Lifetimes = Lifetimes {
+        ca: Duration::from_secs(300),
+        cert: Duration::from_secs(600),
+        overlap: Duration::from_secs(20),
+    };
+    assert_eq!(LIFE.check(), Ok(()));
     let o = owner(json!({}));
     let t0 = SystemTime::now();
     let mut ns = Existing::new();
     let first = plan(&o, &ns, t0, LIFE, true).unwrap();
     apply(&mut ns, &first);
     let ca_info = CertInfo::parse(&get(&ns, CA, "tls.crt")).unwrap();
-    // Past the CA's renew point, but before its leaves' lifetime ends: pass again and again.
-    let mut now = ca_info.point(2.0 / 3.0) + Duration::from_secs(1);
-    let state = |ns: &Existing| (get(ns, LEAF, "tls.crt"), get(ns, LEAF, "ca.crt"));
-    let mut states = vec![state(&ns)];
-    let mut steps = Vec::new();
-    for _ in 0..8 {
-        // A pass that sees the routers still on the previous state changes no CA.
-        let waiting = plan(&o, &ns, now, LIFE, false).unwrap();
-        assert!(
-            waiting
-                .changes
-                .iter()
-                .all(|c| !matches!(c, CredentialChange::CaPromoted(_) | CredentialChange::CaRetired(_))),
-            "promotion or retirement before the rollout: {:?}",
-            waiting.changes
-        );
-        let p = plan(&o, &ns, now, LIFE, true).unwrap();
-        if p.update.is_empty() && p.create.is_empty() {
-            break;
-        }
-        steps.extend(p.changes.iter().filter(|c| !matches!(c, CredentialChange::Renewed { .. })).cloned());
-        apply(&mut ns, &p);
-        states.push(state(&ns));
-        now += Duration::from_secs(1);
-    }
+    let first_ca = get(&ns, CA, "tls.crt");
+    // Past the CA's renew point, but before its leaves' lifetime ends: a pass every second.
+    let from = ca_info.point(2.0 / 3.0) + Duration::from_secs(1);
+    let (steps, now) = run(&o, &mut ns, from, LIFE, Duration::from_secs(1), 120);
+    let names: Vec<&str> = steps.iter().map(|(_, s)| s.as_str()).collect();
     assert_eq!(
-        steps,
+        names,
         [
-            CredentialChange::CaStaged("mesh-ca".into()),
-            CredentialChange::CaStaged(CA.into()),
-            CredentialChange::CaPromoted("mesh-ca".into()),
-            CredentialChange::CaPromoted(CA.into()),
-            CredentialChange::CaRetired("mesh-ca".into()),
-            CredentialChange::CaRetired(CA.into()),
+            "stage mesh-ca",
+            "stage mesh-inter-router-ca",
+            "promote mesh-ca",
+            "promote mesh-inter-router-ca",
+            "retire mesh-ca",
+            "retire mesh-inter-router-ca"
         ]
     );
-    for pair in states.windows(2) {
-        let ((leaf_a, trust_a), (leaf_b, trust_b)) = (&pair[0], &pair[1]);
-        verify_leaf(leaf_a, trust_b, "mesh.ns.svc", now).expect("new router trusts old peer");
-        verify_leaf(leaf_b, trust_a, "mesh.ns.svc", now).expect("old router trusts new peer");
+    // Each step waits the overlap after the one before (a pass a second: at most one late).
+    let at = |name: &str| steps.iter().find(|(_, s)| s == name).unwrap().0;
+    for (a, b) in [("stage mesh-ca", "promote mesh-ca"), ("promote mesh-ca", "retire mesh-ca")] {
+        let gap = at(b) - at(a);
+        assert!((20..=21).contains(&gap), "{a} → {b}: {gap}s, overlap 20s");
     }
     // At the end: one CA trusted, the new one, and the leaf is signed by it.
-    let (leaf, trust) = states.last().unwrap();
-    assert_eq!(qdr_certs::pki::split_bundle(trust).len(), 1);
-    assert_eq!(trust, &get(&ns, CA, "ca.crt"));
-    assert_ne!(get(&ns, CA, "tls.crt"), states[0].1, "the CA changed");
-    verify_leaf(leaf, trust, "mesh.ns.svc", now).unwrap();
-    assert!(!ns[CA].data.as_ref().unwrap().contains_key("next.crt"));
+    assert_eq!(qdr_certs::pki::split_bundle(&get(&ns, LEAF, "ca.crt")).len(), 1);
+    assert_eq!(get(&ns, LEAF, "ca.crt"), get(&ns, CA, "ca.crt"));
+    assert_ne!(get(&ns, CA, "tls.crt"), first_ca, "the CA changed");
+    verify_leaf(&get(&ns, LEAF, "tls.crt"), &get(&ns, CA, "ca.crt"), "mesh.ns.svc", now).unwrap();
+    let data = ns[CA].data.as_ref().unwrap();
+    assert!(!data.contains_key("next.crt"));
+    assert!(ns[CA].metadata.annotations.as_ref().is_none_or(|a| !a.contains_key(STEP_AT)));
+}
+
+#[test]
+fn each_rotation_event_names_the_date_of_the_next_step() {
+    let o = owner(json!({}));
+    let t0 = SystemTime::UNIX_EPOCH + Duration::from_secs(1_795_000_000);
+    let mut ns = Existing::new();
+    let first = plan(&o, &ns, t0, LIFE, true).unwrap();
+    apply(&mut ns, &first);
+    let at = CertInfo::parse(&get(&ns, CA, "tls.crt")).unwrap().point(2.0 / 3.0);
+    let staged = plan(&o, &ns, at, LIFE, true).unwrap();
+    let line = staged.changes.iter().find(|c| step(c).is_some()).unwrap().to_string();
+    let promote = crate::human::date(at + LIFE.overlap);
+    assert!(line.contains(&format!("must trust the new ca.crt before {promote}")), "{line}");
+    assert_eq!(staged.next_renewal, Some(at + LIFE.overlap));
+    apply(&mut ns, &staged);
+    // The overlap is kept even with everything rolled out, and the requeue is at its end.
+    let early = plan(&o, &ns, at + LIFE.overlap - Duration::from_secs(1), LIFE, true).unwrap();
+    assert!(early.changes.iter().all(|c| step(c).is_none()), "{:?}", early.changes);
+    assert_eq!(early.next_renewal, Some(at + LIFE.overlap));
+    let promoted = plan(&o, &ns, at + LIFE.overlap, LIFE, true).unwrap();
+    let line = promoted.changes.iter().find(|c| step(c).is_some()).unwrap().to_string();
+    let retire = crate::human::date(at + LIFE.overlap * 2);
+    assert!(line.contains(&format!("stays trusted until at least {retire}")), "{line}");
+}
+
+/// Removes `key` from Secret `name`, or the whole Secret when `key` is `None`.
+fn lose(ns: &mut Existing, name: &str, key: Option<&str>) {
+    match key {
+        None => {
+            ns.remove(name);
+        }
+        Some(k) => {
+            ns.get_mut(name).unwrap().data.as_mut().unwrap().remove(k);
+        }
+    }
+}
+
+#[test]
+fn a_lost_ca_is_replaced_through_the_three_steps_with_the_old_ca_trusted_meanwhile() {
+    for (what, key) in [("deleted", None), ("without tls.key", Some("tls.key"))] {
+        let o = owner(json!({}));
+        let t0 = SystemTime::now();
+        let mut ns = Existing::new();
+        let first = plan(&o, &ns, t0, LIFE, true).unwrap();
+        apply(&mut ns, &first);
+        let old_ca = get(&ns, CA, "tls.crt");
+        lose(&mut ns, CA, key);
+        let (steps, _) = run(&o, &mut ns, t0 + Duration::from_secs(1), LIFE, Duration::from_secs(1), 120);
+        let names: Vec<&str> = steps.iter().map(|(_, s)| s.as_str()).collect();
+        assert_eq!(
+            names,
+            [format!("recover {CA}"), format!("promote {CA}"), format!("retire {CA}")],
+            "{what}"
+        );
+        assert_ne!(get(&ns, CA, "tls.crt"), old_ca, "{what}");
+        let leaf = CertInfo::parse(&get(&ns, LEAF, "tls.crt")).unwrap();
+        assert!(
+            qdr_certs::pki::signed_by(&get(&ns, LEAF, "tls.crt"), &get(&ns, CA, "tls.crt")),
+            "{what}: {leaf:?}"
+        );
+    }
+}
+
+#[test]
+fn a_lost_ca_with_nothing_left_to_trust_is_replaced_at_once_with_a_warning() {
+    // The CA and its leaf are both gone: nothing signed by the old CA is served.
+    let o = owner(json!({}));
+    let t0 = SystemTime::now();
+    let mut ns = Existing::new();
+    let first = plan(&o, &ns, t0, LIFE, true).unwrap();
+    apply(&mut ns, &first);
+    let old = ns[CA].clone();
+    lose(&mut ns, LEAF, None);
+    // The CA Secret expired: replaced, every leaf re-issued by the new one.
+    let later = t0 + LIFE.ca + Duration::from_secs(60);
+    let mut ns2 = ns.clone();
+    let p = plan(&o, &ns2, later, LIFE, true).unwrap();
+    let replaced: Vec<String> = p.changes.iter().map(ToString::to_string).collect();
+    assert!(
+        replaced.iter().any(|l| l.contains(&format!("the CA in Secret {CA} was replaced at once"))
+            && l.contains("expired at")),
+        "{replaced:?}"
+    );
+    apply(&mut ns2, &p);
+    assert_ne!(ns2[CA].data, old.data);
+    verify_leaf(&get(&ns2, LEAF, "tls.crt"), &get(&ns2, CA, "ca.crt"), "mesh.ns.svc", later).unwrap();
+    // A brand-new Interconnect gets its CAs silently.
+    let fresh = plan(&o, &Existing::new(), t0, LIFE, true).unwrap();
+    assert!(fresh.changes.is_empty(), "{:?}", fresh.changes);
+}
+
+#[test]
+fn a_leaf_is_reissued_when_its_issuer_is_rekeyed_under_the_same_name() {
+    use rcgen::{BasicConstraints, CertificateParams, DnType, IsCa, KeyPair};
+    let o = owner(json!({"deploymentPlan": {"issuer": "corp-ca"}}));
+    let t0 = SystemTime::now();
+    let ca = new_ca("corp", t0, Duration::from_secs(3600)).unwrap();
+    let mut ns = Existing::new();
+    ns.insert("corp-ca".into(), user_secret(&[("tls.crt", &ca.cert_pem), ("tls.key", &ca.key_pem)]));
+    let first = plan(&o, &ns, t0, LIFE, true).unwrap();
+    apply(&mut ns, &first);
+    let leaf = "mesh-default-credentials";
+    assert!(qdr_certs::pki::signed_by(&get(&ns, leaf, "tls.crt"), &ca.cert_pem));
+    // cert-manager's rotationPolicy: Always: a new key, the same subject.
+    let subject = CertInfo::parse(&ca.cert_pem).unwrap().subject_cn;
+    let key = KeyPair::generate().unwrap();
+    let mut params = CertificateParams::new(Vec::<String>::new()).unwrap();
+    params.distinguished_name.push(DnType::CommonName, subject.clone());
+    params.is_ca = IsCa::Ca(BasicConstraints::Constrained(0));
+    let rekeyed = qdr_certs::pki::der_to_pem(params.self_signed(&key).unwrap().der());
+    ns.insert("corp-ca".into(), user_secret(&[("tls.crt", &rekeyed), ("tls.key", &key.serialize_pem())]));
+    let p = plan(&o, &ns, t0 + Duration::from_secs(1), LIFE, true).unwrap();
+    assert!(
+        p.changes.iter().any(|c| matches!(c, CredentialChange::Renewed { why: "signer's key changed", .. })),
+        "{:?}",
+        p.changes
+    );
+    apply(&mut ns, &p);
+    assert_eq!(CertInfo::parse(&get(&ns, leaf, "tls.crt")).unwrap().issuer_cn, subject);
+    verify_leaf(&get(&ns, leaf, "tls.crt"), &rekeyed, "mesh.ns.svc", t0 + Duration::from_secs(1)).unwrap();
+}
+
+#[test]
+fn the_overlap_must_fit_in_the_last_third_of_the_ca_lifetime() {
+    let d = Lifetimes::default();
+    assert_eq!(d.overlap, Duration::from_secs(5 * 365 * 24 * 3600 / 10));
+    assert_eq!(d.check(), Ok(()));
+    let too_long =
+        Lifetimes { overlap: Duration::from_secs(60), ..Lifetimes::new(Duration::from_secs(300), LIFE.cert) };
+    let e = too_long.check().unwrap_err();
+    assert!(e.contains("--router-ca-overlap=1m is too long") && e.contains("less than 50s"), "{e}");
 }
 
 fn user_secret(entries: &[(&str, &str)]) -> Secret {
@@ -179,7 +362,7 @@ fn missing_secrets_and_keys_are_reported_with_the_field_that_names_them() {
         ],
         "deploymentPlan": {"issuer": "corp-ca"},
     }));
-    let refs = references(&o);
+    let refs = references(&o, &Default::default());
     let mut ns: BTreeMap<String, BTreeMap<String, ByteString>> = BTreeMap::new();
     ns.insert("mesh-users".into(), BTreeMap::new());
     let lines: Vec<String> = unmet(&refs, &ns).iter().map(ToString::to_string).collect();

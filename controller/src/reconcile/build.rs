@@ -16,8 +16,8 @@ use k8s_openapi::api::core::v1::{ConfigMap, Secret, Service, ServiceAccount};
 use k8s_openapi::api::rbac::v1::{Role, RoleBinding};
 
 use super::observe::{Observed, named_secrets};
-use crate::builders::{self, Exposure, Settings, Workload};
 use super::types::Conflict;
+use crate::builders::{self, Exposure, Settings, Workload};
 use crate::credentials::{
     self, CredentialChange, CredentialsError, Data, EXPIRY_WARNING, is_generated, is_generated_by,
 };
@@ -140,7 +140,10 @@ pub struct CredentialsReport {
 /// in `ca.crt`), of this or another Interconnect, where the configuration would read
 /// `tls.crt`: the routers trust the whole bundle ([`builders::pod_template`]), so a rotation
 /// of that CA keeps them trusting its leaves at every step.
-pub(crate) fn trusted_bundles(o: &ValidatedInterconnect, existing: &credentials::Existing) -> BTreeSet<String> {
+pub(crate) fn trusted_bundles(
+    o: &ValidatedInterconnect,
+    existing: &credentials::Existing,
+) -> BTreeSet<String> {
     o.spec()
         .ssl_profiles
         .iter()
@@ -148,9 +151,9 @@ pub(crate) fn trusted_bundles(o: &ValidatedInterconnect, existing: &credentials:
         .filter(|p| p.generate_ca_cert != Some(true))
         .filter_map(|p| p.ca_cert.clone())
         .filter(|ca| {
-            existing.get(ca).is_some_and(|s| {
-                is_generated(s) && s.data.as_ref().is_some_and(|d| d.contains_key("ca.crt"))
-            })
+            existing
+                .get(ca)
+                .is_some_and(|s| is_generated(s) && s.data.as_ref().is_some_and(|d| d.contains_key("ca.crt")))
         })
         .collect()
 }

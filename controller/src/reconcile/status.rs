@@ -35,8 +35,8 @@ use super::types::{
     AVAILABLE, Applied, CERTIFICATE_EXPIRED, CONFLICTING_OBJECT, DEGRADED, Generation, INVALID_SECRET,
     INVALID_SPEC, MISSING_SECRET, PROGRESSING, READY, RECONCILE_FAILED, SPEC_VALID, UNSCHEDULABLE,
 };
-use crate::references::Problem;
 use super::{Error as PassError, Pass};
+use crate::references::Problem;
 use crate::validated::ValidatedInterconnect;
 
 /// Longest condition message written (the API's limit is 32 KiB).

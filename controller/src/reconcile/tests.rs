@@ -88,6 +88,46 @@ fn a_missing_secret_is_named_with_its_field() {
 }
 
 #[test]
+fn an_expired_or_invalid_certificate_is_not_ready_with_its_own_reason() {
+    use crate::references::{Judged, Problem};
+    let reference = Reference {
+        secret: "my-tls".into(),
+        field: "spec.sslProfiles[0].credentials".into(),
+        keys: vec!["tls.crt", "tls.key"],
+        mounted: true,
+    };
+    let at = SystemTime::UNIX_EPOCH + Duration::from_secs(1_795_000_000);
+    let expired = Judged { reference: reference.clone(), problem: Problem::Expired(at) };
+    let invalid = Judged { reference, problem: Problem::Invalid("tls.crt is not a PEM certificate".into()) };
+    let applied = Applied { workload: workload(1, 1, 1, 1), ..Default::default() };
+    let report = CredentialsReport { problems: vec![expired.clone()], ..Default::default() };
+    let s = desired(&owner(), &observed(), &applied, &report);
+    let (status, reason, message) = cond(&s, "Ready");
+    assert_eq!((status, reason), ("False", "CertificateExpired"));
+    assert!(
+        message.starts_with(
+            "the certificate in Secret my-tls (spec.sslProfiles[0].credentials) expired at 2026-11-18T11:06:40Z"
+        ),
+        "{message}"
+    );
+    // Served as it is: nothing waits for it, the rollout is complete.
+    assert_eq!(cond(&s, "Progressing").0, "False");
+    assert_eq!(cond(&s, "Available").0, "True");
+    // Invalid comes first, and holds the routers like a missing Secret.
+    let report = CredentialsReport { problems: vec![expired, invalid], ..Default::default() };
+    let held = Applied { held: true, ..applied };
+    let s = desired(&owner(), &observed(), &held, &report);
+    let (status, reason, message) = cond(&s, "Ready");
+    assert_eq!((status, reason), ("False", "InvalidSecret"));
+    assert!(
+        message.starts_with("Secret my-tls (spec.sslProfiles[0].credentials): tls.crt is not a PEM"),
+        "{message}"
+    );
+    assert!(message.contains("running routers are left as they are"), "{message}");
+    assert_eq!((cond(&s, "Progressing").0, cond(&s, "Progressing").1), ("True", "InvalidSecret"));
+}
+
+#[test]
 fn a_conflict_degrades_and_names_every_object() {
     let applied = Applied {
         conflicts: vec![
