@@ -167,7 +167,7 @@ pub(crate) fn for_pass(
     if !report.credentials.unmet.is_empty() {
         changes.extend(missing_secret(ic, &missing_message(&report.credentials, applied.held)));
     } else if let Some((reason, message)) = problem_message(&report.credentials, applied.held) {
-        changes.extend((!reported(ic, READY, reason)).then(|| Change::SecretProblem(reason, message)));
+        changes.extend((!reported(ic, READY, reason)).then_some(Change::SecretProblem(reason, message)));
     }
     changes.extend(new.and_then(|new| scheduling(ic, new)));
     changes.extend(expiry.due(ic, &report.credentials.expiring));
