@@ -24,6 +24,9 @@ pub struct Reference {
     pub keys: Vec<&'static str>,
     /// Whether the router pods mount it (the issuer CA is only read by the operator).
     pub mounted: bool,
+    /// Whether only `keys` are mounted (the trust bundle of a generated CA named by
+    /// `caCert`), not the whole Secret: only they count in the fingerprint.
+    pub projected: bool,
 }
 
 /// Every Secret `o` depends on, in spec order: the SASL users Secret, each profile's
@@ -34,7 +37,13 @@ pub struct Reference {
 pub fn references(o: &ValidatedInterconnect, bundles: &BTreeSet<String>) -> Vec<Reference> {
     let mut out = Vec::new();
     if let Some(users) = o.users_secret() {
-        out.push(Reference { secret: users, field: "spec.users".into(), keys: vec![], mounted: true });
+        out.push(Reference {
+            secret: users,
+            field: "spec.users".into(),
+            keys: vec![],
+            mounted: true,
+            projected: false,
+        });
     }
     for (i, p) in o.spec().ssl_profiles.iter().flatten().enumerate() {
         if let Some(cred) = &p.credentials {
@@ -43,24 +52,22 @@ pub fn references(o: &ValidatedInterconnect, bundles: &BTreeSet<String>) -> Vec<
                 field: format!("spec.sslProfiles[{i}].credentials"),
                 keys: keys_read(p, cred),
                 mounted: true,
+                projected: false,
             });
         }
         if let Some(ca) = p.ca_cert.as_ref().filter(|ca| Some(*ca) != p.credentials.as_ref()) {
             let mut keys = keys_read(p, ca);
-            if bundles.contains(ca) && p.generate_ca_cert != Some(true) {
+            let projected = keys == ["tls.crt"] && bundles.contains(ca);
+            if projected {
                 keys = vec!["ca.crt"];
             }
             let field = format!("spec.sslProfiles[{i}].caCert");
             if !keys.is_empty() {
-                out.push(Reference { secret: ca.clone(), field, keys, mounted: true });
+                out.push(Reference { secret: ca.clone(), field, keys, mounted: true, projected });
             } else if p.generate_credentials == Some(true) && p.generate_ca_cert != Some(true) {
                 // The user's CA signs the generated credentials: read by the operator.
-                out.push(Reference {
-                    secret: ca.clone(),
-                    field,
-                    keys: vec!["tls.crt", "tls.key"],
-                    mounted: false,
-                });
+                let keys = vec!["tls.crt", "tls.key"];
+                out.push(Reference { secret: ca.clone(), field, keys, mounted: false, projected: false });
             }
         }
     }
@@ -77,6 +84,7 @@ pub fn references(o: &ValidatedInterconnect, bundles: &BTreeSet<String>) -> Vec<
                 field: "spec.deploymentPlan.issuer".into(),
                 keys: vec!["tls.crt", "tls.key"],
                 mounted: false,
+                projected: false,
             });
         }
     }
@@ -119,19 +127,28 @@ pub fn unmet(refs: &[Reference], secrets: &BTreeMap<String, Data>) -> Vec<Unmet>
 }
 
 /// SHA-256 (hex) of the content of every mounted Secret of `refs`: names, keys and values,
-/// sorted; a missing Secret counts as missing. Equal content, equal fingerprint.
+/// sorted (only the mounted keys of a [`Reference::projected`] one); a missing Secret counts
+/// as missing. Equal content, equal fingerprint.
 pub fn fingerprint(refs: &[Reference], secrets: &BTreeMap<String, Data>) -> String {
-    let mut names: Vec<&str> = refs.iter().filter(|r| r.mounted).map(|r| r.secret.as_str()).collect();
-    names.sort_unstable();
-    names.dedup();
+    // Per Secret: `None` when it is mounted whole, else the keys mounted.
+    let mut mounted: BTreeMap<&str, Option<Vec<&str>>> = BTreeMap::new();
+    for r in refs.iter().filter(|r| r.mounted) {
+        let entry = mounted.entry(r.secret.as_str()).or_insert_with(|| r.projected.then(Vec::new));
+        match (entry.as_mut(), r.projected) {
+            (Some(keys), true) => keys.extend(r.keys.iter().copied()),
+            (Some(_), false) => *entry = None,
+            (None, _) => {}
+        }
+    }
     let mut h = sha2::Sha256::new();
-    for name in names {
+    for (name, only) in mounted {
         h.update(name.as_bytes());
         h.update([0]);
         match secrets.get(name) {
             None => h.update(b"\x01missing"),
             Some(d) => {
-                for (k, v) in d {
+                for (k, v) in d.iter().filter(|(k, _)| only.as_ref().is_none_or(|o| o.contains(&k.as_str())))
+                {
                     h.update(k.as_bytes());
                     h.update([0]);
                     h.update((v.0.len() as u64).to_be_bytes());

@@ -70,6 +70,7 @@ fn a_missing_secret_is_named_with_its_field() {
                 field: "spec.sslProfiles[0].credentials".into(),
                 keys: vec!["tls.crt", "tls.key"],
                 mounted: true,
+                projected: false,
             },
             missing_keys: vec![],
         }],
@@ -95,6 +96,7 @@ fn an_expired_or_invalid_certificate_is_not_ready_with_its_own_reason() {
         field: "spec.sslProfiles[0].credentials".into(),
         keys: vec!["tls.crt", "tls.key"],
         mounted: true,
+        projected: false,
     };
     let at = SystemTime::UNIX_EPOCH + Duration::from_secs(1_795_000_000);
     let expired = Judged { reference: reference.clone(), problem: Problem::Expired(at) };

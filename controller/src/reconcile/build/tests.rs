@@ -416,6 +416,22 @@ fn a_ca_cert_naming_a_generated_ca_trusts_its_bundle() {
     let items = v.secret.as_ref().unwrap().items.clone().unwrap();
     assert_eq!((items[0].key.as_str(), items[0].path.as_str()), ("ca.crt", "tls.crt"));
     assert!(report.credentials.unmet.is_empty(), "{:?}", report.credentials.unmet);
+    // Only the bundle counts: a promotion (new tls.crt and tls.key) does not roll these
+    // routers, a new bundle does (the Secrets this one generated now exist).
+    for s in &children.secrets.create {
+        seen.secrets.insert(s.metadata.name.clone().unwrap(), Some(s.clone()));
+    }
+    let next = new_ca("mesh-inter-router-ca", SystemTime::now(), DAY).unwrap();
+    let fingerprint = |data: &[(&str, &str)], seen: &mut Observed| {
+        let s = generated_by(secret(data), "mesh", "mesh-uid");
+        seen.secrets.insert("mesh-inter-router-ca".into(), Some(s));
+        build(&o, &settings(false), seen).unwrap().report.credentials.fingerprint
+    };
+    let promoted = [("tls.crt", next.cert_pem.as_str()), ("tls.key", next.key_pem.as_str()), data[2]];
+    assert_eq!(fingerprint(&promoted, &mut seen), report.credentials.fingerprint);
+    let bundle = format!("{}{}", ca.cert_pem, next.cert_pem);
+    let staged = [data[0], data[1], ("ca.crt", bundle.as_str())];
+    assert_ne!(fingerprint(&staged, &mut seen), report.credentials.fingerprint);
     // A user's CA Secret is mounted as it is.
     seen.secrets.insert("mesh-inter-router-ca".into(), Some(secret(&data)));
     let Built { children, .. } = build(&o, &settings(false), &seen).unwrap();
