@@ -3,8 +3,12 @@
 //! [`CA`]; three `AntiAffinity` routers run on three simulated nodes (kwok makes them
 //! Ready), so every rollout needs one router to go before its replacement can be placed
 //! (`maxSurge: 0`), and rollouts complete and gate the CA steps. A configuration change
-//! then rolls them once more, to completion.
-//! The timeline (when each Secret changed, when the pod template rolled) is printed.
+//! then rolls them once more, to completion. The CA's steps wait at least [`OVERLAP`] each.
+//! A second Interconnect, `client`, trusts the first's inter-router CA through its profile's
+//! `caCert`: it follows every change of that bundle before the next step, and every
+//! consecutive pair of states (the CA's served certificate, the bundle `client` trusts)
+//! verifies each other.
+//! The timeline (when each Secret changed, when each pod template rolled) is printed.
 
 mod common;
 
@@ -22,6 +26,8 @@ use serde_json::json;
 const CERT: Duration = Duration::from_secs(24);
 /// CA lifetime: the next CA is staged at 2/3, 30 s.
 const CA: Duration = Duration::from_secs(45);
+/// Least time between the CA's steps (`--router-ca-overlap`).
+const OVERLAP: Duration = Duration::from_secs(4);
 
 fn text(s: &Secret, key: &str) -> String {
     s.data
@@ -46,6 +52,7 @@ async fn certificates_renew_and_the_ca_rotates_with_rolling_routers() {
         &[
             format!("--router-cert-lifetime={}s", CERT.as_secs()),
             format!("--router-ca-lifetime={}s", CA.as_secs()),
+            format!("--router-ca-overlap={}s", OVERLAP.as_secs()),
         ],
     );
     let ns = cp.namespace("rotation").await;
@@ -55,6 +62,13 @@ async fn certificates_renew_and_the_ca_rotates_with_rolling_routers() {
     .unwrap();
     let start = Instant::now();
     interconnects(&ns.client, &ns.name).create(&PostParams::default(), &ic).await.unwrap();
+    common::create_interconnect(
+        &ns,
+        "client",
+        json!({"sslProfiles": [{"name": "peer", "caCert": "mesh-inter-router-ca"}],
+               "connectors": [{"host": "mesh", "port": 5671, "sslProfile": "peer"}]}),
+    )
+    .await;
     let secrets: Api<Secret> = ns.api();
     let deps: Api<Deployment> = ns.api();
     let leaf = "mesh-inter-router-credentials";
@@ -77,7 +91,7 @@ async fn certificates_renew_and_the_ca_rotates_with_rolling_routers() {
     // milliseconds, and each step waits only for the previous rollout).
     enum Seen {
         Secret(Box<Secret>),
-        Template(String),
+        Template(String, String),
     }
     let (tx, mut rx) = tokio::sync::mpsc::unbounded_channel::<Seen>();
     let follow_secrets = {
@@ -106,7 +120,9 @@ async fn certificates_renew_and_the_ca_rotates_with_rolling_routers() {
                     .and_then(|m| m.annotations)
                     .and_then(|a| a.get("qdr-operator.io/credentials-hash").cloned())
                     .unwrap_or_default();
-                if d.metadata.name.as_deref() == Some("mesh") && tx.send(Seen::Template(hash)).is_err() {
+                let name = d.metadata.name.clone().unwrap_or_default();
+                if ["mesh", "client"].contains(&name.as_str()) && tx.send(Seen::Template(name, hash)).is_err()
+                {
                     break;
                 }
             }
@@ -118,6 +134,12 @@ async fn certificates_renew_and_the_ca_rotates_with_rolling_routers() {
     let mut seen: BTreeMap<String, String> = BTreeMap::new();
     let mut leaf_renewed_at = None;
     let mut now_ca = first_ca.clone();
+    // What `client` trusts (the CA's bundle) and what the mesh serves (its leaf), at each
+    // change; the CA's steps and the client's rolls, with times.
+    let mut states: Vec<(std::time::SystemTime, String, String)> =
+        vec![(std::time::SystemTime::now(), text(&first, "tls.crt"), text(&first_ca, "ca.crt"))];
+    let mut ca_steps: Vec<(f64, &str)> = Vec::new();
+    let mut client_rolls: Vec<f64> = Vec::new();
     let deadline = start + 3 * CA;
     let done = loop {
         let next = tokio::time::timeout(Duration::from_millis(200), rx.recv()).await;
@@ -142,18 +164,43 @@ async fn certificates_renew_and_the_ca_rotates_with_rolling_routers() {
                         }
                         seen.insert(name.clone(), rv);
                     }
+                    let changed = |k: &str| text(&s, k) != text(&now_ca, k);
+                    if name == ca && (changed("tls.crt") || changed("ca.crt") || changed("next.crt")) {
+                        let bundle = split_bundle(&text(&s, "ca.crt")).len();
+                        let step = match (text(&s, "next.crt").is_empty(), bundle) {
+                            (false, _) => "stage",
+                            (true, 2) => "promote",
+                            _ => "retire",
+                        };
+                        ca_steps.push((t, step));
+                    }
                     if name == ca {
-                        now_ca = *s;
+                        now_ca = (*s).clone();
+                    }
+                    if name == leaf || name == ca {
+                        let (served, trusted) = (states.last().unwrap().1.clone(), text(&now_ca, "ca.crt"));
+                        let served = if name == leaf { text(&s, "tls.crt") } else { served };
+                        if states.last().is_some_and(|(_, l, b)| (l, b) != (&served, &trusted)) {
+                            states.push((std::time::SystemTime::now(), served, trusted));
+                        }
                     }
                 }
             }
-            Ok(Some(Seen::Template(hash))) => {
-                if seen.get("template") != Some(&hash) {
-                    if seen.contains_key("template") {
-                        timeline.push((t, "pod template rolled (credentials fingerprint changed)".into()));
-                        last_roll = t;
+            Ok(Some(Seen::Template(name, hash))) => {
+                let key = format!("template {name}");
+                if seen.get(&key) != Some(&hash) {
+                    if seen.contains_key(&key) {
+                        timeline.push((
+                            t,
+                            format!("pod template of {name} rolled (credentials fingerprint changed)"),
+                        ));
+                        if name == "mesh" {
+                            last_roll = t;
+                        } else {
+                            client_rolls.push(t);
+                        }
                     }
-                    seen.insert("template".into(), hash);
+                    seen.insert(key, hash);
                 }
             }
             Ok(None) => break false,
@@ -199,8 +246,40 @@ async fn certificates_renew_and_the_ca_rotates_with_rolling_routers() {
         .collect();
     assert!(steps.len() >= 3, "stage, promote and retire: {steps:?}");
     assert!(steps.iter().any(|s| s.contains("2 CAs trusted") && s.contains("next CA staged")), "{steps:?}");
-    let rolls = timeline.iter().filter(|(_, w)| w.starts_with("pod template rolled")).count();
+    let rolls = timeline.iter().filter(|(_, w)| w.starts_with("pod template of mesh rolled")).count();
     assert!(rolls >= 4, "renewal, stage, promote and retire each roll the routers: {rolls}");
+    // Each step waited the overlap after the one before (the controller's clock and this
+    // test's see the same moments, up to the watch's delay, which only adds).
+    let names: Vec<&str> = ca_steps.iter().map(|(_, s)| *s).collect();
+    assert_eq!(names, ["stage", "promote", "retire"], "{ca_steps:?}");
+    for pair in ca_steps.windows(2) {
+        let gap = pair[1].0 - pair[0].0;
+        assert!(
+            gap >= OVERLAP.as_secs_f64() - 0.5,
+            "{} → {}: {gap:.2}s < overlap {OVERLAP:?}",
+            pair[0].1,
+            pair[1].1
+        );
+    }
+    // `client` rolled onto the staged bundle before the new CA signed anything (woken by the
+    // CA Secret, not at a resync), and onto the final bundle after the retirement.
+    let (staged, promoted) = (ca_steps[0].0, ca_steps[1].0);
+    assert!(
+        client_rolls.iter().any(|t| *t >= staged && *t < promoted),
+        "client did not follow the staged bundle before the promotion: rolls at {client_rolls:?}"
+    );
+    // Every consecutive pair of states verifies each other: an old client trusts the new
+    // served certificate and a new client the old one (a rollout mixes them).
+    for pair in states.windows(2) {
+        let ((_, leaf_a, trust_a), (at, leaf_b, trust_b)) = (&pair[0], &pair[1]);
+        let host = format!("mesh.{}.svc", ns.name);
+        qdr_certs::pki::verify_leaf(leaf_a, trust_b, &host, *at)
+            .expect("the new bundle trusts the old certificate");
+        qdr_certs::pki::verify_leaf(leaf_b, trust_a, &host, *at)
+            .expect("the old bundle trusts the new certificate");
+    }
+    eprintln!("{} states of served certificate and trusted bundle, each pair verified", states.len());
+
     // The final state: the leaf is signed by the new CA, which alone is trusted.
     let (leaf_now, ca_now) = (secrets.get(leaf).await.unwrap(), secrets.get(ca).await.unwrap());
     assert_eq!(text(&leaf_now, "ca.crt"), text(&ca_now, "ca.crt"));
