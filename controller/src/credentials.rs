@@ -35,8 +35,9 @@
 //! * **A lost CA** (its Secret deleted, `tls.key` removed or not matching `tls.crt`, `tls.crt`
 //!   not a CA certificate) whose certificate is still valid in the leaves' `ca.crt` (or its
 //!   own): the same three steps, starting from a stage that keeps the old certificate trusted
-//!   (without its key, so nothing is signed until the promotion). With nothing left to keep
-//!   trusted (an expired CA, nothing issued yet) a new CA replaces it at once.
+//!   (the new pair is staged as both `tls.*` and `next.*`, and signs nothing until the
+//!   promotion). With nothing left to keep trusted (an expired CA, nothing issued yet) a new
+//!   CA replaces it at once.
 //!
 //! A router never has to accept a peer certificate from a CA it does not trust yet: a new
 //! CA is trusted everywhere before it signs, and the old one is trusted until nothing it
@@ -178,6 +179,16 @@ fn ca_pair(d: &Data, crt: &str, key: &str, now: SystemTime) -> Result<Option<Cer
     }
     key_matches(&cert_pem, &key_pem).map_err(|_| format!("its {key} does not belong to {crt}"))?;
     Ok(Some(CertKey { cert_pem, key_pem }))
+}
+
+/// The pair of a CA Secret that signs at `now`: its `tls.crt` and `tls.key`, unless they are
+/// also the staged pair (`next.crt`: a lost CA's replacement, trusted but not signing until
+/// its promotion).
+fn signing_pair(d: &Data, now: SystemTime) -> Option<CertKey> {
+    ca_pair(d, "tls.crt", "tls.key", now)
+        .ok()
+        .flatten()
+        .filter(|p| text(d, NEXT_CRT).as_ref() != Some(&p.cert_pem))
 }
 
 /// The trust bundle of a CA Secret: its `ca.crt`, else its `tls.crt`.
@@ -635,12 +646,14 @@ fn recover(
         return Ok(());
     }
     let trust = format!("{}{}", old.concat(), next.cert_pem);
-    // The old certificate stays as tls.crt (without a key: nothing is signed until the
-    // promotion), so the Secret keeps its shape.
+    // A `kubernetes.io/tls` Secret must hold tls.crt and tls.key: the staged pair is both the
+    // Secret's pair and `next.*`, which marks it as not signing yet ([`signing_pair`]) until
+    // the promotion removes `next.*`.
     w.write(
         name,
         data(&[
-            ("tls.crt", &old[0]),
+            ("tls.crt", &next.cert_pem),
+            ("tls.key", &next.key_pem),
             ("ca.crt", &trust),
             (NEXT_CRT, &next.cert_pem),
             (NEXT_KEY, &next.key_pem),
@@ -664,7 +677,7 @@ fn leaf_step(
 ) -> Result<(), CredentialsError> {
     let Some(signer_data) = w.get(&leaf.signer).cloned() else { return Ok(()) };
     let Some(trust) = bundle(&signer_data) else { return Ok(()) };
-    let signer = ca_pair(&signer_data, "tls.crt", "tls.key", now).ok().flatten();
+    let signer = signing_pair(&signer_data, now);
     let sans = dns_names(w.o);
     let current = w.get(&leaf.secret).cloned();
     let cert = current.as_ref().and_then(|d| text(d, "tls.crt"));

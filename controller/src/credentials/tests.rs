@@ -30,9 +30,18 @@ const LIFE: Lifetimes = Lifetimes {
     overlap: Duration::from_secs(20),
 };
 
-/// The namespace after `p` was applied.
+/// The namespace after `p` was applied. Like the API server, refuses a `kubernetes.io/tls`
+/// Secret without `tls.crt` and `tls.key`.
 fn apply(existing: &mut Existing, p: &Plan) {
     for s in p.create.iter().chain(&p.update) {
+        let data = s.data.as_ref().unwrap();
+        if s.type_.as_deref() == Some("kubernetes.io/tls") {
+            assert!(
+                data.contains_key("tls.crt") && data.contains_key("tls.key"),
+                "{:?}: data[tls.key]: Required",
+                s.metadata.name
+            );
+        }
         existing.insert(s.metadata.name.clone().unwrap(), s.clone());
     }
 }

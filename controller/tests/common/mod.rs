@@ -171,13 +171,24 @@ impl SharedController {
     /// controller replica (identity `identity`, Lease in a namespace named after `system`)
     /// running on it.
     pub async fn start(&self, nodes: usize, system: &str, identity: &str) -> &'static ControlPlane {
+        self.start_with(nodes, system, identity, &[]).await
+    }
+
+    /// [`SharedController::start`] with `extra` flags for the controller.
+    pub async fn start_with(
+        &self,
+        nodes: usize,
+        system: &str,
+        identity: &str,
+        extra: &[String],
+    ) -> &'static ControlPlane {
         let cp = qdr_tests::shared_with_nodes(nodes).await;
         cp.install_crd().await;
         self.process
             .get_or_init(|| async {
                 let ns = cp.namespace(system).await.name.clone();
                 let health = free_port();
-                (start_controller_on(cp, &ns, "qdr-operator-controller", identity, health), health)
+                (start_controller_with(cp, &ns, "qdr-operator-controller", identity, health, extra), health)
             })
             .await;
         cp

@@ -1,0 +1,265 @@
+//! Credentials that others touch, on a real control plane with one shared controller (default
+//! lifetimes, `--router-ca-overlap` of [`OVERLAP`]):
+//!
+//! * a generated CA deleted: the CA it had stays trusted while a replacement is staged,
+//!   promoted and the old one retired, each pair of consecutive states verifying each other;
+//! * a generated users Secret deleted: a Warning says the passwords changed;
+//! * a user's issuer re-keyed under the same subject: the leaves are re-issued by the new key;
+//! * a generated Secret's name taken by another Interconnect's generated Secret: a conflict;
+//! * user certificates judged: expired, not a certificate, a key of another certificate, a
+//!   missing key.
+
+mod common;
+
+use std::time::{Duration, Instant, SystemTime};
+
+use common::{condition_with_reason, create_interconnect, events, eventually};
+use k8s_openapi::ByteString;
+use k8s_openapi::api::core::v1::Secret;
+use kube::api::{Api, DeleteParams, PostParams};
+use qdr_certs::pki::{CertKey, new_ca, new_leaf, signed_by, split_bundle, verify_leaf};
+use serde_json::json;
+
+static CONTROLLER: common::SharedController = common::SharedController::new();
+
+/// Least time between a CA's rotation steps.
+const OVERLAP: Duration = Duration::from_secs(2);
+
+async fn start() -> &'static qdr_tests::ControlPlane {
+    let overlap = format!("--router-ca-overlap={}s", OVERLAP.as_secs());
+    CONTROLLER.start_with(1, "trust-system", "trust-0", &[overlap]).await
+}
+
+fn text(s: &Secret, key: &str) -> String {
+    s.data
+        .as_ref()
+        .and_then(|d| d.get(key))
+        .map(|b| String::from_utf8_lossy(&b.0).into_owned())
+        .unwrap_or_default()
+}
+
+fn tls_secret(name: &str, entries: &[(&str, &str)]) -> Secret {
+    Secret {
+        metadata: kube::api::ObjectMeta { name: Some(name.into()), ..Default::default() },
+        data: Some(entries.iter().map(|(k, v)| (k.to_string(), ByteString(v.as_bytes().to_vec()))).collect()),
+        ..Default::default()
+    }
+}
+
+async fn secret(api: &Api<Secret>, name: &str) -> Secret {
+    eventually(&format!("Secret {name}"), Duration::from_secs(30), || async {
+        api.get_opt(name).await.ok().flatten()
+    })
+    .await
+}
+
+/// The notes of the Events with `reason` in the namespace.
+async fn notes(ns: &qdr_tests::TestNamespace, reason: &str) -> Vec<String> {
+    let api: Api<k8s_openapi::api::events::v1::Event> = ns.api();
+    let items = api.list(&Default::default()).await.unwrap().items;
+    items.into_iter().filter(|e| e.reason.as_deref() == Some(reason)).filter_map(|e| e.note).collect()
+}
+
+#[tokio::test]
+async fn a_deleted_generated_ca_is_replaced_without_a_trust_gap() {
+    let cp = start().await;
+    let ns = cp.namespace("lost-ca").await;
+    create_interconnect(&ns, "mesh", json!({"deploymentPlan": {"size": 1}})).await;
+    let secrets: Api<Secret> = ns.api();
+    let (leaf, ca) = ("mesh-inter-router-credentials", "mesh-inter-router-ca");
+    let first = secret(&secrets, leaf).await;
+    let old_ca = text(&secret(&secrets, ca).await, "tls.crt");
+    condition_with_reason(&ns, "mesh", "Ready", "RoutersReady").await;
+
+    let start = Instant::now();
+    secrets.delete(ca, &DeleteParams::default()).await.unwrap();
+    // Follow the leaf (what a router serves and trusts) until the CA is one certificate
+    // again and not the old one; each state must accept its neighbours' certificates.
+    let host = format!("mesh.{}.svc", ns.name);
+    let mut states = vec![(text(&first, "tls.crt"), text(&first, "ca.crt"))];
+    let mut timeline = Vec::new();
+    let deadline = start + Duration::from_secs(60);
+    loop {
+        let (l, c) = (secrets.get_opt(leaf).await.unwrap(), secrets.get_opt(ca).await.unwrap());
+        if let (Some(l), Some(c)) = (l, c) {
+            let state = (text(&l, "tls.crt"), text(&l, "ca.crt"));
+            if states.last() != Some(&state) {
+                let trusted = split_bundle(&state.1).len();
+                timeline.push(format!("{:6.2}s  leaf: {trusted} CAs trusted", start.elapsed().as_secs_f64()));
+                states.push(state);
+            }
+            let bundle = split_bundle(&text(&c, "ca.crt"));
+            if bundle.len() == 1 && text(&c, "tls.crt") != old_ca && text(&l, "ca.crt") == text(&c, "ca.crt")
+            {
+                break;
+            }
+        }
+        assert!(Instant::now() < deadline, "the lost CA was not replaced within 60 s: {timeline:?}");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    for line in &timeline {
+        eprintln!("{line}");
+    }
+    assert!(
+        states.iter().any(|(_, trust)| split_bundle(trust).len() == 2),
+        "the old CA was kept beside the new one"
+    );
+    for pair in states.windows(2) {
+        let ((leaf_a, trust_a), (leaf_b, trust_b)) = (&pair[0], &pair[1]);
+        verify_leaf(leaf_a, trust_b, &host, SystemTime::now()).expect("a new router trusts an old peer");
+        verify_leaf(leaf_b, trust_a, &host, SystemTime::now()).expect("an old router trusts a new peer");
+    }
+    let lost = eventually("the retirement's Event", Duration::from_secs(30), || async {
+        let notes = notes(&ns, "CARotation").await;
+        notes.iter().any(|n| n.starts_with("CA rotation 3/3")).then_some(notes)
+    })
+    .await;
+    assert!(
+        lost.iter()
+            .any(|n| n.contains(&format!("the CA in Secret {ca} was lost (Secret {ca}: it does not exist)"))),
+        "{lost:?}"
+    );
+}
+
+#[tokio::test]
+async fn a_deleted_users_secret_warns_that_the_passwords_changed() {
+    let cp = start().await;
+    let ns = cp.namespace("users").await;
+    create_interconnect(&ns, "mesh", json!({"deploymentPlan": {"size": 1}})).await;
+    let secrets: Api<Secret> = ns.api();
+    let before = text(&secret(&secrets, "mesh-users").await, "guest");
+    condition_with_reason(&ns, "mesh", "Ready", "RoutersReady").await;
+    secrets.delete("mesh-users", &DeleteParams::default()).await.unwrap();
+    let note = eventually("a PasswordsChanged Warning", Duration::from_secs(30), || async {
+        notes(&ns, "PasswordsChanged").await.into_iter().next()
+    })
+    .await;
+    assert!(
+        note.starts_with("Secret mesh-users (spec.users) was missing, so new passwords were generated"),
+        "{note}"
+    );
+    let after = text(&secret(&secrets, "mesh-users").await, "guest");
+    assert_ne!(before, after);
+}
+
+#[tokio::test]
+async fn leaves_follow_an_issuer_rekeyed_under_the_same_subject() {
+    use rcgen::{BasicConstraints, CertificateParams, DnType, IsCa, KeyPair};
+    let cp = start().await;
+    let ns = cp.namespace("rekeyed").await;
+    let secrets: Api<Secret> = ns.api();
+    let day = Duration::from_secs(24 * 3600);
+    let first = new_ca("corp", SystemTime::now(), 30 * day).unwrap();
+    let ca_secret =
+        |ca: &CertKey| tls_secret("corp-ca", &[("tls.crt", &ca.cert_pem), ("tls.key", &ca.key_pem)]);
+    secrets.create(&PostParams::default(), &ca_secret(&first)).await.unwrap();
+    create_interconnect(&ns, "mesh", json!({"deploymentPlan": {"size": 1, "issuer": "corp-ca"}})).await;
+    let leaf = "mesh-default-credentials";
+    eventually("a leaf signed by the issuer", Duration::from_secs(30), || async {
+        let l = secrets.get_opt(leaf).await.ok()??;
+        signed_by(&text(&l, "tls.crt"), &first.cert_pem).then_some(())
+    })
+    .await;
+    // cert-manager's rotationPolicy: Always: a new key under the very same subject.
+    let subject = qdr_certs::pki::CertInfo::parse(&first.cert_pem).unwrap().subject_cn;
+    let key = KeyPair::generate().unwrap();
+    let mut params = CertificateParams::new(Vec::<String>::new()).unwrap();
+    params.distinguished_name.push(DnType::CommonName, subject);
+    params.is_ca = IsCa::Ca(BasicConstraints::Constrained(0));
+    let rekeyed = CertKey {
+        cert_pem: qdr_certs::pki::der_to_pem(params.self_signed(&key).unwrap().der()),
+        key_pem: key.serialize_pem(),
+    };
+    let mut s = secrets.get("corp-ca").await.unwrap();
+    s.data = ca_secret(&rekeyed).data;
+    secrets.replace("corp-ca", &PostParams::default(), &s).await.unwrap();
+    eventually("the leaf re-issued by the new key", Duration::from_secs(30), || async {
+        let l = secrets.get_opt(leaf).await.ok()??;
+        signed_by(&text(&l, "tls.crt"), &rekeyed.cert_pem).then_some(())
+    })
+    .await;
+    // The Event follows the pass's status write.
+    eventually("a CertificateRenewed Event naming the re-keyed signer", Duration::from_secs(30), || async {
+        let renewed = notes(&ns, "CertificateRenewed").await;
+        renewed.iter().any(|n| n.contains(&format!("Secret {leaf} (signer's key changed"))).then_some(())
+    })
+    .await;
+}
+
+#[tokio::test]
+async fn another_interconnects_generated_secret_is_a_conflict() {
+    let cp = start().await;
+    let ns = cp.namespace("collide").await;
+    // Interconnect `a` with profile `b` generates the CA `a-b-ca`; so would `a-b`.
+    create_interconnect(
+        &ns,
+        "a",
+        json!({"deploymentPlan": {"size": 1}, "sslProfiles": [{"name": "b", "mutualAuth": true}]}),
+    )
+    .await;
+    let secrets: Api<Secret> = ns.api();
+    let ca = text(&secret(&secrets, "a-b-ca").await, "tls.crt");
+    create_interconnect(&ns, "a-b", json!({"deploymentPlan": {"size": 1}})).await;
+    let c = condition_with_reason(&ns, "a-b", "Degraded", "ConflictingObject").await;
+    let message = c["message"].as_str().unwrap();
+    assert!(message.contains("Secret a-b-ca exists and is controlled by Interconnect a"), "{message}");
+    assert_eq!(text(&secrets.get("a-b-ca").await.unwrap(), "tls.crt"), ca, "never written by a-b");
+    eventually("a ConflictingObject Warning", Duration::from_secs(30), || async {
+        (events(&ns, "ConflictingObject").await >= 1).then_some(())
+    })
+    .await;
+}
+
+#[tokio::test]
+async fn user_certificates_are_judged() {
+    let cp = start().await;
+    let now = SystemTime::now();
+    let day = Duration::from_secs(24 * 3600);
+    let ca = new_ca("user", now - 3 * day, 4 * day).unwrap();
+    let expired = new_leaf(&ca, &["mesh".into()], now - 2 * day, day).unwrap();
+    let valid = new_leaf(&ca, &["mesh".into()], now, day).unwrap();
+    let spec = json!({"deploymentPlan": {"size": 1},
+                      "sslProfiles": [{"name": "tls", "credentials": "my-tls"}],
+                      "listeners": [{"port": 5671, "sslProfile": "tls"}]});
+    let cases: [(&str, Vec<(&str, &str)>, &str, &str); 4] = [
+        (
+            "expired",
+            vec![("tls.crt", &expired.cert_pem), ("tls.key", &expired.key_pem)],
+            "CertificateExpired",
+            "expired at",
+        ),
+        (
+            "garbage",
+            vec![("tls.crt", "not a certificate"), ("tls.key", &valid.key_pem)],
+            "InvalidSecret",
+            "tls.crt is not a PEM certificate",
+        ),
+        (
+            "other-key",
+            vec![("tls.crt", &valid.cert_pem), ("tls.key", &expired.key_pem)],
+            "InvalidSecret",
+            "does not belong to the certificate",
+        ),
+        (
+            "no-key",
+            vec![("tls.crt", &valid.cert_pem)],
+            "MissingSecret",
+            "Secret my-tls (spec.sslProfiles[0].credentials) has no tls.key",
+        ),
+    ];
+    for (name, data, reason, says) in cases {
+        let ns = cp.namespace(&format!("judged-{name}")).await;
+        let secrets: Api<Secret> = ns.api();
+        secrets.create(&PostParams::default(), &tls_secret("my-tls", &data)).await.unwrap();
+        create_interconnect(&ns, "mesh", spec.clone()).await;
+        let c = condition_with_reason(&ns, "mesh", "Ready", reason).await;
+        let message = c["message"].as_str().unwrap();
+        assert_eq!(c["status"], "False", "{name}");
+        assert!(message.contains(says), "{name}: {message}");
+        // The Warning follows the status write.
+        eventually(&format!("{name}: a Warning {reason}"), Duration::from_secs(30), || async {
+            (events(&ns, reason).await >= 1).then_some(())
+        })
+        .await;
+    }
+}
