@@ -221,7 +221,9 @@ async fn user_certificates_are_judged() {
     let spec = json!({"deploymentPlan": {"size": 1},
                       "sslProfiles": [{"name": "tls", "credentials": "my-tls"}],
                       "listeners": [{"port": 5671, "sslProfile": "tls"}]});
-    let cases: [(&str, Vec<(&str, &str)>, &str, &str); 4] = [
+    // (case, Secret data, Ready reason, what the message says)
+    type Case<'a> = (&'a str, Vec<(&'a str, &'a str)>, &'a str, &'a str);
+    let cases: [Case; 4] = [
         (
             "expired",
             vec![("tls.crt", &expired.cert_pem), ("tls.key", &expired.key_pem)],
