@@ -223,7 +223,7 @@ async fn user_certificates_are_judged() {
                       "listeners": [{"port": 5671, "sslProfile": "tls"}]});
     // (case, Secret data, Ready reason, what the message says)
     type Case<'a> = (&'a str, Vec<(&'a str, &'a str)>, &'a str, &'a str);
-    let cases: [Case; 4] = [
+    let cases: [Case<'_>; 4] = [
         (
             "expired",
             vec![("tls.crt", &expired.cert_pem), ("tls.key", &expired.key_pem)],
