@@ -161,6 +161,52 @@ pub(crate) fn text(d: &Data, key: &str) -> Option<String> {
     d.get(key).map(|b| String::from_utf8_lossy(&b.0).into_owned())
 }
 
+/// Answers of [`signed_by`] and [`key_matches`] by a keyed hash of their arguments: every
+/// pass over every Interconnect asks them again for the same certificates, and each answer
+/// costs a signature check or a key load (tens of microseconds). The hash is SipHash with a
+/// per-process random key, so no one can aim a collision at it; the memo is emptied when it
+/// holds [`VERDICTS_MAX`] answers.
+struct Verdicts {
+    state: std::hash::RandomState,
+    seen: std::sync::Mutex<std::collections::HashMap<u64, bool>>,
+}
+
+/// Most answers [`Verdicts`] keeps (16 bytes each, 2 per certificate and pass).
+const VERDICTS_MAX: usize = 65_536;
+
+fn verdict(kind: &str, a: &str, b: &str, answer: impl FnOnce() -> bool) -> bool {
+    use std::hash::BuildHasher;
+    static VERDICTS: std::sync::OnceLock<Verdicts> = std::sync::OnceLock::new();
+    let v =
+        VERDICTS.get_or_init(|| Verdicts { state: std::hash::RandomState::new(), seen: Default::default() });
+    let key = v.state.hash_one((kind, a, b));
+    if let Some(known) = v.seen.lock().unwrap_or_else(|e| e.into_inner()).get(&key) {
+        return *known;
+    }
+    let known = answer();
+    let mut seen = v.seen.lock().unwrap_or_else(|e| e.into_inner());
+    if seen.len() >= VERDICTS_MAX {
+        seen.clear();
+    }
+    seen.insert(key, known);
+    known
+}
+
+/// Whether `cert_pem` is signed by the key of `issuer_pem` ([`qdr_certs::pki::signed_by`]),
+/// remembered.
+pub(crate) fn is_signed_by(cert_pem: &str, issuer_pem: &str) -> bool {
+    verdict("signed", cert_pem, issuer_pem, || signed_by(cert_pem, issuer_pem))
+}
+
+/// Whether `key_pem` is the key of `cert_pem` ([`qdr_certs::pki::key_matches`]), remembered;
+/// `Err` with what is wrong (not remembered).
+pub(crate) fn key_of(cert_pem: &str, key_pem: &str) -> Result<(), qdr_certs::Error> {
+    if verdict("key", cert_pem, key_pem, || key_matches(cert_pem, key_pem).is_ok()) {
+        return Ok(());
+    }
+    key_matches(cert_pem, key_pem)
+}
+
 /// The CA pair under `crt`/`key` when it can sign at `now`: a CA certificate, not expired,
 /// with its own key. `Err` says what is wrong with it; `Ok(None)`: the keys are absent.
 fn ca_pair(d: &Data, crt: &str, key: &str, now: SystemTime) -> Result<Option<CertKey>, String> {
@@ -177,7 +223,7 @@ fn ca_pair(d: &Data, crt: &str, key: &str, now: SystemTime) -> Result<Option<Cer
     if info.not_after <= now {
         return Err(format!("its CA expired at {}", human::date(info.not_after)));
     }
-    key_matches(&cert_pem, &key_pem).map_err(|_| format!("its {key} does not belong to {crt}"))?;
+    key_of(&cert_pem, &key_pem).map_err(|_| format!("its {key} does not belong to {crt}"))?;
     Ok(Some(CertKey { cert_pem, key_pem }))
 }
 
@@ -580,7 +626,7 @@ fn ca_step(
     // signed is served and the overlap has passed.
     if split_bundle(&st.trust) != split_bundle(&active.cert_pem) {
         let all_signed = leaf_data.iter().all(|d| {
-            d.as_ref().and_then(|d| text(d, "tls.crt")).is_some_and(|c| signed_by(&c, &active.cert_pem))
+            d.as_ref().and_then(|d| text(d, "tls.crt")).is_some_and(|c| is_signed_by(&c, &active.cert_pem))
         });
         let from = st.since.or(Some(info.not_before));
         if all_signed && distributed && rolled_out && waited(w, from) {
@@ -689,9 +735,9 @@ fn leaf_step(
         (_, _, None) => None,
         (Some(c), Some(i), Some(s)) => {
             let key = current.as_ref().and_then(|d| text(d, "tls.key")).unwrap_or_default();
-            if !signed_by(c, &s.cert_pem) {
+            if !is_signed_by(c, &s.cert_pem) {
                 Some(Some("signer's key changed"))
-            } else if key_matches(c, &key).is_err() {
+            } else if key_of(c, &key).is_err() {
                 Some(Some("tls.key does not belong to tls.crt"))
             } else if i.sans != sans {
                 Some(Some("names changed"))

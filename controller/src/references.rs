@@ -207,7 +207,7 @@ fn message(e: qdr_certs::Error) -> String {
 /// The first problem of the keys `r` reads in `d`: `tls.crt` must hold a certificate valid
 /// at `now`, `tls.key` its private key, `ca.crt` at least one certificate, one of them valid.
 fn problem(r: &Reference, d: &Data, now: SystemTime) -> Option<Problem> {
-    use qdr_certs::pki::{CertInfo, key_matches, split_bundle};
+    use qdr_certs::pki::{CertInfo, split_bundle};
     let text = |k: &str| d.get(k).map(|v| String::from_utf8_lossy(&v.0).into_owned());
     if r.keys.contains(&"tls.crt")
         && let Some(cert) = text("tls.crt")
@@ -217,7 +217,7 @@ fn problem(r: &Reference, d: &Data, now: SystemTime) -> Option<Problem> {
         };
         if r.keys.contains(&"tls.key")
             && let Some(key) = text("tls.key")
-            && let Err(e) = key_matches(&cert, &key)
+            && let Err(e) = crate::credentials::key_of(&cert, &key)
         {
             return Some(Problem::Invalid(format!("tls.key: {}", message(e))));
         }
