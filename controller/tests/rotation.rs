@@ -29,13 +29,7 @@ const CA: Duration = Duration::from_secs(45);
 /// Least time between the CA's steps (`--router-ca-overlap`).
 const OVERLAP: Duration = Duration::from_secs(4);
 
-fn text(s: &Secret, key: &str) -> String {
-    s.data
-        .as_ref()
-        .and_then(|d| d.get(key))
-        .map(|b| String::from_utf8_lossy(&b.0).into_owned())
-        .unwrap_or_default()
-}
+use common::secret_text as text;
 
 #[tokio::test]
 async fn certificates_renew_and_the_ca_rotates_with_rolling_routers() {

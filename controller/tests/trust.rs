@@ -30,13 +30,7 @@ async fn start() -> &'static qdr_tests::ControlPlane {
     CONTROLLER.start_with(1, "trust-system", "trust-0", &[overlap]).await
 }
 
-fn text(s: &Secret, key: &str) -> String {
-    s.data
-        .as_ref()
-        .and_then(|d| d.get(key))
-        .map(|b| String::from_utf8_lossy(&b.0).into_owned())
-        .unwrap_or_default()
-}
+use common::secret_text as text;
 
 fn tls_secret(name: &str, entries: &[(&str, &str)]) -> Secret {
     Secret {

@@ -208,3 +208,12 @@ pub async fn create_interconnect(ns: &qdr_tests::TestNamespace, name: &str, spec
     .unwrap();
     interconnects(&ns.client, &ns.name).create(&kube::api::PostParams::default(), &o).await.unwrap();
 }
+
+/// The text of key `key` of Secret `s` (empty when it has none).
+pub fn secret_text(s: &k8s_openapi::api::core::v1::Secret, key: &str) -> String {
+    s.data
+        .as_ref()
+        .and_then(|d| d.get(key))
+        .map(|b| String::from_utf8_lossy(&b.0).into_owned())
+        .unwrap_or_default()
+}
