@@ -222,3 +222,34 @@ fn pod_wake_ups_follow_readiness_scheduling_and_deletion_only() {
         Some(k8s_openapi::apimachinery::pkg::apis::meta::v1::Time("2026-01-01T00:00:00Z".parse().unwrap()));
     assert_ne!(pod_state(&pod("10.0.0.1", "True")), pod_state(&deleting));
 }
+
+fn ic(name: &str, uid: &str, generation: i64, spec: serde_json::Value) -> Interconnect {
+    serde_json::from_value(json!({
+        "metadata": {"name": name, "namespace": "ns", "uid": uid, "generation": generation}, "spec": spec}))
+    .unwrap()
+}
+
+#[test]
+fn a_secret_wakes_every_interconnect_that_names_it_but_its_controller() {
+    let refs = super::memo::SecretReferences::default();
+    let trusting = json!({"sslProfiles": [{"name": "peer", "caCert": "mesh-inter-router-ca"}]});
+    refs.see(&ic("mesh", "u1", 1, json!({})));
+    refs.see(&ic("client", "u2", 1, trusting.clone()));
+    let names = |r: Vec<kube::runtime::reflector::ObjectRef<Interconnect>>| {
+        let mut n: Vec<String> = r.into_iter().map(|r| r.name).collect();
+        n.sort();
+        n
+    };
+    // The generated CA of `mesh` (defaults name it) wakes `client`, not `mesh`, which its
+    // own labelled watch wakes.
+    assert_eq!(names(refs.referencing("ns", "mesh-inter-router-ca", Some("mesh"))), ["client"]);
+    assert_eq!(names(refs.referencing("ns", "mesh-inter-router-ca", None)), ["client", "mesh"]);
+    assert!(refs.referencing("other", "mesh-inter-router-ca", None).is_empty());
+    // A new generation that names it no more: no longer woken; a deleted Interconnect neither.
+    refs.see(&ic("client", "u2", 2, json!({})));
+    assert!(refs.referencing("ns", "mesh-inter-router-ca", Some("mesh")).is_empty());
+    refs.see(&ic("client", "u2", 3, trusting));
+    assert_eq!(names(refs.referencing("ns", "mesh-inter-router-ca", Some("mesh"))), ["client"]);
+    refs.forget("u2");
+    assert!(refs.referencing("ns", "mesh-inter-router-ca", Some("mesh")).is_empty());
+}

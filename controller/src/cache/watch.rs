@@ -223,7 +223,7 @@ pub(crate) fn watch(
     // Interconnect (a CA it rotates that this one trusts); its controller is woken by the
     // labelled watch, which knows its own writes from others'.
     let secret_names = Arc::new(SecretNames::default());
-    let user_secrets = {
+    let any_secret = {
         let (names, health, namespace) = (secret_names.clone(), health.clone(), ns.to_string());
         watcher(api::<PartialObjectMeta<Secret>>(client, ns), all.clone()).default_backoff().filter_map(
             move |event| {
@@ -273,7 +273,7 @@ pub(crate) fn watch(
         .owns_stream(service_events)
         .owns_stream(cm_events)
         .owns_stream(ingress_events)
-        .watches_stream(user_secrets, move |secret: PartialObjectMeta<Secret>| {
+        .watches_stream(any_secret, move |secret: PartialObjectMeta<Secret>| {
             let ns = secret.metadata.namespace.clone().unwrap_or_default();
             let name = secret.metadata.name.clone().unwrap_or_default();
             let controller = (!user_secret(&secret)).then(|| interconnect_controller(&secret)).flatten();
