@@ -150,7 +150,8 @@ pub(crate) fn problem_message(report: &CredentialsReport, held: bool) -> Option<
         return Some((INVALID_SECRET, format!("{}: {then}", invalid.join("; "))));
     }
     (!expired.is_empty()).then(|| {
-        let what = "clients reject an expired certificate: replace it (the operator renews only the certificates                     it generates)";
+        let what = "clients reject an expired certificate: replace it (the operator renews only the certificates \
+                    it generates)";
         (CERTIFICATE_EXPIRED, format!("{}: {what}", expired.join("; ")))
     })
 }

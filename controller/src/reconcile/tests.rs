@@ -112,6 +112,10 @@ fn an_expired_or_invalid_certificate_is_not_ready_with_its_own_reason() {
         ),
         "{message}"
     );
+    assert!(
+        message.contains("replace it (the operator renews only the certificates it generates)"),
+        "{message}"
+    );
     // Served as it is: nothing waits for it, the rollout is complete.
     assert_eq!(cond(&s, "Progressing").0, "False");
     assert_eq!(cond(&s, "Available").0, "True");
