@@ -10,7 +10,8 @@
 //! * [`validate()`]: one pure validation function that returns every violation.
 //! * what every part reads from a spec (every listener, the Secrets it names:
 //!   [`InterconnectSpec`] and [`Interconnect`] methods); [`messages`]: rule texts shared by
-//!   CEL and [`validate()`]; [`warnings()`]: the admission warnings of risky specs.
+//!   CEL and [`validate()`]; [`warnings()`]: the admission warnings of risky specs;
+//!   [`ImagePolicy`]: the cluster's allowed router images.
 //!
 //! The crate is pure: no client, no I/O, no async runtime.
 
@@ -18,6 +19,7 @@ mod enums;
 
 mod defaults;
 pub mod docs;
+mod images;
 pub mod messages;
 #[cfg(feature = "offline")]
 pub mod offline;
@@ -30,6 +32,7 @@ mod validate;
 mod warnings;
 
 pub use defaults::{apply_defaults, defaults};
+pub use images::{ImagePattern, ImagePolicy};
 pub use spec::{DEFAULT_LIVENESS_PORT, LinkRole};
 pub use types::*;
 pub use validate::{

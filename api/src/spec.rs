@@ -164,6 +164,25 @@ impl Interconnect {
         names.insert(self.issuer_secret());
         names
     }
+
+    /// Every Secret reference with the field that makes it, in field order: `spec.users`,
+    /// `spec.sslProfiles[i].credentials`, `spec.sslProfiles[i].caCert` and
+    /// `spec.deploymentPlan.issuer` (the named issuer, or the generated `<name>-ca` that an
+    /// absent issuer means). The same names as [`Interconnect::secret_names`]; call it on a
+    /// defaulted object so the derived names are included.
+    pub fn secret_references(&self) -> Vec<(String, String)> {
+        let mut refs: Vec<(String, String)> =
+            self.users_secret().map(|u| ("spec.users".to_string(), u)).into_iter().collect();
+        for (i, p) in self.spec.ssl_profiles.iter().flatten().enumerate() {
+            for (field, name) in [("credentials", &p.credentials), ("caCert", &p.ca_cert)] {
+                if let Some(name) = name {
+                    refs.push((format!("spec.sslProfiles[{i}].{field}"), name.clone()));
+                }
+            }
+        }
+        refs.push(("spec.deploymentPlan.issuer".into(), self.issuer_secret()));
+        refs
+    }
 }
 
 #[cfg(test)]
@@ -197,6 +216,37 @@ mod tests {
         let named = ic("a", serde_json::json!({"deploymentPlan": {"issuer": "corp"}}));
         assert_eq!(named.issuer_secret(), "corp");
         assert_eq!(named.spec.user_issuer(), Some("corp"));
+    }
+
+    #[test]
+    fn secret_references_name_their_fields_and_match_secret_names() {
+        let raw = ic(
+            "a",
+            serde_json::json!({"users": "u", "sslProfiles": [
+                {"name": "p", "credentials": "c", "caCert": "ca"}, {"name": "q", "caCert": "ca"}]}),
+        );
+        let refs = raw.secret_references();
+        let pairs: Vec<(&str, &str)> = refs.iter().map(|(f, n)| (f.as_str(), n.as_str())).collect();
+        assert_eq!(
+            pairs,
+            [
+                ("spec.users", "u"),
+                ("spec.sslProfiles[0].credentials", "c"),
+                ("spec.sslProfiles[0].caCert", "ca"),
+                ("spec.sslProfiles[1].caCert", "ca"),
+                ("spec.deploymentPlan.issuer", "a-ca"),
+            ]
+        );
+        let defaulted = crate::defaults(&ic("b", serde_json::json!({})));
+        let names: std::collections::BTreeSet<String> =
+            defaulted.secret_references().into_iter().map(|(_, n)| n).collect();
+        assert_eq!(names, defaulted.secret_names());
+        assert!(names.contains("b-users") && names.contains("b-ca"));
+        let none = ic("c", serde_json::json!({"users": "none", "deploymentPlan": {"issuer": "corp"}}));
+        assert_eq!(
+            none.secret_references(),
+            [("spec.deploymentPlan.issuer".to_string(), "corp".to_string())]
+        );
     }
 
     #[test]

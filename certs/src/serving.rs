@@ -71,14 +71,29 @@ impl CertResolver {
     /// A `rustls` server configuration (TLS 1.2 and 1.3, ring, no client auth, ALPN h2 and
     /// http/1.1) that resolves through this resolver.
     pub fn server_config(self: &Arc<Self>) -> rustls::ServerConfig {
+        self.server_config_with(None).expect("no client verifier to build")
+    }
+
+    /// As [`CertResolver::server_config`], and when `client_cas` is given, every client must
+    /// present a certificate that one of those CAs signed, valid for client authentication
+    /// (the handshake fails otherwise). Errors: `client_cas` holds no usable CA.
+    pub fn server_config_with(
+        self: &Arc<Self>,
+        client_cas: Option<rustls::RootCertStore>,
+    ) -> Result<rustls::ServerConfig, rustls::server::VerifierBuilderError> {
         let provider = Arc::new(rustls::crypto::ring::default_provider());
-        let mut cfg = rustls::ServerConfig::builder_with_provider(provider)
+        let builder = rustls::ServerConfig::builder_with_provider(provider.clone())
             .with_safe_default_protocol_versions()
-            .expect("ring supports the default protocol versions")
-            .with_no_client_auth()
-            .with_cert_resolver(self.clone());
+            .expect("ring supports the default protocol versions");
+        let builder = match client_cas {
+            None => builder.with_no_client_auth(),
+            Some(roots) => builder.with_client_cert_verifier(
+                rustls::server::WebPkiClientVerifier::builder_with_provider(Arc::new(roots), provider).build()?,
+            ),
+        };
+        let mut cfg = builder.with_cert_resolver(self.clone());
         cfg.alpn_protocols = vec![b"h2".to_vec(), b"http/1.1".to_vec()];
-        cfg
+        Ok(cfg)
     }
 }
 

@@ -25,19 +25,39 @@
 //! violation at a time. The controller still reconciles only valid specs (`SpecValid=False`
 //! for the others), so nothing unsafe is deployed.
 
+use std::collections::BTreeSet;
+
 use base64::Engine as _;
-use kube::core::admission::{
-    AdmissionRequest, AdmissionResponse, AdmissionReview, META_API_VERSION_V1, META_KIND, Operation,
-};
+use k8s_openapi::api::authentication::v1::UserInfo;
+use kube::core::Status;
+use kube::core::admission::{AdmissionResponse, META_API_VERSION_V1, META_KIND, Operation};
 use kube::core::response::{StatusCause, StatusDetails, StatusSummary};
-use kube::core::{DynamicObject, Status};
-use qdr_api::{FieldError, Interconnect, defaults, validate, warnings};
+use qdr_api::{ErrorType, FieldError, ImagePolicy, Interconnect, InterconnectSpec, defaults, validate, warnings};
 use serde_json::Value;
+use serde_json::value::RawValue;
+
+use crate::decode::{Parts, Request, Review, UidOnly, decode_spec, scan};
 
 /// API group of Interconnects.
 pub const GROUP: &str = "interconnectedcloud.github.io";
 /// Kind of Interconnects.
 pub const KIND: &str = "Interconnect";
+
+/// The cluster's settings of the checks (pure data; the webhook's flags).
+#[derive(Debug, Clone, Default)]
+pub struct Checks {
+    /// Allowed router images (`--allowed-router-images`); default: any.
+    pub images: ImagePolicy,
+}
+
+impl Checks {
+    /// Every violation of the defaulted `effective`: [`validate`] plus the image policy.
+    fn violations(&self, effective: &Interconnect) -> Vec<FieldError> {
+        let mut errors = validate(effective);
+        errors.extend(self.images.check(effective));
+        errors
+    }
+}
 
 /// Which of the two webhooks a review is for.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
@@ -89,6 +109,32 @@ pub struct Reply {
     pub body: Body,
     /// For metrics.
     pub outcome: Outcome,
+    /// Secret references still to be authorized as the requesting user: the reply is final
+    /// only after [`Reply::authorized`] (or [`Reply::unauthorizable`]). `None`: final now.
+    pub pending: Option<Pending>,
+}
+
+/// The Secret references of a review that the requesting user must be allowed to read
+/// (see `docs/hardening.md`, "Multi-tenant clusters"), with what a denial must still say.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Pending {
+    /// Who asked (`request.userInfo`).
+    pub user: UserInfo,
+    /// The object's namespace, where the Secrets are.
+    pub namespace: String,
+    /// `(field, Secret name)` for every reference to check, in field order.
+    pub references: Vec<(String, String)>,
+    uid: String,
+    name: String,
+    errors: Vec<FieldError>,
+    warnings: Vec<String>,
+}
+
+impl Pending {
+    /// The distinct Secret names to check.
+    pub fn secrets(&self) -> BTreeSet<&str> {
+        self.references.iter().map(|(_, n)| n.as_str()).collect()
+    }
 }
 
 /// A reply body.
@@ -108,6 +154,56 @@ impl Reply {
             Body::Text(t) => t.clone().into_bytes(),
         }
     }
+
+    /// The final reply, given the referenced Secrets the user may not `get`: unchanged when
+    /// `unreadable` names none of them; otherwise `422 Invalid` with every other violation
+    /// and one `FieldValueForbidden` cause per field naming an unreadable Secret (an
+    /// authorization failure about a field is a field error, as the API server's own
+    /// admission plugins report them).
+    pub fn authorized(mut self, unreadable: &BTreeSet<String>) -> Reply {
+        let Some(p) = self.pending.take() else { return self };
+        let user = if p.user.username.as_deref().unwrap_or_default().is_empty() {
+            "the requesting user".to_string()
+        } else {
+            format!("user {:?}", p.user.username.as_deref().unwrap_or_default())
+        };
+        let forbidden: Vec<FieldError> = p
+            .references
+            .iter()
+            .filter(|(_, secret)| unreadable.contains(secret))
+            .map(|(field, secret)| FieldError {
+                field: field.clone(),
+                error_type: ErrorType::Forbidden,
+                bad_value: None,
+                detail: format!(
+                    "{user} may not get Secret {secret:?} in namespace {:?}: the routers mount every Secret \
+                     an Interconnect names, so naming one requires the right to read it",
+                    p.namespace
+                ),
+            })
+            .collect();
+        if forbidden.is_empty() {
+            return self;
+        }
+        let mut errors = p.errors;
+        errors.extend(forbidden);
+        reply(denied_invalid(&p.uid, &p.name, &errors, &p.warnings), Outcome::Denied)
+    }
+
+    /// The final reply when the references could not be checked (the API server did not
+    /// answer the SubjectAccessReviews): denied with `500 InternalError` and the reason, so
+    /// an unchecked reference is never admitted.
+    pub fn unauthorizable(mut self, reason: &str) -> Reply {
+        let Some(p) = self.pending.take() else { return self };
+        let mut r = response_for(&p.uid);
+        r.allowed = false;
+        r.result = Status::failure(
+            &format!("could not check that the Secrets this Interconnect names may be read by its author: {reason}"),
+            "InternalError",
+        )
+        .with_code(500);
+        reply(r, Outcome::BadRequest)
+    }
 }
 
 /// The `admission.k8s.io/v1` AdmissionReview JSON of `response`, with `patch` as the
@@ -124,161 +220,261 @@ pub fn review_json(response: &AdmissionResponse) -> Value {
 }
 
 fn text(reason: impl Into<String>) -> Reply {
-    Reply { http_status: 400, body: Body::Text(reason.into()), outcome: Outcome::BadRequest }
+    Reply { http_status: 400, body: Body::Text(reason.into()), outcome: Outcome::BadRequest, pending: None }
 }
 
 fn reply(response: AdmissionResponse, outcome: Outcome) -> Reply {
-    Reply { http_status: 200, body: Body::Review(Box::new(response)), outcome }
+    Reply { http_status: 200, body: Body::Review(Box::new(response)), outcome, pending: None }
+}
+
+/// An allowing response to the request with `uid`.
+fn response_for(uid: &str) -> AdmissionResponse {
+    let mut r = AdmissionResponse::invalid("");
+    r.uid = uid.into();
+    r.allowed = true;
+    r.result = Status::default();
+    r
 }
 
 /// A denial of a request that only has a uid (it did not decode).
 fn bad_request_for_uid(uid: &str, message: String) -> Reply {
-    let mut r = AdmissionResponse::invalid(&message);
-    r.uid = uid.into();
-    r.result = Status::failure(&message, "BadRequest").with_code(400);
-    reply(r, Outcome::BadRequest)
+    reply(deny(uid, 400, "BadRequest", message), Outcome::BadRequest)
 }
 
-fn deny(
-    req: &AdmissionRequest<DynamicObject>,
-    code: u16,
-    reason: &str,
-    message: String,
-) -> AdmissionResponse {
-    let mut r = AdmissionResponse::from(req);
+fn deny(uid: &str, code: u16, reason: &str, message: String) -> AdmissionResponse {
+    let mut r = response_for(uid);
     r.allowed = false;
     r.result = Status::failure(&message, reason).with_code(code);
     r
 }
 
-/// Handles one AdmissionReview request body for `webhook`.
+/// Handles one AdmissionReview request body for `webhook` with the default [`Checks`].
 pub fn handle(webhook: Webhook, body: &[u8]) -> Reply {
-    let review: AdmissionReview<DynamicObject> = match serde_json::from_slice(body) {
+    handle_with(webhook, body, &Checks::default())
+}
+
+/// Handles one AdmissionReview request body for `webhook` under `checks` (see the module
+/// docs). Pure; a reply with [`Reply::pending`] still needs its Secret references
+/// authorized.
+pub fn handle_with(webhook: Webhook, body: &[u8], checks: &Checks) -> Reply {
+    let review: Review<'_> = match serde_json::from_slice(body) {
         Ok(r) => r,
         Err(e) if e.is_syntax() || e.is_eof() => return text(format!("malformed JSON: {e}")),
-        Err(e) => {
-            // Answer in-band when the request at least has a uid.
-            let uid = serde_json::from_slice::<Value>(body)
-                .ok()
-                .and_then(|v| v.pointer("/request/uid").and_then(Value::as_str).map(String::from));
-            return match uid {
-                Some(uid) => bad_request_for_uid(&uid, format!("the admission request does not decode: {e}")),
-                None => text(format!("expected an admission.k8s.io/v1 AdmissionReview: {e}")),
-            };
-        }
+        Err(e) => return text(format!("expected an admission.k8s.io/v1 AdmissionReview: {e}")),
     };
-    if review.types.api_version != META_API_VERSION_V1 || review.types.kind != META_KIND {
+    if review.api_version != META_API_VERSION_V1 || review.kind != META_KIND {
         return text(format!(
             "expected an admission.k8s.io/v1 AdmissionReview, got apiVersion {:?} kind {:?}",
-            review.types.api_version, review.types.kind
+            review.api_version, review.kind
         ));
     }
-    match review.try_into() {
-        Ok(req) => answer(webhook, &req),
-        Err(_) => text("AdmissionReview has no request"),
+    let Some(raw) = review.request else { return text("AdmissionReview has no request") };
+    match serde_json::from_str::<Request<'_>>(raw.get()) {
+        Ok(req) => answer(webhook, &req, checks),
+        // Answer in-band when the request at least has a uid.
+        Err(e) => match serde_json::from_str::<UidOnly>(raw.get()) {
+            Ok(u) => bad_request_for_uid(&u.uid, format!("the admission request does not decode: {e}")),
+            Err(_) => text(format!("expected an admission.k8s.io/v1 AdmissionReview: {e}")),
+        },
     }
 }
 
-/// Answers one decoded request (see the module docs).
-pub fn answer(webhook: Webhook, req: &AdmissionRequest<DynamicObject>) -> Reply {
+/// An object of a review: its metadata and typed spec (or why the spec is not one).
+struct Object<'a> {
+    parts: Parts<'a>,
+    spec: Result<InterconnectSpec, FieldError>,
+}
+
+impl<'a> Object<'a> {
+    /// Splits and decodes `raw`; the error is for a request that does not decode.
+    fn of(raw: &'a RawValue) -> Result<Object<'a>, serde_json::Error> {
+        let parts = Parts::of(raw)?;
+        let spec = match parts.spec {
+            Some(s) => scan(s).and_then(|()| decode_spec(Some(s))),
+            None => decode_spec(None),
+        };
+        Ok(Object { parts, spec })
+    }
+
+    /// The Interconnect, when its spec decoded.
+    fn interconnect(&self) -> Option<Interconnect> {
+        let spec = self.spec.as_ref().ok()?.clone();
+        let mut ic = Interconnect::new("", spec);
+        ic.metadata.name = self.parts.metadata.name.clone();
+        ic.metadata.generate_name = self.parts.metadata.generate_name.clone();
+        ic.metadata.namespace = self.parts.metadata.namespace.clone();
+        Some(ic)
+    }
+
+    /// The spec as JSON (bounded: only called once [`scan`] passed).
+    fn spec_json(&self) -> Option<Value> {
+        self.parts.spec.and_then(|s| serde_json::from_str(s.get()).ok())
+    }
+}
+
+/// Whether two raw specs are the same JSON: equal text (the API server encodes both the
+/// same way), or equal values once both are within the scan's limits.
+fn same_spec(a: Option<&RawValue>, b: Option<&RawValue>) -> bool {
+    match (a, b) {
+        (None, None) => true,
+        (Some(a), Some(b)) if a.get() == b.get() => true,
+        (Some(a), Some(b)) => {
+            scan(a).is_ok()
+                && scan(b).is_ok()
+                && serde_json::from_str::<Value>(a.get()).ok() == serde_json::from_str::<Value>(b.get()).ok()
+        }
+        _ => false,
+    }
+}
+
+/// Answers one decoded request under `checks` (see the module docs).
+pub fn answer(webhook: Webhook, req: &Request<'_>, checks: &Checks) -> Reply {
     if req.kind.group != GROUP || req.kind.kind != KIND {
         let message = format!(
             "this webhook admits only {GROUP} {KIND} objects, not {}/{} {}",
             req.kind.group, req.kind.version, req.kind.kind
         );
-        return reply(deny(req, 400, "BadRequest", message), Outcome::BadRequest);
+        return reply(deny(&req.uid, 400, "BadRequest", message), Outcome::BadRequest);
     }
     if !matches!(req.operation, Operation::Create | Operation::Update) {
-        return reply(AdmissionResponse::from(req), Outcome::Allowed);
+        return reply(response_for(&req.uid), Outcome::Allowed);
     }
-    let Some(object) = &req.object else {
-        return reply(deny(req, 400, "BadRequest", "request.object is missing".into()), Outcome::BadRequest);
+    let Some(raw) = req.object else {
+        return reply(deny(&req.uid, 400, "BadRequest", "request.object is missing".into()), Outcome::BadRequest);
     };
-    let raw = serde_json::to_value(object).expect("a decoded object serializes");
-    let old = match req.operation {
-        Operation::Update => req.old_object.as_ref().map(|o| serde_json::to_value(o).expect("serializes")),
+    let undecodable = |e: serde_json::Error| {
+        bad_request_for_uid(&req.uid, format!("the admission request does not decode: {e}"))
+    };
+    let object = match Object::of(raw) {
+        Ok(o) => o,
+        Err(e) => return undecodable(e),
+    };
+    let old = match (&req.operation, req.old_object) {
+        (Operation::Update, Some(o)) => match Object::of(o) {
+            Ok(o) => Some(o),
+            Err(e) => return undecodable(e),
+        },
         _ => None,
     };
     if let Some(old) = &old
-        && old.get("spec") == raw.get("spec")
+        && same_spec(old.parts.spec, object.parts.spec)
     {
-        return unchanged_spec(webhook, req, &raw);
+        return unchanged_spec(webhook, req, &object, checks);
     }
-    let (name, stand_in) = names(object, req);
-    let decoded: Result<Interconnect, _> = serde_path_to_error::deserialize(&raw);
+    let (name, stand_in) = names(&object, req);
+    // The stored object, defaulted, when it decodes.
+    let old_effective = old.as_ref().and_then(Object::interconnect).map(|o| defaults(&o));
     // The stored object's violations, computed only when the new object has some.
-    let ratcheted = |effective: &Interconnect, errors: Vec<FieldError>| match &old {
+    let ratcheted = |effective: &Interconnect, errors: Vec<FieldError>| match &old_effective {
         Some(old) if !errors.is_empty() => {
-            let (stored, old_effective) = stored_violations(old);
-            let new_effective = serde_json::to_value(effective).expect("serializes");
-            crate::ratchet::ratchet(errors, &new_effective, &stored, &old_effective)
+            let stored = checks.violations(old);
+            let old_json = serde_json::to_value(old).expect("serializes");
+            let new_json = serde_json::to_value(effective).expect("serializes");
+            crate::ratchet::ratchet(errors, &new_json, &stored, &old_json)
         }
         _ => (errors, Vec::new()),
     };
-    match (webhook, decoded) {
+    let pending = |effective: &Interconnect, errors: Vec<FieldError>, warnings: Vec<String>| {
+        let references = references_to_check(effective, old_effective.as_ref());
+        (!references.is_empty()).then(|| Pending {
+            user: req.user_info.clone(),
+            namespace: req.namespace.clone().unwrap_or_default(),
+            references,
+            uid: req.uid.clone(),
+            name: name.clone(),
+            errors,
+            warnings,
+        })
+    };
+    let ic = object.interconnect();
+    match (webhook, ic) {
         // Not ours to reject: validation (schema and webhook) reports it with its path.
-        (Webhook::Mutate, Err(_)) => reply(AdmissionResponse::from(req), Outcome::Allowed),
-        (Webhook::Mutate, Ok(ic)) => {
+        (Webhook::Mutate, None) => reply(response_for(&req.uid), Outcome::Allowed),
+        (Webhook::Mutate, Some(ic)) => {
             // Deny here already: the mutating webhook runs before the API server's schema
             // and CEL checks, which stop at the first failing layer. Answering now lists every
             // problem at once; the validating webhook still checks the final object.
-            let (effective, errors) = checked(&ic, stand_in.as_deref());
+            let (effective, errors) = checked(&ic, stand_in.as_deref(), checks);
             let (introduced, _) = ratcheted(&effective, errors);
             if !introduced.is_empty() {
-                return reply(denied_invalid(req, &name, &introduced, &[]), Outcome::Denied);
+                let mut r = reply(denied_invalid(&req.uid, &name, &introduced, &[]), Outcome::Denied);
+                r.pending = pending(&effective, introduced, Vec::new());
+                return r;
             }
             // Defaults under the object's own name: none derived from a name not yet picked.
-            let ops = defaulting_patch(raw.get("spec"), &effective);
-            let mut response = AdmissionResponse::from(req);
+            let ops = defaulting_patch(object.spec_json(), &effective);
+            let mut response = response_for(&req.uid);
             if !ops.0.is_empty() {
                 response = response.with_patch(ops).expect("a JSON patch serializes");
             }
             reply(response, Outcome::Allowed)
         }
-        (Webhook::Validate, Err(e)) => {
-            let path = e.path().to_string();
-            let err = FieldError {
-                field: if path == "." { "spec".into() } else { path },
-                error_type: qdr_api::ErrorType::Invalid,
-                bad_value: None,
-                detail: e.into_inner().to_string(),
-            };
-            reply(denied_invalid(req, &name, &[err], &[]), Outcome::Denied)
+        (Webhook::Validate, None) => {
+            let err = object.spec.err().expect("no Interconnect: its spec did not decode");
+            reply(denied_invalid(&req.uid, &name, &[err], &[]), Outcome::Denied)
         }
-        (Webhook::Validate, Ok(ic)) => {
-            let (effective, errors) = checked(&ic, stand_in.as_deref());
+        (Webhook::Validate, Some(ic)) => {
+            let (effective, errors) = checked(&ic, stand_in.as_deref(), checks);
             let (introduced, carried) = ratcheted(&effective, errors);
-            let mut warns = new_warnings(&effective, old.as_ref());
+            let old_defaulted = old_effective.as_ref();
+            let mut warns = new_warnings(&effective, old_defaulted);
             warns.extend(carried.iter().map(carried_warning));
-            if !introduced.is_empty() {
-                return reply(denied_invalid(req, &name, &introduced, &warns), Outcome::Denied);
-            }
-            let mut response = AdmissionResponse::from(req);
-            if !warns.is_empty() {
-                response.warnings = Some(warns);
-            }
-            reply(response, Outcome::Allowed)
+            let mut r = if introduced.is_empty() {
+                let mut response = response_for(&req.uid);
+                if !warns.is_empty() {
+                    response.warnings = Some(warns.clone());
+                }
+                reply(response, Outcome::Allowed)
+            } else {
+                reply(denied_invalid(&req.uid, &name, &introduced, &warns), Outcome::Denied)
+            };
+            r.pending = pending(&effective, introduced, warns);
+            r
         }
     }
 }
 
-/// The warnings of `effective` that the stored object `old` (on UPDATE) did not already
-/// have: a risky state is announced once, by the write that introduces it (the create that
-/// adds a default, the update that changes it), not on every later update.
-fn new_warnings(effective: &Interconnect, old: Option<&Value>) -> Vec<String> {
+/// The references of `effective` the requesting user must be allowed to read: on CREATE
+/// all of them; on UPDATE those naming a Secret the stored object did not name, or all of
+/// them when the image changes (a new image reads every mounted Secret). Names derived from
+/// a name not yet picked (`generateName`) are left out: they are checked by the validating
+/// webhook, which sees the picked name.
+fn references_to_check(effective: &Interconnect, old: Option<&Interconnect>) -> Vec<(String, String)> {
+    let mut refs = effective.secret_references();
+    if effective.metadata.name.as_deref().unwrap_or_default().is_empty() {
+        let (users, issuer) = (effective.spec.users.is_some(), effective.spec.user_issuer().is_some());
+        refs.retain(|(f, _)| match f.as_str() {
+            "spec.users" => users,
+            "spec.deploymentPlan.issuer" => issuer,
+            _ => true,
+        });
+    }
+    if let Some(old) = old {
+        let image = |ic: &Interconnect| ic.spec.deployment_plan.as_ref().and_then(|p| p.image.clone());
+        if image(old) == image(effective) {
+            let before = old.secret_names();
+            refs.retain(|(_, n)| !before.contains(n));
+        }
+    }
+    refs
+}
+
+/// The warnings of `effective` that the stored object `old` (defaulted; on UPDATE) did not
+/// already have: a risky state is announced once, by the write that introduces it (the
+/// create that adds a default, the update that changes it), not on every later update.
+fn new_warnings(effective: &Interconnect, old: Option<&Interconnect>) -> Vec<String> {
     let warns = warnings(effective);
-    let Some(old) = old.and_then(|o| serde_json::from_value::<Interconnect>(o.clone()).ok()) else {
-        return warns;
-    };
-    let before = warnings(&qdr_api::defaults(&old));
+    let Some(old) = old else { return warns };
+    let before = warnings(old);
     warns.into_iter().filter(|w| !before.contains(w)).collect()
 }
 
 /// The name to report and, for a `generateName` create without a name, the stand-in name
 /// to validate under: `generateName` cut to 58 characters plus 5 characters, as the API
 /// server completes it (`names.SimpleNameGenerator`).
-fn names(object: &DynamicObject, req: &AdmissionRequest<DynamicObject>) -> (String, Option<String>) {
-    match (&object.metadata.name, &object.metadata.generate_name) {
+fn names(object: &Object<'_>, req: &Request<'_>) -> (String, Option<String>) {
+    let meta = &object.parts.metadata;
+    match (&meta.name, &meta.generate_name) {
         (Some(n), _) if !n.is_empty() => (n.clone(), None),
         (_, Some(g)) if !g.is_empty() => {
             let base: String = g.chars().take(58).collect();
@@ -288,31 +484,20 @@ fn names(object: &DynamicObject, req: &AdmissionRequest<DynamicObject>) -> (Stri
     }
 }
 
-/// The defaulted `ic` (under its own name) and its violations, validated under `stand_in`
-/// when given (defaulted once more under that name, so the derived Secret names are checked).
-fn checked(ic: &Interconnect, stand_in: Option<&str>) -> (Interconnect, Vec<FieldError>) {
+/// The defaulted `ic` (under its own name) and its violations under `checks`, validated
+/// under `stand_in` when given (defaulted once more under that name, so the derived Secret
+/// names are checked).
+fn checked(ic: &Interconnect, stand_in: Option<&str>, checks: &Checks) -> (Interconnect, Vec<FieldError>) {
     let effective = defaults(ic);
     let errors = match stand_in {
-        None => validate(&effective),
+        None => checks.violations(&effective),
         Some(n) => {
             let mut named = ic.clone();
             named.metadata.name = Some(n.into());
-            validate(&defaults(&named))
+            checks.violations(&defaults(&named))
         }
     };
     (effective, errors)
-}
-
-/// The violations of the stored object (`oldObject`) and its defaulted form as JSON (where
-/// their paths point); none when it does not decode.
-fn stored_violations(old: &Value) -> (Vec<FieldError>, Value) {
-    match serde_json::from_value::<Interconnect>(old.clone()) {
-        Ok(ic) => {
-            let effective = defaults(&ic);
-            (validate(&effective), serde_json::to_value(&effective).expect("serializes"))
-        }
-        Err(_) => (Vec::new(), Value::Null),
-    }
 }
 
 /// Longest warning, in characters (the API guidance, also what kubectl users read).
@@ -332,13 +517,14 @@ pub fn carried_warning(e: &FieldError) -> String {
 }
 
 /// An UPDATE that leaves the spec as stored (metadata or status only): always admitted and
-/// never patched; the validating webhook lists the stored violations as warnings.
-fn unchanged_spec(webhook: Webhook, req: &AdmissionRequest<DynamicObject>, raw: &Value) -> Reply {
-    let mut response = AdmissionResponse::from(req);
+/// never patched, and its references are not checked again; the validating webhook lists
+/// the stored violations as warnings.
+fn unchanged_spec(webhook: Webhook, req: &Request<'_>, object: &Object<'_>, checks: &Checks) -> Reply {
+    let mut response = response_for(&req.uid);
     if webhook == Webhook::Validate
-        && let Ok(ic) = serde_json::from_value::<Interconnect>(raw.clone())
+        && let Some(ic) = object.interconnect()
     {
-        let warns: Vec<String> = validate(&defaults(&ic)).iter().map(carried_warning).collect();
+        let warns: Vec<String> = checks.violations(&defaults(&ic)).iter().map(carried_warning).collect();
         if !warns.is_empty() {
             response.warnings = Some(warns);
         }
@@ -349,10 +535,10 @@ fn unchanged_spec(webhook: Webhook, req: &AdmissionRequest<DynamicObject>, raw: 
 /// The JSON Patch from the stored `spec` to the defaulted one, keeping only `add`
 /// operations: defaults never remove or change what the user wrote, even where the typed
 /// round trip would (unknown fields, number formats, explicit nulls).
-fn defaulting_patch(spec: Option<&Value>, defaulted: &Interconnect) -> json_patch::Patch {
+fn defaulting_patch(spec: Option<Value>, defaulted: &Interconnect) -> json_patch::Patch {
     let mut before = serde_json::Map::new();
     if let Some(spec) = spec {
-        before.insert("spec".into(), spec.clone());
+        before.insert("spec".into(), spec);
     }
     let mut after = serde_json::Map::new();
     after.insert("spec".into(), serde_json::to_value(&defaulted.spec).expect("a spec serializes"));
@@ -364,12 +550,7 @@ fn defaulting_patch(spec: Option<&Value>, defaulted: &Interconnect) -> json_patc
 
 /// The 422 `Invalid` answer, shaped like the API server's own field errors: one cause per
 /// violation, every cause also in `message`.
-fn denied_invalid(
-    req: &AdmissionRequest<DynamicObject>,
-    name: &str,
-    errors: &[FieldError],
-    warns: &[String],
-) -> AdmissionResponse {
+fn denied_invalid(uid: &str, name: &str, errors: &[FieldError], warns: &[String]) -> AdmissionResponse {
     let lines: Vec<String> = errors.iter().map(ToString::to_string).collect();
     let aggregate = if lines.len() == 1 { lines[0].clone() } else { format!("[{}]", lines.join(", ")) };
     let causes = errors
@@ -380,7 +561,7 @@ fn denied_invalid(
             field: e.field.clone(),
         })
         .collect();
-    let mut r = AdmissionResponse::from(req);
+    let mut r = response_for(uid);
     r.allowed = false;
     r.result = Status {
         status: Some(StatusSummary::Failure),

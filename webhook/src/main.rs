@@ -9,6 +9,8 @@ use std::time::Duration;
 use clap::{Parser, ValueEnum};
 use qdr_certs::{CertManager, CertResolver, Policy, WebhookConfiguration};
 use qdr_startup::LogFormat;
+use qdr_webhook::admission::Checks;
+use qdr_webhook::authorize::Authorizer;
 use qdr_webhook::metrics::Metrics;
 use qdr_webhook::server::{AppState, CountingAcceptor, Timeouts, admission_router, health_router};
 
@@ -112,6 +114,30 @@ struct Args {
     #[arg(long, env = "QDR_WEBHOOK_REQUEST_TIMEOUT", value_parser = humantime::parse_duration, default_value = "10s")]
     request_timeout: Duration,
 
+    /// Check, with a SubjectAccessReview per Secret, that the author of an Interconnect may
+    /// `get` every Secret it names (users, sslProfiles' credentials and caCert, issuer,
+    /// generated names included); deny the fields naming one they may not read.
+    #[arg(long, env = "QDR_WEBHOOK_AUTHORIZE_SECRET_REFERENCES", default_value_t = true, action = clap::ArgAction::Set)]
+    authorize_secret_references: bool,
+
+    /// Router images Interconnects may set in spec.deploymentPlan.image: patterns where `*`
+    /// matches any characters (`registry.example.com/*`, `quay.io/interconnectedcloud/qdrouterd:*`).
+    /// Repeat or comma-separate. Empty: any image.
+    #[arg(long, env = "QDR_WEBHOOK_ALLOWED_ROUTER_IMAGES", value_delimiter = ',', value_parser = qdr_api::ImagePattern::parse)]
+    allowed_router_images: Vec<qdr_api::ImagePattern>,
+
+    /// Reviews checked at once; more wait in line until one finishes or their request
+    /// timeout answers them 408. Each takes up to 3 MiB of body plus its decoded spec.
+    #[arg(long, env = "QDR_WEBHOOK_MAX_IN_FLIGHT", default_value_t = qdr_webhook::server::MAX_IN_FLIGHT,
+          value_parser = clap::builder::TypedValueParser::map(clap::value_parser!(u32).range(1..=1024), |n| n as usize))]
+    max_in_flight: usize,
+
+    /// PEM file of CAs whose client certificates the admission port requires (the API
+    /// server's webhook client certificate, configured in its AdmissionConfiguration).
+    /// Absent: clients are not authenticated (see docs/hardening.md).
+    #[arg(long, env = "QDR_WEBHOOK_CLIENT_CA")]
+    client_ca: Option<PathBuf>,
+
     /// Log format.
     #[arg(long, env = "QDR_LOG_FORMAT", value_enum, default_value = "text")]
     log_format: LogFormat,
@@ -126,6 +152,15 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
     qdr_startup::init(args.log_format);
 
     let resolver = CertResolver::new();
+    let client_cas = match &args.client_ca {
+        None => None,
+        Some(path) => Some(client_roots(path)?),
+    };
+    let client = if args.authorize_secret_references || args.tls_mode == TlsMode::Secret {
+        Some(qdr_startup::client(USER_AGENT).await?)
+    } else {
+        None
+    };
     let (readiness, expiry): (Box<dyn Fn() -> Result<(), String> + Send + Sync>, _) = match args.tls_mode {
         TlsMode::Files => {
             let dir = args.tls_dir.clone().expect("clap requires --tls-dir in files mode");
@@ -137,7 +172,7 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
             )
         }
         TlsMode::Secret => {
-            let client = qdr_startup::client(USER_AGENT).await?;
+            let client = client.clone().expect("a client is made in secret mode");
             let svc = &args.service_name;
             let ns = &args.namespace;
             let mut sans = vec![format!("{svc}.{ns}.svc"), format!("{svc}.{ns}"), svc.clone()];
@@ -163,8 +198,22 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
             (Box::new(move || m.serving_trusted().map_err(|e| e.to_string())), resolver.clone())
         }
     };
+    let authorizer = match (&client, args.authorize_secret_references) {
+        (Some(c), true) => Some(Authorizer::new(c.clone())),
+        _ => None,
+    };
+    tracing::info!(
+        authorize_secret_references = authorizer.is_some(),
+        allowed_router_images = ?args.allowed_router_images.iter().map(|p| p.as_str()).collect::<Vec<_>>(),
+        max_in_flight = args.max_in_flight,
+        client_ca = ?args.client_ca,
+        "admission checks"
+    );
     let state = Arc::new(AppState {
         metrics: Metrics::default(),
+        checks: Checks { images: qdr_api::ImagePolicy::only(args.allowed_router_images.clone()) },
+        authorizer,
+        in_flight: Arc::new(tokio::sync::Semaphore::new(args.max_in_flight)),
         readiness,
         expiry: Box::new(move || expiry.not_after()),
         draining: Default::default(),
@@ -175,7 +224,7 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
     let health_app = health_router(state.clone());
     tokio::spawn(async move { axum::serve(health, health_app).await });
 
-    let tls = axum_server::tls_rustls::RustlsConfig::from_config(Arc::new(resolver.server_config()));
+    let tls = axum_server::tls_rustls::RustlsConfig::from_config(Arc::new(resolver.server_config_with(client_cas)?));
     let handle = axum_server::Handle::new();
     let timeouts = Timeouts {
         handshake: args.handshake_timeout,
@@ -204,4 +253,20 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
     server.await?;
     tracing::info!("stopped");
     Ok(())
+}
+
+/// The CAs of `--client-ca`. Errors: the file cannot be read or holds no CA certificate.
+fn client_roots(path: &std::path::Path) -> Result<rustls::RootCertStore, Box<dyn std::error::Error>> {
+    use rustls::pki_types::CertificateDer;
+    use rustls::pki_types::pem::PemObject;
+    let pem = std::fs::read(path).map_err(|e| format!("reading --client-ca {}: {e}", path.display()))?;
+    let certs: Vec<CertificateDer<'_>> = CertificateDer::pem_slice_iter(&pem)
+        .collect::<Result<_, _>>()
+        .map_err(|e| format!("--client-ca {}: {e}", path.display()))?;
+    let mut roots = rustls::RootCertStore::empty();
+    let (added, _) = roots.add_parsable_certificates(certs);
+    if added == 0 {
+        return Err(format!("--client-ca {} holds no CA certificate", path.display()).into());
+    }
+    Ok(roots)
 }

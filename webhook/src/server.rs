@@ -12,18 +12,31 @@ use std::task::{Context, Poll};
 use std::time::{Duration, Instant, SystemTime};
 
 use axum::Router;
-use axum::body::Bytes;
-use axum::extract::{DefaultBodyLimit, State};
+use axum::extract::{Request, State};
 use axum::http::{StatusCode, header};
 use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
 
-use crate::admission::{Body, Webhook, handle};
+use crate::admission::{Body, Checks, Reply, Webhook, handle_with};
+use crate::authorize::Authorizer;
 use crate::metrics::Metrics;
 
-/// Largest accepted request body: an AdmissionReview carries the object and, on UPDATE,
-/// the old object; the API server caps each at 3 MiB.
-pub const MAX_BODY_BYTES: usize = 8 * 1024 * 1024;
+/// Largest accepted request body, 3 MiB: the API server's own limit on a request body
+/// (`--max-request-bytes`' default for JSON is 3 MiB) and above what etcd stores (1.5 MiB),
+/// so an UPDATE review carrying both a new and a stored object of any admissible size fits.
+pub const MAX_BODY_BYTES: usize = 3 * 1024 * 1024;
+
+/// Default bound on reviews in flight (`--max-in-flight`): reading a body, checking it and
+/// answering. Each takes at most [`MAX_BODY_BYTES`] of body plus a typed spec bounded by the
+/// CRD's largest list; the container's memory limit covers this many at once (measured in
+/// `docs/hardening.md`). A review over the bound waits, first come first served, until one
+/// finishes or its request timeout answers it `408`.
+pub const MAX_IN_FLIGHT: usize = 8;
+
+/// HTTP/2 flow-control window, per stream and per connection, and HTTP/1.1 read buffer:
+/// what a connection may hold of a body that no review has yet started to read (64 KiB; a
+/// real AdmissionReview is a few KiB, and a larger one is read in several round trips).
+pub const CONNECTION_BUFFER: u32 = 64 * 1024;
 
 /// Time limits of the admission listener. A client that holds a connection without
 /// finishing its request is cut off by one of them, so slow or idle connections cost a
@@ -51,18 +64,26 @@ impl Default for Timeouts {
 }
 
 impl Timeouts {
-    /// Sets the HTTP/1.1 header-read limit on `builder`, and HTTP/2 keep-alive pings (every
-    /// 30 s, answered within 10 s) so a vanished peer's connection is closed.
+    /// Sets the HTTP/1.1 header-read limit on `builder`, HTTP/2 keep-alive pings (every
+    /// 30 s, answered within 10 s) so a vanished peer's connection is closed, and the
+    /// buffers of [`CONNECTION_BUFFER`] so waiting connections hold little memory.
     pub fn configure(
         &self,
         builder: &mut hyper_util::server::conn::auto::Builder<hyper_util::rt::TokioExecutor>,
     ) {
-        builder.http1().timer(hyper_util::rt::TokioTimer::new()).header_read_timeout(self.header_read);
+        builder
+            .http1()
+            .timer(hyper_util::rt::TokioTimer::new())
+            .header_read_timeout(self.header_read)
+            .max_buf_size(CONNECTION_BUFFER as usize);
         builder
             .http2()
             .timer(hyper_util::rt::TokioTimer::new())
             .keep_alive_interval(Some(Duration::from_secs(30)))
-            .keep_alive_timeout(Duration::from_secs(10));
+            .keep_alive_timeout(Duration::from_secs(10))
+            .initial_stream_window_size(CONNECTION_BUFFER)
+            .initial_connection_window_size(CONNECTION_BUFFER)
+            .max_concurrent_streams(32);
     }
 }
 
@@ -140,6 +161,13 @@ impl<S: tokio::io::AsyncWrite + Unpin> tokio::io::AsyncWrite for FirstBytes<S> {
 pub struct AppState {
     /// Request metrics.
     pub metrics: Metrics,
+    /// The cluster's settings of the checks (allowed images).
+    pub checks: Checks,
+    /// Checks Secret references as the requesting user; `None` when turned off
+    /// (`--authorize-secret-references=false`).
+    pub authorizer: Option<Authorizer>,
+    /// Permits for reviews in flight ([`MAX_IN_FLIGHT`] by default).
+    pub in_flight: Arc<tokio::sync::Semaphore>,
     /// `Ok` when this replica may receive traffic; `Err(reason)` otherwise.
     pub readiness: Box<dyn Fn() -> Result<(), String> + Send + Sync>,
     /// When the served certificate expires (for the expiry metric).
@@ -209,12 +237,12 @@ impl<S: Send + 'static> axum_server::accept::Accept<tokio::net::TcpStream, S> fo
 
 /// The admission port's routes: `POST /mutate` and `POST /validate`, bodies up to
 /// [`MAX_BODY_BYTES`] (`413` above), each request answered within `request_timeout` (`408`
-/// when its body is not read in time). Nothing else is served there (`404`).
+/// when it waited for a permit, or for its body, that long). Nothing else is served there
+/// (`404`).
 pub fn admission_router(state: Arc<AppState>, request_timeout: Duration) -> Router {
     Router::new()
-        .route("/mutate", post(|s, b| admit(Webhook::Mutate, s, b)))
-        .route("/validate", post(|s, b| admit(Webhook::Validate, s, b)))
-        .layer(DefaultBodyLimit::max(MAX_BODY_BYTES))
+        .route("/mutate", post(|s, r| admit(Webhook::Mutate, s, r)))
+        .route("/validate", post(|s, r| admit(Webhook::Validate, s, r)))
         .layer(tower_http::timeout::TimeoutLayer::with_status_code(
             StatusCode::REQUEST_TIMEOUT,
             request_timeout,
@@ -238,16 +266,81 @@ pub fn health_router(state: Arc<AppState>) -> Router {
 /// encodes (Prometheus negotiates it; it ends with `# EOF`).
 pub const OPENMETRICS: &str = "application/openmetrics-text; version=1.0.0; charset=utf-8";
 
-async fn admit(webhook: Webhook, State(st): State<Arc<AppState>>, body: Bytes) -> Response {
+/// One review: a permit of [`AppState::in_flight`] first (waiting in line), then the body
+/// (at most [`MAX_BODY_BYTES`]), then decoding and checking on a blocking thread (CPU work
+/// off the async executor, so the request timeout can answer while it runs; the permit
+/// stays with the work, so abandoned work still counts against the bound), then the Secret
+/// reference checks, which wait on the API server without a permit.
+async fn admit(webhook: Webhook, State(st): State<Arc<AppState>>, request: Request) -> Response {
     let start = Instant::now();
-    let reply = handle(webhook, &body);
+    let declared = request
+        .headers()
+        .get(header::CONTENT_LENGTH)
+        .and_then(|v| v.to_str().ok())
+        .and_then(|v| v.parse::<u64>().ok());
+    if declared.is_some_and(|n| n > MAX_BODY_BYTES as u64) {
+        return too_large();
+    }
+    let Ok(permit) = st.in_flight.clone().acquire_owned().await else {
+        return (StatusCode::SERVICE_UNAVAILABLE, "shutting down").into_response();
+    };
+    let body = match axum::body::to_bytes(request.into_body(), MAX_BODY_BYTES).await {
+        Ok(b) => b,
+        Err(e) if is_length_limit(&e) => return too_large(),
+        Err(e) => return (StatusCode::BAD_REQUEST, format!("reading the body: {e}")).into_response(),
+    };
+    let checks = st.checks.clone();
+    let work = tokio::task::spawn_blocking(move || {
+        let reply = handle_with(webhook, &body, &checks);
+        drop((body, permit));
+        reply
+    });
+    let mut reply = match work.await {
+        Ok(r) => r,
+        Err(e) => {
+            tracing::error!(error = %e, "a review's check failed");
+            return (StatusCode::INTERNAL_SERVER_ERROR, "the review could not be checked").into_response();
+        }
+    };
+    if let Some(pending) = &reply.pending {
+        reply = match &st.authorizer {
+            None => reply.authorized(&Default::default()),
+            Some(a) => match a.unreadable(&pending.user, &pending.namespace, &pending.secrets()).await {
+                Ok(unreadable) => reply.authorized(&unreadable),
+                Err(e) => {
+                    tracing::warn!(error = %e, "SubjectAccessReview failed");
+                    reply.unauthorizable(&e.to_string())
+                }
+            },
+        };
+    }
     st.metrics.observe(webhook, reply.outcome, start.elapsed());
+    respond(&reply)
+}
+
+fn respond(reply: &Reply) -> Response {
     let status = StatusCode::from_u16(reply.http_status).unwrap_or(StatusCode::BAD_REQUEST);
     let content_type = match reply.body {
         Body::Review(_) => "application/json",
         Body::Text(_) => "text/plain; charset=utf-8",
     };
     (status, [(header::CONTENT_TYPE, content_type)], reply.to_bytes()).into_response()
+}
+
+fn too_large() -> Response {
+    (StatusCode::PAYLOAD_TOO_LARGE, format!("the body is larger than {MAX_BODY_BYTES} bytes")).into_response()
+}
+
+/// Whether reading a body failed on the length limit.
+fn is_length_limit(e: &axum::Error) -> bool {
+    let mut source: Option<&(dyn std::error::Error + 'static)> = Some(e);
+    while let Some(err) = source {
+        if err.is::<http_body_util::LengthLimitError>() {
+            return true;
+        }
+        source = err.source();
+    }
+    false
 }
 
 async fn readyz(State(st): State<Arc<AppState>>) -> Response {

@@ -3,7 +3,8 @@
 
 use base64::Engine as _;
 use proptest::prelude::*;
-use qdr_webhook::admission::{Body, Outcome, Webhook, handle, review_json};
+use qdr_api::{ImagePattern, ImagePolicy};
+use qdr_webhook::admission::{Body, Checks, Outcome, Webhook, handle, handle_with, review_json};
 use serde_json::{Value, json};
 
 fn review(op: &str, object: Value) -> Vec<u8> {
@@ -470,4 +471,156 @@ fn stored_violations_are_followed_by_item_not_by_index() {
     let resp = response(Webhook::Validate, &update(worse, stored));
     assert_eq!(resp["allowed"], false);
     assert_eq!(causes(&resp), ["spec.listeners[0].sslProfile"]);
+}
+
+fn checks(patterns: &[&str]) -> Checks {
+    Checks {
+        images: ImagePolicy::only(patterns.iter().map(|p| ImagePattern::parse(p).unwrap()).collect()),
+    }
+}
+
+fn review_of(reply: &qdr_webhook::Reply) -> Value {
+    let Body::Review(r) = &reply.body else { panic!("not a review: {reply:?}") };
+    review_json(r)["response"].clone()
+}
+
+/// `--allowed-router-images`: a set image must match; an absent one is the controller's
+/// default; a stored image outside the policy is ratcheted like any stored violation.
+#[test]
+fn the_image_policy_denies_at_the_image_field_and_ratchets() {
+    let policy = checks(&["registry.example.com/*"]);
+    let with_image = |image: &str| ic(json!({"deploymentPlan": {"image": image}}));
+    for op in [Webhook::Mutate, Webhook::Validate] {
+        let denied = handle_with(op, &review("CREATE", with_image("evil.io/qdr:1")), &policy);
+        let resp = review_of(&denied);
+        assert_eq!(resp["allowed"], false, "{op:?}");
+        assert_eq!(causes(&resp), ["spec.deploymentPlan.image"]);
+        assert_eq!(resp["status"]["details"]["causes"][0]["reason"], "FieldValueForbidden");
+        let ok = handle_with(op, &review("CREATE", with_image("registry.example.com/qdr:1")), &policy);
+        assert_eq!(review_of(&ok)["allowed"], true, "{op:?}");
+        assert_eq!(review_of(&handle_with(op, &review("CREATE", ic(json!({}))), &policy))["allowed"], true);
+        // The default policy admits any image, as the Go operator.
+        assert_eq!(review_of(&handle(op, &review("CREATE", with_image("evil.io/qdr:1"))))["allowed"], true);
+    }
+    // Stored before the policy: other spec changes are admitted with a warning.
+    let mut stored = with_image("evil.io/qdr:1");
+    let mut changed = stored.clone();
+    changed["spec"]["deploymentPlan"]["size"] = json!(2);
+    let resp = review_of(&handle_with(Webhook::Validate, &update(changed.clone(), stored.clone()), &policy));
+    assert_eq!(resp["allowed"], true, "{resp}");
+    assert!(resp["warnings"][0].as_str().unwrap().starts_with("spec.deploymentPlan.image: Forbidden"), "{resp}");
+    // Another disallowed image is a new violation.
+    changed["spec"]["deploymentPlan"]["image"] = json!("evil.io/qdr:2");
+    let resp = review_of(&handle_with(Webhook::Validate, &update(changed.clone(), stored.clone()), &policy));
+    assert_eq!(resp["allowed"], false, "{resp}");
+    // Moving to an allowed image fixes it.
+    changed["spec"]["deploymentPlan"]["image"] = json!("registry.example.com/qdr:1");
+    stored["spec"]["deploymentPlan"]["size"] = json!(1);
+    let resp = review_of(&handle_with(Webhook::Validate, &update(changed, stored), &policy));
+    assert_eq!(resp["allowed"], true, "{resp}");
+    assert!(resp.get("warnings").is_none(), "{resp}");
+}
+
+/// A spec with a list longer than any the CRD admits is refused before it is decoded, at
+/// the list's path; the defaulting webhook leaves it to validation.
+#[test]
+fn lists_over_the_crds_largest_are_refused_at_their_path() {
+    let listeners: Vec<Value> = (0..2000).map(|_| json!({})).collect();
+    let body = review("CREATE", ic(json!({"listeners": listeners})));
+    let resp = review_of(&handle(Webhook::Validate, &body));
+    assert_eq!(resp["allowed"], false);
+    assert_eq!(causes(&resp), ["spec.listeners"]);
+    assert_eq!(resp["status"]["details"]["causes"][0]["reason"], "FieldValueTooMany");
+    let resp = review_of(&handle(Webhook::Mutate, &body));
+    assert_eq!(resp["allowed"], true);
+    assert!(resp.get("patch").is_none());
+}
+
+fn pending_refs(reply: &qdr_webhook::Reply) -> Vec<(String, String)> {
+    reply.pending.as_ref().map(|p| p.references.clone()).unwrap_or_default()
+}
+
+fn pairs(v: &[(&str, &str)]) -> Vec<(String, String)> {
+    v.iter().map(|(f, n)| (f.to_string(), n.to_string())).collect()
+}
+
+/// Which references a review leaves to authorize: every one on CREATE (generated names
+/// included), on UPDATE only the Secrets the stored object did not name, or all of them
+/// when the image changes; none for metadata-only updates.
+#[test]
+fn references_to_authorize_follow_what_the_write_changes() {
+    let spec = json!({"users": "u", "sslProfiles": [{"name": "p", "credentials": "c", "caCert": "ca"}]});
+    let create = handle(Webhook::Validate, &review("CREATE", ic(spec.clone())));
+    assert_eq!(
+        pending_refs(&create),
+        pairs(&[
+            ("spec.users", "u"),
+            ("spec.sslProfiles[0].credentials", "c"),
+            ("spec.sslProfiles[0].caCert", "ca"),
+            // The profiles the default listeners use, with their generated Secrets.
+            ("spec.sslProfiles[1].credentials", "mesh-default-credentials"),
+            ("spec.sslProfiles[2].credentials", "mesh-inter-router-credentials"),
+            ("spec.sslProfiles[2].caCert", "mesh-inter-router-ca"),
+            ("spec.deploymentPlan.issuer", "mesh-ca"),
+        ])
+    );
+    let p = create.pending.as_ref().unwrap();
+    assert_eq!(p.user.username.as_deref(), Some("kubernetes-admin"));
+    assert_eq!(p.namespace, "ns");
+    assert_eq!(p.secrets().len(), 7);
+    // The defaulting webhook leaves it to the validating one unless it denies.
+    assert_eq!(handle(Webhook::Mutate, &review("CREATE", ic(spec.clone()))).pending, None);
+    let defaults = handle(Webhook::Validate, &review("CREATE", ic(json!({}))));
+    let names: Vec<String> = pending_refs(&defaults).into_iter().map(|(_, n)| n).collect();
+    assert!(names.contains(&"mesh-users".into()) && names.contains(&"mesh-ca".into()), "{names:?}");
+
+    let stored = ic(spec.clone());
+    let mut resized = stored.clone();
+    resized["spec"]["deploymentPlan"] = json!({"size": 3});
+    assert_eq!(handle(Webhook::Validate, &update(resized, stored.clone())).pending, None);
+    let mut relabelled = stored.clone();
+    relabelled["metadata"]["labels"] = json!({"a": "b"});
+    assert_eq!(handle(Webhook::Validate, &update(relabelled, stored.clone())).pending, None);
+    let mut new_ref = stored.clone();
+    new_ref["spec"]["sslProfiles"][0]["credentials"] = json!("other");
+    assert_eq!(
+        pending_refs(&handle(Webhook::Validate, &update(new_ref, stored.clone()))),
+        pairs(&[("spec.sslProfiles[0].credentials", "other")])
+    );
+    let mut new_image = stored.clone();
+    new_image["spec"]["deploymentPlan"] = json!({"image": "mine:1"});
+    assert_eq!(pending_refs(&handle(Webhook::Validate, &update(new_image, stored))).len(), 7);
+}
+
+/// The reply once the references are checked: unchanged when all are readable; otherwise a
+/// 422 with a Forbidden cause per field naming an unreadable Secret, after the other
+/// violations; 500 when the checks could not be made.
+#[test]
+fn unreadable_references_deny_each_field_that_names_one() {
+    let spec = json!({"users": "u", "sslProfiles": [{"name": "p", "credentials": "c", "caCert": "u"}]});
+    let reply = handle(Webhook::Validate, &review("CREATE", ic(spec.clone())));
+    let allowed = reply.clone().authorized(&Default::default());
+    assert_eq!(review_of(&allowed)["allowed"], true);
+    assert_eq!(allowed.pending, None);
+    let denied = reply.clone().authorized(&["u".to_string()].into());
+    let resp = review_of(&denied);
+    assert_eq!(resp["allowed"], false);
+    assert_eq!(resp["status"]["code"], 422);
+    assert_eq!(causes(&resp), ["spec.users", "spec.sslProfiles[0].caCert"]);
+    let message = resp["status"]["details"]["causes"][0]["message"].as_str().unwrap();
+    assert!(
+        message.starts_with(r#"Forbidden: user "kubernetes-admin" may not get Secret "u" in namespace "ns""#),
+        "{message}"
+    );
+    assert_eq!(denied.outcome, Outcome::Denied);
+    // With other violations: every cause at once.
+    let mut bad = spec.clone();
+    bad["deploymentPlan"] = json!({"role": "edge"});
+    bad["interRouterListeners"] = json!([{"port": 55672}]);
+    let resp = review_of(&handle(Webhook::Validate, &review("CREATE", ic(bad))).authorized(&["c".to_string()].into()));
+    assert_eq!(causes(&resp), ["spec.interRouterListeners", "spec.sslProfiles[0].credentials"]);
+    let failed = reply.unauthorizable("connection refused");
+    let resp = review_of(&failed);
+    assert_eq!((resp["allowed"].clone(), resp["status"]["code"].clone()), (json!(false), json!(500)));
+    assert!(resp["status"]["message"].as_str().unwrap().ends_with("connection refused"));
 }

@@ -10,7 +10,7 @@ use axum::http::{Request, StatusCode};
 use http_body_util::BodyExt;
 use qdr_webhook::metrics::Metrics;
 use qdr_webhook::server::{
-    AppState, FirstBytes, MAX_BODY_BYTES, OPENMETRICS, admission_router, health_router,
+    AppState, FirstBytes, MAX_BODY_BYTES, MAX_IN_FLIGHT, OPENMETRICS, admission_router, health_router,
 };
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tower::ServiceExt;
@@ -20,8 +20,16 @@ const REQUEST_TIMEOUT: Duration = Duration::from_millis(300);
 /// The admission router (request timeout [`REQUEST_TIMEOUT`]) and the state it shares with
 /// the health router.
 fn app(ready: Arc<AtomicBool>) -> (axum::Router, Arc<AppState>) {
+    app_with(ready, MAX_IN_FLIGHT)
+}
+
+/// [`app`] with `permits` reviews in flight.
+fn app_with(ready: Arc<AtomicBool>, permits: usize) -> (axum::Router, Arc<AppState>) {
     let state = Arc::new(AppState {
         metrics: Metrics::default(),
+        checks: Default::default(),
+        authorizer: None,
+        in_flight: Arc::new(tokio::sync::Semaphore::new(permits)),
         readiness: Box::new(
             move || if ready.load(Ordering::SeqCst) { Ok(()) } else { Err("no certificate".into()) },
         ),
@@ -53,6 +61,34 @@ async fn oversized_and_malformed_bodies_get_clear_errors() {
     assert!(body.starts_with("malformed JSON"), "{body}");
     let (status, _) = call(&app, "GET", "/validate", vec![]).await;
     assert_eq!(status, StatusCode::METHOD_NOT_ALLOWED);
+    // Without a Content-Length (chunked), the limit applies while reading.
+    let chunks = futures::stream::iter(
+        (0..4).map(|_| Ok::<_, std::io::Error>(axum::body::Bytes::from(vec![b' '; MAX_BODY_BYTES / 3 + 1]))),
+    );
+    let req = Request::builder().method("POST").uri("/validate").body(Body::from_stream(chunks)).unwrap();
+    assert_eq!(send(&app, req).await.1.0, StatusCode::PAYLOAD_TOO_LARGE);
+    // The limit is the API server's own request limit.
+    assert_eq!(MAX_BODY_BYTES, 3 * 1024 * 1024);
+}
+
+/// Reviews over the in-flight bound wait in line: answered once a permit is free, or `408`
+/// at the request timeout.
+#[tokio::test]
+async fn reviews_over_the_bound_wait_for_a_permit_until_their_timeout() {
+    let (app, state) = app_with(Arc::new(AtomicBool::new(true)), 1);
+    let held = state.in_flight.clone().acquire_owned().await.unwrap();
+    let started = Instant::now();
+    let (status, _) = call(&app, "POST", "/validate", b"{}".to_vec()).await;
+    assert_eq!(status, StatusCode::REQUEST_TIMEOUT);
+    assert!(started.elapsed() >= REQUEST_TIMEOUT);
+    // Freed within the wait: answered.
+    let app2 = app.clone();
+    let waiting = tokio::spawn(async move { call(&app2, "POST", "/validate", b"{}".to_vec()).await });
+    tokio::time::sleep(REQUEST_TIMEOUT / 3).await;
+    drop(held);
+    let (status, body) = waiting.await.unwrap();
+    assert_eq!(status, StatusCode::BAD_REQUEST, "answered (a bad review): {body}");
+    assert_eq!(state.in_flight.available_permits(), 1, "the permit came back");
 }
 
 /// A client that sends headers and then trickles (or never sends) its body gets `408` at
