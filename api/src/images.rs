@@ -9,8 +9,8 @@
 //! An absent `image` is not checked: the controller then runs its own configured default
 //! image, which the cluster admin chose.
 
-use crate::validate::{ErrorType, FieldError};
 use crate::Interconnect;
+use crate::validate::{ErrorType, FieldError};
 
 /// One allowed-image pattern, matched against the whole image reference as written in the
 /// spec (no registry or tag is added, so `qdrouterd` and `docker.io/library/qdrouterd` are

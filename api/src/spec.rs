@@ -165,10 +165,10 @@ impl Interconnect {
         names
     }
 
-    /// Every Secret reference with the field that makes it, in field order: `spec.users`,
-    /// `spec.sslProfiles[i].credentials`, `spec.sslProfiles[i].caCert` and
-    /// `spec.deploymentPlan.issuer` (the named issuer, or the generated `<name>-ca` that an
-    /// absent issuer means). The same names as [`Interconnect::secret_names`]; call it on a
+    /// Every Secret the routers mount or the controller signs with, with the field that
+    /// names it, in field order: `spec.users`, `spec.sslProfiles[i].credentials`,
+    /// `spec.sslProfiles[i].caCert` and `spec.deploymentPlan.issuer` (a named issuer, or the
+    /// generated `<name>-ca` when it signs: [`Interconnect::issuer_signs`]). Call it on a
     /// defaulted object so the derived names are included.
     pub fn secret_references(&self) -> Vec<(String, String)> {
         let mut refs: Vec<(String, String)> =
@@ -180,8 +180,24 @@ impl Interconnect {
                 }
             }
         }
-        refs.push(("spec.deploymentPlan.issuer".into(), self.issuer_secret()));
+        if self.spec.user_issuer().is_some() || self.issuer_signs() {
+            refs.push(("spec.deploymentPlan.issuer".into(), self.issuer_secret()));
+        }
         refs
+    }
+
+    /// Whether the issuer CA ([`Interconnect::issuer_secret`]) signs a generated certificate:
+    /// a `generateCredentials` profile without mutual authentication (its peers verify
+    /// against the issuer), or with mutual authentication and no `caCert` of its own, or with
+    /// the issuer as its `caCert`.
+    pub fn issuer_signs(&self) -> bool {
+        let issuer = self.issuer_secret();
+        self.spec
+            .ssl_profiles
+            .iter()
+            .flatten()
+            .filter(|p| p.generate_credentials == Some(true))
+            .any(|p| p.mutual_auth != Some(true) || p.ca_cert.as_ref().is_none_or(|c| *c == issuer))
     }
 }
 
@@ -234,12 +250,13 @@ mod tests {
                 ("spec.sslProfiles[0].credentials", "c"),
                 ("spec.sslProfiles[0].caCert", "ca"),
                 ("spec.sslProfiles[1].caCert", "ca"),
-                ("spec.deploymentPlan.issuer", "a-ca"),
             ]
         );
+        assert!(!raw.issuer_signs(), "nothing generated");
         let defaulted = crate::defaults(&ic("b", serde_json::json!({})));
         let names: std::collections::BTreeSet<String> =
             defaulted.secret_references().into_iter().map(|(_, n)| n).collect();
+        assert!(defaulted.issuer_signs(), "the default profile's credentials");
         assert_eq!(names, defaulted.secret_names());
         assert!(names.contains("b-users") && names.contains("b-ca"));
         let none = ic("c", serde_json::json!({"users": "none", "deploymentPlan": {"issuer": "corp"}}));

@@ -88,7 +88,8 @@ impl CertResolver {
         let builder = match client_cas {
             None => builder.with_no_client_auth(),
             Some(roots) => builder.with_client_cert_verifier(
-                rustls::server::WebPkiClientVerifier::builder_with_provider(Arc::new(roots), provider).build()?,
+                rustls::server::WebPkiClientVerifier::builder_with_provider(Arc::new(roots), provider)
+                    .build()?,
             ),
         };
         let mut cfg = builder.with_cert_resolver(self.clone());

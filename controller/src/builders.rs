@@ -65,6 +65,8 @@ pub struct Settings {
     /// `runAsUser` of the router pods ([`DEFAULT_RUN_AS_USER`] by default; `None` where the
     /// platform assigns the UID, as OpenShift's restricted SCC does).
     pub run_as_user: Option<i64>,
+    /// Key of the credentials hash annotation ([`crate::hash_key`]).
+    pub hash_key: crate::hash_key::HashKey,
 }
 
 /// The UID the router pods run as by default. The router image (qdr-image 1.19.0) declares no

@@ -449,11 +449,7 @@ pub(crate) fn generated(o: &ValidatedInterconnect) -> Vec<(String, String)> {
     let profiles: Vec<_> = o.spec().ssl_profiles.iter().flatten().collect();
     let ic_ca = o.issuer_secret();
     let mut out = Vec::new();
-    let signs = profiles
-        .iter()
-        .filter(|p| p.generate_credentials == Some(true))
-        .any(|p| p.mutual_auth != Some(true) || p.ca_cert.as_ref().is_none_or(|c| *c == ic_ca));
-    if o.spec().user_issuer().is_none() && signs {
+    if o.spec().user_issuer().is_none() && o.ic().issuer_signs() {
         out.push((ic_ca, "spec.deploymentPlan.issuer".to_string()));
     }
     for (i, p) in profiles.iter().enumerate() {

@@ -20,6 +20,7 @@ pub mod builders;
 pub(crate) mod cache;
 pub mod credentials;
 pub mod fence;
+pub mod hash_key;
 pub mod health;
 pub mod human;
 pub mod labels;

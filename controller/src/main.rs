@@ -6,9 +6,11 @@ use std::time::Duration;
 
 use clap::Parser;
 use k8s_openapi::api::coordination::v1::Lease;
+use k8s_openapi::api::core::v1::Secret;
 use kube::api::Api;
 use qdr_controller::builders::Settings;
 use qdr_controller::credentials::Lifetimes;
+use qdr_controller::hash_key::HashKey;
 use qdr_controller::health::router as health_router;
 use qdr_controller::health::{Health, HealthTiming};
 use qdr_controller::lease::{Elector, Timing};
@@ -50,6 +52,11 @@ struct Args {
     /// Name of the leader-election Lease.
     #[arg(long, env = "QDR_LEASE_NAME", default_value = "qdr-operator-controller")]
     lease_name: String,
+
+    /// Secret in the Lease's namespace holding the key of the credentials hash annotation
+    /// (created with a random key when missing; shared by the replicas).
+    #[arg(long, env = "QDR_HASH_KEY_SECRET", default_value = qdr_controller::hash_key::DEFAULT_SECRET)]
+    hash_key_secret: String,
 
     /// This replica's identity in the Lease (defaults to the pod name, else hostname-pid).
     #[arg(long, env = "POD_NAME")]
@@ -193,11 +200,25 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
         }
     };
     tracing::info!(routes, "exposure through {}", if routes { "Routes" } else { "Ingresses" });
+    // The credentials hash key, shared by every replica through one Secret in the
+    // controller's namespace; retried like the API groups.
+    let secrets = Api::<Secret>::namespaced(client.clone(), &args.lease_namespace);
+    let hash_key = loop {
+        match HashKey::load_or_create(&secrets, &args.hash_key_secret).await {
+            Ok(k) => break k,
+            Err(e @ qdr_controller::hash_key::Error::Unusable(_)) => return Err(e.into()),
+            Err(e) => {
+                tracing::warn!(error = %e, "cannot read or create the credentials hash key; retrying");
+                tokio::time::sleep(args.retry_period).await;
+            }
+        }
+    };
     let settings = Settings {
         default_image: args.default_image.clone(),
         routes,
         lifetimes,
         run_as_user: args.router_run_as_user.0,
+        hash_key,
     };
     let recorder = qdr_controller::recorder::Recorder::new(fenced.clone(), "qdr-operator", &identity);
     let ctx = Arc::new(Context::new(fenced, settings, recorder, metrics.clone(), health));

@@ -7,9 +7,10 @@ use std::collections::{BTreeMap, BTreeSet};
 
 use std::time::SystemTime;
 
-use sha2::Digest;
+use hmac::Mac;
 
 use crate::credentials::Data;
+use crate::hash_key::HashKey;
 use crate::validated::ValidatedInterconnect;
 use qdr_api::router_config::keys_read;
 
@@ -126,10 +127,11 @@ pub fn unmet(refs: &[Reference], secrets: &BTreeMap<String, Data>) -> Vec<Unmet>
         .collect()
 }
 
-/// SHA-256 (hex) of the content of every mounted Secret of `refs`: names, keys and values,
-/// sorted (only the mounted keys of a [`Reference::projected`] one); a missing Secret counts
-/// as missing. Equal content, equal fingerprint.
-pub fn fingerprint(refs: &[Reference], secrets: &BTreeMap<String, Data>) -> String {
+/// HMAC-SHA256 under `key` (hex) of the content of every mounted Secret of `refs`: names,
+/// keys and values, sorted (only the mounted keys of a [`Reference::projected`] one); a
+/// missing Secret counts as missing. Equal content, equal fingerprint; without the key it
+/// reveals nothing of the content ([`crate::hash_key`]).
+pub fn fingerprint(key: &HashKey, refs: &[Reference], secrets: &BTreeMap<String, Data>) -> String {
     // Per Secret: `None` when it is mounted whole, else the keys mounted.
     let mut mounted: BTreeMap<&str, Option<Vec<&str>>> = BTreeMap::new();
     for r in refs.iter().filter(|r| r.mounted) {
@@ -140,25 +142,25 @@ pub fn fingerprint(refs: &[Reference], secrets: &BTreeMap<String, Data>) -> Stri
             (None, _) => {}
         }
     }
-    let mut h = sha2::Sha256::new();
+    let mut h = key.mac();
     for (name, only) in mounted {
         h.update(name.as_bytes());
-        h.update([0]);
+        h.update(&[0]);
         match secrets.get(name) {
             None => h.update(b"\x01missing"),
             Some(d) => {
                 for (k, v) in d.iter().filter(|(k, _)| only.as_ref().is_none_or(|o| o.contains(&k.as_str())))
                 {
                     h.update(k.as_bytes());
-                    h.update([0]);
-                    h.update((v.0.len() as u64).to_be_bytes());
+                    h.update(&[0]);
+                    h.update(&(v.0.len() as u64).to_be_bytes());
                     h.update(&v.0);
                 }
             }
         }
-        h.update([0xff]);
+        h.update(&[0xff]);
     }
-    h.finalize().iter().map(|b| format!("{b:02x}")).collect()
+    h.finalize().into_bytes().iter().map(|b| format!("{b:02x}")).collect()
 }
 
 /// What is wrong with a Secret that exists and has every key a [`Reference`] reads.

@@ -86,6 +86,13 @@ async fn failover_after_sigterm_and_after_sigkill() {
     .unwrap();
     interconnects(&ns.client, &ns.name).create(&PostParams::default(), &obj).await.unwrap();
     scale_and_time(&ns, 2, &replicas).await;
+    let deployments: Api<k8s_openapi::api::apps::v1::Deployment> = ns.api();
+    let credentials_hash = || async {
+        let d = deployments.get("ha").await.unwrap();
+        d.spec.unwrap().template.metadata.unwrap().annotations.unwrap()["qdr-operator.io/credentials-hash"]
+            .clone()
+    };
+    let hash_before = credentials_hash().await;
 
     // Graceful: SIGTERM the leader; once it has exited, change the spec.
     let leader = eventually("a leader", Duration::from_secs(20), || holder(&leases)).await;
@@ -114,6 +121,13 @@ async fn failover_after_sigterm_and_after_sigkill() {
     let (_, crash_takeover) = takeover(&leases, &leader, t1, 6 * LEASE).await;
     assert!(p.wait_exit(Duration::from_secs(5)));
     let crash = scale_and_time(&ns, 4, &replicas).await;
+    // Every replica keys the credentials hash with the one key the first made: no leader
+    // change rolls the routers.
+    assert_eq!(credentials_hash().await, hash_before, "a failover changed the credentials hash");
+    let keys: Api<k8s_openapi::api::core::v1::Secret> = system.api();
+    let key = keys.get("qdr-controller-hash-key").await.unwrap();
+    assert_eq!(key.immutable, Some(true));
+    assert_eq!(key.data.unwrap()["key"].0.len(), 32);
     eprintln!(
         "failover: graceful (SIGTERM) Lease taken over {graceful_takeover:?} after the signal, leader exited in \
          {exited:?}, next change reconciled {graceful:?} after that; crash (SIGKILL) Lease taken over \

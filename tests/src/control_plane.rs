@@ -42,6 +42,29 @@ pub struct Options {
     /// Write an audit log of every request (Metadata level, one JSON line per request at
     /// `ResponseComplete`) to `<dir>/audit.log`; read it with [`ControlPlane::audit`].
     pub audit: bool,
+    /// Make the API server present a client certificate to every admission webhook, as a
+    /// cluster admin configures it: `--admission-control-config-file` with an
+    /// AdmissionConfiguration whose webhook kubeconfig has a `*` (any webhook) user with
+    /// the certificate of user `kube-apiserver-webhook-client`, signed by the control
+    /// plane's CA ([`ControlPlane::ca_file`], what a webhook's `--client-ca` takes).
+    pub webhook_client_cert: bool,
+}
+
+/// The AdmissionConfiguration of [`Options::webhook_client_cert`]: both webhook admission
+/// plugins read the credentials for calling webhooks from `kubeconfig`.
+pub fn admission_configuration(kubeconfig: &Path) -> String {
+    let plugin = |name: &str| {
+        format!(
+            "- name: {name}\n  configuration:\n    apiVersion: apiserver.config.k8s.io/v1\n    \
+             kind: WebhookAdmissionConfiguration\n    kubeConfigFile: {}\n",
+            kubeconfig.display()
+        )
+    };
+    format!(
+        "apiVersion: apiserver.config.k8s.io/v1\nkind: AdmissionConfiguration\nplugins:\n{}{}",
+        plugin("ValidatingAdmissionWebhook"),
+        plugin("MutatingAdmissionWebhook")
+    )
 }
 
 /// One request as the API server's audit log records it.
@@ -274,6 +297,18 @@ impl ControlPlane {
             format!("--cert-dir={}", pki_dir.display()),
             "--v=0".into(),
         ]);
+        if opts.webhook_client_cert {
+            let client = pki.client("kube-apiserver-webhook-client", &[])?;
+            write(&pki_dir.join("webhook-client.crt"), &client.cert_pem)?;
+            write(&pki_dir.join("webhook-client.key"), &client.key_pem)?;
+            let users = serde_json::json!({"apiVersion": "v1", "kind": "Config", "users": [{"name": "*", "user": {
+                "client-certificate": p("webhook-client.crt"), "client-key": p("webhook-client.key")}}]});
+            let kubeconfig = dir.join("webhook-client.kubeconfig");
+            write(&kubeconfig, &users.to_string())?;
+            let config = dir.join("admission-configuration.yaml");
+            write(&config, &admission_configuration(&kubeconfig))?;
+            api_cmd.arg(format!("--admission-control-config-file={}", config.display()));
+        }
         if opts.audit {
             write(&dir.join("audit-policy.yaml"), AUDIT_POLICY)?;
             api_cmd.args([
@@ -581,6 +616,13 @@ impl ControlPlane {
     /// Path of the admin kubeconfig (JSON, which kubectl reads like YAML).
     pub fn kubeconfig(&self) -> &Path {
         &self.kubeconfig
+    }
+
+    /// The control plane's CA certificate (PEM): it signs the API server's serving and
+    /// client certificates (the admin's, and the webhook client's of
+    /// [`Options::webhook_client_cert`]).
+    pub fn ca_file(&self) -> PathBuf {
+        self.dir.join("pki").join("ca.crt")
     }
 
     /// The directory holding the PKI, data and logs.

@@ -122,6 +122,28 @@ fn network_policies_admit_only_each_pods_ports(docs: &[Value], deployments: &[&V
     }
 }
 
+/// `deploy/overlays/allowed-router-images`: `deploy/` with one more webhook argument, whose
+/// patterns parse as the webhook parses them.
+#[tokio::test]
+async fn the_image_policy_overlay_adds_only_the_webhook_argument() {
+    use qdr_tests::rbac::kustomize;
+    let cp = qdr_tests::shared().await;
+    let mut overlay = kustomize(cp, "deploy/overlays/allowed-router-images").unwrap();
+    let base = kustomize(cp, "deploy").unwrap();
+    let webhook = overlay
+        .iter_mut()
+        .find(|d| d["kind"] == "Deployment" && d["metadata"]["name"] == "qdr-webhook")
+        .unwrap();
+    let args = webhook["spec"]["template"]["spec"]["containers"][0]["args"].as_array_mut().unwrap();
+    let last = args.pop().unwrap();
+    let patterns = last.as_str().unwrap().strip_prefix("--allowed-router-images=").expect("the image policy");
+    for p in patterns.split(',') {
+        qdr_api::ImagePattern::parse(p).unwrap();
+    }
+    assert!(patterns.split(',').any(|p| p == "quay.io/interconnectedcloud/qdrouterd:*"), "{patterns}");
+    assert_eq!(normalized(overlay), normalized(base), "anything else changed");
+}
+
 /// `deploy/overlays/namespaced`: the controller's ClusterRole and its binding are gone; each
 /// namespace in `--watch-namespaces` has a Role with exactly the ClusterRole's rules, bound
 /// to the controller; both webhooks select exactly those namespaces; and the whole overlay
@@ -384,7 +406,48 @@ async fn helm_values_reach_the_objects() {
         ])
     );
 
+    let objs = normalized(helm_template(
+        cp,
+        &["webhook.allowedRouterImages={quay.io/interconnectedcloud/qdrouterd:*,registry.example.com/*}"],
+    ));
+    let wc = &objs["Deployment qdr-operator/qdr-webhook"]["spec"]["template"]["spec"]["containers"][0];
+    assert_eq!(
+        wc["args"],
+        serde_json::json!([
+            "--tls-mode=secret",
+            "--allowed-router-images=quay.io/interconnectedcloud/qdrouterd:*,registry.example.com/*",
+            "--log-format=json"
+        ])
+    );
+
+    // cert-manager mode: the certificate comes from cert-manager; Secret references are still
+    // authorized, so the webhook keeps a token and exactly that permission.
     let objs = normalized(helm_template(cp, &["webhook.tls.mode=cert-manager"]));
+    let pod = &objs["Deployment qdr-operator/qdr-webhook"]["spec"]["template"]["spec"];
+    assert_eq!(pod["automountServiceAccountToken"], serde_json::Value::Null);
+    assert_eq!(
+        objs["ClusterRole /qdr-operator-webhook"]["rules"],
+        serde_json::json!([{"apiGroups": ["authorization.k8s.io"], "resources": ["subjectaccessreviews"], "verbs": ["create"]}])
+    );
+    assert!(
+        !objs.contains_key("Role qdr-operator/qdr-operator-webhook"),
+        "no Secret access in cert-manager mode"
+    );
+
+    let objs = normalized(helm_template(
+        cp,
+        &["webhook.tls.mode=cert-manager", "webhook.authorizeSecretReferences=false"],
+    ));
+    let wc = &objs["Deployment qdr-operator/qdr-webhook"]["spec"]["template"]["spec"]["containers"][0];
+    assert_eq!(
+        wc["args"],
+        serde_json::json!([
+            "--tls-mode=files",
+            "--tls-dir=/tls",
+            "--authorize-secret-references=false",
+            "--log-format=json"
+        ])
+    );
     let cert = &objs["Certificate qdr-operator/qdr-webhook"];
     assert_eq!(cert["spec"]["secretName"], "qdr-webhook-cert");
     assert_eq!(cert["spec"]["dnsNames"][0], "qdr-webhook.qdr-operator.svc");

@@ -32,7 +32,9 @@ use k8s_openapi::api::authentication::v1::UserInfo;
 use kube::core::Status;
 use kube::core::admission::{AdmissionResponse, META_API_VERSION_V1, META_KIND, Operation};
 use kube::core::response::{StatusCause, StatusDetails, StatusSummary};
-use qdr_api::{ErrorType, FieldError, ImagePolicy, Interconnect, InterconnectSpec, defaults, validate, warnings};
+use qdr_api::{
+    ErrorType, FieldError, ImagePolicy, Interconnect, InterconnectSpec, defaults, validate, warnings,
+};
 use serde_json::Value;
 use serde_json::value::RawValue;
 
@@ -198,7 +200,9 @@ impl Reply {
         let mut r = response_for(&p.uid);
         r.allowed = false;
         r.result = Status::failure(
-            &format!("could not check that the Secrets this Interconnect names may be read by its author: {reason}"),
+            &format!(
+                "could not check that the Secrets this Interconnect names may be read by its author: {reason}"
+            ),
             "InternalError",
         )
         .with_code(500);
@@ -340,7 +344,10 @@ pub fn answer(webhook: Webhook, req: &Request<'_>, checks: &Checks) -> Reply {
         return reply(response_for(&req.uid), Outcome::Allowed);
     }
     let Some(raw) = req.object else {
-        return reply(deny(&req.uid, 400, "BadRequest", "request.object is missing".into()), Outcome::BadRequest);
+        return reply(
+            deny(&req.uid, 400, "BadRequest", "request.object is missing".into()),
+            Outcome::BadRequest,
+        );
     };
     let undecodable = |e: serde_json::Error| {
         bad_request_for_uid(&req.uid, format!("the admission request does not decode: {e}"))

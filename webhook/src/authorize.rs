@@ -48,20 +48,21 @@ impl Authorizer {
         if secrets.is_empty() || self.may_get(user, namespace, None).await? {
             return Ok(BTreeSet::new());
         }
-        let answers =
-            try_join_all(secrets.iter().map(|name| async move {
-                Ok::<_, kube::Error>((*name, self.may_get(user, namespace, Some(name)).await?))
-            }))
-            .await?;
+        let answers = try_join_all(secrets.iter().map(|name| async move {
+            Ok::<_, kube::Error>((*name, self.may_get(user, namespace, Some(name)).await?))
+        }))
+        .await?;
         Ok(answers.into_iter().filter(|(_, allowed)| !allowed).map(|(n, _)| n.to_string()).collect())
     }
 
     /// Whether `user` may `get secrets[/name]` in `namespace`.
-    async fn may_get(&self, user: &UserInfo, namespace: &str, name: Option<&str>) -> Result<bool, kube::Error> {
-        let review = SubjectAccessReview {
-            spec: review_spec(user, namespace, name),
-            ..Default::default()
-        };
+    async fn may_get(
+        &self,
+        user: &UserInfo,
+        namespace: &str,
+        name: Option<&str>,
+    ) -> Result<bool, kube::Error> {
+        let review = SubjectAccessReview { spec: review_spec(user, namespace, name), ..Default::default() };
         let answer = self.api.create(&PostParams::default(), &review).await?;
         Ok(answer.status.is_some_and(|s| s.allowed))
     }
@@ -107,7 +108,12 @@ mod tests {
         assert_eq!(spec.extra, user.extra);
         let attrs = spec.resource_attributes.unwrap();
         assert_eq!(
-            (attrs.namespace.as_deref(), attrs.verb.as_deref(), attrs.resource.as_deref(), attrs.name.as_deref()),
+            (
+                attrs.namespace.as_deref(),
+                attrs.verb.as_deref(),
+                attrs.resource.as_deref(),
+                attrs.name.as_deref()
+            ),
             (Some("ns"), Some("get"), Some("secrets"), Some("s"))
         );
         assert_eq!(attrs.group.as_deref(), Some(""));

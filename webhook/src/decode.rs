@@ -286,15 +286,22 @@ mod tests {
     #[test]
     fn scan_accepts_specs_within_the_limit_and_names_the_first_list_over_it() {
         let max = *MAX_ITEMS;
-        let ok = format!(r#"{{"addresses": [{}], "x": {{"a": [1, "s", null, true, 1.5]}}}}"#, vec!["{}"; max].join(","));
+        let ok = format!(
+            r#"{{"addresses": [{}], "x": {{"a": [1, "s", null, true, 1.5]}}}}"#,
+            vec!["{}"; max].join(",")
+        );
         assert_eq!(scan(&raw(&ok)), Ok(()));
-        let over = format!(r#"{{"deploymentPlan": {{}}, "listeners": [{{}}, {{"x": [{}]}}]}}"#, vec!["1"; max + 1].join(","));
+        let over = format!(
+            r#"{{"deploymentPlan": {{}}, "listeners": [{{}}, {{"x": [{}]}}]}}"#,
+            vec!["1"; max + 1].join(",")
+        );
         let e = scan(&raw(&over)).unwrap_err();
         assert_eq!(e.field, "spec.listeners[1].x");
         assert_eq!(e.error_type, ErrorType::TooMany);
         assert_eq!(e.to_string(), format!("spec.listeners[1].x: Too many: must have at most {max} items"));
         let keys: Vec<String> = (0..=max).map(|i| format!(r#""k{i}": 0"#)).collect();
-        let e = scan(&raw(&format!(r#"{{"users": "u", "deploymentPlan": {{{}}}}}"#, keys.join(",")))).unwrap_err();
+        let e = scan(&raw(&format!(r#"{{"users": "u", "deploymentPlan": {{{}}}}}"#, keys.join(","))))
+            .unwrap_err();
         assert_eq!(e.field, "spec.deploymentPlan");
         let e = scan(&raw(&format!("{{{}}}", keys.join(",")))).unwrap_err();
         assert_eq!((e.field.as_str(), e.error_type), ("spec", ErrorType::TooMany));

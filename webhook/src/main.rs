@@ -224,7 +224,9 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
     let health_app = health_router(state.clone());
     tokio::spawn(async move { axum::serve(health, health_app).await });
 
-    let tls = axum_server::tls_rustls::RustlsConfig::from_config(Arc::new(resolver.server_config_with(client_cas)?));
+    let tls = axum_server::tls_rustls::RustlsConfig::from_config(Arc::new(
+        resolver.server_config_with(client_cas)?,
+    ));
     let handle = axum_server::Handle::new();
     let timeouts = Timeouts {
         handshake: args.handshake_timeout,

@@ -474,9 +474,7 @@ fn stored_violations_are_followed_by_item_not_by_index() {
 }
 
 fn checks(patterns: &[&str]) -> Checks {
-    Checks {
-        images: ImagePolicy::only(patterns.iter().map(|p| ImagePattern::parse(p).unwrap()).collect()),
-    }
+    Checks { images: ImagePolicy::only(patterns.iter().map(|p| ImagePattern::parse(p).unwrap()).collect()) }
 }
 
 fn review_of(reply: &qdr_webhook::Reply) -> Value {
@@ -508,7 +506,10 @@ fn the_image_policy_denies_at_the_image_field_and_ratchets() {
     changed["spec"]["deploymentPlan"]["size"] = json!(2);
     let resp = review_of(&handle_with(Webhook::Validate, &update(changed.clone(), stored.clone()), &policy));
     assert_eq!(resp["allowed"], true, "{resp}");
-    assert!(resp["warnings"][0].as_str().unwrap().starts_with("spec.deploymentPlan.image: Forbidden"), "{resp}");
+    assert!(
+        resp["warnings"][0].as_str().unwrap().starts_with("spec.deploymentPlan.image: Forbidden"),
+        "{resp}"
+    );
     // Another disallowed image is a new violation.
     changed["spec"]["deploymentPlan"]["image"] = json!("evil.io/qdr:2");
     let resp = review_of(&handle_with(Webhook::Validate, &update(changed.clone(), stored.clone()), &policy));
@@ -617,7 +618,9 @@ fn unreadable_references_deny_each_field_that_names_one() {
     let mut bad = spec.clone();
     bad["deploymentPlan"] = json!({"role": "edge"});
     bad["interRouterListeners"] = json!([{"port": 55672}]);
-    let resp = review_of(&handle(Webhook::Validate, &review("CREATE", ic(bad))).authorized(&["c".to_string()].into()));
+    let resp = review_of(
+        &handle(Webhook::Validate, &review("CREATE", ic(bad))).authorized(&["c".to_string()].into()),
+    );
     assert_eq!(causes(&resp), ["spec.interRouterListeners", "spec.sslProfiles[0].credentials"]);
     let failed = reply.unauthorizable("connection refused");
     let resp = review_of(&failed);

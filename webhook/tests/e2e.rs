@@ -25,6 +25,9 @@ struct Setup {
 
 static SETUP: OnceCell<Setup> = OnceCell::const_new();
 
+/// The replica's router image policy (the Go operator's examples use this repository).
+const ALLOWED_IMAGES: &str = "--allowed-router-images=quay.io/interconnectedcloud/qdrouterd:*";
+
 /// The replica's handshake and header-read timeouts.
 const HOLD_LIMIT: Duration = Duration::from_secs(4);
 
@@ -43,7 +46,7 @@ async fn setup() -> &'static Setup {
                 format!("--handshake-timeout={}ms", HOLD_LIMIT.as_millis()),
                 format!("--header-read-timeout={}ms", HOLD_LIMIT.as_millis()),
             ];
-            let args = ["--check-interval=1s", &limits[0], &limits[1]];
+            let args = ["--check-interval=1s", &limits[0], &limits[1], ALLOWED_IMAGES];
             let replica = common::start_replica(cp, &webhook_ns, &reg, port, &args);
             common::wait_ready(&replica, Duration::from_secs(60)).await;
             common::wait_admission_works(cp, &ns, Duration::from_secs(60)).await;
@@ -323,4 +326,172 @@ async fn slow_and_idle_connections_do_not_stop_admission() {
         assert!(*max <= HOLD_LIMIT * 3 + Duration::from_secs(5), "{kind}: still open after {max:?}");
     }
     assert_eq!(open.load(SeqCst), 0);
+}
+
+/// Runs kubectl as `user` (impersonated by the admin) with `stdin`.
+fn kubectl_as(cp: &qdr_tests::ControlPlane, user: &str, args: &[&str], stdin: &str) -> std::process::Output {
+    let mut all = vec!["--as", user];
+    all.extend_from_slice(args);
+    kubectl_stdin(cp, &all, stdin)
+}
+
+/// Applies RBAC objects (admin).
+fn apply(cp: &qdr_tests::ControlPlane, ns: &str, objects: Value) {
+    let out = kubectl_stdin(cp, &["apply", "-n", ns, "-f", "-"], &objects.to_string());
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+}
+
+fn role(name: &str, rules: Value) -> Value {
+    json!({"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "Role", "metadata": {"name": name}, "rules": rules})
+}
+
+fn binding(name: &str, role: &str, user: &str) -> Value {
+    json!({"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "RoleBinding", "metadata": {"name": name},
+           "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "Role", "name": role},
+           "subjects": [{"apiGroup": "rbac.authorization.k8s.io", "kind": "User", "name": user}]})
+}
+
+/// Repeats `run` until `done` accepts its output (RBAC changes reach the authorizer's
+/// cache asynchronously), at most 30 s; returns the last output.
+async fn until(
+    mut run: impl FnMut() -> std::process::Output,
+    done: impl Fn(&std::process::Output) -> bool,
+) -> std::process::Output {
+    let deadline = std::time::Instant::now() + Duration::from_secs(30);
+    loop {
+        let out = run();
+        if done(&out) || std::time::Instant::now() > deadline {
+            return out;
+        }
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+}
+
+/// An Interconnect grants nothing its author lacks: a user who may create Interconnects but
+/// not read Secrets is denied naming each field that names one; `get` on exactly those
+/// Secrets, or on every Secret of the namespace, admits; an update that leaves the
+/// references alone is not checked again, one that adds a reference is.
+#[tokio::test]
+async fn secret_references_are_authorized_as_their_author() {
+    let s = setup().await;
+    let cp = qdr_tests::shared().await;
+    let ns = &s.ns;
+    apply(
+        cp,
+        ns,
+        json!({"apiVersion": "v1", "kind": "List", "items": [
+            role("ic-author", json!([{"apiGroups": ["interconnectedcloud.github.io"], "resources": ["interconnects"],
+                                      "verbs": ["get", "list", "create", "update", "patch"]}])),
+            binding("alice-ic-author", "ic-author", "alice"),
+            binding("bob-ic-author", "ic-author", "bob"),
+            role("exact-secrets", json!([{"apiGroups": [""], "resources": ["secrets"], "verbs": ["get"],
+                                          "resourceNames": ["alice-users", "tls-a", "ca-a"]}])),
+            role("all-secrets", json!([{"apiGroups": [""], "resources": ["secrets"], "verbs": ["get"]}])),
+            binding("bob-all-secrets", "all-secrets", "bob"),
+        ]}),
+    );
+    let ic = |name: &str, credentials: &str| {
+        json!({"apiVersion": "interconnectedcloud.github.io/v1alpha1", "kind": "Interconnect",
+               "metadata": {"name": name},
+               "spec": {"deploymentPlan": {"role": "edge"}, "listeners": [{"port": 5672}], "users": "alice-users",
+                        "sslProfiles": [{"name": "p", "credentials": credentials, "caCert": "ca-a"}]}})
+        .to_string()
+    };
+    let create = |user: &'static str, name: &'static str| {
+        let body = ic(name, "tls-a");
+        move || kubectl_as(cp, user, &["create", "-n", ns, "-f", "-"], &body)
+    };
+    let stderr = |o: &std::process::Output| String::from_utf8_lossy(&o.stderr).into_owned();
+
+    // Until the author binding is seen, the API server itself refuses (403); then the webhook.
+    let denied = until(create("alice", "authz-a"), |o| stderr(o).contains("is invalid")).await;
+    let err = stderr(&denied);
+    assert!(!denied.status.success(), "admitted without Secret access");
+    for field in ["spec.users", "spec.sslProfiles[0].credentials", "spec.sslProfiles[0].caCert"] {
+        assert!(
+            err.contains(&format!("* {field}: Forbidden: user \"alice\" may not get Secret")),
+            "{field}:\n{err}"
+        );
+    }
+    assert!(err.contains(r#"may not get Secret "alice-users" in namespace"#), "{err}");
+
+    // `get` on exactly those Secrets.
+    apply(cp, ns, binding("alice-exact-secrets", "exact-secrets", "alice"));
+    let created = until(create("alice", "authz-a"), |o| o.status.success()).await;
+    assert!(created.status.success(), "{}", stderr(&created));
+
+    // Every Secret of the namespace.
+    let created = until(create("bob", "authz-b"), |o| o.status.success()).await;
+    assert!(created.status.success(), "{}", stderr(&created));
+
+    // Alice loses her Secret access: an update that keeps the references is admitted without
+    // a check; one that names a new Secret is checked, and only that field is denied.
+    let out = cp.kubectl().args(["delete", "rolebinding", "alice-exact-secrets", "-n", ns]).output().unwrap();
+    assert!(out.status.success());
+    let patch = |spec: Value| {
+        let body = json!({"spec": spec}).to_string();
+        move || {
+            kubectl_as(
+                cp,
+                "alice",
+                &["patch", "interconnect", "authz-a", "-n", ns, "--type=merge", "-p", &body],
+                "",
+            )
+        }
+    };
+    // Wait until the removal is seen: a change of the users Secret back and forth is denied.
+    let out = until(patch(json!({"users": "alice-users-2"})), |o| !o.status.success()).await;
+    assert!(
+        stderr(&out).contains("* spec.users: Forbidden") || stderr(&out).contains("spec.users: Forbidden"),
+        "{}",
+        stderr(&out)
+    );
+    let out = patch(json!({"deploymentPlan": {"role": "edge", "size": 2}}))();
+    assert!(out.status.success(), "a ratcheted update that keeps the references: {}", stderr(&out));
+    let out = patch(json!({"sslProfiles": [{"name": "p", "credentials": "tls-b", "caCert": "ca-a"}]}))();
+    let err = stderr(&out);
+    assert!(!out.status.success(), "a new reference was admitted");
+    assert!(
+        err.contains(
+            r#"spec.sslProfiles[0].credentials: Forbidden: user "alice" may not get Secret "tls-b""#
+        ),
+        "{err}"
+    );
+    assert!(!err.contains("spec.users") && !err.contains("caCert"), "only the new reference: {err}");
+    for name in ["authz-a", "authz-b"] {
+        let _ = cp.kubectl().args(["delete", "interconnect", name, "-n", ns]).output();
+    }
+}
+
+/// `--allowed-router-images` through the API server: an image outside the patterns is
+/// denied at `spec.deploymentPlan.image`, one inside admitted, an absent one not checked.
+#[tokio::test]
+async fn router_images_outside_the_policy_are_denied() {
+    let s = setup().await;
+    let cp = qdr_tests::shared().await;
+    let ic = |image: Option<&str>| {
+        let mut plan = json!({"role": "edge"});
+        if let Some(i) = image {
+            plan["image"] = json!(i);
+        }
+        json!({"apiVersion": "interconnectedcloud.github.io/v1alpha1", "kind": "Interconnect",
+               "metadata": {"name": "imaged"}, "spec": {"deploymentPlan": plan}})
+        .to_string()
+    };
+    let create =
+        |image| kubectl_stdin(cp, &["create", "--dry-run=server", "-n", &s.ns, "-f", "-"], &ic(image));
+    let out = create(Some("evil.example/qdrouterd:1.19.0"));
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success(), "a disallowed image was admitted");
+    assert!(
+        err.contains(
+            r#"spec.deploymentPlan.image: Forbidden: image "evil.example/qdrouterd:1.19.0" is not allowed"#
+        ),
+        "{err}"
+    );
+    assert!(err.contains("quay.io/interconnectedcloud/qdrouterd:*"), "names the allowed patterns: {err}");
+    for allowed in [Some("quay.io/interconnectedcloud/qdrouterd:1.19.0"), None] {
+        let out = create(allowed);
+        assert!(out.status.success(), "{allowed:?}: {}", String::from_utf8_lossy(&out.stderr));
+    }
 }

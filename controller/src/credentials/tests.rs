@@ -395,14 +395,24 @@ fn missing_secrets_and_keys_are_reported_with_the_field_that_names_them() {
         "{lines:?}"
     );
     // A Secret appearing changes the fingerprint (the routers roll onto it).
-    let before = fingerprint(&refs, &ns);
+    let key = crate::hash_key::HashKey::from_bytes(&[7; 32]).unwrap();
+    let before = fingerprint(&key, &refs, &ns);
     ns.insert("client-ca".into(), user_secret(&[("tls.crt", "ca")]).data.unwrap());
-    assert_ne!(before, fingerprint(&refs, &ns));
+    assert_ne!(before, fingerprint(&key, &refs, &ns));
+    // Keyed: the same content under another key gives another value, so the annotation
+    // cannot be matched against guesses without the key.
+    let other = crate::hash_key::HashKey::from_bytes(&[8; 32]).unwrap();
+    assert_ne!(fingerprint(&key, &refs, &ns), fingerprint(&other, &refs, &ns));
+    let unkeyed = {
+        use sha2::Digest;
+        sha2::Sha256::digest(b"").iter().map(|b| format!("{b:02x}")).collect::<String>()
+    };
+    assert_eq!(fingerprint(&key, &refs, &ns).len(), unkeyed.len(), "still 256 bits, hex");
     // The issuer is read by the operator, not mounted: it is not in the fingerprint.
     let with_issuer = {
         let mut n = ns.clone();
         n.insert("corp-ca".into(), user_secret(&[("tls.crt", "a"), ("tls.key", "b")]).data.unwrap());
         n
     };
-    assert_eq!(fingerprint(&refs, &ns), fingerprint(&refs, &with_issuer));
+    assert_eq!(fingerprint(&key, &refs, &ns), fingerprint(&key, &refs, &with_issuer));
 }

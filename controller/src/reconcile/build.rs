@@ -176,7 +176,7 @@ pub fn build(o: &ValidatedInterconnect, settings: &Settings, observed: &Observed
     let refs = references(o, &bundles);
     let observed_data: BTreeMap<String, Data> =
         existing.iter().map(|(n, s)| (n.clone(), s.data.clone().unwrap_or_default())).collect();
-    let rolled_out = running.is_some_and(|h| h == fingerprint(&refs, &observed_data));
+    let rolled_out = running.is_some_and(|h| h == fingerprint(&settings.hash_key, &refs, &observed_data));
     let mut plan = credentials::plan(o, &existing, observed.now, settings.lifetimes, rolled_out)?;
     let mut create = plan.create;
     if let Some(users) = o.users_secret().filter(|u| !observed.secret_exists(u)) {
@@ -202,7 +202,7 @@ pub fn build(o: &ValidatedInterconnect, settings: &Settings, observed: &Observed
     for s in create.iter().chain(&plan.update) {
         after.insert(s.metadata.name.clone().unwrap_or_default(), s.data.clone().unwrap_or_default());
     }
-    let credentials_hash = fingerprint(&refs, &after);
+    let credentials_hash = fingerprint(&settings.hash_key, &refs, &after);
     let mounted: Vec<&Data> =
         refs.iter().filter(|r| r.mounted).filter_map(|r| after.get(&r.secret)).collect();
     let expiring = refs

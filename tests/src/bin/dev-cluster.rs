@@ -30,7 +30,13 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     }
     let rt = tokio::runtime::Runtime::new()?;
     rt.block_on(async {
-        let opts = qdr_tests::Options { state_dir: Some(dir), controller_manager: kcm, nodes, audit: false };
+        let opts = qdr_tests::Options {
+            state_dir: Some(dir),
+            controller_manager: kcm,
+            nodes,
+            audit: false,
+            webhook_client_cert: false,
+        };
         let cp = qdr_tests::ControlPlane::start(opts).await?;
         let kc = cp.kubeconfig().display().to_string();
         let kubectl = qdr_tests::Testbin::locate()?.path("kubectl").display().to_string();

@@ -83,7 +83,7 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     let rt = tokio::runtime::Runtime::new()?;
     rt.block_on(async move {
         println!("starting etcd, kube-apiserver, kube-controller-manager, kube-scheduler and kwok with {NODES} simulated nodes ...");
-        let cp = ControlPlane::start(Options { state_dir: Some(state.clone()), controller_manager: true, nodes: NODES, audit: false }).await?;
+        let cp = ControlPlane::start(Options { state_dir: Some(state.clone()), controller_manager: true, nodes: NODES, audit: false, webhook_client_cert: false }).await?;
         println!("control plane with {NODES} Ready nodes in {:.1?}", cp.startup);
         show("kubectl get nodes", &kubectl(&cp, &["get", "nodes"]));
         cp.install_crd().await;

@@ -999,6 +999,7 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
                 controller_manager: false,
                 nodes: 0,
                 audit: true,
+                webhook_client_cert: false,
             })
             .await?,
         ));

@@ -17,7 +17,7 @@ use rustls::pki_types::{CertificateDer, ServerName, UnixTime};
 
 /// Accepts any server certificate: the prober only wants to see which one is served.
 #[derive(Debug)]
-struct SeeAnyCert;
+pub struct SeeAnyCert;
 
 impl ServerCertVerifier for SeeAnyCert {
     fn verify_server_cert(

@@ -73,6 +73,7 @@ fn owners() -> Vec<(String, ValidatedInterconnect)> {
 
 fn settings(routes: bool) -> Settings {
     Settings {
+        hash_key: crate::hash_key::HashKey::from_bytes(&[7; 32]).unwrap(),
         default_image: "quay.io/interconnectedcloud/qdrouterd:1.19.0".into(),
         routes,
         lifetimes: crate::credentials::Lifetimes::default(),

@@ -12,6 +12,18 @@ helm.sh/chart: {{ printf "%s-%s" .root.Chart.Name .root.Chart.Version }}
 {{- if eq .Values.webhook.tls.mode "self-managed" }}true{{ else if eq .Values.webhook.tls.mode "cert-manager" }}{{ else }}{{ fail (printf "webhook.tls.mode must be self-managed or cert-manager, not %q" .Values.webhook.tls.mode) }}{{ end }}
 {{- end }}
 
+{{/* Whether the webhook talks to the API server: its own certificate, or SubjectAccessReviews. */}}
+{{- define "qdr-operator.webhookApiAccess" -}}
+{{- if or (include "qdr-operator.selfManaged" .) .Values.webhook.authorizeSecretReferences }}true{{ end }}
+{{- end }}
+
+{{/* The webhook's arguments after --tls-mode: checks that differ from the defaults, and the log format. */}}
+{{- define "qdr-operator.webhookArgs" -}}
+{{- if not .Values.webhook.authorizeSecretReferences }}, --authorize-secret-references=false{{ end }}
+{{- with .Values.webhook.allowedRouterImages }}, {{ printf "--allowed-router-images=%s" (join "," .) | quote }}{{ end }}
+{{- printf ", --log-format=%s" .Values.logFormat }}
+{{- end }}
+
 {{/* image: repository:tag */}}
 {{- define "qdr-operator.image" -}}
 image: {{ printf "%s:%s" .repository (toString .tag) }}

@@ -1,0 +1,92 @@
+//! `--client-ca`: the admission port requires a client certificate from the given CAs. The
+//! test control plane's API server is started as a cluster admin configures it
+//! (`--admission-control-config-file`, a webhook kubeconfig with a client certificate), so
+//! real admission requests authenticate while other clients are refused in the handshake.
+
+mod common;
+
+use std::io::{Read, Write};
+use std::net::TcpStream;
+use std::sync::Arc;
+use std::time::Duration;
+
+use qdr_tests::{ControlPlane, Options};
+use rustls::pki_types::pem::PemObject;
+use rustls::pki_types::{CertificateDer, PrivateKeyDer, ServerName};
+
+/// POSTs `{}` to `/validate` over TLS with `cfg`; the HTTP status, or why there is none.
+fn post(port: u16, cfg: Arc<rustls::ClientConfig>) -> Result<u16, String> {
+    let mut sock = TcpStream::connect(("127.0.0.1", port)).map_err(|e| e.to_string())?;
+    sock.set_read_timeout(Some(Duration::from_secs(5))).map_err(|e| e.to_string())?;
+    let conn = rustls::ClientConnection::new(cfg, ServerName::try_from("127.0.0.1").unwrap())
+        .map_err(|e| e.to_string())?;
+    let mut tls = rustls::StreamOwned::new(conn, sock);
+    let request = "POST /validate HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/json\r\n\
+                   Content-Length: 2\r\nConnection: close\r\n\r\n{}";
+    tls.write_all(request.as_bytes()).map_err(|e| e.to_string())?;
+    let mut response = String::new();
+    tls.read_to_string(&mut response).map_err(|e| e.to_string())?;
+    response
+        .split(' ')
+        .nth(1)
+        .and_then(|s| s.parse().ok())
+        .ok_or_else(|| format!("no status line: {response:?}"))
+}
+
+/// A client configuration that accepts the webhook's certificate and presents `identity`.
+fn client(identity: Option<(&str, &str)>) -> Arc<rustls::ClientConfig> {
+    let _ = rustls::crypto::ring::default_provider().install_default();
+    let builder = rustls::ClientConfig::builder()
+        .dangerous()
+        .with_custom_certificate_verifier(Arc::new(common::SeeAnyCert));
+    Arc::new(match identity {
+        None => builder.with_no_client_auth(),
+        Some((cert, key)) => builder
+            .with_client_auth_cert(
+                CertificateDer::pem_slice_iter(cert.as_bytes()).collect::<Result<_, _>>().unwrap(),
+                PrivateKeyDer::from_pem_slice(key.as_bytes()).unwrap(),
+            )
+            .unwrap(),
+    })
+}
+
+#[tokio::test]
+async fn only_clients_with_a_certificate_from_the_client_ca_are_served() {
+    let cp = ControlPlane::start(Options { webhook_client_cert: true, ..Options::default() })
+        .await
+        .unwrap_or_else(|e| panic!("control plane: {e}"));
+    cp.install_crd().await;
+    let client = cp.client().await.unwrap();
+    let webhook_ns = cp.namespace("webhook-system").await.name.clone();
+    let ns = cp.namespace("client-auth").await.name.clone();
+    let port = common::free_port();
+    let reg = common::register(&client, "client-auth", port, port).await;
+    common::label_namespace(&cp, &ns, "client-auth");
+    let client_ca = format!("--client-ca={}", cp.ca_file().display());
+    let replica = common::start_replica(&cp, &webhook_ns, &reg, port, &["--check-interval=1s", &client_ca]);
+    common::wait_ready(&replica, Duration::from_secs(60)).await;
+
+    // The API server presents its webhook client certificate: admission works.
+    common::wait_admission_works(&cp, &ns, Duration::from_secs(60)).await;
+    let out = common::kubectl_stdin(
+        &cp,
+        &["create", "--dry-run=server", "-n", &ns, "-f", "-"],
+        r#"{"apiVersion":"interconnectedcloud.github.io/v1alpha1","kind":"Interconnect","metadata":{"name":"x"},
+            "spec":{"deploymentPlan":{"role":"edge","placement":"Every","size":2}}}"#,
+    );
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success() && err.contains("spec.deploymentPlan.size"), "the webhook answered: {err}");
+
+    // Anyone else is refused in the handshake, before a byte of a request is read.
+    let refused = post(port, client(None)).expect_err("served a client without a certificate");
+    eprintln!("no client certificate: {refused}");
+    let other = qdr_tests::Pki::new().unwrap().client("intruder", &[]).unwrap();
+    let refused =
+        post(port, client(Some((&other.cert_pem, &other.key_pem)))).expect_err("served another CA's client");
+    eprintln!("another CA's client certificate: {refused}");
+    // A certificate from the client CA is served (the empty review is a 400).
+    let pki = cp.dir().join("pki");
+    let read = |f: &str| std::fs::read_to_string(pki.join(f)).unwrap();
+    let (cert, key) = (read("webhook-client.crt"), read("webhook-client.key"));
+    assert_eq!(post(port, client(Some((&cert, &key)))), Ok(400));
+}
