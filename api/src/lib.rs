@@ -36,7 +36,8 @@ pub use images::{ImagePattern, ImagePolicy};
 pub use spec::{DEFAULT_LIVENESS_PORT, LinkRole};
 pub use types::*;
 pub use validate::{
-    ErrorType, FieldError, MAX_CONFIG_BYTES, MAX_SPEC_BYTES, RESERVED_NAMES, validate, validate_spec,
+    ErrorType, FieldError, MAX_CONFIG_BYTES, MAX_SHOWN_VALUE, MAX_SPEC_BYTES, RESERVED_NAMES, validate,
+    validate_spec,
 };
 pub use warnings::warnings;
 

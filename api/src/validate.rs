@@ -62,6 +62,9 @@ impl ErrorType {
     }
 }
 
+/// Longest offending value a message shows, in characters (of its JSON text).
+pub const MAX_SHOWN_VALUE: usize = 256;
+
 /// One violation: where, what kind, the offending value and what to do.
 #[derive(Debug, Clone, PartialEq)]
 pub struct FieldError {
@@ -86,7 +89,9 @@ impl FieldError {
     }
 
     /// The message without the field path: `Invalid value: 70000: must be ...`, as
-    /// apimachinery's `ErrorBody` prints it.
+    /// apimachinery's `ErrorBody` prints it. A value longer than [`MAX_SHOWN_VALUE`]
+    /// characters is cut there and ends with `…`, so a huge offending value cannot make a
+    /// huge message.
     pub fn body(&self) -> String {
         let mut s = self.error_type.as_str().to_string();
         let show_value = matches!(
@@ -95,7 +100,13 @@ impl FieldError {
         );
         if let (true, Some(v)) = (show_value, &self.bad_value) {
             s.push_str(": ");
-            s.push_str(&v.to_string());
+            let shown = v.to_string();
+            if shown.chars().count() > MAX_SHOWN_VALUE {
+                s.extend(shown.chars().take(MAX_SHOWN_VALUE));
+                s.push('…');
+            } else {
+                s.push_str(&shown);
+            }
         }
         if !self.detail.is_empty() {
             s.push_str(": ");
@@ -887,5 +898,19 @@ impl Validator {
                 );
             }
         }
+    }
+}
+
+#[cfg(test)]
+mod shown_value_tests {
+    use super::*;
+
+    #[test]
+    fn long_offending_values_are_cut_in_messages() {
+        let e = |v: &str| FieldError::new("spec.users".into(), ErrorType::Invalid, Some(v.into()), "d");
+        assert_eq!(e("abc").body(), r#"Invalid value: "abc": d"#);
+        let long = e(&"x".repeat(3 * 1024 * 1024)).body();
+        assert!(long.chars().count() < MAX_SHOWN_VALUE + 40, "{} characters", long.len());
+        assert!(long.starts_with(r#"Invalid value: "xxx"#) && long.ends_with("…: d"), "{long:.80}");
     }
 }

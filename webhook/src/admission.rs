@@ -555,9 +555,26 @@ fn defaulting_patch(spec: Option<Value>, defaulted: &Interconnect) -> json_patch
     )
 }
 
+/// Most causes a denial lists: a spec with more violations gets the first ones and a last
+/// cause saying how many more there are (so a spec of a thousand bad items cannot make an
+/// answer of megabytes; every real spec has far fewer).
+pub const MAX_CAUSES: usize = 100;
+
 /// The 422 `Invalid` answer, shaped like the API server's own field errors: one cause per
-/// violation, every cause also in `message`.
+/// violation (at most [`MAX_CAUSES`]), every cause also in `message`.
 fn denied_invalid(uid: &str, name: &str, errors: &[FieldError], warns: &[String]) -> AdmissionResponse {
+    let mut listed: Vec<FieldError> = errors.iter().take(MAX_CAUSES).cloned().collect();
+    if errors.len() > MAX_CAUSES {
+        listed.push(FieldError {
+            field: "spec".into(),
+            error_type: ErrorType::TooMany,
+            bad_value: Some(errors.len().into()),
+            detail: format!(
+                "violations: only the first {MAX_CAUSES} are listed; fix them and apply again to see the rest"
+            ),
+        });
+    }
+    let errors = &listed[..];
     let lines: Vec<String> = errors.iter().map(ToString::to_string).collect();
     let aggregate = if lines.len() == 1 { lines[0].clone() } else { format!("[{}]", lines.join(", ")) };
     let causes = errors

@@ -10,17 +10,34 @@
 
 use std::collections::BTreeSet;
 
-use futures::future::try_join_all;
+use std::sync::Arc;
+
+use futures::{StreamExt, TryStreamExt};
 use k8s_openapi::api::authentication::v1::UserInfo;
 use k8s_openapi::api::authorization::v1::{ResourceAttributes, SubjectAccessReview, SubjectAccessReviewSpec};
 use kube::api::PostParams;
 use kube::{Api, Client};
+
+/// Most distinct Secrets one review may name and still be checked: 32 profiles (the CRD's
+/// `maxItems` of `sslProfiles`) with a `credentials` and a `caCert` each, the users Secret
+/// and the issuer. A review naming more is invalid anyway; it is not checked (and denied if
+/// it were otherwise allowed), so one body cannot make the webhook send thousands of
+/// reviews to the API server.
+pub const MAX_SECRETS_PER_REVIEW: usize = 2 * 32 + 2;
+
+/// SubjectAccessReviews in flight at once, over all admission requests: a flood of reviews
+/// straight to the webhook cannot turn into a flood of requests to the API server.
+pub const MAX_REVIEWS_IN_FLIGHT: usize = 16;
+
+/// SubjectAccessReviews one admission request sends at once.
+const PER_REQUEST: usize = 4;
 
 /// Asks the API server what a user may read. Needs `create subjectaccessreviews`
 /// (`authorization.k8s.io`) for the webhook's ServiceAccount.
 #[derive(Clone)]
 pub struct Authorizer {
     api: Api<SubjectAccessReview>,
+    in_flight: Arc<tokio::sync::Semaphore>,
 }
 
 impl std::fmt::Debug for Authorizer {
@@ -32,13 +49,17 @@ impl std::fmt::Debug for Authorizer {
 impl Authorizer {
     /// An authorizer using `client`.
     pub fn new(client: Client) -> Self {
-        Authorizer { api: Api::all(client) }
+        Authorizer {
+            api: Api::all(client),
+            in_flight: Arc::new(tokio::sync::Semaphore::new(MAX_REVIEWS_IN_FLIGHT)),
+        }
     }
 
     /// Which of `secrets` (names in `namespace`) `user` may not `get`. One review first
     /// asks about every Secret of the namespace (`get secrets` with no name): when allowed,
     /// as for a namespace admin, that answers for all of them; otherwise one review per name,
-    /// concurrently. Errors: a review the API server did not answer.
+    /// a few at a time ([`MAX_REVIEWS_IN_FLIGHT`] over all requests). Errors: a review the
+    /// API server did not answer.
     pub async fn unreadable(
         &self,
         user: &UserInfo,
@@ -48,11 +69,16 @@ impl Authorizer {
         if secrets.is_empty() || self.may_get(user, namespace, None).await? {
             return Ok(BTreeSet::new());
         }
-        let answers = try_join_all(secrets.iter().map(|name| async move {
-            Ok::<_, kube::Error>((*name, self.may_get(user, namespace, Some(name)).await?))
-        }))
-        .await?;
-        Ok(answers.into_iter().filter(|(_, allowed)| !allowed).map(|(n, _)| n.to_string()).collect())
+        let names: Vec<String> = secrets.iter().map(|n| n.to_string()).collect();
+        let answers: Vec<(String, bool)> = futures::stream::iter(names)
+            .map(|name| async move {
+                let allowed = self.may_get(user, namespace, Some(&name)).await?;
+                Ok::<_, kube::Error>((name, allowed))
+            })
+            .buffer_unordered(PER_REQUEST)
+            .try_collect()
+            .await?;
+        Ok(answers.into_iter().filter(|(_, allowed)| !allowed).map(|(n, _)| n).collect())
     }
 
     /// Whether `user` may `get secrets[/name]` in `namespace`.
@@ -63,6 +89,7 @@ impl Authorizer {
         name: Option<&str>,
     ) -> Result<bool, kube::Error> {
         let review = SubjectAccessReview { spec: review_spec(user, namespace, name), ..Default::default() };
+        let _permit = self.in_flight.acquire().await.expect("the semaphore is never closed");
         let answer = self.api.create(&PostParams::default(), &review).await?;
         Ok(answer.status.is_some_and(|s| s.allowed))
     }

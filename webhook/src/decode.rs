@@ -100,21 +100,19 @@ impl<'a> Parts<'a> {
     }
 }
 
-/// The most items of any list, and keys of any object, in an admissible spec: the largest
-/// `maxItems` or `maxProperties` of the CRD (1024 today), and at least 256 for the keys of
-/// an object (a spec's objects have far fewer fields).
-pub static MAX_ITEMS: LazyLock<usize> = LazyLock::new(|| {
+/// The largest value of `keyword` anywhere in the CRD's schema, and at least `floor`.
+fn crd_largest(keyword: &str, floor: u64) -> usize {
     let crd = serde_json::to_value(qdr_api::crd()).expect("the CRD serializes");
-    let mut most = 256;
+    let mut most = floor;
     let mut stack = vec![&crd];
     while let Some(v) = stack.pop() {
         match v {
             serde_json::Value::Object(m) => {
                 for (k, v) in m {
-                    if (k == "maxItems" || k == "maxProperties")
+                    if k == keyword
                         && let Some(n) = v.as_u64()
                     {
-                        most = most.max(n as usize);
+                        most = most.max(n);
                     }
                     stack.push(v);
                 }
@@ -123,23 +121,42 @@ pub static MAX_ITEMS: LazyLock<usize> = LazyLock::new(|| {
             _ => {}
         }
     }
-    most
-});
+    most as usize
+}
 
-/// Checks that no list and no object in `spec` has more than [`MAX_ITEMS`] items or keys,
-/// without building anything but a path. Errors: `TooMany` at the first such field (the
-/// API server would refuse the object by the CRD's own `maxItems`), or `Invalid` at `spec`
-/// when it is not JSON (cannot happen for text the review decoded from).
+/// The most items of any list, and keys of any object, in an admissible spec: the largest
+/// `maxItems` of the CRD (1024 today; its `maxProperties` are smaller), and at least 256
+/// for the keys of an object (a spec's objects have far fewer fields).
+pub static MAX_ITEMS: LazyLock<usize> =
+    LazyLock::new(|| crd_largest("maxItems", 256).max(crd_largest("maxProperties", 256)));
+
+/// The longest string (value or key) of an admissible spec, in bytes: the largest
+/// `maxLength` of the CRD (1024 today; every string of the spec has one but the names of
+/// resource claims, which Kubernetes keeps far shorter).
+pub static MAX_STRING: LazyLock<usize> = LazyLock::new(|| crd_largest("maxLength", 1024));
+
+/// Checks that no list and no object in `spec` has more than [`MAX_ITEMS`] items or keys
+/// and no string is longer than [`MAX_STRING`] bytes, without building anything but a path.
+/// So the typed spec decoded next is bounded whatever the body. Errors: `TooMany` or
+/// `TooLong` at the first such field (the API server would refuse the object by the CRD's
+/// own `maxItems` and `maxLength`), or `Invalid` at `spec` when it is not JSON (cannot
+/// happen for text the review decoded from).
 pub fn scan(spec: &RawValue) -> Result<(), FieldError> {
-    let mut state = State { path: Vec::new(), over: false, max: *MAX_ITEMS };
+    let mut state = State { path: Vec::new(), over: None, max: *MAX_ITEMS, max_string: *MAX_STRING };
     let mut de = serde_json::Deserializer::from_str(spec.get());
     match Scan(&mut state).deserialize(&mut de) {
         Ok(()) => Ok(()),
-        Err(_) if state.over => Err(FieldError {
+        Err(_) if state.over == Some(Over::Items) => Err(FieldError {
             field: render(&state.path),
             error_type: ErrorType::TooMany,
             bad_value: None,
             detail: format!("must have at most {} items", state.max),
+        }),
+        Err(_) if state.over == Some(Over::String) => Err(FieldError {
+            field: render(&state.path),
+            error_type: ErrorType::TooLong,
+            bad_value: None,
+            detail: format!("may not be more than {} bytes", state.max_string),
         }),
         Err(e) => Err(FieldError {
             field: "spec".into(),
@@ -194,12 +211,20 @@ fn render(path: &[Step]) -> String {
     s
 }
 
-/// What the scan knows: where it is, and whether it stopped at a limit (the path then
-/// names the list or object over it).
+/// Which limit a scan stopped at.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Over {
+    Items,
+    String,
+}
+
+/// What the scan knows: where it is, and which limit it stopped at (the path then names
+/// the list, object or string over it).
 struct State {
     path: Vec<Step>,
-    over: bool,
+    over: Option<Over>,
     max: usize,
+    max_string: usize,
 }
 
 /// The scanning visitor.
@@ -230,7 +255,11 @@ impl<'de> Visitor<'de> for Scan<'_> {
     fn visit_f64<E>(self, _: f64) -> Result<(), E> {
         Ok(())
     }
-    fn visit_str<E>(self, _: &str) -> Result<(), E> {
+    fn visit_str<E: de::Error>(self, v: &str) -> Result<(), E> {
+        if v.len() > self.0.max_string {
+            self.0.over = Some(Over::String);
+            return Err(E::custom("too long"));
+        }
         Ok(())
     }
     fn visit_unit<E>(self) -> Result<(), E> {
@@ -248,7 +277,7 @@ impl<'de> Visitor<'de> for Scan<'_> {
             }
             i += 1;
             if i > state.max {
-                state.over = true;
+                state.over = Some(Over::Items);
                 return Err(de::Error::custom("too many items"));
             }
         }
@@ -257,12 +286,16 @@ impl<'de> Visitor<'de> for Scan<'_> {
         let state = self.0;
         let mut n = 0;
         while let Some(key) = map.next_key::<String>()? {
+            if key.len() > state.max_string {
+                state.over = Some(Over::String);
+                return Err(de::Error::custom("too long"));
+            }
             state.path.push(Step::Key(key));
             map.next_value_seed(Scan(state))?;
             state.path.pop();
             n += 1;
             if n > state.max {
-                state.over = true;
+                state.over = Some(Over::Items);
                 return Err(de::Error::custom("too many keys"));
             }
         }
@@ -279,8 +312,19 @@ mod tests {
     }
 
     #[test]
-    fn the_limit_is_the_crds_largest() {
+    fn the_limits_are_the_crds_largest() {
         assert_eq!(*MAX_ITEMS, 1024, "update docs/hardening.md if the CRD's largest list changes");
+        assert_eq!(*MAX_STRING, 1024, "update docs/hardening.md if the CRD's longest string changes");
+    }
+
+    #[test]
+    fn scan_names_the_first_string_over_the_limit() {
+        let long = "x".repeat(*MAX_STRING + 1);
+        let e = scan(&raw(&format!(r#"{{"users": "u", "listeners": [{{"host": "{long}"}}]}}"#))).unwrap_err();
+        assert_eq!((e.field.as_str(), e.error_type), ("spec.listeners[0].host", ErrorType::TooLong));
+        let e = scan(&raw(&format!(r#"{{"deploymentPlan": {{"{long}": 1}}}}"#))).unwrap_err();
+        assert_eq!((e.field.as_str(), e.error_type), ("spec.deploymentPlan", ErrorType::TooLong));
+        assert_eq!(scan(&raw(&format!(r#"{{"users": "{}"}}"#, "x".repeat(*MAX_STRING)))), Ok(()));
     }
 
     #[test]

@@ -18,7 +18,7 @@ use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
 
 use crate::admission::{Body, Checks, Reply, Webhook, handle_with};
-use crate::authorize::Authorizer;
+use crate::authorize::{Authorizer, MAX_SECRETS_PER_REVIEW};
 use crate::metrics::Metrics;
 
 /// Largest accepted request body, 3 MiB: the API server's own limit on a request body
@@ -26,12 +26,47 @@ use crate::metrics::Metrics;
 /// so an UPDATE review carrying both a new and a stored object of any admissible size fits.
 pub const MAX_BODY_BYTES: usize = 3 * 1024 * 1024;
 
-/// Default bound on reviews in flight (`--max-in-flight`): reading a body, checking it and
-/// answering. Each takes at most [`MAX_BODY_BYTES`] of body plus a typed spec bounded by the
-/// CRD's largest list; the container's memory limit covers this many at once (measured in
-/// `docs/hardening.md`). A review over the bound waits, first come first served, until one
-/// finishes or its request timeout answers it `408`.
+/// Bodies up to this size (256 KiB, far above a real Interconnect review's few KiB) are
+/// reviewed in the small lane; larger ones, and bodies of undeclared length, in the large
+/// lane. So a flood of large bodies waits in its own line and cannot delay real reviews.
+pub const SMALL_BODY_BYTES: usize = 256 * 1024;
+
+/// Default bound on small reviews in flight (`--max-in-flight`).
 pub const MAX_IN_FLIGHT: usize = 8;
+
+/// Default bound on large reviews in flight (`--max-large-in-flight`): each holds up to
+/// [`MAX_BODY_BYTES`] of body plus a typed spec bounded by the CRD's largest list.
+pub const MAX_LARGE_IN_FLIGHT: usize = 1;
+
+/// The two lines reviews wait in, by declared body size (see [`SMALL_BODY_BYTES`]). A
+/// review first takes a permit of its lane (first come, first served), then reads its body,
+/// checks it and answers; one that gets no permit within the request timeout is answered
+/// `408`. The container's memory limit covers both lanes full at once (measured by
+/// `webhook/tests/flood.rs`; see `docs/hardening.md`).
+#[derive(Debug, Clone)]
+pub struct Lanes {
+    /// Permits for bodies of at most [`SMALL_BODY_BYTES`].
+    pub small: Arc<tokio::sync::Semaphore>,
+    /// Permits for larger bodies and bodies of undeclared length.
+    pub large: Arc<tokio::sync::Semaphore>,
+}
+
+impl Lanes {
+    /// `small` and `large` permits.
+    pub fn new(small: usize, large: usize) -> Self {
+        Lanes {
+            small: Arc::new(tokio::sync::Semaphore::new(small)),
+            large: Arc::new(tokio::sync::Semaphore::new(large)),
+        }
+    }
+}
+
+impl Default for Lanes {
+    /// [`MAX_IN_FLIGHT`] and [`MAX_LARGE_IN_FLIGHT`].
+    fn default() -> Self {
+        Lanes::new(MAX_IN_FLIGHT, MAX_LARGE_IN_FLIGHT)
+    }
+}
 
 /// HTTP/2 flow-control window, per stream and per connection, and HTTP/1.1 read buffer:
 /// what a connection may hold of a body that no review has yet started to read (64 KiB; a
@@ -166,8 +201,8 @@ pub struct AppState {
     /// Checks Secret references as the requesting user; `None` when turned off
     /// (`--authorize-secret-references=false`).
     pub authorizer: Option<Authorizer>,
-    /// Permits for reviews in flight ([`MAX_IN_FLIGHT`] by default).
-    pub in_flight: Arc<tokio::sync::Semaphore>,
+    /// Permits for reviews in flight.
+    pub lanes: Lanes,
     /// `Ok` when this replica may receive traffic; `Err(reason)` otherwise.
     pub readiness: Box<dyn Fn() -> Result<(), String> + Send + Sync>,
     /// When the served certificate expires (for the expiry metric).
@@ -266,22 +301,23 @@ pub fn health_router(state: Arc<AppState>) -> Router {
 /// encodes (Prometheus negotiates it; it ends with `# EOF`).
 pub const OPENMETRICS: &str = "application/openmetrics-text; version=1.0.0; charset=utf-8";
 
-/// One review: a permit of [`AppState::in_flight`] first (waiting in line), then the body
-/// (at most [`MAX_BODY_BYTES`]), then decoding and checking on a blocking thread (CPU work
+/// One review: a permit of its lane of [`AppState::lanes`] first (waiting in line), then
+/// the body (at most [`MAX_BODY_BYTES`]), then decoding and checking on a blocking thread (CPU work
 /// off the async executor, so the request timeout can answer while it runs; the permit
 /// stays with the work, so abandoned work still counts against the bound), then the Secret
 /// reference checks, which wait on the API server without a permit.
 async fn admit(webhook: Webhook, State(st): State<Arc<AppState>>, request: Request) -> Response {
     let start = Instant::now();
-    let declared = request
-        .headers()
-        .get(header::CONTENT_LENGTH)
-        .and_then(|v| v.to_str().ok())
-        .and_then(|v| v.parse::<u64>().ok());
+    // The declared length (Content-Length, which hyper reports as the body's exact size).
+    let declared = axum::body::HttpBody::size_hint(request.body()).exact();
     if declared.is_some_and(|n| n > MAX_BODY_BYTES as u64) {
         return too_large();
     }
-    let Ok(permit) = st.in_flight.clone().acquire_owned().await else {
+    let lane = match declared {
+        Some(n) if n <= SMALL_BODY_BYTES as u64 => &st.lanes.small,
+        _ => &st.lanes.large,
+    };
+    let Ok(permit) = lane.clone().acquire_owned().await else {
         return (StatusCode::SERVICE_UNAVAILABLE, "shutting down").into_response();
     };
     let body = match axum::body::to_bytes(request.into_body(), MAX_BODY_BYTES).await {
@@ -302,10 +338,19 @@ async fn admit(webhook: Webhook, State(st): State<Arc<AppState>>, request: Reque
             return (StatusCode::INTERNAL_SERVER_ERROR, "the review could not be checked").into_response();
         }
     };
-    if let Some(pending) = &reply.pending {
+    if let Some(pending) = reply.pending.clone() {
+        let secrets = pending.secrets();
         reply = match &st.authorizer {
             None => reply.authorized(&Default::default()),
-            Some(a) => match a.unreadable(&pending.user, &pending.namespace, &pending.secrets()).await {
+            // Only an invalid spec names this many: its denial stands without the checks.
+            Some(_) if secrets.len() > MAX_SECRETS_PER_REVIEW => match reply.outcome {
+                crate::admission::Outcome::Allowed => reply.unauthorizable(&format!(
+                    "it names {} Secrets, more than the {MAX_SECRETS_PER_REVIEW} a valid spec can",
+                    secrets.len()
+                )),
+                _ => reply.authorized(&Default::default()),
+            },
+            Some(a) => match a.unreadable(&pending.user, &pending.namespace, &secrets).await {
                 Ok(unreadable) => reply.authorized(&unreadable),
                 Err(e) => {
                     tracing::warn!(error = %e, "SubjectAccessReview failed");

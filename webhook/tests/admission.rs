@@ -4,7 +4,7 @@
 use base64::Engine as _;
 use proptest::prelude::*;
 use qdr_api::{ImagePattern, ImagePolicy};
-use qdr_webhook::admission::{Body, Checks, Outcome, Webhook, handle, handle_with, review_json};
+use qdr_webhook::admission::{Body, Checks, MAX_CAUSES, Outcome, Webhook, handle, handle_with, review_json};
 use serde_json::{Value, json};
 
 fn review(op: &str, object: Value) -> Vec<u8> {
@@ -626,4 +626,21 @@ fn unreadable_references_deny_each_field_that_names_one() {
     let resp = review_of(&failed);
     assert_eq!((resp["allowed"].clone(), resp["status"]["code"].clone()), (json!(false), json!(500)));
     assert!(resp["status"]["message"].as_str().unwrap().ends_with("connection refused"));
+}
+
+/// A spec with more violations than [`MAX_CAUSES`] is denied with the first ones and a last
+/// cause counting them; a huge offending value is cut in the message.
+#[test]
+fn denials_stay_small_whatever_the_spec() {
+    let listeners: Vec<Value> =
+        (0..300).map(|i| json!({"name": format!("l{i}"), "port": 70000 + i})).collect();
+    let resp = response(Webhook::Validate, &review("CREATE", ic(json!({"listeners": listeners}))));
+    let causes = resp["status"]["details"]["causes"].as_array().unwrap();
+    assert_eq!(causes.len(), MAX_CAUSES + 1);
+    let last = causes.last().unwrap();
+    assert_eq!(last["reason"], "FieldValueTooMany");
+    assert!(last["message"].as_str().unwrap().starts_with("Too many: "), "{last}");
+    let body = review("CREATE", ic(json!({"deploymentPlan": {"image": "x".repeat(1000)}})));
+    let out = handle(Webhook::Validate, &body).to_bytes();
+    assert!(out.len() < 16 * 1024, "{} bytes answered", out.len());
 }

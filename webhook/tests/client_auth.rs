@@ -16,7 +16,7 @@ use rustls::pki_types::{CertificateDer, PrivateKeyDer, ServerName};
 
 /// POSTs `{}` to `/validate` over TLS with `cfg`; the HTTP status, or why there is none.
 fn post(port: u16, cfg: Arc<rustls::ClientConfig>) -> Result<u16, String> {
-    let mut sock = TcpStream::connect(("127.0.0.1", port)).map_err(|e| e.to_string())?;
+    let sock = TcpStream::connect(("127.0.0.1", port)).map_err(|e| e.to_string())?;
     sock.set_read_timeout(Some(Duration::from_secs(5))).map_err(|e| e.to_string())?;
     let conn = rustls::ClientConnection::new(cfg, ServerName::try_from("127.0.0.1").unwrap())
         .map_err(|e| e.to_string())?;
@@ -34,7 +34,7 @@ fn post(port: u16, cfg: Arc<rustls::ClientConfig>) -> Result<u16, String> {
 }
 
 /// A client configuration that accepts the webhook's certificate and presents `identity`.
-fn client(identity: Option<(&str, &str)>) -> Arc<rustls::ClientConfig> {
+fn tls_client(identity: Option<(&str, &str)>) -> Arc<rustls::ClientConfig> {
     let _ = rustls::crypto::ring::default_provider().install_default();
     let builder = rustls::ClientConfig::builder()
         .dangerous()
@@ -52,24 +52,27 @@ fn client(identity: Option<(&str, &str)>) -> Arc<rustls::ClientConfig> {
 
 #[tokio::test]
 async fn only_clients_with_a_certificate_from_the_client_ca_are_served() {
-    let cp = ControlPlane::start(Options { webhook_client_cert: true, ..Options::default() })
-        .await
-        .unwrap_or_else(|e| panic!("control plane: {e}"));
+    // One control plane for this binary, kept for the process's life as the shared one is.
+    let cp: &'static ControlPlane = Box::leak(Box::new(
+        ControlPlane::start(Options { webhook_client_cert: true, ..Options::default() })
+            .await
+            .unwrap_or_else(|e| panic!("control plane: {e}")),
+    ));
     cp.install_crd().await;
     let client = cp.client().await.unwrap();
     let webhook_ns = cp.namespace("webhook-system").await.name.clone();
     let ns = cp.namespace("client-auth").await.name.clone();
     let port = common::free_port();
     let reg = common::register(&client, "client-auth", port, port).await;
-    common::label_namespace(&cp, &ns, "client-auth");
+    common::label_namespace(cp, &ns, "client-auth");
     let client_ca = format!("--client-ca={}", cp.ca_file().display());
-    let replica = common::start_replica(&cp, &webhook_ns, &reg, port, &["--check-interval=1s", &client_ca]);
+    let replica = common::start_replica(cp, &webhook_ns, &reg, port, &["--check-interval=1s", &client_ca]);
     common::wait_ready(&replica, Duration::from_secs(60)).await;
 
     // The API server presents its webhook client certificate: admission works.
-    common::wait_admission_works(&cp, &ns, Duration::from_secs(60)).await;
+    common::wait_admission_works(cp, &ns, Duration::from_secs(60)).await;
     let out = common::kubectl_stdin(
-        &cp,
+        cp,
         &["create", "--dry-run=server", "-n", &ns, "-f", "-"],
         r#"{"apiVersion":"interconnectedcloud.github.io/v1alpha1","kind":"Interconnect","metadata":{"name":"x"},
             "spec":{"deploymentPlan":{"role":"edge","placement":"Every","size":2}}}"#,
@@ -78,15 +81,15 @@ async fn only_clients_with_a_certificate_from_the_client_ca_are_served() {
     assert!(!out.status.success() && err.contains("spec.deploymentPlan.size"), "the webhook answered: {err}");
 
     // Anyone else is refused in the handshake, before a byte of a request is read.
-    let refused = post(port, client(None)).expect_err("served a client without a certificate");
+    let refused = post(port, tls_client(None)).expect_err("served a client without a certificate");
     eprintln!("no client certificate: {refused}");
     let other = qdr_tests::Pki::new().unwrap().client("intruder", &[]).unwrap();
-    let refused =
-        post(port, client(Some((&other.cert_pem, &other.key_pem)))).expect_err("served another CA's client");
+    let refused = post(port, tls_client(Some((&other.cert_pem, &other.key_pem))))
+        .expect_err("served another CA's client");
     eprintln!("another CA's client certificate: {refused}");
     // A certificate from the client CA is served (the empty review is a 400).
     let pki = cp.dir().join("pki");
     let read = |f: &str| std::fs::read_to_string(pki.join(f)).unwrap();
     let (cert, key) = (read("webhook-client.crt"), read("webhook-client.key"));
-    assert_eq!(post(port, client(Some((&cert, &key)))), Ok(400));
+    assert_eq!(post(port, tls_client(Some((&cert, &key)))), Ok(400));
 }

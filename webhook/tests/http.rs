@@ -10,7 +10,8 @@ use axum::http::{Request, StatusCode};
 use http_body_util::BodyExt;
 use qdr_webhook::metrics::Metrics;
 use qdr_webhook::server::{
-    AppState, FirstBytes, MAX_BODY_BYTES, MAX_IN_FLIGHT, OPENMETRICS, admission_router, health_router,
+    AppState, FirstBytes, Lanes, MAX_BODY_BYTES, MAX_IN_FLIGHT, OPENMETRICS, SMALL_BODY_BYTES,
+    admission_router, health_router,
 };
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tower::ServiceExt;
@@ -29,7 +30,7 @@ fn app_with(ready: Arc<AtomicBool>, permits: usize) -> (axum::Router, Arc<AppSta
         metrics: Metrics::default(),
         checks: Default::default(),
         authorizer: None,
-        in_flight: Arc::new(tokio::sync::Semaphore::new(permits)),
+        lanes: Lanes::new(permits, permits),
         readiness: Box::new(
             move || if ready.load(Ordering::SeqCst) { Ok(()) } else { Err("no certificate".into()) },
         ),
@@ -76,7 +77,7 @@ async fn oversized_and_malformed_bodies_get_clear_errors() {
 #[tokio::test]
 async fn reviews_over_the_bound_wait_for_a_permit_until_their_timeout() {
     let (app, state) = app_with(Arc::new(AtomicBool::new(true)), 1);
-    let held = state.in_flight.clone().acquire_owned().await.unwrap();
+    let held = state.lanes.small.clone().acquire_owned().await.unwrap();
     let started = Instant::now();
     let (status, _) = call(&app, "POST", "/validate", b"{}".to_vec()).await;
     assert_eq!(status, StatusCode::REQUEST_TIMEOUT);
@@ -88,7 +89,15 @@ async fn reviews_over_the_bound_wait_for_a_permit_until_their_timeout() {
     drop(held);
     let (status, body) = waiting.await.unwrap();
     assert_eq!(status, StatusCode::BAD_REQUEST, "answered (a bad review): {body}");
-    assert_eq!(state.in_flight.available_permits(), 1, "the permit came back");
+    assert_eq!(state.lanes.small.available_permits(), 1, "the permit came back");
+
+    // A full large lane does not hold small reviews up.
+    let large = state.lanes.large.clone().acquire_owned().await.unwrap();
+    let (status, _) = call(&app, "POST", "/validate", b"{}".to_vec()).await;
+    assert_eq!(status, StatusCode::BAD_REQUEST, "a small review is answered");
+    let (status, _) = call(&app, "POST", "/validate", vec![b' '; SMALL_BODY_BYTES + 1]).await;
+    assert_eq!(status, StatusCode::REQUEST_TIMEOUT, "a large review waits for the large lane");
+    drop(large);
 }
 
 /// A client that sends headers and then trickles (or never sends) its body gets `408` at

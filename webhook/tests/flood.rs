@@ -1,0 +1,326 @@
+//! The webhook cannot be starved: 64 clients sending maximum-size bodies without pause and
+//! 1,000 garbage bodies, straight to the admission port (as any pod could), while real
+//! admission requests go through the API server. The process must not die, its peak RSS
+//! must stay under the memory limit `deploy/` gives it, and every real review must be
+//! answered. The figures (peak RSS, the real reviews' p50/p99) are printed for the notes.
+
+mod common;
+
+use std::io::{Read, Write};
+use std::net::TcpStream;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::time::{Duration, Instant};
+
+use kube::api::{Api, DynamicObject, PostParams};
+use qdr_webhook::server::MAX_BODY_BYTES;
+use rustls::pki_types::ServerName;
+use serde_json::{Value, json};
+
+/// Flooding clients with maximum-size bodies.
+const FLOODERS: usize = 64;
+/// Garbage bodies in all.
+const GARBAGE: usize = 1000;
+/// Real admission requests (Interconnect creates through the API server).
+const REAL: usize = 60;
+/// The least time the flood runs.
+const FLOOD_FOR: Duration = Duration::from_secs(15);
+
+/// POSTs `body` to `path` over TLS; the HTTP status, or why there is none.
+fn post(port: u16, cfg: &Arc<rustls::ClientConfig>, path: &str, body: &[u8]) -> Result<u16, String> {
+    let sock = TcpStream::connect(("127.0.0.1", port)).map_err(|e| e.to_string())?;
+    sock.set_read_timeout(Some(Duration::from_secs(30))).map_err(|e| e.to_string())?;
+    let conn = rustls::ClientConnection::new(cfg.clone(), ServerName::try_from("127.0.0.1").unwrap())
+        .map_err(|e| e.to_string())?;
+    let mut tls = rustls::StreamOwned::new(conn, sock);
+    let head = format!(
+        "POST {path} HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/json\r\nContent-Length: {}\r\n\
+         Connection: close\r\n\r\n",
+        body.len()
+    );
+    tls.write_all(head.as_bytes()).map_err(|e| e.to_string())?;
+    tls.write_all(body).map_err(|e| e.to_string())?;
+    let mut response = Vec::new();
+    let _ = tls.read_to_end(&mut response);
+    let text = String::from_utf8_lossy(&response);
+    text.split(' ').nth(1).and_then(|s| s.parse().ok()).ok_or_else(|| format!("no status line: {text:.80}"))
+}
+
+/// An AdmissionReview of `object` (and `old` on UPDATE).
+fn review(op: &str, object: Value, old: Option<Value>) -> Value {
+    json!({"apiVersion": "admission.k8s.io/v1", "kind": "AdmissionReview", "request": {
+        "uid": "flood", "operation": op, "name": "flood", "namespace": "flood",
+        "kind": {"group": "interconnectedcloud.github.io", "version": "v1alpha1", "kind": "Interconnect"},
+        "resource": {"group": "interconnectedcloud.github.io", "version": "v1alpha1", "resource": "interconnects"},
+        "userInfo": {"username": "flooder"}, "object": object, "oldObject": old}})
+}
+
+/// `review` padded (in an annotation, which the webhook skips) to just under the limit.
+fn padded(mut review: Value) -> Vec<u8> {
+    let size = serde_json::to_vec(&review).unwrap().len();
+    let pad = MAX_BODY_BYTES.saturating_sub(size + 64);
+    for o in ["object", "oldObject"] {
+        if review["request"][o].is_object() {
+            review["request"][o]["metadata"]["annotations"] = json!({"pad": "p".repeat(pad)});
+            break;
+        }
+    }
+    let body = serde_json::to_vec(&review).unwrap();
+    assert!(body.len() <= MAX_BODY_BYTES, "{} bytes", body.len());
+    body
+}
+
+/// A spec with every list at the most items the webhook decodes, each item with long
+/// strings: the most typed memory one body can make.
+fn heavy_spec(max_items: usize, field: usize) -> Value {
+    let s = |i: usize, tag: &str| format!("{tag}-{i}-{}", "v".repeat(field));
+    let listeners: Vec<Value> = (0..max_items)
+        .map(|i| {
+            json!({"name": s(i, "l"), "host": s(i, "h"), "port": 1000 + i, "sslProfile": s(i, "p"),
+                        "saslMechanisms": s(i, "m"), "authenticatePeer": true})
+        })
+        .collect();
+    let connectors: Vec<Value> = (0..max_items)
+        .map(|i| json!({"name": s(i, "c"), "host": s(i, "h"), "port": 2000 + i, "sslProfile": s(i, "p")}))
+        .collect();
+    let addresses: Vec<Value> = (0..max_items)
+        .map(|i| json!({"prefix": s(i, "a"), "distribution": "closest", "waypoint": true}))
+        .collect();
+    let links: Vec<Value> = (0..max_items)
+        .map(|i| json!({"prefix": s(i, "r"), "direction": "in", "connection": s(i, "c"), "containerId": s(i, "x")}))
+        .collect();
+    let auto: Vec<Value> = (0..max_items)
+        .map(|i| json!({"address": s(i, "q"), "direction": "out", "connection": s(i, "c"), "containerId": s(i, "x")}))
+        .collect();
+    let profiles: Vec<Value> = (0..max_items)
+        .map(|i| json!({"name": s(i, "p"), "credentials": s(i, "s"), "caCert": s(i, "ca"), "ciphers": s(i, "x")}))
+        .collect();
+    json!({"users": "u", "listeners": listeners, "interRouterListeners": listeners, "edgeListeners": listeners,
+           "connectors": connectors, "interRouterConnectors": connectors, "edgeConnectors": connectors,
+           "addresses": addresses, "linkRoutes": links, "autoLinks": auto, "sslProfiles": profiles})
+}
+
+fn ic(spec: Value) -> Value {
+    json!({"apiVersion": "interconnectedcloud.github.io/v1alpha1", "kind": "Interconnect",
+           "metadata": {"name": "flood", "namespace": "flood"}, "spec": spec})
+}
+
+/// The maximum-size bodies: the heaviest typed spec (CREATE, and UPDATE with a stored
+/// object as heavy, which ratcheting compares), a spec of one huge string, and a list far
+/// over the CRD's largest (refused by the scan before decoding).
+fn max_bodies() -> Vec<(&'static str, Vec<u8>)> {
+    let max = *qdr_webhook::decode::MAX_ITEMS;
+    let mut heavy = Vec::new();
+    // The longest item strings that keep the body under the limit.
+    for field in (0..200).rev().step_by(10) {
+        let body = serde_json::to_vec(&review("CREATE", ic(heavy_spec(max, field)), None)).unwrap();
+        if body.len() + 1024 < MAX_BODY_BYTES {
+            heavy = body;
+            break;
+        }
+    }
+    assert!(!heavy.is_empty());
+    let half = heavy_spec(max / 2, 40);
+    let update = padded(review(
+        "UPDATE",
+        ic(half.clone()),
+        Some(ic(json!({"users": "v", "addresses": half["addresses"]}))),
+    ));
+    let string =
+        serde_json::to_vec(&review("CREATE", ic(json!({"users": "x".repeat(MAX_BODY_BYTES - 1024)})), None))
+            .unwrap();
+    let items = (MAX_BODY_BYTES - 1024) / 3;
+    let many = format!("[{}{{}}]", "{},".repeat(items - 1));
+    let array = serde_json::to_vec(&review("CREATE", ic(json!({"listeners": "LIST"})), None))
+        .unwrap()
+        .iter()
+        .map(|&b| b as char)
+        .collect::<String>()
+        .replacen("\"LIST\"", &many, 1)
+        .into_bytes();
+    vec![
+        ("heavy", padded(serde_json::from_slice(&heavy).unwrap())),
+        ("update", update),
+        ("string", string),
+        ("array", array),
+    ]
+}
+
+/// Garbage: random bytes, truncated JSON, JSON that is not a review, deep nesting.
+fn garbage(i: usize) -> Vec<u8> {
+    match i % 4 {
+        0 => (0..4096).map(|j| ((i * 31 + j * 17) % 251) as u8).collect(),
+        1 => b"{\"apiVersion\":\"admission.k8s.io/v1\",\"kind\":\"AdmissionReview\",\"request\":{\"uid\":".to_vec(),
+        2 => br#"{"apiVersion":"admission.k8s.io/v1","kind":"AdmissionReview","request":{"uid":"g","object":[1,2,3]}}"#.to_vec(),
+        _ => format!("{}{}", "[".repeat(100_000), "]".repeat(100_000)).into_bytes(),
+    }
+}
+
+/// VmRSS and VmHWM (peak) of `pid`, in KiB.
+fn memory(pid: u32) -> Option<(u64, u64)> {
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).ok()?;
+    let field = |name: &str| {
+        status
+            .lines()
+            .find_map(|l| l.strip_prefix(name))
+            .and_then(|v| v.split_whitespace().next()?.parse().ok())
+    };
+    Some((field("VmRSS:")?, field("VmHWM:")?))
+}
+
+/// The webhook container's memory limit in `deploy/`, in KiB.
+fn deploy_memory_limit() -> u64 {
+    let text = std::fs::read_to_string(qdr_tests::workspace_root().join("deploy/base/webhook.yaml")).unwrap();
+    let line = text.lines().find(|l| l.contains("limits:") && l.contains("memory")).expect("a memory limit");
+    let mi: u64 = line
+        .split("memory:")
+        .nth(1)
+        .unwrap()
+        .trim()
+        .trim_end_matches(['}', ' '])
+        .trim_end_matches("Mi")
+        .parse()
+        .unwrap();
+    mi * 1024
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn floods_of_large_and_garbage_bodies_do_not_starve_real_reviews() {
+    let cp = qdr_tests::shared().await;
+    cp.install_crd().await;
+    let client = cp.client().await.unwrap();
+    let webhook_ns = cp.namespace("webhook-system").await.name.clone();
+    let ns = cp.namespace("flood").await.name.clone();
+    let port = common::free_port();
+    let reg = common::register(&client, "flood", port, port).await;
+    common::label_namespace(cp, &ns, "flood");
+    let replica = common::start_replica(cp, &webhook_ns, &reg, port, &["--check-interval=1s"]);
+    common::wait_ready(&replica, Duration::from_secs(60)).await;
+    common::wait_admission_works(cp, &ns, Duration::from_secs(60)).await;
+    let pid = replica.process.pid();
+    let (idle_rss, _) = memory(pid).unwrap();
+
+    let bodies = Arc::new(max_bodies());
+    for (name, b) in bodies.iter() {
+        eprintln!("flood body {name}: {} bytes", b.len());
+    }
+    let cfg = common::see_any_cert();
+    let stop = Arc::new(AtomicBool::new(false));
+    let (sent, statuses) = (Arc::new(AtomicUsize::new(0)), Arc::new(std::sync::Mutex::new(Vec::new())));
+    let mut threads = Vec::new();
+    for t in 0..FLOODERS {
+        let (bodies, cfg, stop, sent, statuses) =
+            (bodies.clone(), cfg.clone(), stop.clone(), sent.clone(), statuses.clone());
+        threads.push(std::thread::spawn(move || {
+            let mut i = t;
+            while !stop.load(Ordering::SeqCst) {
+                let (_, body) = &bodies[i % bodies.len()];
+                let path = if i % 2 == 0 { "/validate" } else { "/mutate" };
+                let status = post(port, &cfg, path, body);
+                statuses.lock().unwrap().push(status);
+                sent.fetch_add(1, Ordering::SeqCst);
+                i += 1;
+            }
+        }));
+    }
+    let garbage_done = Arc::new(AtomicUsize::new(0));
+    for t in 0..16 {
+        let (cfg, done) = (cfg.clone(), garbage_done.clone());
+        threads.push(std::thread::spawn(move || {
+            for i in (t..GARBAGE).step_by(16) {
+                let status = post(port, &cfg, "/validate", &garbage(i));
+                assert!(matches!(status, Ok(400) | Ok(200) | Ok(408)), "garbage {i}: {status:?}");
+                done.fetch_add(1, Ordering::SeqCst);
+            }
+        }));
+    }
+    // Memory, sampled while the flood runs.
+    let sampler = {
+        let stop = stop.clone();
+        std::thread::spawn(move || {
+            let mut peak = 0;
+            while !stop.load(Ordering::SeqCst) {
+                if let Some((rss, _)) = memory(pid) {
+                    peak = peak.max(rss);
+                }
+                std::thread::sleep(Duration::from_millis(20));
+            }
+            peak
+        })
+    };
+    // Let the flood reach full pressure, then send the real reviews.
+    let flood_started = Instant::now();
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    let api: Api<DynamicObject> = Api::namespaced_with(
+        cp.client().await.unwrap(),
+        &ns,
+        &kube::api::ApiResource::from_gvk(&kube::api::GroupVersionKind::gvk(
+            "interconnectedcloud.github.io",
+            "v1alpha1",
+            "Interconnect",
+        )),
+    );
+    let mut latencies = Vec::new();
+    let mut failures = Vec::new();
+    for i in 0..REAL {
+        let obj: DynamicObject = serde_json::from_value(json!({
+            "apiVersion": "interconnectedcloud.github.io/v1alpha1", "kind": "Interconnect",
+            "metadata": {"name": format!("real-{i}")}, "spec": {"deploymentPlan": {"size": 1}}}))
+        .unwrap();
+        let t = Instant::now();
+        match api.create(&PostParams::default(), &obj).await {
+            Ok(created) => {
+                latencies.push(t.elapsed());
+                assert_eq!(
+                    created.data["spec"]["users"],
+                    format!("real-{i}-users"),
+                    "defaulted by the webhook"
+                );
+            }
+            Err(e) => failures.push(format!("real-{i}: {e}")),
+        }
+    }
+    while (garbage_done.load(Ordering::SeqCst) < GARBAGE || flood_started.elapsed() < FLOOD_FOR)
+        && replica.process.exited().is_none()
+    {
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    stop.store(true, Ordering::SeqCst);
+    for t in threads {
+        t.join().unwrap();
+    }
+    let sampled_peak = sampler.join().unwrap();
+    assert!(replica.process.exited().is_none(), "the webhook died:\n{}", replica.process.log_tail(30));
+    let (_, hwm) = memory(pid).unwrap();
+    latencies.sort();
+    let pct =
+        |p: f64| latencies[((latencies.len() as f64 * p).ceil() as usize).clamp(1, latencies.len()) - 1];
+    let statuses = statuses.lock().unwrap();
+    let mut counts = std::collections::BTreeMap::new();
+    for s in statuses.iter() {
+        *counts
+            .entry(match s {
+                Ok(c) => c.to_string(),
+                Err(_) => "error".to_string(),
+            })
+            .or_insert(0usize) += 1;
+    }
+    let limit = deploy_memory_limit();
+    eprintln!(
+        "flood: {} maximum-size bodies ({FLOODERS} clients; answers {counts:?}) and {GARBAGE} garbage bodies; {} real \
+         creates answered, p50 {:?}, p99 {:?}, max {:?}; webhook RSS idle {} KiB, peak {} KiB (sampled {} KiB), \
+         limit {} KiB",
+        sent.load(Ordering::SeqCst),
+        latencies.len(),
+        pct(0.5),
+        pct(0.99),
+        latencies.last().unwrap(),
+        idle_rss,
+        hwm,
+        sampled_peak,
+        limit
+    );
+    assert!(failures.is_empty(), "real reviews failed: {failures:#?}");
+    assert!(hwm < limit, "peak RSS {hwm} KiB is over the container limit {limit} KiB");
+    assert!(sent.load(Ordering::SeqCst) >= FLOODERS, "the flood did not run");
+}
