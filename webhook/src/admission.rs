@@ -417,7 +417,7 @@ pub fn answer(webhook: Webhook, req: &Request<'_>, checks: &Checks) -> Reply {
             reply(response, Outcome::Allowed)
         }
         (Webhook::Validate, None) => {
-            let err = object.spec.err().expect("no Interconnect: its spec did not decode");
+            let err = object.spec.expect_err("no Interconnect: its spec did not decode");
             reply(denied_invalid(&req.uid, &name, &[err], &[]), Outcome::Denied)
         }
         (Webhook::Validate, Some(ic)) => {

@@ -164,7 +164,13 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
         Some(path) => Some(client_roots(path)?),
     };
     let client = if args.authorize_secret_references || args.tls_mode == TlsMode::Secret {
-        Some(qdr_startup::client(USER_AGENT).await?)
+        let why = if args.tls_mode == TlsMode::Secret {
+            "secret mode keeps its certificate in a Secret"
+        } else {
+            "--authorize-secret-references asks the API server what an Interconnect's author may read \
+             (pass --authorize-secret-references=false to run without API access)"
+        };
+        Some(qdr_startup::client(USER_AGENT).await.map_err(|e| format!("no API access ({why}): {e}"))?)
     } else {
         None
     };

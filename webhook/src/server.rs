@@ -68,10 +68,18 @@ impl Default for Lanes {
     }
 }
 
-/// HTTP/2 flow-control window, per stream and per connection, and HTTP/1.1 read buffer:
-/// what a connection may hold of a body that no review has yet started to read (64 KiB; a
-/// real AdmissionReview is a few KiB, and a larger one is read in several round trips).
-pub const CONNECTION_BUFFER: u32 = 64 * 1024;
+/// HTTP/1.1 read buffer: what a connection may hold of a body that no review has started to
+/// read yet (64 KiB).
+pub const HTTP1_BUFFER: usize = 64 * 1024;
+
+/// HTTP/2 streams per connection (the API server opens another connection beyond it).
+pub const HTTP2_STREAMS: u32 = 32;
+
+/// HTTP/2 flow-control window of a stream (16 KiB: a real review is a few KiB; a larger one
+/// is read in several round trips once its review has a permit). The connection's window is
+/// [`HTTP2_STREAMS`] times this (512 KiB), so streams waiting for a permit can never fill it
+/// and hold up a stream that has one, and a connection holds at most that much unread.
+pub const HTTP2_STREAM_WINDOW: u32 = 16 * 1024;
 
 /// Time limits of the admission listener. A client that holds a connection without
 /// finishing its request is cut off by one of them, so slow or idle connections cost a
@@ -101,7 +109,8 @@ impl Default for Timeouts {
 impl Timeouts {
     /// Sets the HTTP/1.1 header-read limit on `builder`, HTTP/2 keep-alive pings (every
     /// 30 s, answered within 10 s) so a vanished peer's connection is closed, and the
-    /// buffers of [`CONNECTION_BUFFER`] so waiting connections hold little memory.
+    /// buffers of [`HTTP1_BUFFER`] and [`HTTP2_STREAM_WINDOW`] so waiting connections hold
+    /// little memory.
     pub fn configure(
         &self,
         builder: &mut hyper_util::server::conn::auto::Builder<hyper_util::rt::TokioExecutor>,
@@ -110,15 +119,15 @@ impl Timeouts {
             .http1()
             .timer(hyper_util::rt::TokioTimer::new())
             .header_read_timeout(self.header_read)
-            .max_buf_size(CONNECTION_BUFFER as usize);
+            .max_buf_size(HTTP1_BUFFER);
         builder
             .http2()
             .timer(hyper_util::rt::TokioTimer::new())
             .keep_alive_interval(Some(Duration::from_secs(30)))
             .keep_alive_timeout(Duration::from_secs(10))
-            .initial_stream_window_size(CONNECTION_BUFFER)
-            .initial_connection_window_size(CONNECTION_BUFFER)
-            .max_concurrent_streams(32);
+            .initial_stream_window_size(HTTP2_STREAM_WINDOW)
+            .initial_connection_window_size(HTTP2_STREAM_WINDOW * HTTP2_STREAMS)
+            .max_concurrent_streams(HTTP2_STREAMS);
     }
 }
 

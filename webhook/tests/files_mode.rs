@@ -44,6 +44,9 @@ async fn files_mode_serves_the_directory_and_reloads_on_change() {
         &format!("--health-listen=127.0.0.1:{health}"),
         "--shutdown-delay=0s",
         &format!("--tls-reload-interval={}ms", interval.as_millis()),
+        // Files mode with no API access at all, as the chart's cert-manager mode without the
+        // Secret reference checks.
+        "--authorize-secret-references=false",
     ]);
     let p = qdr_tests::Process::spawn("qdr-webhook-files", cmd, &cp.dir().join("webhook-files.log")).unwrap();
     let tls = common::see_any_cert();
@@ -81,4 +84,27 @@ async fn files_mode_serves_the_directory_and_reloads_on_change() {
         std::thread::sleep(interval / 5);
     }
     assert_eq!(common::served_leaf(port, &tls), Some(qdr_certs::pki::first_der(&second.cert_pem).unwrap()));
+}
+
+/// Files mode with the Secret reference checks on (the default) needs API access: without
+/// any, the webhook does not start, and says why and how to run without the checks.
+#[test]
+fn without_api_access_the_reference_checks_say_what_they_need() {
+    let home = tempfile::tempdir().unwrap();
+    let out = Command::new(env!("CARGO_BIN_EXE_qdr-webhook"))
+        .env_remove("KUBECONFIG")
+        .env_remove("KUBERNETES_SERVICE_HOST")
+        .env("HOME", home.path())
+        .args([
+            "--tls-mode=files",
+            "--tls-dir=/nonexistent",
+            "--listen=127.0.0.1:0",
+            "--health-listen=127.0.0.1:0",
+        ])
+        .output()
+        .unwrap();
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success(), "started without API access: {err}");
+    assert!(err.contains("no API access (--authorize-secret-references asks the API server"), "{err}");
+    assert!(err.contains("--authorize-secret-references=false"), "{err}");
 }
