@@ -58,19 +58,13 @@ async fn only_clients_with_a_certificate_from_the_client_ca_are_served() {
             .await
             .unwrap_or_else(|e| panic!("control plane: {e}")),
     ));
-    cp.install_crd().await;
-    let client = cp.client().await.unwrap();
-    let webhook_ns = cp.namespace("webhook-system").await.name.clone();
-    let ns = cp.namespace("client-auth").await.name.clone();
-    let port = common::free_port();
-    let reg = common::register(&client, "client-auth", port, port).await;
-    common::label_namespace(cp, &ns, "client-auth");
     let client_ca = format!("--client-ca={}", cp.ca_file().display());
-    let replica = common::start_replica(cp, &webhook_ns, &reg, port, &["--check-interval=1s", &client_ca]);
-    common::wait_ready(&replica, Duration::from_secs(60)).await;
+    // Serving at all proves the API server's client certificate is accepted.
+    let common::Served { ns, replica, .. } =
+        common::serve(cp, "client-auth", &["--check-interval=1s", &client_ca]).await;
+    let port = replica.port;
 
     // The API server presents its webhook client certificate: admission works.
-    common::wait_admission_works(cp, &ns, Duration::from_secs(60)).await;
     let out = common::kubectl_stdin(
         cp,
         &["create", "--dry-run=server", "-n", &ns, "-f", "-"],

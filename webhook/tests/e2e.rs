@@ -35,21 +35,12 @@ async fn setup() -> &'static Setup {
     SETUP
         .get_or_init(|| async {
             let cp = qdr_tests::shared().await;
-            cp.install_crd().await;
-            let client = cp.client().await.unwrap();
-            let webhook_ns = cp.namespace("webhook-system").await.name.clone();
-            let ns = cp.namespace("webhook-e2e").await.name.clone();
-            let port = common::free_port();
-            let reg = common::register(&client, "e2e", port, port).await;
-            common::label_namespace(cp, &ns, "e2e");
             let limits = [
                 format!("--handshake-timeout={}ms", HOLD_LIMIT.as_millis()),
                 format!("--header-read-timeout={}ms", HOLD_LIMIT.as_millis()),
             ];
             let args = ["--check-interval=1s", &limits[0], &limits[1], ALLOWED_IMAGES];
-            let replica = common::start_replica(cp, &webhook_ns, &reg, port, &args);
-            common::wait_ready(&replica, Duration::from_secs(60)).await;
-            common::wait_admission_works(cp, &ns, Duration::from_secs(60)).await;
+            let common::Served { ns, webhook_ns, reg, replica } = common::serve(cp, "e2e", &args).await;
             Setup { ns, webhook_ns, reg, replica }
         })
         .await

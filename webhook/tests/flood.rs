@@ -187,16 +187,8 @@ fn deploy_memory_limit() -> u64 {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn floods_of_large_and_garbage_bodies_do_not_starve_real_reviews() {
     let cp = qdr_tests::shared().await;
-    cp.install_crd().await;
-    let client = cp.client().await.unwrap();
-    let webhook_ns = cp.namespace("webhook-system").await.name.clone();
-    let ns = cp.namespace("flood").await.name.clone();
-    let port = common::free_port();
-    let reg = common::register(&client, "flood", port, port).await;
-    common::label_namespace(cp, &ns, "flood");
-    let replica = common::start_replica(cp, &webhook_ns, &reg, port, &["--check-interval=1s"]);
-    common::wait_ready(&replica, Duration::from_secs(60)).await;
-    common::wait_admission_works(cp, &ns, Duration::from_secs(60)).await;
+    let common::Served { ns, replica, .. } = common::serve(cp, "flood", &["--check-interval=1s"]).await;
+    let port = replica.port;
     let pid = replica.process.pid();
     let (idle_rss, _) = memory(pid).unwrap();
 

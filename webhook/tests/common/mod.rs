@@ -12,6 +12,35 @@ pub use qdr_tests::components::{
 
 use std::sync::Arc;
 
+/// A webhook replica serving one labelled namespace of `cp`.
+pub struct Served {
+    /// The namespace the webhook admits (labelled for the registration).
+    pub ns: String,
+    /// The namespace of the webhook's Secret.
+    pub webhook_ns: String,
+    /// The webhook configurations.
+    pub reg: Registration,
+    /// The running replica.
+    pub replica: Replica,
+}
+
+/// Installs the CRD, registers webhook configurations named after `label` for a new
+/// namespace `label-…`, starts one replica with `extra` arguments and waits until the API
+/// server calls it.
+pub async fn serve(cp: &'static qdr_tests::ControlPlane, label: &str, extra: &[&str]) -> Served {
+    cp.install_crd().await;
+    let client = cp.client().await.unwrap();
+    let webhook_ns = cp.namespace("webhook-system").await.name.clone();
+    let ns = cp.namespace(label).await.name.clone();
+    let port = free_port();
+    let reg = register(&client, label, port, port).await;
+    label_namespace(cp, &ns, label);
+    let replica = start_replica(cp, &webhook_ns, &reg, port, extra);
+    wait_ready(&replica, Duration::from_secs(60)).await;
+    wait_admission_works(cp, &ns, Duration::from_secs(60)).await;
+    Served { ns, webhook_ns, reg, replica }
+}
+
 use rustls::client::danger::{HandshakeSignatureValid, ServerCertVerified, ServerCertVerifier};
 use rustls::pki_types::{CertificateDer, ServerName, UnixTime};
 
