@@ -1,9 +1,10 @@
 //! AdmissionReview handling, pure: bytes in, an HTTP status and a typed
 //! [`AdmissionResponse`] out. No I/O, so a dry-run request can have no side effect.
 //!
-//! The review is decoded as `kube::core::admission::AdmissionReview<DynamicObject>`, so
-//! `operation`, `old_object`, `dry_run` and `sub_resource` are typed; the object is then
-//! decoded as an [`Interconnect`] with the path of any type error.
+//! The review is decoded by [`crate::decode`]: the request's fields typed, its objects left
+//! raw, then only their name, namespace and spec read, the spec scanned against the CRD's
+//! largest list and string and decoded as an [`InterconnectSpec`] with the path of any type
+//! error. So a review holds its body and one bounded typed spec per object.
 //!
 //! | input | answer |
 //! |---|---|
@@ -12,10 +13,12 @@
 //! | a review of something other than an Interconnect | 200, `allowed: false`, code 400, the reason |
 //! | DELETE or CONNECT | 200, allowed (nothing to check) |
 //! | CREATE or UPDATE without `request.object` | 200, `allowed: false`, code 400 |
-//! | an object that does not decode (`port: "x"`) | mutate: allowed, no patch; validate: 422 `Invalid` with a cause at the field |
+//! | an object that does not decode (`port: "x"`), or a list, object or string longer than any the CRD admits | mutate: allowed, no patch; validate: 422 `Invalid` with a cause at the field (`TooMany`, `TooLong` for the limits) |
 //! | mutate, valid object | allowed, with the JSON Patch that adds what [`qdr_api::defaults`] adds |
 //! | mutate, invalid object | 422 `Invalid` with every cause (before the API server's schema checks, which would hide the rest) |
-//! | validate | allowed with warnings, or 422 `Invalid`, one cause per violation, every cause also in `message` |
+//! | validate | allowed with warnings, or 422 `Invalid`, one cause per violation (at most [`MAX_CAUSES`]), every cause also in `message` |
+//! | an image outside [`Checks::images`] | a `Forbidden` cause at `spec.deploymentPlan.image`, ratcheted like any other |
+//! | CREATE, or UPDATE naming a Secret the stored object did not (or changing the image) | validate (and a mutate denial) carries a [`Pending`] of the Secret references the requesting user must be allowed to read; the server asks the API server ([`crate::authorize`]) and [`Reply::authorized`] adds a `Forbidden` cause per unreadable one |
 //! | UPDATE that leaves `spec` as it was (labels, annotations, finalizers, status) | allowed, no patch; validate adds the stored violations as warnings |
 //! | UPDATE of a spec whose `oldObject` already broke rules | **ratcheting**: only violations the update introduces or changes deny (compared by the identity of the offending item, type and value: [`crate::ratchet`]); the carried ones are warnings |
 //! | CREATE with `metadata.generateName` and no name | validated under a stand-in name (`generateName` cut to 58 characters + 5 characters, the server's rule); mutate adds only the defaults that do not derive from the name |
