@@ -102,7 +102,7 @@ impl ImagePolicy {
         let allowed: Vec<&str> = self.patterns.iter().map(ImagePattern::as_str).collect();
         // The image is shown in the detail (Forbidden causes carry no value), cut so a long
         // reference cannot make the message large.
-        let shown: String = image.chars().take(256).collect();
+        let shown: String = image.chars().take(crate::MAX_SHOWN_VALUE).collect();
         Some(FieldError {
             field: "spec.deploymentPlan.image".into(),
             error_type: ErrorType::Forbidden,

@@ -35,9 +35,7 @@ use k8s_openapi::api::authentication::v1::UserInfo;
 use kube::core::Status;
 use kube::core::admission::{AdmissionResponse, META_API_VERSION_V1, META_KIND, Operation};
 use kube::core::response::{StatusCause, StatusDetails, StatusSummary};
-use qdr_api::{
-    ErrorType, FieldError, ImagePolicy, Interconnect, InterconnectSpec, defaults, validate, warnings,
-};
+use qdr_api::{ErrorType, FieldError, ImagePolicy, Interconnect, InterconnectSpec, validate, warnings};
 use serde_json::Value;
 use serde_json::value::RawValue;
 
@@ -303,20 +301,29 @@ impl<'a> Object<'a> {
         Ok(Object { parts, spec })
     }
 
-    /// The Interconnect, when its spec decoded.
-    fn interconnect(&self) -> Option<Interconnect> {
-        let spec = self.spec.as_ref().ok()?.clone();
+    /// The Interconnect, when its spec decoded (or why not), made of this object's own
+    /// metadata and spec: the typed spec is moved, never copied.
+    fn into_interconnect(self) -> Result<Interconnect, FieldError> {
+        let spec = self.spec?;
         let mut ic = Interconnect::new("", spec);
-        ic.metadata.name = self.parts.metadata.name.clone();
-        ic.metadata.generate_name = self.parts.metadata.generate_name.clone();
-        ic.metadata.namespace = self.parts.metadata.namespace.clone();
-        Some(ic)
+        let meta = self.parts.metadata;
+        (ic.metadata.name, ic.metadata.generate_name, ic.metadata.namespace) =
+            (meta.name, meta.generate_name, meta.namespace);
+        Ok(ic)
     }
+}
 
-    /// The spec as JSON (bounded: only called once [`scan`] passed).
-    fn spec_json(&self) -> Option<Value> {
-        self.parts.spec.and_then(|s| serde_json::from_str(s.get()).ok())
-    }
+/// The spec as JSON (bounded: only called once [`scan`] passed).
+fn spec_json(spec: Option<&RawValue>) -> Option<Value> {
+    spec.and_then(|s| serde_json::from_str(s.get()).ok())
+}
+
+/// `ic` with [`qdr_api::apply_defaults`] applied in place under its own name: what
+/// [`qdr_api::defaults`] returns, without copying the spec.
+fn defaulted(mut ic: Interconnect) -> Interconnect {
+    let name = ic.metadata.name.clone().unwrap_or_default();
+    qdr_api::apply_defaults(&name, &mut ic.spec);
+    ic
 }
 
 /// Whether two raw specs are the same JSON: equal text (the API server encodes both the
@@ -369,11 +376,11 @@ pub fn answer(webhook: Webhook, req: &Request<'_>, checks: &Checks) -> Reply {
     if let Some(old) = &old
         && same_spec(old.parts.spec, object.parts.spec)
     {
-        return unchanged_spec(webhook, req, &object, checks);
+        return unchanged_spec(webhook, req, object, checks);
     }
     let (name, stand_in) = names(&object, req);
     // The stored object, defaulted, when it decodes.
-    let old_effective = old.as_ref().and_then(Object::interconnect).map(|o| defaults(&o));
+    let old_effective = old.and_then(|o| o.into_interconnect().ok()).map(defaulted);
     // The stored object's violations, computed only when the new object has some.
     let ratcheted = |effective: &Interconnect, errors: Vec<FieldError>| match &old_effective {
         Some(old) if !errors.is_empty() => {
@@ -396,15 +403,15 @@ pub fn answer(webhook: Webhook, req: &Request<'_>, checks: &Checks) -> Reply {
             warnings,
         })
     };
-    let ic = object.interconnect();
-    match (webhook, ic) {
+    let raw_spec = object.parts.spec;
+    match (webhook, object.into_interconnect()) {
         // Not ours to reject: validation (schema and webhook) reports it with its path.
-        (Webhook::Mutate, None) => reply(response_for(&req.uid), Outcome::Allowed),
-        (Webhook::Mutate, Some(ic)) => {
+        (Webhook::Mutate, Err(_)) => reply(response_for(&req.uid), Outcome::Allowed),
+        (Webhook::Mutate, Ok(ic)) => {
             // Deny here already: the mutating webhook runs before the API server's schema
             // and CEL checks, which stop at the first failing layer. Answering now lists every
             // problem at once; the validating webhook still checks the final object.
-            let (effective, errors) = checked(&ic, stand_in.as_deref(), checks);
+            let (effective, errors) = checked(ic, stand_in.as_deref(), checks);
             let (introduced, _) = ratcheted(&effective, errors);
             if !introduced.is_empty() {
                 let mut r = reply(denied_invalid(&req.uid, &name, &introduced, &[]), Outcome::Denied);
@@ -412,19 +419,16 @@ pub fn answer(webhook: Webhook, req: &Request<'_>, checks: &Checks) -> Reply {
                 return r;
             }
             // Defaults under the object's own name: none derived from a name not yet picked.
-            let ops = defaulting_patch(object.spec_json(), &effective);
+            let ops = defaulting_patch(spec_json(raw_spec), &effective);
             let mut response = response_for(&req.uid);
             if !ops.0.is_empty() {
                 response = response.with_patch(ops).expect("a JSON patch serializes");
             }
             reply(response, Outcome::Allowed)
         }
-        (Webhook::Validate, None) => {
-            let err = object.spec.expect_err("no Interconnect: its spec did not decode");
-            reply(denied_invalid(&req.uid, &name, &[err], &[]), Outcome::Denied)
-        }
-        (Webhook::Validate, Some(ic)) => {
-            let (effective, errors) = checked(&ic, stand_in.as_deref(), checks);
+        (Webhook::Validate, Err(err)) => reply(denied_invalid(&req.uid, &name, &[err], &[]), Outcome::Denied),
+        (Webhook::Validate, Ok(ic)) => {
+            let (effective, errors) = checked(ic, stand_in.as_deref(), checks);
             let (introduced, carried) = ratcheted(&effective, errors);
             let old_defaulted = old_effective.as_ref();
             let mut warns = new_warnings(&effective, old_defaulted);
@@ -497,16 +501,14 @@ fn names(object: &Object<'_>, req: &Request<'_>) -> (String, Option<String>) {
 /// The defaulted `ic` (under its own name) and its violations under `checks`, validated
 /// under `stand_in` when given (defaulted once more under that name, so the derived Secret
 /// names are checked).
-fn checked(ic: &Interconnect, stand_in: Option<&str>, checks: &Checks) -> (Interconnect, Vec<FieldError>) {
-    let effective = defaults(ic);
-    let errors = match stand_in {
-        None => checks.violations(&effective),
-        Some(n) => {
-            let mut named = ic.clone();
-            named.metadata.name = Some(n.into());
-            checks.violations(&defaults(&named))
-        }
-    };
+fn checked(ic: Interconnect, stand_in: Option<&str>, checks: &Checks) -> (Interconnect, Vec<FieldError>) {
+    let under_stand_in = stand_in.map(|n| {
+        let mut named = ic.clone();
+        named.metadata.name = Some(n.into());
+        checks.violations(&defaulted(named))
+    });
+    let effective = defaulted(ic);
+    let errors = under_stand_in.unwrap_or_else(|| checks.violations(&effective));
     (effective, errors)
 }
 
@@ -529,12 +531,12 @@ pub fn carried_warning(e: &FieldError) -> String {
 /// An UPDATE that leaves the spec as stored (metadata or status only): always admitted and
 /// never patched, and its references are not checked again; the validating webhook lists
 /// the stored violations as warnings.
-fn unchanged_spec(webhook: Webhook, req: &Request<'_>, object: &Object<'_>, checks: &Checks) -> Reply {
+fn unchanged_spec(webhook: Webhook, req: &Request<'_>, object: Object<'_>, checks: &Checks) -> Reply {
     let mut response = response_for(&req.uid);
     if webhook == Webhook::Validate
-        && let Some(ic) = object.interconnect()
+        && let Ok(ic) = object.into_interconnect()
     {
-        let warns: Vec<String> = checks.violations(&defaults(&ic)).iter().map(carried_warning).collect();
+        let warns: Vec<String> = checks.violations(&defaulted(ic)).iter().map(carried_warning).collect();
         if !warns.is_empty() {
             response.warnings = Some(warns);
         }

@@ -100,19 +100,35 @@ impl<'a> Parts<'a> {
     }
 }
 
-/// The largest value of `keyword` anywhere in the CRD's schema, and at least `floor`.
-fn crd_largest(keyword: &str, floor: u64) -> usize {
+/// The limits [`scan`] enforces, read from the CRD's schema in one walk.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Limits {
+    /// The most items of any list, and keys of any object: the largest `maxItems` or
+    /// `maxProperties` of the CRD (1024 today), and at least 256 for the keys of an object
+    /// (a spec's objects have far fewer fields).
+    pub items: usize,
+    /// The longest string (value or key), in bytes: the largest `maxLength` of the CRD (1024
+    /// today; every string of the spec has one but the names of resource claims, which
+    /// Kubernetes keeps far shorter), and at least 1024.
+    pub string: usize,
+}
+
+/// The [`Limits`] of the CRD; computed once, at the first use (the server forces it at
+/// start-up so no review pays for it).
+pub static LIMITS: LazyLock<Limits> = LazyLock::new(|| {
     let crd = serde_json::to_value(qdr_api::crd()).expect("the CRD serializes");
-    let mut most = floor;
+    let mut limits = Limits { items: 256, string: 1024 };
     let mut stack = vec![&crd];
     while let Some(v) = stack.pop() {
         match v {
             serde_json::Value::Object(m) => {
                 for (k, v) in m {
-                    if k == keyword
-                        && let Some(n) = v.as_u64()
-                    {
-                        most = most.max(n);
+                    match (k.as_str(), v.as_u64()) {
+                        ("maxItems" | "maxProperties", Some(n)) => {
+                            limits.items = limits.items.max(n as usize)
+                        }
+                        ("maxLength", Some(n)) => limits.string = limits.string.max(n as usize),
+                        _ => {}
                     }
                     stack.push(v);
                 }
@@ -121,28 +137,17 @@ fn crd_largest(keyword: &str, floor: u64) -> usize {
             _ => {}
         }
     }
-    most as usize
-}
+    limits
+});
 
-/// The most items of any list, and keys of any object, in an admissible spec: the largest
-/// `maxItems` of the CRD (1024 today; its `maxProperties` are smaller), and at least 256
-/// for the keys of an object (a spec's objects have far fewer fields).
-pub static MAX_ITEMS: LazyLock<usize> =
-    LazyLock::new(|| crd_largest("maxItems", 256).max(crd_largest("maxProperties", 256)));
-
-/// The longest string (value or key) of an admissible spec, in bytes: the largest
-/// `maxLength` of the CRD (1024 today; every string of the spec has one but the names of
-/// resource claims, which Kubernetes keeps far shorter).
-pub static MAX_STRING: LazyLock<usize> = LazyLock::new(|| crd_largest("maxLength", 1024));
-
-/// Checks that no list and no object in `spec` has more than [`MAX_ITEMS`] items or keys
-/// and no string is longer than [`MAX_STRING`] bytes, without building anything but a path.
+/// Checks that no list and no object in `spec` has more than [`Limits::items`] items or
+/// keys and no string is longer than [`Limits::string`] bytes, without building anything but a path.
 /// So the typed spec decoded next is bounded whatever the body. Errors: `TooMany` or
 /// `TooLong` at the first such field (the API server would refuse the object by the CRD's
 /// own `maxItems` and `maxLength`), or `Invalid` at `spec` when it is not JSON (cannot
 /// happen for text the review decoded from).
 pub fn scan(spec: &RawValue) -> Result<(), FieldError> {
-    let mut state = State { path: Vec::new(), over: None, max: *MAX_ITEMS, max_string: *MAX_STRING };
+    let mut state = State { path: Vec::new(), over: None, max: LIMITS.items, max_string: LIMITS.string };
     let mut de = serde_json::Deserializer::from_str(spec.get());
     match Scan(&mut state).deserialize(&mut de) {
         Ok(()) => Ok(()),
@@ -313,23 +318,23 @@ mod tests {
 
     #[test]
     fn the_limits_are_the_crds_largest() {
-        assert_eq!(*MAX_ITEMS, 1024, "update docs/hardening.md if the CRD's largest list changes");
-        assert_eq!(*MAX_STRING, 1024, "update docs/hardening.md if the CRD's longest string changes");
+        assert_eq!(LIMITS.items, 1024, "update docs/hardening.md if the CRD's largest list changes");
+        assert_eq!(LIMITS.string, 1024, "update docs/hardening.md if the CRD's longest string changes");
     }
 
     #[test]
     fn scan_names_the_first_string_over_the_limit() {
-        let long = "x".repeat(*MAX_STRING + 1);
+        let long = "x".repeat(LIMITS.string + 1);
         let e = scan(&raw(&format!(r#"{{"users": "u", "listeners": [{{"host": "{long}"}}]}}"#))).unwrap_err();
         assert_eq!((e.field.as_str(), e.error_type), ("spec.listeners[0].host", ErrorType::TooLong));
         let e = scan(&raw(&format!(r#"{{"deploymentPlan": {{"{long}": 1}}}}"#))).unwrap_err();
         assert_eq!((e.field.as_str(), e.error_type), ("spec.deploymentPlan", ErrorType::TooLong));
-        assert_eq!(scan(&raw(&format!(r#"{{"users": "{}"}}"#, "x".repeat(*MAX_STRING)))), Ok(()));
+        assert_eq!(scan(&raw(&format!(r#"{{"users": "{}"}}"#, "x".repeat(LIMITS.string)))), Ok(()));
     }
 
     #[test]
     fn scan_accepts_specs_within_the_limit_and_names_the_first_list_over_it() {
-        let max = *MAX_ITEMS;
+        let max = LIMITS.items;
         let ok = format!(
             r#"{{"addresses": [{}], "x": {{"a": [1, "s", null, true, 1.5]}}}}"#,
             vec!["{}"; max].join(",")

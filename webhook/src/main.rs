@@ -215,11 +215,15 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
         (Some(c), true) => Some(Authorizer::new(c.clone())),
         _ => None,
     };
+    // The scan's limits come from the CRD: read them now, not in the first review.
+    let limits = *qdr_webhook::decode::LIMITS;
     tracing::info!(
         authorize_secret_references = authorizer.is_some(),
         allowed_router_images = ?args.allowed_router_images.iter().map(|p| p.as_str()).collect::<Vec<_>>(),
         max_in_flight = args.max_in_flight,
         max_large_in_flight = args.max_large_in_flight,
+        scan_max_items = limits.items,
+        scan_max_string = limits.string,
         client_ca = ?args.client_ca,
         "admission checks"
     );

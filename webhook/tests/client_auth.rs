@@ -5,33 +5,12 @@
 
 mod common;
 
-use std::io::{Read, Write};
-use std::net::TcpStream;
 use std::sync::Arc;
-use std::time::Duration;
 
+use common::post;
 use qdr_tests::{ControlPlane, Options};
 use rustls::pki_types::pem::PemObject;
-use rustls::pki_types::{CertificateDer, PrivateKeyDer, ServerName};
-
-/// POSTs `{}` to `/validate` over TLS with `cfg`; the HTTP status, or why there is none.
-fn post(port: u16, cfg: Arc<rustls::ClientConfig>) -> Result<u16, String> {
-    let sock = TcpStream::connect(("127.0.0.1", port)).map_err(|e| e.to_string())?;
-    sock.set_read_timeout(Some(Duration::from_secs(5))).map_err(|e| e.to_string())?;
-    let conn = rustls::ClientConnection::new(cfg, ServerName::try_from("127.0.0.1").unwrap())
-        .map_err(|e| e.to_string())?;
-    let mut tls = rustls::StreamOwned::new(conn, sock);
-    let request = "POST /validate HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/json\r\n\
-                   Content-Length: 2\r\nConnection: close\r\n\r\n{}";
-    tls.write_all(request.as_bytes()).map_err(|e| e.to_string())?;
-    let mut response = String::new();
-    tls.read_to_string(&mut response).map_err(|e| e.to_string())?;
-    response
-        .split(' ')
-        .nth(1)
-        .and_then(|s| s.parse().ok())
-        .ok_or_else(|| format!("no status line: {response:?}"))
-}
+use rustls::pki_types::{CertificateDer, PrivateKeyDer};
 
 /// A client configuration that accepts the webhook's certificate and presents `identity`.
 fn tls_client(identity: Option<(&str, &str)>) -> Arc<rustls::ClientConfig> {
@@ -75,15 +54,16 @@ async fn only_clients_with_a_certificate_from_the_client_ca_are_served() {
     assert!(!out.status.success() && err.contains("spec.deploymentPlan.size"), "the webhook answered: {err}");
 
     // Anyone else is refused in the handshake, before a byte of a request is read.
-    let refused = post(port, tls_client(None)).expect_err("served a client without a certificate");
+    let refused =
+        post(port, &tls_client(None), "/validate", b"{}").expect_err("served a client without a certificate");
     eprintln!("no client certificate: {refused}");
     let other = qdr_tests::Pki::new().unwrap().client("intruder", &[]).unwrap();
-    let refused = post(port, tls_client(Some((&other.cert_pem, &other.key_pem))))
+    let refused = post(port, &tls_client(Some((&other.cert_pem, &other.key_pem))), "/validate", b"{}")
         .expect_err("served another CA's client");
     eprintln!("another CA's client certificate: {refused}");
     // A certificate from the client CA is served (the empty review is a 400).
     let pki = cp.dir().join("pki");
     let read = |f: &str| std::fs::read_to_string(pki.join(f)).unwrap();
     let (cert, key) = (read("webhook-client.crt"), read("webhook-client.key"));
-    assert_eq!(post(port, tls_client(Some((&cert, &key)))), Ok(400));
+    assert_eq!(post(port, &tls_client(Some((&cert, &key))), "/validate", b"{}"), Ok(400));
 }

@@ -6,15 +6,13 @@
 
 mod common;
 
-use std::io::{Read, Write};
-use std::net::TcpStream;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
 
+use common::post;
 use kube::api::{Api, DynamicObject, PostParams};
 use qdr_webhook::server::MAX_BODY_BYTES;
-use rustls::pki_types::ServerName;
 use serde_json::{Value, json};
 
 /// Flooding clients with maximum-size bodies.
@@ -25,26 +23,6 @@ const GARBAGE: usize = 1000;
 const REAL: usize = 60;
 /// The least time the flood runs.
 const FLOOD_FOR: Duration = Duration::from_secs(15);
-
-/// POSTs `body` to `path` over TLS; the HTTP status, or why there is none.
-fn post(port: u16, cfg: &Arc<rustls::ClientConfig>, path: &str, body: &[u8]) -> Result<u16, String> {
-    let sock = TcpStream::connect(("127.0.0.1", port)).map_err(|e| e.to_string())?;
-    sock.set_read_timeout(Some(Duration::from_secs(30))).map_err(|e| e.to_string())?;
-    let conn = rustls::ClientConnection::new(cfg.clone(), ServerName::try_from("127.0.0.1").unwrap())
-        .map_err(|e| e.to_string())?;
-    let mut tls = rustls::StreamOwned::new(conn, sock);
-    let head = format!(
-        "POST {path} HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/json\r\nContent-Length: {}\r\n\
-         Connection: close\r\n\r\n",
-        body.len()
-    );
-    tls.write_all(head.as_bytes()).map_err(|e| e.to_string())?;
-    tls.write_all(body).map_err(|e| e.to_string())?;
-    let mut response = Vec::new();
-    let _ = tls.read_to_end(&mut response);
-    let text = String::from_utf8_lossy(&response);
-    text.split(' ').nth(1).and_then(|s| s.parse().ok()).ok_or_else(|| format!("no status line: {text:.80}"))
-}
 
 /// An AdmissionReview of `object` (and `old` on UPDATE).
 fn review(op: &str, object: Value, old: Option<Value>) -> Value {
@@ -109,7 +87,7 @@ fn ic(spec: Value) -> Value {
 /// object as heavy, which ratcheting compares), a spec of one huge string, and a list far
 /// over the CRD's largest (refused by the scan before decoding).
 fn max_bodies() -> Vec<(&'static str, Vec<u8>)> {
-    let max = *qdr_webhook::decode::MAX_ITEMS;
+    let max = qdr_webhook::decode::LIMITS.items;
     let mut heavy = Vec::new();
     // The longest item strings that keep the body under the limit.
     for field in (0..200).rev().step_by(10) {

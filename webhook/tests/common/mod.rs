@@ -102,3 +102,29 @@ pub fn see_any_cert() -> Arc<rustls::ClientConfig> {
             .with_no_client_auth(),
     )
 }
+
+/// POSTs `body` to `path` on `127.0.0.1:port` over TLS with `cfg` (HTTP/1.1, one request per
+/// connection); the response's HTTP status, or why there is none (a refused handshake shows
+/// as the read error of TLS 1.3's alert).
+pub fn post(port: u16, cfg: &Arc<rustls::ClientConfig>, path: &str, body: &[u8]) -> Result<u16, String> {
+    use std::io::{Read, Write};
+    let sock = TcpStream::connect(("127.0.0.1", port)).map_err(|e| e.to_string())?;
+    sock.set_read_timeout(Some(Duration::from_secs(30))).map_err(|e| e.to_string())?;
+    let conn = rustls::ClientConnection::new(cfg.clone(), ServerName::try_from("127.0.0.1").unwrap())
+        .map_err(|e| e.to_string())?;
+    let mut tls = rustls::StreamOwned::new(conn, sock);
+    let head = format!(
+        "POST {path} HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/json\r\nContent-Length: {}\r\n\
+         Connection: close\r\n\r\n",
+        body.len()
+    );
+    tls.write_all(head.as_bytes()).map_err(|e| e.to_string())?;
+    tls.write_all(body).map_err(|e| e.to_string())?;
+    let mut response = Vec::new();
+    let read = tls.read_to_end(&mut response);
+    let text = String::from_utf8_lossy(&response);
+    match text.split(' ').nth(1).and_then(|s| s.parse().ok()) {
+        Some(status) => Ok(status),
+        None => Err(read.err().map_or_else(|| format!("no status line: {text:.80}"), |e| e.to_string())),
+    }
+}
