@@ -372,3 +372,41 @@ impl SecretReferences {
         self.index.lock().unwrap_or_else(|e| e.into_inner()).remove(uid);
     }
 }
+
+/// Children's names (`(kind, namespace, name)`) to read by name before they are written:
+/// an object the labelled stores do not show holds them (a user's object, one the Go
+/// operator wrote, or one of ours the store has not caught up with).
+///
+/// A child missing from its store is created first ([`crate::reconcile::apply`]): a
+/// conditional create is itself the check that no object holds the name. When it is
+/// refused, the name goes here, and later passes read it (metadata) before writing anything,
+/// as before, until the store shows it or the read finds nothing.
+#[derive(Debug, Default)]
+pub(crate) struct Outside {
+    names: Mutex<BTreeSet<ChildKey>>,
+}
+
+impl Outside {
+    fn key(kind: &str, ns: &str, name: &str) -> ChildKey {
+        (kind.to_string(), ns.to_string(), name.to_string())
+    }
+
+    /// Remembers that an object of `kind` holds `ns/name` outside the stores.
+    pub(crate) fn insert(&self, kind: &str, ns: &str, name: &str) {
+        self.names.lock().unwrap_or_else(|e| e.into_inner()).insert(Self::key(kind, ns, name));
+    }
+
+    /// Whether `ns/name` of `kind` is to be read by name.
+    pub(crate) fn contains(&self, kind: &str, ns: &str, name: &str) -> bool {
+        let names = self.names.lock().unwrap_or_else(|e| e.into_inner());
+        !names.is_empty() && names.contains(&Self::key(kind, ns, name))
+    }
+
+    /// Forgets `ns/name` of `kind` (the store shows it, or nothing holds it any more).
+    pub(crate) fn remove(&self, kind: &str, ns: &str, name: &str) {
+        let mut names = self.names.lock().unwrap_or_else(|e| e.into_inner());
+        if !names.is_empty() {
+            names.remove(&Self::key(kind, ns, name));
+        }
+    }
+}

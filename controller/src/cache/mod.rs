@@ -15,10 +15,12 @@
 //!
 //! No store keeps `managedFields`.
 //!
-//! Observe and apply read these stores instead of the API server: a pass over a converged
-//! Interconnect makes no reads at all. A name missing from a labelled store is looked up with
-//! one GET (metadata only), because an object without our label may stand there (a user's,
-//! or one the Go operator wrote): the ownership rule of [`crate::reconcile::apply`] holds.
+//! Observe and apply read these stores instead of the API server: a pass makes no reads at
+//! all, not even for a new Interconnect. A child missing from its labelled store is created
+//! with a conditional server-side apply, which the API server refuses when any object holds
+//! the name (one without our label: a user's, or one the Go operator wrote); only then is it
+//! read, and the name remembered ([`Outside`]) so later passes read it before writing: the
+//! ownership rule of [`crate::reconcile::apply`] holds.
 //! Each cached kind implements [`Cached`], which names its store: asking for a kind without
 //! a store does not compile (Routes, not watched, are always read from the API server, by
 //! name).
@@ -60,7 +62,7 @@ use kube::core::PartialObjectMeta;
 use kube::runtime::reflector::{ObjectRef, Store};
 use qdr_api::Interconnect;
 
-pub(crate) use memo::{AppliedMemo, Drift, OwnWrites};
+pub(crate) use memo::{AppliedMemo, Drift, Outside, OwnWrites};
 pub(crate) use names::SecretNames;
 pub(crate) use watch::watch;
 pub(crate) use written::Written;
@@ -96,6 +98,9 @@ pub(crate) struct Cache {
     pub(crate) drift: Arc<Drift>,
     /// The last full apply of each Interconnect in this term.
     pub(crate) applied: Arc<AppliedMemo>,
+    /// Children's names held by objects the stores do not show: read by name before a
+    /// write (a create found them taken).
+    pub(crate) outside: Arc<Outside>,
     /// Set once every store has listed ([`Cache::is_ready`]).
     listed: Arc<AtomicBool>,
 }

@@ -4,7 +4,7 @@ use std::sync::Arc;
 
 use super::memo::Seen;
 use super::wake::{Listed, Relist, pod_state};
-use super::{Drift, OwnWrites, Written};
+use super::{Drift, Outside, OwnWrites, Written};
 use k8s_openapi::api::apps::v1::Deployment;
 use k8s_openapi::api::core::v1::Pod;
 use k8s_openapi::api::core::v1::Service;
@@ -252,4 +252,18 @@ fn a_secret_wakes_every_interconnect_that_names_it_but_its_controller() {
     assert_eq!(names(refs.referencing("ns", "mesh-inter-router-ca", Some("mesh"))), ["client"]);
     refs.forget("u2");
     assert!(refs.referencing("ns", "mesh-inter-router-ca", Some("mesh")).is_empty());
+}
+
+#[test]
+fn a_name_outside_the_stores_is_remembered_by_kind_namespace_and_name_until_forgotten() {
+    let outside = Outside::default();
+    assert!(!outside.contains("Service", "ns", "broker"));
+    outside.insert("Service", "ns", "broker");
+    assert!(outside.contains("Service", "ns", "broker"));
+    assert!(!outside.contains("Deployment", "ns", "broker"), "another kind");
+    assert!(!outside.contains("Service", "other", "broker"), "another namespace");
+    outside.remove("Deployment", "ns", "broker");
+    assert!(outside.contains("Service", "ns", "broker"), "removing another kind keeps it");
+    outside.remove("Service", "ns", "broker");
+    assert!(!outside.contains("Service", "ns", "broker"));
 }

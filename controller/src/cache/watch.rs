@@ -260,6 +260,7 @@ pub(crate) fn watch(
         own,
         drift,
         applied,
+        outside: Arc::default(),
         listed: Arc::default(),
     };
 

@@ -1,13 +1,22 @@
 //! Stage 3, **apply**: write [`Children`] to the API server and prune what is no longer
 //! wanted.
 //!
-//! * **ownership first**: before anything is written, every child name is looked up, in the
-//!   labelled store ([`crate::cache`]) or, when it is not there, with one metadata GET (an
-//!   object without our label may hold the name); an object that exists and is not
-//!   controlled by this Interconnect (controller owner reference with its uid) is a
-//!   [`Conflict`], and then nothing at all is applied: a foreign ServiceAccount `default` or
-//!   Service `broker` is never taken over, and garbage collection never deletes what was not
-//!   ours;
+//! * **ownership before every write**: a child name in its labelled store ([`crate::cache`])
+//!   is judged from the store; a name a create found taken before
+//!   ([`crate::cache::Outside`]) is read first (one metadata GET); any other name, missing
+//!   from its store, is **created** with a conditional server-side apply ([`create`]): the
+//!   API server refuses it (409) when any object holds the name, so the create is the check,
+//!   and only a refused one is read. An object that exists and is not controlled by this
+//!   Interconnect (controller owner reference with its uid) is a [`Conflict`]: it is never
+//!   written, a foreign ServiceAccount `default` or Service `broker` is never taken over, and
+//!   garbage collection never deletes what was not ours. A conflict known before the writes
+//!   stops the pass before any write; one a create finds stops it there (what this pass
+//!   created before is this Interconnect's own, and goes with it). Either way every name not
+//!   yet written is then read, so the condition lists every conflict;
+//! * **order**: ServiceAccount, Role, RoleBinding; a workload missing from its store next
+//!   (its name decides whether the pass goes on, and its new pods wait for their volumes);
+//!   the ConfigMaps and Secrets; an existing workload after them (its new pods read the new
+//!   files); the Service and the Ingresses or Routes;
 //! * **adoption**: a child of ours that the Go operator wrote (an `Update` entry of its
 //!   manager in `managedFields`) has those fields moved to this controller's `Apply` entry
 //!   first ([`crate::managed_fields`]), so the apply removes the ones it does not set;
@@ -30,7 +39,7 @@ use k8s_openapi::api::core::v1::{ConfigMap, Secret, Service, ServiceAccount};
 use k8s_openapi::api::networking::v1::Ingress;
 use k8s_openapi::api::rbac::v1::{Role, RoleBinding};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
-use kube::api::{Api, DeleteParams, ListParams, Patch, PatchParams, PostParams};
+use kube::api::{Api, ApiResource, DeleteParams, DynamicObject, ListParams, Patch, PatchParams, PostParams};
 use kube::{Resource, ResourceExt};
 use serde::Serialize;
 use serde::de::DeserializeOwned;
@@ -164,14 +173,11 @@ pub(crate) const PORTS_MANAGER: &str = "qdr-operator-ports";
 /// The children are ours, so the controller takes the field over as a whole: when the
 /// apply is refused as invalid, or the answer shows ports that are not the desired ones,
 /// `spec.ports` is replaced by the desired list ([`take_over_ports`]) and applied again.
-async fn apply_service(
-    client: &kube::Client,
-    cache: &Cache,
-    ns: &str,
-    desired: &Service,
-) -> Result<(), Error> {
-    let applied = match ssa(client, cache, ns, desired).await {
-        Ok(applied) => applied,
+async fn apply_service(w: &mut Writer<'_>, desired: &Service) -> Result<Put<()>, Error> {
+    let (client, cache, ns) = (w.client, w.cache, w.o.namespace());
+    let applied = match w.put(desired, false).await {
+        Ok(Put::Written(applied)) => applied,
+        Ok(Put::Taken(c)) => return Ok(Put::Taken(c)),
         Err(Error::Apply { source: kube::Error::Api(s), .. }) if s.code == 422 => {
             take_over_ports(client, cache, ns, desired).await?;
             ssa(client, cache, ns, desired).await?
@@ -182,7 +188,7 @@ async fn apply_service(
         take_over_ports(client, cache, ns, desired).await?;
         ssa(client, cache, ns, desired).await?;
     }
-    Ok(())
+    Ok(Put::Written(()))
 }
 
 /// Replaces `spec.ports` of the Service by the desired list (a merge patch under
@@ -208,64 +214,116 @@ async fn take_over_ports(
     Ok(())
 }
 
-/// What the look-up of the children's names found: objects in the way, and objects of ours
-/// whose fields the Go operator wrote (to be taken over before the apply).
+/// A child's name no read vouched for: missing from its labelled store, and no create found
+/// it taken ([`crate::cache::Outside`]). Written with [`create`]; read only to list every
+/// conflict of a pass that found one.
+#[derive(Debug)]
+struct Unread {
+    resource: ApiResource,
+    name: String,
+}
+
+impl Unread {
+    fn of<K: Child>(name: &str) -> Unread {
+        Unread { resource: ApiResource::erase::<K>(&()), name: name.into() }
+    }
+}
+
+/// What the look-up of the children's names found: objects in the way, objects of ours
+/// whose fields the Go operator wrote (to be taken over before the apply), and names not
+/// read.
 #[derive(Debug, Default)]
 struct Found {
     conflicts: Vec<Conflict>,
     adoptions: Vec<Adoption>,
+    unread: Vec<Unread>,
 }
 
 impl Found {
     fn add<T>(&mut self, ownership: Ownership<T>) {
         match ownership {
-            Ownership::Free | Ownership::Ours(_, None) => {}
+            Ownership::Free | Ownership::Ours(_, None) | Ownership::Unverified => {}
             Ownership::Ours(_, Some(a)) => self.adoptions.push(a),
             Ownership::Foreign(c) => self.conflicts.push(c),
         }
     }
-}
 
-/// Who holds `name` of kind `K`: judged from `stored` (the labelled store's metadata) when
-/// it is there, else from one metadata GET, since an object without our label may hold the
-/// name.
-async fn ownership<K: Child>(
-    client: &kube::Client,
-    o: &ValidatedInterconnect,
-    name: &str,
-    stored: Option<ObjectMeta>,
-) -> Result<Ownership, Error> {
-    let kind = K::kind(&());
-    let meta = match stored {
-        Some(meta) => meta,
-        None => {
-            let found = Api::<K>::namespaced(client.clone(), o.namespace())
-                .get_metadata_opt(name)
-                .await
-                .map_err(|source| Error::Get { kind: kind.to_string(), name: name.into(), source })?;
-            match found {
-                Some(m) => m.metadata,
-                None => return Ok(Ownership::Free),
+    /// Looks up `name` of kind `K`: in its labelled store; with one metadata GET when a
+    /// create found it taken before ([`crate::cache::Outside`], forgotten when the store
+    /// shows it or the read finds nothing); else it is left [`Unread`].
+    async fn look<K: Child + Cached>(
+        &mut self,
+        client: &kube::Client,
+        cache: &Cache,
+        o: &ValidatedInterconnect,
+        name: &str,
+    ) -> Result<(), Error> {
+        let (kind, ns) = (K::kind(&()), o.namespace());
+        match cache.meta::<K>(ns, name) {
+            Some(meta) => {
+                cache.outside.remove(&kind, ns, name);
+                self.add(judge::<K>(o, name, meta));
             }
+            None if cache.outside.contains(&kind, ns, name) => {
+                let found = read::<K>(client, o, name).await?;
+                if matches!(found, Ownership::Free) {
+                    cache.outside.remove(&kind, ns, name);
+                }
+                self.add(found);
+            }
+            None => self.unread.push(Unread::of::<K>(name)),
         }
-    };
-    match Conflict::of(o, &kind, name, meta.owner_references.as_deref().unwrap_or_default()) {
-        Some(c) => Ok(Ownership::Foreign(c)),
-        None => Ok(Ownership::Ours((), Adoption::of::<K>(&meta, FIELD_MANAGER))),
+        Ok(())
     }
 }
 
-/// [`ownership`] of a kind the controller keeps a store of.
-async fn cached_ownership<K: Child + Cached>(
+/// Who holds `name` of kind `K`, judged from its metadata `meta`.
+fn judge<K: Child>(o: &ValidatedInterconnect, name: &str, meta: ObjectMeta) -> Ownership {
+    match Conflict::of(o, &K::kind(&()), name, meta.owner_references.as_deref().unwrap_or_default()) {
+        Some(c) => Ownership::Foreign(c),
+        None => Ownership::Ours((), Adoption::of::<K>(&meta, FIELD_MANAGER)),
+    }
+}
+
+/// Who holds `name` of kind `K`, from one metadata GET.
+async fn read<K: Child>(client: &kube::Client, o: &ValidatedInterconnect, name: &str) -> Result<Ownership, Error> {
+    let found = Api::<K>::namespaced(client.clone(), o.namespace())
+        .get_metadata_opt(name)
+        .await
+        .map_err(|source| Error::Get { kind: K::kind(&()).into_owned(), name: name.into(), source })?;
+    Ok(match found {
+        Some(m) => judge::<K>(o, name, m.metadata),
+        None => Ownership::Free,
+    })
+}
+
+/// The conflicts among `unread` names (one metadata GET each), remembered in
+/// [`crate::cache::Outside`]: so that a pass that found one conflict lists every one.
+async fn conflicts_among(
     client: &kube::Client,
     cache: &Cache,
     o: &ValidatedInterconnect,
-    name: &str,
-) -> Result<Ownership, Error> {
-    ownership::<K>(client, o, name, cache.meta::<K>(o.namespace(), name)).await
+    unread: Vec<Unread>,
+) -> Result<Vec<Conflict>, Error> {
+    let ns = o.namespace();
+    let mut conflicts = Vec::new();
+    for Unread { resource, name } in unread {
+        let found = Api::<DynamicObject>::namespaced_with(client.clone(), ns, &resource)
+            .get_metadata_opt(&name)
+            .await
+            .map_err(|source| Error::Get { kind: resource.kind.clone(), name: name.clone(), source })?;
+        let Some(meta) = found else { continue };
+        let refs = meta.metadata.owner_references.as_deref().unwrap_or_default();
+        if let Some(c) = Conflict::of(o, &resource.kind, &name, refs) {
+            cache.outside.insert(&resource.kind, ns, &name);
+            conflicts.push(c);
+        }
+    }
+    Ok(conflicts)
 }
 
-/// Who holds each name of `children`; the workload's name was already looked at by observe.
+/// Who holds each name of `children`: known conflicts and adoptions, and the names not
+/// read. The workload's name was already looked at by observe.
 async fn look_up(
     client: &kube::Client,
     cache: &Cache,
@@ -274,32 +332,144 @@ async fn look_up(
     workload: &Ownership<WorkloadState>,
 ) -> Result<Found, Error> {
     let mut found = Found::default();
-    found.add(workload.clone());
-    found.add(
-        cached_ownership::<ServiceAccount>(client, cache, o, &children.service_account.name_any()).await?,
-    );
-    found.add(cached_ownership::<Role>(client, cache, o, &children.role.name_any()).await?);
-    found.add(cached_ownership::<RoleBinding>(client, cache, o, &children.role_binding.name_any()).await?);
-    found.add(cached_ownership::<ConfigMap>(client, cache, o, &children.router_config_map.name_any()).await?);
-    if let Some(cm) = &children.sasl_config_map {
-        found.add(cached_ownership::<ConfigMap>(client, cache, o, &cm.name_any()).await?);
+    match (workload, children.workload.built()) {
+        (Ownership::Unverified, Workload::Deployment(_)) => found.unread.push(Unread::of::<Deployment>(o.name())),
+        (Ownership::Unverified, Workload::DaemonSet(_)) => found.unread.push(Unread::of::<DaemonSet>(o.name())),
+        (known, _) => found.add(known.clone()),
     }
-    found.add(cached_ownership::<Service>(client, cache, o, &children.service.name_any()).await?);
+    found.look::<ServiceAccount>(client, cache, o, &children.service_account.name_any()).await?;
+    found.look::<Role>(client, cache, o, &children.role.name_any()).await?;
+    found.look::<RoleBinding>(client, cache, o, &children.role_binding.name_any()).await?;
+    found.look::<ConfigMap>(client, cache, o, &children.router_config_map.name_any()).await?;
+    if let Some(cm) = &children.sasl_config_map {
+        found.look::<ConfigMap>(client, cache, o, &cm.name_any()).await?;
+    }
+    found.look::<Service>(client, cache, o, &children.service.name_any()).await?;
     match &children.exposure {
         Exposure::Ingresses(list) => {
             for i in list {
-                found.add(cached_ownership::<Ingress>(client, cache, o, &i.name_any()).await?);
+                found.look::<Ingress>(client, cache, o, &i.name_any()).await?;
             }
         }
         Exposure::Routes(list) => {
             for r in list {
                 // Routes are not watched: always read by name.
-                found.add(ownership::<Route>(client, o, &r.name_any(), None).await?);
+                found.add(read::<Route>(client, o, &r.name_any()).await?);
             }
         }
     }
     found.conflicts.extend(children.secrets.conflicts.iter().cloned());
     Ok(found)
+}
+
+/// The `resourceVersion` precondition that turns a server-side apply into a create: no
+/// object ever has it (etcd's revisions of written objects start above 1), so the API
+/// server refuses the apply with 409 Conflict when any object holds the name, and creates
+/// the object otherwise, under [`FIELD_MANAGER`]'s `Apply` entry as any apply would.
+///
+/// A `POST` would check the same in one request, but leave an `Update` entry in
+/// `managedFields`: every later apply would then have to move those fields to the apply
+/// entry first, or never remove them.
+const CREATE_ONLY: &str = "1";
+
+/// Creates `obj` with a conditional server-side apply ([`CREATE_ONLY`]). `None` when an
+/// object holds its name (409): nothing was written.
+async fn create<K: Child>(client: &kube::Client, cache: &Cache, ns: &str, obj: &K) -> Result<Option<K>, Error> {
+    let name = obj.name_any();
+    let mut obj = obj.clone();
+    obj.meta_mut().resource_version = Some(CREATE_ONLY.into());
+    let pending = cache.own.begin(&cache.drift, &K::kind(&()), ns, &name);
+    match Api::<K>::namespaced(client.clone(), ns)
+        .patch(&name, &PatchParams::apply(FIELD_MANAGER).force(), &Patch::Apply(&obj))
+        .await
+    {
+        Ok(created) => {
+            pending.record(created.meta());
+            Ok(Some(created))
+        }
+        Err(kube::Error::Api(s)) if s.code == 409 => Ok(None),
+        Err(source) => Err(Error::Apply { kind: K::kind(&()).into_owned(), name, source }),
+    }
+}
+
+/// The outcome of writing one child.
+enum Put<K> {
+    /// Applied (or created): the API server's answer.
+    Written(K),
+    /// Its name is held by an object this Interconnect does not control: not written.
+    Taken(Conflict),
+}
+
+/// Writes the children of one pass in order: a name [`Unread`] is created first
+/// ([`create`]), any other applied.
+struct Writer<'a> {
+    client: &'a kube::Client,
+    cache: &'a Cache,
+    o: &'a ValidatedInterconnect,
+    /// Names not read and not yet written.
+    unread: Vec<Unread>,
+    /// Children whose fields written by the Go operator were taken over (`Kind name`).
+    adopted: Vec<String>,
+}
+
+impl Writer<'_> {
+    /// Whether `kind` `name` is [`Unread`]; it is no longer once asked.
+    fn take_unread(&mut self, kind: &str, name: &str) -> bool {
+        let at = self.unread.iter().position(|u| u.resource.kind == kind && u.name == name);
+        at.map(|i| self.unread.remove(i)).is_some()
+    }
+
+    /// Takes over the fields the Go operator wrote on a child of ours ([`Adoption`]).
+    async fn adopt(&mut self, a: Adoption) -> Result<(), Error> {
+        let ns = self.o.namespace();
+        let pending = self.cache.own.begin(&self.cache.drift, a.kind(), ns, a.name());
+        let written = a.write(self.client, ns).await.map_err(|source| Error::Update {
+            kind: "managed fields of".into(),
+            name: a.what.clone(),
+            source,
+        })?;
+        pending.record(&written);
+        self.adopted.push(a.what);
+        Ok(())
+    }
+
+    /// Writes `obj`: server-side applies it, or, when its name is [`Unread`], creates it. A
+    /// refused create reads who holds the name: a foreign object is [`Put::Taken`] (and
+    /// remembered: [`crate::cache::Outside`]); a child of ours is applied (after the
+    /// take-over of the Go operator's fields), unless `stale_if_ours`, when the pass was
+    /// built without it: [`Error::Exists`], and the next pass reads it.
+    async fn put<K: Child>(&mut self, obj: &K, stale_if_ours: bool) -> Result<Put<K>, Error> {
+        let (client, cache, ns) = (self.client, self.cache, self.o.namespace());
+        let (kind, name) = (K::kind(&()), obj.name_any());
+        if self.take_unread(&kind, &name) {
+            if let Some(created) = create(client, cache, ns, obj).await? {
+                return Ok(Put::Written(created));
+            }
+            match read::<K>(client, self.o, &name).await? {
+                Ownership::Foreign(c) => {
+                    cache.outside.insert(&kind, ns, &name);
+                    return Ok(Put::Taken(c));
+                }
+                Ownership::Ours(..) if stale_if_ours => {
+                    cache.outside.insert(&kind, ns, &name);
+                    return Err(Error::Exists { kind: kind.into_owned(), name });
+                }
+                Ownership::Ours(_, Some(a)) => self.adopt(a).await?,
+                // Ours without the Go operator's fields, or deleted since: the apply does it.
+                Ownership::Ours(_, None) | Ownership::Free | Ownership::Unverified => {}
+            }
+        }
+        Ok(Put::Written(ssa(client, cache, ns, obj).await?))
+    }
+
+    /// Ends a pass whose write of a child found `taken`: reads the names not yet written,
+    /// so that every conflict is reported. The children already written stay (they are
+    /// this Interconnect's, and go with it).
+    async fn stop(self, taken: Conflict) -> Result<Applied, Error> {
+        let mut conflicts = vec![taken];
+        conflicts.extend(conflicts_among(self.client, self.cache, self.o, self.unread).await?);
+        Ok(Applied { conflicts, adopted: self.adopted, ..Applied::default() })
+    }
 }
 
 /// Replaces the generated Secret `s` (its `resourceVersion` is the precondition).
@@ -545,14 +715,59 @@ pub(crate) async fn apply_or_reuse(
     Ok(applied)
 }
 
-/// Applies every child of `o` unless one of their names is taken by an object `o` does not
-/// control (then nothing is written and [`Applied::conflicts`] lists them, starting with
-/// what observe found under the workload's name, `workload`); takes over the fields the Go
-/// operator wrote on children of ours ([`crate::managed_fields`]); for a
-/// [`Generation::New`], deletes the children it no longer wants.
+/// Writes the workload `w` (unless `held`: then it is kept from pruning as it is), and
+/// returns its counts.
+async fn write_workload(
+    writer: &mut Writer<'_>,
+    keep: &mut Keep,
+    w: Workload,
+    held: bool,
+) -> Result<Put<WorkloadStatus>, Error> {
+    let (cache, o) = (writer.cache, writer.o);
+    Ok(Put::Written(match w {
+        w if held => {
+            let kept = match w {
+                Workload::Deployment(_) => &mut keep.deployments,
+                Workload::DaemonSet(_) => &mut keep.daemon_sets,
+            };
+            kept.insert(o.name().to_string());
+            stored_status(cache, o, &w).unwrap_or_default()
+        }
+        Workload::Deployment(d) => {
+            keep.deployments.insert(d.name_any());
+            let applied = match writer.put(d.as_ref(), true).await? {
+                Put::Written(applied) => applied,
+                Put::Taken(c) => return Ok(Put::Taken(c)),
+            };
+            let status = WorkloadStatus::of_deployment(&d, &applied);
+            cache.written_deployments.record(applied);
+            status
+        }
+        Workload::DaemonSet(d) => {
+            keep.daemon_sets.insert(d.name_any());
+            let applied = match writer.put(d.as_ref(), true).await? {
+                Put::Written(applied) => applied,
+                Put::Taken(c) => return Ok(Put::Taken(c)),
+            };
+            let status = WorkloadStatus::of_daemon_set(&applied);
+            cache.written_daemon_sets.record(applied);
+            status
+        }
+    }))
+}
+
+/// Applies every child of `o` (see the module docs for the rules), and for a
+/// [`Generation::New`] deletes the children it no longer wants.
+///
+/// When a name is taken by an object `o` does not control, [`Applied::conflicts`] lists
+/// every such name (starting with what observe found under the workload's name,
+/// `workload`), and nothing is written after the write that found it; when the look-up
+/// found it, nothing is written at all.
 ///
 /// # Errors
-/// The first failed read or write, as an [`Error`] naming kind and name.
+/// The first failed read or write, as an [`Error`] naming kind and name; [`Error::Exists`]
+/// when the workload, missing from its store, exists and is ours (the pass was built
+/// without it).
 async fn apply(
     client: &kube::Client,
     cache: &Cache,
@@ -561,20 +776,15 @@ async fn apply(
     workload: &Ownership<WorkloadState>,
     generation: Generation,
 ) -> Result<Applied, Error> {
-    let Found { conflicts, adoptions } = look_up(client, cache, o, &children, workload).await?;
+    let Found { mut conflicts, adoptions, unread } = look_up(client, cache, o, &children, workload).await?;
     if !conflicts.is_empty() {
+        conflicts.extend(conflicts_among(client, cache, o, unread).await?);
         return Ok(Applied { conflicts, ..Applied::default() });
     }
-    let mut adopted = Vec::new();
+    let unread_workload = matches!(workload, Ownership::Unverified);
+    let mut w = Writer { client, cache, o, unread, adopted: Vec::new() };
     for a in adoptions {
-        let pending = cache.own.begin(&cache.drift, a.kind(), o.namespace(), a.name());
-        let written = a.write(client, o.namespace()).await.map_err(|source| Error::Update {
-            kind: "managed fields of".into(),
-            name: a.what.clone(),
-            source,
-        })?;
-        pending.record(&written);
-        adopted.push(a.what);
+        w.adopt(a).await?;
     }
     let Children {
         service_account,
@@ -587,24 +797,40 @@ async fn apply(
         service,
         exposure,
     } = children;
+    // Ends the pass when the write found the name taken.
+    macro_rules! put {
+        ($write:expr) => {
+            match $write.await? {
+                Put::Written(written) => written,
+                Put::Taken(c) => return w.stop(c).await,
+            }
+        };
+    }
     let ns = o.namespace();
     let mut keep = Keep { secrets: keep_secrets, ..Keep::default() };
-    ssa(client, cache, ns, &service_account).await?;
-    ssa(client, cache, ns, &role).await?;
-    ssa(client, cache, ns, &role_binding).await?;
+    put!(w.put(&service_account, false));
+    put!(w.put(&role, false));
+    put!(w.put(&role_binding, false));
     let (workload, held) = match workload {
         WorkloadChange::Apply(w) => (w, false),
         WorkloadChange::Hold(w) => (w, true),
     };
-    // Before the workload: a router started from the new template reads the new file. A
-    // held workload keeps the configuration its pods were started with.
+    // A workload missing from its store goes first: whether its name is free decides
+    // whether the pass goes on (before anything else is created), and its new pods wait
+    // for the ConfigMaps and Secrets they mount, written next.
+    let mut status = None;
+    if unread_workload {
+        status = Some(put!(write_workload(&mut w, &mut keep, workload.clone(), held)));
+    }
+    // Before an existing workload: a router started from the new template reads the new
+    // file. A held workload keeps the configuration its pods were started with.
     keep.config_maps.insert(router_config_map.name_any());
     if !held {
-        ssa(client, cache, ns, &router_config_map).await?;
+        put!(w.put(&router_config_map, false));
     }
     if let Some(cm) = &sasl_config_map {
         keep.config_maps.insert(cm.name_any());
-        ssa(client, cache, ns, cm).await?;
+        put!(w.put(cm, false));
     }
     for s in &create {
         cache.written_secrets.record(create_if_missing(client, cache, ns, s).await?);
@@ -612,43 +838,23 @@ async fn apply(
     for s in &update {
         cache.written_secrets.record(replace_secret(client, cache, ns, s).await?);
     }
-    let workload = match workload {
-        w if held => {
-            let kept = match w {
-                Workload::Deployment(_) => &mut keep.deployments,
-                Workload::DaemonSet(_) => &mut keep.daemon_sets,
-            };
-            kept.insert(o.name().to_string());
-            stored_status(cache, o, &w).unwrap_or_default()
-        }
-        Workload::Deployment(d) => {
-            keep.deployments.insert(d.name_any());
-            let applied = ssa(client, cache, ns, d.as_ref()).await?;
-            let status = WorkloadStatus::of_deployment(&d, &applied);
-            cache.written_deployments.record(applied);
-            status
-        }
-        Workload::DaemonSet(d) => {
-            keep.daemon_sets.insert(d.name_any());
-            let applied = ssa(client, cache, ns, d.as_ref()).await?;
-            let status = WorkloadStatus::of_daemon_set(&applied);
-            cache.written_daemon_sets.record(applied);
-            status
-        }
+    let workload = match status {
+        Some(status) => status,
+        None => put!(write_workload(&mut w, &mut keep, workload, held)),
     };
-    apply_service(client, cache, ns, &service).await?;
+    put!(apply_service(&mut w, &service));
     match exposure {
         Exposure::Ingresses(list) => {
             for i in &list {
                 keep.ingresses.insert(i.name_any());
-                ssa(client, cache, ns, i).await?;
+                put!(w.put(i, false));
             }
         }
         Exposure::Routes(list) => {
             let routes = keep.routes.insert(BTreeSet::new());
             for r in &list {
                 routes.insert(r.name_any());
-                ssa(client, cache, ns, r).await?;
+                put!(w.put(r, false));
             }
         }
     }
@@ -656,5 +862,5 @@ async fn apply(
         Generation::New => keep.prune(client, cache, o).await?,
         Generation::Reconciled => Vec::new(),
     };
-    Ok(Applied { workload, pruned, conflicts: Vec::new(), adopted, held, again: false })
+    Ok(Applied { workload, pruned, conflicts: Vec::new(), adopted: w.adopted, held, again: false })
 }

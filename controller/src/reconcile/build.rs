@@ -16,7 +16,7 @@ use k8s_openapi::api::core::v1::{ConfigMap, Secret, Service, ServiceAccount};
 use k8s_openapi::api::rbac::v1::{Role, RoleBinding};
 
 use super::observe::{Observed, named_secrets};
-use super::types::Conflict;
+use super::types::{Conflict, Ownership};
 use crate::builders::{self, Exposure, Settings, Workload};
 use crate::credentials::{
     self, CredentialChange, CredentialsError, Data, EXPIRY_WARNING, is_generated, is_generated_by,
@@ -113,6 +113,11 @@ pub struct Built {
     pub children: Children,
     /// What [`super::status`] and [`super::events`] report.
     pub report: Report,
+    /// Whether this build must be made again once the workload is read
+    /// ([`super::observe::verify_workload`]): it would hold running routers (a Secret they
+    /// would mount is missing or invalid) but the workload is [`Ownership::Unverified`], so
+    /// it was built as if none ran.
+    pub verify_workload: bool,
 }
 
 /// The state of the Secrets an Interconnect depends on, after this pass.
@@ -238,7 +243,9 @@ pub fn build(o: &ValidatedInterconnect, settings: &Settings, observed: &Observed
     // the pod template keeps its last mountable state until every Secret it mounts exists
     // again with what the router reads.
     let invalid = credentials.problems.iter().any(|j| matches!(j.problem, Problem::Invalid(_)));
-    let hold = (!credentials.unmet.is_empty() || invalid) && observed.workload.ours().is_some();
+    let unmountable = !credentials.unmet.is_empty() || invalid;
+    let hold = unmountable && observed.workload.ours().is_some();
+    let verify_workload = unmountable && matches!(observed.workload, Ownership::Unverified);
     let replicas = match &workload {
         Workload::Deployment(d) => d.spec.as_ref().and_then(|s| s.replicas),
         Workload::DaemonSet(_) => None,
@@ -254,5 +261,5 @@ pub fn build(o: &ValidatedInterconnect, settings: &Settings, observed: &Observed
         service: builders::service(o),
         exposure: builders::exposure(o, settings),
     };
-    Ok(Built { children, report: Report { config: router_config, replicas, credentials } })
+    Ok(Built { children, report: Report { config: router_config, replicas, credentials }, verify_workload })
 }

@@ -335,8 +335,14 @@ async fn stages(ic: &Interconnect, ctx: &Context) -> Result<Pass, Error> {
     if !cache.is_ready() {
         return Ok(Pass::Wait(Action::requeue(STORES_SYNCING_RETRY)));
     }
-    let observed = observe::observe(&ctx.client, cache, &valid).await?;
-    let build::Built { children, report } = build::build(&valid, &ctx.settings, &observed)?;
+    let mut observed = observe::observe(&ctx.client, cache, &valid).await?;
+    let mut built = build::build(&valid, &ctx.settings, &observed)?;
+    if built.verify_workload {
+        // Routers may run that this build would roll onto pods that cannot start.
+        observe::verify_workload(&ctx.client, cache, &valid, &mut observed).await?;
+        built = build::build(&valid, &ctx.settings, &observed)?;
+    }
+    let build::Built { children, report, .. } = built;
     let generation = status::generation(ic);
     let applied = apply::apply_or_reuse(&ctx.client, cache, &valid, &observed, children, generation).await?;
     Ok(Pass::Reconciled(Box::new(Reconciled { ic: valid, observed, report, applied })))

@@ -7,7 +7,9 @@
 //!   user-provided ones (never written) apart;
 //! * the existing workload of the kind the spec asks for (its replicas, config and
 //!   credentials hashes, whether its rollout is complete: for the `Scaled` and
-//!   `ConfigChanged` events and for CA rotation);
+//!   `ConfigChanged` events and for CA rotation), from its labelled store; when the store
+//!   does not show it, it is left unverified (no read: apply creates it conditionally) unless
+//!   a create found the name taken before, or the build must know ([`verify_workload`]);
 //! * the router pods (for `status.pods`, and the scheduler's reason for each pod it could
 //!   not place, from the pod's `PodScheduled=False` condition).
 
@@ -100,7 +102,8 @@ pub struct Observed {
     pub secrets: BTreeMap<String, Option<Secret>>,
     /// Who holds the workload's name: the existing Deployment (placement Any,
     /// AntiAffinity) or DaemonSet (Every) of this Interconnect with its state, a foreign
-    /// object of that kind and name, or nothing.
+    /// object of that kind and name, nothing, or not known (not in the store: apply creates
+    /// it conditionally).
     pub workload: Ownership<WorkloadState>,
     /// Names of the router pods that are not being deleted, sorted.
     pub pods: Vec<String>,
@@ -165,11 +168,15 @@ fn read(what: String) -> impl FnOnce(kube::Error) -> Error {
 
 /// Who holds the workload's name (kind `K`, named like `o`): `o` with the workload's state
 /// (through `state`) and the take-over of the Go operator's fields when it wrote them, a
-/// foreign object, or nothing. `cached` is the labelled store's copy; without one the API
-/// server is asked (an unlabelled object may stand there).
+/// foreign object, or nothing. `cached` is the labelled store's copy. Without one, the API
+/// server is asked only when `verify` is set or a create found the name taken before
+/// ([`crate::cache::Outside`]); otherwise it is [`Ownership::Unverified`], and apply's
+/// conditional create decides.
 async fn existing<K>(
     client: &kube::Client,
+    cache: &Cache,
     o: &ValidatedInterconnect,
+    verify: bool,
     cached: Option<Arc<K>>,
     state: impl FnOnce(&K) -> WorkloadState,
 ) -> Result<Ownership<WorkloadState>, Error>
@@ -180,15 +187,23 @@ where
         + std::fmt::Debug,
 {
     let kind = K::kind(&());
+    let ns = o.namespace();
     let obj = match cached {
-        Some(obj) => obj,
-        None => {
-            let api: Api<K> = Api::namespaced(client.clone(), o.namespace());
+        Some(obj) => {
+            cache.outside.remove(&kind, ns, o.name());
+            obj
+        }
+        None if verify || cache.outside.contains(&kind, ns, o.name()) => {
+            let api: Api<K> = Api::namespaced(client.clone(), ns);
             match api.get_opt(o.name()).await.map_err(read(format!("{kind} {}", o.name())))? {
                 Some(obj) => Arc::new(obj),
-                None => return Ok(Ownership::Free),
+                None => {
+                    cache.outside.remove(&kind, ns, o.name());
+                    return Ok(Ownership::Free);
+                }
             }
         }
+        None => return Ok(Ownership::Unverified),
     };
     if let Some(c) = Conflict::of(o, &kind, o.name(), obj.owner_references()) {
         return Ok(Ownership::Foreign(c));
@@ -196,9 +211,48 @@ where
     Ok(Ownership::Ours(state(&obj), Adoption::of::<K>(obj.meta(), FIELD_MANAGER)))
 }
 
+/// Who holds the workload's name, for [`observe`] ([`existing`]).
+async fn workload(
+    client: &kube::Client,
+    cache: &Cache,
+    o: &ValidatedInterconnect,
+    verify: bool,
+) -> Result<Ownership<WorkloadState>, Error> {
+    let ns = o.namespace();
+    if o.plan().placement == Some(Placement::Every) {
+        existing::<DaemonSet>(client, cache, o, verify, cache.daemon_set(ns, o.name()), |d| {
+            let rolled_out = daemon_set_rolled_out(d);
+            state(&d.spec.clone().unwrap_or_default().template, None, rolled_out)
+        })
+        .await
+    } else {
+        existing::<Deployment>(client, cache, o, verify, cache.deployment(ns, o.name()), |d| {
+            let rolled_out = deployment_rolled_out(d);
+            let spec = d.spec.clone().unwrap_or_default();
+            state(&spec.template, spec.replicas, rolled_out)
+        })
+        .await
+    }
+}
+
+/// Reads the workload that `observed` left [`Ownership::Unverified`] (one GET), for a
+/// pass whose build must know whether routers run (to hold them: [`super::build::Built`]).
+///
+/// # Errors
+/// [`Error::Read`] when the read fails.
+pub async fn verify_workload(
+    client: &kube::Client,
+    cache: &Cache,
+    o: &ValidatedInterconnect,
+    observed: &mut Observed,
+) -> Result<(), Error> {
+    observed.workload = workload(client, cache, o, true).await?;
+    Ok(())
+}
+
 /// Observes what a pass over `o` needs (see the module docs), from `cache` where it holds
-/// the answer: only user-provided Secrets, and children missing from the labelled stores,
-/// are read from the API server.
+/// the answer: only user-provided Secrets, and a workload a create found taken, are read
+/// from the API server. A workload missing from its store is [`Ownership::Unverified`].
 ///
 /// # Errors
 /// [`Error::Read`] on the first failed read.
@@ -220,20 +274,7 @@ pub async fn observe(
         };
         secrets.insert(name, found);
     }
-    let workload = if o.plan().placement == Some(Placement::Every) {
-        existing::<DaemonSet>(client, o, cache.daemon_set(ns, o.name()), |d| {
-            let rolled_out = daemon_set_rolled_out(d);
-            state(&d.spec.clone().unwrap_or_default().template, None, rolled_out)
-        })
-        .await?
-    } else {
-        existing::<Deployment>(client, o, cache.deployment(ns, o.name()), |d| {
-            let rolled_out = deployment_rolled_out(d);
-            let spec = d.spec.clone().unwrap_or_default();
-            state(&spec.template, spec.replicas, rolled_out)
-        })
-        .await?
-    };
+    let workload = workload(client, cache, o, false).await?;
     let selector = o.selector();
     let selector: Vec<(&str, &str)> = selector.iter().map(|(k, v)| (k.as_str(), v.as_str())).collect();
     let listed = cache.pods(ns, &selector);

@@ -113,6 +113,10 @@ pub(crate) enum Ownership<T = ()> {
     Ours(T, Option<Adoption>),
     /// An object this Interconnect does not control has it: nothing may be applied.
     Foreign(Conflict),
+    /// Not read: the labelled store does not show it and no create found it taken. Built
+    /// as if nothing had the name, and written with a conditional create
+    /// ([`super::apply`]), which the API server refuses when an object has it.
+    Unverified,
 }
 
 impl<T> Ownership<T> {

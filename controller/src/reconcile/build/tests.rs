@@ -105,7 +105,7 @@ fn observed(o: &ValidatedInterconnect, present: &[String]) -> Observed {
 
 /// The golden JSON of `children` (generated Secrets by metadata, type and keys only: key
 /// material differs on every run).
-fn golden_json(o: &ValidatedInterconnect, Built { children, report }: &Built) -> Value {
+fn golden_json(o: &ValidatedInterconnect, Built { children, report, .. }: &Built) -> Value {
     let credentials: Vec<Value> = children
         .secrets
         .create
@@ -173,7 +173,7 @@ fn env<'a>(w: &'a Workload, name: &str) -> Option<&'a str> {
 fn every_child_of_every_example_is_labelled_owned_and_consistent() {
     for routes in [false, true] {
         for (name, o) in owners() {
-            let Built { children, report } = build(&o, &settings(routes), &observed(&o, &[])).unwrap();
+            let Built { children, report, .. } = build(&o, &settings(routes), &observed(&o, &[])).unwrap();
             let Children {
                 service_account,
                 role,
@@ -283,14 +283,14 @@ fn every_child_of_every_example_is_labelled_owned_and_consistent() {
 #[test]
 fn secrets_that_exist_are_never_created_again() {
     for (name, o) in owners() {
-        let Built { children: first, report: first_report } =
+        let Built { children: first, report: first_report, .. } =
             build(&o, &settings(false), &observed(&o, &[])).unwrap();
         // The namespace after the first pass: what was created now exists, with its data.
         let mut now = observed(&o, &[]);
         for s in &first.secrets.create {
             now.secrets.insert(s.metadata.name.clone().unwrap(), Some(s.clone()));
         }
-        let Built { children: second, report: second_report } = build(&o, &settings(false), &now).unwrap();
+        let Built { children: second, report: second_report, .. } = build(&o, &settings(false), &now).unwrap();
         assert!(second.secrets.create.is_empty(), "{name}: {:?}", second.secrets.create);
         assert!(second.secrets.update.is_empty(), "{name}: nothing is due: {:?}", second.secrets.update);
         assert_eq!(first.secrets.keep, second.secrets.keep, "{name}");
@@ -314,21 +314,30 @@ fn a_missing_mounted_secret_holds_an_existing_workload() {
     let users: Vec<String> = o.users_secret().into_iter().collect();
     let mut seen = observed(&o, &users);
     assert_eq!(seen.secrets.get("users-tls"), Some(&None), "the user's Secret is missing");
-    let Built { children, report } = build(&o, &settings(false), &seen).unwrap();
+    let Built { children, report, verify_workload } = build(&o, &settings(false), &seen).unwrap();
     assert!(!report.credentials.unmet.is_empty());
     assert!(matches!(children.workload, WorkloadChange::Apply(_)), "no workload yet: apply it");
+    assert!(!verify_workload, "known to be missing");
+    // Not in the store and not read: the build cannot hold what it does not know of, and
+    // asks for the workload to be read.
+    seen.workload = Ownership::Unverified;
+    assert!(build(&o, &settings(false), &seen).unwrap().verify_workload);
     seen.workload = Ownership::Ours(Default::default(), None);
-    let Built { children, .. } = build(&o, &settings(false), &seen).unwrap();
+    let Built { children, verify_workload, .. } = build(&o, &settings(false), &seen).unwrap();
     assert!(matches!(children.workload, WorkloadChange::Hold(_)), "running routers are left alone");
+    assert!(!verify_workload);
     // Once the Secret exists, the workload is applied again.
     let ca = new_ca("user", SystemTime::now(), DAY).unwrap();
     let leaf = new_leaf(&ca, &["mesh".into()], SystemTime::now(), DAY).unwrap();
     seen.secrets
         .insert("users-tls".into(), Some(secret(&[("tls.crt", &leaf.cert_pem), ("tls.key", &leaf.key_pem)])));
-    let Built { children, report } = build(&o, &settings(false), &seen).unwrap();
+    let Built { children, report, .. } = build(&o, &settings(false), &seen).unwrap();
     assert!(report.credentials.unmet.is_empty(), "{:?}", report.credentials.unmet);
     assert!(report.credentials.problems.is_empty(), "{:?}", report.credentials.problems);
     assert!(matches!(children.workload, WorkloadChange::Apply(_)));
+    // With every Secret there, an unread workload needs no read.
+    seen.workload = Ownership::Unverified;
+    assert!(!build(&o, &settings(false), &seen).unwrap().verify_workload);
 }
 
 const DAY: Duration = Duration::from_secs(24 * 3600);
@@ -411,7 +420,7 @@ fn a_ca_cert_naming_a_generated_ca_trusts_its_bundle() {
     ];
     let mut seen = observed(&o, &[]);
     seen.secrets.insert("mesh-inter-router-ca".into(), Some(generated_by(secret(&data), "mesh", "mesh-uid")));
-    let Built { children, report } = build(&o, &settings(false), &seen).unwrap();
+    let Built { children, report, .. } = build(&o, &settings(false), &seen).unwrap();
     assert!(children.secrets.conflicts.is_empty(), "only read, never generated: no conflict");
     let v = volume(children.workload.built(), "mesh-inter-router-ca");
     let items = v.secret.as_ref().unwrap().items.clone().unwrap();
@@ -484,7 +493,7 @@ fn user_certificates_are_judged() {
         let mut seen = observed(&o, &o.users_secret().into_iter().collect::<Vec<_>>());
         seen.secrets.insert("my-tls".into(), Some(s));
         seen.workload = Ownership::Ours(Default::default(), None);
-        let Built { children, report } = build(&o, &settings(false), &seen).unwrap();
+        let Built { children, report, .. } = build(&o, &settings(false), &seen).unwrap();
         let lines: Vec<String> = report.credentials.problems.iter().map(ToString::to_string).collect();
         assert_eq!(lines.len(), 1, "{lines:?}");
         assert!(
