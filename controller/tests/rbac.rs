@@ -1,7 +1,8 @@
 //! The controller's RBAC in `deploy/` is exactly what it uses. The controller runs as its
 //! ServiceAccount through every path that needs a distinct permission — children created,
 //! changed and pruned (placement switches, exposure and TLS profiles removed, `users: none`),
-//! a user-provided Secret read, a certificate renewed, Events repeated into a series, the
+//! a user-provided Secret read, a certificate renewed, a child's name held by someone else
+//! (the refused create and the reads that list every conflict), Events repeated into a series, the
 //! Lease created and renewed, Routes on OpenShift — and the API server's audit log then
 //! lists what it used: nothing may be refused, and every granted permission must have been
 //! used, or be one the controller must hold to create the routers' Role (the API server's
@@ -14,7 +15,7 @@ use std::time::Duration;
 
 use common::{eventually, interconnects};
 use k8s_openapi::api::apps::v1::{DaemonSet, Deployment};
-use k8s_openapi::api::core::v1::Secret;
+use k8s_openapi::api::core::v1::{Secret, ServiceAccount};
 use k8s_openapi::api::networking::v1::Ingress;
 use kube::api::{Api, ApiResource, DynamicObject, Patch, PatchParams, PostParams};
 use qdr_controller::route::Route;
@@ -114,6 +115,27 @@ async fn the_controller_uses_every_permission_it_is_granted() {
     ics.patch("full", &PatchParams::default(), &Patch::Merge(back)).await.unwrap();
     converged(&ns, "full", &a).await;
     assert!(ns.api::<DaemonSet>().get_opt("full").await.unwrap().is_none(), "DaemonSet not pruned");
+
+    // A child's name held by a user's ServiceAccount: the create is refused, and the
+    // controller reads who holds it and every other name (the condition lists every
+    // conflict), for the workload of either kind.
+    for (name, plan) in [("clash-any", json!({})), ("clash-every", json!({"placement": "Every"}))] {
+        let sa: ServiceAccount = serde_json::from_value(json!({"metadata": {"name": name}})).unwrap();
+        ns.api::<ServiceAccount>().create(&PostParams::default(), &sa).await.unwrap();
+        ics.create(&PostParams::default(), &ic(name, json!({"deploymentPlan": plan}))).await.unwrap();
+    }
+    for read in [
+        "get core/serviceaccounts",
+        "get rbac.authorization.k8s.io/roles",
+        "get rbac.authorization.k8s.io/rolebindings",
+        "get core/configmaps",
+        "get apps/deployments",
+        "get apps/daemonsets",
+        "get core/services",
+        "get networking.k8s.io/ingresses",
+    ] {
+        uses(cp, &user, read).await;
+    }
 
     // The same Warning twice: the Event recorder patches it into a series.
     // (Invalid only to `validate`, which the schema cannot express: a duplicate name.)

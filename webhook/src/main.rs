@@ -156,7 +156,7 @@ const USER_AGENT: &str = concat!("qdr-webhook/", env!("CARGO_PKG_VERSION"));
 async fn main() -> Result<(), Box<dyn std::error::Error>> {
     let args = Args::parse();
     qdr_startup::init(args.log_format);
-    bound_allocator();
+    qdr_startup::bound_allocator();
 
     let resolver = CertResolver::new();
     let client_cas = match &args.client_ca {
@@ -289,22 +289,4 @@ fn client_roots(path: &std::path::Path) -> Result<rustls::RootCertStore, Box<dyn
         return Err(format!("--client-ca {} holds no CA certificate", path.display()).into());
     }
     Ok(roots)
-}
-
-/// With glibc's allocator: at most two arenas, and every allocation of 128 KiB or more
-/// (bodies, decoded specs) mapped on its own and given back when freed. By default glibc
-/// gives each thread that allocates its own arena and raises that threshold as large blocks
-/// are freed, so reviews of large bodies on the blocking threads left one peak per arena
-/// resident: a peak of 225 MiB under `webhook/tests/flood.rs`, 83 MiB with these settings (71 MiB once
-/// the decoded spec was no longer copied). (The
-/// published images link musl, whose allocator has no per-thread arenas.)
-#[allow(unsafe_code)]
-fn bound_allocator() {
-    #[cfg(all(target_os = "linux", target_env = "gnu"))]
-    // SAFETY: mallopt only sets allocator parameters and is thread-safe (glibc documents it
-    // MT-Safe); it takes no pointers.
-    unsafe {
-        libc::mallopt(libc::M_ARENA_MAX, 2);
-        libc::mallopt(libc::M_MMAP_THRESHOLD, 128 * 1024);
-    }
 }
