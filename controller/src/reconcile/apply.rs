@@ -286,7 +286,11 @@ fn judge<K: Child>(o: &ValidatedInterconnect, name: &str, meta: ObjectMeta) -> O
 }
 
 /// Who holds `name` of kind `K`, from one metadata GET.
-async fn read<K: Child>(client: &kube::Client, o: &ValidatedInterconnect, name: &str) -> Result<Ownership, Error> {
+async fn read<K: Child>(
+    client: &kube::Client,
+    o: &ValidatedInterconnect,
+    name: &str,
+) -> Result<Ownership, Error> {
     let found = Api::<K>::namespaced(client.clone(), o.namespace())
         .get_metadata_opt(name)
         .await
@@ -333,8 +337,12 @@ async fn look_up(
 ) -> Result<Found, Error> {
     let mut found = Found::default();
     match (workload, children.workload.built()) {
-        (Ownership::Unverified, Workload::Deployment(_)) => found.unread.push(Unread::of::<Deployment>(o.name())),
-        (Ownership::Unverified, Workload::DaemonSet(_)) => found.unread.push(Unread::of::<DaemonSet>(o.name())),
+        (Ownership::Unverified, Workload::Deployment(_)) => {
+            found.unread.push(Unread::of::<Deployment>(o.name()))
+        }
+        (Ownership::Unverified, Workload::DaemonSet(_)) => {
+            found.unread.push(Unread::of::<DaemonSet>(o.name()))
+        }
         (known, _) => found.add(known.clone()),
     }
     found.look::<ServiceAccount>(client, cache, o, &children.service_account.name_any()).await?;
@@ -374,7 +382,12 @@ const CREATE_ONLY: &str = "1";
 
 /// Creates `obj` with a conditional server-side apply ([`CREATE_ONLY`]). `None` when an
 /// object holds its name (409): nothing was written.
-async fn create<K: Child>(client: &kube::Client, cache: &Cache, ns: &str, obj: &K) -> Result<Option<K>, Error> {
+async fn create<K: Child>(
+    client: &kube::Client,
+    cache: &Cache,
+    ns: &str,
+    obj: &K,
+) -> Result<Option<K>, Error> {
     let name = obj.name_any();
     let mut obj = obj.clone();
     obj.meta_mut().resource_version = Some(CREATE_ONLY.into());

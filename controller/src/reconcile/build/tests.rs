@@ -290,7 +290,8 @@ fn secrets_that_exist_are_never_created_again() {
         for s in &first.secrets.create {
             now.secrets.insert(s.metadata.name.clone().unwrap(), Some(s.clone()));
         }
-        let Built { children: second, report: second_report, .. } = build(&o, &settings(false), &now).unwrap();
+        let Built { children: second, report: second_report, .. } =
+            build(&o, &settings(false), &now).unwrap();
         assert!(second.secrets.create.is_empty(), "{name}: {:?}", second.secrets.create);
         assert!(second.secrets.update.is_empty(), "{name}: nothing is due: {:?}", second.secrets.update);
         assert_eq!(first.secrets.keep, second.secrets.keep, "{name}");
