@@ -85,6 +85,10 @@ pub struct AuditEvent {
     pub response_status: Option<AuditStatus>,
     /// `ResponseStarted` (watches) or `ResponseComplete`.
     pub stage: String,
+    /// When the API server received it (RFC 3339, microseconds).
+    pub request_received_timestamp: String,
+    /// When it reached [`Self::stage`] (RFC 3339, microseconds).
+    pub stage_timestamp: String,
 }
 
 impl AuditEvent {
@@ -92,6 +96,15 @@ impl AuditEvent {
     /// other request when it completed.
     pub fn counts(&self) -> bool {
         if self.verb == "watch" { self.stage == "ResponseStarted" } else { self.stage == "ResponseComplete" }
+    }
+
+    /// How long the API server took from receiving it to [`Self::stage`], when both times
+    /// parse.
+    pub fn latency(&self) -> Option<std::time::Duration> {
+        let at =
+            |s: &str| time::OffsetDateTime::parse(s, &time::format_description::well_known::Rfc3339).ok();
+        let d = at(&self.stage_timestamp)? - at(&self.request_received_timestamp)?;
+        d.try_into().ok()
     }
 }
 

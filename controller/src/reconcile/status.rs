@@ -111,7 +111,10 @@ pub(crate) fn condition(
 /// The message of the [`CONFLICTING_OBJECT`] conditions: every conflict and what to do.
 pub(crate) fn conflicts_message(applied: &Applied) -> String {
     let list = applied.conflicts.iter().map(ToString::to_string).collect::<Vec<_>>().join("; ");
-    format!("{list}: nothing was applied; rename the Interconnect or remove the objects in the way")
+    format!(
+        "{list}: left alone, and this Interconnect is not reconciled while they are in the way; rename the \
+         Interconnect or remove them"
+    )
 }
 
 /// The message of the [`MISSING_SECRET`] conditions: every unmet reference, and whether the

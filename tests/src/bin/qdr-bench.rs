@@ -632,18 +632,21 @@ fn controller_requests(cp: &ControlPlane) -> Vec<qdr_tests::AuditEvent> {
     cp.requests_by(CONTROLLER_AGENT)
 }
 
-/// `verb resource[/subresource]` → count, largest first.
-fn breakdown(events: &[qdr_tests::AuditEvent]) -> Vec<(String, usize)> {
-    let mut by: std::collections::BTreeMap<String, usize> = Default::default();
+/// `verb resource[/subresource]` → count and the API server's mean time for one (from
+/// receiving it to answering, audit timestamps), largest count first.
+fn breakdown(events: &[qdr_tests::AuditEvent]) -> Vec<(String, usize, Duration)> {
+    let mut by: std::collections::BTreeMap<String, (usize, Duration)> = Default::default();
     for e in events {
         let what = match &e.object_ref {
             Some(r) if !r.subresource.is_empty() => format!("{} {}/{}", e.verb, r.resource, r.subresource),
             Some(r) => format!("{} {}", e.verb, r.resource),
             None => format!("{} {}", e.verb, e.request_uri),
         };
-        *by.entry(what).or_default() += 1;
+        let entry = by.entry(what).or_default();
+        entry.0 += 1;
+        entry.1 += e.latency().unwrap_or_default();
     }
-    let mut v: Vec<_> = by.into_iter().collect();
+    let mut v: Vec<_> = by.into_iter().map(|(w, (n, total))| (w, n, total / n.max(1) as u32)).collect();
     v.sort_by_key(|e| std::cmp::Reverse(e.1));
     v
 }
@@ -743,6 +746,8 @@ async fn converged(
 struct Convergence {
     /// The namespace the Interconnects and their children are in.
     namespace: String,
+    /// The controller's ServiceAccount kubeconfig.
+    kubeconfig: PathBuf,
     seconds: f64,
     /// Requests the controller made until all converged (and 2 s more).
     requests: usize,
@@ -751,7 +756,7 @@ struct Convergence {
     rss: f64,
     cpu: f64,
     server_cpu: f64,
-    breakdown: Vec<(String, usize)>,
+    breakdown: Vec<(String, usize, Duration)>,
 }
 
 /// `n` Interconnects created at once, then the controller started: time until all
@@ -821,6 +826,10 @@ async fn converge(
     change.sort();
     let run = Convergence {
         namespace: ns.name.clone(),
+        // The installation start_controller made (the same names: the same identities).
+        kubeconfig: cp
+            .install_rbac(&Install { lease: format!("bench-{}", ns.name), ..Install::new(&system.name) })?
+            .controller,
         seconds: all.as_secs_f64(),
         requests: made.len(),
         requests_per_ic: made.len() as f64 / n as f64,
@@ -848,12 +857,23 @@ const CHILD_KINDS: &[(&str, &str, &str, &str)] = &[
 
 /// The API server's own write throughput for the controller's mix: every child the
 /// controller wrote in `from` (labelled ours) is written again into a new namespace by a
-/// plain client with no controller logic, [`qdr_controller::runtime::CONCURRENCY`] at a
-/// time, the way the controller writes them (server-side apply, `POST` for Secrets), plus
-/// one status write per Interconnect (to copies made beforehand, not timed). Returns
-/// requests per second.
-async fn plain_throughput(cp: &'static ControlPlane, from: &str) -> Result<f64, Box<dyn std::error::Error>> {
-    let client = cp.client().await?;
+/// plain client with no controller logic, as the controller's ServiceAccount (`kubeconfig`:
+/// so the API server checks its Roles and RoleBindings for escalation the same way),
+/// [`qdr_controller::runtime::CONCURRENCY`] at a time, the way the controller writes them
+/// (server-side apply, `POST` for Secrets), plus one status write per Interconnect (to
+/// copies made beforehand, not timed). Returns requests per second.
+async fn plain_throughput(
+    cp: &'static ControlPlane,
+    from: &str,
+    kubeconfig: &Path,
+) -> Result<f64, Box<dyn std::error::Error>> {
+    let admin = cp.client().await?;
+    let config = kube::Config::from_custom_kubeconfig(
+        kube::config::Kubeconfig::read_from(kubeconfig)?,
+        &kube::config::KubeConfigOptions::default(),
+    )
+    .await?;
+    let client = kube::Client::try_from(config)?;
     let to = cp.namespace("bench-plain-writes").await;
     let mut writes: Vec<(ApiResource, Value)> = Vec::new();
     for (group, version, kind, plural) in CHILD_KINDS {
@@ -876,12 +896,12 @@ async fn plain_throughput(cp: &'static ControlPlane, from: &str) -> Result<f64, 
             writes.push((ar.clone(), v));
         }
     }
-    let ics = interconnects(&client, from);
+    let ics = interconnects(&admin, from);
     let copies = interconnects(&client, &to.name);
     let mut statuses = Vec::new();
     for ic in ics.list(&Default::default()).await?.items {
         let name = ic.metadata.name.clone().unwrap_or_default();
-        copies.create(&PostParams::default(), &ic_obj(&name)).await?;
+        interconnects(&admin, &to.name).create(&PostParams::default(), &ic_obj(&name)).await?;
         statuses.push((name, ic.data["status"].clone()));
     }
     let total = writes.len() + statuses.len();
@@ -968,13 +988,19 @@ async fn convergence_rows(
     const N: usize = 500;
     let (mut all, mut requests, mut p50, mut p99, mut rss, mut cpu, mut server) =
         (Vec::new(), Vec::new(), Vec::new(), Vec::new(), Vec::new(), Vec::new(), Vec::new());
-    let mut last_breakdown = Vec::new();
     let (mut throughput, mut closeness) = (Vec::new(), Vec::new());
     for run in 0..runs {
         let c = converge(cp, bin_dir, N, 50, &format!("bench-converge-{run}")).await?;
-        let plain = plain_throughput(cp, &c.namespace).await?;
+        let plain = plain_throughput(cp, &c.namespace, &c.kubeconfig).await?;
         throughput.push(plain);
         closeness.push(c.seconds / (c.requests as f64 / plain));
+        eprintln!(
+            "run {run}: {N} converged in {:.1} s, {:.2} requests each; the plain client: {plain:.0} requests/s",
+            c.seconds, c.requests_per_ic
+        );
+        for (what, count, mean) in &c.breakdown {
+            eprintln!("  {what}: {count}, {:.1} ms each (API server)", mean.as_secs_f64() * 1000.0);
+        }
         all.push(c.seconds);
         requests.push(c.requests_per_ic);
         p50.push(percentile(&c.change, 0.5).as_secs_f64() * 1000.0);
@@ -982,7 +1008,6 @@ async fn convergence_rows(
         rss.push(c.rss);
         cpu.push(c.cpu);
         server.push(c.server_cpu / c.seconds);
-        last_breakdown = c.breakdown;
     }
     rows.push(Row {
         what: format!("controller: {N} Interconnects created at once, all converged"),
@@ -1042,7 +1067,6 @@ async fn convergence_rows(
         unit: "cores",
         target: String::new(),
     });
-    eprintln!("controller requests by kind, last 500-object run: {last_breakdown:?}");
 
     const BIG: usize = 2000;
     let c = converge(cp, bin_dir, BIG, 0, "bench-converge-big").await?;
