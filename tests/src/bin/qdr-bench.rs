@@ -858,22 +858,27 @@ const CHILD_KINDS: &[(&str, &str, &str, &str)] = &[
 /// The API server's own write throughput for the controller's mix: every child the
 /// controller wrote in `from` (labelled ours) is written again into a new namespace by a
 /// plain client with no controller logic, as the controller's ServiceAccount (`kubeconfig`:
-/// so the API server checks its Roles and RoleBindings for escalation the same way),
+/// so the API server checks its Roles and RoleBindings for escalation the same way), or as
+/// the cluster admin (`None`: no escalation checks, which `system:masters` skips),
 /// [`qdr_controller::runtime::CONCURRENCY`] at a time, the way the controller writes them
 /// (server-side apply, `POST` for Secrets), plus one status write per Interconnect (to
 /// copies made beforehand, not timed). Returns requests per second.
 async fn plain_throughput(
     cp: &'static ControlPlane,
     from: &str,
-    kubeconfig: &Path,
+    kubeconfig: Option<&Path>,
 ) -> Result<f64, Box<dyn std::error::Error>> {
     let admin = cp.client().await?;
-    let config = kube::Config::from_custom_kubeconfig(
-        kube::config::Kubeconfig::read_from(kubeconfig)?,
-        &kube::config::KubeConfigOptions::default(),
-    )
-    .await?;
-    let client = kube::Client::try_from(config)?;
+    let client = match kubeconfig {
+        Some(path) => kube::Client::try_from(
+            kube::Config::from_custom_kubeconfig(
+                kube::config::Kubeconfig::read_from(path)?,
+                &kube::config::KubeConfigOptions::default(),
+            )
+            .await?,
+        )?,
+        None => admin.clone(),
+    };
     let to = cp.namespace("bench-plain-writes").await;
     let mut writes: Vec<(ApiResource, Value)> = Vec::new();
     for (group, version, kind, plural) in CHILD_KINDS {
@@ -988,11 +993,12 @@ async fn convergence_rows(
     const N: usize = 500;
     let (mut all, mut requests, mut p50, mut p99, mut rss, mut cpu, mut server) =
         (Vec::new(), Vec::new(), Vec::new(), Vec::new(), Vec::new(), Vec::new(), Vec::new());
-    let (mut throughput, mut closeness) = (Vec::new(), Vec::new());
+    let (mut throughput, mut closeness, mut as_admin) = (Vec::new(), Vec::new(), Vec::new());
     for run in 0..runs {
         let c = converge(cp, bin_dir, N, 50, &format!("bench-converge-{run}")).await?;
-        let plain = plain_throughput(cp, &c.namespace, &c.kubeconfig).await?;
+        let plain = plain_throughput(cp, &c.namespace, Some(&c.kubeconfig)).await?;
         throughput.push(plain);
+        as_admin.push(plain_throughput(cp, &c.namespace, None).await?);
         closeness.push(c.seconds / (c.requests as f64 / plain));
         eprintln!(
             "run {run}: {N} converged in {:.1} s, {:.2} requests each; the plain client: {plain:.0} requests/s",
@@ -1027,6 +1033,13 @@ async fn convergence_rows(
             qdr_controller::runtime::CONCURRENCY
         ),
         runs: throughput,
+        unit: "req/s",
+        target: String::new(),
+    });
+    rows.push(Row {
+        what: "  the same writes as the cluster admin (no escalation checks of Roles and RoleBindings)"
+            .into(),
+        runs: as_admin,
         unit: "req/s",
         target: String::new(),
     });
