@@ -424,8 +424,9 @@ impl ControlPlane {
     /// The requests recorded in the audit log so far (empty unless started with
     /// [`Options::audit`]); lines that do not decode are skipped.
     pub fn audit(&self) -> Vec<AuditEvent> {
-        let text = std::fs::read_to_string(self.dir.join("audit.log")).unwrap_or_default();
-        text.lines().filter_map(|l| serde_json::from_str(l).ok()).collect()
+        // Bytes, not a String: one line that is not UTF-8 must not make the whole log empty.
+        let bytes = std::fs::read(self.dir.join("audit.log")).unwrap_or_default();
+        bytes.split(|b| *b == b'\n').filter_map(|l| serde_json::from_slice(l).ok()).collect()
     }
 
     /// The requests made so far by clients whose `User-Agent` starts with `agent` (such as

@@ -789,6 +789,9 @@ async fn converge(
     // Let the last status writes' echoes arrive, so what they cause is counted too.
     tokio::time::sleep(Duration::from_secs(2)).await;
     let made: Vec<_> = controller_requests(cp).into_iter().skip(before).collect();
+    if made.is_empty() {
+        return Err(format!("the audit log shows no request of the controller ({label})").into());
+    }
 
     let deps: Api<k8s_openapi::api::apps::v1::Deployment> = Api::namespaced(client.clone(), &ns.name);
     let (tx, mut rx) = tokio::sync::mpsc::unbounded_channel();
