@@ -10,13 +10,12 @@
 //!   Interconnect (controller owner reference with its uid) is a [`Conflict`]: it is never
 //!   written, a foreign ServiceAccount `default` or Service `broker` is never taken over, and
 //!   garbage collection never deletes what was not ours. A conflict known before the writes
-//!   stops the pass before any write; one a create finds stops it there (what this pass
-//!   created before is this Interconnect's own, and goes with it). Either way every name not
-//!   yet written is then read, so the condition lists every conflict;
-//! * **order**: ServiceAccount, Role, RoleBinding; a workload missing from its store next
-//!   (its name decides whether the pass goes on, and its new pods wait for their volumes);
-//!   the ConfigMaps and Secrets; an existing workload after them (its new pods read the new
-//!   files); the Service and the Ingresses or Routes;
+//!   stops the pass before any write; one a create finds stops it there, and the
+//!   ConfigMaps, Secrets and workload this pass created are deleted again
+//!   ([`Writer::undo`]), so nothing routers would run with is left. Either way every name not yet written is then read, so the condition
+//!   lists every conflict;
+//! * **order**: ServiceAccount, Role, RoleBinding, the ConfigMaps and Secrets, the workload
+//!   (its new pods read the new files), the Service and the Ingresses or Routes;
 //! * **adoption**: a child of ours that the Go operator wrote (an `Update` entry of its
 //!   manager in `managedFields`) has those fields moved to this controller's `Apply` entry
 //!   first ([`crate::managed_fields`]), so the apply removes the ones it does not set;
@@ -39,7 +38,9 @@ use k8s_openapi::api::core::v1::{ConfigMap, Secret, Service, ServiceAccount};
 use k8s_openapi::api::networking::v1::Ingress;
 use k8s_openapi::api::rbac::v1::{Role, RoleBinding};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
-use kube::api::{Api, ApiResource, DeleteParams, DynamicObject, ListParams, Patch, PatchParams, PostParams};
+use kube::api::{
+    Api, ApiResource, DeleteParams, DynamicObject, ListParams, Patch, PatchParams, PostParams, Preconditions,
+};
 use kube::{Resource, ResourceExt};
 use serde::Serialize;
 use serde::de::DeserializeOwned;
@@ -423,6 +424,8 @@ struct Writer<'a> {
     unread: Vec<Unread>,
     /// Children whose fields written by the Go operator were taken over (`Kind name`).
     adopted: Vec<String>,
+    /// What this pass created (kind, name, uid), for [`Writer::undo`].
+    created: Vec<(ApiResource, String, Option<String>)>,
 }
 
 impl Writer<'_> {
@@ -456,6 +459,7 @@ impl Writer<'_> {
         let (kind, name) = (K::kind(&()), obj.name_any());
         if self.take_unread(&kind, &name) {
             if let Some(created) = create(client, cache, ns, obj).await? {
+                self.created.push((ApiResource::erase::<K>(&()), name, created.meta().uid.clone()));
                 return Ok(Put::Written(created));
             }
             match read::<K>(client, self.o, &name).await? {
@@ -475,10 +479,52 @@ impl Writer<'_> {
         Ok(Put::Written(ssa(client, cache, ns, obj).await?))
     }
 
-    /// Ends a pass whose write of a child found `taken`: reads the names not yet written,
-    /// so that every conflict is reported. The children already written stay (they are
-    /// this Interconnect's, and go with it).
-    async fn stop(self, taken: Conflict) -> Result<Applied, Error> {
+    /// Deletes the ConfigMaps, Secrets, workload, Ingresses and Routes this pass created
+    /// (newest first; each with its uid as precondition, a 404 or 409 means it is gone or is
+    /// another object already), and forgets the copies kept of them
+    /// ([`crate::cache::Written`]): a pass that ends early leaves nothing it made that
+    /// routers would run with, so no configuration, credentials or routers exist for an
+    /// Interconnect whose name is taken, and a users Secret created by a pass that ran
+    /// without its routers is made again, and reported, by the next one. A ServiceAccount,
+    /// Role, RoleBinding or Service it created stays: they run nothing, the controller holds
+    /// no permission to delete them (`deploy/`), and they are collected with the
+    /// Interconnect.
+    async fn undo(&mut self) -> Result<(), Error> {
+        let ns = self.o.namespace();
+        for (resource, name, uid) in std::mem::take(&mut self.created).into_iter().rev() {
+            if !matches!(
+                resource.kind.as_str(),
+                "ConfigMap" | "Secret" | "Deployment" | "DaemonSet" | "Ingress" | "Route"
+            ) {
+                continue;
+            }
+            let dp = DeleteParams {
+                preconditions: Some(Preconditions { uid, resource_version: None }),
+                ..DeleteParams::background()
+            };
+            match Api::<DynamicObject>::namespaced_with(self.client.clone(), ns, &resource)
+                .delete(&name, &dp)
+                .await
+            {
+                Ok(_) => {}
+                Err(kube::Error::Api(s)) if s.code == 404 || s.code == 409 => {}
+                Err(source) => return Err(Error::Delete { kind: resource.kind, name, source }),
+            }
+            match resource.kind.as_str() {
+                "Deployment" => self.cache.written_deployments.forget(ns, &name),
+                "DaemonSet" => self.cache.written_daemon_sets.forget(ns, &name),
+                "Secret" => self.cache.written_secrets.forget(ns, &name),
+                _ => {}
+            }
+        }
+        Ok(())
+    }
+
+    /// Ends a pass whose write of a child found `taken`: deletes what the pass created
+    /// ([`Writer::undo`]), and reads the names not yet written, so that every conflict is
+    /// reported.
+    async fn stop(mut self, taken: Conflict) -> Result<Applied, Error> {
+        self.undo().await?;
         let mut conflicts = vec![taken];
         conflicts.extend(conflicts_among(self.client, self.cache, self.o, self.unread).await?);
         Ok(Applied { conflicts, adopted: self.adopted, ..Applied::default() })
@@ -774,8 +820,9 @@ async fn write_workload(
 ///
 /// When a name is taken by an object `o` does not control, [`Applied::conflicts`] lists
 /// every such name (starting with what observe found under the workload's name,
-/// `workload`), and nothing is written after the write that found it; when the look-up
-/// found it, nothing is written at all.
+/// `workload`), and nothing is written after the write that found it, and what the pass
+/// created for the routers is deleted ([`Writer::undo`]); when the look-up found it,
+/// nothing is written at all.
 ///
 /// # Errors
 /// The first failed read or write, as an [`Error`] naming kind and name; [`Error::Exists`]
@@ -794,8 +841,7 @@ async fn apply(
         conflicts.extend(conflicts_among(client, cache, o, unread).await?);
         return Ok(Applied { conflicts, ..Applied::default() });
     }
-    let unread_workload = matches!(workload, Ownership::Unverified);
-    let mut w = Writer { client, cache, o, unread, adopted: Vec::new() };
+    let mut w = Writer { client, cache, o, unread, adopted: Vec::new(), created: Vec::new() };
     for a in adoptions {
         w.adopt(a).await?;
     }
@@ -810,12 +856,18 @@ async fn apply(
         service,
         exposure,
     } = children;
-    // Ends the pass when the write found the name taken.
+    // Ends the pass when the write found the name taken, or the workload it was built
+    // without: either way, without what it created.
     macro_rules! put {
         ($write:expr) => {
-            match $write.await? {
-                Put::Written(written) => written,
-                Put::Taken(c) => return w.stop(c).await,
+            match $write.await {
+                Ok(Put::Written(written)) => written,
+                Ok(Put::Taken(c)) => return w.stop(c).await,
+                Err(e @ Error::Exists { .. }) => {
+                    w.undo().await?;
+                    return Err(e);
+                }
+                Err(e) => return Err(e),
             }
         };
     }
@@ -828,14 +880,7 @@ async fn apply(
         WorkloadChange::Apply(w) => (w, false),
         WorkloadChange::Hold(w) => (w, true),
     };
-    // A workload missing from its store goes first: whether its name is free decides
-    // whether the pass goes on (before anything else is created), and its new pods wait
-    // for the ConfigMaps and Secrets they mount, written next.
-    let mut status = None;
-    if unread_workload {
-        status = Some(put!(write_workload(&mut w, &mut keep, workload.clone(), held)));
-    }
-    // Before an existing workload: a router started from the new template reads the new
+    // Before the workload: a router started from the new template reads the new
     // file. A held workload keeps the configuration its pods were started with.
     keep.config_maps.insert(router_config_map.name_any());
     if !held {
@@ -846,15 +891,14 @@ async fn apply(
         put!(w.put(cm, false));
     }
     for s in &create {
-        cache.written_secrets.record(create_if_missing(client, cache, ns, s).await?);
+        let created = create_if_missing(client, cache, ns, s).await?;
+        w.created.push((ApiResource::erase::<Secret>(&()), s.name_any(), created.metadata.uid.clone()));
+        cache.written_secrets.record(created);
     }
     for s in &update {
         cache.written_secrets.record(replace_secret(client, cache, ns, s).await?);
     }
-    let workload = match status {
-        Some(status) => status,
-        None => put!(write_workload(&mut w, &mut keep, workload, held)),
-    };
+    let workload = put!(write_workload(&mut w, &mut keep, workload, held));
     put!(apply_service(&mut w, &service));
     match exposure {
         Exposure::Ingresses(list) => {

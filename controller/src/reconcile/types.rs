@@ -164,7 +164,8 @@ pub struct Applied {
     /// Orphans deleted, as `Kind name`.
     pub pruned: Vec<String>,
     /// Objects in the way: when not empty, nothing was written after the write that found
-    /// one, and nothing at all when the look-up before the writes found one.
+    /// one, and what the pass created for the routers was deleted again; nothing at all was
+    /// written when the look-up before the writes found one.
     pub conflicts: Vec<Conflict>,
     /// Children whose fields written by the Go operator were taken over (`Kind name`): the
     /// apply then removed the ones this controller does not set.
