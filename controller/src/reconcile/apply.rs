@@ -389,20 +389,12 @@ async fn create<K: Child>(
     ns: &str,
     obj: &K,
 ) -> Result<Option<K>, Error> {
-    let name = obj.name_any();
     let mut obj = obj.clone();
     obj.meta_mut().resource_version = Some(CREATE_ONLY.into());
-    let pending = cache.own.begin(&cache.drift, &K::kind(&()), ns, &name);
-    match Api::<K>::namespaced(client.clone(), ns)
-        .patch(&name, &PatchParams::apply(FIELD_MANAGER).force(), &Patch::Apply(&obj))
-        .await
-    {
-        Ok(created) => {
-            pending.record(created.meta());
-            Ok(Some(created))
-        }
-        Err(kube::Error::Api(s)) if s.code == 409 => Ok(None),
-        Err(source) => Err(Error::Apply { kind: K::kind(&()).into_owned(), name, source }),
+    match ssa(client, cache, ns, &obj).await {
+        Ok(created) => Ok(Some(created)),
+        Err(Error::Apply { source: kube::Error::Api(s), .. }) if s.code == 409 => Ok(None),
+        Err(e) => Err(e),
     }
 }
 

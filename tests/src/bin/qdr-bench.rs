@@ -655,14 +655,14 @@ fn breakdown(events: &[qdr_tests::AuditEvent]) -> Vec<(String, usize, Duration)>
 }
 
 /// Starts the release controller watching `ns`, as the `qdr-controller` ServiceAccount of
-/// `lease_ns` with `deploy/`'s RBAC.
+/// `lease_ns` with `deploy/`'s RBAC; returns it and that ServiceAccount's kubeconfig.
 fn start_controller(
     cp: &ControlPlane,
     bin_dir: &Path,
     ns: &str,
     lease_ns: &str,
     log: &str,
-) -> Result<Process, Box<dyn std::error::Error>> {
+) -> Result<(Process, PathBuf), Box<dyn std::error::Error>> {
     let lease = format!("bench-{ns}");
     let ids = cp.install_rbac(&Install { lease: lease.clone(), ..Install::new(lease_ns) })?;
     let mut cmd = Command::new(bin_dir.join("qdr-controller"));
@@ -673,7 +673,7 @@ fn start_controller(
         &format!("--watch-namespace={ns}"),
         &format!("--health-listen=127.0.0.1:{}", free_port()),
     ]);
-    Ok(Process::spawn("qdr-controller-bench", cmd, &cp.dir().join(log))?)
+    Ok((Process::spawn("qdr-controller-bench", cmd, &cp.dir().join(log))?, ids.controller))
 }
 
 /// Creates `n` Interconnects `ic-0` … in `api`, 16 at a time.
@@ -782,7 +782,8 @@ async fn converge(
     let server_cpu = || cp.server_pids().iter().map(|p| cpu_seconds(*p)).sum::<f64>();
     let server_cpu_before = server_cpu();
     let start = Instant::now();
-    let ctl = start_controller(cp, bin_dir, &ns.name, &system.name, &format!("controller-{label}.log"))?;
+    let (ctl, kubeconfig) =
+        start_controller(cp, bin_dir, &ns.name, &system.name, &format!("controller-{label}.log"))?;
     let limit = Duration::from_secs(60 + n as u64 / 5);
     let (_, all) = converged(&api, n, start, limit, &ctl).await?;
     let server_cpu = server_cpu() - server_cpu_before;
@@ -832,10 +833,7 @@ async fn converge(
     change.sort();
     let run = Convergence {
         namespace: ns.name.clone(),
-        // The installation start_controller made (the same names: the same identities).
-        kubeconfig: cp
-            .install_rbac(&Install { lease: format!("bench-{}", ns.name), ..Install::new(&system.name) })?
-            .controller,
+        kubeconfig,
         seconds: all.as_secs_f64(),
         requests: made.len(),
         requests_per_ic: made.len() as f64 / n as f64,
@@ -1144,7 +1142,7 @@ async fn unrelated_rows(
         let (ns, system, api) = (ns.name.clone(), system.name.clone(), api.clone());
         async move {
             let start = Instant::now();
-            let ctl = start_controller(cp, bin_dir, &ns, &system, log)?;
+            let (ctl, _) = start_controller(cp, bin_dir, &ns, &system, log)?;
             let (first, _) = converged(&api, N, start, Duration::from_secs(120), &ctl).await?;
             tokio::time::sleep(Duration::from_secs(1)).await;
             let rss = peak_rss_mib(ctl.pid());
