@@ -6,7 +6,8 @@ use std::process::Command;
 use crate::Error;
 
 /// Environment variable that points at a directory holding `etcd`, `kube-apiserver`,
-/// `kube-controller-manager`, `kube-scheduler`, `kubectl`, `kwok`, `helm` and [`KWOK_STAGES`]. When unset, the directory that
+/// `kube-controller-manager`, `kube-scheduler`, `kubectl`, `kwok`, `kubelet`, `kube-proxy`,
+/// `pause`, `helm` and [`KWOK_STAGES`]. When unset, the directory that
 /// `tools/testbin/build.sh --print` names (the build cache) is used.
 pub const TESTBIN_ENV: &str = "QDR_TESTBIN";
 
@@ -17,13 +18,16 @@ pub const BUILD_HINT: &str = "make testbin";
 pub const KWOK_STAGES: &str = "kwok-stages.yaml";
 
 /// Every file [`Testbin::from_dir`] requires.
-pub const FILES: [&str; 8] = [
+pub const FILES: [&str; 11] = [
     "etcd",
     "kube-apiserver",
     "kube-controller-manager",
     "kube-scheduler",
     "kubectl",
     "kwok",
+    "kubelet",
+    "kube-proxy",
+    "pause",
     "helm",
     KWOK_STAGES,
 ];

@@ -1,8 +1,10 @@
 #!/usr/bin/env bash
 # Builds the pinned control plane (etcd, kube-apiserver, kube-controller-manager,
-# kube-scheduler, kubectl), kwok (simulated nodes: it plays the kubelet) and helm (the chart
-# tests) from the Go module proxy into a cache directory outside the repo, keyed by the pinned versions and the Go
-# version, and assembles kwok's own stage definitions (node-initialize, node heartbeat with a
+# kube-scheduler, kubectl), kwok (simulated nodes: it plays the kubelet), the real node's
+# kubelet and kube-proxy (same pinned k8s.io/kubernetes), `pause` (the real node's sandbox
+# program, tools/testbin/pause) and helm (the chart tests) from the Go module proxy into a
+# cache directory outside the repo, keyed by the pinned versions, the Go version and a hash of
+# the go.mod files and the pause source (so adding a tool rebuilds), and assembles kwok's own stage definitions (node-initialize, node heartbeat with a
 # Lease, pod-ready, pod-complete, pod-delete, from its module) into kwok-stages.yaml. Reuses
 # the cache when every file is present. Prints the directory on its last line of stdout.
 #
@@ -20,8 +22,11 @@ HELM_VERSION="$(modver "$here/helm/go.mod" helm.sh/helm/v3)"
 command -v go >/dev/null || { echo "build.sh: Go is required to build the test control plane (install Go >= 1.26)" >&2; exit 1; }
 GO_VERSION="$(go env GOVERSION)"
 cache_root="${QDR_TESTBIN_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/qdr-operator/testbin}"
-out="$cache_root/k8s-$K8S_VERSION-etcd-$ETCD_VERSION-kwok-$KWOK_VERSION-$GO_VERSION"
-bins=(etcd kube-apiserver kube-controller-manager kube-scheduler kubectl kwok)
+# The helm pin is left out of the key: helm is checked on its own (build_helm).
+key="$(cat "$here/k8s/go.mod" "$here/etcd/go.mod" "$here/kwok/go.mod" "$here/pause/go.mod" "$here/pause/main.go" \
+  | sha256sum | cut -c1-8)"
+out="$cache_root/k8s-$K8S_VERSION-etcd-$ETCD_VERSION-kwok-$KWOK_VERSION-$GO_VERSION-$key"
+bins=(etcd kube-apiserver kube-controller-manager kube-scheduler kubectl kwok kubelet kube-proxy pause)
 
 if [[ "${1:-}" == "--print" ]]; then echo "$out"; exit 0; fi
 
@@ -66,11 +71,14 @@ took() { echo "testbin: $1 took $(( $(date +%s) - step ))s" >&2; step=$(date +%s
 echo "testbin: building etcd $ETCD_VERSION" >&2
 (cd "$here/etcd" && go build -trimpath -ldflags "-s -w" -o "$out.tmp/etcd" go.etcd.io/etcd/server/v3)
 took etcd
-for b in kube-apiserver kube-controller-manager kube-scheduler kubectl; do
+for b in kube-apiserver kube-controller-manager kube-scheduler kubectl kubelet kube-proxy; do
   echo "testbin: building $b $K8S_VERSION (a cold build takes many minutes)" >&2
   (cd "$here/k8s" && go build -trimpath -tags selinux,notest -ldflags "$ld" -o "$out.tmp/$b" "k8s.io/kubernetes/cmd/$b")
   took "$b"
 done
+echo "testbin: building pause" >&2
+(cd "$here/pause" && go build -trimpath -ldflags "-s -w" -o "$out.tmp/pause" .)
+took pause
 echo "testbin: building kwok $KWOK_VERSION" >&2
 (cd "$here/kwok" && go build -trimpath -ldflags "-s -w" -o "$out.tmp/kwok" sigs.k8s.io/kwok/cmd/kwok)
 took kwok
