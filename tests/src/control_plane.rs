@@ -48,6 +48,13 @@ pub struct Options {
     /// the certificate of user `kube-apiserver-webhook-client`, signed by the control
     /// plane's CA ([`ControlPlane::ca_file`], what a webhook's `--client-ca` takes).
     pub webhook_client_cert: bool,
+    /// Real nodes to run (0 or 1): [`crate::real_node`] — containerd, the kubelet as node
+    /// `real-0` (tainted [`crate::real_node::TAINT`]) and kube-proxy. Implies
+    /// [`Self::controller_manager`] and the scheduler (and kwok, for simulated nodes beside
+    /// it). The API server then listens on [`crate::real_node::GATEWAY`] instead of
+    /// loopback, is Service `kubernetes`'s endpoint, and runs the ServiceAccount admission
+    /// plugin so pods get tokens.
+    pub real_nodes: usize,
 }
 
 /// The AdmissionConfiguration of [`Options::webhook_client_cert`]: both webhook admission
@@ -173,7 +180,9 @@ pub struct ControlPlane {
     /// kube-scheduler and kwok.
     nodes: OnceCell<(Process, Process)>,
     crd: OnceCell<()>,
-    /// Seconds from spawning etcd until `/readyz` answered OK and namespace `default` existed.
+    real: Option<crate::real_node::RealNode>,
+    /// Seconds from spawning etcd until `/readyz` answered OK and namespace `default` existed
+    /// (and the real node was Ready, with [`Options::real_nodes`]).
     pub startup: Duration,
 }
 
@@ -190,6 +199,22 @@ pub async fn shared() -> &'static ControlPlane {
         .get_or_try_init(|| ControlPlane::start(Options { audit: true, ..Options::default() }))
         .await
         .unwrap_or_else(|e| panic!("test control plane failed to start: {e}"))
+}
+
+/// The one control plane of this test binary with a real node ([`Options::real_nodes`] = 1),
+/// kube-controller-manager, the scheduler and kwok, and an audit log. A test binary uses
+/// either this or [`shared`] and its variants.
+///
+/// # Panics
+/// As [`shared`]; also when this binary's control plane was already started without a real
+/// node.
+pub async fn shared_with_real_node() -> &'static ControlPlane {
+    let cp = SHARED
+        .get_or_try_init(|| ControlPlane::start(Options { audit: true, real_nodes: 1, ..Options::default() }))
+        .await
+        .unwrap_or_else(|e| panic!("test control plane with a real node failed to start: {e}"));
+    assert!(cp.real.is_some(), "this test binary's control plane was started without a real node");
+    cp
 }
 
 /// Like [`shared`], and makes sure kube-controller-manager runs too.
@@ -252,8 +277,25 @@ impl ControlPlane {
             }
         };
         let began = Instant::now();
+        if opts.real_nodes > 1 {
+            return Err(Error::Startup {
+                what: "one real node per machine at most".into(),
+                logs: String::new(),
+            });
+        }
+        // The bridge, before the API server that listens on it.
+        let host = match opts.real_nodes {
+            0 => None,
+            _ => Some(crate::real_node::Host::prepare(&dir, Duration::from_secs(900))?),
+        };
+        let address = if host.is_some() { crate::real_node::GATEWAY } else { "127.0.0.1" };
         let pki = Pki::new()?;
-        let serving = pki.serving("kube-apiserver", &["localhost", "127.0.0.1", "::1"])?;
+        let mut sans = vec!["localhost", "127.0.0.1", "::1"];
+        if host.is_some() {
+            // What pods see: Service `kubernetes` (the first address of the range) and its names.
+            sans.extend([address, "10.96.0.1", "kubernetes", "kubernetes.default", "kubernetes.default.svc"]);
+        }
+        let serving = pki.serving("kube-apiserver", &sans)?;
         let admin = pki.client("admin", &["system:masters"])?;
         let pki_dir = dir.join("pki");
         std::fs::create_dir_all(&pki_dir).map_err(|e| Error::io("creating pki dir", e))?;
@@ -283,13 +325,13 @@ impl ControlPlane {
         let etcd = Process::spawn("etcd", etcd_cmd, &dir.join("etcd.log"))?;
         wait_etcd(&etcd, client_port).await?;
 
-        let server = format!("https://127.0.0.1:{api_port}");
+        let server = format!("https://{address}:{api_port}");
         let mut api_cmd = Command::new(testbin.path("kube-apiserver"));
         let p = |f: &str| pki_dir.join(f).display().to_string();
         api_cmd.args([
             format!("--etcd-servers={client_url}"),
-            "--bind-address=127.0.0.1".into(),
-            "--advertise-address=127.0.0.1".into(),
+            format!("--bind-address={address}"),
+            format!("--advertise-address={address}"),
             format!("--secure-port={api_port}"),
             format!("--tls-cert-file={}", p("apiserver.crt")),
             format!("--tls-private-key-file={}", p("apiserver.key")),
@@ -301,8 +343,6 @@ impl ControlPlane {
             // A /16: benchmarks create hundreds of Services.
             "--service-cluster-ip-range=10.96.0.0/16".into(),
             "--allow-privileged=true".into(),
-            "--disable-admission-plugins=ServiceAccount".into(),
-            "--endpoint-reconciler-type=none".into(),
             "--enable-priority-and-fairness=false".into(),
             "--max-requests-inflight=0".into(),
             "--max-mutating-requests-inflight=0".into(),
@@ -310,6 +350,15 @@ impl ControlPlane {
             format!("--cert-dir={}", pki_dir.display()),
             "--v=0".into(),
         ]);
+        if host.is_some() {
+            api_cmd.args([
+                "--endpoint-reconciler-type=lease",
+                "--kubelet-preferred-address-types=InternalIP",
+                "--enable-admission-plugins=ServiceAccount",
+            ]);
+        } else {
+            api_cmd.args(["--endpoint-reconciler-type=none", "--disable-admission-plugins=ServiceAccount"]);
+        }
         if opts.webhook_client_cert {
             let client = pki.client("kube-apiserver-webhook-client", &[])?;
             write(&pki_dir.join("webhook-client.crt"), &client.cert_pem)?;
@@ -349,11 +398,31 @@ impl ControlPlane {
             kcm: OnceCell::new(),
             nodes: OnceCell::new(),
             crd: OnceCell::new(),
+            real: None,
             startup: Duration::ZERO,
         };
         cp.wait_ready().await?;
-        if opts.controller_manager || opts.nodes > 0 {
+        if opts.controller_manager || opts.nodes > 0 || host.is_some() {
             cp.start_controller_manager().await?;
+        }
+        if let Some(host) = host {
+            cp.start_nodes().await?;
+            let node = cp.pki.client(
+                &format!("system:node:{}", crate::real_node::NODE),
+                &["system:nodes", "system:masters"],
+            )?;
+            let node_kubeconfig = cp.dir.join("real-node").join("kubelet.kubeconfig");
+            write(&node_kubeconfig, &kubeconfig_json(&cp.server, cp.pki.ca_pem(), &node))?;
+            let real = crate::real_node::RealNode::start(
+                host,
+                &cp.testbin,
+                &cp.ca_file(),
+                &cp.kubeconfig,
+                &node_kubeconfig,
+                cp.client().await?,
+            )
+            .await?;
+            cp.real = Some(real);
         }
         for i in 0..opts.nodes {
             cp.add_node(&format!("node-{i}")).await?;
@@ -604,6 +673,11 @@ impl ControlPlane {
         }
     }
 
+    /// The real node, with [`Options::real_nodes`].
+    pub fn real_node(&self) -> Option<&crate::real_node::RealNode> {
+        self.real.as_ref()
+    }
+
     /// Whether kube-controller-manager runs.
     pub fn has_controller_manager(&self) -> bool {
         self.kcm.initialized()
@@ -662,7 +736,7 @@ impl ControlPlane {
     pub fn kubectl(&self) -> Command {
         let mut cmd = Command::new(self.testbin.path("kubectl"));
         cmd.arg("--kubeconfig").arg(&self.kubeconfig);
-        cmd.env("NO_PROXY", "127.0.0.1,localhost").env("no_proxy", "127.0.0.1,localhost");
+        cmd.env("NO_PROXY", crate::NO_PROXY).env("no_proxy", crate::NO_PROXY);
         cmd
     }
 
@@ -695,6 +769,9 @@ impl ControlPlane {
                 p.log_path().display(),
                 p.log_tail(lines)
             ));
+        }
+        if let Some(real) = &self.real {
+            out.push_str(&real.logs_tail(lines));
         }
         out
     }
@@ -758,9 +835,12 @@ impl ControlPlane {
             .await;
     }
 
-    /// Stops kwok, kube-scheduler, kube-controller-manager, kube-apiserver and etcd
-    /// (SIGTERM, then SIGKILL).
+    /// Stops the real node (and undoes its changes to the host), kwok, kube-scheduler,
+    /// kube-controller-manager, kube-apiserver and etcd (SIGTERM, then SIGKILL).
     pub fn stop(&self) {
+        if let Some(real) = &self.real {
+            real.stop();
+        }
         if let Some((scheduler, kwok)) = self.nodes.get() {
             kwok.stop(Duration::from_secs(5));
             scheduler.stop(Duration::from_secs(5));

@@ -18,17 +18,25 @@
 
 pub mod components;
 mod control_plane;
+pub mod images;
+pub mod install;
 mod pki;
 mod process;
 pub mod rbac;
+pub mod real_node;
 mod testbin;
+
+/// `NO_PROXY` for every process the harness starts and every kubectl: loopback and the real
+/// node's bridge ([`real_node::SUBNET`]), where the API server listens when a real node runs.
+pub const NO_PROXY: &str = "127.0.0.1,localhost,::1,10.88.0.0/24";
 
 pub use control_plane::{
     AuditEvent, AuditObjectRef, AuditStatus, AuditUser, ControlPlane, NODE_CAPACITY, Options, POD_CIDR,
     READY_TIMEOUT, SIMULATED_NODE, TestNamespace, shared, shared_with_controller_manager, shared_with_nodes,
+    shared_with_real_node,
 };
 pub use pki::{CertPair, Pki};
-pub use process::Process;
+pub use process::{Process, at_exit};
 pub use testbin::{BUILD_HINT, KWOK_STAGES, TESTBIN_ENV, Testbin, workspace_root};
 
 /// Polls `check` every 100 ms until it returns `Some`, and returns that value.

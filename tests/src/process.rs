@@ -19,11 +19,15 @@ use crate::Error;
 type SpawnReply = mpsc::Sender<std::io::Result<Child>>;
 
 static SPAWNER: OnceLock<Mutex<mpsc::Sender<(Command, SpawnReply)>>> = OnceLock::new();
-static CLEANUP: Mutex<Cleanup> = Mutex::new(Cleanup { pids: Vec::new(), dirs: Vec::new() });
+static CLEANUP: Mutex<Cleanup> =
+    Mutex::new(Cleanup { pids: Vec::new(), hooks: Vec::new(), dirs: Vec::new() });
 static ATEXIT: OnceLock<()> = OnceLock::new();
+
+type Hook = Box<dyn FnOnce() + Send>;
 
 struct Cleanup {
     pids: Vec<i32>,
+    hooks: Vec<Hook>,
     dirs: Vec<PathBuf>,
 }
 
@@ -76,7 +80,7 @@ impl Process {
         let err = out.try_clone().map_err(|e| Error::io("duplicating log handle", e))?;
         cmd.stdin(Stdio::null()).stdout(out).stderr(err).process_group(0);
         // The API server and its peers must never reach a proxy for loopback traffic.
-        cmd.env("NO_PROXY", "127.0.0.1,localhost,::1").env("no_proxy", "127.0.0.1,localhost,::1");
+        cmd.env("NO_PROXY", crate::NO_PROXY).env("no_proxy", crate::NO_PROXY);
         set_parent_death_signal(&mut cmd);
         let child = spawn_on_spawner_thread(cmd).map_err(|e| Error::io(format!("starting {name}"), e))?;
         install_atexit();
@@ -154,6 +158,18 @@ pub fn remove_at_exit(dir: &Path) {
     CLEANUP.lock().unwrap_or_else(|p| p.into_inner()).dirs.push(dir.to_path_buf());
 }
 
+/// Runs `hook` when the process exits normally (a test that panicked included), after the
+/// children are killed and before temporary directories are removed; hooks run newest first.
+pub fn at_exit(hook: Hook) {
+    install_atexit();
+    CLEANUP.lock().unwrap_or_else(|p| p.into_inner()).hooks.push(hook);
+}
+
+/// SIGKILLs `pid`.
+pub(crate) fn kill(pid: i32) {
+    signal(pid, libc::SIGKILL);
+}
+
 #[allow(unsafe_code)]
 fn signal(pid: i32, sig: i32) {
     // SAFETY: kill(2) has no memory-safety preconditions.
@@ -211,6 +227,9 @@ fn install_atexit() {
             if let Ok(mut c) = CLEANUP.try_lock() {
                 for pid in c.pids.drain(..) {
                     signal(pid, libc::SIGKILL);
+                }
+                while let Some(hook) = c.hooks.pop() {
+                    hook();
                 }
                 for dir in c.dirs.drain(..) {
                     let _ = std::fs::remove_dir_all(dir);

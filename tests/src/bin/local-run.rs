@@ -10,9 +10,16 @@
 //! run, and stays up until Ctrl-C with the kubeconfig and commands to try. With `--once` it
 //! exits after printing (used by the tests).
 //!
-//! Router containers are simulated: kwok marks scheduled pods Running and Ready, no router
-//! process runs. The local run proves admission, reconcile, scheduling and status, not
-//! message flow.
+//! With `--real` (`make run-real`) the webhook and the controllers run instead as pods on a
+//! real node (`qdr_tests::real_node`: containerd, runc, the kubelet as node `real-0`,
+//! kube-proxy), installed exactly as a cluster admin installs them: `kubectl apply -k` of an
+//! overlay of `deploy/` that changes only the images (built from the release binaries and
+//! imported into the node), their pull policy and the placement on `real-0`. The API server
+//! then calls the webhook through its Service, and the controller pods elect their leader.
+//!
+//! Router containers are simulated either way: kwok marks scheduled pods Running and Ready, no
+//! router process runs (no router image can be had here). The local run proves admission,
+//! reconcile, scheduling and status, not message flow.
 
 use std::path::PathBuf;
 use std::process::{Command, Stdio};
@@ -56,23 +63,31 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         std::env::var_os("CARGO_TARGET_DIR").map(PathBuf::from).unwrap_or_else(|| root.join("target"));
     let mut bin_dir = target.join("debug");
     let mut once = false;
+    let mut real = false;
     let mut state_override = None;
     while let Some(a) = args.next() {
         match a.as_str() {
             "--bin-dir" => bin_dir = PathBuf::from(args.next().ok_or("--bin-dir needs a path")?),
             "--once" => once = true,
+            "--real" => real = true,
             "--state-dir" => {
                 state_override = Some(PathBuf::from(args.next().ok_or("--state-dir needs a path")?))
             }
             "-h" | "--help" => {
-                println!("usage: local-run [--bin-dir DIR] [--state-dir DIR] [--once]");
+                println!("usage: local-run [--bin-dir DIR] [--state-dir DIR] [--once] [--real]");
                 return Ok(());
             }
             other => return Err(format!("unknown argument {other:?}").into()),
         }
     }
     for b in ["qdr-webhook", "qdr-controller"] {
-        if !bin_dir.join(b).is_file() {
+        if real {
+            qdr_tests::images::release_binary(if b == "qdr-webhook" {
+                &qdr_tests::images::WEBHOOK
+            } else {
+                &qdr_tests::images::CONTROLLER
+            })?;
+        } else if !bin_dir.join(b).is_file() {
             return Err(
                 format!("{} missing: build with `cargo build --bins`", bin_dir.join(b).display()).into()
             );
@@ -83,87 +98,46 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     let rt = tokio::runtime::Runtime::new()?;
     rt.block_on(async move {
         println!("starting etcd, kube-apiserver, kube-controller-manager, kube-scheduler and kwok with {NODES} simulated nodes ...");
-        let cp = ControlPlane::start(Options { state_dir: Some(state.clone()), controller_manager: true, nodes: NODES, audit: false, webhook_client_cert: false }).await?;
+        let real_nodes = usize::from(real);
+        let cp = &ControlPlane::start(Options { state_dir: Some(state.clone()), controller_manager: true, nodes: NODES, audit: false, real_nodes, webhook_client_cert: false }).await?;
         println!("control plane with {NODES} Ready nodes in {:.1?}", cp.startup);
-        show("kubectl get nodes", &kubectl(&cp, &["get", "nodes"]));
-        cp.install_crd().await;
-        show("kubectl create namespace qdr-operator", &kubectl(&cp, &["create", "namespace", "qdr-operator"]));
-        // The components run as their ServiceAccounts, bound by deploy/'s RBAC: a permission
-        // missing there fails here too.
-        let ids = cp.install_rbac(&qdr_tests::rbac::Install::new("qdr-operator"))?;
-        println!("\n$ kubectl apply: deploy/'s ServiceAccounts, Roles and bindings; webhook and controllers run with `kubectl create token` tokens");
-
-        // Webhook configurations as in deploy/, but calling the local webhook by URL.
-        let port = free_port();
-        let configs = std::fs::read_to_string(root.join("deploy/base/webhook-configurations.yaml"))?
-            .replace("service: {name: qdr-webhook, namespace: qdr-operator, path: /validate, port: 443}", &format!("url: https://127.0.0.1:{port}/validate"))
-            .replace("service: {name: qdr-webhook, namespace: qdr-operator, path: /mutate, port: 443}", &format!("url: https://127.0.0.1:{port}/mutate"));
-        let mut apply = cp.kubectl().args(["apply", "-f", "-"]).stdin(Stdio::piped()).stdout(Stdio::piped()).stderr(Stdio::piped()).spawn()?;
-        std::io::Write::write_all(&mut apply.stdin.take().unwrap(), configs.as_bytes())?;
-        show("kubectl apply -f deploy/base/webhook-configurations.yaml (url clientConfig)", &apply.wait_with_output()?);
-
-        let health = free_port();
-        let mut cmd = Command::new(bin_dir.join("qdr-webhook"));
-        cmd.env("KUBECONFIG", &ids.webhook).args([
-            &format!("--listen=127.0.0.1:{port}"),
-            &format!("--health-listen=127.0.0.1:{health}"),
-            "--namespace=qdr-operator",
-            "--extra-san=127.0.0.1",
-            "--shutdown-delay=0s",
-        ]);
-        let webhook = Process::spawn("qdr-webhook", cmd, &state.join("qdr-webhook.log"))?;
-        let controllers: Vec<Process> = (0..2)
-            .map(|i| {
-                let mut cmd = Command::new(bin_dir.join("qdr-controller"));
-                cmd.env("KUBECONFIG", &ids.controller).args([
-                    "--lease-namespace=qdr-operator",
-                    &format!("--identity=controller-{i}"),
-                    &format!("--health-listen=127.0.0.1:{}", free_port()),
-                ]);
-                Process::spawn(&format!("qdr-controller-{i}"), cmd, &state.join(format!("qdr-controller-{i}.log")))
-            })
-            .collect::<Result<_, _>>()?;
-        let deadline = Instant::now() + Duration::from_secs(60);
-        while !http_ok(health, "/readyz") {
-            if webhook.exited().is_some() || Instant::now() > deadline {
-                return Err(format!("webhook not ready:\n{}", webhook.log_tail(30)).into());
-            }
-            tokio::time::sleep(Duration::from_millis(200)).await;
+        show("kubectl get nodes", &kubectl(cp, &["get", "nodes"]));
+        let mut processes = Vec::new();
+        if real {
+            install_real(cp, &root)?;
+        } else {
+            processes = run_processes(cp, &root, &bin_dir, &state).await?;
         }
-        println!("webhook ready on https://127.0.0.1:{port} (it made its CA and injected the caBundle)");
-        // The API server picks up webhook configuration changes within seconds.
-        let deadline = Instant::now() + Duration::from_secs(30);
-        loop {
-            let out = kubectl(&cp, &["apply", "--dry-run=server", "-f", &root.join("deploy/examples/interior-mesh.yaml").display().to_string(), "-o", "jsonpath={.spec.users}"]);
-            if String::from_utf8_lossy(&out.stdout) == "router-mesh-users" || Instant::now() > deadline {
-                break;
-            }
-            tokio::time::sleep(Duration::from_millis(200)).await;
-        }
-
         let examples = root.join("deploy/examples").display().to_string();
-        show("kubectl apply -f deploy/examples/", &kubectl(&cp, &["apply", "-f", &examples]));
+        show("kubectl apply -f deploy/examples/", &kubectl(cp, &["apply", "-f", &examples]));
         let invalid = root.join("deploy/examples/invalid").display().to_string();
-        show("kubectl apply -f deploy/examples/invalid/   (rejected, every cause listed)", &kubectl(&cp, &["apply", "-f", &invalid]));
+        show("kubectl apply -f deploy/examples/invalid/   (rejected, every cause listed)", &kubectl(cp, &["apply", "-f", &invalid]));
 
         // The leader reconciles, the scheduler places the routers, kwok makes them Ready.
         let wait = format!("--timeout={READY_WAIT}");
-        let waited = kubectl(&cp, &["wait", "--for=condition=Ready", "interconnect", "--all", &wait]);
+        let waited = kubectl(cp, &["wait", "--for=condition=Ready", "interconnect", "--all", &wait]);
         show(&format!("kubectl wait --for=condition=Ready interconnect --all {wait}"), &waited);
         if !waited.status.success() {
-            show("kubectl get interconnects -o yaml", &kubectl(&cp, &["get", "interconnects", "-o", "yaml"]));
+            show("kubectl get interconnects -o yaml", &kubectl(cp, &["get", "interconnects", "-o", "yaml"]));
             return Err("not every Interconnect became Ready".into());
         }
         show(
             "kubectl get interconnects,deploy,ds,svc,cm,secrets",
-            &kubectl(&cp, &["get", "interconnects,deploy,ds,svc,cm,secrets"]),
+            &kubectl(cp, &["get", "interconnects,deploy,ds,svc,cm,secrets"]),
         );
-        show("kubectl get pods -o wide", &kubectl(&cp, &["get", "pods", "-o", "wide"]));
-        show("kubectl get lease -n qdr-operator", &kubectl(&cp, &["get", "lease", "-n", "qdr-operator"]));
+        show("kubectl get pods -o wide", &kubectl(cp, &["get", "pods", "-o", "wide"]));
+        show("kubectl get lease -n qdr-operator", &kubectl(cp, &["get", "lease", "-n", "qdr-operator"]));
         let kc = cp.kubeconfig().display().to_string();
         let k = qdr_tests::Testbin::locate()?.path("kubectl").display().to_string();
-        println!("\nThe nodes and router containers are simulated (kwok): pods are scheduled by the real");
-        println!("kube-scheduler and marked Ready, but no router process runs, so no messages flow.");
+        if real {
+            show("kubectl get pods -n qdr-operator -o wide", &kubectl(cp, &["get", "pods", "-n", "qdr-operator", "-o", "wide"]));
+            println!("\nThe webhook and the controllers run as pods on the real node {}; the router", qdr_tests::real_node::NODE);
+            println!("containers are simulated (kwok): pods are scheduled by the real kube-scheduler and");
+            println!("marked Ready, but no router process runs, so no messages flow.");
+        } else {
+            println!("\nThe nodes and router containers are simulated (kwok): pods are scheduled by the real");
+            println!("kube-scheduler and marked Ready, but no router process runs, so no messages flow.");
+        }
         println!("Logs:       {}", state.display());
         println!("Kubeconfig: {kc}");
         println!("Try:        {k} --kubeconfig {kc} get interconnect router-mesh -o yaml");
@@ -176,11 +150,165 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
             println!("Ctrl-C stops everything.");
             tokio::signal::ctrl_c().await?;
         }
-        for c in &controllers {
-            c.stop(Duration::from_secs(5));
+        for p in processes.iter().rev() {
+            p.stop(Duration::from_secs(5));
         }
-        webhook.stop(Duration::from_secs(5));
         cp.stop();
         Ok::<_, Box<dyn std::error::Error>>(())
     })
+}
+
+/// The default run: the webhook and two controllers as processes on this machine, as their
+/// ServiceAccounts, with the webhook configurations calling the webhook by URL.
+async fn run_processes(
+    cp: &ControlPlane,
+    root: &std::path::Path,
+    bin_dir: &std::path::Path,
+    state: &std::path::Path,
+) -> Result<Vec<Process>, Box<dyn std::error::Error>> {
+    cp.install_crd().await;
+    show("kubectl create namespace qdr-operator", &kubectl(cp, &["create", "namespace", "qdr-operator"]));
+    // The components run as their ServiceAccounts, bound by deploy/'s RBAC: a permission
+    // missing there fails here too.
+    let ids = cp.install_rbac(&qdr_tests::rbac::Install::new("qdr-operator"))?;
+    println!(
+        "\n$ kubectl apply: deploy/'s ServiceAccounts, Roles and bindings; webhook and controllers run with `kubectl create token` tokens"
+    );
+
+    // Webhook configurations as in deploy/, but calling the local webhook by URL.
+    let port = free_port();
+    let configs = std::fs::read_to_string(root.join("deploy/base/webhook-configurations.yaml"))?
+        .replace(
+            "service: {name: qdr-webhook, namespace: qdr-operator, path: /validate, port: 443}",
+            &format!("url: https://127.0.0.1:{port}/validate"),
+        )
+        .replace(
+            "service: {name: qdr-webhook, namespace: qdr-operator, path: /mutate, port: 443}",
+            &format!("url: https://127.0.0.1:{port}/mutate"),
+        );
+    let mut apply = cp
+        .kubectl()
+        .args(["apply", "-f", "-"])
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()?;
+    std::io::Write::write_all(&mut apply.stdin.take().unwrap(), configs.as_bytes())?;
+    show(
+        "kubectl apply -f deploy/base/webhook-configurations.yaml (url clientConfig)",
+        &apply.wait_with_output()?,
+    );
+
+    let health = free_port();
+    let mut cmd = Command::new(bin_dir.join("qdr-webhook"));
+    cmd.env("KUBECONFIG", &ids.webhook).args([
+        &format!("--listen=127.0.0.1:{port}"),
+        &format!("--health-listen=127.0.0.1:{health}"),
+        "--namespace=qdr-operator",
+        "--extra-san=127.0.0.1",
+        "--shutdown-delay=0s",
+    ]);
+    let webhook = Process::spawn("qdr-webhook", cmd, &state.join("qdr-webhook.log"))?;
+    let controllers: Vec<Process> = (0..2)
+        .map(|i| {
+            let mut cmd = Command::new(bin_dir.join("qdr-controller"));
+            cmd.env("KUBECONFIG", &ids.controller).args([
+                "--lease-namespace=qdr-operator",
+                &format!("--identity=controller-{i}"),
+                &format!("--health-listen=127.0.0.1:{}", free_port()),
+            ]);
+            Process::spawn(
+                &format!("qdr-controller-{i}"),
+                cmd,
+                &state.join(format!("qdr-controller-{i}.log")),
+            )
+        })
+        .collect::<Result<_, _>>()?;
+    let deadline = Instant::now() + Duration::from_secs(60);
+    while !http_ok(health, "/readyz") {
+        if webhook.exited().is_some() || Instant::now() > deadline {
+            return Err(format!("webhook not ready:\n{}", webhook.log_tail(30)).into());
+        }
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+    println!("webhook ready on https://127.0.0.1:{port} (it made its CA and injected the caBundle)");
+    // The API server picks up webhook configuration changes within seconds.
+    let deadline = Instant::now() + Duration::from_secs(30);
+    loop {
+        let out = kubectl(
+            cp,
+            &[
+                "apply",
+                "--dry-run=server",
+                "-f",
+                &root.join("deploy/examples/interior-mesh.yaml").display().to_string(),
+                "-o",
+                "jsonpath={.spec.users}",
+            ],
+        );
+        if String::from_utf8_lossy(&out.stdout) == "router-mesh-users" || Instant::now() > deadline {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+
+    let mut all = vec![webhook];
+    all.extend(controllers);
+    Ok(all)
+}
+
+/// `--real`: the operator's images into the real node and `kubectl apply -k` of `deploy/`
+/// through an overlay that changes only images, pull policy and placement; waits until both
+/// Deployments are Available and the webhook answers through its Service.
+fn install_real(cp: &ControlPlane, root: &std::path::Path) -> Result<(), Box<dyn std::error::Error>> {
+    let t = Instant::now();
+    qdr_tests::install::import_operator_images(cp)?;
+    println!(
+        "\nimages built from the release binaries and imported into {} in {:.1?}",
+        qdr_tests::real_node::NODE,
+        t.elapsed()
+    );
+    let overlay =
+        qdr_tests::install::real_node_overlay(&root.join("deploy"), &cp.dir().join("real-overlay"))?;
+    let overlay = overlay.display().to_string();
+    let applied = kubectl(cp, &["apply", "--server-side", "-k", &overlay]);
+    show(
+        "kubectl apply --server-side -k <overlay of deploy/: images, pullPolicy Never, placement on real-0>",
+        &applied,
+    );
+    if !applied.status.success() {
+        return Err("installing deploy/ failed".into());
+    }
+    let waited = kubectl(
+        cp,
+        &["wait", "--for=condition=Available", "deployment", "--all", "-n", "qdr-operator", "--timeout=180s"],
+    );
+    show("kubectl wait --for=condition=Available deployment --all -n qdr-operator", &waited);
+    if !waited.status.success() {
+        show(
+            "kubectl get pods -n qdr-operator -o wide",
+            &kubectl(cp, &["get", "pods", "-n", "qdr-operator", "-o", "wide"]),
+        );
+        return Err("the operator's Deployments did not become Available".into());
+    }
+    println!("installed and Available in {:.1?}", t.elapsed());
+    // The webhook injects its caBundle once it runs; admission through the Service works then.
+    let example = root.join("deploy/examples/interior-mesh.yaml").display().to_string();
+    let deadline = Instant::now() + Duration::from_secs(60);
+    loop {
+        let out = kubectl(cp, &["apply", "--dry-run=server", "-f", &example, "-o", "jsonpath={.spec.users}"]);
+        if String::from_utf8_lossy(&out.stdout) == "router-mesh-users" {
+            break;
+        }
+        if Instant::now() > deadline {
+            show("kubectl apply --dry-run=server (the webhook through its Service)", &out);
+            return Err("the webhook did not answer through its Service".into());
+        }
+        std::thread::sleep(Duration::from_millis(300));
+    }
+    println!(
+        "the API server calls the webhook through Service qdr-operator/qdr-webhook ({:.1?})",
+        t.elapsed()
+    );
+    Ok(())
 }

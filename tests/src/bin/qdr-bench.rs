@@ -1269,6 +1269,7 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
                 nodes: 0,
                 audit: true,
                 webhook_client_cert: false,
+                real_nodes: 0,
             })
             .await?,
         ));

@@ -1,0 +1,131 @@
+//! The operator installed for real on the real node: its images built from the release
+//! binaries and imported into the node's containerd, and `deploy/` (or an overlay of it, or
+//! the Helm chart) applied with only what the node needs changed: the image names, the pull
+//! policy `Never` (there is no registry), and the placement on [`crate::real_node::NODE`]
+//! (its toleration and a node selector, so the simulated nodes, where no container runs,
+//! get none of the operator's pods).
+
+use std::path::{Path, PathBuf};
+
+use crate::images::{CONTROLLER, OperatorImage, WEBHOOK};
+use crate::real_node::{NODE, TAINT};
+use crate::{ControlPlane, Error};
+
+/// Builds the controller and webhook images from the release binaries
+/// ([`crate::images::operator_image`]) into `<control plane dir>/images` and imports them
+/// into the real node.
+///
+/// # Errors
+/// [`Error::MissingBinary`] when the release binaries are not built or there is no real
+/// node; [`Error::Startup`] when an import fails.
+pub fn import_operator_images(cp: &ControlPlane) -> Result<(), Error> {
+    let node = cp.real_node().ok_or(Error::MissingBinary {
+        path: NODE.into(),
+        hint: "start the control plane with real_nodes: 1",
+    })?;
+    let dir = cp.dir().join("images");
+    std::fs::create_dir_all(&dir).map_err(|e| Error::io(format!("creating {}", dir.display()), e))?;
+    for image in [CONTROLLER, WEBHOOK] {
+        let archive = dir.join(format!("{}.oci.tar", image.name));
+        crate::images::write_archive(&crate::images::operator_image(&image)?, &archive)?;
+        node.import(&archive)?;
+    }
+    Ok(())
+}
+
+/// The JSON patch (as YAML) that puts a Deployment's pods on the real node with images that
+/// are never pulled.
+const PLACEMENT_PATCH: &str = "\
+- op: add
+  path: /spec/template/spec/containers/0/imagePullPolicy
+  value: Never
+- op: add
+  path: /spec/template/spec/tolerations
+  value: [{key: TAINT_KEY, operator: Exists, effect: TAINT_EFFECT}]
+- op: add
+  path: /spec/template/spec/nodeSelector
+  value: {kubernetes.io/hostname: NODE_NAME}
+";
+
+fn image_entry(image: &OperatorImage) -> String {
+    let (name, tag) =
+        image.reference().rsplit_once(':').map(|(n, t)| (n.to_string(), t.to_string())).expect("a tag");
+    format!("  - name: qdr-operator/{}\n    newName: {name}\n    newTag: {tag}\n", image.name)
+}
+
+/// Writes a kustomize overlay into `dir` whose only resource is `base` (an absolute path:
+/// `deploy/` or one of its overlays) and which changes only the images (to
+/// [`CONTROLLER`]/[`WEBHOOK`]'s references), their pull policy (`Never`) and the placement
+/// of every Deployment (the toleration of [`TAINT`] and `kubernetes.io/hostname: real-0`).
+/// Returns `dir`, for `kubectl apply -k`.
+///
+/// # Errors
+/// [`Error::Io`] when the directory cannot be written.
+pub fn real_node_overlay(base: &Path, dir: &Path) -> Result<PathBuf, Error> {
+    std::fs::create_dir_all(dir).map_err(|e| Error::io(format!("creating {}", dir.display()), e))?;
+    // kustomize takes a base only by a relative path.
+    let canonical =
+        |p: &Path| std::fs::canonicalize(p).map_err(|e| Error::io(format!("resolving {}", p.display()), e));
+    let base = relative(&canonical(dir)?, &canonical(base)?);
+    let patch = PLACEMENT_PATCH
+        .replace("TAINT_KEY", TAINT.0)
+        .replace("TAINT_EFFECT", TAINT.2)
+        .replace("NODE_NAME", NODE);
+    let indented: String = patch.lines().map(|l| format!("      {l}\n")).collect();
+    let kustomization = format!(
+        "apiVersion: kustomize.config.k8s.io/v1beta1\nkind: Kustomization\nresources:\n  - {}\nimages:\n{}{}\
+         patches:\n  - target: {{kind: Deployment}}\n    patch: |-\n{indented}",
+        base.display(),
+        image_entry(&WEBHOOK),
+        image_entry(&CONTROLLER),
+    );
+    let path = dir.join("kustomization.yaml");
+    std::fs::write(&path, kustomization).map_err(|e| Error::io(format!("writing {}", path.display()), e))?;
+    Ok(dir.to_path_buf())
+}
+
+/// The path from directory `from` to `to`, both absolute.
+fn relative(from: &Path, to: &Path) -> PathBuf {
+    let (f, t): (Vec<_>, Vec<_>) = (from.components().collect(), to.components().collect());
+    let common = f.iter().zip(&t).take_while(|(a, b)| a == b).count();
+    let mut out = PathBuf::new();
+    for _ in common..f.len() {
+        out.push("..");
+    }
+    for c in &t[common..] {
+        out.push(c);
+    }
+    out
+}
+
+/// `helm install` arguments (`--set`) that change the chart's defaults the same way
+/// [`real_node_overlay`] changes `deploy/`.
+pub fn real_node_helm_values() -> Vec<String> {
+    let mut out = Vec::new();
+    for image in [WEBHOOK, CONTROLLER] {
+        let reference = image.reference();
+        let (name, tag) = reference.rsplit_once(':').expect("a tag");
+        out.push(format!("--set=images.{}.repository={name}", image.name));
+        out.push(format!("--set=images.{}.tag={tag}", image.name));
+        out.push(format!("--set=images.{}.pullPolicy=Never", image.name));
+    }
+    out.push(format!("--set=tolerations[0].key={}", TAINT.0));
+    out.push("--set=tolerations[0].operator=Exists".into());
+    out.push(format!("--set=tolerations[0].effect={}", TAINT.2));
+    out.push(format!("--set=nodeSelector.kubernetes\\.io/hostname={NODE}"));
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn relative_paths_climb_to_the_common_ancestor() {
+        assert_eq!(
+            relative(Path::new("/tmp/a/b"), Path::new("/work/deploy")),
+            Path::new("../../../work/deploy")
+        );
+        assert_eq!(relative(Path::new("/work/t"), Path::new("/work/deploy/x")), Path::new("../deploy/x"));
+    }
+}
