@@ -10,6 +10,7 @@ use k8s_openapi::api::admissionregistration::v1::{
     MutatingWebhookConfiguration, ValidatingWebhookConfiguration,
 };
 use k8s_openapi::api::core::v1::Secret;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::OwnerReference;
 use kube::api::{Api, Patch, PatchParams};
 use kube::runtime::watcher;
 use serde_json::json;
@@ -103,8 +104,17 @@ impl CertManager {
             let bundles: Vec<Option<ByteString>> = match t {
                 WebhookConfiguration::Validating(n) => {
                     let api: Api<ValidatingWebhookConfiguration> = Api::all(self.client.clone());
-                    api.get(n)
-                        .await?
+                    let config = api.get(n).await?;
+                    if let Some(uid) = &config.metadata.uid {
+                        self.store.set_owner(OwnerReference {
+                            api_version: "admissionregistration.k8s.io/v1".into(),
+                            kind: "ValidatingWebhookConfiguration".into(),
+                            name: n.clone(),
+                            uid: uid.clone(),
+                            ..OwnerReference::default()
+                        });
+                    }
+                    config
                         .webhooks
                         .unwrap_or_default()
                         .into_iter()
@@ -181,7 +191,8 @@ impl CertManager {
         }
     }
 
-    /// One pass: read the live `caBundle`s and the Secret, write every due step (re-reading
+    /// One pass: read the live `caBundle`s and the Secret (which gets the first
+    /// `ValidatingWebhookConfiguration` target as its owner), write every due step (re-reading
     /// after a lost race), keep the `caBundle` equal to the Secret's bundle, and serve the
     /// Secret's certificate. Returns the steps this pass wrote.
     ///
@@ -216,6 +227,10 @@ impl CertManager {
                 live.iter().all(|b| b.as_deref().is_some_and(|b| split_bundle(b).iter().any(|c| c == pem)))
             };
             match plan(&m, SystemTime::now(), &self.policy, &trusted)? {
+                // A Secret written before it had an owner gets one (once), with the same material.
+                None if current.as_ref().is_some_and(|c| self.store.needs_owner(c)) => {
+                    self.store.write(current.as_ref(), &m).await?;
+                }
                 None => {
                     self.serve(&m);
                     // Re-read right before writing the caBundle so a slow replica cannot put

@@ -10,6 +10,7 @@ use std::time::{Duration, SystemTime};
 
 use k8s_openapi::ByteString;
 use k8s_openapi::api::core::v1::Secret;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::OwnerReference;
 use kube::api::{Api, PostParams};
 
 use crate::Error;
@@ -87,6 +88,7 @@ pub fn encode(m: &Material, secret: &mut Secret) {
 pub struct SecretStore {
     api: Api<Secret>,
     name: String,
+    owner: std::sync::Arc<std::sync::Mutex<Option<OwnerReference>>>,
 }
 
 /// What a write attempt did.
@@ -101,7 +103,23 @@ pub enum Written {
 impl SecretStore {
     /// The Secret `name` in the namespace of `api`.
     pub fn new(api: Api<Secret>, name: impl Into<String>) -> Self {
-        SecretStore { api, name: name.into() }
+        SecretStore { api, name: name.into(), owner: Default::default() }
+    }
+
+    /// Makes every later write carry `owner` in the Secret's `ownerReferences` (added beside
+    /// any others, no `controller` or `blockOwnerDeletion`), so the garbage collector deletes
+    /// the Secret with its owner: the webhook passes its `ValidatingWebhookConfiguration`,
+    /// which `kubectl delete -k deploy/` and `helm uninstall` delete.
+    pub fn set_owner(&self, owner: OwnerReference) {
+        *self.owner.lock().unwrap_or_else(|p| p.into_inner()) = Some(owner);
+    }
+
+    /// Whether `secret` lacks the owner of [`Self::set_owner`] (false when none is set).
+    pub fn needs_owner(&self, secret: &Secret) -> bool {
+        let owner = self.owner.lock().unwrap_or_else(|p| p.into_inner());
+        owner
+            .as_ref()
+            .is_some_and(|o| !secret.metadata.owner_references.iter().flatten().any(|r| r.uid == o.uid))
     }
 
     /// The API the Secret lives in.
@@ -135,6 +153,10 @@ impl SecretStore {
             s
         });
         encode(m, &mut secret);
+        if self.needs_owner(&secret) {
+            let owner = self.owner.lock().unwrap_or_else(|p| p.into_inner()).clone();
+            secret.metadata.owner_references.get_or_insert_with(Vec::new).extend(owner);
+        }
         let pp = PostParams { field_manager: Some("qdr-certs".into()), ..Default::default() };
         let result = match current {
             None => self.api.create(&pp, &secret).await,

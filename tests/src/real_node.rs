@@ -96,6 +96,13 @@ pub const HOST_DIRS: [&str; 5] =
 pub struct Host {
     _lock: std::fs::File,
     record: Record,
+    cleaned: std::sync::atomic::AtomicBool,
+}
+
+impl Drop for Host {
+    fn drop(&mut self) {
+        self.cleanup();
+    }
 }
 
 /// The running node's processes.
@@ -209,6 +216,9 @@ impl Host {
                     stale.dir.display()
                 );
                 cleanup(&stale);
+                // Its containers' files too (nothing is mounted there any more); the
+                // owner's own files around it are left as they are.
+                let _ = std::fs::remove_dir_all(&stale.dir);
             }
         }
         let dir = cp_dir.join("real-node");
@@ -224,7 +234,7 @@ impl Host {
         let record =
             Record { owner: std::process::id(), socket: dir.join("containerd.sock"), dir, sysctls, new_dirs };
         write(Path::new(RECORD), &serde_json::to_string_pretty(&record).expect("a record serializes"))?;
-        let host = Host { _lock: lock, record };
+        let host = Host { _lock: lock, record, cleaned: Default::default() };
         let at_exit = host.record.clone();
         // At exit only if this node is still the current one (a node stopped before has
         // removed its record; cleaning after it again would hit a later node's bridge).
@@ -245,11 +255,16 @@ impl Host {
             run(Command::new("iptables").args(["-I", "FORWARD"]).args(FORWARD_DROP).arg("DROP"))?;
             Ok(())
         })();
-        if let Err(e) = prepared {
-            cleanup(&host.record);
-            return Err(e);
+        // On error `host` is dropped, which cleans up.
+        prepared.map(|()| host)
+    }
+
+    /// [`cleanup`] of this node's record, once (later calls return at once). Dropping the
+    /// host does it too.
+    pub fn cleanup(&self) {
+        if !self.cleaned.swap(true, std::sync::atomic::Ordering::SeqCst) {
+            cleanup(&self.record);
         }
-        Ok(host)
     }
 
     /// The record of what this node changes.
@@ -389,12 +404,12 @@ impl RealNode {
     }
 
     /// Stops kube-proxy, the kubelet and containerd, then [`cleanup`]: nothing of the node
-    /// is left on the host afterwards.
+    /// is left on the host afterwards. Later calls do nothing.
     pub fn stop(&self) {
         self.kube_proxy.stop(Duration::from_secs(5));
         self.kubelet.stop(Duration::from_secs(5));
         self.containerd.stop(Duration::from_secs(5));
-        cleanup(&self.host.record);
+        self.host.cleanup();
     }
 }
 
@@ -417,6 +432,29 @@ fn create_cgroup_root() -> Result<(), Error> {
         }
     }
     Ok(())
+}
+
+/// A pod that runs [`crate::images::PAUSE_IMAGE`] on [`NODE`] (toleration and node
+/// selector) under Pod Security "restricted": non-root user 65535, no capabilities, no
+/// privilege escalation, RuntimeDefault seccomp, read-only root filesystem.
+pub fn pause_pod(name: &str) -> k8s_openapi::api::core::v1::Pod {
+    serde_json::from_value(serde_json::json!({
+        "metadata": {"name": name},
+        "spec": {
+            "nodeSelector": {"kubernetes.io/hostname": NODE},
+            "tolerations": [{"key": TAINT.0, "operator": "Exists", "effect": TAINT.2}],
+            "securityContext": {"runAsNonRoot": true, "runAsUser": 65535, "seccompProfile": {"type": "RuntimeDefault"}},
+            "terminationGracePeriodSeconds": 1,
+            "containers": [{
+                "name": "pause",
+                "image": crate::images::PAUSE_IMAGE,
+                "imagePullPolicy": "Never",
+                "securityContext": {"allowPrivilegeEscalation": false, "readOnlyRootFilesystem": true,
+                                    "capabilities": {"drop": ["ALL"]}},
+            }],
+        },
+    }))
+    .expect("a valid Pod")
 }
 
 fn import(socket: &Path, archive: &Path) -> Result<(), Error> {
@@ -675,7 +713,7 @@ pub fn leftovers(record: &Record) -> Vec<String> {
         }
     }
     left.extend(record.new_dirs.iter().filter(|d| d.exists()).map(|d| format!("directory {}", d.display())));
-    if Path::new(RECORD).exists() {
+    if current().is_some_and(|r| r.dir == record.dir) {
         left.push(format!("record {RECORD}"));
     }
     left

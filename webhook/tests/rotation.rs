@@ -49,6 +49,20 @@ async fn rotation_under_load_fails_no_admission_request() {
     common::wait_ready(&b, Duration::from_secs(60)).await;
     common::wait_admission_works(cp, &ns, Duration::from_secs(60)).await;
 
+    // The Secret belongs to the ValidatingWebhookConfiguration: deleting the install (kubectl
+    // delete -k, helm uninstall) deletes it with the configuration.
+    let vwc: k8s_openapi::api::admissionregistration::v1::ValidatingWebhookConfiguration =
+        Api::all(client.clone()).get(&reg.validating).await.unwrap();
+    let tls_secret: Secret =
+        Api::namespaced(client.clone(), &webhook_ns).get("qdr-webhook-tls").await.unwrap();
+    let owners = tls_secret.metadata.owner_references.unwrap_or_default();
+    assert!(
+        owners.iter().any(|o| o.kind == "ValidatingWebhookConfiguration"
+            && o.name == reg.validating
+            && Some(&o.uid) == vwc.metadata.uid.as_ref()),
+        "{owners:?}"
+    );
+
     let stop = Arc::new(AtomicBool::new(false));
     let start = Instant::now();
 
