@@ -12,6 +12,7 @@
 use hmac::{Hmac, Mac};
 use k8s_openapi::ByteString;
 use k8s_openapi::api::core::v1::Secret;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::OwnerReference;
 use kube::api::{Api, ObjectMeta, PostParams};
 
 /// Default name of the Secret holding the key (`--hash-key-secret`).
@@ -67,12 +68,18 @@ impl HashKey {
     }
 
     /// The key from Secret `name` of `api`'s namespace, which is created with a random key
-    /// when missing (a concurrent creation by another replica is read back).
+    /// when missing (a concurrent creation by another replica is read back). A created Secret
+    /// carries `owner` in its `ownerReferences` (the controllers' Lease, which the install
+    /// ships), so uninstalling deletes it; an existing Secret is left as it is.
     ///
     /// # Errors
     /// [`Error::Api`] when the API server fails; [`Error::Unusable`] when the Secret holds
     /// no key of at least [`MIN_KEY_BYTES`].
-    pub async fn load_or_create(api: &Api<Secret>, name: &str) -> Result<HashKey, Error> {
+    pub async fn load_or_create(
+        api: &Api<Secret>,
+        name: &str,
+        owner: Option<OwnerReference>,
+    ) -> Result<HashKey, Error> {
         let api_error = |e| Error::Api(name.to_string(), e);
         let from = |s: Secret| {
             s.data
@@ -87,6 +94,7 @@ impl HashKey {
             metadata: ObjectMeta {
                 name: Some(name.into()),
                 labels: Some([("app.kubernetes.io/part-of".to_string(), "qdr-operator".to_string())].into()),
+                owner_references: owner.map(|o| vec![o]),
                 ..Default::default()
             },
             data: Some([(DATA_KEY.to_string(), ByteString(key.0.clone()))].into()),

@@ -7,6 +7,7 @@ use std::time::Duration;
 use clap::Parser;
 use k8s_openapi::api::coordination::v1::Lease;
 use k8s_openapi::api::core::v1::Secret;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::OwnerReference;
 use kube::api::Api;
 use qdr_controller::builders::Settings;
 use qdr_controller::credentials::Lifetimes;
@@ -205,7 +206,24 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
     // controller's namespace; retried like the API groups.
     let secrets = Api::<Secret>::namespaced(client.clone(), &args.lease_namespace);
     let hash_key = loop {
-        match HashKey::load_or_create(&secrets, &args.hash_key_secret).await {
+        // Owned by the Lease when the install ships it (deploy/, the chart): uninstalling
+        // then deletes the key too.
+        let owner = match Api::<Lease>::namespaced(client.clone(), &args.lease_namespace)
+            .get_opt(&args.lease_name)
+            .await
+        {
+            Ok(lease) => lease.and_then(|l| {
+                Some(OwnerReference {
+                    api_version: "coordination.k8s.io/v1".into(),
+                    kind: "Lease".into(),
+                    name: l.metadata.name?,
+                    uid: l.metadata.uid?,
+                    ..OwnerReference::default()
+                })
+            }),
+            Err(_) => None,
+        };
+        match HashKey::load_or_create(&secrets, &args.hash_key_secret, owner).await {
             Ok(k) => break k,
             Err(e @ qdr_controller::hash_key::Error::Unusable(_)) => return Err(e.into()),
             Err(e) => {

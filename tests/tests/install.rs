@@ -1,0 +1,652 @@
+//! The operator installed for real, as pods on the real node (`qdr_tests::real_node`), the
+//! way a cluster admin installs it: `kubectl apply -k` of `deploy/` and of the namespaced
+//! overlay, and `helm install` of the chart, each through only what the node needs changed
+//! (`qdr_tests::install`: image names, pull policy, placement on `real-0`). Routers run on
+//! simulated nodes.
+//!
+//! Each install is checked the same way: its namespace enforces Pod Security `restricted`
+//! and the pods start; the webhook makes its CA and injects the `caBundle`; the API server
+//! calls the webhook through its Service (a bad Interconnect is refused with every cause, a
+//! good one stored with its defaults); the controller pods elect a leader; an Interconnect
+//! reaches Ready with its routers on the simulated nodes. `deploy/` then loses its leading
+//! controller pod (another takes over and reconciles), a webhook pod while 200 Interconnects
+//! are created (no admission fails), and meets an eviction the PodDisruptionBudget refuses.
+//! Uninstalling leaves nothing of ours but the CRD. The installs take turns: they share
+//! cluster-scoped names.
+
+use std::path::PathBuf;
+use std::process::Output;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::{Duration, Instant};
+
+use k8s_openapi::api::coordination::v1::Lease;
+use k8s_openapi::api::core::v1::{Pod, Secret};
+use kube::api::{Api, DeleteParams, DynamicObject, EvictParams, ListParams, PostParams};
+use kube::core::{ApiResource, GroupVersionKind};
+use qdr_tests::ControlPlane;
+use serde_json::{Value, json};
+
+static TURN: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
+static READY: tokio::sync::OnceCell<()> = tokio::sync::OnceCell::const_new();
+
+/// Simulated nodes for the routers.
+const NODES: usize = 3;
+
+/// The control plane with the real node, simulated nodes and the operator's images imported.
+async fn cluster() -> &'static ControlPlane {
+    let cp = qdr_tests::shared_with_real_node().await;
+    READY
+        .get_or_init(|| async {
+            for i in 0..NODES {
+                cp.add_node(&format!("node-{i}")).await.expect("simulated node");
+            }
+            let t = Instant::now();
+            qdr_tests::install::import_operator_images(cp).expect("operator images");
+            eprintln!(
+                "control plane with the real node: {:.1?} (node Ready {:.1?} after containerd); images: {:.1?}",
+                cp.startup,
+                cp.real_node().unwrap().startup,
+                t.elapsed()
+            );
+        })
+        .await;
+    cp
+}
+
+fn root() -> PathBuf {
+    qdr_tests::workspace_root()
+}
+
+fn kubectl(cp: &ControlPlane, args: &[&str]) -> Output {
+    cp.kubectl().args(args).output().expect("kubectl runs")
+}
+
+#[track_caller]
+fn ok(out: Output) -> String {
+    assert!(
+        out.status.success(),
+        "failed: {}\n{}",
+        String::from_utf8_lossy(&out.stderr),
+        String::from_utf8_lossy(&out.stdout)
+    );
+    String::from_utf8_lossy(&out.stdout).into_owned()
+}
+
+fn interconnects(client: &kube::Client, ns: &str) -> Api<DynamicObject> {
+    let ar = ApiResource::from_gvk_with_plural(
+        &GroupVersionKind::gvk("interconnectedcloud.github.io", "v1alpha1", "Interconnect"),
+        "interconnects",
+    );
+    Api::namespaced_with(client.clone(), ns, &ar)
+}
+
+/// Creates namespace `name` for Interconnects (an existing one is fine).
+fn app_namespace(cp: &ControlPlane, name: &str) {
+    let _ = kubectl(cp, &["create", "namespace", name]);
+}
+
+/// What every install must do once applied. `operator_ns` holds the operator, `app_ns` is a
+/// namespace its webhook and controller serve. Returns the controller pods' names.
+async fn check_running_install(cp: &ControlPlane, operator_ns: &str, app_ns: &str) -> Vec<String> {
+    let client = cp.client().await.unwrap();
+    let t = Instant::now();
+    // Pod Security "restricted" is enforced where the pods run, and they start under it.
+    let labels = ok(kubectl(cp, &["get", "ns", operator_ns, "-o", "jsonpath={.metadata.labels}"]));
+    assert!(labels.contains(r#""pod-security.kubernetes.io/enforce":"restricted""#), "{labels}");
+    let waited = kubectl(
+        cp,
+        &["wait", "--for=condition=Available", "deployment", "--all", "-n", operator_ns, "--timeout=180s"],
+    );
+    if !waited.status.success() {
+        let pods = kubectl(cp, &["get", "pods", "-n", operator_ns, "-o", "wide"]);
+        let events = kubectl(cp, &["get", "events", "-n", operator_ns]);
+        panic!(
+            "the operator's Deployments are not Available: {}\n{}\n{}\n{}",
+            String::from_utf8_lossy(&waited.stderr),
+            String::from_utf8_lossy(&pods.stdout),
+            String::from_utf8_lossy(&events.stdout),
+            cp.real_node().unwrap().logs_tail(30)
+        );
+    }
+    eprintln!("{operator_ns}: Deployments Available {:.1?} after the apply returned", t.elapsed());
+    let pods: Api<Pod> = Api::namespaced(client.clone(), operator_ns);
+    let all = pods.list(&ListParams::default()).await.unwrap().items;
+    assert_eq!(all.len(), 4, "two webhook and two controller pods");
+    for p in &all {
+        let spec = p.spec.as_ref().unwrap();
+        assert_eq!(spec.node_name.as_deref(), Some(qdr_tests::real_node::NODE));
+        let status = p.status.as_ref().unwrap();
+        assert_eq!(status.phase.as_deref(), Some("Running"));
+        assert!(status.pod_ip.as_deref().is_some_and(|ip| ip.starts_with("10.88.0.")));
+    }
+
+    // The webhook made its CA and injected the caBundle of both configurations.
+    let secrets: Api<Secret> = Api::namespaced(client.clone(), operator_ns);
+    let bundle = qdr_tests::eventually("the webhook's Secret", Duration::from_secs(60), || {
+        let secrets = secrets.clone();
+        async move {
+            let s = secrets.get_opt("qdr-webhook-tls").await.ok()??;
+            let b = s.data?.get("ca-bundle.crt")?.0.clone();
+            Some(String::from_utf8(b).unwrap())
+        }
+    })
+    .await;
+    for kind in ["validatingwebhookconfiguration", "mutatingwebhookconfiguration"] {
+        let configs: Value = serde_json::from_str(&ok(kubectl(
+            cp,
+            &["get", kind, "-l", "app.kubernetes.io/part-of=qdr-operator", "-o", "json"],
+        )))
+        .unwrap();
+        let items = configs["items"].as_array().unwrap();
+        assert_eq!(items.len(), 1, "{kind}: {configs}");
+        for w in items[0]["webhooks"].as_array().unwrap() {
+            // Through the Service, never a URL.
+            assert_eq!(w["clientConfig"]["service"]["name"], "qdr-webhook", "{w}");
+            assert_eq!(w["clientConfig"]["service"]["namespace"], operator_ns, "{w}");
+            assert!(w["clientConfig"].get("url").is_none());
+            qdr_tests::eventually("the caBundle injected", Duration::from_secs(60), || async {
+                let now: Value = serde_json::from_str(&ok(kubectl(
+                    cp,
+                    &["get", kind, items[0]["metadata"]["name"].as_str().unwrap(), "-o", "json"],
+                )))
+                .ok()?;
+                let b64 = now["webhooks"][0]["clientConfig"]["caBundle"].as_str()?.to_string();
+                use base64::Engine as _;
+                let pem = base64::engine::general_purpose::STANDARD.decode(b64).ok()?;
+                (String::from_utf8_lossy(&pem) == bundle).then_some(())
+            })
+            .await;
+        }
+    }
+
+    // The API server calls the webhook through its Service: an Interconnect that only the
+    // validating webhook can judge (a reference across fields, which the schema does not
+    // check) is refused with its field path; a valid one is stored with the defaults the
+    // mutating webhook adds.
+    let unresolved = r#"{"apiVersion": "interconnectedcloud.github.io/v1alpha1", "kind": "Interconnect",
+        "metadata": {"name": "unresolved"},
+        "spec": {"listeners": [{"port": 5671, "sslProfile": "missing"}]}}"#;
+    let refused = qdr_tests::eventually("admission through the Service", Duration::from_secs(60), || async {
+        let out = qdr_tests::components::kubectl_stdin(
+            cp,
+            &["create", "-n", app_ns, "--dry-run=server", "-f", "-"],
+            unresolved,
+        );
+        let err = String::from_utf8_lossy(&out.stderr).into_owned();
+        (!out.status.success() && err.contains(r#"no sslProfile named "missing""#)).then_some(err)
+    })
+    .await;
+    assert!(refused.contains("spec.listeners[0].sslProfile"), "{refused}");
+    // It was the webhook pods that refused it: their own request counters say so (read on
+    // the pods' addresses, which the host reaches on the bridge).
+    let webhook_pods =
+        pods.list(&ListParams::default().labels("app.kubernetes.io/name=qdr-webhook")).await.unwrap();
+    let denied: u64 = webhook_pods
+        .items
+        .iter()
+        .map(|p| denied_requests(p.status.as_ref().unwrap().pod_ip.as_deref().unwrap()))
+        .sum();
+    assert!(denied >= 1, "no webhook pod counted a denied request");
+    let example = root().join("deploy/examples/interior-mesh.yaml").display().to_string();
+    let stored = ok(kubectl(cp, &["apply", "-n", app_ns, "-f", &example]));
+    assert!(stored.contains("router-mesh created") || stored.contains("router-mesh configured"), "{stored}");
+    let users = ok(kubectl(
+        cp,
+        &["get", "interconnect", "router-mesh", "-n", app_ns, "-o", "jsonpath={.spec.users}"],
+    ));
+    assert_eq!(users, "router-mesh-users", "the mutating webhook's default");
+
+    // The controller pods elect one leader.
+    let controllers: Vec<String> = pods
+        .list(&ListParams::default().labels("app.kubernetes.io/name=qdr-controller"))
+        .await
+        .unwrap()
+        .items
+        .into_iter()
+        .map(|p| p.metadata.name.unwrap())
+        .collect();
+    let leases: Api<Lease> = Api::namespaced(client.clone(), operator_ns);
+    let holder = qdr_tests::eventually("a leader", Duration::from_secs(60), || async {
+        let l = leases.get_opt("qdr-operator-controller").await.ok()??;
+        l.spec?.holder_identity.filter(|h| !h.is_empty())
+    })
+    .await;
+    assert!(controllers.contains(&holder), "{holder} is not one of {controllers:?}");
+
+    // The Interconnect reaches Ready with its routers on the simulated nodes.
+    ok(kubectl(
+        cp,
+        &["wait", "--for=condition=Ready", "interconnect/router-mesh", "-n", app_ns, "--timeout=120s"],
+    ));
+    let routers: Api<Pod> = Api::namespaced(client.clone(), app_ns);
+    let routers = routers.list(&ListParams::default().labels("application=router-mesh")).await.unwrap().items;
+    assert!(!routers.is_empty());
+    for r in &routers {
+        let node = r.spec.as_ref().unwrap().node_name.clone().unwrap_or_default();
+        assert!(node.starts_with("node-"), "router {:?} on {node}", r.metadata.name);
+    }
+    eprintln!(
+        "{operator_ns}: install checked, Interconnect Ready {:.1?} after the apply returned",
+        t.elapsed()
+    );
+    controllers
+}
+
+/// `qdr_webhook_requests_total{result="denied"}` of the webhook pod at `ip` (its health and
+/// metrics port, 8081), summed over operations.
+fn denied_requests(ip: &str) -> u64 {
+    use std::io::{Read, Write};
+    let mut s = std::net::TcpStream::connect((ip, 8081)).expect("the webhook pod's metrics port");
+    s.set_read_timeout(Some(Duration::from_secs(5))).unwrap();
+    s.write_all(b"GET /metrics HTTP/1.0\r\n\r\n").unwrap();
+    let mut body = String::new();
+    s.read_to_string(&mut body).unwrap();
+    body.lines()
+        .filter(|l| l.starts_with("qdr_webhook_requests_total{") && l.contains(r#"result="denied""#))
+        .filter_map(|l| l.rsplit(' ').next()?.parse::<u64>().ok())
+        .sum()
+}
+
+/// Every namespaced object left in `ns` and every cluster-scoped object labelled ours, other
+/// than what Kubernetes itself keeps in a namespace (its root CA ConfigMap, the default
+/// ServiceAccount, Events).
+fn objects_of_ours(cp: &ControlPlane, ns: &str) -> Vec<String> {
+    let namespaced = ok(kubectl(cp, &["api-resources", "--verbs=list", "--namespaced", "-o", "name"]));
+    let kinds: Vec<&str> = namespaced.lines().filter(|k| !k.starts_with("events")).collect();
+    let mut left: Vec<String> = ok(kubectl(cp, &["get", &kinds.join(","), "-n", ns, "-o", "name"]))
+        .lines()
+        .filter(|o| !matches!(*o, "configmap/kube-root-ca.crt" | "serviceaccount/default"))
+        .map(String::from)
+        .collect();
+    let cluster =
+        "clusterroles,clusterrolebindings,validatingwebhookconfigurations,mutatingwebhookconfigurations";
+    left.extend(
+        ok(kubectl(cp, &["get", cluster, "-l", "app.kubernetes.io/part-of=qdr-operator", "-o", "name"]))
+            .lines()
+            .map(String::from),
+    );
+    left
+}
+
+fn wait_gone(cp: &ControlPlane, ns: &str) {
+    let deadline = Instant::now() + Duration::from_secs(90);
+    loop {
+        let left = objects_of_ours(cp, ns);
+        if left.is_empty() {
+            return;
+        }
+        assert!(Instant::now() < deadline, "left after uninstalling:\n{}", left.join("\n"));
+        std::thread::sleep(Duration::from_millis(500));
+    }
+}
+
+/// Runs its commands when dropped during a panic, so that a failed install does not stand
+/// in the way of the next one (the installs share cluster-scoped names).
+struct UninstallOnPanic<'a> {
+    cp: &'a ControlPlane,
+    kubectl: Vec<Vec<String>>,
+    helm: Vec<Vec<String>>,
+}
+
+impl Drop for UninstallOnPanic<'_> {
+    fn drop(&mut self) {
+        if !std::thread::panicking() {
+            return;
+        }
+        eprintln!("uninstalling after the failure ...");
+        for args in &self.helm {
+            let _ = self.cp.helm().args(args).output();
+        }
+        for args in &self.kubectl {
+            let _ = self.cp.kubectl().args(args).output();
+        }
+    }
+}
+
+fn strings(args: &[&str]) -> Vec<String> {
+    args.iter().map(|s| s.to_string()).collect()
+}
+
+fn crd_exists(cp: &ControlPlane) -> bool {
+    kubectl(cp, &["get", "crd", "interconnects.interconnectedcloud.github.io"]).status.success()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn deploy_installs_for_real_and_survives_losing_pods() {
+    let cp = cluster().await;
+    let _turn = TURN.lock().await;
+    let client = cp.client().await.unwrap();
+    let overlay =
+        qdr_tests::install::real_node_overlay(&root().join("deploy"), &cp.dir().join("overlay-deploy"))
+            .unwrap()
+            .display()
+            .to_string();
+    let t = Instant::now();
+    let _undo = UninstallOnPanic {
+        cp,
+        kubectl: vec![
+            strings(&[
+                "delete",
+                "namespace",
+                "install-apps",
+                "install-flood",
+                "--ignore-not-found",
+                "--wait=false",
+            ]),
+            strings(&["delete", "-k", &overlay, "--ignore-not-found", "--timeout=120s"]),
+            strings(&["uncordon", qdr_tests::real_node::NODE]),
+        ],
+        helm: vec![],
+    };
+    ok(kubectl(cp, &["apply", "-k", &overlay]));
+    let app_ns = "install-apps";
+    app_namespace(cp, app_ns);
+    let controllers = check_running_install(cp, "qdr-operator", app_ns).await;
+    eprintln!("deploy/: kubectl apply -k → Interconnect Ready in {:.1?}", t.elapsed());
+
+    // The leading controller pod is deleted: another takes over, and reconciles.
+    let leases: Api<Lease> = Api::namespaced(client.clone(), "qdr-operator");
+    let holder = |l: Lease| l.spec.and_then(|s| s.holder_identity).unwrap_or_default();
+    let leader = holder(leases.get("qdr-operator-controller").await.unwrap());
+    let pods: Api<Pod> = Api::namespaced(client.clone(), "qdr-operator");
+    let t = Instant::now();
+    pods.delete(&leader, &DeleteParams::default()).await.unwrap();
+    let next = qdr_tests::eventually("another controller leading", Duration::from_secs(60), || async {
+        let h = holder(leases.get("qdr-operator-controller").await.ok()?);
+        (!h.is_empty() && h != leader).then_some(h)
+    })
+    .await;
+    let takeover = t.elapsed();
+    eprintln!("leading controller pod deleted → {next} leads in {takeover:.1?}");
+    assert!(controllers.contains(&next) || next.starts_with("qdr-controller-"), "{next}");
+    // The controller's --lease-duration (15 s) bounds a takeover even without a release; the
+    // graceful release on SIGTERM makes it faster. Margin: one more duration.
+    assert!(takeover < Duration::from_secs(30), "takeover took {takeover:?}");
+    ok(kubectl(
+        cp,
+        &[
+            "patch",
+            "interconnect",
+            "router-mesh",
+            "-n",
+            app_ns,
+            "--type=merge",
+            "-p",
+            r#"{"spec":{"deploymentPlan":{"size":2}}}"#,
+        ],
+    ));
+    qdr_tests::eventually("the new leader reconciles a change", Duration::from_secs(60), || async {
+        let out =
+            kubectl(cp, &["get", "deploy", "router-mesh", "-n", app_ns, "-o", "jsonpath={.spec.replicas}"]);
+        (String::from_utf8_lossy(&out.stdout) == "2").then_some(())
+    })
+    .await;
+
+    // A webhook pod is deleted while 200 Interconnects are created: no admission fails.
+    let flood_ns = "install-flood";
+    app_namespace(cp, flood_ns);
+    let api = interconnects(&client, flood_ns);
+    let (created, failed) = (Arc::new(AtomicU64::new(0)), Arc::new(AtomicU64::new(0)));
+    let errors: Arc<std::sync::Mutex<Vec<String>>> = Arc::default();
+    let next_index = Arc::new(AtomicU64::new(0));
+    let t = Instant::now();
+    let workers: Vec<_> = (0..8)
+        .map(|_| {
+            let (api, created, failed, errors, next_index) =
+                (api.clone(), created.clone(), failed.clone(), errors.clone(), next_index.clone());
+            tokio::spawn(async move {
+                loop {
+                    let i = next_index.fetch_add(1, Ordering::SeqCst);
+                    if i >= 200 {
+                        break;
+                    }
+                    let obj: DynamicObject = serde_json::from_value(json!({
+                        "apiVersion": "interconnectedcloud.github.io/v1alpha1", "kind": "Interconnect",
+                        "metadata": {"name": format!("flood-{i}")}, "spec": {"deploymentPlan": {"size": 1}}
+                    }))
+                    .unwrap();
+                    match api.create(&PostParams::default(), &obj).await {
+                        Ok(o) if o.data["spec"]["users"].is_string() => {
+                            created.fetch_add(1, Ordering::SeqCst)
+                        }
+                        Ok(_) => {
+                            errors
+                                .lock()
+                                .unwrap()
+                                .push(format!("flood-{i}: stored without the webhook's defaults"));
+                            failed.fetch_add(1, Ordering::SeqCst)
+                        }
+                        Err(e) => {
+                            errors.lock().unwrap().push(format!("flood-{i}: {e}"));
+                            failed.fetch_add(1, Ordering::SeqCst)
+                        }
+                    };
+                }
+            })
+        })
+        .collect();
+    // Once the flood runs, one webhook pod goes (a normal, graceful delete).
+    while created.load(Ordering::SeqCst) + failed.load(Ordering::SeqCst) < 40 {
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    let webhooks =
+        pods.list(&ListParams::default().labels("app.kubernetes.io/name=qdr-webhook")).await.unwrap();
+    let victim = webhooks.items[0].metadata.name.clone().unwrap();
+    let deleted_at = Instant::now();
+    pods.delete(&victim, &DeleteParams::default()).await.unwrap();
+    for w in workers {
+        w.await.unwrap();
+    }
+    let flood = t.elapsed();
+    let (created, failed) = (created.load(Ordering::SeqCst), failed.load(Ordering::SeqCst));
+    eprintln!(
+        "200 creates with webhook pod {victim} deleted during them: {created} admitted, {failed} failed, in {flood:.1?}"
+    );
+    assert_eq!(failed, 0, "failed admissions:\n{}", errors.lock().unwrap().join("\n"));
+    assert_eq!(created, 200);
+    ok(kubectl(
+        cp,
+        &["wait", "--for=delete", &format!("pod/{victim}"), "-n", "qdr-operator", "--timeout=90s"],
+    ));
+    ok(kubectl(
+        cp,
+        &["wait", "--for=condition=Available", "deploy/qdr-webhook", "-n", "qdr-operator", "--timeout=90s"],
+    ));
+    qdr_tests::eventually("two webhook pods Ready again", Duration::from_secs(60), || async {
+        let out = kubectl(
+            cp,
+            &["get", "deploy", "qdr-webhook", "-n", "qdr-operator", "-o", "jsonpath={.status.readyReplicas}"],
+        );
+        (String::from_utf8_lossy(&out.stdout) == "2").then_some(())
+    })
+    .await;
+    eprintln!("webhook pod deleted → replaced and both Ready in {:.1?}", deleted_at.elapsed());
+
+    // Eviction (what kubectl drain does) respects the PodDisruptionBudget (minAvailable 1 of 2).
+    let webhooks =
+        pods.list(&ListParams::default().labels("app.kubernetes.io/name=qdr-webhook")).await.unwrap();
+    let names: Vec<String> = webhooks.items.iter().filter_map(|p| p.metadata.name.clone()).collect();
+    assert_eq!(names.len(), 2, "{names:?}");
+    qdr_tests::eventually("the PDB allowing one disruption", Duration::from_secs(60), || async {
+        let out = kubectl(
+            cp,
+            &[
+                "get",
+                "pdb",
+                "qdr-webhook",
+                "-n",
+                "qdr-operator",
+                "-o",
+                "jsonpath={.status.disruptionsAllowed}",
+            ],
+        );
+        (String::from_utf8_lossy(&out.stdout) == "1").then_some(())
+    })
+    .await;
+    // Drain-style: the node is cordoned first (so no replacement can start), then pods are
+    // evicted. The first eviction leaves one webhook pod; the PDB refuses the second.
+    ok(kubectl(cp, &["cordon", qdr_tests::real_node::NODE]));
+    pods.evict(&names[0], &EvictParams::default()).await.expect("the first eviction is allowed");
+
+    match pods.evict(&names[1], &EvictParams::default()).await {
+        Err(kube::Error::Api(e)) if e.code == 429 => {
+            assert!(e.message.contains("disruption budget"), "{}", e.message)
+        }
+        other => panic!(
+            "the second eviction must be refused by the PDB: {other:?}\n{}",
+            String::from_utf8_lossy(
+                &kubectl(cp, &["get", "pods", "-n", "qdr-operator", "-o", "wide"]).stdout
+            )
+        ),
+    }
+    // Uncordoned, the replacement starts and the webhook is whole again.
+    ok(kubectl(cp, &["uncordon", qdr_tests::real_node::NODE]));
+    qdr_tests::eventually("two webhook pods Ready after the drain", Duration::from_secs(60), || async {
+        let out = kubectl(
+            cp,
+            &["get", "deploy", "qdr-webhook", "-n", "qdr-operator", "-o", "jsonpath={.status.readyReplicas}"],
+        );
+        (String::from_utf8_lossy(&out.stdout) == "2").then_some(())
+    })
+    .await;
+
+    // Uninstall: nothing of ours is left (kubectl delete -k removes the CRD too).
+    let _ = kubectl(cp, &["delete", "namespace", flood_ns, app_ns, "--wait=false"]);
+    ok(kubectl(cp, &["delete", "-k", &overlay, "--wait=true", "--timeout=180s"]));
+    wait_gone(cp, "qdr-operator");
+    let _ = kubectl(cp, &["wait", "--for=delete", "namespace/qdr-operator", "--timeout=120s"]);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn the_helm_chart_installs_for_real_and_uninstalls_to_the_crd() {
+    let cp = cluster().await;
+    let _turn = TURN.lock().await;
+    let ns = "qdr-helm";
+    ok(kubectl(cp, &["create", "namespace", ns]));
+    ok(kubectl(cp, &["label", "namespace", ns, "pod-security.kubernetes.io/enforce=restricted"]));
+    let app_ns = "install-helm-apps";
+    app_namespace(cp, app_ns);
+    let t = Instant::now();
+    let _undo = UninstallOnPanic {
+        cp,
+        kubectl: vec![strings(&["delete", "namespace", ns, app_ns, "--ignore-not-found", "--wait=false"])],
+        helm: vec![strings(&["uninstall", "qdr-operator", "-n", ns, "--wait", "--timeout=2m"])],
+    };
+    let chart = root().join("deploy/helm/qdr-operator");
+    let installed = cp
+        .helm()
+        .args(["install", "qdr-operator"])
+        .arg(&chart)
+        .args(["-n", ns])
+        .args(qdr_tests::install::real_node_helm_values())
+        .output()
+        .unwrap();
+    ok(installed);
+    check_running_install(cp, ns, app_ns).await;
+    eprintln!("helm install → Interconnect Ready in {:.1?}", t.elapsed());
+    // The controller's hash key and the webhook's Secret are made at run time.
+    let secrets: Api<Secret> = Api::namespaced(cp.client().await.unwrap(), ns);
+    assert!(secrets.get_opt("qdr-webhook-tls").await.unwrap().is_some());
+
+    let _ = kubectl(cp, &["delete", "namespace", app_ns, "--wait=false"]);
+    ok(cp.helm().args(["uninstall", "qdr-operator", "-n", ns, "--wait", "--timeout=3m"]).output().unwrap());
+    // Helm keeps CRDs; everything else of ours goes, including what the pods made (the
+    // webhook's Secret, owned by its configuration; the hash key, owned by the Lease).
+    wait_gone(cp, ns);
+    assert!(crd_exists(cp), "Helm keeps the CRD");
+    let _ = kubectl(cp, &["delete", "namespace", ns, "--wait=false"]);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn the_namespaced_overlay_installs_for_real() {
+    let cp = cluster().await;
+    let _turn = TURN.lock().await;
+    for ns in ["qdr-apps-a", "qdr-apps-b", "install-unwatched"] {
+        app_namespace(cp, ns);
+    }
+    let overlay = qdr_tests::install::real_node_overlay(
+        &root().join("deploy/overlays/namespaced"),
+        &cp.dir().join("overlay-namespaced"),
+    )
+    .unwrap()
+    .display()
+    .to_string();
+    let _undo = UninstallOnPanic {
+        cp,
+        kubectl: vec![
+            strings(&["delete", "namespace", "install-unwatched", "--ignore-not-found", "--wait=false"]),
+            strings(&["delete", "-k", &overlay, "--ignore-not-found", "--timeout=120s"]),
+        ],
+        helm: vec![],
+    };
+    ok(kubectl(cp, &["apply", "-k", &overlay]));
+    check_running_install(cp, "qdr-operator", "qdr-apps-a").await;
+    // Outside the watched namespaces: not admitted by the webhook (no defaults), not reconciled.
+    let example = root().join("deploy/examples/interior-mesh.yaml").display().to_string();
+    ok(kubectl(cp, &["apply", "-n", "install-unwatched", "-f", &example]));
+    let users = ok(kubectl(
+        cp,
+        &["get", "interconnect", "router-mesh", "-n", "install-unwatched", "-o", "jsonpath={.spec.users}"],
+    ));
+    assert_eq!(users, "", "the webhooks do not select this namespace");
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    let deploys = ok(kubectl(cp, &["get", "deploy", "-n", "install-unwatched", "-o", "name"]));
+    assert_eq!(deploys, "", "not reconciled outside the watched namespaces");
+
+    let _ = kubectl(cp, &["delete", "namespace", "install-unwatched", "--wait=false"]);
+    ok(kubectl(cp, &["delete", "-k", &overlay, "--wait=true", "--timeout=180s"]));
+    wait_gone(cp, "qdr-operator");
+    let _ = kubectl(cp, &["wait", "--for=delete", "namespace/qdr-operator", "--timeout=120s"]);
+}
+
+/// The images built here and the published Dockerfiles describe the same image: entrypoint,
+/// user and binary path (the Dockerfiles build static musl binaries, which cannot be built
+/// here; the images here add exactly the libraries the glibc binaries load). `deploy/`'s pods
+/// run as that user.
+#[test]
+fn the_images_agree_with_the_dockerfiles() {
+    let dir = tempfile::tempdir().unwrap();
+    let deploy = std::fs::read_to_string(root().join("deploy/base/webhook.yaml")).unwrap()
+        + &std::fs::read_to_string(root().join("deploy/base/controller.yaml")).unwrap();
+    for image in [qdr_tests::images::CONTROLLER, qdr_tests::images::WEBHOOK] {
+        let dockerfile =
+            std::fs::read_to_string(root().join(format!("deploy/docker/{}.Dockerfile", image.name))).unwrap();
+        let last_stage = dockerfile.rsplit("\nFROM ").next().unwrap();
+        assert!(last_stage.starts_with("scratch"), "{}: the final stage is FROM scratch", image.name);
+        let line = |cmd: &str| -> String {
+            last_stage
+                .lines()
+                .find_map(|l| l.strip_prefix(cmd))
+                .unwrap_or_else(|| panic!("{cmd} in {}", image.name))
+                .trim()
+                .to_string()
+        };
+        let copy: Vec<String> = line("COPY ").split_whitespace().map(String::from).collect();
+        let entrypoint: Vec<String> = serde_json::from_str(&line("ENTRYPOINT ")).unwrap();
+        assert_eq!(copy.last().unwrap(), image.path, "{}", image.name);
+        assert_eq!(line("USER "), image.user, "{}", image.name);
+        assert_eq!(entrypoint, [image.path], "{}", image.name);
+
+        let archive = dir.path().join(format!("{}.tar", image.name));
+        qdr_tests::images::write_archive(&qdr_tests::images::operator_image(&image).unwrap(), &archive)
+            .unwrap();
+        let built = qdr_tests::images::read_config(&archive).unwrap();
+        assert_eq!(built.entrypoint, entrypoint, "{}", image.name);
+        assert_eq!(built.user, image.user, "{}", image.name);
+        let libs: Vec<String> =
+            qdr_tests::images::shared_libraries(&qdr_tests::images::release_binary(&image).unwrap())
+                .unwrap()
+                .into_iter()
+                .map(|(_, p)| p)
+                .collect();
+        let mut want: Vec<String> = libs.clone();
+        want.push(image.path.to_string());
+        want.sort();
+        assert_eq!(built.files, want, "{}: the binary and exactly its libraries", image.name);
+        let (uid, gid) = image.user.split_once(':').unwrap();
+        assert!(
+            deploy.contains(&format!("runAsUser: {uid}")) && deploy.contains(&format!("runAsGroup: {gid}"))
+        );
+    }
+}
