@@ -197,7 +197,14 @@ impl Host {
             .open(LOCK)
             .map_err(|e| Error::io(format!("opening {LOCK}"), e))?;
         let deadline = Instant::now() + wait;
+        let mut told = false;
         while lock.try_lock().is_err() {
+            if !told {
+                let holder =
+                    current().map(|r| format!("pid {} ({})", r.owner, r.dir.display())).unwrap_or_default();
+                eprintln!("qdr-tests: waiting up to {wait:?} for the real node of {holder} to stop ({LOCK})");
+                told = true;
+            }
             if Instant::now() > deadline {
                 let holder = std::fs::read_to_string(RECORD).unwrap_or_default();
                 return Err(Error::Startup {
@@ -841,31 +848,58 @@ fn container_ids(record: &Record) -> Vec<String> {
 }
 
 /// Deletes, in `bin`'s tables, every rule that jumps to a `KUBE-*` or `CNI-*` chain and then
-/// those chains.
+/// those chains: one `<bin>-restore --noflush` per table (kube-proxy leaves thousands of rules
+/// for a few hundred Services; one command per rule would take minutes).
 fn iptables_cleanup(bin: &str) {
     for table in ["filter", "nat", "mangle", "raw"] {
         let Ok(out) = Command::new(bin).args(["-t", table, "-S"]).output() else { continue };
         let text = String::from_utf8_lossy(&out.stdout).into_owned();
         let ours = |chain: &str| chain.starts_with("KUBE-") || chain.starts_with("CNI-");
-        let mut chains = Vec::new();
+        let (mut deletes, mut chains) = (Vec::new(), Vec::new());
         for line in text.lines() {
             let words = split_args(line);
             match words.first().map(String::as_str) {
                 Some("-N") if words.get(1).is_some_and(|c| ours(c)) => chains.push(words[1].clone()),
                 Some("-A") if !words.get(1).is_some_and(|c| ours(c)) => {
-                    let jumps = words.windows(2).any(|w| (w[0] == "-j" || w[0] == "-g") && ours(&w[1]));
-                    if jumps {
-                        let _ = Command::new(bin).args(["-t", table, "-D"]).args(&words[1..]).output();
+                    if words.windows(2).any(|w| (w[0] == "-j" || w[0] == "-g") && ours(&w[1])) {
+                        deletes.push(format!("-D{}", &line[2..]));
                     }
                 }
                 _ => {}
             }
         }
-        for c in &chains {
-            let _ = Command::new(bin).args(["-t", table, "-F", c]).output();
+        if deletes.is_empty() && chains.is_empty() {
+            continue;
+        }
+        let mut input = format!("*{table}\n");
+        for d in &deletes {
+            input.push_str(d);
+            input.push('\n');
         }
         for c in &chains {
-            let _ = Command::new(bin).args(["-t", table, "-X", c]).output();
+            input.push_str(&format!("-F {c}\n"));
+        }
+        for c in &chains {
+            input.push_str(&format!("-X {c}\n"));
+        }
+        input.push_str("COMMIT\n");
+        let restore = format!("{bin}-restore");
+        let Ok(mut child) = Command::new(&restore)
+            .arg("--noflush")
+            .stdin(std::process::Stdio::piped())
+            .stdout(std::process::Stdio::null())
+            .stderr(std::process::Stdio::piped())
+            .spawn()
+        else {
+            continue;
+        };
+        if let Some(mut stdin) = child.stdin.take() {
+            let _ = stdin.write_all(input.as_bytes());
+        }
+        if let Ok(out) = child.wait_with_output() {
+            if !out.status.success() {
+                eprintln!("qdr-tests: {restore} -t {table}: {}", String::from_utf8_lossy(&out.stderr).trim());
+            }
         }
     }
 }

@@ -22,10 +22,19 @@ use std::time::{Duration, Instant};
 
 use k8s_openapi::api::coordination::v1::Lease;
 use k8s_openapi::api::core::v1::{Pod, Secret};
-use kube::api::{Api, DeleteParams, DynamicObject, EvictParams, ListParams, PostParams};
+use kube::api::{Api, DeleteParams, DynamicObject, ListParams, PostParams};
 use kube::core::{ApiResource, GroupVersionKind};
 use qdr_tests::ControlPlane;
 use serde_json::{Value, json};
+
+static START: std::sync::OnceLock<Instant> = std::sync::OnceLock::new();
+
+/// `eprintln!` with the seconds since the first message of this binary, for the timings.
+macro_rules! say {
+    ($($arg:tt)*) => {
+        eprintln!("[{:6.1}s] {}", START.get_or_init(Instant::now).elapsed().as_secs_f64(), format!($($arg)*))
+    };
+}
 
 static TURN: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
 static READY: tokio::sync::OnceCell<()> = tokio::sync::OnceCell::const_new();
@@ -35,6 +44,7 @@ const NODES: usize = 3;
 
 /// The control plane with the real node, simulated nodes and the operator's images imported.
 async fn cluster() -> &'static ControlPlane {
+    say!("starting the control plane");
     let cp = qdr_tests::shared_with_real_node().await;
     READY
         .get_or_init(|| async {
@@ -43,7 +53,7 @@ async fn cluster() -> &'static ControlPlane {
             }
             let t = Instant::now();
             qdr_tests::install::import_operator_images(cp).expect("operator images");
-            eprintln!(
+            say!(
                 "control plane with the real node: {:.1?} (node Ready {:.1?} after containerd); images: {:.1?}",
                 cp.startup,
                 cp.real_node().unwrap().startup,
@@ -109,7 +119,7 @@ async fn check_running_install(cp: &ControlPlane, operator_ns: &str, app_ns: &st
             cp.real_node().unwrap().logs_tail(30)
         );
     }
-    eprintln!("{operator_ns}: Deployments Available {:.1?} after the apply returned", t.elapsed());
+    say!("{operator_ns}: Deployments Available {:.1?} after the apply returned", t.elapsed());
     let pods: Api<Pod> = Api::namespaced(client.clone(), operator_ns);
     let all = pods.list(&ListParams::default()).await.unwrap().items;
     assert_eq!(all.len(), 4, "two webhook and two controller pods");
@@ -226,11 +236,19 @@ async fn check_running_install(cp: &ControlPlane, operator_ns: &str, app_ns: &st
         let node = r.spec.as_ref().unwrap().node_name.clone().unwrap_or_default();
         assert!(node.starts_with("node-"), "router {:?} on {node}", r.metadata.name);
     }
-    eprintln!(
-        "{operator_ns}: install checked, Interconnect Ready {:.1?} after the apply returned",
-        t.elapsed()
-    );
+    say!("{operator_ns}: install checked, Interconnect Ready {:.1?} after the apply returned", t.elapsed());
     controllers
+}
+
+/// Posts an Eviction for pod `ns/name` (`kubectl create --raw`, no retries).
+fn evict(cp: &ControlPlane, ns: &str, name: &str) -> Output {
+    let body =
+        json!({"apiVersion": "policy/v1", "kind": "Eviction", "metadata": {"name": name, "namespace": ns}});
+    qdr_tests::components::kubectl_stdin(
+        cp,
+        &["create", "--raw", &format!("/api/v1/namespaces/{ns}/pods/{name}/eviction"), "-f", "-"],
+        &body.to_string(),
+    )
 }
 
 /// `qdr_webhook_requests_total{result="denied"}` of the webhook pod at `ip` (its health and
@@ -294,7 +312,7 @@ impl Drop for UninstallOnPanic<'_> {
         if !std::thread::panicking() {
             return;
         }
-        eprintln!("uninstalling after the failure ...");
+        say!("uninstalling after the failure ...");
         for args in &self.helm {
             let _ = self.cp.helm().args(args).output();
         }
@@ -316,6 +334,7 @@ fn crd_exists(cp: &ControlPlane) -> bool {
 async fn deploy_installs_for_real_and_survives_losing_pods() {
     let cp = cluster().await;
     let _turn = TURN.lock().await;
+    say!("start");
     let client = cp.client().await.unwrap();
     let overlay =
         qdr_tests::install::real_node_overlay(&root().join("deploy"), &cp.dir().join("overlay-deploy"))
@@ -343,7 +362,7 @@ async fn deploy_installs_for_real_and_survives_losing_pods() {
     let app_ns = "install-apps";
     app_namespace(cp, app_ns);
     let controllers = check_running_install(cp, "qdr-operator", app_ns).await;
-    eprintln!("deploy/: kubectl apply -k → Interconnect Ready in {:.1?}", t.elapsed());
+    say!("deploy/: kubectl apply -k → Interconnect Ready in {:.1?}", t.elapsed());
 
     // The leading controller pod is deleted: another takes over, and reconciles.
     let leases: Api<Lease> = Api::namespaced(client.clone(), "qdr-operator");
@@ -358,7 +377,7 @@ async fn deploy_installs_for_real_and_survives_losing_pods() {
     })
     .await;
     let takeover = t.elapsed();
-    eprintln!("leading controller pod deleted → {next} leads in {takeover:.1?}");
+    say!("leading controller pod deleted → {next} leads in {takeover:.1?}");
     assert!(controllers.contains(&next) || next.starts_with("qdr-controller-"), "{next}");
     // The controller's --lease-duration (15 s) bounds a takeover even without a release; the
     // graceful release on SIGTERM makes it faster. Margin: one more duration.
@@ -440,7 +459,7 @@ async fn deploy_installs_for_real_and_survives_losing_pods() {
     }
     let flood = t.elapsed();
     let (created, failed) = (created.load(Ordering::SeqCst), failed.load(Ordering::SeqCst));
-    eprintln!(
+    say!(
         "200 creates with webhook pod {victim} deleted during them: {created} admitted, {failed} failed, in {flood:.1?}"
     );
     assert_eq!(failed, 0, "failed admissions:\n{}", errors.lock().unwrap().join("\n"));
@@ -461,7 +480,7 @@ async fn deploy_installs_for_real_and_survives_losing_pods() {
         (String::from_utf8_lossy(&out.stdout) == "2").then_some(())
     })
     .await;
-    eprintln!("webhook pod deleted → replaced and both Ready in {:.1?}", deleted_at.elapsed());
+    say!("webhook pod deleted → replaced and both Ready in {:.1?}", deleted_at.elapsed());
 
     // Eviction (what kubectl drain does) respects the PodDisruptionBudget (minAvailable 1 of 2).
     let webhooks =
@@ -486,20 +505,25 @@ async fn deploy_installs_for_real_and_survives_losing_pods() {
     .await;
     // Drain-style: the node is cordoned first (so no replacement can start), then pods are
     // evicted. The first eviction leaves one webhook pod; the PDB refuses the second.
+    say!("draining");
     ok(kubectl(cp, &["cordon", qdr_tests::real_node::NODE]));
-    pods.evict(&names[0], &EvictParams::default()).await.expect("the first eviction is allowed");
-
-    match pods.evict(&names[1], &EvictParams::default()).await {
-        Err(kube::Error::Api(e)) if e.code == 429 => {
-            assert!(e.message.contains("disruption budget"), "{}", e.message)
-        }
-        other => panic!(
-            "the second eviction must be refused by the PDB: {other:?}\n{}",
-            String::from_utf8_lossy(
-                &kubectl(cp, &["get", "pods", "-n", "qdr-operator", "-o", "wide"]).stdout
-            )
-        ),
-    }
+    say!("cordoned");
+    // Through kubectl, as drain does: kube's client would retry the 429 until it passes.
+    let first = evict(cp, "qdr-operator", &names[0]);
+    assert!(
+        first.status.success(),
+        "the first eviction is allowed: {}",
+        String::from_utf8_lossy(&first.stderr)
+    );
+    say!("evicted {}", names[0]);
+    let second = evict(cp, "qdr-operator", &names[1]);
+    let err = String::from_utf8_lossy(&second.stderr);
+    assert!(
+        !second.status.success() && err.contains("TooManyRequests") && err.contains("disruption budget"),
+        "the second eviction must be refused by the PDB: {err}\n{}",
+        String::from_utf8_lossy(&kubectl(cp, &["get", "pods", "-n", "qdr-operator", "-o", "wide"]).stdout)
+    );
+    say!("second eviction refused");
     // Uncordoned, the replacement starts and the webhook is whole again.
     ok(kubectl(cp, &["uncordon", qdr_tests::real_node::NODE]));
     qdr_tests::eventually("two webhook pods Ready after the drain", Duration::from_secs(60), || async {
@@ -512,16 +536,20 @@ async fn deploy_installs_for_real_and_survives_losing_pods() {
     .await;
 
     // Uninstall: nothing of ours is left (kubectl delete -k removes the CRD too).
+    let t = Instant::now();
     let _ = kubectl(cp, &["delete", "namespace", flood_ns, app_ns, "--wait=false"]);
     ok(kubectl(cp, &["delete", "-k", &overlay, "--wait=true", "--timeout=180s"]));
+    say!("deploy/: kubectl delete -k returned in {:.1?}", t.elapsed());
     wait_gone(cp, "qdr-operator");
     let _ = kubectl(cp, &["wait", "--for=delete", "namespace/qdr-operator", "--timeout=120s"]);
+    say!("deploy/: uninstalled in {:.1?}", t.elapsed());
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn the_helm_chart_installs_for_real_and_uninstalls_to_the_crd() {
     let cp = cluster().await;
     let _turn = TURN.lock().await;
+    say!("start");
     let ns = "qdr-helm";
     ok(kubectl(cp, &["create", "namespace", ns]));
     ok(kubectl(cp, &["label", "namespace", ns, "pod-security.kubernetes.io/enforce=restricted"]));
@@ -544,7 +572,7 @@ async fn the_helm_chart_installs_for_real_and_uninstalls_to_the_crd() {
         .unwrap();
     ok(installed);
     check_running_install(cp, ns, app_ns).await;
-    eprintln!("helm install → Interconnect Ready in {:.1?}", t.elapsed());
+    say!("helm install → Interconnect Ready in {:.1?}", t.elapsed());
     // The controller's hash key and the webhook's Secret are made at run time.
     let secrets: Api<Secret> = Api::namespaced(cp.client().await.unwrap(), ns);
     assert!(secrets.get_opt("qdr-webhook-tls").await.unwrap().is_some());
@@ -562,6 +590,7 @@ async fn the_helm_chart_installs_for_real_and_uninstalls_to_the_crd() {
 async fn the_namespaced_overlay_installs_for_real() {
     let cp = cluster().await;
     let _turn = TURN.lock().await;
+    say!("start");
     for ns in ["qdr-apps-a", "qdr-apps-b", "install-unwatched"] {
         app_namespace(cp, ns);
     }
