@@ -860,10 +860,11 @@ fn iptables_cleanup(bin: &str) {
             let words = split_args(line);
             match words.first().map(String::as_str) {
                 Some("-N") if words.get(1).is_some_and(|c| ours(c)) => chains.push(words[1].clone()),
-                Some("-A") if !words.get(1).is_some_and(|c| ours(c)) => {
-                    if words.windows(2).any(|w| (w[0] == "-j" || w[0] == "-g") && ours(&w[1])) {
-                        deletes.push(format!("-D{}", &line[2..]));
-                    }
+                Some("-A")
+                    if !words.get(1).is_some_and(|c| ours(c))
+                        && words.windows(2).any(|w| (w[0] == "-j" || w[0] == "-g") && ours(&w[1])) =>
+                {
+                    deletes.push(format!("-D{}", &line[2..]));
                 }
                 _ => {}
             }
@@ -896,10 +897,10 @@ fn iptables_cleanup(bin: &str) {
         if let Some(mut stdin) = child.stdin.take() {
             let _ = stdin.write_all(input.as_bytes());
         }
-        if let Ok(out) = child.wait_with_output() {
-            if !out.status.success() {
-                eprintln!("qdr-tests: {restore} -t {table}: {}", String::from_utf8_lossy(&out.stderr).trim());
-            }
+        if let Ok(out) = child.wait_with_output()
+            && !out.status.success()
+        {
+            eprintln!("qdr-tests: {restore} -t {table}: {}", String::from_utf8_lossy(&out.stderr).trim());
         }
     }
 }
