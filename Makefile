@@ -4,12 +4,12 @@ SHELL := bash
 CARGO ?= cargo
 CARGO_TARGET_DIR_OR_DEFAULT := $(or $(CARGO_TARGET_DIR),target)
 
-.PHONY: help testbin test fmt lint crd docs bench run deploy dev-cluster clean-testbin validate-command
+.PHONY: help testbin test fmt lint crd docs bench run run-real images deploy dev-cluster clean-testbin validate-command
 
 help: ## List the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  %-16s %s\n", $$1, $$2}'
 
-testbin: ## Build (once, cached) etcd, kube-apiserver, kube-controller-manager, kube-scheduler, kubectl and kwok; print where
+testbin: ## Build (once, cached) etcd, kube-apiserver, kube-controller-manager, kube-scheduler, kubectl, kwok, kubelet, kube-proxy, pause and helm; print where
 	@tools/testbin/build.sh
 
 fmt: ## Format the code
@@ -26,8 +26,13 @@ crd: ## Regenerate the committed CRD (deploy/ and the Helm chart's copy) from th
 	$(CARGO) run --locked -q -p qdr-api --bin crdgen > deploy/crds/interconnects.interconnectedcloud.github.io.yaml
 	cp deploy/crds/interconnects.interconnectedcloud.github.io.yaml deploy/helm/qdr-operator/crds/
 
-test: lint ## Everything CI runs: lint, unit tests and integration tests on a real control plane
+# The install tests run the operator's images on the real node: they are built from the
+# release binaries, so those are built first.
+test: lint images ## Everything CI runs: lint, unit tests and integration tests on a real control plane (and a real node)
 	testbin="$$(tools/testbin/build.sh)"; QDR_TESTBIN="$$testbin" $(CARGO) test --workspace --locked
+
+images: ## Build the release binaries the real node's operator images are made of (qdr-controller, qdr-webhook)
+	$(CARGO) build --locked --release -p qdr-controller -p qdr-webhook --bin qdr-controller --bin qdr-webhook
 
 bench: ## Benchmarks: per-object cost, webhook over HTTPS, API server, controller convergence (one table)
 	$(CARGO) bench --locked -p qdr-controller --bench per_object
@@ -41,6 +46,10 @@ validate-command: ## Build qdr-validate (offline manifest checks) into the relea
 run: ## Run the whole system on a local control plane with the examples, until Ctrl-C
 	$(CARGO) build --locked --bins
 	testbin="$$(tools/testbin/build.sh)"; QDR_TESTBIN="$$testbin" $(CARGO_TARGET_DIR_OR_DEFAULT)/debug/local-run
+
+run-real: images ## Like `run`, with the webhook and controllers as pods on a real node (kubelet, containerd; as root), installed from deploy/
+	$(CARGO) build --locked -p qdr-tests --bin local-run
+	testbin="$$(tools/testbin/build.sh)"; QDR_TESTBIN="$$testbin" $(CARGO_TARGET_DIR_OR_DEFAULT)/debug/local-run --real
 
 deploy: ## Install deploy/ into the cluster of the current kubeconfig (kubectl apply -k)
 	kubectl apply -k deploy/

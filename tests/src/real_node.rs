@@ -441,12 +441,12 @@ fn create_cgroup_root() -> Result<(), Error> {
     Ok(())
 }
 
-/// A pod that runs [`crate::images::PAUSE_IMAGE`] on [`NODE`] (toleration and node
+/// A pod (label `app: <name>`) that runs [`crate::images::PAUSE_IMAGE`] on [`NODE`] (toleration and node
 /// selector) under Pod Security "restricted": non-root user 65535, no capabilities, no
 /// privilege escalation, RuntimeDefault seccomp, read-only root filesystem.
 pub fn pause_pod(name: &str) -> k8s_openapi::api::core::v1::Pod {
     serde_json::from_value(serde_json::json!({
-        "metadata": {"name": name},
+        "metadata": {"name": name, "labels": {"app": name}},
         "spec": {
             "nodeSelector": {"kubernetes.io/hostname": NODE},
             "tolerations": [{"key": TAINT.0, "operator": "Exists", "effect": TAINT.2}],

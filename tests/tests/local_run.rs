@@ -49,3 +49,45 @@ fn local_run_brings_up_the_whole_system_on_the_examples() {
         assert!(stderr.contains(cause), "rejection lacks {cause}:\n{stderr}");
     }
 }
+
+/// `make run-real` end to end (`local-run --real --once`): the operator installed from
+/// `deploy/` runs as pods on the real node, admits (through its Service) and reconciles the
+/// examples until each is Ready with its routers on the simulated nodes.
+#[test]
+fn local_run_real_runs_the_operator_as_pods_on_the_real_node() {
+    let exe = std::path::PathBuf::from(env!("CARGO_BIN_EXE_local-run"));
+    let state = tempfile::tempdir().unwrap();
+    let out = std::process::Command::new(&exe)
+        .args(["--once", "--real", "--state-dir"])
+        .arg(state.path())
+        .output()
+        .unwrap();
+    let (stdout, stderr) = (String::from_utf8_lossy(&out.stdout), String::from_utf8_lossy(&out.stderr));
+    assert!(out.status.success(), "{stdout}\n{stderr}");
+    for want in [
+        "deployment.apps/qdr-webhook condition met",
+        "deployment.apps/qdr-controller condition met",
+        "the API server calls the webhook through Service qdr-operator/qdr-webhook",
+        "interconnect.interconnectedcloud.github.io/router-mesh condition met",
+        "interconnect.interconnectedcloud.github.io/edge-routers condition met",
+        "interconnect.interconnectedcloud.github.io/secure-router condition met",
+    ] {
+        assert!(stdout.contains(want), "{want} missing:\n{stdout}\n{stderr}");
+    }
+    // The operator's four pods Running on the real node, every router on a simulated node.
+    let operator: Vec<&str> = stdout
+        .lines()
+        .filter(|l| l.starts_with("qdr-webhook-") || l.starts_with("qdr-controller-"))
+        .collect();
+    assert_eq!(operator.len(), 4, "{stdout}");
+    assert!(operator.iter().all(|l| l.contains(" Running ") && l.contains(" real-0 ")), "{operator:?}");
+    let routers: Vec<&str> = stdout
+        .lines()
+        .filter(|l| {
+            ["edge-routers-", "router-mesh-", "secure-router-"].iter().any(|p| l.starts_with(p))
+                && l.contains(" Running ")
+        })
+        .collect();
+    assert_eq!(routers.len(), 3 + 3 + 2, "{stdout}");
+    assert!(routers.iter().all(|l| l.contains(" node-")), "{routers:?}");
+}

@@ -60,6 +60,20 @@ async fn a_real_node_runs_restricted_pods_and_leaves_nothing_when_stopped() {
     assert!(volumes.iter().any(|v| v.name.starts_with("kube-api-access-")), "{volumes:?}");
     // The API server reaches the kubelet (logs go API server → kubelet on the bridge address).
     pods.logs("restricted", &LogParams::default()).await.expect("kubectl logs through the kubelet");
+    // kube-proxy programs a Service for it (its chains must go at stop too).
+    let services: Api<k8s_openapi::api::core::v1::Service> =
+        Api::namespaced(cp.client().await.unwrap(), "default");
+    let svc = serde_json::from_value(serde_json::json!({
+        "metadata": {"name": "restricted"},
+        "spec": {"selector": {"app": "restricted"}, "ports": [{"port": 80}]},
+    }))
+    .unwrap();
+    services.create(&PostParams::default(), &svc).await.unwrap();
+    qdr_tests::eventually("kube-proxy's chain for the Service", Duration::from_secs(30), || async {
+        let out = Command::new("iptables").args(["-t", "nat", "-S"]).output().ok()?;
+        String::from_utf8_lossy(&out.stdout).contains("default/restricted").then_some(())
+    })
+    .await;
     // While it runs, the host holds the node's parts.
     assert!(!real_node::leftovers(&record).is_empty());
 
