@@ -363,7 +363,8 @@ async fn the_helm_chart_renders_the_kustomize_installs() {
     assert!(String::from_utf8_lossy(&out.stderr).contains("webhook.tls.mode must be"));
 }
 
-/// Every value lands where it should: images, replicas, resources, log format, the router
+/// Every value lands where it should: images, replicas, resources, placement (node selector,
+/// tolerations), log format, the router
 /// image; cert-manager mode swaps the webhook's own certificate management for a
 /// Certificate, a mounted Secret and the CA injector, and drops the webhook's API access.
 #[tokio::test]
@@ -381,6 +382,9 @@ async fn helm_values_reach_the_objects() {
             "resources.controller.limits.memory=512Mi",
             "logFormat=text",
             "routerRunAsUser=platform",
+            "nodeSelector.disktype=ssd",
+            "tolerations[0].key=dedicated",
+            "tolerations[0].operator=Exists",
         ],
     ));
     let webhook = &objs["Deployment qdr-operator/qdr-webhook"];
@@ -396,6 +400,11 @@ async fn helm_values_reach_the_objects() {
         (Some(3), Some(1))
     );
     assert_eq!(cc["resources"]["limits"]["memory"], "512Mi");
+    for d in [webhook, controller] {
+        let pod = &d["spec"]["template"]["spec"];
+        assert_eq!(pod["nodeSelector"], serde_json::json!({"disktype": "ssd"}));
+        assert_eq!(pod["tolerations"], serde_json::json!([{"key": "dedicated", "operator": "Exists"}]));
+    }
     assert_eq!(wc["args"], serde_json::json!(["--tls-mode=secret", "--log-format=text"]));
     assert_eq!(
         cc["args"],
