@@ -240,6 +240,21 @@ async fn check_running_install(cp: &ControlPlane, operator_ns: &str, app_ns: &st
     controllers
 }
 
+/// Waits up to 60 s until `kubectl <args>` prints exactly `want`.
+#[track_caller]
+fn wait_output(cp: &ControlPlane, args: &[&str], want: &str) {
+    let deadline = Instant::now() + Duration::from_secs(60);
+    loop {
+        let out = kubectl(cp, args);
+        let got = String::from_utf8_lossy(&out.stdout);
+        if got == want {
+            return;
+        }
+        assert!(Instant::now() < deadline, "kubectl {args:?} printed {got:?}, not {want:?}, for 60 s");
+        std::thread::sleep(Duration::from_millis(200));
+    }
+}
+
 /// Posts an Eviction for pod `ns/name` (`kubectl create --raw`, no retries).
 fn evict(cp: &ControlPlane, ns: &str, name: &str) -> Output {
     let body =
@@ -472,14 +487,11 @@ async fn deploy_installs_for_real_and_survives_losing_pods() {
         cp,
         &["wait", "--for=condition=Available", "deploy/qdr-webhook", "-n", "qdr-operator", "--timeout=90s"],
     ));
-    qdr_tests::eventually("two webhook pods Ready again", Duration::from_secs(60), || async {
-        let out = kubectl(
-            cp,
-            &["get", "deploy", "qdr-webhook", "-n", "qdr-operator", "-o", "jsonpath={.status.readyReplicas}"],
-        );
-        (String::from_utf8_lossy(&out.stdout) == "2").then_some(())
-    })
-    .await;
+    wait_output(
+        cp,
+        &["get", "deploy", "qdr-webhook", "-n", "qdr-operator", "-o", "jsonpath={.status.readyReplicas}"],
+        "2",
+    );
     say!("webhook pod deleted → replaced and both Ready in {:.1?}", deleted_at.elapsed());
 
     // Eviction (what kubectl drain does) respects the PodDisruptionBudget (minAvailable 1 of 2).
@@ -487,27 +499,14 @@ async fn deploy_installs_for_real_and_survives_losing_pods() {
         pods.list(&ListParams::default().labels("app.kubernetes.io/name=qdr-webhook")).await.unwrap();
     let names: Vec<String> = webhooks.items.iter().filter_map(|p| p.metadata.name.clone()).collect();
     assert_eq!(names.len(), 2, "{names:?}");
-    qdr_tests::eventually("the PDB allowing one disruption", Duration::from_secs(60), || async {
-        let out = kubectl(
-            cp,
-            &[
-                "get",
-                "pdb",
-                "qdr-webhook",
-                "-n",
-                "qdr-operator",
-                "-o",
-                "jsonpath={.status.disruptionsAllowed}",
-            ],
-        );
-        (String::from_utf8_lossy(&out.stdout) == "1").then_some(())
-    })
-    .await;
+    wait_output(
+        cp,
+        &["get", "pdb", "qdr-webhook", "-n", "qdr-operator", "-o", "jsonpath={.status.disruptionsAllowed}"],
+        "1",
+    );
     // Drain-style: the node is cordoned first (so no replacement can start), then pods are
     // evicted. The first eviction leaves one webhook pod; the PDB refuses the second.
-    say!("draining");
     ok(kubectl(cp, &["cordon", qdr_tests::real_node::NODE]));
-    say!("cordoned");
     // Through kubectl, as drain does: kube's client would retry the 429 until it passes.
     let first = evict(cp, "qdr-operator", &names[0]);
     assert!(
@@ -515,7 +514,6 @@ async fn deploy_installs_for_real_and_survives_losing_pods() {
         "the first eviction is allowed: {}",
         String::from_utf8_lossy(&first.stderr)
     );
-    say!("evicted {}", names[0]);
     let second = evict(cp, "qdr-operator", &names[1]);
     let err = String::from_utf8_lossy(&second.stderr);
     assert!(
@@ -523,17 +521,14 @@ async fn deploy_installs_for_real_and_survives_losing_pods() {
         "the second eviction must be refused by the PDB: {err}\n{}",
         String::from_utf8_lossy(&kubectl(cp, &["get", "pods", "-n", "qdr-operator", "-o", "wide"]).stdout)
     );
-    say!("second eviction refused");
+    say!("drain: {} evicted, {} refused by the PodDisruptionBudget", names[0], names[1]);
     // Uncordoned, the replacement starts and the webhook is whole again.
     ok(kubectl(cp, &["uncordon", qdr_tests::real_node::NODE]));
-    qdr_tests::eventually("two webhook pods Ready after the drain", Duration::from_secs(60), || async {
-        let out = kubectl(
-            cp,
-            &["get", "deploy", "qdr-webhook", "-n", "qdr-operator", "-o", "jsonpath={.status.readyReplicas}"],
-        );
-        (String::from_utf8_lossy(&out.stdout) == "2").then_some(())
-    })
-    .await;
+    wait_output(
+        cp,
+        &["get", "deploy", "qdr-webhook", "-n", "qdr-operator", "-o", "jsonpath={.status.readyReplicas}"],
+        "2",
+    );
 
     // Uninstall: nothing of ours is left (kubectl delete -k removes the CRD too).
     let t = Instant::now();

@@ -10,16 +10,7 @@ fn local_run_brings_up_the_whole_system_on_the_examples() {
         // `cargo test --workspace` builds them for their own integration tests.
         panic!("qdr-webhook and qdr-controller must be built next to local-run: run `cargo build --bins`");
     }
-    let state = tempfile::tempdir().unwrap();
-    let out = std::process::Command::new(&exe)
-        .args(["--once", "--bin-dir"])
-        .arg(&bin_dir)
-        .arg("--state-dir")
-        .arg(state.path())
-        .output()
-        .unwrap();
-    let (stdout, stderr) = (String::from_utf8_lossy(&out.stdout), String::from_utf8_lossy(&out.stderr));
-    assert!(out.status.success(), "{stdout}\n{stderr}");
+    let (stdout, stderr) = local_run(&["--bin-dir", &bin_dir.display().to_string()]);
     for want in [
         "interconnect.interconnectedcloud.github.io/router-mesh created",
         "deployment.apps/router-mesh",
@@ -55,15 +46,7 @@ fn local_run_brings_up_the_whole_system_on_the_examples() {
 /// examples until each is Ready with its routers on the simulated nodes.
 #[test]
 fn local_run_real_runs_the_operator_as_pods_on_the_real_node() {
-    let exe = std::path::PathBuf::from(env!("CARGO_BIN_EXE_local-run"));
-    let state = tempfile::tempdir().unwrap();
-    let out = std::process::Command::new(&exe)
-        .args(["--once", "--real", "--state-dir"])
-        .arg(state.path())
-        .output()
-        .unwrap();
-    let (stdout, stderr) = (String::from_utf8_lossy(&out.stdout), String::from_utf8_lossy(&out.stderr));
-    assert!(out.status.success(), "{stdout}\n{stderr}");
+    let (stdout, stderr) = local_run(&["--real"]);
     for want in [
         "deployment.apps/qdr-webhook condition met",
         "deployment.apps/qdr-controller condition met",
@@ -90,4 +73,24 @@ fn local_run_real_runs_the_operator_as_pods_on_the_real_node() {
         .collect();
     assert_eq!(routers.len(), 3 + 3 + 2, "{stdout}");
     assert!(routers.iter().all(|l| l.contains(" node-")), "{routers:?}");
+}
+
+/// Runs `local-run --once <args>` with a state directory of its own; returns stdout and
+/// stderr once it succeeded.
+#[track_caller]
+fn local_run(args: &[&str]) -> (String, String) {
+    let state = tempfile::tempdir().unwrap();
+    let out = std::process::Command::new(env!("CARGO_BIN_EXE_local-run"))
+        .arg("--once")
+        .args(args)
+        .arg("--state-dir")
+        .arg(state.path())
+        .output()
+        .unwrap();
+    let (stdout, stderr) = (
+        String::from_utf8_lossy(&out.stdout).into_owned(),
+        String::from_utf8_lossy(&out.stderr).into_owned(),
+    );
+    assert!(out.status.success(), "{stdout}\n{stderr}");
+    (stdout, stderr)
 }
