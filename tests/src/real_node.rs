@@ -422,7 +422,14 @@ impl RealNode {
 
 /// Creates [`CGROUP_ROOT`] in every cgroup v1 hierarchy (the kubelet requires it in each),
 /// with the root's CPUs and memory nodes in the cpuset one.
+/// On a machine with only cgroup v2 (`/sys/fs/cgroup` is the unified hierarchy), creates it
+/// there instead.
 fn create_cgroup_root() -> Result<(), Error> {
+    if Path::new("/sys/fs/cgroup/cgroup.controllers").exists() {
+        let root = Path::new("/sys/fs/cgroup").join(CGROUP_ROOT.trim_start_matches('/'));
+        return std::fs::create_dir_all(&root)
+            .map_err(|e| Error::io(format!("creating {}", root.display()), e));
+    }
     for h in
         std::fs::read_dir("/sys/fs/cgroup").map_err(|e| Error::io("listing /sys/fs/cgroup", e))?.flatten()
     {
@@ -764,8 +771,10 @@ fn cgroup_dirs() -> Vec<PathBuf> {
         out.push(d.to_path_buf());
     }
     let mut out = Vec::new();
-    for h in std::fs::read_dir("/sys/fs/cgroup").into_iter().flatten().flatten() {
-        let root = h.path().join(CGROUP_ROOT.trim_start_matches('/'));
+    let hierarchies = std::fs::read_dir("/sys/fs/cgroup").into_iter().flatten().flatten().map(|h| h.path());
+    // v1: one per hierarchy; v2 only: the unified hierarchy is /sys/fs/cgroup itself.
+    for h in hierarchies.chain([PathBuf::from("/sys/fs/cgroup")]) {
+        let root = h.join(CGROUP_ROOT.trim_start_matches('/'));
         if root.is_dir() {
             walk(&root, &mut out);
         }
