@@ -216,17 +216,11 @@ impl Host {
         }
         // We hold the lock: a record left now belongs to a process that died.
         if let Some(stale) = current() {
-            {
-                eprintln!(
-                    "qdr-tests: cleaning up after real node of pid {} ({})",
-                    stale.owner,
-                    stale.dir.display()
-                );
-                cleanup(&stale);
-                // Its containers' files too (nothing is mounted there any more); the
-                // owner's own files around it are left as they are.
-                let _ = std::fs::remove_dir_all(&stale.dir);
-            }
+            eprintln!("qdr-tests: cleaning up after real node of pid {} ({})", stale.owner, stale.dir.display());
+            cleanup(&stale);
+            // Its containers' files too (nothing is mounted there any more); the owner's own
+            // files around it are left as they are.
+            let _ = std::fs::remove_dir_all(&stale.dir);
         }
         let dir = cp_dir.join("real-node");
         std::fs::create_dir_all(&dir).map_err(|e| Error::io(format!("creating {}", dir.display()), e))?;
@@ -475,7 +469,7 @@ fn import(socket: &Path, archive: &Path) -> Result<(), Error> {
     run(Command::new("ctr")
         .arg("--address")
         .arg(socket)
-        .args(["--namespace", "k8s.io", "images", "import", "--no-unpack=false"])
+        .args(["--namespace", "k8s.io", "images", "import"])
         .arg(archive))
     .map(|_| ())
 }
