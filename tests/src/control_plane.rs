@@ -6,6 +6,9 @@
 //! Scheduling/Scalability tool) manages: it keeps their Ready condition and Lease fresh and
 //! moves every pod the real kube-scheduler binds to them through Running to Ready, with an
 //! IP from [`POD_CIDR`]. No container runs: pods are Ready as soon as they are scheduled.
+//!
+//! With [`Options::real_nodes`], a real node runs beside them ([`crate::real_node`]): pods
+//! that tolerate its taint run for real in containerd.
 
 use std::io::{Read, Write};
 use std::net::{TcpListener, TcpStream};
@@ -696,7 +699,8 @@ impl ControlPlane {
         kube::Client::try_from(cfg).map_err(|e| Error::Kube(Box::new(e)))
     }
 
-    /// `https://127.0.0.1:<port>` of kube-apiserver.
+    /// `https://127.0.0.1:<port>` of kube-apiserver (`https://10.88.0.1:<port>`, the real
+    /// node's bridge address, with [`Options::real_nodes`]).
     pub fn server(&self) -> &str {
         &self.server
     }

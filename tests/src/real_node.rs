@@ -216,7 +216,11 @@ impl Host {
         }
         // We hold the lock: a record left now belongs to a process that died.
         if let Some(stale) = current() {
-            eprintln!("qdr-tests: cleaning up after real node of pid {} ({})", stale.owner, stale.dir.display());
+            eprintln!(
+                "qdr-tests: cleaning up after real node of pid {} ({})",
+                stale.owner,
+                stale.dir.display()
+            );
             cleanup(&stale);
             // Its containers' files too (nothing is mounted there any more); the owner's own
             // files around it are left as they are.
