@@ -38,9 +38,14 @@ pub fn free_port() -> u16 {
 
 /// `GET http://127.0.0.1:<port><path>` → (status, body).
 pub fn http_get(port: u16, path: &str) -> Option<(u16, String)> {
-    let mut s = TcpStream::connect(("127.0.0.1", port)).ok()?;
+    http_get_from("127.0.0.1", port, path)
+}
+
+/// `GET http://<host>:<port><path>` → (status, body) (a pod's address on the real node, say).
+pub fn http_get_from(host: &str, port: u16, path: &str) -> Option<(u16, String)> {
+    let mut s = TcpStream::connect((host, port)).ok()?;
     s.set_read_timeout(Some(Duration::from_secs(2))).ok()?;
-    write!(s, "GET {path} HTTP/1.0\r\nHost: 127.0.0.1\r\n\r\n").ok()?;
+    write!(s, "GET {path} HTTP/1.0\r\nHost: {host}\r\n\r\n").ok()?;
     let mut text = String::new();
     s.read_to_string(&mut text).ok()?;
     let status = text.split_whitespace().nth(1)?.parse().ok()?;

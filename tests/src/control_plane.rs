@@ -246,13 +246,28 @@ pub async fn shared_with_nodes(nodes: usize) -> &'static ControlPlane {
     cp
 }
 
-fn free_port() -> Result<u16, Error> {
+/// A free TCP port on 127.0.0.1 (bound once and released).
+pub(crate) fn free_port() -> Result<u16, Error> {
     let l = TcpListener::bind("127.0.0.1:0").map_err(|e| Error::io("binding a free port", e))?;
     Ok(l.local_addr().map_err(|e| Error::io("reading a bound port", e))?.port())
 }
 
-fn write(path: &Path, contents: &str) -> Result<(), Error> {
+/// Writes `contents` to `path`, creating its parent directories.
+pub(crate) fn write(path: &Path, contents: &str) -> Result<(), Error> {
+    if let Some(parent) = path.parent() {
+        std::fs::create_dir_all(parent)
+            .map_err(|e| Error::io(format!("creating {}", parent.display()), e))?;
+    }
     std::fs::write(path, contents).map_err(|e| Error::io(format!("writing {}", path.display()), e))
+}
+
+/// Whether Node `name` exists and reports condition Ready `True` (false on any error).
+pub(crate) async fn node_ready(nodes: &Api<Node>, name: &str) -> bool {
+    nodes.get_opt(name).await.ok().flatten().is_some_and(|n| {
+        n.status
+            .and_then(|s| s.conditions)
+            .is_some_and(|c| c.iter().any(|c| c.type_ == "Ready" && c.status == "True"))
+    })
 }
 
 impl ControlPlane {
@@ -597,12 +612,7 @@ impl ControlPlane {
         }
         let deadline = Instant::now() + READY_TIMEOUT;
         loop {
-            let ready = nodes.get_opt(name).await.ok().flatten().is_some_and(|n| {
-                n.status
-                    .and_then(|s| s.conditions)
-                    .is_some_and(|c| c.iter().any(|c| c.type_ == "Ready" && c.status == "True"))
-            });
-            if ready {
+            if node_ready(&nodes, name).await {
                 return Ok(());
             }
             if Instant::now() > deadline {

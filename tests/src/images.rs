@@ -42,9 +42,14 @@ pub struct OperatorImage {
 }
 
 impl OperatorImage {
+    /// `qdr-operator.test/<name>`.
+    pub fn repository(&self) -> String {
+        format!("{REGISTRY}/{}", self.name)
+    }
+
     /// `qdr-operator.test/<name>:dev`.
     pub fn reference(&self) -> String {
-        format!("{REGISTRY}/{}:{TAG}", self.name)
+        format!("{}:{TAG}", self.repository())
     }
 }
 

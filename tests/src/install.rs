@@ -7,7 +7,7 @@
 
 use std::path::{Path, PathBuf};
 
-use crate::images::{CONTROLLER, OperatorImage, WEBHOOK};
+use crate::images::{CONTROLLER, OperatorImage, TAG, WEBHOOK};
 use crate::real_node::{NODE, TAINT};
 use crate::{ControlPlane, Error};
 
@@ -48,9 +48,7 @@ const PLACEMENT_PATCH: &str = "\
 ";
 
 fn image_entry(image: &OperatorImage) -> String {
-    let (name, tag) =
-        image.reference().rsplit_once(':').map(|(n, t)| (n.to_string(), t.to_string())).expect("a tag");
-    format!("  - name: qdr-operator/{}\n    newName: {name}\n    newTag: {tag}\n", image.name)
+    format!("  - name: qdr-operator/{}\n    newName: {}\n    newTag: {TAG}\n", image.name, image.repository())
 }
 
 /// Writes a kustomize overlay into `dir` whose only resource is `base` (an absolute path:
@@ -103,10 +101,8 @@ fn relative(from: &Path, to: &Path) -> PathBuf {
 pub fn real_node_helm_values() -> Vec<String> {
     let mut out = Vec::new();
     for image in [WEBHOOK, CONTROLLER] {
-        let reference = image.reference();
-        let (name, tag) = reference.rsplit_once(':').expect("a tag");
-        out.push(format!("--set=images.{}.repository={name}", image.name));
-        out.push(format!("--set=images.{}.tag={tag}", image.name));
+        out.push(format!("--set=images.{}.repository={}", image.name, image.repository()));
+        out.push(format!("--set=images.{}.tag={TAG}", image.name));
         out.push(format!("--set=images.{}.pullPolicy=Never", image.name));
     }
     out.push(format!("--set=tolerations[0].key={}", TAINT.0));

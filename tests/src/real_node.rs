@@ -19,13 +19,13 @@
 //! [`LOCK`]. Only one real node runs on a machine at a time (iptables and the bridge are
 //! shared by the whole host); a second start waits for the lock.
 
-use std::io::{Read, Write};
-use std::net::TcpStream;
+use std::io::Write;
 use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::time::{Duration, Instant};
 
 use crate::Error;
+use crate::control_plane::{free_port, node_ready, write};
 use crate::process::Process;
 use crate::testbin::Testbin;
 
@@ -76,8 +76,6 @@ pub struct Record {
     pub owner: u32,
     /// `<control plane dir>/real-node`.
     pub dir: PathBuf,
-    /// containerd's socket.
-    pub socket: PathBuf,
     /// `(sysctl, value before)` for each of [`SYSCTLS`] that exists.
     pub sysctls: Vec<(String, String)>,
     /// Which of [`HOST_DIRS`] did not exist before the node started (removed again when
@@ -89,6 +87,13 @@ pub struct Record {
 /// `/var/log/containers`, libcni's result cache, the shims' socket directory.
 pub const HOST_DIRS: [&str; 5] =
     ["/var/log/containers", "/var/lib/cni/results", "/var/lib/cni", "/run/containerd/s", "/run/containerd"];
+
+impl Record {
+    /// containerd's socket, `<dir>/containerd.sock`.
+    pub fn socket(&self) -> PathBuf {
+        self.dir.join("containerd.sock")
+    }
+}
 
 /// The host side prepared before the API server starts: the lock, the record, the bridge with
 /// [`GATEWAY`] and the `FORWARD` rule.
@@ -125,14 +130,6 @@ fn run(cmd: &mut Command) -> Result<String, Error> {
         });
     }
     Ok(String::from_utf8_lossy(&out.stdout).into_owned())
-}
-
-fn write(path: &Path, contents: &str) -> Result<(), Error> {
-    if let Some(parent) = path.parent() {
-        std::fs::create_dir_all(parent)
-            .map_err(|e| Error::io(format!("creating {}", parent.display()), e))?;
-    }
-    std::fs::write(path, contents).map_err(|e| Error::io(format!("writing {}", path.display()), e))
 }
 
 /// Whether what a real node needs is installed (containerd, runc, the CNI bridge plugin,
@@ -236,8 +233,7 @@ impl Host {
             })
             .collect();
         let new_dirs = HOST_DIRS.iter().map(PathBuf::from).filter(|d| !d.exists()).collect();
-        let record =
-            Record { owner: std::process::id(), socket: dir.join("containerd.sock"), dir, sysctls, new_dirs };
+        let record = Record { owner: std::process::id(), dir, sysctls, new_dirs };
         write(Path::new(RECORD), &serde_json::to_string_pretty(&record).expect("a record serializes"))?;
         let host = Host { _lock: lock, record, cleaned: Default::default() };
         let at_exit = host.record.clone();
@@ -306,7 +302,7 @@ impl RealNode {
         let containerd = Process::spawn("containerd", cmd, &dir.join("containerd.log"))?;
         let ctr = || {
             let mut c = Command::new("ctr");
-            c.arg("--address").arg(&host.record.socket).args(["--namespace", "k8s.io"]);
+            c.arg("--address").arg(&host.record.socket()).args(["--namespace", "k8s.io"]);
             c
         };
         let deadline = Instant::now() + Duration::from_secs(30);
@@ -327,7 +323,7 @@ impl RealNode {
         }
         let pause = dir.join("pause.oci.tar");
         crate::images::write_archive(&crate::images::pause_image(&testbin.path("pause")), &pause)?;
-        import(&host.record.socket, &pause)?;
+        import(&host.record.socket(), &pause)?;
 
         create_cgroup_root()?;
         let (healthz, proxy_healthz, proxy_metrics) = (free_port()?, free_port()?, free_port()?);
@@ -362,12 +358,9 @@ impl RealNode {
                     });
                 }
             }
-            let ready = nodes.get_opt(NODE).await.ok().flatten().is_some_and(|n| {
-                n.status
-                    .and_then(|s| s.conditions)
-                    .is_some_and(|c| c.iter().any(|c| c.type_ == "Ready" && c.status == "True"))
-            });
-            if ready && http_ok(proxy_healthz, "/healthz") {
+            let proxy_healthy = crate::components::http_get(proxy_healthz, "/healthz")
+                .is_some_and(|(status, _)| status == 200);
+            if node_ready(&nodes, NODE).await && proxy_healthy {
                 break;
             }
             if Instant::now() > deadline {
@@ -390,7 +383,7 @@ impl RealNode {
     /// # Errors
     /// [`Error::Startup`] with ctr's output when the import fails.
     pub fn import(&self, archive: &Path) -> Result<(), Error> {
-        import(&self.host.record.socket, archive)
+        import(&self.host.record.socket(), archive)
     }
 
     /// The last `lines` lines of containerd's, the kubelet's and kube-proxy's logs.
@@ -476,23 +469,6 @@ fn import(socket: &Path, archive: &Path) -> Result<(), Error> {
         .args(["--namespace", "k8s.io", "images", "import"])
         .arg(archive))
     .map(|_| ())
-}
-
-fn free_port() -> Result<u16, Error> {
-    let l = std::net::TcpListener::bind("127.0.0.1:0").map_err(|e| Error::io("binding a free port", e))?;
-    Ok(l.local_addr().map_err(|e| Error::io("reading a bound port", e))?.port())
-}
-
-/// `GET path` over plain HTTP on loopback `port`; true on status 200.
-fn http_ok(port: u16, path: &str) -> bool {
-    let Ok(mut s) = TcpStream::connect(("127.0.0.1", port)) else { return false };
-    let _ = s.set_read_timeout(Some(Duration::from_secs(2)));
-    if s.write_all(format!("GET {path} HTTP/1.0\r\nHost: 127.0.0.1\r\n\r\n").as_bytes()).is_err() {
-        return false;
-    }
-    let mut body = String::new();
-    let _ = s.read_to_string(&mut body);
-    body.starts_with("HTTP/1.0 200") || body.starts_with("HTTP/1.1 200")
 }
 
 fn cni_config(ipam_dir: &str) -> String {
@@ -717,13 +693,7 @@ pub fn leftovers(record: &Record) -> Vec<String> {
     for s in shim_sockets(record).into_iter().filter(|s| s.exists()) {
         left.push(format!("shim socket {}", s.display()));
     }
-    let ids = container_ids(record);
-    for entry in std::fs::read_dir("/var/lib/cni/results").into_iter().flatten().flatten() {
-        let name = entry.file_name().to_string_lossy().into_owned();
-        if name.starts_with(&format!("{CNI_NETWORK}-")) || ids.iter().any(|id| name.contains(id.as_str())) {
-            left.push(format!("CNI result {}", entry.path().display()));
-        }
-    }
+    left.extend(cni_results(&container_ids(record)).iter().map(|r| format!("CNI result {}", r.display())));
     left.extend(record.new_dirs.iter().filter(|d| d.exists()).map(|d| format!("directory {}", d.display())));
     if current().is_some_and(|r| r.dir == record.dir) {
         left.push(format!("record {RECORD}"));
@@ -828,7 +798,7 @@ fn shim_sockets(record: &Record) -> Vec<PathBuf> {
         for id in std::fs::read_dir(ns.path()).into_iter().flatten().flatten() {
             let path = format!(
                 "{}/{}/{}",
-                record.socket.display(),
+                record.socket().display(),
                 ns.file_name().to_string_lossy(),
                 id.file_name().to_string_lossy()
             );
@@ -836,6 +806,21 @@ fn shim_sockets(record: &Record) -> Vec<PathBuf> {
         }
     }
     out
+}
+
+/// libcni's cached results of the node's network or of containers `ids`
+/// (`/var/lib/cni/results/<network>-<id>-eth0`, `cni-loopback-<id>-lo`).
+fn cni_results(ids: &[String]) -> Vec<PathBuf> {
+    std::fs::read_dir("/var/lib/cni/results")
+        .into_iter()
+        .flatten()
+        .flatten()
+        .filter(|e| {
+            let name = e.file_name().to_string_lossy().into_owned();
+            name.starts_with(&format!("{CNI_NETWORK}-")) || ids.iter().any(|id| name.contains(id.as_str()))
+        })
+        .map(|e| e.path())
+        .collect()
 }
 
 /// The ids of the node's pod sandboxes and containers (from containerd's directories), which

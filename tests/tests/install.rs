@@ -269,12 +269,8 @@ fn evict(cp: &ControlPlane, ns: &str, name: &str) -> Output {
 /// `qdr_webhook_requests_total{result="denied"}` of the webhook pod at `ip` (its health and
 /// metrics port, 8081), summed over operations.
 fn denied_requests(ip: &str) -> u64 {
-    use std::io::{Read, Write};
-    let mut s = std::net::TcpStream::connect((ip, 8081)).expect("the webhook pod's metrics port");
-    s.set_read_timeout(Some(Duration::from_secs(5))).unwrap();
-    s.write_all(b"GET /metrics HTTP/1.0\r\n\r\n").unwrap();
-    let mut body = String::new();
-    s.read_to_string(&mut body).unwrap();
+    let (_, body) =
+        qdr_tests::components::http_get_from(ip, 8081, "/metrics").expect("the webhook pod's metrics port");
     body.lines()
         .filter(|l| l.starts_with("qdr_webhook_requests_total{") && l.contains(r#"result="denied""#))
         .filter_map(|l| l.rsplit(' ').next()?.parse::<u64>().ok())

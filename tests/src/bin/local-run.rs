@@ -80,17 +80,20 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
             other => return Err(format!("unknown argument {other:?}").into()),
         }
     }
-    for b in ["qdr-webhook", "qdr-controller"] {
-        if real {
-            qdr_tests::images::release_binary(if b == "qdr-webhook" {
-                &qdr_tests::images::WEBHOOK
-            } else {
-                &qdr_tests::images::CONTROLLER
-            })?;
-        } else if !bin_dir.join(b).is_file() {
-            return Err(
-                format!("{} missing: build with `cargo build --bins`", bin_dir.join(b).display()).into()
-            );
+    if real {
+        // The images are made of the release binaries.
+        for image in [qdr_tests::images::WEBHOOK, qdr_tests::images::CONTROLLER] {
+            qdr_tests::images::release_binary(&image)?;
+        }
+    } else {
+        for b in ["qdr-webhook", "qdr-controller"] {
+            if !bin_dir.join(b).is_file() {
+                return Err(format!(
+                    "{} missing: build with `cargo build --bins`",
+                    bin_dir.join(b).display()
+                )
+                .into());
+            }
         }
     }
     let state = state_override.unwrap_or_else(|| target.join("dev-cluster"));
