@@ -302,7 +302,7 @@ impl RealNode {
         let containerd = Process::spawn("containerd", cmd, &dir.join("containerd.log"))?;
         let ctr = || {
             let mut c = Command::new("ctr");
-            c.arg("--address").arg(&host.record.socket()).args(["--namespace", "k8s.io"]);
+            c.arg("--address").arg(host.record.socket()).args(["--namespace", "k8s.io"]);
             c
         };
         let deadline = Instant::now() + Duration::from_secs(30);
