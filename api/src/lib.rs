@@ -33,7 +33,7 @@ mod warnings;
 
 pub use defaults::{apply_defaults, defaults};
 pub use images::{ImagePattern, ImagePolicy};
-pub use spec::{DEFAULT_LIVENESS_PORT, LinkRole};
+pub use spec::{DEFAULT_LIVENESS_PORT, LinkRole, SecretUse};
 pub use types::*;
 pub use validate::{
     ErrorType, FieldError, MAX_CONFIG_BYTES, MAX_SHOWN_VALUE, MAX_SPEC_BYTES, RESERVED_NAMES, validate,

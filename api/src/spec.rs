@@ -71,6 +71,23 @@ pub fn is_no_users(users: &str) -> bool {
     users.eq_ignore_ascii_case("none") || users.eq_ignore_ascii_case("false")
 }
 
+/// What the operator does with a Secret an Interconnect names, which is what its author
+/// gains by naming it (each use reads the whole Secret; they differ in what the author can
+/// then do with it).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub enum SecretUse {
+    /// `spec.users`: every entry becomes a SASL user of the routers.
+    Users,
+    /// An sslProfile's `caCert` that only verifies peers: the routers trust it.
+    TrustedCa,
+    /// An sslProfile's `credentials`: the routers serve it as their certificate and key.
+    Credentials,
+    /// The issuer (`deploymentPlan.issuer`, or the generated `<name>-ca` when it signs), or a
+    /// `caCert` that signs its profile's generated credentials: the controller signs router
+    /// certificates with its key.
+    Signer,
+}
+
 impl InterconnectSpec {
     /// The listener list of `role`, as stored (absent and `[]` differ).
     pub fn listeners_of(&self, role: LinkRole) -> &Option<Vec<Listener>> {
@@ -171,17 +188,37 @@ impl Interconnect {
     /// generated `<name>-ca` when it signs: [`Interconnect::issuer_signs`]). Call it on a
     /// defaulted object so the derived names are included.
     pub fn secret_references(&self) -> Vec<(String, String)> {
-        let mut refs: Vec<(String, String)> =
-            self.users_secret().map(|u| ("spec.users".to_string(), u)).into_iter().collect();
+        self.secret_uses().into_iter().map(|(field, name, _)| (field, name)).collect()
+    }
+
+    /// [`Interconnect::secret_references`] with the use each reference makes of its Secret
+    /// ([`SecretUse`]): what an author gains by naming it there. The admission webhook checks
+    /// a reference again whenever its (use, Secret) pair is new, so a name moved to a more
+    /// powerful field, or a field whose use grows (a `caCert` that starts signing), is checked.
+    pub fn secret_uses(&self) -> Vec<(String, String, SecretUse)> {
+        let mut refs: Vec<(String, String, SecretUse)> = self
+            .users_secret()
+            .map(|u| ("spec.users".to_string(), u, SecretUse::Users))
+            .into_iter()
+            .collect();
         for (i, p) in self.spec.ssl_profiles.iter().flatten().enumerate() {
-            for (field, name) in [("credentials", &p.credentials), ("caCert", &p.ca_cert)] {
-                if let Some(name) = name {
-                    refs.push((format!("spec.sslProfiles[{i}].{field}"), name.clone()));
-                }
+            if let Some(name) = &p.credentials {
+                refs.push((
+                    format!("spec.sslProfiles[{i}].credentials"),
+                    name.clone(),
+                    SecretUse::Credentials,
+                ));
+            }
+            if let Some(name) = &p.ca_cert {
+                // A mutually authenticating profile with generated credentials has them signed
+                // by its own CA (the controller's credential plan).
+                let signs = p.generate_credentials == Some(true) && p.mutual_auth == Some(true);
+                let usage = if signs { SecretUse::Signer } else { SecretUse::TrustedCa };
+                refs.push((format!("spec.sslProfiles[{i}].caCert"), name.clone(), usage));
             }
         }
         if self.spec.user_issuer().is_some() || self.issuer_signs() {
-            refs.push(("spec.deploymentPlan.issuer".into(), self.issuer_secret()));
+            refs.push(("spec.deploymentPlan.issuer".into(), self.issuer_secret(), SecretUse::Signer));
         }
         refs
     }

@@ -49,9 +49,10 @@ mod tests;
 use std::collections::BTreeMap;
 use std::time::{Duration, SystemTime};
 
+use crate::keys::{key_matches, signed_by};
 use k8s_openapi::ByteString;
 use k8s_openapi::api::core::v1::Secret;
-use qdr_certs::pki::{CertInfo, CertKey, key_matches, new_ca, new_leaf, signed_by, split_bundle};
+use qdr_certs::pki::{CertInfo, CertKey, new_ca, new_leaf, split_bundle};
 
 use crate::human;
 use crate::validated::ValidatedInterconnect;
@@ -192,15 +193,15 @@ fn verdict(kind: &str, a: &str, b: &str, answer: impl FnOnce() -> bool) -> bool 
     known
 }
 
-/// Whether `cert_pem` is signed by the key of `issuer_pem` ([`qdr_certs::pki::signed_by`]),
+/// Whether `cert_pem` is signed by the key of `issuer_pem` ([`crate::keys::signed_by`]),
 /// remembered.
 pub(crate) fn is_signed_by(cert_pem: &str, issuer_pem: &str) -> bool {
     verdict("signed", cert_pem, issuer_pem, || signed_by(cert_pem, issuer_pem))
 }
 
-/// Whether `key_pem` is the key of `cert_pem` ([`qdr_certs::pki::key_matches`]), remembered;
+/// Whether `key_pem` is the key of `cert_pem` ([`crate::keys::key_matches`]), remembered;
 /// `Err` with what is wrong (not remembered).
-pub(crate) fn key_of(cert_pem: &str, key_pem: &str) -> Result<(), qdr_certs::Error> {
+pub(crate) fn key_of(cert_pem: &str, key_pem: &str) -> Result<(), String> {
     if verdict("key", cert_pem, key_pem, || key_matches(cert_pem, key_pem).is_ok()) {
         return Ok(());
     }
@@ -268,6 +269,32 @@ fn secret(o: &ValidatedInterconnect, name: &str, d: Data, step_at: Option<System
     s
 }
 
+/// The generated Secret `old` with data `d` and the [`STEP_AT`] annotation of `step_at`
+/// (removed when `None`), for a `PUT` with `old`'s `resourceVersion` as precondition. The
+/// rest of its metadata is kept as it is, so labels, annotations and finalizers that others
+/// added (a backup tool, a policy engine) survive renewals; only this Interconnect's labels
+/// are put back if someone removed them.
+fn rewritten(o: &ValidatedInterconnect, old: &Secret, d: Data, step_at: Option<SystemTime>) -> Secret {
+    let mut s = old.clone();
+    s.metadata.managed_fields = None;
+    s.data = Some(d);
+    s.string_data = None;
+    let labels = s.metadata.labels.get_or_insert_with(BTreeMap::new);
+    labels.extend(o.labels());
+    labels.insert(GENERATED_LABEL.into(), "true".into());
+    match step_at {
+        Some(t) => {
+            s.metadata.annotations.get_or_insert_with(BTreeMap::new).insert(STEP_AT.into(), timestamp(t));
+        }
+        None => {
+            if let Some(a) = s.metadata.annotations.as_mut() {
+                a.remove(STEP_AT);
+            }
+        }
+    }
+    s
+}
+
 /// RFC 3339 with the fraction of a second (tests use overlaps of seconds).
 fn timestamp(t: SystemTime) -> String {
     k8s_openapi::jiff::Timestamp::try_from(t).map(|t| t.to_string()).unwrap_or_default()
@@ -325,6 +352,19 @@ pub(crate) enum CredentialChange {
     /// The users Secret was missing while routers ran: new passwords were generated
     /// (Warning).
     PasswordsChanged(String),
+}
+
+impl CredentialChange {
+    /// The Secret that changed.
+    pub(crate) fn secret(&self) -> &str {
+        match self {
+            CredentialChange::Renewed { secret, .. }
+            | CredentialChange::CaStaged { secret, .. }
+            | CredentialChange::CaPromoted { secret, .. }
+            | CredentialChange::CaReplaced { secret, .. } => secret,
+            CredentialChange::CaRetired(secret) | CredentialChange::PasswordsChanged(secret) => secret,
+        }
+    }
 }
 
 impl std::fmt::Display for CredentialChange {
@@ -415,16 +455,14 @@ impl Work<'_> {
 
     fn write(&mut self, name: &str, d: Data, step_at: Option<SystemTime>) {
         self.data.insert(name.to_string(), d.clone());
-        let mut s = secret(self.o, name, d, step_at);
         match self.existing.get(name) {
             None => {
                 self.plan.create.retain(|c| c.metadata.name.as_deref() != Some(name));
-                self.plan.create.push(s);
+                self.plan.create.push(secret(self.o, name, d, step_at));
             }
             Some(old) => {
-                s.metadata.resource_version = old.metadata.resource_version.clone();
                 self.plan.update.retain(|c| c.metadata.name.as_deref() != Some(name));
-                self.plan.update.push(s);
+                self.plan.update.push(rewritten(self.o, old, d, step_at));
             }
         }
     }

@@ -6,14 +6,27 @@
 //!
 //! The key is 32 random bytes in Secret `qdr-controller-hash-key` (key `key`) in the
 //! controller's own namespace: created once by whichever replica starts first, read by the
-//! others, so every replica computes the same annotation. Deleting the Secret makes a new
-//! key at the next controller start, which rolls every router once.
+//! others, so every replica computes the same annotation, across leader changes.
+//!
+//! It outlives what failover procedures delete: its only owner is the ServiceAccount the
+//! controller runs as (learned from a `SelfSubjectReview`, which needs no permission), which
+//! only uninstalling removes, not the Lease (deleting a Lease is a common way to force a
+//! failover). Every replica follows the Secret ([`follow`]): one that is deleted is made
+//! again with the key the replicas hold, so nothing rolls; one replaced with another key is
+//! read again by every replica (the routers then roll once, as each Interconnect is
+//! reconciled). A Secret from an earlier release, owned by the Lease, keeps that owner until
+//! the Lease goes; it is then made again, owned by the ServiceAccount.
 
+use std::sync::{Arc, RwLock};
+
+use futures::StreamExt;
 use hmac::{Hmac, Mac};
 use k8s_openapi::ByteString;
+use k8s_openapi::api::authentication::v1::SelfSubjectReview;
 use k8s_openapi::api::core::v1::Secret;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::OwnerReference;
 use kube::api::{Api, ObjectMeta, PostParams};
+use kube::runtime::{WatchStreamExt, watcher};
 
 /// Default name of the Secret holding the key (`--hash-key-secret`).
 pub const DEFAULT_SECRET: &str = "qdr-controller-hash-key";
@@ -24,15 +37,25 @@ pub const KEY_BYTES: usize = 32;
 /// Shortest key accepted from the Secret, in bytes (128 bits).
 pub const MIN_KEY_BYTES: usize = 16;
 
-/// An HMAC-SHA256 key. Its `Debug` shows no byte of it.
-#[derive(Clone, PartialEq, Eq)]
-pub struct HashKey(Vec<u8>);
+/// An HMAC-SHA256 key. Clones share it: [`HashKey::replace`] changes it for every holder
+/// (a replica that reads a new key from the Secret). Its `Debug` shows no byte of it.
+#[derive(Clone)]
+pub struct HashKey(Arc<RwLock<Arc<[u8]>>>);
 
 impl std::fmt::Debug for HashKey {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        write!(f, "HashKey({} bytes)", self.0.len())
+        write!(f, "HashKey({} bytes)", self.bytes().len())
     }
 }
+
+impl PartialEq for HashKey {
+    /// Whether both hold the same key now.
+    fn eq(&self, other: &Self) -> bool {
+        self.bytes() == other.bytes()
+    }
+}
+
+impl Eq for HashKey {}
 
 /// Why the key could not be had.
 #[derive(Debug, thiserror::Error)]
@@ -51,7 +74,7 @@ pub enum Error {
 impl HashKey {
     /// The key `bytes`. Errors: shorter than [`MIN_KEY_BYTES`].
     pub fn from_bytes(bytes: &[u8]) -> Option<HashKey> {
-        (bytes.len() >= MIN_KEY_BYTES).then(|| HashKey(bytes.to_vec()))
+        (bytes.len() >= MIN_KEY_BYTES).then(|| HashKey(Arc::new(RwLock::new(bytes.into()))))
     }
 
     /// A new random key of [`KEY_BYTES`] (the operating system's generator).
@@ -59,18 +82,30 @@ impl HashKey {
         use rand::RngCore;
         let mut bytes = vec![0u8; KEY_BYTES];
         rand::rng().fill_bytes(&mut bytes);
-        HashKey(bytes)
+        HashKey(Arc::new(RwLock::new(bytes.into())))
+    }
+
+    /// The key's bytes now.
+    fn bytes(&self) -> Arc<[u8]> {
+        self.0.read().unwrap_or_else(|e| e.into_inner()).clone()
+    }
+
+    /// Makes every clone of this key hold `other`'s bytes.
+    pub fn replace(&self, other: &HashKey) {
+        let bytes = other.bytes();
+        *self.0.write().unwrap_or_else(|e| e.into_inner()) = bytes;
     }
 
     /// A fresh HMAC-SHA256 under this key.
     pub fn mac(&self) -> Hmac<sha2::Sha256> {
-        Hmac::new_from_slice(&self.0).expect("HMAC takes a key of any length")
+        Hmac::new_from_slice(&self.bytes()).expect("HMAC takes a key of any length")
     }
 
     /// The key from Secret `name` of `api`'s namespace, which is created with a random key
     /// when missing (a concurrent creation by another replica is read back). A created Secret
-    /// carries `owner` in its `ownerReferences` (the controllers' Lease, which the install
-    /// ships), so uninstalling deletes it; an existing Secret is left as it is.
+    /// carries `owner` in its `ownerReferences` (the controller's ServiceAccount:
+    /// [`service_account_owner`]), so uninstalling deletes it; an existing Secret is left as
+    /// it is.
     ///
     /// # Errors
     /// [`Error::Api`] when the API server fails; [`Error::Unusable`] when the Secret holds
@@ -81,30 +116,122 @@ impl HashKey {
         owner: Option<OwnerReference>,
     ) -> Result<HashKey, Error> {
         let api_error = |e| Error::Api(name.to_string(), e);
-        let from = |s: Secret| {
-            s.data
-                .and_then(|d| d.get(DATA_KEY).and_then(|b| HashKey::from_bytes(&b.0)))
-                .ok_or_else(|| Error::Unusable(name.to_string()))
-        };
         if let Some(s) = api.get_opt(name).await.map_err(api_error)? {
-            return from(s);
+            return key_of(name, s);
         }
         let key = HashKey::random();
-        let secret = Secret {
-            metadata: ObjectMeta {
-                name: Some(name.into()),
-                labels: Some([("app.kubernetes.io/part-of".to_string(), "qdr-operator".to_string())].into()),
-                owner_references: owner.map(|o| vec![o]),
-                ..Default::default()
-            },
-            data: Some([(DATA_KEY.to_string(), ByteString(key.0.clone()))].into()),
-            immutable: Some(true),
-            ..Default::default()
-        };
-        match api.create(&PostParams::default(), &secret).await {
-            Ok(_) => Ok(key),
-            Err(kube::Error::Api(e)) if e.code == 409 => from(api.get(name).await.map_err(api_error)?),
+        match create(api, name, &key, owner).await {
+            Ok(()) => Ok(key),
+            Err(kube::Error::Api(e)) if e.code == 409 => {
+                key_of(name, api.get(name).await.map_err(api_error)?)
+            }
             Err(e) => Err(api_error(e)),
+        }
+    }
+}
+
+/// The key Secret `name` holds. Errors: [`Error::Unusable`].
+fn key_of(name: &str, s: Secret) -> Result<HashKey, Error> {
+    s.data
+        .and_then(|d| d.get(DATA_KEY).and_then(|b| HashKey::from_bytes(&b.0)))
+        .ok_or_else(|| Error::Unusable(name.to_string()))
+}
+
+/// Creates Secret `name` (immutable, labelled `app.kubernetes.io/part-of: qdr-operator`)
+/// holding `key`, owned by `owner`.
+async fn create(
+    api: &Api<Secret>,
+    name: &str,
+    key: &HashKey,
+    owner: Option<OwnerReference>,
+) -> kube::Result<()> {
+    let secret = Secret {
+        metadata: ObjectMeta {
+            name: Some(name.into()),
+            labels: Some([("app.kubernetes.io/part-of".to_string(), "qdr-operator".to_string())].into()),
+            owner_references: owner.map(|o| vec![o]),
+            ..Default::default()
+        },
+        data: Some([(DATA_KEY.to_string(), ByteString(key.bytes().to_vec()))].into()),
+        immutable: Some(true),
+        ..Default::default()
+    };
+    api.create(&PostParams::default(), &secret).await.map(drop)
+}
+
+/// The owner reference to the ServiceAccount the client authenticates as, when it is one of
+/// `namespace` (the controller's own, in a cluster), read with a `SelfSubjectReview`
+/// (`authentication.k8s.io/v1`, granted to every authenticated user): a ServiceAccount's
+/// user is `system:serviceaccount:<namespace>:<name>` with the account's uid. `None`
+/// otherwise (a person's kubeconfig in development) or when the review fails.
+pub async fn service_account_owner(client: &kube::Client, namespace: &str) -> Option<OwnerReference> {
+    let review = Api::<SelfSubjectReview>::all(client.clone())
+        .create(&PostParams::default(), &SelfSubjectReview::default())
+        .await;
+    let user = match review {
+        Ok(r) => r.status?.user_info?,
+        Err(e) => {
+            tracing::warn!(error = %e, "SelfSubjectReview failed: the hash key Secret gets no owner");
+            return None;
+        }
+    };
+    let name = user.username?.strip_prefix(&format!("system:serviceaccount:{namespace}:"))?.to_string();
+    Some(OwnerReference {
+        api_version: "v1".into(),
+        kind: "ServiceAccount".into(),
+        name,
+        uid: user.uid?,
+        ..OwnerReference::default()
+    })
+}
+
+/// Follows Secret `name` of `api`'s namespace for ever, keeping `key` (shared with the
+/// reconcilers) equal to what it holds: a Secret with another usable key replaces `key`
+/// (logged: the routers roll once as they are reconciled); a Secret found missing (deleted,
+/// or gone with an owner) is created again with `key` and `owner`, so nothing rolls (a
+/// replica that loses the race reads the winner's, which holds the same key).
+pub async fn follow(api: Api<Secret>, name: String, key: HashKey, owner: Option<OwnerReference>) {
+    let config = watcher::Config::default().fields(&format!("metadata.name={name}"));
+    let mut events = watcher(api.clone(), config).default_backoff().boxed();
+    let mut listed = false;
+    while let Some(event) = events.next().await {
+        let missing = match event {
+            Ok(watcher::Event::Init) => {
+                listed = false;
+                false
+            }
+            Ok(watcher::Event::InitApply(s) | watcher::Event::Apply(s)) => {
+                listed = true;
+                match key_of(&name, s) {
+                    Ok(read) if read != key => {
+                        tracing::warn!(
+                            secret = %name,
+                            "the credentials hash key changed: routers roll once as their Interconnects are reconciled"
+                        );
+                        key.replace(&read);
+                    }
+                    Ok(_) => {}
+                    Err(e) => tracing::warn!(error = %e, "keeping the key this replica holds"),
+                }
+                false
+            }
+            Ok(watcher::Event::InitDone) => !listed,
+            Ok(watcher::Event::Delete(_)) => true,
+            Err(e) => {
+                tracing::debug!(error = %e, "watching the hash key Secret");
+                false
+            }
+        };
+        if missing {
+            match create(&api, &name, &key, owner.clone()).await {
+                Ok(()) => {
+                    tracing::info!(secret = %name, "made the hash key Secret again with the key in use")
+                }
+                Err(kube::Error::Api(e)) if e.code == 409 => {} // another replica did; its event follows
+                Err(e) => {
+                    tracing::warn!(error = %e, secret = %name, "could not make the hash key Secret again")
+                }
+            }
         }
     }
 }
@@ -117,10 +244,19 @@ mod tests {
     fn keys_are_random_long_enough_and_never_shown() {
         let (a, b) = (HashKey::random(), HashKey::random());
         assert_ne!(a, b);
-        assert_eq!(a.0.len(), KEY_BYTES);
+        assert_eq!(a.bytes().len(), KEY_BYTES);
         assert_eq!(format!("{a:?}"), "HashKey(32 bytes)");
         assert!(HashKey::from_bytes(&[1; MIN_KEY_BYTES - 1]).is_none());
         assert!(HashKey::from_bytes(&[1; MIN_KEY_BYTES]).is_some());
+    }
+
+    #[test]
+    fn a_replaced_key_is_replaced_for_every_clone() {
+        let (a, b) = (HashKey::random(), HashKey::random());
+        let shared = a.clone();
+        assert_ne!(shared, b);
+        a.replace(&b);
+        assert_eq!(shared, b, "a clone follows the replacement");
     }
 
     #[test]

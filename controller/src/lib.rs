@@ -5,7 +5,8 @@
 //!   label key the children carry;
 //! * [`builders`] (pure, one function per child), [`router_config`] (the typed
 //!   `qdrouterd.conf`), `credentials` (generated CAs and certificates, renewal and CA
-//!   rotation), `references` (the Secrets a spec depends on), [`route`] (OpenShift Routes);
+//!   rotation), `references` (the Secrets a spec depends on), [`keys`] (users' keys and
+//!   certificates judged with OpenSSL, as the router reads them), [`route`] (OpenShift Routes);
 //! * [`reconcile`]: one pass as stages (observe, build, apply, status, events);
 //! * `cache`: what is watched and cached, and which events wake a reconcile;
 //! * [`runtime`]: the kube-runtime controller and [`runtime::run_while_leading`];
@@ -23,6 +24,7 @@ pub mod fence;
 pub mod hash_key;
 pub mod health;
 pub mod human;
+pub mod keys;
 pub mod labels;
 pub mod lease;
 pub(crate) mod managed_fields;

@@ -7,7 +7,6 @@ use std::time::Duration;
 use clap::Parser;
 use k8s_openapi::api::coordination::v1::Lease;
 use k8s_openapi::api::core::v1::Secret;
-use k8s_openapi::apimachinery::pkg::apis::meta::v1::OwnerReference;
 use kube::api::Api;
 use qdr_controller::builders::Settings;
 use qdr_controller::credentials::Lifetimes;
@@ -203,27 +202,13 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
     };
     tracing::info!(routes, "exposure through {}", if routes { "Routes" } else { "Ingresses" });
     // The credentials hash key, shared by every replica through one Secret in the
-    // controller's namespace; retried like the API groups.
+    // controller's namespace, owned by the controller's ServiceAccount (so uninstalling
+    // removes it, and deleting the Lease does not); retried like the API groups, then
+    // followed for ever (made again when deleted, read again when replaced).
     let secrets = Api::<Secret>::namespaced(client.clone(), &args.lease_namespace);
+    let owner = qdr_controller::hash_key::service_account_owner(&client, &args.lease_namespace).await;
     let hash_key = loop {
-        // Owned by the Lease when the install ships it (deploy/, the chart): uninstalling
-        // then deletes the key too.
-        let owner = match Api::<Lease>::namespaced(client.clone(), &args.lease_namespace)
-            .get_opt(&args.lease_name)
-            .await
-        {
-            Ok(lease) => lease.and_then(|l| {
-                Some(OwnerReference {
-                    api_version: "coordination.k8s.io/v1".into(),
-                    kind: "Lease".into(),
-                    name: l.metadata.name?,
-                    uid: l.metadata.uid?,
-                    ..OwnerReference::default()
-                })
-            }),
-            Err(_) => None,
-        };
-        match HashKey::load_or_create(&secrets, &args.hash_key_secret, owner).await {
+        match HashKey::load_or_create(&secrets, &args.hash_key_secret, owner.clone()).await {
             Ok(k) => break k,
             Err(e @ qdr_controller::hash_key::Error::Unusable(_)) => return Err(e.into()),
             Err(e) => {
@@ -232,6 +217,10 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
             }
         }
     };
+    tokio::spawn(
+        qdr_controller::hash_key::follow(secrets, args.hash_key_secret.clone(), hash_key.clone(), owner)
+            .instrument(tracing::info_span!("hash-key")),
+    );
     let settings = Settings {
         default_image: args.default_image.clone(),
         routes,

@@ -20,6 +20,23 @@ use kube::runtime::events::{Event, EventType};
 /// recorders: 6 minutes); a repeat after that is a new Event.
 pub const SERIES_TTL: Duration = Duration::from_secs(6 * 60);
 
+/// Longest Event note, in bytes: the API's limit (`events.k8s.io/v1` validation refuses a
+/// note over 1,024 bytes, counted in UTF-8).
+pub const MAX_NOTE: usize = 1024;
+
+/// `note` cut to at most [`MAX_NOTE`] bytes on a character boundary, ending with `…` when
+/// cut.
+pub fn fitted_note(note: &str) -> String {
+    if note.len() <= MAX_NOTE {
+        return note.to_string();
+    }
+    let mut end = MAX_NOTE - '…'.len_utf8();
+    while !note.is_char_boundary(end) {
+        end -= 1;
+    }
+    format!("{}…", &note[..end])
+}
+
 /// What identifies a series: the object (`uid`), type, reason, action and note.
 #[derive(Debug, Clone, PartialEq, Eq, Hash)]
 struct SeriesKey {
@@ -101,22 +118,64 @@ impl Recorder {
         self.series.lock().unwrap_or_else(|e| e.into_inner()).retain(|k, _| k.uid != uid);
     }
 
+    /// Forgets the series continued by Event `name` (its create failed, or it is gone):
+    /// the next identical note creates a new Event instead of patching one that does not
+    /// exist.
+    fn drop_series(&self, name: &str) {
+        self.series.lock().unwrap_or_else(|e| e.into_inner()).retain(|_, p| p.name != name);
+    }
+
     /// Publishes `ev` on `regarding`: a new Event, or the next count of the series of an
-    /// identical one published less than [`SERIES_TTL`] ago.
+    /// identical one published less than [`SERIES_TTL`] ago. Its note is cut to
+    /// [`MAX_NOTE`] bytes ([`fitted_note`]). A failed write is retried in
+    /// the background after each of [`RETRY_DELAYS`] (a notice such as a CA rotation step
+    /// must not be lost to one refused request); a failed create never leaves a series
+    /// behind, and a series whose Event is gone (`404` on its patch) starts a new Event.
     ///
     /// # Errors
-    /// The API server's refusal of the create or patch.
+    /// The API server's refusal of the first attempt (later attempts are logged).
     pub async fn publish(&self, ev: &Event, regarding: &ObjectReference) -> Result<(), kube::Error> {
+        let first = self.publish_once(ev, regarding).await;
+        if first.is_err() {
+            let (this, regarding) = (self.clone(), regarding.clone());
+            // kube's Event is not Clone.
+            let ev = Event {
+                type_: ev.type_,
+                reason: ev.reason.clone(),
+                note: ev.note.clone(),
+                action: ev.action.clone(),
+                secondary: ev.secondary.clone(),
+            };
+            tokio::spawn(async move {
+                for delay in RETRY_DELAYS {
+                    tokio::time::sleep(delay).await;
+                    match this.publish_once(&ev, &regarding).await {
+                        Ok(()) => return,
+                        Err(e) => tracing::debug!(error = %e, reason = %ev.reason, "retrying an Event"),
+                    }
+                }
+                tracing::warn!(reason = %ev.reason, note = ?ev.note, "an Event could not be published: dropped");
+            });
+        }
+        first
+    }
+
+    /// One attempt of [`Recorder::publish`].
+    async fn publish_once(&self, ev: &Event, regarding: &ObjectReference) -> Result<(), kube::Error> {
         let ns = regarding.namespace.clone().unwrap_or_else(|| "default".into());
         let api: Api<K8sEvent> = Api::namespaced(self.client.clone(), &ns);
         let now = MicroTime(k8s_openapi::jiff::Timestamp::now());
         match self.plan(ev, regarding, Instant::now()) {
             Write::Create(name) => {
                 let event = K8sEvent {
-                    metadata: ObjectMeta { name: Some(name), namespace: Some(ns), ..Default::default() },
+                    metadata: ObjectMeta {
+                        name: Some(name.clone()),
+                        namespace: Some(ns),
+                        ..Default::default()
+                    },
                     action: Some(ev.action.clone()),
                     reason: Some(ev.reason.clone()),
-                    note: ev.note.clone(),
+                    note: ev.note.as_deref().map(fitted_note),
                     type_: Some(if ev.type_ == EventType::Warning { "Warning" } else { "Normal" }.into()),
                     event_time: Some(now),
                     regarding: Some(regarding.clone()),
@@ -125,16 +184,38 @@ impl Recorder {
                     reporting_instance: Some(self.instance.clone()),
                     ..Default::default()
                 };
-                api.create(&PostParams::default(), &event).await.map(drop)
+                let created = api.create(&PostParams::default(), &event).await.map(drop);
+                if created.is_err() {
+                    self.drop_series(&name);
+                }
+                created
             }
             Write::Continue { name, count } => {
                 let series = EventSeries { count, last_observed_time: now };
                 let patch = serde_json::json!({ "series": series });
-                api.patch(&name, &PatchParams::default(), &Patch::Merge(patch)).await.map(drop)
+                match api.patch(&name, &PatchParams::default(), &Patch::Merge(patch)).await {
+                    Ok(_) => Ok(()),
+                    Err(kube::Error::Api(e)) if e.code == 404 => {
+                        // Deleted (or expired by its TTL) meanwhile: a new Event.
+                        self.drop_series(&name);
+                        Box::pin(self.publish_once(ev, regarding)).await
+                    }
+                    Err(e) => Err(e),
+                }
             }
         }
     }
 }
+
+/// When a failed Event write is tried again, after the previous attempt: about half a
+/// minute in all, then it is dropped (logged).
+pub const RETRY_DELAYS: [Duration; 5] = [
+    Duration::from_secs(1),
+    Duration::from_secs(2),
+    Duration::from_secs(4),
+    Duration::from_secs(8),
+    Duration::from_secs(16),
+];
 
 #[cfg(test)]
 mod tests {
@@ -154,6 +235,21 @@ mod tests {
         // A client that is never called: `plan` is pure.
         let config = kube::Config::new("http://127.0.0.1:9".parse().unwrap());
         Recorder::new(kube::Client::try_from(config).unwrap(), "qdr-operator", "pod-0")
+    }
+
+    #[test]
+    fn notes_fit_the_apis_byte_limit_on_a_character_boundary() {
+        assert_eq!(fitted_note("short"), "short");
+        let exact = "a".repeat(MAX_NOTE);
+        assert_eq!(fitted_note(&exact), exact);
+        for unit in ["€", "a", "😀", "é"] {
+            let long = unit.repeat(2000);
+            let cut = fitted_note(&long);
+            assert!(cut.len() <= MAX_NOTE, "{unit}: {} bytes", cut.len());
+            assert!(cut.ends_with('…'), "{unit}");
+            assert!(long.starts_with(cut.trim_end_matches('…')), "{unit}: a prefix");
+            assert!(cut.len() > MAX_NOTE - 4 - '…'.len_utf8(), "{unit}: cut no shorter than needed");
+        }
     }
 
     #[tokio::test]

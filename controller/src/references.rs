@@ -199,13 +199,6 @@ impl std::fmt::Display for Judged {
     }
 }
 
-fn message(e: qdr_certs::Error) -> String {
-    match e {
-        qdr_certs::Error::Certificate(m) => m,
-        other => other.to_string(),
-    }
-}
-
 /// The first problem of the keys `r` reads in `d`: `tls.crt` must hold a certificate valid
 /// at `now`, `tls.key` its private key, `ca.crt` at least one certificate, one of them valid.
 fn problem(r: &Reference, d: &Data, now: SystemTime) -> Option<Problem> {
@@ -221,7 +214,7 @@ fn problem(r: &Reference, d: &Data, now: SystemTime) -> Option<Problem> {
             && let Some(key) = text("tls.key")
             && let Err(e) = crate::credentials::key_of(&cert, &key)
         {
-            return Some(Problem::Invalid(format!("tls.key: {}", message(e))));
+            return Some(Problem::Invalid(format!("tls.key: {e}")));
         }
         if info.not_after <= now {
             return Some(Problem::Expired(info.not_after));

@@ -175,6 +175,12 @@ impl ValidatedInterconnect {
         self.ic.users_secret()
     }
 
+    /// `<name>-users`: the default of `spec.users` and the only users Secret the controller
+    /// generates (one with any other name is the user's).
+    pub fn default_users_secret(&self) -> String {
+        format!("{}-users", self.name)
+    }
+
     /// Name of the router configuration ConfigMap, `<name>-router-config` (no other child's
     /// name, of this or another Interconnect, ends that way).
     pub fn router_config_name(&self) -> String {

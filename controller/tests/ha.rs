@@ -192,3 +192,114 @@ async fn probes_follow_the_api_connection_and_the_election() {
         r.stop(Duration::from_secs(10));
     }
 }
+
+/// The credentials hash key outlives the Lease: it is owned by the controller's
+/// ServiceAccount, not the Lease, so deleting the Lease (a common way to force a failover)
+/// leaves it; deleting the key makes the replicas put the same key back (nothing rolls); a
+/// key replaced with another is read again by the replicas (the routers then roll once).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_hash_key_outlives_the_lease_and_the_replicas_follow_it() {
+    use k8s_openapi::api::core::v1::Secret;
+    use kube::api::DeleteParams;
+    let cp = qdr_tests::shared_with_controller_manager().await;
+    cp.install_crd().await;
+    let system = cp.namespace("hk-system").await;
+    let ns = cp.namespace("hk").await;
+    let replicas: Vec<Process> = ["hk-a", "hk-b"]
+        .iter()
+        .map(|id| common::start_controller(cp, &system.name, "hk-lease", id))
+        .collect();
+    let keys: Api<Secret> = system.api();
+    let key = eventually("the hash key", Duration::from_secs(30), || async {
+        keys.get_opt("qdr-controller-hash-key").await.ok().flatten()
+    })
+    .await;
+    let owners = key.metadata.owner_references.clone().unwrap_or_default();
+    assert_eq!(owners.len(), 1, "{owners:?}");
+    assert_eq!((owners[0].kind.as_str(), owners[0].name.as_str()), ("ServiceAccount", "qdr-controller"));
+    let sa: Api<k8s_openapi::api::core::v1::ServiceAccount> = system.api();
+    assert_eq!(Some(owners[0].uid.clone()), sa.get("qdr-controller").await.unwrap().metadata.uid);
+    let bytes = |s: &Secret| s.data.as_ref().unwrap()["key"].0.clone();
+
+    let obj: DynamicObject = serde_json::from_value(
+        json!({"apiVersion": "interconnectedcloud.github.io/v1alpha1", "kind": "Interconnect",
+        "metadata": {"name": "hk"}, "spec": {"deploymentPlan": {"size": 1}}}),
+    )
+    .unwrap();
+    interconnects(&ns.client, &ns.name).create(&PostParams::default(), &obj).await.unwrap();
+    let deployments: Api<Deployment> = ns.api();
+    let credentials_hash = || async {
+        let d = deployments.get_opt("hk").await.ok()??;
+        Some(d.spec?.template.metadata?.annotations?.get("qdr-operator.io/credentials-hash")?.clone())
+    };
+    let first = eventually("the routers' Deployment", Duration::from_secs(30), credentials_hash).await;
+
+    // The Lease deleted: the garbage collector has nothing to delete, a replica leads again.
+    let leases: Api<Lease> = system.api();
+    leases.delete("hk-lease", &DeleteParams::default()).await.unwrap();
+    eventually("a leader again", Duration::from_secs(30), || async {
+        leases.get_opt("hk-lease").await.ok()??.spec?.holder_identity.filter(|h| !h.is_empty())
+    })
+    .await;
+    tokio::time::sleep(2 * LEASE).await;
+    let kept = keys.get("qdr-controller-hash-key").await.unwrap();
+    assert_eq!(kept.metadata.uid, key.metadata.uid, "the key went with the Lease");
+
+    // The key deleted: put back, with the same bytes.
+    keys.delete("qdr-controller-hash-key", &DeleteParams::default()).await.unwrap();
+    let back = eventually("the key made again", Duration::from_secs(30), || async {
+        keys.get_opt("qdr-controller-hash-key").await.ok()?.filter(|s| s.metadata.uid != key.metadata.uid)
+    })
+    .await;
+    assert_eq!(bytes(&back), bytes(&key), "a new key: the routers would roll");
+    assert_eq!(back.metadata.owner_references, key.metadata.owner_references);
+
+    // The key replaced by another (the replicas race to put theirs back: try until ours
+    // stands).
+    let other = vec![9u8; 32];
+    let replaced: Secret = serde_json::from_value(json!({
+        "metadata": {"name": "qdr-controller-hash-key"}, "immutable": true,
+        "data": {"key": k8s_openapi::ByteString(other.clone())}}))
+    .unwrap();
+    eventually("another key in place", Duration::from_secs(30), || async {
+        let _ = keys.delete("qdr-controller-hash-key", &DeleteParams::default()).await;
+        let _ = keys.create(&PostParams::default(), &replaced).await;
+        tokio::time::sleep(Duration::from_millis(500)).await;
+        let now = keys.get_opt("qdr-controller-hash-key").await.ok()??;
+        (bytes(&now) == other).then_some(())
+    })
+    .await;
+    // A reconcile now keys the same mounted data with the new key.
+    scale_and_time_named(&ns, "hk", 2).await;
+    let second = eventually("a new credentials hash", Duration::from_secs(30), || async {
+        credentials_hash().await.filter(|h| *h != first)
+    })
+    .await;
+    assert_ne!(first, second);
+    assert_eq!(
+        bytes(&keys.get("qdr-controller-hash-key").await.unwrap()),
+        other,
+        "a replica put its key back"
+    );
+    for (i, p) in replicas.iter().enumerate() {
+        assert!(p.exited().is_none(), "replica {i} exited:\n{}", p.log_tail(30));
+    }
+}
+
+/// Sets Interconnect `name`'s size and waits until its Deployment has it.
+async fn scale_and_time_named(ns: &qdr_tests::TestNamespace, name: &str, size: i32) {
+    interconnects(&ns.client, &ns.name)
+        .patch(
+            name,
+            &PatchParams::default(),
+            &Patch::Merge(json!({"spec": {"deploymentPlan": {"size": size}}})),
+        )
+        .await
+        .unwrap();
+    let deps: Api<Deployment> = ns.api();
+    eventually("the size reconciled", Duration::from_secs(30), || async {
+        let d = deps.get_opt(name).await.ok()??;
+        (d.spec?.replicas == Some(size)).then_some(())
+    })
+    .await;
+}

@@ -614,6 +614,79 @@ async fn a_missing_user_secret_is_reported_and_picked_up_when_it_appears() {
     assert_eq!(events(&ns, "MissingSecret").await, 1, "one Warning per generation");
 }
 
+/// A users Secret with a name the user chose is theirs: when it is missing it is reported,
+/// never created (an apply of a directory may create the Interconnect first, and the user's
+/// Secret must not become the Interconnect's); one that an earlier release created and owns
+/// is released, so renaming `spec.users` and deleting the Interconnect leave it.
+#[tokio::test]
+async fn a_users_secret_the_user_named_is_never_created_owned_or_deleted() {
+    let cp = setup().await;
+    let ns = cp.namespace("ctl-users").await;
+    let name = create(
+        &ns,
+        json!({"apiVersion": "interconnectedcloud.github.io/v1alpha1", "kind": "Interconnect",
+               "metadata": {"name": "team"}, "spec": {"users": "team-users"}}),
+    )
+    .await;
+    let ready = condition_with_reason(&ns, &name, "Ready", "MissingSecret").await;
+    let msg = ready["message"].as_str().unwrap();
+    assert!(msg.contains("Secret team-users (spec.users) does not exist"), "{msg}");
+    let secrets: Api<Secret> = ns.api();
+    assert!(secrets.get_opt("team-users").await.unwrap().is_none(), "the user's Secret was created for them");
+    // The user's own Secret, applied after the Interconnect: used as it is.
+    let mine: Secret = serde_json::from_value(
+        json!({"metadata": {"name": "team-users"}, "stringData": {"alice": "wonder"}}),
+    )
+    .unwrap();
+    secrets.create(&PostParams::default(), &mine).await.unwrap();
+    let ics = interconnects(&ns.client, &ns.name);
+    eventually("MissingSecret cleared", Duration::from_secs(30), || async {
+        let o = ics.get(&name).await.ok()?;
+        let conds = o.data["status"]["conditions"].as_array()?.clone();
+        conds.iter().all(|c| c["reason"] != "MissingSecret").then_some(())
+    })
+    .await;
+    let s = secrets.get("team-users").await.unwrap();
+    assert!(s.metadata.owner_references.is_none(), "{:?}", s.metadata.owner_references);
+    assert_eq!(s.data.unwrap().keys().collect::<Vec<_>>(), ["alice"], "nothing added");
+
+    // One an earlier release created for this name and owns: released, not pruned.
+    let uid = ics.get(&name).await.unwrap().metadata.uid.unwrap();
+    let legacy: Secret = serde_json::from_value(json!({
+        "metadata": {"name": "legacy-users", "labels": {"interconnect_cr": "team", "app.kubernetes.io/managed-by": "qdr-operator"},
+                     "ownerReferences": [{"apiVersion": "interconnectedcloud.github.io/v1alpha1", "kind": "Interconnect",
+                                          "name": "team", "uid": uid, "controller": true, "blockOwnerDeletion": true}]},
+        "stringData": {"guest": "legacy"}}))
+    .unwrap();
+    secrets.create(&PostParams::default(), &legacy).await.unwrap();
+    let users = |u: &str| Patch::Merge(json!({"spec": {"users": u}}));
+    ics.patch(&name, &PatchParams::default(), &users("legacy-users")).await.unwrap();
+    eventually("the earlier release's users Secret released", Duration::from_secs(30), || async {
+        let s = secrets.get("legacy-users").await.ok()?;
+        s.metadata.owner_references.as_ref().is_none_or(|r| r.is_empty()).then_some(())
+    })
+    .await;
+    ics.patch(&name, &PatchParams::default(), &users("team-users")).await.unwrap();
+    let generation = ics.get(&name).await.unwrap().metadata.generation.unwrap();
+    eventually("the new generation reconciled", Duration::from_secs(30), || async {
+        let o = ics.get(&name).await.ok()?;
+        (o.data["status"]["observedGeneration"] == generation).then_some(())
+    })
+    .await;
+    assert!(secrets.get_opt("legacy-users").await.unwrap().is_some(), "a user-named Secret was pruned");
+
+    // Deleting the Interconnect (its Deployment collected) leaves both.
+    ics.delete(&name, &DeleteParams::background()).await.unwrap();
+    let deps: Api<Deployment> = ns.api();
+    eventually("children collected", Duration::from_secs(90), || async {
+        deps.get_opt(&name).await.ok()?.is_none().then_some(())
+    })
+    .await;
+    for kept in ["team-users", "legacy-users"] {
+        assert!(secrets.get_opt(kept).await.unwrap().is_some(), "{kept} was deleted with the Interconnect");
+    }
+}
+
 /// Deleting a user Secret the routers mount never rolls them onto pods that cannot mount it:
 /// the pod template and its configuration keep their last mountable state (no new
 /// ReplicaSet, even across a spec change) and the status says why, until the Secret exists

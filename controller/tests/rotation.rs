@@ -76,6 +76,14 @@ async fn certificates_renew_and_the_ca_rotates_with_rolling_routers() {
     })
     .await;
     let issued = CertInfo::parse(&text(&first, "tls.crt")).unwrap();
+    // What others add to the generated Secrets' metadata (a backup tool's label, a policy
+    // engine's annotation, a finalizer) survives every renewal and rotation step.
+    let foreign = json!({"metadata": {"labels": {"backup.example.com/keep": "yes"},
+                                      "annotations": {"policy.example.com/checked": "true"},
+                                      "finalizers": ["example.com/hold"]}});
+    for name in [leaf, ca] {
+        secrets.patch(name, &PatchParams::default(), &Patch::Merge(foreign.clone())).await.unwrap();
+    }
 
     // Follow the Secrets and the pod template until the rotation is over (the CA's bundle
     // is one certificate again, and not the first one) and the routers rolled for that last
@@ -276,6 +284,25 @@ async fn certificates_renew_and_the_ca_rotates_with_rolling_routers() {
 
     // The final state: the leaf is signed by the new CA, which alone is trusted.
     let (leaf_now, ca_now) = (secrets.get(leaf).await.unwrap(), secrets.get(ca).await.unwrap());
+    for s in [&leaf_now, &ca_now] {
+        let m = &s.metadata;
+        assert_eq!(
+            m.labels.as_ref().unwrap().get("backup.example.com/keep").map(String::as_str),
+            Some("yes"),
+            "{m:?}"
+        );
+        assert_eq!(
+            m.annotations.as_ref().unwrap().get("policy.example.com/checked").map(String::as_str),
+            Some("true"),
+            "{m:?}"
+        );
+        assert_eq!(m.finalizers.as_deref(), Some(&["example.com/hold".to_string()][..]), "{m:?}");
+        assert!(m.labels.as_ref().unwrap().contains_key("qdr-operator.io/credentials"), "still ours: {m:?}");
+    }
+    for name in [leaf, ca] {
+        let release = json!({"metadata": {"finalizers": null}});
+        secrets.patch(name, &PatchParams::default(), &Patch::Merge(release)).await.unwrap();
+    }
     assert_eq!(text(&leaf_now, "ca.crt"), text(&ca_now, "ca.crt"));
     qdr_certs::pki::verify_leaf(
         &text(&leaf_now, "tls.crt"),

@@ -136,6 +136,168 @@ async fn a_deleted_users_secret_warns_that_the_passwords_changed() {
     assert_ne!(before, after);
 }
 
+/// A ValidatingAdmissionPolicy (and its binding) named `name` that refuses `operations` on
+/// `resources` of `group` in namespace `ns`, in effect once this returns (`probe` is refused);
+/// removed by [`unblock`].
+async fn block(
+    cp: &qdr_tests::ControlPlane,
+    name: &str,
+    ns: &str,
+    (group, resource, operations): (&str, &str, &[&str]),
+    probe: impl AsyncFn() -> bool,
+) {
+    let objects = json!({"apiVersion": "v1", "kind": "List", "items": [
+        {"apiVersion": "admissionregistration.k8s.io/v1", "kind": "ValidatingAdmissionPolicy", "metadata": {"name": name},
+         "spec": {"failurePolicy": "Fail",
+                  "matchConstraints": {"resourceRules": [{"apiGroups": [group], "apiVersions": ["*"],
+                                                          "operations": operations, "resources": [resource]}]},
+                  "validations": [{"expression": "false", "message": format!("{name}: refused by the test")}]}},
+        {"apiVersion": "admissionregistration.k8s.io/v1", "kind": "ValidatingAdmissionPolicyBinding", "metadata": {"name": name},
+         "spec": {"policyName": name, "validationActions": ["Deny"],
+                  "matchResources": {"namespaceSelector": {"matchLabels": {"kubernetes.io/metadata.name": ns}}}}}]});
+    let out = common::kubectl_stdin(cp, &["apply", "-f", "-"], &objects.to_string());
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    eventually(&format!("{name} in effect"), Duration::from_secs(30), || async {
+        probe().await.then_some(())
+    })
+    .await;
+}
+
+fn unblock(cp: &qdr_tests::ControlPlane, name: &str) {
+    let out = cp
+        .kubectl()
+        .args([
+            "delete",
+            "validatingadmissionpolicybinding,validatingadmissionpolicy",
+            name,
+            "--ignore-not-found",
+        ])
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+}
+
+/// A Secret change is announced even when a later write of the same pass fails: the users
+/// Secret is made again with new passwords while the routers' Deployment cannot be written
+/// (an admission policy refuses it), and the `PasswordsChanged` Warning is published anyway;
+/// the next pass, which finds the Secret already made, would never say it.
+#[tokio::test]
+async fn a_secret_change_is_announced_when_a_later_write_fails() {
+    use k8s_openapi::api::apps::v1::Deployment;
+    let cp = start().await;
+    let ns = cp.namespace("notice").await;
+    create_interconnect(&ns, "mesh", json!({"deploymentPlan": {"size": 1}})).await;
+    let secrets: Api<Secret> = ns.api();
+    secret(&secrets, "mesh-users").await;
+    condition_with_reason(&ns, "mesh", "Ready", "RoutersReady").await;
+    let deployments: Api<Deployment> = ns.api();
+    let policy = format!("{}-no-deployments", ns.name);
+    let probe = || async {
+        let patch = json!({"metadata": {"annotations": {"probe": "x"}}});
+        let params = kube::api::PatchParams { dry_run: true, ..Default::default() };
+        let refused = deployments.patch("mesh", &params, &kube::api::Patch::Merge(patch)).await;
+        refused.is_err_and(|e| e.to_string().contains("refused by the test"))
+    };
+    block(cp, &policy, &ns.name, ("apps", "deployments", &["UPDATE"]), probe).await;
+    secrets.delete("mesh-users", &DeleteParams::default()).await.unwrap();
+    let failed = condition_with_reason(&ns, "mesh", "Degraded", "ReconcileFailed").await;
+    assert!(failed["message"].as_str().unwrap().contains("refused by the test"), "{failed}");
+    let note = eventually("a PasswordsChanged Warning", Duration::from_secs(30), || async {
+        notes(&ns, "PasswordsChanged").await.into_iter().next()
+    })
+    .await;
+    assert!(note.starts_with("Secret mesh-users (spec.users) was missing"), "{note}");
+    unblock(cp, &policy);
+    eventually("Degraded cleared", Duration::from_secs(60), || async {
+        let c = condition_with_reason(&ns, "mesh", "Degraded", "ReconcileSucceeded").await;
+        (c["status"] == "False").then_some(())
+    })
+    .await;
+    assert_eq!(notes(&ns, "PasswordsChanged").await.len(), 1, "announced once");
+}
+
+/// The Event recorder loses no notice: a create the API server refuses is retried (here
+/// until an admission policy that refuses Events is removed); an Event deleted under its
+/// series is created again instead of patched; a note of more than 1,024 bytes is cut on a
+/// character boundary to fit the API's limit.
+#[tokio::test]
+async fn the_event_recorder_retries_and_never_patches_a_missing_event() {
+    use k8s_openapi::api::events::v1::Event as K8sEvent;
+    use kube::runtime::events::{Event, EventType};
+    let cp = start().await;
+    let ns = cp.namespace("recorder").await;
+    let client = cp.client().await.unwrap();
+    let recorder = qdr_controller::recorder::Recorder::new(client, "qdr-operator", "test");
+    let regarding = k8s_openapi::api::core::v1::ObjectReference {
+        api_version: Some("v1".into()),
+        kind: Some("ConfigMap".into()),
+        name: Some("subject".into()),
+        namespace: Some(ns.name.clone()),
+        uid: Some(format!("{}-subject", ns.name)),
+        ..Default::default()
+    };
+    let event = |note: &str| Event {
+        type_: EventType::Warning,
+        reason: "Notice".into(),
+        note: Some(note.into()),
+        action: "Reconcile".into(),
+        secondary: None,
+    };
+    let events: Api<K8sEvent> = ns.api();
+    let with_note = |note: String| {
+        let events = events.clone();
+        async move {
+            let list = events.list(&Default::default()).await.ok()?.items;
+            let found: Vec<K8sEvent> =
+                list.into_iter().filter(|e| e.note.as_deref() == Some(note.as_str())).collect();
+            (!found.is_empty()).then_some(found)
+        }
+    };
+
+    // Refused, then let through: the retry publishes it.
+    let policy = format!("{}-no-events", ns.name);
+    let probe = || async {
+        let e: K8sEvent = serde_json::from_value(json!({
+            "metadata": {"name": "probe"}, "eventTime": "2026-01-01T00:00:00.000000Z", "reportingController": "test",
+            "reportingInstance": "test", "action": "Probe", "reason": "Probe", "type": "Normal",
+            "regarding": {"kind": "ConfigMap", "name": "subject", "namespace": ns.name}}))
+        .unwrap();
+        let params = kube::api::PostParams { dry_run: true, ..Default::default() };
+        events.create(&params, &e).await.is_err_and(|e| e.to_string().contains("refused by the test"))
+    };
+    block(cp, &policy, &ns.name, ("events.k8s.io", "events", &["CREATE"]), probe).await;
+    let refused = recorder.publish(&event("CA rotation 1/3 (test)"), &regarding).await;
+    assert!(refused.is_err(), "the policy let the Event through");
+    unblock(cp, &policy);
+    let total: Duration = qdr_controller::recorder::RETRY_DELAYS.iter().sum();
+    let published = eventually("the refused Event, retried", total + Duration::from_secs(5), || {
+        with_note("CA rotation 1/3 (test)".into())
+    })
+    .await;
+    assert_eq!(published.len(), 1);
+
+    // Its series' Event deleted: the same note again is a new Event, not a patch of nothing.
+    let name = published[0].metadata.name.clone().unwrap();
+    events.delete(&name, &DeleteParams::default()).await.unwrap();
+    recorder.publish(&event("CA rotation 1/3 (test)"), &regarding).await.unwrap();
+    let again = eventually("the note as a new Event", Duration::from_secs(10), || {
+        with_note("CA rotation 1/3 (test)".into())
+    })
+    .await;
+    assert_ne!(again[0].metadata.name.as_deref(), Some(name.as_str()));
+
+    // A long note of multi-byte characters fits.
+    let long = "€".repeat(1000);
+    recorder.publish(&event(&long), &regarding).await.expect("a long note is accepted");
+    let stored = eventually("the long note", Duration::from_secs(10), || {
+        let fitted = qdr_controller::recorder::fitted_note(&long);
+        with_note(fitted)
+    })
+    .await;
+    let note = stored[0].note.clone().unwrap();
+    assert!(note.len() <= 1024 && note.ends_with('…'), "{} bytes", note.len());
+}
+
 #[tokio::test]
 async fn leaves_follow_an_issuer_rekeyed_under_the_same_subject() {
     use rcgen::{BasicConstraints, CertificateParams, DnType, IsCa, KeyPair};
@@ -258,4 +420,39 @@ async fn user_certificates_are_judged() {
         })
         .await;
     }
+}
+
+/// Keys that OpenSSL, and so the router, reads but `ring` refuses are accepted: a user's
+/// certificate with an RSA 1024, RSA-PSS, ECDSA P-521, Ed448 or DSA key is mounted and the
+/// routers become Ready (not `InvalidSecret`, which would hold them).
+#[tokio::test]
+async fn keys_the_router_reads_are_accepted() {
+    let cp = start().await;
+    let ns = cp.namespace("key-types").await;
+    let secrets: Api<Secret> = ns.api();
+    let wanted = ["RSA 1024", "RSA-PSS 2048", "ECDSA P-521", "Ed448", "DSA 2048"];
+    let kinds: Vec<_> =
+        qdr_tests::keys::kinds().into_iter().filter(|k| wanted.contains(&k.name.as_str())).collect();
+    assert_eq!(kinds.len(), wanted.len());
+    let (mut profiles, mut listeners) = (Vec::new(), Vec::new());
+    for (i, k) in kinds.iter().enumerate() {
+        let cert = qdr_tests::keys::certificate(&k.key, None, "mesh");
+        let key = String::from_utf8(k.key.private_key_to_pem_pkcs8().unwrap()).unwrap();
+        let name = format!("key-{i}");
+        secrets
+            .create(&PostParams::default(), &tls_secret(&name, &[("tls.crt", &cert), ("tls.key", &key)]))
+            .await
+            .unwrap();
+        profiles.push(json!({"name": name, "credentials": name}));
+        listeners.push(json!({"port": 5671 + i, "sslProfile": name}));
+    }
+    create_interconnect(
+        &ns,
+        "mesh",
+        json!({"deploymentPlan": {"size": 1}, "sslProfiles": profiles, "listeners": listeners}),
+    )
+    .await;
+    let ready = condition_with_reason(&ns, "mesh", "Ready", "RoutersReady").await;
+    assert_eq!(ready["status"], "True", "{ready}");
+    assert_eq!(events(&ns, "InvalidSecret").await, 0, "a key the router reads was judged invalid");
 }

@@ -20,6 +20,7 @@ pub mod components;
 mod control_plane;
 pub mod images;
 pub mod install;
+pub mod keys;
 mod pki;
 mod process;
 pub mod rbac;

@@ -240,6 +240,43 @@ async fn check_running_install(cp: &ControlPlane, operator_ns: &str, app_ns: &st
     controllers
 }
 
+/// The webhooks admit Interconnects in the operator's own namespace too (the controller
+/// reconciles it): a user who may create Interconnects there but not read Secrets is refused
+/// one that names the webhook's own TLS Secret, at the field that names it.
+async fn the_operator_namespace_is_admitted(cp: &ControlPlane, operator_ns: &str) {
+    let rbac = format!(
+        r#"{{"apiVersion": "v1", "kind": "List", "items": [
+            {{"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "Role", "metadata": {{"name": "ic-author", "namespace": "{operator_ns}"}},
+              "rules": [{{"apiGroups": ["interconnectedcloud.github.io"], "resources": ["interconnects"], "verbs": ["create"]}}]}},
+            {{"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "RoleBinding", "metadata": {{"name": "ic-author", "namespace": "{operator_ns}"}},
+              "roleRef": {{"apiGroup": "rbac.authorization.k8s.io", "kind": "Role", "name": "ic-author"}},
+              "subjects": [{{"apiGroup": "rbac.authorization.k8s.io", "kind": "User", "name": "mallory"}}]}}]}}"#
+    );
+    let out = qdr_tests::components::kubectl_stdin(cp, &["apply", "-f", "-"], &rbac);
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let taker = r#"{"apiVersion": "interconnectedcloud.github.io/v1alpha1", "kind": "Interconnect",
+        "metadata": {"name": "taker"},
+        "spec": {"sslProfiles": [{"name": "p", "credentials": "qdr-webhook-tls"}]}}"#;
+    let refused =
+        qdr_tests::eventually("the operator's namespace admitted", Duration::from_secs(60), || async {
+            let out = qdr_tests::components::kubectl_stdin(
+                cp,
+                &["create", "--as", "mallory", "-n", operator_ns, "--dry-run=server", "-f", "-"],
+                taker,
+            );
+            let err = String::from_utf8_lossy(&out.stderr).into_owned();
+            assert!(!out.status.success(), "admitted in {operator_ns}: the reference was not checked");
+            // Until the binding is seen the API server refuses on its own (403, no field).
+            err.contains("is invalid").then_some(err)
+        })
+        .await;
+    assert!(
+        refused.contains(r#"spec.sslProfiles[0].credentials: Forbidden: user "mallory" may not get Secret "qdr-webhook-tls""#),
+        "{refused}"
+    );
+    ok(kubectl(cp, &["delete", "rolebinding,role", "ic-author", "-n", operator_ns]));
+}
+
 /// Waits up to 60 s until `kubectl <args>` prints exactly `want`.
 #[track_caller]
 fn wait_output(cp: &ControlPlane, args: &[&str], want: &str) {
@@ -374,6 +411,7 @@ async fn deploy_installs_for_real_and_survives_losing_pods() {
     app_namespace(cp, app_ns);
     let controllers = check_running_install(cp, "qdr-operator", app_ns).await;
     say!("deploy/: kubectl apply -k → Interconnect Ready in {:.1?}", t.elapsed());
+    the_operator_namespace_is_admitted(cp, "qdr-operator").await;
 
     // The leading controller pod is deleted: another takes over, and reconciles.
     let leases: Api<Lease> = Api::namespaced(client.clone(), "qdr-operator");
@@ -564,6 +602,7 @@ async fn the_helm_chart_installs_for_real_and_uninstalls_to_the_crd() {
     ok(installed);
     check_running_install(cp, ns, app_ns).await;
     say!("helm install → Interconnect Ready in {:.1?}", t.elapsed());
+    the_operator_namespace_is_admitted(cp, ns).await;
     // The controller's hash key and the webhook's Secret are made at run time.
     let secrets: Api<Secret> = Api::namespaced(cp.client().await.unwrap(), ns);
     assert!(secrets.get_opt("qdr-webhook-tls").await.unwrap().is_some());

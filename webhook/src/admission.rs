@@ -18,7 +18,7 @@
 //! | mutate, invalid object | 422 `Invalid` with every cause (before the API server's schema checks, which would hide the rest) |
 //! | validate | allowed with warnings, or 422 `Invalid`, one cause per violation (at most [`MAX_CAUSES`]), every cause also in `message` |
 //! | an image outside [`Checks::images`] | a `Forbidden` cause at `spec.deploymentPlan.image`, ratcheted like any other |
-//! | CREATE, or UPDATE naming a Secret the stored object did not (or changing the image) | validate (and a mutate denial) carries a [`Pending`] of the Secret references the requesting user must be allowed to read; the server asks the API server ([`crate::authorize`]) and [`Reply::authorized`] adds a `Forbidden` cause per unreadable one |
+//! | CREATE, or UPDATE that names a Secret for a use the stored object did not ([`qdr_api::SecretUse`]: a new name, a more powerful field, a CA that starts signing) or changes the image | validate (and a mutate denial) carries a [`Pending`] of the Secret references the requesting user must be allowed to read; the server asks the API server ([`crate::authorize`]) and [`Reply::authorized`] adds a `Forbidden` cause per unreadable one |
 //! | UPDATE that leaves `spec` as it was (labels, annotations, finalizers, status) | allowed, no patch; validate adds the stored violations as warnings |
 //! | UPDATE of a spec whose `oldObject` already broke rules | **ratcheting**: only violations the update introduces or changes deny (compared by the identity of the offending item, type and value: [`crate::ratchet`]); the carried ones are warnings |
 //! | CREATE with `metadata.generateName` and no name | validated under a stand-in name (`generateName` cut to 58 characters + 5 characters, the server's rule); mutate adds only the defaults that do not derive from the name |
@@ -449,15 +449,17 @@ pub fn answer(webhook: Webhook, req: &Request<'_>, checks: &Checks) -> Reply {
 }
 
 /// The references of `effective` the requesting user must be allowed to read: on CREATE
-/// all of them; on UPDATE those naming a Secret the stored object did not name, or all of
-/// them when the image changes (a new image reads every mounted Secret). Names derived from
-/// a name not yet picked (`generateName`) are left out: they are checked by the validating
-/// webhook, which sees the picked name.
+/// all of them; on UPDATE each whose (use, Secret) pair the stored object did not have
+/// ([`qdr_api::SecretUse`]: a Secret named anew, moved to a more powerful field such as
+/// `caCert` → `issuer`, or a generated name such as `<name>-ca` that starts to sign), or all
+/// of them when the image changes (a new image reads every mounted Secret). Names derived
+/// from a name not yet picked (`generateName`) are left out: they are checked by the
+/// validating webhook, which sees the picked name.
 fn references_to_check(effective: &Interconnect, old: Option<&Interconnect>) -> Vec<(String, String)> {
-    let mut refs = effective.secret_references();
+    let mut refs = effective.secret_uses();
     if effective.metadata.name.as_deref().unwrap_or_default().is_empty() {
         let (users, issuer) = (effective.spec.users.is_some(), effective.spec.user_issuer().is_some());
-        refs.retain(|(f, _)| match f.as_str() {
+        refs.retain(|(f, _, _)| match f.as_str() {
             "spec.users" => users,
             "spec.deploymentPlan.issuer" => issuer,
             _ => true,
@@ -466,11 +468,12 @@ fn references_to_check(effective: &Interconnect, old: Option<&Interconnect>) -> 
     if let Some(old) = old {
         let image = |ic: &Interconnect| ic.spec.deployment_plan.as_ref().and_then(|p| p.image.clone());
         if image(old) == image(effective) {
-            let before = old.secret_names();
-            refs.retain(|(_, n)| !before.contains(n));
+            let before: std::collections::BTreeSet<(qdr_api::SecretUse, String)> =
+                old.secret_uses().into_iter().map(|(_, name, usage)| (usage, name)).collect();
+            refs.retain(|(_, name, usage)| !before.contains(&(*usage, name.clone())));
         }
     }
-    refs
+    refs.into_iter().map(|(field, name, _)| (field, name)).collect()
 }
 
 /// The warnings of `effective` that the stored object `old` (defaulted; on UPDATE) did not

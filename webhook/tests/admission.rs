@@ -593,6 +593,56 @@ fn references_to_authorize_follow_what_the_write_changes() {
     assert_eq!(pending_refs(&handle(Webhook::Validate, &update(new_image, stored))).len(), 7);
 }
 
+/// An UPDATE is checked again for every Secret whose use grows, not only for new names: the
+/// generated issuer `<name>-ca` once a profile makes it sign, a name moved from `caCert` to
+/// `issuer`, a `caCert` that starts signing its profile's generated credentials. Moving a
+/// profile (same uses) checks nothing.
+#[test]
+fn a_secret_whose_use_grows_is_checked_again() {
+    let spec = json!({"deploymentPlan": {"role": "edge"}, "listeners": [{"port": 5672}], "users": "u",
+                      "sslProfiles": [{"name": "p", "caCert": "shared"}]});
+    let stored = ic(spec.clone());
+    let create = handle(Webhook::Validate, &review("CREATE", stored.clone()));
+    assert_eq!(
+        pending_refs(&create),
+        pairs(&[("spec.users", "u"), ("spec.sslProfiles[0].caCert", "shared")]),
+        "nothing is generated, so nothing signs"
+    );
+    // A profile with generated credentials: the generated issuer starts to sign.
+    let mut signing = stored.clone();
+    signing["spec"]["sslProfiles"] =
+        json!([{"name": "p", "caCert": "shared"}, {"name": "q", "generateCredentials": true}]);
+    let refs = pending_refs(&handle(Webhook::Validate, &update(signing, stored.clone())));
+    assert!(refs.contains(&("spec.deploymentPlan.issuer".into(), "mesh-ca".into())), "{refs:?}");
+    // The trusted CA becomes the issuer.
+    let mut issuer = stored.clone();
+    issuer["spec"]["deploymentPlan"]["issuer"] = json!("shared");
+    assert_eq!(
+        pending_refs(&handle(Webhook::Validate, &update(issuer, stored.clone()))),
+        pairs(&[("spec.deploymentPlan.issuer", "shared")])
+    );
+    // The trusted CA starts signing its profile's generated credentials.
+    let mut mutual = stored.clone();
+    mutual["spec"]["sslProfiles"] =
+        json!([{"name": "p", "caCert": "shared", "mutualAuth": true, "generateCredentials": true}]);
+    let refs = pending_refs(&handle(Webhook::Validate, &update(mutual, stored.clone())));
+    assert!(refs.contains(&("spec.sslProfiles[0].caCert".into(), "shared".into())), "{refs:?}");
+    // The users Secret named as credentials: a new use of the same name.
+    let mut moved = stored.clone();
+    moved["spec"]["sslProfiles"] = json!([{"name": "p", "caCert": "shared", "credentials": "u"}]);
+    assert_eq!(
+        pending_refs(&handle(Webhook::Validate, &update(moved, stored.clone()))),
+        pairs(&[("spec.sslProfiles[0].credentials", "u")])
+    );
+    // The same uses in another order: nothing to check.
+    let two = json!([{"name": "p", "caCert": "shared"}, {"name": "r", "caCert": "other"}]);
+    let mut before = stored.clone();
+    before["spec"]["sslProfiles"] = two.clone();
+    let mut after = stored;
+    after["spec"]["sslProfiles"] = json!([two[1], two[0]]);
+    assert_eq!(handle(Webhook::Validate, &update(after, before)).pending, None);
+}
+
 /// The reply once the references are checked: unchanged when all are readable; otherwise a
 /// 422 with a Forbidden cause per field naming an unreadable Secret, after the other
 /// violations; 500 when the checks could not be made.

@@ -454,6 +454,92 @@ async fn secret_references_are_authorized_as_their_author() {
     }
 }
 
+/// The generated issuer is not a way around the checks: an Interconnect created with
+/// nothing to sign names no `<name>-ca`; an update that makes it sign (a profile with
+/// generated credentials) must be checked for that Secret, which the controller would sign
+/// with if it exists, and a trusted CA moved to `issuer` is checked again.
+#[tokio::test]
+async fn an_update_that_makes_a_secret_sign_is_checked() {
+    let s = setup().await;
+    let cp = qdr_tests::shared().await;
+    let ns = &s.ns;
+    apply(
+        cp,
+        ns,
+        json!({"apiVersion": "v1", "kind": "List", "items": [
+            role("ic-author-2", json!([{"apiGroups": ["interconnectedcloud.github.io"], "resources": ["interconnects"],
+                                        "verbs": ["get", "list", "create", "update", "patch"]}])),
+            binding("carol-ic-author", "ic-author-2", "carol"),
+            // Everything the updates name but the issuer.
+            role("carol-secrets", json!([{"apiGroups": [""], "resources": ["secrets"], "verbs": ["get"],
+                                          "resourceNames": ["payments-q-credentials", "trusted-ca"]}])),
+            binding("carol-secrets", "carol-secrets", "carol"),
+        ]}),
+    );
+    let stderr = |o: &std::process::Output| String::from_utf8_lossy(&o.stderr).into_owned();
+    let body = json!({"apiVersion": "interconnectedcloud.github.io/v1alpha1", "kind": "Interconnect",
+                      "metadata": {"name": "payments"},
+                      "spec": {"deploymentPlan": {"role": "edge"}, "users": "none", "listeners": [{"port": 5672}],
+                               "sslProfiles": [{"name": "p", "caCert": "trusted-ca"}]}})
+    .to_string();
+    let created =
+        until(|| kubectl_as(cp, "carol", &["create", "-n", ns, "-f", "-"], &body), |o| o.status.success())
+            .await;
+    assert!(created.status.success(), "{}", stderr(&created));
+    let patch = |spec: Value| {
+        let body = json!({"spec": spec}).to_string();
+        kubectl_as(
+            cp,
+            "carol",
+            &["patch", "interconnect", "payments", "-n", ns, "--type=merge", "-p", &body],
+            "",
+        )
+    };
+    let signing = patch(json!({"sslProfiles": [{"name": "p", "caCert": "trusted-ca"},
+                                               {"name": "q", "generateCredentials": true}]}));
+    let err = stderr(&signing);
+    assert!(!signing.status.success(), "the generated issuer was taken without a check");
+    assert!(
+        err.contains(
+            r#"spec.deploymentPlan.issuer: Forbidden: user "carol" may not get Secret "payments-ca""#
+        ),
+        "{err}"
+    );
+    assert!(!err.contains("credentials: Forbidden"), "only the issuer: {err}");
+    // carol loses trusted-ca, which the stored object names as a trusted CA: moving it to
+    // the issuer is a new use, checked and denied.
+    apply(
+        cp,
+        ns,
+        role(
+            "carol-secrets",
+            json!([{"apiGroups": [""], "resources": ["secrets"], "verbs": ["get"],
+                                      "resourceNames": ["payments-q-credentials"]}]),
+        ),
+    );
+    let cannot = until(
+        || {
+            cp.kubectl()
+                .args(["auth", "can-i", "get", "secret/trusted-ca", "-n", ns, "--as", "carol"])
+                .output()
+                .unwrap()
+        },
+        |o| String::from_utf8_lossy(&o.stdout).trim() == "no",
+    )
+    .await;
+    assert_eq!(String::from_utf8_lossy(&cannot.stdout).trim(), "no");
+    let moved = patch(json!({"deploymentPlan": {"role": "edge", "issuer": "trusted-ca"}}));
+    let err = stderr(&moved);
+    assert!(!moved.status.success(), "a trusted CA became the issuer without a check");
+    assert!(
+        err.contains(
+            r#"spec.deploymentPlan.issuer: Forbidden: user "carol" may not get Secret "trusted-ca""#
+        ),
+        "{err}"
+    );
+    let _ = cp.kubectl().args(["delete", "interconnect", "payments", "-n", ns]).output();
+}
+
 /// `--allowed-router-images` through the API server: an image outside the patterns is
 /// denied at `spec.deploymentPlan.image`, one inside admitted, an absent one not checked.
 #[tokio::test]

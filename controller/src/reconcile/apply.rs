@@ -638,7 +638,18 @@ impl Keep {
         pruned.extend(prune::<DaemonSet>(client, cache, o, &self.daemon_sets).await?);
         pruned.extend(prune::<Ingress>(client, cache, o, &self.ingresses).await?);
         pruned.extend(prune::<ConfigMap>(client, cache, o, &self.config_maps).await?);
-        pruned.extend(prune::<Secret>(client, cache, o, &self.secrets).await?);
+        // Only what the controller generates: credentials (labelled) and the default users
+        // Secret. A users Secret the user named, created and owned by an earlier release, is
+        // theirs and never deleted here.
+        let secrets = cache
+            .labelled::<Secret>(o.namespace(), &o.children_labels())
+            .into_iter()
+            .filter(|m| {
+                m.labels.as_ref().is_some_and(|l| l.contains_key(crate::credentials::GENERATED_LABEL))
+                    || m.name.as_deref() == Some(o.default_users_secret().as_str())
+            })
+            .collect();
+        pruned.extend(delete_orphans::<Secret>(client, o, secrets, &self.secrets).await?);
         if let Some(routes) = &self.routes {
             pruned.extend(prune_routes(client, o, routes).await?);
         }
@@ -734,6 +745,10 @@ fn stored_status(cache: &Cache, o: &ValidatedInterconnect, built: &Workload) -> 
 ///
 /// # Errors
 /// As [`apply`].
+///
+/// `secrets_written` collects the names of the Secrets created or replaced, also when a later
+/// write fails: the notices of those changes (a CA rotation step, new passwords) must reach
+/// their users whatever happens to the rest of the pass.
 pub(crate) async fn apply_or_reuse(
     client: &kube::Client,
     cache: &Cache,
@@ -741,6 +756,7 @@ pub(crate) async fn apply_or_reuse(
     observed: &Observed,
     children: Children,
     generation: Generation,
+    secrets_written: &mut BTreeSet<String>,
 ) -> Result<Applied, Error> {
     let key = o.namespaced_name();
     let fingerprint = fingerprint(&children);
@@ -755,7 +771,8 @@ pub(crate) async fn apply_or_reuse(
     if let Some(applied) = reusable.then(|| unchanged(cache, o, &children)).flatten() {
         return Ok(applied);
     }
-    let mut applied = apply(client, cache, o, children, &observed.workload, generation).await?;
+    let mut applied =
+        apply(client, cache, o, children, &observed.workload, generation, secrets_written).await?;
     if applied.conflicts.is_empty() {
         cache.drift.clear(&key, drift);
         if let Some(f) = fingerprint {
@@ -827,6 +844,7 @@ async fn apply(
     children: Children,
     workload: &Ownership<WorkloadState>,
     generation: Generation,
+    secrets_written: &mut BTreeSet<String>,
 ) -> Result<Applied, Error> {
     let Found { mut conflicts, adoptions, unread } = look_up(client, cache, o, &children, workload).await?;
     if !conflicts.is_empty() {
@@ -886,9 +904,11 @@ async fn apply(
         let created = create_if_missing(client, cache, ns, s).await?;
         w.created.push((ApiResource::erase::<Secret>(&()), s.name_any(), created.metadata.uid.clone()));
         cache.written_secrets.record(created);
+        secrets_written.insert(s.name_any());
     }
     for s in &update {
         cache.written_secrets.record(replace_secret(client, cache, ns, s).await?);
+        secrets_written.insert(s.name_any());
     }
     let workload = put!(write_workload(&mut w, &mut keep, workload, held));
     put!(apply_service(&mut w, &service));

@@ -163,6 +163,16 @@ pub(crate) fn trusted_bundles(
         .collect()
 }
 
+/// `s` without this Interconnect's owner reference (everything else kept), for a `PUT` with
+/// its `resourceVersion` as precondition.
+fn disowned(o: &ValidatedInterconnect, mut s: Secret) -> Secret {
+    s.metadata.managed_fields = None;
+    if let Some(refs) = s.metadata.owner_references.as_mut() {
+        refs.retain(|r| r.uid != o.uid());
+    }
+    s
+}
+
 fn password() -> String {
     use rand::Rng;
     let mut rng = rand::rng();
@@ -184,11 +194,26 @@ pub fn build(o: &ValidatedInterconnect, settings: &Settings, observed: &Observed
     let rolled_out = running.is_some_and(|h| h == fingerprint(&settings.hash_key, &refs, &observed_data));
     let mut plan = credentials::plan(o, &existing, observed.now, settings.lifetimes, rolled_out)?;
     let mut create = plan.create;
-    if let Some(users) = o.users_secret().filter(|u| !observed.secret_exists(u)) {
-        create.push(builders::users_secret(o, &users, &password()));
+    // Only the default users Secret is generated. One the user named is theirs: a missing one
+    // is reported like any missing Secret (it may be applied right after the Interconnect),
+    // never created, owned or pruned.
+    let users = o.users_secret();
+    if let Some(users) =
+        users.as_ref().filter(|u| **u == o.default_users_secret() && !observed.secret_exists(u))
+    {
+        create.push(builders::users_secret(o, users, &password()));
         if observed.workload.ours().is_some() {
-            plan.changes.push(CredentialChange::PasswordsChanged(users));
+            plan.changes.push(CredentialChange::PasswordsChanged(users.clone()));
         }
+    }
+    // A users Secret the user named that an earlier release created and owns: released, so
+    // that deleting the Interconnect or renaming `spec.users` no longer deletes it.
+    if let Some(owned) = users
+        .filter(|u| *u != o.default_users_secret())
+        .and_then(|u| observed.secrets.get(&u).cloned().flatten())
+        .filter(|s| o.controls(s.metadata.owner_references.as_deref().unwrap_or_default()))
+    {
+        plan.update.push(disowned(o, owned));
     }
     let conflicts = credentials::generated(o)
         .into_iter()

@@ -24,9 +24,6 @@ use crate::credentials::CredentialChange;
 use crate::recorder::Recorder;
 use crate::validated::namespaced_name;
 
-/// Longest Event note written (the API's limit is 1 kB).
-pub(crate) const MAX_NOTE: usize = 1000;
-
 /// How often at most a user-provided certificate's coming expiry is warned about.
 pub(crate) const EXPIRY_WARNING_INTERVAL: Duration = Duration::from_secs(24 * 3600);
 
@@ -73,6 +70,22 @@ pub(crate) enum Change {
 }
 
 impl Change {
+    /// Whether this reports a change the pass made (a roll, a scale, pruned or adopted
+    /// objects, a credential step), which a later pass will not see as a change; not a
+    /// state that every pass re-derives and reports once (an invalid spec, a conflict, a
+    /// missing Secret, scheduling, a coming expiry).
+    pub(crate) fn is_made(&self) -> bool {
+        matches!(
+            self,
+            Change::ConfigChanged
+                | Change::Scaled { .. }
+                | Change::Pruned(_)
+                | Change::CredentialsChanged
+                | Change::Credential(_)
+                | Change::Adopted(_)
+        )
+    }
+
     /// The Event to publish.
     pub(crate) fn event(&self) -> Event {
         let (type_, reason, note) = match self {
@@ -124,7 +137,7 @@ impl Change {
         Event {
             type_,
             reason: reason.into(),
-            note: Some(note.chars().take(MAX_NOTE).collect()),
+            note: Some(crate::recorder::fitted_note(&note)),
             action: "Reconcile".into(),
             secondary: None,
         }

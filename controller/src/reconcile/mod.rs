@@ -261,8 +261,12 @@ pub(crate) async fn reconcile(ic: Arc<Interconnect>, ctx: Arc<Context>) -> Resul
     // Failures (and stale passes) in a row before this one.
     let in_a_row = ctx.failures.lock().unwrap_or_else(|e| e.into_inner()).get(&key).copied().unwrap_or(0);
     let mut stale = false;
-    let pass = match stages(&ic, &ctx).await {
+    // The notices of Secrets this pass changed, should a later write fail.
+    let mut notices = Vec::new();
+    let pass = match stages(&ic, &ctx, &mut notices).await {
         Err(Error::Apply(e)) if e.is_stale() => {
+            // What this pass created was deleted again; the next pass makes and reports it.
+            notices.clear();
             // Not a failure (no Degraded), but backed off like one: a store that stays
             // behind (a broken watch) must not make this loop every STALE_RETRY.
             stale = true;
@@ -281,17 +285,29 @@ pub(crate) async fn reconcile(ic: Arc<Interconnect>, ctx: Arc<Context>) -> Resul
         Some(s) => ctx.write_status(&ic, s.clone()).await,
         None => Ok(()),
     };
+    // Secrets that changed are announced whatever happens to the rest of the pass: the next
+    // pass sees them changed already and would never say so (a CA rotation step, new
+    // passwords: the only notice clients outside the Interconnect get).
+    let notices = notices.into_iter().map(events::Change::Credential);
     let result = match (pass, written) {
         (Err(e), Err(w)) => {
             tracing::debug!(error = %w, "could not record Degraded");
+            events::publish(&ctx.recorder, &ic, notices).await;
             Err(e)
         }
         (Err(e), Ok(())) => {
-            events::publish(&ctx.recorder, &ic, events::for_failure(&ic, &e.to_string())).await;
+            let failure = events::for_failure(&ic, &e.to_string());
+            events::publish(&ctx.recorder, &ic, notices.chain(failure)).await;
             Err(e)
         }
         (Ok(_), Err(w)) if w.is_going_away() => Ok(Action::await_change()),
-        (Ok(_), Err(w)) => Err(Error::Status(w)),
+        (Ok(pass), Err(w)) => {
+            // The changes made, which the next pass will not see as changes; the warnings
+            // about a state are sent by the pass that records it.
+            let made = events::for_pass(&ic, &pass, new_status.as_ref(), &ctx.expiry);
+            events::publish(&ctx.recorder, &ic, made.into_iter().filter(events::Change::is_made)).await;
+            Err(Error::Status(w))
+        }
         (Ok(pass), Ok(())) => {
             let changes = events::for_pass(&ic, &pass, new_status.as_ref(), &ctx.expiry);
             events::publish(&ctx.recorder, &ic, changes).await;
@@ -322,7 +338,14 @@ pub(crate) async fn reconcile(ic: Arc<Interconnect>, ctx: Arc<Context>) -> Resul
 
 /// The stages of one pass, each visited once and in order (the status and the Events are
 /// [`reconcile`]'s, from the [`Pass`] this returns).
-async fn stages(ic: &Interconnect, ctx: &Context) -> Result<Pass, Error> {
+///
+/// When applying fails, `notices` receives the credential changes whose Secrets were
+/// written before the failure.
+async fn stages(
+    ic: &Interconnect,
+    ctx: &Context,
+    notices: &mut Vec<crate::credentials::CredentialChange>,
+) -> Result<Pass, Error> {
     if ic.metadata.deletion_timestamp.is_some() {
         return Ok(Pass::Wait(Action::await_change())); // garbage collection removes the children
     }
@@ -344,7 +367,15 @@ async fn stages(ic: &Interconnect, ctx: &Context) -> Result<Pass, Error> {
     }
     let build::Built { children, report, .. } = built;
     let generation = status::generation(ic);
-    let applied = apply::apply_or_reuse(&ctx.client, cache, &valid, &observed, children, generation).await?;
+    let mut written = std::collections::BTreeSet::new();
+    let applied =
+        apply::apply_or_reuse(&ctx.client, cache, &valid, &observed, children, generation, &mut written)
+            .await;
+    if applied.is_err() {
+        let changed = report.credentials.changes.iter().filter(|c| written.contains(c.secret()));
+        notices.extend(changed.cloned());
+    }
+    let applied = applied?;
     Ok(Pass::Reconciled(Box::new(Reconciled { ic: valid, observed, report, applied })))
 }
 

@@ -73,15 +73,13 @@ deploy/base/rbac.yaml for the reason of each rule; controller/tests/rbac.rs prov
   verbs: [create, patch]
 {{- end }}
 
-{{/* The webhooks' namespaceSelector: the watched namespaces, or every namespace but the operator's and the system's. */}}
+{{/* The webhooks' namespaceSelector: the watched namespaces; none (every namespace, as the controller) otherwise. */}}
 {{- define "qdr-operator.namespaceSelector" -}}
+{{- if .Values.watchNamespaces }}
 namespaceSelector:
   matchExpressions:
-  {{- if .Values.watchNamespaces }}
     - {key: kubernetes.io/metadata.name, operator: In, values: {{ toJson .Values.watchNamespaces }}}
-  {{- else }}
-    - {key: kubernetes.io/metadata.name, operator: NotIn, values: [{{ .Release.Namespace }}, kube-system, kube-node-lease]}
-  {{- end }}
+{{- end }}
 {{- end }}
 
 {{/* cert-manager mode: the CA injector annotation of the webhook configurations. */}}
