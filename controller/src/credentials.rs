@@ -342,7 +342,10 @@ pub(crate) enum CredentialChange {
     },
     /// Step 3: old CAs left the trust bundle.
     CaRetired(String),
-    /// A lost CA with nothing left to keep trusted was replaced at once (Warning).
+    /// A lost CA with nothing left to keep trusted (its Secret and every leaf it signed gone,
+    /// or all expired) was replaced at once (Warning): the running routers still mount the
+    /// old CA, so old and new routers refuse each other until the rollout completes (the
+    /// note says so).
     CaReplaced {
         /// The CA Secret.
         secret: String,
@@ -408,8 +411,11 @@ impl std::fmt::Display for CredentialChange {
             ),
             CredentialChange::CaReplaced { secret, why } => write!(
                 f,
-                "the CA in Secret {secret} was replaced at once ({why}) and every certificate it signed is \
-                 re-issued: nothing it signed was still valid to keep trusted; clients must trust the new ca.crt"
+                "the CA in Secret {secret} was replaced at once ({why}): nothing it signed was left to keep trusted, \
+                 so every certificate it signed is re-issued by the new CA and the routers roll. Until that rollout \
+                 completes, routers started before it trust only the old CA and routers started after it only the \
+                 new one: links between an old and a new router are refused, and clients must trust the new \
+                 ca.crt to reach the new routers"
             ),
             CredentialChange::PasswordsChanged(s) => write!(
                 f,
@@ -505,10 +511,26 @@ pub(crate) fn generated(o: &ValidatedInterconnect) -> Vec<(String, String)> {
     out
 }
 
+/// Whether routers of the Interconnect run this configuration, and on what credentials.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Routers {
+    /// No router runs this configuration: none runs yet, or they run another one (a profile
+    /// was added, say). Whether a missing CA existed before cannot be told, so it is made as
+    /// new, silently.
+    Unknown,
+    /// Routers run, not (all) on the credentials observed now: a CA step other than a
+    /// stage waits.
+    Rolling,
+    /// Routers run the credentials observed now (the workload's rollout is complete with
+    /// the current credentials fingerprint): CA promotion and retirement may proceed.
+    RolledOut,
+}
+
 /// What every generated credential of `o` needs at `now`: missing Secrets created, due
-/// renewals and CA rotation steps (see the module docs). `rolled_out` says whether the
-/// routers run the credentials observed now (the workload's rollout is complete with the
-/// current credentials fingerprint): CA promotion and retirement wait for it.
+/// renewals and CA rotation steps (see the module docs). `routers` says whether routers run
+/// and whether they run the credentials observed now: CA promotion and retirement wait for
+/// [`Routers::RolledOut`]; a CA that is missing while routers run this configuration (which
+/// mounts the certificates it signed, so it existed) is lost, not new.
 ///
 /// A leaf whose signer is missing or cannot sign is not issued: the caller reports the
 /// missing Secret (or key).
@@ -520,7 +542,7 @@ pub(crate) fn plan(
     existing: &Existing,
     now: SystemTime,
     lifetimes: Lifetimes,
-    rolled_out: bool,
+    routers: Routers,
 ) -> Result<Plan, CredentialsError> {
     let mut w = Work {
         o,
@@ -561,7 +583,7 @@ pub(crate) fn plan(
     cas.retain(|c| w.ours(c));
     for ca in &cas {
         let signed: Vec<&Leaf> = leaves.iter().filter(|l| &l.signer == ca).collect();
-        ca_step(&mut w, ca, &signed, now, lifetimes, rolled_out)?;
+        ca_step(&mut w, ca, &signed, now, lifetimes, routers)?;
     }
     for leaf in &leaves {
         leaf_step(&mut w, leaf, now, lifetimes)?;
@@ -601,8 +623,9 @@ fn ca_step(
     leaves: &[&Leaf],
     now: SystemTime,
     lifetimes: Lifetimes,
-    rolled_out: bool,
+    routers: Routers,
 ) -> Result<(), CredentialsError> {
+    let rolled_out = routers == Routers::RolledOut;
     let st = ca_state(w, name, now);
     let leaf_data: Vec<Option<Data>> = leaves.iter().map(|l| w.get(&l.secret).cloned()).collect();
     // Every leaf that exists carries the bundle (a missing one is issued with it).
@@ -639,7 +662,12 @@ fn ca_step(
     }
     let active = match st.active.clone() {
         Ok(Some(a)) => a,
-        Ok(None) if leaf_data.iter().any(Option::is_some) => {
+        // Lost, not new: leaves it signed exist, or routers run a configuration that mounts
+        // leaves it signed.
+        Ok(None)
+            if leaf_data.iter().any(Option::is_some)
+                || (routers != Routers::Unknown && !leaves.is_empty()) =>
+        {
             return recover(w, name, &st, &leaf_data, "it does not exist".into(), now, lifetimes);
         }
         Ok(None) => {

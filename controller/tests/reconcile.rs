@@ -291,17 +291,14 @@ async fn an_invalid_object_stored_without_webhook_gets_spec_valid_false_and_no_c
     })
     .await;
     assert!(status["message"].as_str().unwrap().contains("spec.listeners[1].name"), "{status}");
-    // Another pass over the same generation (an annotation is a change to the object, not
-    // to its spec); once the controller has run it, exactly one Warning exists.
+    // Another pass over the same generation (woken by a Secret the spec names: its default
+    // users Secret appearing; a metadata-only change of the Interconnect wakes nothing);
+    // once the controller has run it, exactly one Warning exists.
     let health = CONTROLLER.health();
     let before = common::reconciles(health).await.expect("controller metrics");
-    ics.patch(
-        &name,
-        &PatchParams::default(),
-        &Patch::Merge(json!({"metadata": {"annotations": {"touch": "1"}}})),
-    )
-    .await
-    .unwrap();
+    let users: Secret =
+        serde_json::from_value(json!({"metadata": {"name": "bad-users"}, "stringData": {"u": "p"}})).unwrap();
+    ns.api::<Secret>().create(&PostParams::default(), &users).await.unwrap();
     eventually("another reconcile", Duration::from_secs(20), || async {
         common::reconciles(health).await.filter(|n| *n > before)
     })
@@ -625,7 +622,7 @@ async fn a_users_secret_the_user_named_is_never_created_owned_or_deleted() {
     let name = create(
         &ns,
         json!({"apiVersion": "interconnectedcloud.github.io/v1alpha1", "kind": "Interconnect",
-               "metadata": {"name": "team"}, "spec": {"users": "team-users"}}),
+               "metadata": {"name": "squad"}, "spec": {"users": "team-users"}}),
     )
     .await;
     let ready = condition_with_reason(&ns, &name, "Ready", "MissingSecret").await;
@@ -653,9 +650,9 @@ async fn a_users_secret_the_user_named_is_never_created_owned_or_deleted() {
     // One an earlier release created for this name and owns: released, not pruned.
     let uid = ics.get(&name).await.unwrap().metadata.uid.unwrap();
     let legacy: Secret = serde_json::from_value(json!({
-        "metadata": {"name": "legacy-users", "labels": {"interconnect_cr": "team", "app.kubernetes.io/managed-by": "qdr-operator"},
+        "metadata": {"name": "legacy-users", "labels": {"interconnect_cr": "squad", "app.kubernetes.io/managed-by": "qdr-operator"},
                      "ownerReferences": [{"apiVersion": "interconnectedcloud.github.io/v1alpha1", "kind": "Interconnect",
-                                          "name": "team", "uid": uid, "controller": true, "blockOwnerDeletion": true}]},
+                                          "name": "squad", "uid": uid, "controller": true, "blockOwnerDeletion": true}]},
         "stringData": {"guest": "legacy"}}))
     .unwrap();
     secrets.create(&PostParams::default(), &legacy).await.unwrap();

@@ -456,3 +456,32 @@ async fn keys_the_router_reads_are_accepted() {
     assert_eq!(ready["status"], "True", "{ready}");
     assert_eq!(events(&ns, "InvalidSecret").await, 0, "a key the router reads was judged invalid");
 }
+
+/// A generated CA deleted together with every certificate it signed, while routers run: no
+/// copy of the old CA is left to keep trusted, so it is replaced at once, and the Warning
+/// `CAReplaced` says what breaks until the routers have rolled (old and new routers refuse
+/// each other) instead of the replacement passing silently as a new CA.
+#[tokio::test]
+async fn a_ca_lost_with_its_leaves_is_announced_with_what_breaks() {
+    let cp = start().await;
+    let ns = cp.namespace("lost-all").await;
+    create_interconnect(&ns, "mesh", json!({"deploymentPlan": {"size": 1}})).await;
+    let secrets: Api<Secret> = ns.api();
+    let (leaf, ca) = ("mesh-inter-router-credentials", "mesh-inter-router-ca");
+    let old_ca = text(&secret(&secrets, ca).await, "tls.crt");
+    secret(&secrets, leaf).await;
+    condition_with_reason(&ns, "mesh", "Ready", "RoutersReady").await;
+    for name in [ca, leaf] {
+        secrets.delete(name, &DeleteParams::default()).await.unwrap();
+    }
+    let note = eventually("a CAReplaced Warning", Duration::from_secs(30), || async {
+        notes(&ns, "CAReplaced").await.into_iter().next()
+    })
+    .await;
+    assert!(note.contains(&format!("the CA in Secret {ca} was replaced at once")), "{note}");
+    assert!(note.contains("links between an old and a new router are refused"), "{note}");
+    let new_ca = text(&secret(&secrets, ca).await, "tls.crt");
+    assert_ne!(new_ca, old_ca);
+    let new_leaf = secret(&secrets, leaf).await;
+    assert!(signed_by(&text(&new_leaf, "tls.crt"), &new_ca));
+}

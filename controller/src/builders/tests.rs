@@ -5,7 +5,7 @@
 use std::time::SystemTime;
 
 use crate::builders::{self, Settings, Workload};
-use crate::credentials::{self, Existing, Lifetimes};
+use crate::credentials::{self, Existing, Lifetimes, Routers};
 use crate::validated::ValidatedInterconnect;
 use qdr_api::Interconnect;
 use qdr_api::router_config::Rendered;
@@ -131,12 +131,15 @@ fn generated_credentials_have_service_names_and_no_empty_domain() {
     qdr_certs::pki::verify_leaf(&ir_leaf, &ca, "mesh.ns.svc", SystemTime::now()).unwrap();
     // Existing Secrets are never replaced.
     let existing: Existing = secrets.iter().map(|s| (s.metadata.name.clone().unwrap(), s.clone())).collect();
-    let again = credentials::plan(&ic, &existing, SystemTime::now(), Lifetimes::default(), true).unwrap();
+    let again =
+        credentials::plan(&ic, &existing, SystemTime::now(), Lifetimes::default(), Routers::RolledOut)
+            .unwrap();
     assert!(again.create.is_empty() && again.update.is_empty(), "{again:?}");
 }
 
 fn missing(ic: &ValidatedInterconnect, existing: &Existing) -> Vec<k8s_openapi::api::core::v1::Secret> {
-    let plan = credentials::plan(ic, existing, SystemTime::now(), Lifetimes::default(), false).unwrap();
+    let plan =
+        credentials::plan(ic, existing, SystemTime::now(), Lifetimes::default(), Routers::Unknown).unwrap();
     assert!(plan.update.is_empty());
     plan.create
 }

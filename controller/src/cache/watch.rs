@@ -223,23 +223,20 @@ pub(crate) fn watch(
     // Interconnect (a CA it rotates that this one trusts); its controller is woken by the
     // labelled watch, which knows its own writes from others'.
     let secret_names = Arc::new(SecretNames::default());
+    // Changes made while the watch was down (seen when it lists again) wake as well.
     let any_secret = {
         let (names, health, namespace) = (secret_names.clone(), health.clone(), ns.to_string());
-        watcher(api::<PartialObjectMeta<Secret>>(client, ns), all.clone()).default_backoff().filter_map(
-            move |event| {
+        watcher(api::<PartialObjectMeta<Secret>>(client, ns), all.clone())
+            .default_backoff()
+            .map(move |event| {
                 health.watch_result(&namespace, "secrets (all, metadata)", event.as_ref().map(drop));
-                futures::future::ready(match event {
-                    Err(e) => Some(Err(e)),
-                    Ok(event) => {
-                        names.apply(&event);
-                        match event {
-                            watcher::Event::Apply(s) | watcher::Event::Delete(s) => Some(Ok(s)),
-                            _ => None,
-                        }
-                    }
-                })
-            },
-        )
+                let woken: Vec<Result<PartialObjectMeta<Secret>, watcher::Error>> = match event {
+                    Err(e) => vec![Err(e)],
+                    Ok(event) => names.apply(event).into_iter().map(Ok).collect(),
+                };
+                futures::stream::iter(woken)
+            })
+            .flatten()
     };
     let cache = Cache {
         deployments,

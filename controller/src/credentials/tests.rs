@@ -6,7 +6,7 @@
 use std::collections::BTreeMap;
 use std::time::{Duration, SystemTime};
 
-use crate::credentials::{CredentialChange, Existing, Lifetimes, Plan, STEP_AT, plan, text};
+use crate::credentials::{CredentialChange, Existing, Lifetimes, Plan, Routers, STEP_AT, plan, text};
 use crate::references::{fingerprint, references, unmet};
 use crate::validated::ValidatedInterconnect;
 use k8s_openapi::ByteString;
@@ -60,16 +60,16 @@ fn certificates_are_renewed_at_two_thirds_of_their_lifetime() {
     let o = owner(json!({}));
     let t0 = SystemTime::now();
     let mut ns = Existing::new();
-    let first = plan(&o, &ns, t0, LIFE, true).unwrap();
+    let first = plan(&o, &ns, t0, LIFE, Routers::RolledOut).unwrap();
     apply(&mut ns, &first);
     let issued = CertInfo::parse(&get(&ns, LEAF, "tls.crt")).unwrap();
     let renew_at = issued.point(2.0 / 3.0);
     assert!(first.next_renewal.is_some_and(|t| t <= renew_at), "{:?}", first.next_renewal);
     // Before the renew point nothing changes.
-    let quiet = plan(&o, &ns, renew_at - Duration::from_secs(1), LIFE, true).unwrap();
+    let quiet = plan(&o, &ns, renew_at - Duration::from_secs(1), LIFE, Routers::RolledOut).unwrap();
     assert!(quiet.create.is_empty() && quiet.update.is_empty(), "{quiet:?}");
     // At it, both leaves are re-issued by the same CAs; the CAs stay.
-    let due = plan(&o, &ns, renew_at + Duration::from_secs(1), LIFE, true).unwrap();
+    let due = plan(&o, &ns, renew_at + Duration::from_secs(1), LIFE, Routers::RolledOut).unwrap();
     let updated: Vec<&str> = due.update.iter().filter_map(|s| s.metadata.name.as_deref()).collect();
     assert_eq!(updated, ["mesh-default-credentials", LEAF]);
     assert!(
@@ -118,7 +118,7 @@ fn run(
     let mut steps = Vec::new();
     let mut quiet = 0;
     for _ in 0..passes {
-        let waiting = plan(o, ns, now, life, false).unwrap();
+        let waiting = plan(o, ns, now, life, Routers::Rolling).unwrap();
         let early: Vec<String> = waiting
             .changes
             .iter()
@@ -126,7 +126,7 @@ fn run(
             .filter(|s| s.starts_with("promote") || s.starts_with("retire"))
             .collect();
         assert!(early.is_empty(), "a step before the rollout: {early:?}");
-        let p = plan(o, ns, now, life, true).unwrap();
+        let p = plan(o, ns, now, life, Routers::RolledOut).unwrap();
         if p.update.is_empty() && p.create.is_empty() {
             quiet += 1;
             // Nothing due before the overlap ends: wait for the plan's own next moment.
@@ -162,7 +162,7 @@ fn a_ca_is_rotated_with_overlap_and_no_router_ever_distrusts_a_peer() {
     let o = owner(json!({}));
     let t0 = SystemTime::now();
     let mut ns = Existing::new();
-    let first = plan(&o, &ns, t0, LIFE, true).unwrap();
+    let first = plan(&o, &ns, t0, LIFE, Routers::RolledOut).unwrap();
     apply(&mut ns, &first);
     let ca_info = CertInfo::parse(&get(&ns, CA, "tls.crt")).unwrap();
     let first_ca = get(&ns, CA, "tls.crt");
@@ -202,20 +202,20 @@ fn each_rotation_event_names_the_date_of_the_next_step() {
     let o = owner(json!({}));
     let t0 = SystemTime::UNIX_EPOCH + Duration::from_secs(1_795_000_000);
     let mut ns = Existing::new();
-    let first = plan(&o, &ns, t0, LIFE, true).unwrap();
+    let first = plan(&o, &ns, t0, LIFE, Routers::RolledOut).unwrap();
     apply(&mut ns, &first);
     let at = CertInfo::parse(&get(&ns, CA, "tls.crt")).unwrap().point(2.0 / 3.0);
-    let staged = plan(&o, &ns, at, LIFE, true).unwrap();
+    let staged = plan(&o, &ns, at, LIFE, Routers::RolledOut).unwrap();
     let line = staged.changes.iter().find(|c| step(c).is_some()).unwrap().to_string();
     let promote = crate::human::date(at + LIFE.overlap);
     assert!(line.contains(&format!("must trust the new ca.crt before {promote}")), "{line}");
     assert_eq!(staged.next_renewal, Some(at + LIFE.overlap));
     apply(&mut ns, &staged);
     // The overlap is kept even with everything rolled out, and the requeue is at its end.
-    let early = plan(&o, &ns, at + LIFE.overlap - Duration::from_secs(1), LIFE, true).unwrap();
+    let early = plan(&o, &ns, at + LIFE.overlap - Duration::from_secs(1), LIFE, Routers::RolledOut).unwrap();
     assert!(early.changes.iter().all(|c| step(c).is_none()), "{:?}", early.changes);
     assert_eq!(early.next_renewal, Some(at + LIFE.overlap));
-    let promoted = plan(&o, &ns, at + LIFE.overlap, LIFE, true).unwrap();
+    let promoted = plan(&o, &ns, at + LIFE.overlap, LIFE, Routers::RolledOut).unwrap();
     let line = promoted.changes.iter().find(|c| step(c).is_some()).unwrap().to_string();
     let retire = crate::human::date(at + LIFE.overlap * 2);
     assert!(line.contains(&format!("stays trusted until at least {retire}")), "{line}");
@@ -239,7 +239,7 @@ fn a_lost_ca_is_replaced_through_the_three_steps_with_the_old_ca_trusted_meanwhi
         let o = owner(json!({}));
         let t0 = SystemTime::now();
         let mut ns = Existing::new();
-        let first = plan(&o, &ns, t0, LIFE, true).unwrap();
+        let first = plan(&o, &ns, t0, LIFE, Routers::RolledOut).unwrap();
         apply(&mut ns, &first);
         let old_ca = get(&ns, CA, "tls.crt");
         lose(&mut ns, CA, key);
@@ -265,14 +265,14 @@ fn a_lost_ca_with_nothing_left_to_trust_is_replaced_at_once_with_a_warning() {
     let o = owner(json!({}));
     let t0 = SystemTime::now();
     let mut ns = Existing::new();
-    let first = plan(&o, &ns, t0, LIFE, true).unwrap();
+    let first = plan(&o, &ns, t0, LIFE, Routers::RolledOut).unwrap();
     apply(&mut ns, &first);
     let old = ns[CA].clone();
     lose(&mut ns, LEAF, None);
     // The CA Secret expired: replaced, every leaf re-issued by the new one.
     let later = t0 + LIFE.ca + Duration::from_secs(60);
     let mut ns2 = ns.clone();
-    let p = plan(&o, &ns2, later, LIFE, true).unwrap();
+    let p = plan(&o, &ns2, later, LIFE, Routers::RolledOut).unwrap();
     let replaced: Vec<String> = p.changes.iter().map(ToString::to_string).collect();
     assert!(
         replaced.iter().any(|l| l.contains(&format!("the CA in Secret {CA} was replaced at once"))
@@ -282,8 +282,26 @@ fn a_lost_ca_with_nothing_left_to_trust_is_replaced_at_once_with_a_warning() {
     apply(&mut ns2, &p);
     assert_ne!(ns2[CA].data, old.data);
     verify_leaf(&get(&ns2, LEAF, "tls.crt"), &get(&ns2, CA, "ca.crt"), "mesh.ns.svc", later).unwrap();
+    // The CA Secret and its leaves deleted together, the CA still valid: nothing is left
+    // that the controller can keep trusted, so it is replaced at once, and the Warning says
+    // what breaks (old and new routers refuse each other) and until when (the rollout).
+    let gone = Existing::new();
+    let p = plan(&o, &gone, t0 + Duration::from_secs(5), LIFE, Routers::Rolling).unwrap();
+    let note = p
+        .changes
+        .iter()
+        .map(ToString::to_string)
+        .find(|l| l.contains(&format!("the CA in Secret {CA} was replaced at once")))
+        .unwrap_or_else(|| panic!("{:?}", p.changes));
+    for says in [
+        "it does not exist",
+        "Until that rollout completes",
+        "links between an old and a new router are refused",
+    ] {
+        assert!(note.contains(says), "{says}: {note}");
+    }
     // A brand-new Interconnect gets its CAs silently.
-    let fresh = plan(&o, &Existing::new(), t0, LIFE, true).unwrap();
+    let fresh = plan(&o, &Existing::new(), t0, LIFE, Routers::Unknown).unwrap();
     assert!(fresh.changes.is_empty(), "{:?}", fresh.changes);
 }
 
@@ -295,7 +313,7 @@ fn a_leaf_is_reissued_when_its_issuer_is_rekeyed_under_the_same_name() {
     let ca = new_ca("corp", t0, Duration::from_secs(3600)).unwrap();
     let mut ns = Existing::new();
     ns.insert("corp-ca".into(), user_secret(&[("tls.crt", &ca.cert_pem), ("tls.key", &ca.key_pem)]));
-    let first = plan(&o, &ns, t0, LIFE, true).unwrap();
+    let first = plan(&o, &ns, t0, LIFE, Routers::RolledOut).unwrap();
     apply(&mut ns, &first);
     let leaf = "mesh-default-credentials";
     assert!(qdr_certs::pki::signed_by(&get(&ns, leaf, "tls.crt"), &ca.cert_pem));
@@ -307,7 +325,7 @@ fn a_leaf_is_reissued_when_its_issuer_is_rekeyed_under_the_same_name() {
     params.is_ca = IsCa::Ca(BasicConstraints::Constrained(0));
     let rekeyed = qdr_certs::pki::der_to_pem(params.self_signed(&key).unwrap().der());
     ns.insert("corp-ca".into(), user_secret(&[("tls.crt", &rekeyed), ("tls.key", &key.serialize_pem())]));
-    let p = plan(&o, &ns, t0 + Duration::from_secs(1), LIFE, true).unwrap();
+    let p = plan(&o, &ns, t0 + Duration::from_secs(1), LIFE, Routers::RolledOut).unwrap();
     assert!(
         p.changes.iter().any(|c| matches!(c, CredentialChange::Renewed { why: "signer's key changed", .. })),
         "{:?}",
@@ -351,7 +369,7 @@ fn user_provided_secrets_are_never_written_even_when_due() {
     }
     ns.insert(CA.into(), user_secret(&[("tls.crt", &ca.cert_pem), ("tls.key", &ca.key_pem)]));
     // Long past expiry: still never touched (the CA Secret `mesh-ca` is not even needed).
-    let p = plan(&o, &ns, t0 + Duration::from_secs(3600), LIFE, true).unwrap();
+    let p = plan(&o, &ns, t0 + Duration::from_secs(3600), LIFE, Routers::RolledOut).unwrap();
     assert!(p.update.is_empty(), "{:?}", p.update);
     assert!(p.create.is_empty(), "{:?}", p.create);
 }

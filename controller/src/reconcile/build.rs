@@ -19,7 +19,7 @@ use super::observe::{Observed, named_secrets};
 use super::types::{Conflict, Ownership};
 use crate::builders::{self, Exposure, Settings, Workload};
 use crate::credentials::{
-    self, CredentialChange, CredentialsError, Data, EXPIRY_WARNING, is_generated, is_generated_by,
+    self, CredentialChange, CredentialsError, Data, EXPIRY_WARNING, Routers, is_generated, is_generated_by,
 };
 use crate::references::{Judged, Problem, Unmet, fingerprint, judge, references, unmet};
 use crate::validated::ValidatedInterconnect;
@@ -192,7 +192,14 @@ pub fn build(o: &ValidatedInterconnect, settings: &Settings, observed: &Observed
     let observed_data: BTreeMap<String, Data> =
         existing.iter().map(|(n, s)| (n.clone(), s.data.clone().unwrap_or_default())).collect();
     let rolled_out = running.is_some_and(|h| h == fingerprint(&settings.hash_key, &refs, &observed_data));
-    let mut plan = credentials::plan(o, &existing, observed.now, settings.lifetimes, rolled_out)?;
+    // Routers running this very configuration mount every Secret it names.
+    let routers = match observed.workload.ours() {
+        Some(w) if w.config_hash.as_ref() != Some(&router_config.hash) => Routers::Unknown,
+        None => Routers::Unknown,
+        Some(_) if rolled_out => Routers::RolledOut,
+        Some(_) => Routers::Rolling,
+    };
+    let mut plan = credentials::plan(o, &existing, observed.now, settings.lifetimes, routers)?;
     let mut create = plan.create;
     // Only the default users Secret is generated. One the user named is theirs: a missing one
     // is reported like any missing Secret (it may be applied right after the Interconnect),
