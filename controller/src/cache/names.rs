@@ -48,10 +48,10 @@ fn version(s: &PartialObjectMeta<Secret>) -> u64 {
 /// re-list wakes with.
 fn named(key: &str) -> PartialObjectMeta<Secret> {
     let (ns, name) = key.split_once('/').unwrap_or(("", key));
-    let mut meta = PartialObjectMeta::<Secret>::default();
-    meta.metadata =
-        ObjectMeta { namespace: Some(ns.into()), name: Some(name.into()), ..ObjectMeta::default() };
-    meta
+    PartialObjectMeta::<Secret> {
+        metadata: ObjectMeta { namespace: Some(ns.into()), name: Some(name.into()), ..ObjectMeta::default() },
+        ..Default::default()
+    }
 }
 
 impl SecretNames {
