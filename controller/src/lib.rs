@@ -34,4 +34,5 @@ pub mod recorder;
 pub(crate) mod references;
 pub mod route;
 pub mod runtime;
+pub mod server_version;
 pub mod validated;

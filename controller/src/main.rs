@@ -189,6 +189,23 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
         async move { e.run(stop).await }.instrument(tracing::info_span!("election"))
     });
 
+    // The oldest Kubernetes supported (qdr_controller::server_version); retried until the
+    // API server answers, refused at once when it is older.
+    loop {
+        match client.apiserver_version().await {
+            Ok(info) => {
+                if let Err(why) = qdr_controller::server_version::check(&info) {
+                    tracing::error!(version = %info.git_version, "{why}");
+                    return Err(why.into());
+                }
+                break;
+            }
+            Err(e) => {
+                tracing::warn!(error = %e, "cannot read the API server's version; retrying");
+                tokio::time::sleep(args.retry_period).await;
+            }
+        }
+    }
     // OpenShift: Routes instead of Ingresses when the API is served (checked once at start).
     // Retried until the API server answers: meanwhile /readyz says why this replica waits.
     let routes = loop {

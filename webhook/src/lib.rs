@@ -6,6 +6,7 @@
 //! * [`admission`]: the pure review handler (AdmissionReview bytes in, `AdmissionResponse`
 //!   out), reading objects through [`decode`] (one bounded copy);
 //! * [`authorize`]: Secret references checked as the requesting user (SubjectAccessReview);
+//! * [`fair`]: the review lanes' semaphore, served round-robin by peer address;
 //! * [`ratchet`]: which violations of an UPDATE were already stored (by item identity);
 //! * [`server`]: the HTTP routes, health and metrics ([`metrics`]);
 //! * `validate_command` (feature `validate-command`): the offline `qdr-validate` command.
@@ -13,6 +14,7 @@
 pub mod admission;
 pub mod authorize;
 pub mod decode;
+pub mod fair;
 pub mod metrics;
 pub mod ratchet;
 pub mod server;

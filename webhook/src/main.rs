@@ -110,8 +110,10 @@ struct Args {
     #[arg(long, env = "QDR_WEBHOOK_HEADER_READ_TIMEOUT", value_parser = humantime::parse_duration, default_value = "10s")]
     header_read_timeout: Duration,
 
-    /// Admission port: longest time from a request's headers to its response (408 after).
-    #[arg(long, env = "QDR_WEBHOOK_REQUEST_TIMEOUT", value_parser = humantime::parse_duration, default_value = "10s")]
+    /// Admission port: longest time from a request's headers to its response (408 after);
+    /// a review from the API server gets less when the API server waits less (its `timeout`
+    /// parameter, less a tenth). Keep it below the webhook configurations' timeoutSeconds.
+    #[arg(long, env = "QDR_WEBHOOK_REQUEST_TIMEOUT", value_parser = humantime::parse_duration, default_value = "4s")]
     request_timeout: Duration,
 
     /// Check, with a SubjectAccessReview per Secret, that the author of an Interconnect may
@@ -126,8 +128,9 @@ struct Args {
     #[arg(long, env = "QDR_WEBHOOK_ALLOWED_ROUTER_IMAGES", value_delimiter = ',', value_parser = qdr_api::ImagePattern::parse)]
     allowed_router_images: Vec<qdr_api::ImagePattern>,
 
-    /// Reviews of bodies up to 256 KiB checked at once; more wait in line until one
-    /// finishes or their request timeout answers them 408.
+    /// Reviews of bodies up to 256 KiB checked at once (Secret reference checks included);
+    /// more wait in line, served round-robin by peer address, until one finishes or their
+    /// deadline answers them 408.
     #[arg(long, env = "QDR_WEBHOOK_MAX_IN_FLIGHT", default_value_t = qdr_webhook::server::MAX_IN_FLIGHT,
           value_parser = clap::builder::TypedValueParser::map(clap::value_parser!(u32).range(1..=1024), |n| n as usize))]
     max_in_flight: usize,
@@ -255,7 +258,8 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
     let acceptor = CountingAcceptor::new(tls, timeouts, state.clone());
     let mut server = axum_server::bind(args.listen).acceptor(acceptor).handle(handle.clone());
     timeouts.configure(server.http_builder());
-    let server = server.serve(app.into_make_service());
+    // The peer's address is its flow in the review lanes.
+    let server = server.serve(app.into_make_service_with_connect_info::<std::net::SocketAddr>());
     tracing::info!(addr = %args.listen, mode = ?args.tls_mode, ?timeouts, "admission webhook listening");
 
     let shutdown = {

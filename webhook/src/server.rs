@@ -5,6 +5,7 @@
 //! ([`health_router`]), so metrics never leave through the port the API server reaches.
 
 use std::io;
+use std::net::SocketAddr;
 use std::pin::Pin;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -12,13 +13,14 @@ use std::task::{Context, Poll};
 use std::time::{Duration, Instant, SystemTime};
 
 use axum::Router;
-use axum::extract::{Request, State};
+use axum::extract::{ConnectInfo, Request, State};
 use axum::http::{StatusCode, header};
 use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
 
 use crate::admission::{Body, Checks, Reply, Webhook, handle_with};
 use crate::authorize::{Authorizer, MAX_SECRETS_PER_REVIEW};
+use crate::fair::Fair;
 use crate::metrics::Metrics;
 
 /// Largest accepted request body, 3 MiB: the API server's own limit on a request body
@@ -39,25 +41,25 @@ pub const MAX_IN_FLIGHT: usize = 8;
 pub const MAX_LARGE_IN_FLIGHT: usize = 1;
 
 /// The two lines reviews wait in, by declared body size (see [`SMALL_BODY_BYTES`]). A
-/// review first takes a permit of its lane (first come, first served), then reads its body,
-/// checks it and answers; one that gets no permit within the request timeout is answered
-/// `408`. The container's memory limit covers both lanes full at once (measured by
-/// `webhook/tests/flood.rs`; see `docs/hardening.md`).
+/// review first takes a permit of its lane, then reads its body, checks it, asks the API
+/// server about the Secrets it names, and answers; the permit is held until then, so the
+/// reviews in memory are bounded by the permits whatever they wait on. Each lane serves the
+/// peers that wait round-robin by IP address ([`crate::fair`]): a flood from one address
+/// delays another address's reviews by at most one review of its own. One that gets no
+/// permit within its deadline is answered `408`. The container's memory limit covers both
+/// lanes full at once (measured by `webhook/tests/flood.rs`; see `docs/hardening.md`).
 #[derive(Debug, Clone)]
 pub struct Lanes {
     /// Permits for bodies of at most [`SMALL_BODY_BYTES`].
-    pub small: Arc<tokio::sync::Semaphore>,
+    pub small: Arc<Fair>,
     /// Permits for larger bodies and bodies of undeclared length.
-    pub large: Arc<tokio::sync::Semaphore>,
+    pub large: Arc<Fair>,
 }
 
 impl Lanes {
     /// `small` and `large` permits.
     pub fn new(small: usize, large: usize) -> Self {
-        Lanes {
-            small: Arc::new(tokio::sync::Semaphore::new(small)),
-            large: Arc::new(tokio::sync::Semaphore::new(large)),
-        }
+        Lanes { small: Fair::new(small), large: Fair::new(large) }
     }
 }
 
@@ -98,12 +100,61 @@ pub struct Timeouts {
 }
 
 impl Default for Timeouts {
-    /// 10 s each: longer than the API server waits for a webhook by default (10 s,
-    /// `timeoutSeconds`), far shorter than a slow-loris client would like.
+    /// 10 s for the handshake and the headers (far shorter than a slow-loris client would
+    /// like); [`REQUEST_TIMEOUT`] for a request.
     fn default() -> Self {
         let d = Duration::from_secs(10);
-        Timeouts { handshake: d, header_read: d, request: d }
+        Timeouts { handshake: d, header_read: d, request: REQUEST_TIMEOUT }
     }
+}
+
+/// Default longest time from a request's headers to its answer (`--request-timeout`): 4 s,
+/// below the 5 s `timeoutSeconds` of `deploy/`'s validating webhook, so the webhook gives up
+/// on a review before the API server gives up on the webhook. A review from the API server
+/// has a shorter deadline still when the API server says it waits less ([`deadline`]).
+pub const REQUEST_TIMEOUT: Duration = Duration::from_secs(4);
+
+/// The time a review may take: `limit`, or less when the request's `timeout` query
+/// parameter (which the API server sets to the webhook's `timeoutSeconds`, rounded up to
+/// whole seconds, a Go duration such as `2s` or `1m0s`) leaves less once a tenth of it (at
+/// least 250 ms) is kept for the answer's way back.
+pub fn deadline(query: Option<&str>, limit: Duration) -> Duration {
+    let hint = query
+        .into_iter()
+        .flat_map(|q| q.split('&'))
+        .find_map(|kv| kv.strip_prefix("timeout="))
+        .and_then(go_duration);
+    match hint {
+        Some(h) => limit.min(h.saturating_sub((h / 10).max(Duration::from_millis(250)))),
+        None => limit,
+    }
+}
+
+/// A Go `time.Duration` string (`5s`, `1m0s`, `1.5s`, `500ms`), or `None`.
+fn go_duration(s: &str) -> Option<Duration> {
+    let mut total = 0f64;
+    let mut rest = s;
+    if rest.is_empty() {
+        return None;
+    }
+    while !rest.is_empty() {
+        let end = rest.find(|c: char| !(c.is_ascii_digit() || c == '.')).unwrap_or(rest.len());
+        let value: f64 = rest[..end].parse().ok()?;
+        rest = &rest[end..];
+        let unit_end = rest.find(|c: char| c.is_ascii_digit() || c == '.').unwrap_or(rest.len());
+        let scale = match &rest[..unit_end] {
+            "h" => 3600.0,
+            "m" => 60.0,
+            "s" => 1.0,
+            "ms" => 1e-3,
+            "us" | "µs" => 1e-6,
+            "ns" => 1e-9,
+            _ => return None,
+        };
+        total += value * scale;
+        rest = &rest[unit_end..];
+    }
+    Duration::try_from_secs_f64(total).ok()
 }
 
 impl Timeouts {
@@ -280,13 +331,15 @@ impl<S: Send + 'static> axum_server::accept::Accept<tokio::net::TcpStream, S> fo
 }
 
 /// The admission port's routes: `POST /mutate` and `POST /validate`, bodies up to
-/// [`MAX_BODY_BYTES`] (`413` above), each request answered within `request_timeout` (`408`
-/// when it waited for a permit, or for its body, that long). Nothing else is served there
-/// (`404`).
+/// [`MAX_BODY_BYTES`] (`413` above), each request answered within `request_timeout`, or the
+/// shorter [`deadline`] the API server's `timeout` parameter leaves (`408` when it waited
+/// for a permit, its body or the API server's answers that long). Nothing else is served
+/// there (`404`). Serve it with `into_make_service_with_connect_info::<SocketAddr>()`, so
+/// each peer address is its own flow in the lanes (without, every request is one flow).
 pub fn admission_router(state: Arc<AppState>, request_timeout: Duration) -> Router {
     Router::new()
-        .route("/mutate", post(|s, r| admit(Webhook::Mutate, s, r)))
-        .route("/validate", post(|s, r| admit(Webhook::Validate, s, r)))
+        .route("/mutate", post(move |s, r| admit(Webhook::Mutate, s, r, request_timeout)))
+        .route("/validate", post(move |s, r| admit(Webhook::Validate, s, r, request_timeout)))
         .layer(tower_http::timeout::TimeoutLayer::with_status_code(
             StatusCode::REQUEST_TIMEOUT,
             request_timeout,
@@ -310,13 +363,29 @@ pub fn health_router(state: Arc<AppState>) -> Router {
 /// encodes (Prometheus negotiates it; it ends with `# EOF`).
 pub const OPENMETRICS: &str = "application/openmetrics-text; version=1.0.0; charset=utf-8";
 
-/// One review: a permit of its lane of [`AppState::lanes`] first (waiting in line), then
-/// the body (at most [`MAX_BODY_BYTES`]), then decoding and checking on a blocking thread (CPU work
-/// off the async executor, so the request timeout can answer while it runs; the permit
-/// stays with the work, so abandoned work still counts against the bound), then the Secret
-/// reference checks, which wait on the API server without a permit.
-async fn admit(webhook: Webhook, State(st): State<Arc<AppState>>, request: Request) -> Response {
+/// One review, within its [`deadline`]: a permit of its lane of [`AppState::lanes`] first
+/// (waiting in line, round-robin by peer address), then the body (at most
+/// [`MAX_BODY_BYTES`]), then decoding and checking on a blocking thread (CPU work off the
+/// async executor, so the deadline can answer while it runs; the permit stays with the
+/// work, so abandoned work still counts against the bound), then the Secret reference
+/// checks, still holding the permit: the reviews waiting on the API server are bounded by
+/// the permits too.
+async fn admit(
+    webhook: Webhook,
+    State(st): State<Arc<AppState>>,
+    request: Request,
+    limit: Duration,
+) -> Response {
     let start = Instant::now();
+    let limit = deadline(request.uri().query(), limit);
+    match tokio::time::timeout(limit, review(webhook, &st, request, start)).await {
+        Ok(response) => response,
+        Err(_) => (StatusCode::REQUEST_TIMEOUT, format!("the review was not answered within {limit:?}"))
+            .into_response(),
+    }
+}
+
+async fn review(webhook: Webhook, st: &Arc<AppState>, request: Request, start: Instant) -> Response {
     // The declared length (Content-Length, which hyper reports as the body's exact size).
     let declared = axum::body::HttpBody::size_hint(request.body()).exact();
     if declared.is_some_and(|n| n > MAX_BODY_BYTES as u64) {
@@ -326,9 +395,8 @@ async fn admit(webhook: Webhook, State(st): State<Arc<AppState>>, request: Reque
         Some(n) if n <= SMALL_BODY_BYTES as u64 => &st.lanes.small,
         _ => &st.lanes.large,
     };
-    let Ok(permit) = lane.clone().acquire_owned().await else {
-        return (StatusCode::SERVICE_UNAVAILABLE, "shutting down").into_response();
-    };
+    let flow = request.extensions().get::<ConnectInfo<SocketAddr>>().map(|c| c.0.ip());
+    let permit = lane.acquire(flow).await;
     let body = match axum::body::to_bytes(request.into_body(), MAX_BODY_BYTES).await {
         Ok(b) => b,
         Err(e) if is_length_limit(&e) => return too_large(),
@@ -337,10 +405,10 @@ async fn admit(webhook: Webhook, State(st): State<Arc<AppState>>, request: Reque
     let checks = st.checks.clone();
     let work = tokio::task::spawn_blocking(move || {
         let reply = handle_with(webhook, &body, &checks);
-        drop((body, permit));
-        reply
+        drop(body);
+        (reply, permit)
     });
-    let mut reply = match work.await {
+    let (mut reply, _permit) = match work.await {
         Ok(r) => r,
         Err(e) => {
             tracing::error!(error = %e, "a review's check failed");
@@ -413,4 +481,23 @@ async fn metrics(State(st): State<Arc<AppState>>) -> Response {
         Err(e) => -e.duration().as_secs_f64(),
     });
     ([(header::CONTENT_TYPE, OPENMETRICS)], st.metrics.encode(expiry)).into_response()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_deadline_is_below_the_api_servers_timeout() {
+        let limit = REQUEST_TIMEOUT;
+        // deploy/'s validating webhook (5 s) and mutating webhook (2 s).
+        assert_eq!(deadline(Some("timeout=5s"), limit), Duration::from_millis(4000));
+        assert_eq!(deadline(Some("timeout=2s"), limit), Duration::from_millis(1750));
+        assert_eq!(deadline(Some("a=b&timeout=1m0s"), limit), limit, "the flag bounds it");
+        assert_eq!(deadline(Some("timeout=1.5s"), limit), Duration::from_millis(1250));
+        assert_eq!(deadline(Some("timeout=800ms"), limit), Duration::from_millis(550));
+        for no_hint in [None, Some(""), Some("timeout="), Some("timeout=soon"), Some("timeout=5x")] {
+            assert_eq!(deadline(no_hint, limit), limit, "{no_hint:?}");
+        }
+    }
 }

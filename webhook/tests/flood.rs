@@ -162,8 +162,12 @@ fn deploy_memory_limit() -> u64 {
     mi * 1024
 }
 
+/// The floods of this binary take turns: each measures the webhook's memory alone.
+static SERIAL: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn floods_of_large_and_garbage_bodies_do_not_starve_real_reviews() {
+    let _serial = SERIAL.lock().await;
     let cp = qdr_tests::shared().await;
     let common::Served { ns, replica, .. } = common::serve(cp, "flood", &["--check-interval=1s"]).await;
     let port = replica.port;
@@ -293,4 +297,146 @@ async fn floods_of_large_and_garbage_bodies_do_not_starve_real_reviews() {
     assert!(failures.is_empty(), "real reviews failed: {failures:#?}");
     assert!(hwm < limit, "peak RSS {hwm} KiB is over the container limit {limit} KiB");
     assert!(sent.load(Ordering::SeqCst) >= FLOODERS, "the flood did not run");
+}
+
+/// Secrets each flood review names: 30 profiles with a `credentials` and a `caCert` each,
+/// and the 4 the defaults add (the `default` and `inter-router` profiles' generated
+/// credentials, CA and issuer): as many as a valid spec can name, near enough.
+const NAMED: usize = 64;
+
+/// A valid CREATE review by `user` naming [`NAMED`] Secrets: each costs the webhook a
+/// SubjectAccessReview per Secret when `user` may not read the namespace's Secrets.
+fn reference_heavy(user: &str) -> Vec<u8> {
+    let profiles: Vec<Value> = (0..(NAMED - 4) / 2)
+        .map(|i| json!({"name": format!("p{i}"), "credentials": format!("tls-{i}"), "caCert": format!("ca-{i}")}))
+        .collect();
+    let mut r = review("CREATE", ic(json!({"users": "none", "sslProfiles": profiles})), None);
+    r["request"]["userInfo"] = json!({"username": user, "groups": ["system:authenticated"]});
+    serde_json::to_vec(&r).unwrap()
+}
+
+/// Concurrent streams of each flood connection: the server's limit per connection.
+const STREAMS: usize = qdr_webhook::server::HTTP2_STREAMS as usize;
+
+/// 64 clients of one pod (their own address, 127.0.0.2), each an HTTP/2 connection keeping
+/// 32 reviews in flight, post reviews that each name 64 Secrets, each as another user (so no answer can be reused, and each review costs 65
+/// SubjectAccessReviews), straight to the admission port, while real creates go through the
+/// API server (from 127.0.0.1). The permits are held through the reference checks, so the
+/// webhook's memory stays bounded; the lanes serve the two addresses in turn, so every real
+/// review is answered within the API server's timeout (the creates succeed). Figures are
+/// printed.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn reference_heavy_floods_from_a_pod_do_not_starve_real_reviews() {
+    let _serial = SERIAL.lock().await;
+    let cp = qdr_tests::shared().await;
+    let common::Served { ns, replica, .. } = common::serve(cp, "refflood", &["--check-interval=1s"]).await;
+    let port = replica.port;
+    let pid = replica.process.pid();
+    let (idle_rss, _) = memory(pid).unwrap();
+    // Each flood review leaves every Secret it names to check.
+    let reply = qdr_webhook::admission::handle_with(
+        qdr_webhook::admission::Webhook::Validate,
+        &reference_heavy("u"),
+        &Default::default(),
+    );
+    let named = reply.pending.as_ref().map(|p| p.secrets().len());
+    assert_eq!(named, Some(NAMED), "{:?}", reply.pending);
+    let stop = Arc::new(AtomicBool::new(false));
+    let statuses = Arc::new(std::sync::Mutex::new(Vec::new()));
+    let pod = std::net::Ipv4Addr::new(127, 0, 0, 2);
+    let mut connections = Vec::new();
+    for c in 0..FLOODERS {
+        let body: Arc<dyn Fn(usize) -> Vec<u8> + Send + Sync> =
+            Arc::new(move |i| reference_heavy(&format!("u{c}-{i}")));
+        connections.push(tokio::spawn(common::h2_flood(
+            pod,
+            port,
+            "/validate",
+            STREAMS,
+            body,
+            stop.clone(),
+            statuses.clone(),
+        )));
+    }
+    let sampler = {
+        let stop = stop.clone();
+        std::thread::spawn(move || {
+            let mut peak = 0;
+            while !stop.load(Ordering::SeqCst) {
+                if let Some((rss, _)) = memory(pid) {
+                    peak = peak.max(rss);
+                }
+                std::thread::sleep(Duration::from_millis(20));
+            }
+            peak
+        })
+    };
+    let flood_started = Instant::now();
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    let api: Api<DynamicObject> = Api::namespaced_with(
+        cp.client().await.unwrap(),
+        &ns,
+        &kube::api::ApiResource::from_gvk(&kube::api::GroupVersionKind::gvk(
+            "interconnectedcloud.github.io",
+            "v1alpha1",
+            "Interconnect",
+        )),
+    );
+    let mut latencies = Vec::new();
+    let mut failures = Vec::new();
+    for i in 0..REAL {
+        let obj: DynamicObject = serde_json::from_value(json!({
+            "apiVersion": "interconnectedcloud.github.io/v1alpha1", "kind": "Interconnect",
+            "metadata": {"name": format!("real-{i}")}, "spec": {"deploymentPlan": {"size": 1}}}))
+        .unwrap();
+        let t = Instant::now();
+        match api.create(&PostParams::default(), &obj).await {
+            Ok(_) => latencies.push(t.elapsed()),
+            Err(e) => failures.push(format!("real-{i}: {e}")),
+        }
+    }
+    while flood_started.elapsed() < FLOOD_FOR && replica.process.exited().is_none() {
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    stop.store(true, Ordering::SeqCst);
+    for c in connections {
+        c.await.unwrap().expect("a flood connection");
+    }
+    let sampled_peak = sampler.join().unwrap();
+    let flood_time = flood_started.elapsed();
+    let sent = statuses.lock().unwrap().len();
+    assert!(replica.process.exited().is_none(), "the webhook died:\n{}", replica.process.log_tail(30));
+    let (_, hwm) = memory(pid).unwrap();
+    let reviews = cp
+        .audit()
+        .iter()
+        .filter(|e| e.counts() && e.object_ref.as_ref().is_some_and(|o| o.resource == "subjectaccessreviews"))
+        .count();
+    let mut counts = std::collections::BTreeMap::new();
+    for s in statuses.lock().unwrap().iter() {
+        *counts
+            .entry(s.as_ref().map_or_else(|_| "error".to_string(), ToString::to_string))
+            .or_insert(0usize) += 1;
+    }
+    latencies.sort();
+    let pct = |p: f64| {
+        latencies
+            .get(((latencies.len() as f64 * p).ceil() as usize).clamp(1, latencies.len().max(1)) - 1)
+            .copied()
+    };
+    let limit = deploy_memory_limit();
+    eprintln!(
+        "reference flood: {sent} reviews of {NAMED} Secrets each on {FLOODERS} HTTP/2 connections of {STREAMS} \
+         streams from 127.0.0.2 in {flood_time:.1?} (answers {counts:?}); {reviews} SubjectAccessReviews in the \
+         audit log; {} real creates answered, p50 {:?}, p99 {:?}, max {:?}; webhook RSS idle {idle_rss} KiB, peak \
+         {hwm} KiB (sampled {sampled_peak} KiB), limit {limit} KiB",
+        latencies.len(),
+        pct(0.5),
+        pct(0.99),
+        latencies.last(),
+    );
+    assert!(failures.is_empty(), "real reviews failed: {failures:#?}");
+    assert!(hwm < limit, "peak RSS {hwm} KiB is over the container limit {limit} KiB");
+    assert!(sent >= FLOODERS, "the flood did not run");
+    assert!(reviews > 10 * NAMED, "the flood's reviews were not checked: {reviews} SubjectAccessReviews");
 }

@@ -77,7 +77,7 @@ async fn oversized_and_malformed_bodies_get_clear_errors() {
 #[tokio::test]
 async fn reviews_over_the_bound_wait_for_a_permit_until_their_timeout() {
     let (app, state) = app_with(Arc::new(AtomicBool::new(true)), 1);
-    let held = state.lanes.small.clone().acquire_owned().await.unwrap();
+    let held = state.lanes.small.acquire(None).await;
     let started = Instant::now();
     let (status, _) = call(&app, "POST", "/validate", b"{}".to_vec()).await;
     assert_eq!(status, StatusCode::REQUEST_TIMEOUT);
@@ -92,7 +92,7 @@ async fn reviews_over_the_bound_wait_for_a_permit_until_their_timeout() {
     assert_eq!(state.lanes.small.available_permits(), 1, "the permit came back");
 
     // A full large lane does not hold small reviews up.
-    let large = state.lanes.large.clone().acquire_owned().await.unwrap();
+    let large = state.lanes.large.acquire(None).await;
     let (status, _) = call(&app, "POST", "/validate", b"{}".to_vec()).await;
     assert_eq!(status, StatusCode::BAD_REQUEST, "a small review is answered");
     let (status, _) = call(&app, "POST", "/validate", vec![b' '; SMALL_BODY_BYTES + 1]).await;

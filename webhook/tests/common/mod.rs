@@ -107,8 +107,30 @@ pub fn see_any_cert() -> Arc<rustls::ClientConfig> {
 /// connection); the response's HTTP status, or why there is none (a refused handshake shows
 /// as the read error of TLS 1.3's alert).
 pub fn post(port: u16, cfg: &Arc<rustls::ClientConfig>, path: &str, body: &[u8]) -> Result<u16, String> {
+    post_from(None, port, cfg, path, body)
+}
+
+/// [`post`] from the local address `from` (a loopback address of its own, as a pod has an
+/// address other than the API server's), or any when `None`.
+pub fn post_from(
+    from: Option<std::net::Ipv4Addr>,
+    port: u16,
+    cfg: &Arc<rustls::ClientConfig>,
+    path: &str,
+    body: &[u8],
+) -> Result<u16, String> {
     use std::io::{Read, Write};
-    let sock = TcpStream::connect(("127.0.0.1", port)).map_err(|e| e.to_string())?;
+    let sock = match from {
+        None => TcpStream::connect(("127.0.0.1", port)).map_err(|e| e.to_string())?,
+        Some(ip) => {
+            use socket2::{Domain, SockAddr, Socket, Type};
+            let s = Socket::new(Domain::IPV4, Type::STREAM, None).map_err(|e| e.to_string())?;
+            s.bind(&SockAddr::from(std::net::SocketAddr::from((ip, 0)))).map_err(|e| e.to_string())?;
+            s.connect(&SockAddr::from(std::net::SocketAddr::from(([127, 0, 0, 1], port))))
+                .map_err(|e| e.to_string())?;
+            TcpStream::from(s)
+        }
+    };
     sock.set_read_timeout(Some(Duration::from_secs(30))).map_err(|e| e.to_string())?;
     let conn = rustls::ClientConnection::new(cfg.clone(), ServerName::try_from("127.0.0.1").unwrap())
         .map_err(|e| e.to_string())?;
@@ -127,4 +149,69 @@ pub fn post(port: u16, cfg: &Arc<rustls::ClientConfig>, path: &str, body: &[u8])
         Some(status) => Ok(status),
         None => Err(read.err().map_or_else(|| format!("no status line: {text:.80}"), |e| e.to_string())),
     }
+}
+
+/// One HTTP/2 connection from `from` (a loopback address of its own) to the admission port
+/// on 127.0.0.1, posting `body(i)` to `path` on `streams` concurrent streams until `stop`;
+/// every answer's status (or error) is pushed to `statuses`. As a pod can, it keeps as many
+/// reviews in flight as the server's stream limit allows.
+pub async fn h2_flood(
+    from: std::net::Ipv4Addr,
+    port: u16,
+    path: &'static str,
+    streams: usize,
+    body: Arc<dyn Fn(usize) -> Vec<u8> + Send + Sync>,
+    stop: Arc<std::sync::atomic::AtomicBool>,
+    statuses: Arc<std::sync::Mutex<Vec<Result<u16, String>>>>,
+) -> Result<(), String> {
+    use std::sync::atomic::Ordering;
+    let sock = tokio::net::TcpSocket::new_v4().map_err(|e| e.to_string())?;
+    sock.bind(std::net::SocketAddr::from((from, 0))).map_err(|e| e.to_string())?;
+    let tcp =
+        sock.connect(std::net::SocketAddr::from(([127, 0, 0, 1], port))).await.map_err(|e| e.to_string())?;
+    let mut cfg = (*see_any_cert()).clone();
+    cfg.alpn_protocols = vec![b"h2".to_vec()];
+    let tls = tokio_rustls::TlsConnector::from(Arc::new(cfg))
+        .connect(ServerName::try_from("127.0.0.1").unwrap(), tcp)
+        .await
+        .map_err(|e| e.to_string())?;
+    let (sender, conn) = hyper::client::conn::http2::handshake(
+        hyper_util::rt::TokioExecutor::new(),
+        hyper_util::rt::TokioIo::new(tls),
+    )
+    .await
+    .map_err(|e| e.to_string())?;
+    tokio::spawn(conn);
+    let mut tasks = Vec::new();
+    for s in 0..streams {
+        let (mut sender, body, stop, statuses) =
+            (sender.clone(), body.clone(), stop.clone(), statuses.clone());
+        tasks.push(tokio::spawn(async move {
+            let mut i = s;
+            while !stop.load(Ordering::SeqCst) {
+                let req = http::Request::post(path)
+                    .header("content-type", "application/json")
+                    .body(http_body_util::Full::new(axum::body::Bytes::from(body(i))))
+                    .unwrap();
+                let status = match sender.send_request(req).await {
+                    Ok(resp) => {
+                        let status = resp.status().as_u16();
+                        let _ = http_body_util::BodyExt::collect(resp.into_body()).await;
+                        Ok(status)
+                    }
+                    Err(e) => Err(e.to_string()),
+                };
+                let failed = status.is_err();
+                statuses.lock().unwrap().push(status);
+                if failed {
+                    break; // the connection is gone
+                }
+                i += streams;
+            }
+        }));
+    }
+    for t in tasks {
+        let _ = t.await;
+    }
+    Ok(())
 }
