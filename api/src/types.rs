@@ -71,7 +71,9 @@ pub struct InterconnectSpec {
     /// Name of the Secret holding SASL users (each key a user name, each value its
     /// password), or `none` (or `false`, any case) for no SASL user database. Default:
     /// `<name>-users`, created by the operator with user `guest` and a random password
-    /// when it does not exist. Logins are `<user>@<interconnect name>`.
+    /// when it does not exist. A Secret of any other name is yours: the operator never
+    /// creates, owns or deletes it, and reports it missing until it exists. Logins are
+    /// `<user>@<interconnect name>`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     #[schemars(length(min = 1, max = 253))]
     pub users: Option<String>,
