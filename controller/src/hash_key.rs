@@ -9,7 +9,7 @@
 //! others, so every replica computes the same annotation, across leader changes.
 //!
 //! It outlives what failover procedures delete: its only owner is the ServiceAccount the
-//! controller runs as (learned from a `SelfSubjectReview`, which needs no permission), which
+//! controller runs as (named by its own token: [`service_account_owner`]), which
 //! only uninstalling removes, not the Lease (deleting a Lease is a common way to force a
 //! failover). Every replica follows the Secret ([`follow`]): one that is deleted is made
 //! again with the key the replicas hold, so nothing rolls; one replaced with another key is
@@ -22,7 +22,6 @@ use std::sync::{Arc, RwLock};
 use futures::StreamExt;
 use hmac::{Hmac, Mac};
 use k8s_openapi::ByteString;
-use k8s_openapi::api::authentication::v1::SelfSubjectReview;
 use k8s_openapi::api::core::v1::Secret;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::OwnerReference;
 use kube::api::{Api, ObjectMeta, PostParams};
@@ -159,28 +158,39 @@ async fn create(
     api.create(&PostParams::default(), &secret).await.map(drop)
 }
 
-/// The owner reference to the ServiceAccount the client authenticates as, when it is one of
-/// `namespace` (the controller's own, in a cluster), read with a `SelfSubjectReview`
-/// (`authentication.k8s.io/v1`, granted to every authenticated user): a ServiceAccount's
-/// user is `system:serviceaccount:<namespace>:<name>` with the account's uid. `None`
-/// otherwise (a person's kubeconfig in development) or when the review fails.
-pub async fn service_account_owner(client: &kube::Client, namespace: &str) -> Option<OwnerReference> {
-    let review = Api::<SelfSubjectReview>::all(client.clone())
-        .create(&PostParams::default(), &SelfSubjectReview::default())
-        .await;
-    let user = match review {
-        Ok(r) => r.status?.user_info?,
-        Err(e) => {
-            tracing::warn!(error = %e, "SelfSubjectReview failed: the hash key Secret gets no owner");
-            return None;
-        }
+/// The owner reference to the ServiceAccount whose token `config` authenticates with (the
+/// controller's own, in a cluster: the projected token file), when it is one of
+/// `namespace`; `None` for any other credential (a person's kubeconfig in development). Read
+/// from the token's claims, so it costs no request and no permission: a ServiceAccount token
+/// is a JWT naming the account and its uid (`kubernetes.io.serviceaccount.{name,uid}` in
+/// bound tokens, `kubernetes.io/serviceaccount/service-account.{name,uid}` in legacy ones);
+/// the API server accepts the token only while that account, with that uid, exists.
+pub fn service_account_owner(config: &kube::Config, namespace: &str) -> Option<OwnerReference> {
+    use base64::Engine as _;
+    use secrecy::ExposeSecret as _;
+    let token = match (&config.auth_info.token, &config.auth_info.token_file) {
+        (Some(t), _) => t.expose_secret().to_string(),
+        (None, Some(file)) => std::fs::read_to_string(file).ok()?.trim().to_string(),
+        (None, None) => return None,
     };
-    let name = user.username?.strip_prefix(&format!("system:serviceaccount:{namespace}:"))?.to_string();
+    let payload = token.split('.').nth(1)?;
+    let claims: serde_json::Value =
+        serde_json::from_slice(&base64::engine::general_purpose::URL_SAFE_NO_PAD.decode(payload).ok()?)
+            .ok()?;
+    let (ns, name, uid) = match claims.get("kubernetes.io") {
+        Some(k) => (&k["namespace"], &k["serviceaccount"]["name"], &k["serviceaccount"]["uid"]),
+        None => (
+            &claims["kubernetes.io/serviceaccount/namespace"],
+            &claims["kubernetes.io/serviceaccount/service-account.name"],
+            &claims["kubernetes.io/serviceaccount/service-account.uid"],
+        ),
+    };
+    (ns.as_str()? == namespace).then_some(())?;
     Some(OwnerReference {
         api_version: "v1".into(),
         kind: "ServiceAccount".into(),
-        name,
-        uid: user.uid?,
+        name: name.as_str()?.to_string(),
+        uid: uid.as_str()?.to_string(),
         ..OwnerReference::default()
     })
 }
@@ -248,6 +258,38 @@ mod tests {
         assert_eq!(format!("{a:?}"), "HashKey(32 bytes)");
         assert!(HashKey::from_bytes(&[1; MIN_KEY_BYTES - 1]).is_none());
         assert!(HashKey::from_bytes(&[1; MIN_KEY_BYTES]).is_some());
+    }
+
+    fn config_with_token(claims: serde_json::Value) -> kube::Config {
+        use base64::Engine as _;
+        let b64 =
+            |v: &serde_json::Value| base64::engine::general_purpose::URL_SAFE_NO_PAD.encode(v.to_string());
+        let token = format!("{}.{}.signature", b64(&serde_json::json!({"alg": "RS256"})), b64(&claims));
+        let mut config = kube::Config::new("https://127.0.0.1:6443".parse().unwrap());
+        config.auth_info.token = Some(token.into());
+        config
+    }
+
+    #[test]
+    fn the_owner_is_the_service_account_the_token_names() {
+        let bound = config_with_token(serde_json::json!({"sub": "system:serviceaccount:ops:qdr-controller",
+            "kubernetes.io": {"namespace": "ops", "serviceaccount": {"name": "qdr-controller", "uid": "u-1"}}}));
+        let owner = service_account_owner(&bound, "ops").unwrap();
+        assert_eq!(
+            (owner.kind.as_str(), owner.name.as_str(), owner.uid.as_str()),
+            ("ServiceAccount", "qdr-controller", "u-1")
+        );
+        assert_eq!(owner.api_version, "v1");
+        assert!(service_account_owner(&bound, "elsewhere").is_none(), "another namespace's account");
+        let legacy = config_with_token(serde_json::json!({
+            "kubernetes.io/serviceaccount/namespace": "ops",
+            "kubernetes.io/serviceaccount/service-account.name": "qdr-controller",
+            "kubernetes.io/serviceaccount/service-account.uid": "u-2"}));
+        assert_eq!(service_account_owner(&legacy, "ops").unwrap().uid, "u-2");
+        let person = kube::Config::new("https://127.0.0.1:6443".parse().unwrap());
+        assert!(service_account_owner(&person, "ops").is_none());
+        let opaque = config_with_token(serde_json::json!({"sub": "alice"}));
+        assert!(service_account_owner(&opaque, "ops").is_none());
     }
 
     #[test]

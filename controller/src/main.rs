@@ -143,6 +143,8 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
     // `fenced`, which refuses it outside the leadership term (see `qdr_controller::fence`).
     let client = kube::Client::try_from(config.clone())?;
     let fence = qdr_controller::fence::Fence::default();
+    // The ServiceAccount the controller runs as, from its token: the hash key's owner.
+    let owner = qdr_controller::hash_key::service_account_owner(&config, &args.lease_namespace);
     let fenced = kube::client::ClientBuilder::try_from(config)?.with_layer(&fence).build();
     let identity = args.identity.clone().unwrap_or_else(|| {
         let host = std::fs::read_to_string("/etc/hostname").unwrap_or_default().trim().to_string();
@@ -223,7 +225,6 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
     // removes it, and deleting the Lease does not); retried like the API groups, then
     // followed for ever (made again when deleted, read again when replaced).
     let secrets = Api::<Secret>::namespaced(client.clone(), &args.lease_namespace);
-    let owner = qdr_controller::hash_key::service_account_owner(&client, &args.lease_namespace).await;
     let hash_key = loop {
         match HashKey::load_or_create(&secrets, &args.hash_key_secret, owner.clone()).await {
             Ok(k) => break k,
