@@ -336,6 +336,15 @@ fn role(name: &str, rules: Value) -> Value {
     json!({"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "Role", "metadata": {"name": name}, "rules": rules})
 }
 
+/// A Role `name` that may read, create and change Interconnects (and nothing else).
+fn author_role(name: &str) -> Value {
+    role(
+        name,
+        json!([{"apiGroups": ["interconnectedcloud.github.io"], "resources": ["interconnects"],
+                "verbs": ["get", "list", "create", "update", "patch"]}]),
+    )
+}
+
 fn binding(name: &str, role: &str, user: &str) -> Value {
     json!({"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "RoleBinding", "metadata": {"name": name},
            "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "Role", "name": role},
@@ -371,8 +380,7 @@ async fn secret_references_are_authorized_as_their_author() {
         cp,
         ns,
         json!({"apiVersion": "v1", "kind": "List", "items": [
-            role("ic-author", json!([{"apiGroups": ["interconnectedcloud.github.io"], "resources": ["interconnects"],
-                                      "verbs": ["get", "list", "create", "update", "patch"]}])),
+            author_role("ic-author"),
             binding("alice-ic-author", "ic-author", "alice"),
             binding("bob-ic-author", "ic-author", "bob"),
             role("exact-secrets", json!([{"apiGroups": [""], "resources": ["secrets"], "verbs": ["get"],
@@ -467,8 +475,7 @@ async fn an_update_that_makes_a_secret_sign_is_checked() {
         cp,
         ns,
         json!({"apiVersion": "v1", "kind": "List", "items": [
-            role("ic-author-2", json!([{"apiGroups": ["interconnectedcloud.github.io"], "resources": ["interconnects"],
-                                        "verbs": ["get", "list", "create", "update", "patch"]}])),
+            author_role("ic-author-2"),
             binding("carol-ic-author", "ic-author-2", "carol"),
             // Everything the updates name but the issuer.
             role("carol-secrets", json!([{"apiGroups": [""], "resources": ["secrets"], "verbs": ["get"],

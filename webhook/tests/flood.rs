@@ -162,6 +162,72 @@ fn deploy_memory_limit() -> u64 {
     mi * 1024
 }
 
+/// Samples the RSS of `pid` every 20 ms until `stop`; the thread returns the peak, in KiB.
+fn sample_peak(pid: u32, stop: Arc<AtomicBool>) -> std::thread::JoinHandle<u64> {
+    std::thread::spawn(move || {
+        let mut peak = 0;
+        while !stop.load(Ordering::SeqCst) {
+            if let Some((rss, _)) = memory(pid) {
+                peak = peak.max(rss);
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        peak
+    })
+}
+
+/// [`REAL`] Interconnect creates through the API server (both webhooks), one after the
+/// other, in `ns`: the latencies of those admitted (each stored with the mutating webhook's
+/// default) and the failures.
+async fn real_creates(cp: &qdr_tests::ControlPlane, ns: &str) -> (Vec<Duration>, Vec<String>) {
+    let api: Api<DynamicObject> = Api::namespaced_with(
+        cp.client().await.unwrap(),
+        ns,
+        &kube::api::ApiResource::from_gvk(&kube::api::GroupVersionKind::gvk(
+            "interconnectedcloud.github.io",
+            "v1alpha1",
+            "Interconnect",
+        )),
+    );
+    let mut latencies = Vec::new();
+    let mut failures = Vec::new();
+    for i in 0..REAL {
+        let obj: DynamicObject = serde_json::from_value(json!({
+            "apiVersion": "interconnectedcloud.github.io/v1alpha1", "kind": "Interconnect",
+            "metadata": {"name": format!("real-{i}")}, "spec": {"deploymentPlan": {"size": 1}}}))
+        .unwrap();
+        let t = Instant::now();
+        match api.create(&PostParams::default(), &obj).await {
+            Ok(created) => {
+                latencies.push(t.elapsed());
+                assert_eq!(
+                    created.data["spec"]["users"],
+                    format!("real-{i}-users"),
+                    "defaulted by the webhook"
+                );
+            }
+            Err(e) => failures.push(format!("real-{i}: {e}")),
+        }
+    }
+    latencies.sort();
+    (latencies, failures)
+}
+
+/// How many of `statuses` had each answer (`error` for no answer).
+fn count(statuses: &[Result<u16, String>]) -> std::collections::BTreeMap<String, usize> {
+    let mut counts = std::collections::BTreeMap::new();
+    for s in statuses {
+        *counts.entry(s.as_ref().map_or_else(|_| "error".to_string(), ToString::to_string)).or_insert(0) += 1;
+    }
+    counts
+}
+
+/// The `p` quantile of sorted `latencies`.
+fn quantile(latencies: &[Duration], p: f64) -> Option<Duration> {
+    let n = latencies.len();
+    (n > 0).then(|| latencies[((n as f64 * p).ceil() as usize).clamp(1, n) - 1])
+}
+
 /// The floods of this binary take turns: each measures the webhook's memory alone.
 static SERIAL: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
 
@@ -209,51 +275,11 @@ async fn floods_of_large_and_garbage_bodies_do_not_starve_real_reviews() {
         }));
     }
     // Memory, sampled while the flood runs.
-    let sampler = {
-        let stop = stop.clone();
-        std::thread::spawn(move || {
-            let mut peak = 0;
-            while !stop.load(Ordering::SeqCst) {
-                if let Some((rss, _)) = memory(pid) {
-                    peak = peak.max(rss);
-                }
-                std::thread::sleep(Duration::from_millis(20));
-            }
-            peak
-        })
-    };
+    let sampler = sample_peak(pid, stop.clone());
     // Let the flood reach full pressure, then send the real reviews.
     let flood_started = Instant::now();
     tokio::time::sleep(Duration::from_secs(2)).await;
-    let api: Api<DynamicObject> = Api::namespaced_with(
-        cp.client().await.unwrap(),
-        &ns,
-        &kube::api::ApiResource::from_gvk(&kube::api::GroupVersionKind::gvk(
-            "interconnectedcloud.github.io",
-            "v1alpha1",
-            "Interconnect",
-        )),
-    );
-    let mut latencies = Vec::new();
-    let mut failures = Vec::new();
-    for i in 0..REAL {
-        let obj: DynamicObject = serde_json::from_value(json!({
-            "apiVersion": "interconnectedcloud.github.io/v1alpha1", "kind": "Interconnect",
-            "metadata": {"name": format!("real-{i}")}, "spec": {"deploymentPlan": {"size": 1}}}))
-        .unwrap();
-        let t = Instant::now();
-        match api.create(&PostParams::default(), &obj).await {
-            Ok(created) => {
-                latencies.push(t.elapsed());
-                assert_eq!(
-                    created.data["spec"]["users"],
-                    format!("real-{i}-users"),
-                    "defaulted by the webhook"
-                );
-            }
-            Err(e) => failures.push(format!("real-{i}: {e}")),
-        }
-    }
+    let (latencies, failures) = real_creates(cp, &ns).await;
     while (garbage_done.load(Ordering::SeqCst) < GARBAGE || flood_started.elapsed() < FLOOD_FOR)
         && replica.process.exited().is_none()
     {
@@ -266,19 +292,8 @@ async fn floods_of_large_and_garbage_bodies_do_not_starve_real_reviews() {
     let sampled_peak = sampler.join().unwrap();
     assert!(replica.process.exited().is_none(), "the webhook died:\n{}", replica.process.log_tail(30));
     let (_, hwm) = memory(pid).unwrap();
-    latencies.sort();
-    let pct =
-        |p: f64| latencies[((latencies.len() as f64 * p).ceil() as usize).clamp(1, latencies.len()) - 1];
-    let statuses = statuses.lock().unwrap();
-    let mut counts = std::collections::BTreeMap::new();
-    for s in statuses.iter() {
-        *counts
-            .entry(match s {
-                Ok(c) => c.to_string(),
-                Err(_) => "error".to_string(),
-            })
-            .or_insert(0usize) += 1;
-    }
+    let pct = |p: f64| quantile(&latencies, p);
+    let counts = count(&statuses.lock().unwrap());
     let limit = deploy_memory_limit();
     eprintln!(
         "flood: {} maximum-size bodies ({FLOODERS} clients; answers {counts:?}) and {GARBAGE} garbage bodies; {} real \
@@ -288,7 +303,7 @@ async fn floods_of_large_and_garbage_bodies_do_not_starve_real_reviews() {
         latencies.len(),
         pct(0.5),
         pct(0.99),
-        latencies.last().unwrap(),
+        latencies.last(),
         idle_rss,
         hwm,
         sampled_peak,
@@ -358,43 +373,10 @@ async fn reference_heavy_floods_from_a_pod_do_not_starve_real_reviews() {
             statuses.clone(),
         )));
     }
-    let sampler = {
-        let stop = stop.clone();
-        std::thread::spawn(move || {
-            let mut peak = 0;
-            while !stop.load(Ordering::SeqCst) {
-                if let Some((rss, _)) = memory(pid) {
-                    peak = peak.max(rss);
-                }
-                std::thread::sleep(Duration::from_millis(20));
-            }
-            peak
-        })
-    };
+    let sampler = sample_peak(pid, stop.clone());
     let flood_started = Instant::now();
     tokio::time::sleep(Duration::from_secs(2)).await;
-    let api: Api<DynamicObject> = Api::namespaced_with(
-        cp.client().await.unwrap(),
-        &ns,
-        &kube::api::ApiResource::from_gvk(&kube::api::GroupVersionKind::gvk(
-            "interconnectedcloud.github.io",
-            "v1alpha1",
-            "Interconnect",
-        )),
-    );
-    let mut latencies = Vec::new();
-    let mut failures = Vec::new();
-    for i in 0..REAL {
-        let obj: DynamicObject = serde_json::from_value(json!({
-            "apiVersion": "interconnectedcloud.github.io/v1alpha1", "kind": "Interconnect",
-            "metadata": {"name": format!("real-{i}")}, "spec": {"deploymentPlan": {"size": 1}}}))
-        .unwrap();
-        let t = Instant::now();
-        match api.create(&PostParams::default(), &obj).await {
-            Ok(_) => latencies.push(t.elapsed()),
-            Err(e) => failures.push(format!("real-{i}: {e}")),
-        }
-    }
+    let (latencies, failures) = real_creates(cp, &ns).await;
     while flood_started.elapsed() < FLOOD_FOR && replica.process.exited().is_none() {
         tokio::time::sleep(Duration::from_millis(100)).await;
     }
@@ -412,18 +394,8 @@ async fn reference_heavy_floods_from_a_pod_do_not_starve_real_reviews() {
         .iter()
         .filter(|e| e.counts() && e.object_ref.as_ref().is_some_and(|o| o.resource == "subjectaccessreviews"))
         .count();
-    let mut counts = std::collections::BTreeMap::new();
-    for s in statuses.lock().unwrap().iter() {
-        *counts
-            .entry(s.as_ref().map_or_else(|_| "error".to_string(), ToString::to_string))
-            .or_insert(0usize) += 1;
-    }
-    latencies.sort();
-    let pct = |p: f64| {
-        latencies
-            .get(((latencies.len() as f64 * p).ceil() as usize).clamp(1, latencies.len().max(1)) - 1)
-            .copied()
-    };
+    let counts = count(&statuses.lock().unwrap());
+    let pct = |p: f64| quantile(&latencies, p);
     let limit = deploy_memory_limit();
     eprintln!(
         "reference flood: {sent} reviews of {NAMED} Secrets each on {FLOODERS} HTTP/2 connections of {STREAMS} \
