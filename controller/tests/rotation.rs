@@ -37,7 +37,7 @@ async fn certificates_renew_and_the_ca_rotates_with_rolling_routers() {
     cp.install_crd().await;
     let lease_ns = cp.namespace("rotation-system").await.name.clone();
     let health = common::free_port();
-    let _controller = common::start_controller_with(
+    let controller = common::start_controller_with(
         cp,
         &lease_ns,
         "qdr-operator-controller",
@@ -225,7 +225,7 @@ async fn certificates_renew_and_the_ca_rotates_with_rolling_routers() {
     for (t, what) in &timeline {
         eprintln!("{t:7.2}s  {what}");
     }
-    assert!(done, "the CA rotation did not complete within {:?}", 3 * CA);
+    assert!(done, "the CA rotation did not complete within {:?}:\n{}", 3 * CA, controller.log_tail(80));
 
     // The first renewal came at 2/3 of the certificate's lifetime: not before the renew
     // point (its notBefore is backdated by a tenth of the lifetime), and within the
@@ -246,7 +246,7 @@ async fn certificates_renew_and_the_ca_rotates_with_rolling_routers() {
         .filter(|(_, w)| w.starts_with(&format!("Secret {ca}:")))
         .map(|(_, w)| w.as_str())
         .collect();
-    assert!(steps.len() >= 3, "stage, promote and retire: {steps:?}");
+    assert!(steps.len() >= 3, "stage, promote and retire: {steps:?}\n{}", controller.log_tail(80));
     assert!(steps.iter().any(|s| s.contains("2 CAs trusted") && s.contains("next CA staged")), "{steps:?}");
     let rolls = timeline.iter().filter(|(_, w)| w.starts_with("pod template of mesh rolled")).count();
     assert!(rolls >= 4, "renewal, stage, promote and retire each roll the routers: {rolls}");

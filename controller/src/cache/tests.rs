@@ -6,8 +6,8 @@ use super::memo::Seen;
 use super::wake::{Listed, Relist, pod_state};
 use super::{Drift, Outside, OwnWrites, Written};
 use k8s_openapi::api::apps::v1::Deployment;
-use k8s_openapi::api::core::v1::Pod;
 use k8s_openapi::api::core::v1::Service;
+use k8s_openapi::api::core::v1::{Pod, Secret};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use kube::core::PartialObjectMeta;
 use qdr_api::Interconnect;
@@ -181,6 +181,33 @@ fn a_written_workload_stands_in_until_the_store_shows_its_generation() {
     written.record(deployment("30", 4));
     written.forget("ns", "mesh");
     assert!(written.pick("ns", "mesh", None).is_none());
+}
+
+/// A kind without a generation (a generated Secret): the written copy stands in until the
+/// store shows that version or a later one. A change by someone else delivered after the
+/// echo of the write was missed (the echo came before the answer) must not leave the written
+/// copy in use: every replace built from it would be refused with 409 until the TTL.
+#[test]
+fn a_written_secret_stands_in_until_the_store_shows_that_version_or_a_later_one() {
+    let secret = |rv: &str| -> Secret {
+        serde_json::from_value(
+            json!({"metadata": {"name": "mesh-ca", "namespace": "ns", "resourceVersion": rv}}),
+        )
+        .unwrap()
+    };
+    let written = Written::<Secret>::default();
+    written.record(secret("20"));
+    let older = Some(Arc::new(secret("18")));
+    assert_eq!(
+        written.pick("ns", "mesh-ca", older).unwrap().metadata.resource_version.as_deref(),
+        Some("20")
+    );
+    let later = Some(Arc::new(secret("25")));
+    assert_eq!(
+        written.pick("ns", "mesh-ca", later).unwrap().metadata.resource_version.as_deref(),
+        Some("25")
+    );
+    assert!(written.pick("ns", "mesh-ca", None).is_none(), "forgotten once caught up");
 }
 
 fn interconnect(rv: &str, generation: i64, ready: &str) -> Interconnect {

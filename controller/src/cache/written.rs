@@ -69,8 +69,16 @@ impl<K: Resource> Written<K> {
         }
     }
 
+    /// Whether the stored `s` has caught up with the written `o`: the same version, a later
+    /// one (someone changed it after the controller: etcd revisions, compared as numbers
+    /// when both are; without this, a change by another client that the watch delivers
+    /// after the echo of the controller's write was missed would leave the written copy in
+    /// use for [`WRITTEN_TTL`], and every replace of a generated Secret refused with 409), or,
+    /// by generation, as [`Written::pick`] says.
     fn caught_up(&self, s: &ObjectMeta, o: &ObjectMeta) -> bool {
+        let revision = |m: &ObjectMeta| m.resource_version.as_deref().and_then(|v| v.parse::<u64>().ok());
         s.resource_version == o.resource_version
+            || revision(s).zip(revision(o)).is_some_and(|(stored, ours)| stored > ours)
             || s.generation
                 .zip(o.generation)
                 .is_some_and(|(sg, og)| sg > og || (sg == og && self.same_generation_caught_up))
@@ -82,8 +90,8 @@ impl<K: Resource> Written<K> {
     }
 
     /// The fresher of `stored` (the store's copy of `ns/name`) and the written one: the
-    /// written one until the store shows the same `resourceVersion` or, for kinds with a
-    /// `metadata.generation`, at least the same generation; at most [`WRITTEN_TTL`].
+    /// written one until the store shows the same or a later `resourceVersion` or, for kinds
+    /// with a `metadata.generation`, at least the same generation; at most [`WRITTEN_TTL`].
     pub(crate) fn pick(&self, ns: &str, name: &str, stored: Option<Arc<K>>) -> Option<Arc<K>> {
         let mut entries = self.entries.lock().unwrap_or_else(|e| e.into_inner());
         let key = (ns.to_string(), name.to_string());
