@@ -471,10 +471,20 @@ async fn a_ca_lost_with_its_leaves_is_announced_with_what_breaks() {
     let old_ca = text(&secret(&secrets, ca).await, "tls.crt");
     secret(&secrets, leaf).await;
     condition_with_reason(&ns, "mesh", "Ready", "RoutersReady").await;
+    // Both gone at once as the controller sees them: it may write no Secret while they are
+    // deleted one after the other (it would otherwise recover the CA from the leaf).
+    let policy = format!("{}-no-secret-writes", ns.name);
+    let probe = || async {
+        let s = tls_secret("probe", &[("a", "b")]);
+        let params = PostParams { dry_run: true, ..Default::default() };
+        secrets.create(&params, &s).await.is_err_and(|e| e.to_string().contains("refused by the test"))
+    };
+    block(cp, &policy, &ns.name, ("", "secrets", &["CREATE", "UPDATE"]), probe).await;
     for name in [ca, leaf] {
         secrets.delete(name, &DeleteParams::default()).await.unwrap();
     }
-    let note = eventually("a CAReplaced Warning", Duration::from_secs(30), || async {
+    unblock(cp, &policy);
+    let note = eventually("a CAReplaced Warning", Duration::from_secs(60), || async {
         notes(&ns, "CAReplaced").await.into_iter().next()
     })
     .await;
