@@ -190,46 +190,6 @@ pub fn new_leaf(
     Ok(CertKey { cert_pem: der_to_pem(cert.der()), key_pem: key.serialize_pem() })
 }
 
-/// Whether the first certificate of `cert_pem` carries a signature that the public key of
-/// the first certificate of `issuer_pem` verifies: the issuer's identity is its key, not its
-/// name (a CA re-keyed under the same subject, as cert-manager's `rotationPolicy: Always`
-/// does, signs nothing the old key signed). `false` when either does not parse or the
-/// algorithm is not one `ring` supports.
-pub fn signed_by(cert_pem: &str, issuer_pem: &str) -> bool {
-    let (Ok(cert), Ok(issuer)) = (first_der(cert_pem), first_der(issuer_pem)) else { return false };
-    let (Ok((_, cert)), Ok((_, issuer))) =
-        (x509_parser::parse_x509_certificate(&cert), x509_parser::parse_x509_certificate(&issuer))
-    else {
-        return false;
-    };
-    cert.verify_signature(Some(issuer.public_key())).is_ok()
-}
-
-/// Checks that `key_pem` (PKCS#8, PKCS#1 or SEC1 PEM) is the private key of the first
-/// certificate of `cert_pem`: its public key equals the certificate's subjectPublicKeyInfo.
-///
-/// # Errors
-/// [`Error::Certificate`] saying what is wrong: no certificate, no private key, a key type
-/// `ring` cannot load, or a key that belongs to another certificate.
-pub fn key_matches(cert_pem: &str, key_pem: &str) -> Result<(), Error> {
-    use rustls::pki_types::{PrivateKeyDer, pem::PemObject};
-    let der = first_der(cert_pem)?;
-    let (_, cert) = x509_parser::parse_x509_certificate(&der)
-        .map_err(|e| Error::Certificate(format!("bad certificate: {e}")))?;
-    let key = PrivateKeyDer::from_pem_slice(key_pem.as_bytes())
-        .map_err(|e| Error::Certificate(format!("no PEM private key: {e}")))?;
-    let signing = rustls::crypto::ring::default_provider()
-        .key_provider
-        .load_private_key(key)
-        .map_err(|e| Error::Certificate(format!("unsupported private key: {e}")))?;
-    match signing.public_key() {
-        Some(spki) if spki.as_ref() != cert.public_key().raw => {
-            Err(Error::Certificate("the private key does not belong to the certificate".into()))
-        }
-        _ => Ok(()),
-    }
-}
-
 /// Verifies that `leaf_pem` chains to one of the CAs in `bundle_pem` and is valid for
 /// `server_name` at `now` (rustls' WebPKI verifier: signature, validity, serverAuth, SAN).
 ///
@@ -262,42 +222,4 @@ pub fn verify_leaf(
         .verify_server_cert(&leaf, &[], &name, &[], UnixTime::since_unix_epoch(secs))
         .map(|_| ())
         .map_err(|e| Error::Certificate(e.to_string()))
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    const DAY: Duration = Duration::from_secs(24 * 3600);
-
-    #[test]
-    fn a_leaf_is_signed_by_its_issuers_key_not_by_a_ca_of_the_same_name() {
-        let now = SystemTime::now();
-        let ca = new_ca("mesh-ca", now, DAY).unwrap();
-        let leaf = new_leaf(&ca, &["mesh".into()], now, DAY).unwrap();
-        assert!(signed_by(&leaf.cert_pem, &ca.cert_pem));
-        // Re-keyed with the very same subject: same name, another key.
-        let key = KeyPair::generate().unwrap();
-        let info = CertInfo::parse(&ca.cert_pem).unwrap();
-        let mut params = CertificateParams::new(Vec::<String>::new()).unwrap();
-        params.distinguished_name.push(DnType::CommonName, info.subject_cn.clone());
-        params.is_ca = IsCa::Ca(BasicConstraints::Constrained(0));
-        let rekeyed = params.self_signed(&key).unwrap();
-        let rekeyed = der_to_pem(rekeyed.der());
-        assert_eq!(CertInfo::parse(&rekeyed).unwrap().subject_cn, info.subject_cn);
-        assert!(!signed_by(&leaf.cert_pem, &rekeyed));
-        assert!(!signed_by("not a certificate", &ca.cert_pem));
-    }
-
-    #[test]
-    fn a_key_matches_only_its_own_certificate() {
-        let now = SystemTime::now();
-        let (a, b) = (new_ca("a", now, DAY).unwrap(), new_ca("b", now, DAY).unwrap());
-        key_matches(&a.cert_pem, &a.key_pem).unwrap();
-        let wrong = key_matches(&a.cert_pem, &b.key_pem).unwrap_err().to_string();
-        assert!(wrong.contains("does not belong"), "{wrong}");
-        let none = key_matches(&a.cert_pem, "garbage").unwrap_err().to_string();
-        assert!(none.contains("no PEM private key"), "{none}");
-        assert!(key_matches("garbage", &a.key_pem).is_err());
-    }
 }

@@ -256,20 +256,13 @@ fn data(entries: &[(&str, &str)]) -> Data {
 }
 
 fn secret(o: &ValidatedInterconnect, name: &str, d: Data, step_at: Option<SystemTime>) -> Secret {
-    let mut s = Secret {
-        metadata: o.meta(name),
-        type_: Some("kubernetes.io/tls".into()),
-        data: Some(d),
-        ..Default::default()
-    };
-    s.metadata.labels.get_or_insert_with(BTreeMap::new).insert(GENERATED_LABEL.into(), "true".into());
-    if let Some(t) = step_at {
-        s.metadata.annotations.get_or_insert_with(BTreeMap::new).insert(STEP_AT.into(), timestamp(t));
-    }
-    s
+    let new =
+        Secret { metadata: o.meta(name), type_: Some("kubernetes.io/tls".into()), ..Default::default() };
+    rewritten(o, &new, d, step_at)
 }
 
-/// The generated Secret `old` with data `d` and the [`STEP_AT`] annotation of `step_at`
+/// The generated Secret `old` (or one about to be created: [`secret`]) with data `d`, this
+/// Interconnect's labels and [`GENERATED_LABEL`], and the [`STEP_AT`] annotation of `step_at`
 /// (removed when `None`), for a `PUT` with `old`'s `resourceVersion` as precondition. The
 /// rest of its metadata is kept as it is, so labels, annotations and finalizers that others
 /// added (a backup tool, a policy engine) survive renewals; only this Interconnect's labels

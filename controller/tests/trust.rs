@@ -17,7 +17,8 @@ use common::{condition_with_reason, create_interconnect, events, eventually};
 use k8s_openapi::ByteString;
 use k8s_openapi::api::core::v1::Secret;
 use kube::api::{Api, DeleteParams, PostParams};
-use qdr_certs::pki::{CertKey, new_ca, new_leaf, signed_by, split_bundle, verify_leaf};
+use qdr_certs::pki::{CertKey, new_ca, new_leaf, split_bundle, verify_leaf};
+use qdr_controller::keys::signed_by;
 use serde_json::json;
 
 static CONTROLLER: common::SharedController = common::SharedController::new();

@@ -116,45 +116,18 @@ pub const REQUEST_TIMEOUT: Duration = Duration::from_secs(4);
 
 /// The time a review may take: `limit`, or less when the request's `timeout` query
 /// parameter (which the API server sets to the webhook's `timeoutSeconds`, rounded up to
-/// whole seconds, a Go duration such as `2s` or `1m0s`) leaves less once a tenth of it (at
+/// whole seconds, a Go duration such as `2s` or `1m0s`, which humantime reads) leaves less once a tenth of it (at
 /// least 250 ms) is kept for the answer's way back.
 pub fn deadline(query: Option<&str>, limit: Duration) -> Duration {
     let hint = query
         .into_iter()
         .flat_map(|q| q.split('&'))
         .find_map(|kv| kv.strip_prefix("timeout="))
-        .and_then(go_duration);
+        .and_then(|d| humantime::parse_duration(d).ok());
     match hint {
         Some(h) => limit.min(h.saturating_sub((h / 10).max(Duration::from_millis(250)))),
         None => limit,
     }
-}
-
-/// A Go `time.Duration` string (`5s`, `1m0s`, `1.5s`, `500ms`), or `None`.
-fn go_duration(s: &str) -> Option<Duration> {
-    let mut total = 0f64;
-    let mut rest = s;
-    if rest.is_empty() {
-        return None;
-    }
-    while !rest.is_empty() {
-        let end = rest.find(|c: char| !(c.is_ascii_digit() || c == '.')).unwrap_or(rest.len());
-        let value: f64 = rest[..end].parse().ok()?;
-        rest = &rest[end..];
-        let unit_end = rest.find(|c: char| c.is_ascii_digit() || c == '.').unwrap_or(rest.len());
-        let scale = match &rest[..unit_end] {
-            "h" => 3600.0,
-            "m" => 60.0,
-            "s" => 1.0,
-            "ms" => 1e-3,
-            "us" | "µs" => 1e-6,
-            "ns" => 1e-9,
-            _ => return None,
-        };
-        total += value * scale;
-        rest = &rest[unit_end..];
-    }
-    Duration::try_from_secs_f64(total).ok()
 }
 
 impl Timeouts {

@@ -253,7 +253,7 @@ fn a_lost_ca_is_replaced_through_the_three_steps_with_the_old_ca_trusted_meanwhi
         assert_ne!(get(&ns, CA, "tls.crt"), old_ca, "{what}");
         let leaf = CertInfo::parse(&get(&ns, LEAF, "tls.crt")).unwrap();
         assert!(
-            qdr_certs::pki::signed_by(&get(&ns, LEAF, "tls.crt"), &get(&ns, CA, "tls.crt")),
+            crate::keys::signed_by(&get(&ns, LEAF, "tls.crt"), &get(&ns, CA, "tls.crt")),
             "{what}: {leaf:?}"
         );
     }
@@ -316,7 +316,7 @@ fn a_leaf_is_reissued_when_its_issuer_is_rekeyed_under_the_same_name() {
     let first = plan(&o, &ns, t0, LIFE, Routers::RolledOut).unwrap();
     apply(&mut ns, &first);
     let leaf = "mesh-default-credentials";
-    assert!(qdr_certs::pki::signed_by(&get(&ns, leaf, "tls.crt"), &ca.cert_pem));
+    assert!(crate::keys::signed_by(&get(&ns, leaf, "tls.crt"), &ca.cert_pem));
     // cert-manager's rotationPolicy: Always: a new key, the same subject.
     let subject = CertInfo::parse(&ca.cert_pem).unwrap().subject_cn;
     let key = KeyPair::generate().unwrap();

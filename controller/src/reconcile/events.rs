@@ -137,7 +137,8 @@ impl Change {
         Event {
             type_,
             reason: reason.into(),
-            note: Some(crate::recorder::fitted_note(&note)),
+            // Cut to the API's limit by the recorder.
+            note: Some(note),
             action: "Reconcile".into(),
             secondary: None,
         }
