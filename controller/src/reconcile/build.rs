@@ -203,24 +203,23 @@ pub fn build(o: &ValidatedInterconnect, settings: &Settings, observed: &Observed
     let mut create = plan.create;
     // Only the default users Secret is generated. One the user named is theirs: a missing one
     // is reported like any missing Secret (it may be applied right after the Interconnect),
-    // never created, owned or pruned.
-    let users = o.users_secret();
-    if let Some(users) =
-        users.as_ref().filter(|u| **u == o.default_users_secret() && !observed.secret_exists(u))
-    {
-        create.push(builders::users_secret(o, users, &password()));
-        if observed.workload.ours().is_some() {
-            plan.changes.push(CredentialChange::PasswordsChanged(users.clone()));
+    // never created, owned or pruned; one an earlier release created and owns is released,
+    // so that deleting the Interconnect or renaming `spec.users` no longer deletes it.
+    match o.users_secret() {
+        Some(users) if users == o.default_users_secret() && !observed.secret_exists(&users) => {
+            create.push(builders::users_secret(o, &users, &password()));
+            if observed.workload.ours().is_some() {
+                plan.changes.push(CredentialChange::PasswordsChanged(users));
+            }
         }
-    }
-    // A users Secret the user named that an earlier release created and owns: released, so
-    // that deleting the Interconnect or renaming `spec.users` no longer deletes it.
-    if let Some(owned) = users
-        .filter(|u| *u != o.default_users_secret())
-        .and_then(|u| observed.secrets.get(&u).cloned().flatten())
-        .filter(|s| o.controls(s.metadata.owner_references.as_deref().unwrap_or_default()))
-    {
-        plan.update.push(disowned(o, owned));
+        Some(users) if users != o.default_users_secret() => {
+            if let Some(owned) = observed.secrets.get(&users).cloned().flatten()
+                && o.controls(owned.metadata.owner_references.as_deref().unwrap_or_default())
+            {
+                plan.update.push(disowned(o, owned));
+            }
+        }
+        _ => {}
     }
     let conflicts = credentials::generated(o)
         .into_iter()
