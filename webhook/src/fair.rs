@@ -82,10 +82,10 @@ impl Fair {
             }
             let (tx, rx) = oneshot::channel();
             let queue = st.waiting.entry(flow).or_default();
-            if queue.is_empty() {
+            queue.push_back(tx);
+            if queue.len() == 1 {
                 st.turn.push_back(flow);
             }
-            st.waiting.get_mut(&flow).expect("just inserted").push_back(tx);
             rx
         };
         match rx.await {
