@@ -86,6 +86,14 @@ pub struct ImageConfig {
     pub entrypoint: Vec<String>,
     /// `config.User`.
     pub user: String,
+    /// `config.Cmd`.
+    pub cmd: Vec<String>,
+    /// `config.Env` (`NAME=value`).
+    pub env: Vec<String>,
+    /// `config.WorkingDir`.
+    pub working_dir: String,
+    /// `config.ExposedPorts`' keys (`5672/tcp`), sorted.
+    pub exposed_ports: Vec<String>,
     /// Every regular file in the layer, absolute paths, sorted.
     pub files: Vec<String>,
 }
@@ -264,30 +272,14 @@ pub fn write_archive(spec: &ImageSpec, out: &Path) -> Result<(), Error> {
 /// # Errors
 /// [`Error::Io`] when the archive cannot be read or is not such an archive.
 pub fn read_config(archive: &Path) -> Result<ImageConfig, Error> {
-    let bad = |what: &str| Error::io(what.to_string(), std::io::Error::other(archive.display().to_string()));
-    let bytes = std::fs::read(archive).map_err(|e| Error::io(format!("reading {}", archive.display()), e))?;
-    let entries = tar_entries(&bytes).map_err(|e| Error::io("reading an image archive", e))?;
-    let blob = |digest: &serde_json::Value| -> Option<&Vec<u8>> {
-        let d = digest.as_str()?.strip_prefix("sha256:")?;
-        entries.get(&format!("blobs/sha256/{d}"))
-    };
-    let index: serde_json::Value =
-        serde_json::from_slice(entries.get("index.json").ok_or_else(|| bad("no index.json"))?)
-            .map_err(|_| bad("index.json is not JSON"))?;
-    let manifest: serde_json::Value =
-        serde_json::from_slice(blob(&index["manifests"][0]["digest"]).ok_or_else(|| bad("no manifest"))?)
-            .map_err(|_| bad("the manifest is not JSON"))?;
-    let config: serde_json::Value =
-        serde_json::from_slice(blob(&manifest["config"]["digest"]).ok_or_else(|| bad("no config"))?)
-            .map_err(|_| bad("the config is not JSON"))?;
-    let layer = blob(&manifest["layers"][0]["digest"]).ok_or_else(|| bad("no layer"))?;
+    let (config, layer) = config_and_layer(archive)?;
     let mut files = Vec::new();
     let mut a = tar::Archive::new(layer.as_slice());
     for e in a.entries().map_err(|e| Error::io("reading a layer", e))? {
         let e = e.map_err(|e| Error::io("reading a layer", e))?;
         if e.header().entry_type() == tar::EntryType::Regular {
             let p = e.path().map_err(|e| Error::io("reading a layer", e))?;
-            files.push(format!("/{}", p.display()));
+            files.push(format!("/{}", p.display().to_string().trim_start_matches("./")));
         }
     }
     files.sort();
@@ -297,8 +289,58 @@ pub fn read_config(archive: &Path) -> Result<ImageConfig, Error> {
     Ok(ImageConfig {
         entrypoint: strings(&config["config"]["Entrypoint"]),
         user: config["config"]["User"].as_str().unwrap_or_default().to_string(),
+        cmd: strings(&config["config"]["Cmd"]),
+        env: strings(&config["config"]["Env"]),
+        working_dir: config["config"]["WorkingDir"].as_str().unwrap_or_default().to_string(),
+        exposed_ports: config["config"]["ExposedPorts"]
+            .as_object()
+            .map(|m| m.keys().cloned().collect())
+            .unwrap_or_default(),
         files,
     })
+}
+
+/// The regular file `path` (absolute) of an archive's layer, as `(mode, contents)`; `None`
+/// when the layer has no such regular file.
+///
+/// # Errors
+/// [`Error::Io`] when the archive cannot be read or is not an OCI image layout archive.
+pub fn layer_file(archive: &Path, path: &str) -> Result<Option<(u32, Vec<u8>)>, Error> {
+    use std::io::Read;
+    let (_, layer) = config_and_layer(archive)?;
+    let want = path.trim_start_matches('/');
+    let mut a = tar::Archive::new(layer.as_slice());
+    for e in a.entries().map_err(|e| Error::io("reading a layer", e))? {
+        let mut e = e.map_err(|e| Error::io("reading a layer", e))?;
+        let p = e.path().map_err(|e| Error::io("reading a layer", e))?.display().to_string();
+        if e.header().entry_type() == tar::EntryType::Regular && p.trim_start_matches("./") == want {
+            let mode = e.header().mode().map_err(|e| Error::io("reading a layer", e))?;
+            let mut data = Vec::new();
+            e.read_to_end(&mut data).map_err(|e| Error::io("reading a layer", e))?;
+            return Ok(Some((mode, data)));
+        }
+    }
+    Ok(None)
+}
+
+/// The image config and the (first) layer of an OCI image layout archive: `index.json` →
+/// manifest → config and layer.
+fn config_and_layer(archive: &Path) -> Result<(serde_json::Value, Vec<u8>), Error> {
+    let bad = |what: &str| Error::io(what.to_string(), std::io::Error::other(archive.display().to_string()));
+    let bytes = std::fs::read(archive).map_err(|e| Error::io(format!("reading {}", archive.display()), e))?;
+    let mut entries = tar_entries(&bytes).map_err(|e| Error::io("reading an image archive", e))?;
+    let digest = |v: &serde_json::Value| -> String {
+        format!("blobs/sha256/{}", v.as_str().unwrap_or_default().trim_start_matches("sha256:"))
+    };
+    let json = |bytes: Option<&Vec<u8>>, what: &str| -> Result<serde_json::Value, Error> {
+        serde_json::from_slice(bytes.ok_or_else(|| bad(&format!("no {what}")))?)
+            .map_err(|_| bad(&format!("the {what} is not JSON")))
+    };
+    let index = json(entries.get("index.json"), "index.json")?;
+    let manifest = json(entries.get(&digest(&index["manifests"][0]["digest"])), "manifest")?;
+    let config = json(entries.get(&digest(&manifest["config"]["digest"])), "config")?;
+    let layer = entries.remove(&digest(&manifest["layers"][0]["digest"])).ok_or_else(|| bad("no layer"))?;
+    Ok((config, layer))
 }
 
 fn tar_entries(bytes: &[u8]) -> std::io::Result<std::collections::HashMap<String, Vec<u8>>> {

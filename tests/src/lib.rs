@@ -25,6 +25,7 @@ mod pki;
 mod process;
 pub mod rbac;
 pub mod real_node;
+pub mod routers;
 mod testbin;
 
 /// `NO_PROXY` for every process the harness starts and every kubectl: loopback and the real

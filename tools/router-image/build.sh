@@ -24,6 +24,7 @@
 #
 #   tools/router-image/build.sh           build if needed; print the archive's path last
 #   tools/router-image/build.sh --print   print the archive's path without building
+#   tools/router-image/build.sh --sources print the sources folder (fetching them if needed)
 set -euo pipefail
 here="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
 fail() { echo "router-image: $*" >&2; exit 1; }
@@ -50,6 +51,8 @@ for f in "$DISPATCH.tar.gz" "$PROTON.tar.gz" qdr-image/Dockerfile qdr-image/scri
   qdr-image/scripts/create_sasldb.sh; do
   [[ -f "$sources/$f" ]] || fail "missing $sources/$f (QDR_ROUTER_SOURCES must hold $DISPATCH.tar.gz, $PROTON.tar.gz and qdr-image/)"
 done
+
+if [[ "${1:-}" == "--sources" ]]; then (cd "$sources" && pwd); exit 0; fi
 
 # Debian: this machine's release and the mirror its apt uses (the image matches the libraries
 # the compile links against).

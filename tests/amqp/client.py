@@ -1,0 +1,189 @@
+#!/usr/bin/python3
+"""An AMQP 1.0 client for the data-plane tests, on Debian's python3-qpid-proton.
+
+Each command prints JSON lines on stdout and exits 0 when it did what it was asked:
+
+  send     URL ADDRESS --count N [--body-prefix P]      {"sent": N, "accepted": N}
+  receive  URL ADDRESS --count N [--timeout S]          {"ready": true} once attached, then
+                                                        {"body": ...} per message
+  query    URL TYPE                                     {"results": [{attr: value, ...}]}
+  steady   URL ADDRESS --rate R --seconds S             a sender with acknowledgements that
+                                                        reconnects, and a receiver: a summary
+Options for every command: --user U --password P (SASL PLAIN), --mech M (allowed
+mechanisms), --ca FILE --cert FILE --key FILE (TLS; amqps:// URLs), --timeout S (per
+operation, default 10). A refused connection exits 2 with {"error": ...}.
+"""
+
+import argparse
+import json
+import sys
+import time
+
+try:
+    from proton import Message, SSLDomain, Url
+    from proton.utils import BlockingConnection, SyncRequestResponse
+except ImportError as e:  # pragma: no cover - the message is for the person running the tests
+    print(json.dumps({"error": f"python3-qpid-proton is missing ({e}): apt-get install python3-qpid-proton"}))
+    sys.exit(3)
+
+
+def out(obj):
+    print(json.dumps(obj), flush=True)
+
+
+def connect(args):
+    kw = {"timeout": args.timeout}
+    if args.user is not None:
+        kw["user"] = args.user
+        kw["password"] = args.password
+    if args.mech:
+        kw["allowed_mechs"] = args.mech
+    if args.url.startswith("amqps://"):
+        domain = SSLDomain(SSLDomain.MODE_CLIENT)
+        if args.ca:
+            domain.set_trusted_ca_db(args.ca)
+            domain.set_peer_authentication(SSLDomain.VERIFY_PEER_NAME if args.verify_host else SSLDomain.VERIFY_PEER, args.ca)
+        else:
+            domain.set_peer_authentication(SSLDomain.ANONYMOUS_PEER)
+        if args.cert:
+            domain.set_credentials(args.cert, args.key, None)
+        kw["ssl_domain"] = domain
+        if args.sni:
+            kw["sni"] = args.sni
+    return BlockingConnection(args.url, **kw)
+
+
+def cmd_send(args):
+    conn = connect(args)
+    sender = conn.create_sender(args.address)
+    n = 0
+    for i in range(args.count):
+        sender.send(Message(body=f"{args.body_prefix}{i}"), timeout=args.timeout)
+        n += 1
+    out({"sent": args.count, "accepted": n})
+    conn.close()
+
+
+def cmd_receive(args):
+    conn = connect(args)
+    receiver = conn.create_receiver(args.address, credit=args.count)
+    out({"ready": True})
+    for _ in range(args.count):
+        m = receiver.receive(timeout=args.timeout)
+        receiver.accept()
+        out({"body": m.body, "address": m.address})
+    conn.close()
+
+
+def cmd_query(args):
+    conn = connect(args)
+    client = SyncRequestResponse(conn, "$management")
+    request = Message(properties={"operation": "QUERY", "entityType": args.type, "type": "org.amqp.management",
+                                  "name": "self"}, body={"attributeNames": []})
+    response = client.call(request)
+    body = response.body
+    names = body["attributeNames"]
+    out({"results": [dict(zip(names, row)) for row in body["results"]]})
+    conn.close()
+
+
+def cmd_steady(args):
+    """Sends at --rate messages a second for --seconds through one address, each waiting for
+    its acknowledgement (reconnecting and resending the unacknowledged one after a failure),
+    while a receiver on a second connection reads them. Prints sent, acknowledged, received
+    (distinct sequence numbers), lost (acknowledged but never received) and the longest gap
+    between two acknowledgements."""
+    import threading
+
+    received = set()
+    stop = threading.Event()
+
+    def receive_loop():
+        while not stop.is_set():
+            try:
+                conn = connect(args)
+                r = conn.create_receiver(args.address, credit=100)
+                while not stop.is_set():
+                    try:
+                        m = r.receive(timeout=1)
+                    except Exception as e:  # a Timeout, or the connection went away
+                        if type(e).__name__ == "Timeout":
+                            continue
+                        raise
+                    r.accept()
+                    received.add(int(m.body.split("-")[-1]))
+            except Exception:
+                time.sleep(0.2)
+        # drain after the sender stopped
+    t = threading.Thread(target=receive_loop, daemon=True)
+    t.start()
+    time.sleep(1)
+    sent = acked = 0
+    acked_seqs = []
+    last_ack = time.monotonic()
+    gap = 0.0
+    end = time.monotonic() + args.seconds
+    seq = 0
+    conn = sender = None
+    interval = 1.0 / args.rate
+    while time.monotonic() < end:
+        try:
+            if sender is None:
+                conn = connect(args)
+                sender = conn.create_sender(args.address)
+            sender.send(Message(body=f"steady-{seq}"), timeout=args.timeout)
+            now = time.monotonic()
+            gap = max(gap, now - last_ack)
+            last_ack = now
+            acked += 1
+            acked_seqs.append(seq)
+            seq += 1
+            sent += 1
+            time.sleep(interval)
+        except Exception:
+            sent += 1
+            sender = None
+            try:
+                conn.close()
+            except Exception:
+                pass
+            time.sleep(0.2)
+    deadline = time.monotonic() + args.timeout
+    while time.monotonic() < deadline and not set(acked_seqs) <= received:
+        time.sleep(0.2)
+    stop.set()
+    lost = sorted(set(acked_seqs) - received)
+    out({"sent": sent, "acknowledged": acked, "received": len(received), "lost": len(lost),
+         "longest_gap_s": round(gap, 3)})
+
+
+def main():
+    p = argparse.ArgumentParser()
+    p.add_argument("command", choices=["send", "receive", "query", "steady"])
+    p.add_argument("url")
+    p.add_argument("target")
+    p.add_argument("--count", type=int, default=1)
+    p.add_argument("--body-prefix", default="m")
+    p.add_argument("--timeout", type=float, default=10)
+    p.add_argument("--user")
+    p.add_argument("--password")
+    p.add_argument("--mech")
+    p.add_argument("--ca")
+    p.add_argument("--cert")
+    p.add_argument("--key")
+    p.add_argument("--sni")
+    p.add_argument("--verify-host", action="store_true")
+    p.add_argument("--rate", type=float, default=20)
+    p.add_argument("--seconds", type=float, default=10)
+    args = p.parse_args()
+    args.address = args.target
+    args.type = args.target
+    try:
+        {"send": cmd_send, "receive": cmd_receive, "query": cmd_query, "steady": cmd_steady}[args.command](args)
+    except Exception as e:
+        out({"error": f"{type(e).__name__}: {e}"})
+        sys.exit(2)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,137 @@
+//! Real routers: the router image built from source (`tools/router-image/build.sh`), router
+//! pods on the real node, the controller that makes them, and an AMQP 1.0 client to talk to
+//! them (`tests/amqp/client.py`, on Debian's `python3-qpid-proton`).
+//!
+//! The real node ([`crate::real_node::NODE`]) is tainted so that only the operator's pods go
+//! there; [`routers_on_real_node`] removes the taint, and a control plane with no simulated
+//! node then schedules every router there. Pod traffic stays on the machine: the host reaches
+//! the routers at their pod addresses on the node's bridge and at their Services' cluster
+//! addresses (kube-proxy).
+
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output};
+
+use crate::real_node::{NODE, TAINT};
+use crate::{ControlPlane, Error, Process};
+
+/// The router image's reference, as `tools/router-image/build.sh` names it: a registry host
+/// nobody serves (it is imported into the node, never pulled).
+pub const ROUTER_IMAGE: &str = "qdr-operator.test/qdrouterd:1.19.0";
+
+/// The environment variable naming the folder of the router sources (the qpid-dispatch and
+/// qpid-proton tarballs and qdr-image's scripts); unset, the build script fetches them.
+pub const SOURCES_ENV: &str = "QDR_ROUTER_SOURCES";
+
+/// The Python that has Debian's `python3-qpid-proton` (another `python3` on `PATH`, such as
+/// a pyenv one, has not).
+pub const PYTHON: &str = "/usr/bin/python3";
+
+/// `tools/router-image/build.sh` in the workspace.
+pub fn build_script() -> PathBuf {
+    crate::workspace_root().join("tools/router-image/build.sh")
+}
+
+/// The router image's OCI archive: builds it when it is not cached (a minute or two; needs
+/// root and the build packages the script names) and returns its path.
+///
+/// # Errors
+/// [`Error::Startup`] with the script's output when the build fails, a source is missing or
+/// a build package is not installed.
+pub fn image_archive() -> Result<PathBuf, Error> {
+    let out = Command::new(build_script())
+        .output()
+        .map_err(|e| Error::io(format!("running {}", build_script().display()), e))?;
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    match stdout.lines().last() {
+        Some(path) if out.status.success() && Path::new(path).is_file() => Ok(PathBuf::from(path)),
+        _ => Err(Error::Startup {
+            what: format!("tools/router-image/build.sh failed ({})", out.status),
+            logs: format!("{stdout}{}", String::from_utf8_lossy(&out.stderr)),
+        }),
+    }
+}
+
+/// Imports the router image into the real node's containerd as [`ROUTER_IMAGE`].
+///
+/// # Errors
+/// As [`image_archive`]; [`Error::MissingBinary`] when the control plane has no real node;
+/// [`Error::Startup`] when the import fails.
+pub fn import_router_image(cp: &ControlPlane) -> Result<(), Error> {
+    let node = cp.real_node().ok_or(Error::MissingBinary {
+        path: NODE.into(),
+        hint: "start the control plane with real_nodes: 1",
+    })?;
+    node.import(&image_archive()?)
+}
+
+/// Removes the real node's taint so that routers, which do not tolerate it, are scheduled
+/// there (with no simulated node, nowhere else).
+///
+/// # Errors
+/// [`Error::Startup`] when kubectl fails (a taint already gone is not an error).
+pub fn routers_on_real_node(cp: &ControlPlane) -> Result<(), Error> {
+    let out = cp
+        .kubectl()
+        .args(["taint", "nodes", NODE, &format!("{}:{}-", TAINT.0, TAINT.2)])
+        .output()
+        .map_err(|e| Error::io("running kubectl taint", e))?;
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    if out.status.success() || stderr.contains("not found") {
+        Ok(())
+    } else {
+        Err(Error::Startup { what: "removing the real node's taint".into(), logs: stderr.into_owned() })
+    }
+}
+
+/// Starts the release `qdr-controller` on this machine as ServiceAccount
+/// `qdr-operator/qdr-controller` (deploy/'s RBAC), with [`ROUTER_IMAGE`] as the default
+/// router image and `extra` arguments; its log is `<control plane dir>/<name>.log`.
+///
+/// # Errors
+/// [`Error::MissingBinary`] when the release binary is not built; as
+/// [`ControlPlane::install_rbac`]; [`Error::Io`] when it cannot start.
+pub fn start_controller(cp: &ControlPlane, name: &str, extra: &[&str]) -> Result<Process, Error> {
+    let binary = crate::images::release_binary(&crate::images::CONTROLLER)?;
+    let ids = cp.install_rbac(&crate::rbac::Install::new("qdr-operator"))?;
+    let mut cmd = Command::new(binary);
+    cmd.env("KUBECONFIG", &ids.controller).args([
+        "--lease-namespace=qdr-operator",
+        &format!("--identity={name}"),
+        &format!("--health-listen=127.0.0.1:{}", crate::components::free_port()),
+        &format!("--default-image={ROUTER_IMAGE}"),
+    ]);
+    cmd.args(extra);
+    Process::spawn(name, cmd, &cp.dir().join(format!("{name}.log")))
+}
+
+/// `tests/amqp/client.py`.
+pub fn client_script() -> PathBuf {
+    crate::workspace_root().join("tests/amqp/client.py")
+}
+
+/// A command running the AMQP client: `command` is `send`, `receive`, `query` or `steady`,
+/// `url` an `amqp://` or `amqps://` URL, `target` the address (or the entity type for
+/// `query`), then the client's options.
+pub fn client(command: &str, url: &str, target: &str, options: &[&str]) -> Command {
+    let mut cmd = Command::new(PYTHON);
+    cmd.arg(client_script()).args([command, url, target]).args(options);
+    cmd
+}
+
+/// The JSON lines a client printed (lines that are not JSON are left out).
+pub fn json_lines(out: &Output) -> Vec<serde_json::Value> {
+    String::from_utf8_lossy(&out.stdout).lines().filter_map(|l| serde_json::from_str(l).ok()).collect()
+}
+
+/// Checks that [`PYTHON`] has Proton's binding.
+///
+/// # Errors
+/// [`Error::MissingBinary`] naming the package to install.
+pub fn check_client() -> Result<(), Error> {
+    let ok = Command::new(PYTHON).args(["-c", "import proton.utils"]).output().is_ok_and(|o| o.status.success());
+    if ok {
+        Ok(())
+    } else {
+        Err(Error::MissingBinary { path: PYTHON.into(), hint: "apt-get install python3-qpid-proton" })
+    }
+}

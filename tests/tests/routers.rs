@@ -1,0 +1,352 @@
+//! Real routers through the operator: the router image built from source
+//! (`tools/router-image/build.sh`) runs as pods on the real node (`qdr_tests::routers`), made
+//! by the release `qdr-controller` from Interconnects, and real AMQP clients
+//! (`tests/amqp/client.py`, Debian's Proton) and the image's own `qdmanage` talk to them.
+//!
+//! One real node runs here, so every router of a test shares it: placement `Any` and `Every`
+//! (one router) run as they would anywhere; `AntiAffinity` gets one router per node, so its
+//! example runs with one router.
+
+use std::io::BufRead;
+use std::process::{Child, Stdio};
+use std::sync::OnceLock;
+use std::time::{Duration, Instant};
+
+use k8s_openapi::api::core::v1::{Pod, Secret};
+use kube::api::{Api, ListParams, PostParams};
+use qdr_tests::routers::{self, client, json_lines};
+use qdr_tests::{ControlPlane, Process, TestNamespace};
+use serde_json::{Value, json};
+
+static START: OnceLock<Instant> = OnceLock::new();
+
+macro_rules! say {
+    ($($arg:tt)*) => {
+        eprintln!("[{:6.1}s] {}", START.get_or_init(Instant::now).elapsed().as_secs_f64(), format!($($arg)*))
+    };
+}
+
+static READY: tokio::sync::OnceCell<Process> = tokio::sync::OnceCell::const_new();
+
+/// How long routers may take from apply to Ready on a loaded 2-core machine (image import and
+/// first start included): the readiness probe runs every 5 s.
+const READY_WAIT: Duration = Duration::from_secs(240);
+
+/// The control plane with the real node open to routers, the router image imported, the CRD
+/// installed and one controller running.
+async fn cluster() -> &'static ControlPlane {
+    let cp = qdr_tests::shared_with_real_node().await;
+    READY
+        .get_or_init(|| async {
+            routers::check_client().expect("the AMQP client");
+            let t = Instant::now();
+            routers::routers_on_real_node(cp).expect("untainting the real node");
+            routers::import_router_image(cp).expect("the router image");
+            say!("router image built (or cached) and imported in {:.1?}", t.elapsed());
+            cp.install_crd().await;
+            routers::start_controller(cp, "qdr-controller-0", &[]).expect("the controller")
+        })
+        .await;
+    cp
+}
+
+fn kubectl(cp: &ControlPlane, args: &[&str]) -> std::process::Output {
+    cp.kubectl().args(args).output().expect("kubectl runs")
+}
+
+fn apply(cp: &ControlPlane, ns: &str, manifest: &Value) {
+    let out = qdr_tests::components::kubectl_stdin(cp, &["apply", "-n", ns, "-f", "-"], &manifest.to_string());
+    assert!(out.status.success(), "apply failed: {}", String::from_utf8_lossy(&out.stderr));
+}
+
+/// Waits for condition Ready of Interconnect `name`; on a timeout, fails with the
+/// Interconnect, its pods and the controller's log.
+fn wait_ready(cp: &ControlPlane, ns: &str, name: &str) -> Duration {
+    let t = Instant::now();
+    let timeout = format!("--timeout={}s", READY_WAIT.as_secs());
+    let out = kubectl(cp, &["wait", "-n", ns, "--for=condition=Ready", &format!("interconnect/{name}"), &timeout]);
+    if !out.status.success() {
+        let show = |args: &[&str]| String::from_utf8_lossy(&kubectl(cp, args).stdout).into_owned();
+        let logs = show(&["logs", "-n", ns, "-l", &format!("application={name}"), "--tail=40", "--prefix"]);
+        panic!(
+            "Interconnect {name} not Ready: {}\n{}\n{}\n{logs}\ncontroller:\n{}",
+            String::from_utf8_lossy(&out.stderr),
+            show(&["get", "interconnect", name, "-n", ns, "-o", "yaml"]),
+            show(&["get", "pods", "-n", ns, "-o", "wide"]),
+            READY.get().map(|p| p.log_tail(40)).unwrap_or_default()
+        );
+    }
+    t.elapsed()
+}
+
+/// The running router pods of Interconnect `name`: (pod name, pod IP), by name.
+async fn router_pods(ns: &TestNamespace, name: &str) -> Vec<(String, String)> {
+    let pods: Api<Pod> = ns.api();
+    let list = pods.list(&ListParams::default().labels(&format!("application={name}"))).await.unwrap();
+    let mut out: Vec<(String, String)> = list
+        .items
+        .into_iter()
+        .filter(|p| p.metadata.deletion_timestamp.is_none())
+        .filter_map(|p| Some((p.metadata.name?, p.status?.pod_ip?)))
+        .collect();
+    out.sort();
+    out
+}
+
+/// `qdmanage` in the router container of `pod`, as a person would run it: its JSON answer.
+fn qdmanage(cp: &ControlPlane, ns: &str, pod: &str, args: &[&str]) -> Result<Value, String> {
+    let mut all = vec!["exec", "-n", ns, pod, "--", "qdmanage"];
+    all.extend_from_slice(args);
+    let out = kubectl(cp, &all);
+    if !out.status.success() {
+        return Err(String::from_utf8_lossy(&out.stderr).into_owned());
+    }
+    serde_json::from_slice(&out.stdout).map_err(|e| format!("{e}: {}", String::from_utf8_lossy(&out.stdout)))
+}
+
+/// A receiver attached to one router, reading `count` messages in the background.
+struct Receiver {
+    child: Child,
+    lines: std::sync::mpsc::Receiver<Value>,
+}
+
+impl Receiver {
+    /// Starts the client's `receive` and waits until its link is attached.
+    fn attach(url: &str, address: &str, count: usize, options: &[&str]) -> Receiver {
+        let count = count.to_string();
+        let mut opts = vec!["--count", &count, "--timeout", "60"];
+        opts.extend_from_slice(options);
+        let mut child = client("receive", url, address, &opts)
+            .stdout(Stdio::piped())
+            .stderr(Stdio::inherit())
+            .spawn()
+            .expect("the client starts");
+        let stdout = child.stdout.take().unwrap();
+        let (tx, rx) = std::sync::mpsc::channel();
+        std::thread::spawn(move || {
+            for line in std::io::BufReader::new(stdout).lines().map_while(Result::ok) {
+                if let Ok(v) = serde_json::from_str::<Value>(&line) {
+                    let _ = tx.send(v);
+                }
+            }
+        });
+        let first = rx.recv_timeout(Duration::from_secs(30)).expect("the receiver attaches");
+        assert_eq!(first["ready"], true, "receiver at {url}: {first}");
+        Receiver { child, lines: rx }
+    }
+
+    /// The bodies it received, once it exited.
+    fn bodies(mut self) -> Vec<String> {
+        let status = self.child.wait().unwrap();
+        let lines: Vec<Value> = self.lines.try_iter().collect();
+        assert!(status.success(), "receiver failed: {lines:?}");
+        lines.iter().filter_map(|l| l["body"].as_str().map(String::from)).collect()
+    }
+}
+
+/// Sends `count` messages to `address` at `url` and waits for each acknowledgement, retrying
+/// the whole send until `timeout` (the router gives no credit for an anycast address until it
+/// knows a receiver for it).
+fn send(url: &str, address: &str, count: usize, prefix: &str, timeout: Duration) {
+    let deadline = Instant::now() + timeout;
+    let count = count.to_string();
+    loop {
+        let out = client("send", url, address, &["--count", &count, "--body-prefix", prefix, "--timeout", "5"])
+            .output()
+            .unwrap();
+        if out.status.success() {
+            return;
+        }
+        assert!(Instant::now() < deadline, "sending to {address} at {url}: {:?}", json_lines(&out));
+    }
+}
+
+fn url(ip: &str, port: u16) -> String {
+    format!("amqp://{ip}:{port}")
+}
+
+/// What a router knows of `address` (the `router.address` entity with key `key`, such as
+/// `M0multicast/x` for a mobile address in phase 0): its `remoteCount`, the receivers on
+/// other routers.
+fn remote_count(ip: &str, key: &str) -> i64 {
+    let out = client("query", &url(ip, 5672), "org.apache.qpid.dispatch.router.address", &[]).output().unwrap();
+    json_lines(&out)
+        .first()
+        .and_then(|v| v["results"].as_array().cloned())
+        .into_iter()
+        .flatten()
+        .find(|a| a["name"] == key || a["identity"] == key)
+        .and_then(|a| a["remoteCount"].as_i64())
+        .unwrap_or(0)
+}
+
+/// Address prefixes with every character the image's scripts could mangle: `$` (the
+/// image's `expandvars.py`), spaces, quotes, `#` (a comment to the config reader), braces
+/// (inline configuration to `configure.sh`) and non-ASCII.
+const ODD_PREFIXES: [&str; 4] = ["cost/$HOME/${POD_IP}/$", "a b 'c' \"d\"", "#hash{brace}", "grüße/日本"];
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_interior_mesh_of_three_routes_anycast_and_multicast_authenticates_and_keeps_values() {
+    let cp = cluster().await;
+    let ns = cp.namespace("mesh").await;
+    let secrets: Api<Secret> = ns.api();
+    let users = Secret {
+        metadata: kube::api::ObjectMeta { name: Some("mesh-people".into()), ..Default::default() },
+        string_data: Some([("alice".to_string(), "s3cret-$HOME".to_string())].into()),
+        ..Default::default()
+    };
+    secrets.create(&PostParams::default(), &users).await.unwrap();
+    let mut addresses = vec![
+        json!({"prefix": "closest", "distribution": "closest"}),
+        json!({"prefix": "multicast", "distribution": "multicast"}),
+    ];
+    addresses.extend(ODD_PREFIXES.iter().map(|p| json!({"prefix": p, "distribution": "balanced"})));
+    let applied = Instant::now();
+    apply(
+        cp,
+        &ns.name,
+        &json!({
+            "apiVersion": "interconnectedcloud.github.io/v1alpha1",
+            "kind": "Interconnect",
+            "metadata": {"name": "mesh"},
+            "spec": {
+                "deploymentPlan": {"role": "interior", "size": 3, "placement": "Any"},
+                "users": "mesh-people",
+                "listeners": [
+                    {"port": 5672},
+                    {"port": 5673, "authenticatePeer": true, "saslMechanisms": "PLAIN"},
+                ],
+                "addresses": addresses,
+            },
+        }),
+    );
+    let ready = wait_ready(cp, &ns.name, "mesh");
+    say!("3 interior routers Ready {ready:.1?} after apply");
+    let pods = router_pods(&ns, "mesh").await;
+    assert_eq!(pods.len(), 3, "{pods:?}");
+
+    // Each router sees the other two (and itself) as router nodes.
+    for (pod, _) in &pods {
+        let t = Instant::now();
+        let nodes = qdr_tests::eventually(&format!("{pod} to see 3 routers"), Duration::from_secs(90), || async {
+            match qdmanage(cp, &ns.name, pod, &["query", "--type=router.node"]) {
+                Ok(Value::Array(nodes)) if nodes.len() == 3 => Some(nodes),
+                _ => None,
+            }
+        })
+        .await;
+        let ids: Vec<&str> = nodes.iter().filter_map(|n| n["id"].as_str()).collect();
+        say!("{pod} sees {ids:?} ({:.1?})", t.elapsed());
+    }
+    let ip = |i: usize| pods[i].1.as_str();
+
+    // Anycast: a receiver on router 1, a sender on router 0.
+    let receiver = Receiver::attach(&url(ip(1), 5672), "closest/orders", 5, &[]);
+    send(&url(ip(0), 5672), "closest/orders", 5, "order-", Duration::from_secs(60));
+    let first_message = applied.elapsed();
+    assert_eq!(receiver.bodies(), (0..5).map(|i| format!("order-{i}")).collect::<Vec<_>>());
+    say!("anycast 0 → 1 delivered; apply → first message across the mesh: {first_message:.1?}");
+
+    // Multicast: receivers on routers 1 and 2 each get every message sent to router 0.
+    let r1 = Receiver::attach(&url(ip(1), 5672), "multicast/news", 4, &[]);
+    let r2 = Receiver::attach(&url(ip(2), 5672), "multicast/news", 4, &[]);
+    qdr_tests::eventually("router 0 to know both multicast receivers", Duration::from_secs(60), || async {
+        (remote_count(ip(0), "M0multicast/news") == 2).then_some(())
+    })
+    .await;
+    send(&url(ip(0), 5672), "multicast/news", 4, "news-", Duration::from_secs(30));
+    let want: Vec<String> = (0..4).map(|i| format!("news-{i}")).collect();
+    assert_eq!(r1.bodies(), want);
+    assert_eq!(r2.bodies(), want);
+
+    // The users Secret is the SASL database: the right password is accepted over PLAIN, a
+    // wrong one and an unknown user refused. The image's create_sasldb.sh puts users in the
+    // realm APPLICATION_NAME (the Interconnect's name).
+    let login = |user: &str, password: &str| {
+        client(
+            "query",
+            &url(ip(0), 5673),
+            "org.apache.qpid.dispatch.router",
+            &["--user", user, "--password", password, "--mech", "PLAIN"],
+        )
+        .output()
+        .unwrap()
+    };
+    let good = login("alice@mesh", "s3cret-$HOME");
+    assert!(good.status.success(), "alice with her password: {:?}", json_lines(&good));
+    for (user, password) in [("alice@mesh", "s3cret"), ("mallory@mesh", "s3cret-$HOME"), ("alice@mesh", "")] {
+        let bad = login(user, password);
+        assert!(!bad.status.success(), "{user} with {password:?} was let in");
+        let text = json_lines(&bad).first().map(|v| v["error"].to_string()).unwrap_or_default();
+        assert!(text.contains("uthentication") || text.contains("SASL"), "{user}: {text}");
+    }
+
+    // Every odd prefix arrives as written, on every router, read back through management.
+    for (pod, _) in &pods {
+        let got = qdmanage(cp, &ns.name, pod, &["query", "--type=org.apache.qpid.dispatch.router.config.address"])
+            .expect("qdmanage query");
+        let prefixes: Vec<&str> = got.as_array().unwrap().iter().filter_map(|a| a["prefix"].as_str()).collect();
+        for want in ODD_PREFIXES {
+            assert!(prefixes.contains(&want), "{pod}: {want:?} not among {prefixes:?}");
+        }
+    }
+}
+
+/// The Dockerfile of the published image, from the router sources' `qdr-image/`.
+fn dockerfile() -> (String, std::path::PathBuf) {
+    let out = std::process::Command::new(routers::build_script()).arg("--sources").output().unwrap();
+    assert!(out.status.success(), "router sources: {}", String::from_utf8_lossy(&out.stderr));
+    let dir = std::path::PathBuf::from(String::from_utf8_lossy(&out.stdout).trim());
+    (std::fs::read_to_string(dir.join("qdr-image/Dockerfile")).unwrap(), dir.join("qdr-image"))
+}
+
+#[test]
+fn the_router_image_is_laid_out_as_qdr_images_dockerfile_says() {
+    let archive = routers::image_archive().expect("the router image");
+    let image = qdr_tests::images::read_config(&archive).unwrap();
+    let (dockerfile, qdr_image) = dockerfile();
+    let mut workdir = String::new();
+    let mut copied = Vec::new();
+    for line in dockerfile.lines() {
+        let (word, rest) = line.split_once(' ').unwrap_or((line, ""));
+        match word {
+            "CMD" => {
+                let cmd: Vec<String> = serde_json::from_str(rest).expect("CMD in exec form");
+                assert_eq!(image.cmd, cmd);
+            }
+            "ENV" => {
+                let (k, v) = rest.split_once('=').unwrap();
+                let v = if v.starts_with("${") { "1.19.0" } else { v }; // ARG version: the tag
+                assert!(image.env.contains(&format!("{k}={v}")), "{k}={v} not in {:?}", image.env);
+            }
+            "WORKDIR" => workdir = rest.to_string(),
+            "EXPOSE" => {
+                let mut want: Vec<String> = rest.split(' ').map(|p| format!("{p}/tcp")).collect();
+                want.sort();
+                assert_eq!(image.exposed_ports, want);
+            }
+            "COPY" => copied.push(rest.split(' ').map(String::from).collect::<Vec<_>>()),
+            _ => {}
+        }
+    }
+    assert_eq!(image.working_dir, workdir, "the last WORKDIR");
+    assert_eq!(copied, [vec!["./scripts/*".to_string(), "/home/qdrouterd/bin/".to_string()]]);
+    for script in std::fs::read_dir(qdr_image.join("scripts")).unwrap().flatten() {
+        let path = format!("/home/qdrouterd/bin/{}", script.file_name().to_string_lossy());
+        let (mode, bytes) = qdr_tests::images::layer_file(&archive, &path).unwrap().unwrap_or_else(|| panic!("{path} missing"));
+        assert_eq!(bytes, std::fs::read(script.path()).unwrap(), "{path} differs from qdr-image's");
+        assert_eq!(mode & 0o111, 0o111, "{path} is not executable");
+    }
+    // What the scripts and the router need from the base: qdrouterd on PATH, python3 with
+    // Proton's and the router's modules, hostname, saslpasswd2 and the SASL plugins.
+    for f in ["/usr/sbin/qdrouterd", "/usr/bin/qdmanage", "/usr/bin/qdstat", "/usr/bin/hostname", "/usr/sbin/saslpasswd2"]
+    {
+        assert!(image.files.iter().any(|x| x == f), "{f} missing from the image");
+    }
+    for f in ["/qpid_dispatch/management/client.py", "/proton/utils.py", "/sasl2/libplain.so", "/sasl2/libsasldb.so"] {
+        assert!(image.files.iter().any(|x| x.contains(f)), "no *{f}* in the image");
+    }
+    let sh = qdr_tests::images::layer_file(&archive, "/usr/bin/sh").unwrap();
+    assert!(sh.is_none(), "/bin/sh must be a link to bash, as on Fedora");
+    assert!(image.files.iter().any(|x| x == "/usr/bin/bash"), "no bash in the image");
+}
