@@ -147,13 +147,13 @@ impl Receiver {
 /// Sends `count` messages to `address` at `url` and waits for each acknowledgement, retrying
 /// the whole send until `timeout` (the router gives no credit for an anycast address until it
 /// knows a receiver for it).
-fn send(url: &str, address: &str, count: usize, prefix: &str, timeout: Duration) {
+fn send(url: &str, address: &str, count: usize, prefix: &str, timeout: Duration, extra: &[&str]) {
     let deadline = Instant::now() + timeout;
     let count = count.to_string();
+    let mut options = vec!["--count", &count, "--body-prefix", prefix, "--timeout", "5"];
+    options.extend_from_slice(extra);
     loop {
-        let out = client("send", url, address, &["--count", &count, "--body-prefix", prefix, "--timeout", "5"])
-            .output()
-            .unwrap();
+        let out = client("send", url, address, &options).output().unwrap();
         if out.status.success() {
             return;
         }
@@ -242,7 +242,7 @@ async fn an_interior_mesh_of_three_routes_anycast_and_multicast_authenticates_an
 
     // Anycast: a receiver on router 1, a sender on router 0.
     let receiver = Receiver::attach(&url(ip(1), 5672), "closest/orders", 5, &[]);
-    send(&url(ip(0), 5672), "closest/orders", 5, "order-", Duration::from_secs(60));
+    send(&url(ip(0), 5672), "closest/orders", 5, "order-", Duration::from_secs(60), &[]);
     let first_message = applied.elapsed();
     assert_eq!(receiver.bodies(), (0..5).map(|i| format!("order-{i}")).collect::<Vec<_>>());
     say!("anycast 0 → 1 delivered; apply → first message across the mesh: {first_message:.1?}");
@@ -254,7 +254,7 @@ async fn an_interior_mesh_of_three_routes_anycast_and_multicast_authenticates_an
         (remote_count(ip(0), "M0multicast/news") == 2).then_some(())
     })
     .await;
-    send(&url(ip(0), 5672), "multicast/news", 4, "news-", Duration::from_secs(30));
+    send(&url(ip(0), 5672), "multicast/news", 4, "news-", Duration::from_secs(30), &["--presettled"]);
     let want: Vec<String> = (0..4).map(|i| format!("news-{i}")).collect();
     assert_eq!(r1.bodies(), want);
     assert_eq!(r2.bodies(), want);
