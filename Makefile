@@ -4,13 +4,16 @@ SHELL := bash
 CARGO ?= cargo
 CARGO_TARGET_DIR_OR_DEFAULT := $(or $(CARGO_TARGET_DIR),target)
 
-.PHONY: help testbin test fmt lint crd docs bench run run-real images deploy dev-cluster clean-testbin validate-command
+.PHONY: help testbin router-image test fmt lint crd docs bench run run-real images deploy dev-cluster clean-testbin validate-command
 
 help: ## List the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  %-16s %s\n", $$1, $$2}'
 
 testbin: ## Build (once, cached) etcd, kube-apiserver, kube-controller-manager, kube-scheduler, kubectl, kwok, kubelet, kube-proxy, pause and helm; print where
 	@tools/testbin/build.sh
+
+router-image: ## Build (once, cached) the router image from source: qpid-proton 0.37.0 and qpid-dispatch 1.19.0 from $$QDR_ROUTER_SOURCES (unset: the pinned git tags); print the archive
+	@tools/router-image/build.sh
 
 fmt: ## Format the code
 	$(CARGO) fmt --all
@@ -27,8 +30,8 @@ crd: ## Regenerate the committed CRD (deploy/ and the Helm chart's copy) from th
 	cp deploy/crds/interconnects.interconnectedcloud.github.io.yaml deploy/helm/qdr-operator/crds/
 
 # The install tests run the operator's images on the real node: they are built from the
-# release binaries, so those are built first.
-test: lint images ## Everything CI runs: lint, unit tests and integration tests on a real control plane (and a real node)
+# release binaries, so those are built first; the router tests run the router image.
+test: lint images router-image ## Everything CI runs: lint, unit tests and integration tests on a real control plane (and a real node with real routers)
 	testbin="$$(tools/testbin/build.sh)"; QDR_TESTBIN="$$testbin" $(CARGO) test --workspace --locked
 
 images: ## Build the release binaries the real node's operator images are made of (qdr-controller, qdr-webhook)

@@ -128,7 +128,8 @@ pub fn json_lines(out: &Output) -> Vec<serde_json::Value> {
 /// # Errors
 /// [`Error::MissingBinary`] naming the package to install.
 pub fn check_client() -> Result<(), Error> {
-    let ok = Command::new(PYTHON).args(["-c", "import proton.utils"]).output().is_ok_and(|o| o.status.success());
+    let ok =
+        Command::new(PYTHON).args(["-c", "import proton.utils"]).output().is_ok_and(|o| o.status.success());
     if ok {
         Ok(())
     } else {

@@ -55,7 +55,8 @@ fn kubectl(cp: &ControlPlane, args: &[&str]) -> std::process::Output {
 }
 
 fn apply(cp: &ControlPlane, ns: &str, manifest: &Value) {
-    let out = qdr_tests::components::kubectl_stdin(cp, &["apply", "-n", ns, "-f", "-"], &manifest.to_string());
+    let out =
+        qdr_tests::components::kubectl_stdin(cp, &["apply", "-n", ns, "-f", "-"], &manifest.to_string());
     assert!(out.status.success(), "apply failed: {}", String::from_utf8_lossy(&out.stderr));
 }
 
@@ -64,7 +65,8 @@ fn apply(cp: &ControlPlane, ns: &str, manifest: &Value) {
 fn wait_ready(cp: &ControlPlane, ns: &str, name: &str) -> Duration {
     let t = Instant::now();
     let timeout = format!("--timeout={}s", READY_WAIT.as_secs());
-    let out = kubectl(cp, &["wait", "-n", ns, "--for=condition=Ready", &format!("interconnect/{name}"), &timeout]);
+    let out =
+        kubectl(cp, &["wait", "-n", ns, "--for=condition=Ready", &format!("interconnect/{name}"), &timeout]);
     if !out.status.success() {
         let show = |args: &[&str]| String::from_utf8_lossy(&kubectl(cp, args).stdout).into_owned();
         let logs = show(&["logs", "-n", ns, "-l", &format!("application={name}"), "--tail=40", "--prefix"]);
@@ -169,7 +171,8 @@ fn url(ip: &str, port: u16) -> String {
 /// `M0multicast/x` for a mobile address in phase 0): its `remoteCount`, the receivers on
 /// other routers.
 fn remote_count(ip: &str, key: &str) -> i64 {
-    let out = client("query", &url(ip, 5672), "org.apache.qpid.dispatch.router.address", &[]).output().unwrap();
+    let out =
+        client("query", &url(ip, 5672), "org.apache.qpid.dispatch.router.address", &[]).output().unwrap();
     json_lines(&out)
         .first()
         .and_then(|v| v["results"].as_array().cloned())
@@ -228,13 +231,14 @@ async fn an_interior_mesh_of_three_routes_anycast_and_multicast_authenticates_an
     // Each router sees the other two (and itself) as router nodes.
     for (pod, _) in &pods {
         let t = Instant::now();
-        let nodes = qdr_tests::eventually(&format!("{pod} to see 3 routers"), Duration::from_secs(90), || async {
-            match qdmanage(cp, &ns.name, pod, &["query", "--type=router.node"]) {
-                Ok(Value::Array(nodes)) if nodes.len() == 3 => Some(nodes),
-                _ => None,
-            }
-        })
-        .await;
+        let nodes =
+            qdr_tests::eventually(&format!("{pod} to see 3 routers"), Duration::from_secs(90), || async {
+                match qdmanage(cp, &ns.name, pod, &["query", "--type=router.node"]) {
+                    Ok(Value::Array(nodes)) if nodes.len() == 3 => Some(nodes),
+                    _ => None,
+                }
+            })
+            .await;
         let ids: Vec<&str> = nodes.iter().filter_map(|n| n["id"].as_str()).collect();
         say!("{pod} sees {ids:?} ({:.1?})", t.elapsed());
     }
@@ -283,9 +287,11 @@ async fn an_interior_mesh_of_three_routes_anycast_and_multicast_authenticates_an
 
     // Every odd prefix arrives as written, on every router, read back through management.
     for (pod, _) in &pods {
-        let got = qdmanage(cp, &ns.name, pod, &["query", "--type=org.apache.qpid.dispatch.router.config.address"])
-            .expect("qdmanage query");
-        let prefixes: Vec<&str> = got.as_array().unwrap().iter().filter_map(|a| a["prefix"].as_str()).collect();
+        let got =
+            qdmanage(cp, &ns.name, pod, &["query", "--type=org.apache.qpid.dispatch.router.config.address"])
+                .expect("qdmanage query");
+        let prefixes: Vec<&str> =
+            got.as_array().unwrap().iter().filter_map(|a| a["prefix"].as_str()).collect();
         for want in ODD_PREFIXES {
             assert!(prefixes.contains(&want), "{pod}: {want:?} not among {prefixes:?}");
         }
@@ -333,20 +339,63 @@ fn the_router_image_is_laid_out_as_qdr_images_dockerfile_says() {
     assert_eq!(copied, [vec!["./scripts/*".to_string(), "/home/qdrouterd/bin/".to_string()]]);
     for script in std::fs::read_dir(qdr_image.join("scripts")).unwrap().flatten() {
         let path = format!("/home/qdrouterd/bin/{}", script.file_name().to_string_lossy());
-        let (mode, bytes) = qdr_tests::images::layer_file(&archive, &path).unwrap().unwrap_or_else(|| panic!("{path} missing"));
+        let (mode, bytes) = qdr_tests::images::layer_file(&archive, &path)
+            .unwrap()
+            .unwrap_or_else(|| panic!("{path} missing"));
         assert_eq!(bytes, std::fs::read(script.path()).unwrap(), "{path} differs from qdr-image's");
         assert_eq!(mode & 0o111, 0o111, "{path} is not executable");
     }
     // What the scripts and the router need from the base: qdrouterd on PATH, python3 with
     // Proton's and the router's modules, hostname, saslpasswd2 and the SASL plugins.
-    for f in ["/usr/sbin/qdrouterd", "/usr/bin/qdmanage", "/usr/bin/qdstat", "/usr/bin/hostname", "/usr/sbin/saslpasswd2"]
-    {
+    for f in [
+        "/usr/sbin/qdrouterd",
+        "/usr/bin/qdmanage",
+        "/usr/bin/qdstat",
+        "/usr/bin/hostname",
+        "/usr/sbin/saslpasswd2",
+    ] {
         assert!(image.files.iter().any(|x| x == f), "{f} missing from the image");
     }
-    for f in ["/qpid_dispatch/management/client.py", "/proton/utils.py", "/sasl2/libplain.so", "/sasl2/libsasldb.so"] {
+    for f in [
+        "/qpid_dispatch/management/client.py",
+        "/proton/utils.py",
+        "/sasl2/libplain.so",
+        "/sasl2/libsasldb.so",
+    ] {
         assert!(image.files.iter().any(|x| x.contains(f)), "no *{f}* in the image");
     }
     let sh = qdr_tests::images::layer_file(&archive, "/usr/bin/sh").unwrap();
     assert!(sh.is_none(), "/bin/sh must be a link to bash, as on Fedora");
     assert!(image.files.iter().any(|x| x == "/usr/bin/bash"), "no bash in the image");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn every_example_starts_and_its_routers_pass_their_readiness_probe() {
+    let cp = cluster().await;
+    let ns = cp.namespace("examples").await;
+    let examples = qdr_tests::workspace_root().join("deploy/examples");
+    let mut names = Vec::new();
+    for entry in std::fs::read_dir(&examples)
+        .unwrap()
+        .flatten()
+        .filter(|e| e.path().extension().is_some_and(|x| x == "yaml"))
+    {
+        let text = std::fs::read_to_string(entry.path()).unwrap();
+        let mut doc: Value = serde_saphyr::from_str(&text).unwrap();
+        let name = doc["metadata"]["name"].as_str().unwrap().to_string();
+        // AntiAffinity puts each router on a node of its own; there is one real node here.
+        if doc["spec"]["deploymentPlan"]["placement"] == "AntiAffinity" {
+            doc["spec"]["deploymentPlan"]["size"] = json!(1);
+        }
+        apply(cp, &ns.name, &doc);
+        names.push(name);
+    }
+    names.sort();
+    assert_eq!(names, ["edge-routers", "router-mesh", "secure-router"]);
+    for name in &names {
+        let ready = wait_ready(cp, &ns.name, name);
+        let pods = router_pods(&ns, name).await;
+        say!("example {name}: {} router(s) Ready ({ready:.1?} more)", pods.len());
+        assert!(!pods.is_empty());
+    }
 }
