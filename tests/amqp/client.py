@@ -3,7 +3,8 @@
 
 Each command prints JSON lines on stdout and exits 0 when it did what it was asked:
 
-  send     URL ADDRESS --count N [--body-prefix P]      {"sent": N, "accepted": N}
+  send     URL ADDRESS --count N [--body-prefix P]      {"sent": N, "accepted": N}; bodies P<first>..
+           [--first K]                                  on a failure {"error": ..., "sent": n}
            [--presettled]                               (at most once: nothing is accepted)
   receive  URL ADDRESS --count N [--timeout S]          {"ready": true} once attached, then
                                                         {"body": ...} per message
@@ -61,10 +62,15 @@ def cmd_send(args):
     # receiver and has no single outcome to return.
     sender = conn.create_sender(args.address, options=AtMostOnce() if args.presettled else None)
     n = 0
-    for i in range(args.count):
-        sender.send(Message(body=f"{args.body_prefix}{i}"), timeout=args.timeout)
-        n += 1
-    out({"sent": args.count, "accepted": 0 if args.presettled else n})
+    try:
+        for i in range(args.first, args.first + args.count):
+            sender.send(Message(body=f"{args.body_prefix}{i}"), timeout=args.timeout)
+            n += 1
+    except Exception as e:
+        # How many went, so that a caller can go on from there.
+        out({"error": f"{type(e).__name__}: {e}", "sent": n})
+        sys.exit(2)
+    out({"sent": n, "accepted": 0 if args.presettled else n})
     conn.close()
 
 
@@ -177,6 +183,7 @@ def main():
     p.add_argument("target")
     p.add_argument("--count", type=int, default=1)
     p.add_argument("--body-prefix", default="m")
+    p.add_argument("--first", type=int, default=0)
     p.add_argument("--timeout", type=float, default=10)
     p.add_argument("--user")
     p.add_argument("--password")

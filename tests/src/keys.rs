@@ -89,3 +89,31 @@ pub fn certificate(subject_key: &PKey<Private>, signer: Option<(&PKey<Private>, 
     b.sign(key, digest).unwrap();
     String::from_utf8(b.build().to_pem().unwrap()).unwrap()
 }
+
+/// A client certificate (30 days, CN `cn`, a new P-256 key) issued by the CA whose
+/// certificate and key are `ca_pem` and `ca_key_pem` (its subject becomes the issuer), as
+/// `(certificate PEM, key PEM)`.
+///
+/// # Panics
+/// When either PEM does not parse.
+pub fn issued_by(ca_pem: &[u8], ca_key_pem: &[u8], cn: &str) -> (String, String) {
+    let ca = X509::from_pem(ca_pem).expect("a CA certificate");
+    let ca_key = PKey::private_key_from_pem(ca_key_pem).expect("the CA's key");
+    let key = PKey::from_ec_key(
+        EcKey::generate(&EcGroup::from_curve_name(Nid::X9_62_PRIME256V1).unwrap()).unwrap(),
+    )
+    .unwrap();
+    let mut n = X509NameBuilder::new().unwrap();
+    n.append_entry_by_nid(Nid::COMMONNAME, cn).unwrap();
+    let mut b = X509::builder().unwrap();
+    b.set_version(2).unwrap();
+    b.set_serial_number(&BigNum::from_u32(11).unwrap().to_asn1_integer().unwrap()).unwrap();
+    b.set_subject_name(&n.build()).unwrap();
+    b.set_issuer_name(ca.subject_name()).unwrap();
+    b.set_pubkey(&key).unwrap();
+    b.set_not_before(&Asn1Time::days_from_now(0).unwrap()).unwrap();
+    b.set_not_after(&Asn1Time::days_from_now(30).unwrap()).unwrap();
+    b.sign(&ca_key, MessageDigest::sha256()).unwrap();
+    let pem = |v: Vec<u8>| String::from_utf8(v).unwrap();
+    (pem(b.build().to_pem().unwrap()), pem(key.private_key_to_pem_pkcs8().unwrap()))
+}

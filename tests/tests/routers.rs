@@ -146,20 +146,25 @@ impl Receiver {
     }
 }
 
-/// Sends `count` messages to `address` at `url` and waits for each acknowledgement, retrying
-/// the whole send until `timeout` (the router gives no credit for an anycast address until it
-/// knows a receiver for it).
+/// Sends `count` messages (bodies `<prefix>0` …) to `address` at `url`, each waiting for
+/// its acknowledgement (or, presettled, for credit), and goes on after a failure from the
+/// first message not sent, until `timeout` (the router gives no credit for an address until
+/// it knows a receiver for it).
 fn send(url: &str, address: &str, count: usize, prefix: &str, timeout: Duration, extra: &[&str]) {
     let deadline = Instant::now() + timeout;
-    let count = count.to_string();
-    let mut options = vec!["--count", &count, "--body-prefix", prefix, "--timeout", "5"];
-    options.extend_from_slice(extra);
-    loop {
+    let mut sent = 0;
+    while sent < count {
+        let (first, left) = (sent.to_string(), (count - sent).to_string());
+        let mut options =
+            vec!["--count", &left, "--first", &first, "--body-prefix", prefix, "--timeout", "5"];
+        options.extend_from_slice(extra);
         let out = client("send", url, address, &options).output().unwrap();
-        if out.status.success() {
-            return;
+        let lines = json_lines(&out);
+        sent += lines.first().and_then(|l| l["sent"].as_u64()).unwrap_or(0) as usize;
+        if !out.status.success() {
+            say!("sending to {address} at {url}: {lines:?}; going on from message {sent}");
+            assert!(Instant::now() < deadline, "sending to {address} at {url}: {lines:?}");
         }
-        assert!(Instant::now() < deadline, "sending to {address} at {url}: {:?}", json_lines(&out));
     }
 }
 
@@ -241,6 +246,14 @@ async fn an_interior_mesh_of_three_routes_anycast_and_multicast_authenticates_an
             .await;
         let ids: Vec<&str> = nodes.iter().filter_map(|n| n["id"].as_str()).collect();
         say!("{pod} sees {ids:?} ({:.1?})", t.elapsed());
+    }
+    // The mesh runs over the default inter-router listener: TLS with generated credentials.
+    let connections = qdmanage(cp, &ns.name, &pods[0].0, &["query", "--type=connection"]).expect("qdmanage");
+    let inter: Vec<&Value> =
+        connections.as_array().unwrap().iter().filter(|c| c["role"] == "inter-router").collect();
+    assert_eq!(inter.len(), 2, "router 0's inter-router connections: {connections}");
+    for c in inter {
+        assert_eq!(c["isEncrypted"], true, "an inter-router connection without TLS: {c}");
     }
     let ip = |i: usize| pods[i].1.as_str();
 
@@ -398,4 +411,76 @@ async fn every_example_starts_and_its_routers_pass_their_readiness_probe() {
         say!("example {name}: {} router(s) Ready ({ready:.1?} more)", pods.len());
         assert!(!pods.is_empty());
     }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn tls_listeners_verify_names_and_client_certificates() {
+    let cp = cluster().await;
+    let ns = cp.namespace("tls").await;
+    apply(
+        cp,
+        &ns.name,
+        &json!({
+            "apiVersion": "interconnectedcloud.github.io/v1alpha1",
+            "kind": "Interconnect",
+            "metadata": {"name": "tls"},
+            "spec": {
+                "deploymentPlan": {"size": 1},
+                "listeners": [
+                    {"port": 5672},
+                    {"name": "amqps", "port": 5671, "sslProfile": "server-tls"},
+                    {"name": "mtls", "port": 5674, "sslProfile": "mutual-tls", "authenticatePeer": true,
+                     "saslMechanisms": "EXTERNAL"},
+                ],
+                "sslProfiles": [{"name": "server-tls"}, {"name": "mutual-tls", "mutualAuth": true}],
+            },
+        }),
+    );
+    wait_ready(cp, &ns.name, "tls");
+    let pods = router_pods(&ns, "tls").await;
+    let ip = pods[0].1.clone();
+    let secrets: Api<Secret> = ns.api();
+    let data = |s: &Secret, k: &str| s.data.as_ref().and_then(|d| d.get(k)).map(|b| b.0.clone()).unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    let file = |name: &str, bytes: &[u8]| {
+        let p = dir.path().join(name);
+        std::fs::write(&p, bytes).unwrap();
+        p.display().to_string()
+    };
+    let server = secrets.get("tls-server-tls-credentials").await.unwrap();
+    let server_ca = file("server-ca.crt", &data(&server, "ca.crt"));
+    let query = |port: u16, options: &[&str]| {
+        client("query", &format!("amqps://{ip}:{port}"), "org.apache.qpid.dispatch.router", options)
+            .output()
+            .unwrap()
+    };
+
+    // amqps with the generated credentials: the router's name is verified.
+    let service_name = format!("tls.{}.svc", ns.name);
+    let ok = query(5671, &["--ca", &server_ca, "--verify-host", "--sni", &service_name]);
+    assert!(ok.status.success(), "amqps as {service_name}: {:?}", json_lines(&ok));
+    let wrong = query(5671, &["--ca", &server_ca, "--verify-host", "--sni", "elsewhere.example"]);
+    assert!(!wrong.status.success(), "a certificate for {service_name} was accepted as elsewhere.example");
+
+    // Mutual TLS with EXTERNAL: a client certificate from the profile's generated CA logs in,
+    // one from another CA is refused.
+    let ca = secrets.get("tls-mutual-tls-ca").await.unwrap();
+    let (cert, key) = qdr_tests::keys::issued_by(&data(&ca, "tls.crt"), &data(&ca, "tls.key"), "alice");
+    let (cert, key) = (file("alice.crt", cert.as_bytes()), file("alice.key", key.as_bytes()));
+    let mutual = secrets.get("tls-mutual-tls-credentials").await.unwrap();
+    let mutual_ca = file("mutual-ca.crt", &data(&mutual, "ca.crt"));
+    let good = query(5674, &["--ca", &mutual_ca, "--cert", &cert, "--key", &key, "--mech", "EXTERNAL"]);
+    assert!(good.status.success(), "alice's certificate from the profile's CA: {:?}", json_lines(&good));
+    let other_key = openssl::pkey::PKey::from_rsa(openssl::rsa::Rsa::generate(2048).unwrap()).unwrap();
+    let other_ca = qdr_tests::keys::certificate(&other_key, None, "someone else's CA");
+    let (cert, key) = qdr_tests::keys::issued_by(
+        other_ca.as_bytes(),
+        &other_key.private_key_to_pem_pkcs8().unwrap(),
+        "mallory",
+    );
+    let (cert, key) = (file("mallory.crt", cert.as_bytes()), file("mallory.key", key.as_bytes()));
+    let refused = query(5674, &["--ca", &mutual_ca, "--cert", &cert, "--key", &key, "--mech", "EXTERNAL"]);
+    assert!(!refused.status.success(), "a certificate from another CA was let in");
+    let none = query(5674, &["--ca", &mutual_ca, "--mech", "EXTERNAL"]);
+    assert!(!none.status.success(), "no client certificate was let in");
 }
