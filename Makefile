@@ -50,7 +50,7 @@ run: ## Run the whole system on a local control plane with the examples, until C
 	$(CARGO) build --locked --bins
 	testbin="$$(tools/testbin/build.sh)"; QDR_TESTBIN="$$testbin" $(CARGO_TARGET_DIR_OR_DEFAULT)/debug/local-run
 
-run-real: images ## Like `run`, with the webhook and controllers as pods on a real node (kubelet, containerd; as root), installed from deploy/
+run-real: images router-image ## Like `run`, on a real node (kubelet, containerd; as root): the operator installed from deploy/ as pods, and real routers from the image built from source, with the mesh they see and messages through it
 	$(CARGO) build --locked -p qdr-tests --bin local-run
 	testbin="$$(tools/testbin/build.sh)"; QDR_TESTBIN="$$testbin" $(CARGO_TARGET_DIR_OR_DEFAULT)/debug/local-run --real
 

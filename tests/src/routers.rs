@@ -8,8 +8,12 @@
 //! the routers at their pod addresses on the node's bridge and at their Services' cluster
 //! addresses (kube-proxy).
 
+use std::io::BufRead;
 use std::path::{Path, PathBuf};
-use std::process::{Command, Output};
+use std::process::{Child, Command, Output, Stdio};
+use std::time::{Duration, Instant};
+
+use serde_json::Value;
 
 use crate::real_node::{NODE, TAINT};
 use crate::{ControlPlane, Error, Process};
@@ -135,4 +139,82 @@ pub fn check_client() -> Result<(), Error> {
     } else {
         Err(Error::MissingBinary { path: PYTHON.into(), hint: "apt-get install python3-qpid-proton" })
     }
+}
+
+/// A receiver ([`client`] `receive`) attached to one router, reading messages in the
+/// background.
+pub struct Receiver {
+    child: Child,
+    lines: std::sync::mpsc::Receiver<Value>,
+}
+
+impl Receiver {
+    /// Starts the client's `receive` of `count` messages (waiting up to 60 s for each) and
+    /// waits until its link is attached.
+    ///
+    /// # Panics
+    /// When the client cannot start or does not attach within 30 s.
+    pub fn attach(url: &str, address: &str, count: usize, options: &[&str]) -> Receiver {
+        let count = count.to_string();
+        let mut opts = vec!["--count", &count, "--timeout", "60"];
+        opts.extend_from_slice(options);
+        let mut child = client("receive", url, address, &opts)
+            .stdout(Stdio::piped())
+            .stderr(Stdio::inherit())
+            .spawn()
+            .expect("the client starts");
+        let stdout = child.stdout.take().unwrap();
+        let (tx, rx) = std::sync::mpsc::channel();
+        std::thread::spawn(move || {
+            for line in std::io::BufReader::new(stdout).lines().map_while(Result::ok) {
+                if let Ok(v) = serde_json::from_str::<Value>(&line) {
+                    let _ = tx.send(v);
+                }
+            }
+        });
+        let first = rx.recv_timeout(Duration::from_secs(30)).expect("the receiver attaches");
+        assert_eq!(first["ready"], true, "receiver at {url}: {first}");
+        Receiver { child, lines: rx }
+    }
+
+    /// The bodies it received, once it exited.
+    ///
+    /// # Panics
+    /// When the client failed (fewer messages than asked for within its timeout).
+    pub fn bodies(mut self) -> Vec<String> {
+        let status = self.child.wait().unwrap();
+        let lines: Vec<Value> = self.lines.try_iter().collect();
+        assert!(status.success(), "receiver failed: {lines:?}");
+        lines.iter().filter_map(|l| l["body"].as_str().map(String::from)).collect()
+    }
+}
+
+/// Sends `count` messages (bodies `<prefix>0` …) to `address` at `url`, each waiting for
+/// its acknowledgement (or, presettled, for credit), and goes on after a failure from the
+/// first message not sent, until `timeout` (the router gives no credit for an address until
+/// it knows a receiver for it).
+///
+/// # Panics
+/// When the messages are not all sent by `timeout`.
+pub fn send(url: &str, address: &str, count: usize, prefix: &str, timeout: Duration, extra: &[&str]) {
+    let deadline = Instant::now() + timeout;
+    let mut sent = 0;
+    while sent < count {
+        let (first, left) = (sent.to_string(), (count - sent).to_string());
+        let mut options =
+            vec!["--count", &left, "--first", &first, "--body-prefix", prefix, "--timeout", "5"];
+        options.extend_from_slice(extra);
+        let out = client("send", url, address, &options).output().unwrap();
+        let lines = json_lines(&out);
+        sent += lines.first().and_then(|l| l["sent"].as_u64()).unwrap_or(0) as usize;
+        if !out.status.success() {
+            eprintln!("sending to {address} at {url}: {lines:?}; going on from message {sent}");
+            assert!(Instant::now() < deadline, "sending to {address} at {url}: {lines:?}");
+        }
+    }
+}
+
+/// `amqp://<ip>:<port>`.
+pub fn url(ip: &str, port: u16) -> String {
+    format!("amqp://{ip}:{port}")
 }

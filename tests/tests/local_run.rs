@@ -43,36 +43,55 @@ fn local_run_brings_up_the_whole_system_on_the_examples() {
 
 /// `make run-real` end to end (`local-run --real --once`): the operator installed from
 /// `deploy/` runs as pods on the real node, admits (through its Service) and reconciles the
-/// examples until each is Ready with its routers on the simulated nodes.
+/// examples until each is Ready with real routers on the real node; the mesh's routers see
+/// each other and carry messages.
 #[test]
-fn local_run_real_runs_the_operator_as_pods_on_the_real_node() {
+fn local_run_real_runs_the_operator_and_the_routers_on_the_real_node() {
     let (stdout, stderr) = local_run(&["--real"]);
     for want in [
         "deployment.apps/qdr-webhook condition met",
         "deployment.apps/qdr-controller condition met",
         "the API server calls the webhook through Service qdr-operator/qdr-webhook",
+        "deployment \"qdr-controller\" successfully rolled out",
         "interconnect.interconnectedcloud.github.io/router-mesh condition met",
         "interconnect.interconnectedcloud.github.io/edge-routers condition met",
         "interconnect.interconnectedcloud.github.io/secure-router condition met",
+        "Routers in the Network",
+        "  hello-0\n  hello-1\n  hello-2\n",
     ] {
         assert!(stdout.contains(want), "{want} missing:\n{stdout}\n{stderr}");
     }
-    // The operator's four pods Running on the real node, every router on a simulated node.
+    // The operator's four pods and every router Running on the real node.
     let operator: Vec<&str> = stdout
         .lines()
         .filter(|l| l.starts_with("qdr-webhook-") || l.starts_with("qdr-controller-"))
+        .filter(|l| l.contains(" Running "))
         .collect();
-    assert_eq!(operator.len(), 4, "{stdout}");
-    assert!(operator.iter().all(|l| l.contains(" Running ") && l.contains(" real-0 ")), "{operator:?}");
+    assert!(operator.len() >= 4, "{stdout}");
+    assert!(operator.iter().all(|l| l.contains(" real-0 ")), "{operator:?}");
     let routers: Vec<&str> = stdout
         .lines()
         .filter(|l| {
             ["edge-routers-", "router-mesh-", "secure-router-"].iter().any(|p| l.starts_with(p))
                 && l.contains(" Running ")
+                && l.contains(" 1/1 ")
         })
         .collect();
-    assert_eq!(routers.len(), 3 + 3 + 2, "{stdout}");
-    assert!(routers.iter().all(|l| l.contains(" node-")), "{routers:?}");
+    // router-mesh 3, edge-routers one per node, secure-router scaled to one per node.
+    assert_eq!(routers.len(), 3 + 1 + 1, "{stdout}");
+    assert!(routers.iter().all(|l| l.contains(" real-0 ")), "{routers:?}");
+    // Each of the mesh's routers lists all three.
+    let tables = stdout.split("-- qdstat -n").skip(1).collect::<Vec<_>>();
+    assert_eq!(tables.len(), 3, "{stdout}");
+    let mesh: Vec<&str> = routers
+        .iter()
+        .filter(|l| l.starts_with("router-mesh-"))
+        .map(|l| l.split(' ').next().unwrap())
+        .collect();
+    for t in tables {
+        let table = t.split("\n$ ").next().unwrap();
+        assert!(mesh.iter().all(|m| table.contains(m)), "{mesh:?} not all in\n{table}");
+    }
 }
 
 /// Runs `local-run --once <args>` with a state directory of its own; returns stdout and

@@ -7,14 +7,12 @@
 //! (one router) run as they would anywhere; `AntiAffinity` gets one router per node, so its
 //! example runs with one router.
 
-use std::io::BufRead;
-use std::process::{Child, Stdio};
 use std::sync::OnceLock;
 use std::time::{Duration, Instant};
 
 use k8s_openapi::api::core::v1::{Pod, Secret};
 use kube::api::{Api, ListParams, PostParams};
-use qdr_tests::routers::{self, client, json_lines};
+use qdr_tests::routers::{self, Receiver, client, json_lines, send, url};
 use qdr_tests::{ControlPlane, Process, TestNamespace};
 use serde_json::{Value, json};
 
@@ -104,72 +102,6 @@ fn qdmanage(cp: &ControlPlane, ns: &str, pod: &str, args: &[&str]) -> Result<Val
         return Err(String::from_utf8_lossy(&out.stderr).into_owned());
     }
     serde_json::from_slice(&out.stdout).map_err(|e| format!("{e}: {}", String::from_utf8_lossy(&out.stdout)))
-}
-
-/// A receiver attached to one router, reading `count` messages in the background.
-struct Receiver {
-    child: Child,
-    lines: std::sync::mpsc::Receiver<Value>,
-}
-
-impl Receiver {
-    /// Starts the client's `receive` and waits until its link is attached.
-    fn attach(url: &str, address: &str, count: usize, options: &[&str]) -> Receiver {
-        let count = count.to_string();
-        let mut opts = vec!["--count", &count, "--timeout", "60"];
-        opts.extend_from_slice(options);
-        let mut child = client("receive", url, address, &opts)
-            .stdout(Stdio::piped())
-            .stderr(Stdio::inherit())
-            .spawn()
-            .expect("the client starts");
-        let stdout = child.stdout.take().unwrap();
-        let (tx, rx) = std::sync::mpsc::channel();
-        std::thread::spawn(move || {
-            for line in std::io::BufReader::new(stdout).lines().map_while(Result::ok) {
-                if let Ok(v) = serde_json::from_str::<Value>(&line) {
-                    let _ = tx.send(v);
-                }
-            }
-        });
-        let first = rx.recv_timeout(Duration::from_secs(30)).expect("the receiver attaches");
-        assert_eq!(first["ready"], true, "receiver at {url}: {first}");
-        Receiver { child, lines: rx }
-    }
-
-    /// The bodies it received, once it exited.
-    fn bodies(mut self) -> Vec<String> {
-        let status = self.child.wait().unwrap();
-        let lines: Vec<Value> = self.lines.try_iter().collect();
-        assert!(status.success(), "receiver failed: {lines:?}");
-        lines.iter().filter_map(|l| l["body"].as_str().map(String::from)).collect()
-    }
-}
-
-/// Sends `count` messages (bodies `<prefix>0` …) to `address` at `url`, each waiting for
-/// its acknowledgement (or, presettled, for credit), and goes on after a failure from the
-/// first message not sent, until `timeout` (the router gives no credit for an address until
-/// it knows a receiver for it).
-fn send(url: &str, address: &str, count: usize, prefix: &str, timeout: Duration, extra: &[&str]) {
-    let deadline = Instant::now() + timeout;
-    let mut sent = 0;
-    while sent < count {
-        let (first, left) = (sent.to_string(), (count - sent).to_string());
-        let mut options =
-            vec!["--count", &left, "--first", &first, "--body-prefix", prefix, "--timeout", "5"];
-        options.extend_from_slice(extra);
-        let out = client("send", url, address, &options).output().unwrap();
-        let lines = json_lines(&out);
-        sent += lines.first().and_then(|l| l["sent"].as_u64()).unwrap_or(0) as usize;
-        if !out.status.success() {
-            say!("sending to {address} at {url}: {lines:?}; going on from message {sent}");
-            assert!(Instant::now() < deadline, "sending to {address} at {url}: {lines:?}");
-        }
-    }
-}
-
-fn url(ip: &str, port: u16) -> String {
-    format!("amqp://{ip}:{port}")
 }
 
 /// What a router knows of `address` (the `router.address` entity with key `key`, such as

@@ -17,9 +17,14 @@
 //! imported into the node), their pull policy and the placement on `real-0`. The API server
 //! then calls the webhook through its Service, and the controller pods elect their leader.
 //!
-//! Router containers are simulated either way: kwok marks scheduled pods Running and Ready, no
-//! router process runs (no router image can be had here). The local run proves admission,
-//! reconcile, scheduling and status, not message flow.
+//! The routers: without `--real` they are simulated (kwok marks scheduled pods Running and
+//! Ready; no router process runs), so that run proves admission, reconcile, scheduling and
+//! status. With `--real` they are real: there are no simulated nodes, the router image built
+//! from source (`tools/router-image/build.sh`) is imported into the node, the controller's
+//! default router image is set to it (`kubectl set env`), and every router runs on `real-0`.
+//! One node holds one AntiAffinity router, so `secure-router` is scaled to 1. Once all are
+//! Ready it prints the mesh each router of `router-mesh` sees (`qdstat -n` in the pod) and
+//! sends messages from one router to a receiver on another.
 
 use std::path::PathBuf;
 use std::process::{Command, Stdio};
@@ -102,8 +107,9 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     rt.block_on(async move {
         println!("starting etcd, kube-apiserver, kube-controller-manager, kube-scheduler and kwok with {NODES} simulated nodes ...");
         let real_nodes = usize::from(real);
-        let cp = &ControlPlane::start(Options { state_dir: Some(state.clone()), controller_manager: true, nodes: NODES, audit: false, real_nodes, webhook_client_cert: false }).await?;
-        println!("control plane with {NODES} Ready nodes in {:.1?}", cp.startup);
+        let nodes = if real { 0 } else { NODES };
+        let cp = &ControlPlane::start(Options { state_dir: Some(state.clone()), controller_manager: true, nodes, audit: false, real_nodes, webhook_client_cert: false }).await?;
+        println!("control plane with {} Ready nodes in {:.1?}", nodes + real_nodes, cp.startup);
         show("kubectl get nodes", &kubectl(cp, &["get", "nodes"]));
         let mut processes = Vec::new();
         if real {
@@ -113,6 +119,13 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         }
         let examples = root.join("deploy/examples").display().to_string();
         show("kubectl apply -f deploy/examples/", &kubectl(cp, &["apply", "-f", &examples]));
+        if real {
+            // One node: AntiAffinity runs one router on it.
+            show(
+                "kubectl patch interconnect secure-router --type merge -p '{\"spec\":{\"deploymentPlan\":{\"size\":1}}}'   (one real node: one AntiAffinity router)",
+                &kubectl(cp, &["patch", "interconnect", "secure-router", "--type", "merge", "-p", r#"{"spec":{"deploymentPlan":{"size":1}}}"#]),
+            );
+        }
         let invalid = root.join("deploy/examples/invalid").display().to_string();
         show("kubectl apply -f deploy/examples/invalid/   (rejected, every cause listed)", &kubectl(cp, &["apply", "-f", &invalid]));
 
@@ -134,9 +147,8 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         let k = qdr_tests::Testbin::locate()?.path("kubectl").display().to_string();
         if real {
             show("kubectl get pods -n qdr-operator -o wide", &kubectl(cp, &["get", "pods", "-n", "qdr-operator", "-o", "wide"]));
-            println!("\nThe webhook and the controllers run as pods on the real node {}; the router", qdr_tests::real_node::NODE);
-            println!("containers are simulated (kwok): pods are scheduled by the real kube-scheduler and");
-            println!("marked Ready, but no router process runs, so no messages flow.");
+            show_mesh(cp)?;
+            println!("\nThe webhook, the controllers and every router run as pods on the real node {}.", qdr_tests::real_node::NODE);
         } else {
             println!("\nThe nodes and router containers are simulated (kwok): pods are scheduled by the real");
             println!("kube-scheduler and marked Ready, but no router process runs, so no messages flow.");
@@ -148,7 +160,8 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         println!("            {k} --kubeconfig {kc} patch interconnect router-mesh --type merge -p '{{\"spec\":{{\"deploymentPlan\":{{\"size\":5}}}}}}'");
         println!("            {k} --kubeconfig {kc} wait --for=condition=Ready interconnect --all");
         println!("            {k} --kubeconfig {kc} scale interconnect secure-router --replicas=4");
-        println!("            {k} --kubeconfig {kc} get interconnect secure-router   (AntiAffinity: 1 of 4 cannot be scheduled on {NODES} nodes)");
+        let all = nodes + real_nodes;
+        println!("            {k} --kubeconfig {kc} get interconnect secure-router   (AntiAffinity: {} of 4 cannot be scheduled on {all} node{})", 4 - all.min(4), if all == 1 { "" } else { "s" });
         if !once {
             println!("Ctrl-C stops everything.");
             tokio::signal::ctrl_c().await?;
@@ -313,5 +326,77 @@ fn install_real(cp: &ControlPlane, root: &std::path::Path) -> Result<(), Box<dyn
         "the API server calls the webhook through Service qdr-operator/qdr-webhook ({:.1?})",
         t.elapsed()
     );
+
+    // Real routers: on the real node, from the image built from source.
+    let t = Instant::now();
+    qdr_tests::routers::check_client()?;
+    qdr_tests::routers::routers_on_real_node(cp)?;
+    qdr_tests::routers::import_router_image(cp)?;
+    println!(
+        "\nrouter image {} built from source (or cached) and imported into {} in {:.1?}; taint removed",
+        qdr_tests::routers::ROUTER_IMAGE,
+        qdr_tests::real_node::NODE,
+        t.elapsed()
+    );
+    let image = format!("QDROUTERD_IMAGE={}", qdr_tests::routers::ROUTER_IMAGE);
+    let set = kubectl(cp, &["set", "env", "deployment/qdr-controller", "-n", "qdr-operator", &image]);
+    show(&format!("kubectl set env deployment/qdr-controller -n qdr-operator {image}"), &set);
+    let rolled = kubectl(
+        cp,
+        &["rollout", "status", "deployment/qdr-controller", "-n", "qdr-operator", "--timeout=180s"],
+    );
+    show("kubectl rollout status deployment/qdr-controller -n qdr-operator", &rolled);
+    if !set.status.success() || !rolled.status.success() {
+        return Err("the controllers did not roll out with the router image".into());
+    }
+    Ok(())
+}
+
+/// `--real`: the mesh each router of `router-mesh` sees (`qdstat -n` in its pod), then three
+/// messages from the first router to a receiver on the second.
+fn show_mesh(cp: &ControlPlane) -> Result<(), Box<dyn std::error::Error>> {
+    use qdr_tests::routers::{Receiver, send, url};
+    let pods = kubectl(
+        cp,
+        &[
+            "get",
+            "pods",
+            "-l",
+            "application=router-mesh",
+            "-o",
+            "jsonpath={range .items[*]}{.metadata.name} {.status.podIP}{\"\\n\"}{end}",
+        ],
+    );
+    let pods: Vec<(String, String)> = String::from_utf8_lossy(&pods.stdout)
+        .lines()
+        .filter_map(|l| l.split_once(' ').map(|(n, ip)| (n.to_string(), ip.to_string())))
+        .collect();
+    if pods.len() < 2 {
+        return Err(format!("router-mesh has {} routers", pods.len()).into());
+    }
+    for (pod, _) in &pods {
+        // The mesh forms within seconds of the routers being Ready.
+        let deadline = Instant::now() + Duration::from_secs(60);
+        loop {
+            let out = kubectl(cp, &["exec", pod, "--", "qdstat", "-n"]);
+            let text = String::from_utf8_lossy(&out.stdout).into_owned();
+            let seen = pods.iter().filter(|(p, _)| text.contains(p.as_str())).count();
+            if seen == pods.len() || Instant::now() > deadline {
+                show(&format!("kubectl exec {pod} -- qdstat -n"), &out);
+                break;
+            }
+            std::thread::sleep(Duration::from_millis(500));
+        }
+    }
+    let (from, to) = (&pods[0], &pods[1]);
+    let receiver = Receiver::attach(&url(&to.1, 5672), "closest/hello", 3, &[]);
+    send(&url(&from.1, 5672), "closest/hello", 3, "hello-", Duration::from_secs(60), &[]);
+    println!(
+        "\nsent 3 messages to closest/hello at {} ({}); the receiver at {} ({}) got:",
+        from.0, from.1, to.0, to.1
+    );
+    for body in receiver.bodies() {
+        println!("  {body}");
+    }
     Ok(())
 }
