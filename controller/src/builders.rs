@@ -321,6 +321,9 @@ pub fn pod_template(
                     ..Default::default()
                 }),
                 topology_key: "kubernetes.io/hostname".into(),
+                // Only routers of the same revision keep apart: during a roll a new router
+                // may join a node that still runs an old one, so a roll can surge.
+                match_label_keys: Some(vec![POD_TEMPLATE_HASH.into()]),
                 ..Default::default()
             }]),
             ..Default::default()
@@ -395,16 +398,22 @@ impl Workload {
     }
 }
 
-/// How a Deployment rolls: the default (25 % surge) except for `AntiAffinity`, where every
-/// router needs a node of its own: a surge pod has no node to go to when there are as many
-/// nodes as routers, and the rollout would never finish. There one old router goes first
-/// (`maxSurge: 0`, `maxUnavailable: 1`), so `size - 1` routers serve throughout a roll.
+/// The label the Deployment controller gives each revision's pods (its ReplicaSet's hash).
+const POD_TEMPLATE_HASH: &str = "pod-template-hash";
+
+/// How a Deployment rolls: the default (25 % surge, 25 % unavailable) except for
+/// `AntiAffinity`, whose routers spread one per node within a revision (`matchLabelKeys:
+/// [pod-template-hash]`, Kubernetes 1.33): a new router goes up first and an old one goes
+/// only once it is Ready (`maxSurge: 1`, `maxUnavailable: 0`), so all `size` routers serve
+/// throughout a roll, a single one included. (Earlier releases rolled `maxSurge: 0`,
+/// `maxUnavailable: 1` because a surge pod had no node to go to: `size` 1 was down on every
+/// roll.)
 fn strategy(placement: Option<Placement>) -> Option<DeploymentStrategy> {
     (placement == Some(Placement::AntiAffinity)).then(|| DeploymentStrategy {
         type_: Some("RollingUpdate".into()),
         rolling_update: Some(RollingUpdateDeployment {
-            max_surge: Some(IntOrString::Int(0)),
-            max_unavailable: Some(IntOrString::Int(1)),
+            max_surge: Some(IntOrString::Int(1)),
+            max_unavailable: Some(IntOrString::Int(0)),
         }),
     })
 }

@@ -1,8 +1,8 @@
 //! Router credentials renewed and a CA rotated on a real control plane, in seconds: the
 //! controller runs with a router certificate lifetime of [`CERT`] and a CA lifetime of
 //! [`CA`]; three `AntiAffinity` routers run on three simulated nodes (kwok makes them
-//! Ready), so every rollout needs one router to go before its replacement can be placed
-//! (`maxSurge: 0`), and rollouts complete and gate the CA steps. A configuration change
+//! Ready), and every rollout surges (a new router may share a node with an old one:
+//! `matchLabelKeys: [pod-template-hash]`), completes and gates the CA steps. A configuration change
 //! then rolls them once more, to completion. The CA's steps wait at least [`OVERLAP`] each.
 //! A second Interconnect, `client`, trusts the first's inter-router CA through its profile's
 //! `caCert`: it follows every change of that bundle before the next step, and every

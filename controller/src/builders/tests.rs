@@ -190,6 +190,28 @@ fn anti_affinity_selects_on_both_labels() {
     assert_eq!(sel, &json!({"application": "mesh", "interconnect_cr": "mesh"}));
 }
 
+/// AntiAffinity with one router was down on every roll (`maxSurge: 0`, `maxUnavailable:
+/// 1`): routers now keep apart only from their own revision, and a roll surges.
+#[test]
+fn anti_affinity_keeps_a_revision_apart_and_rolls_with_a_surge() {
+    let ic = ic(json!({"deploymentPlan": {"placement": "AntiAffinity", "size": 1}}));
+    let p = pod(&ic);
+    let term = &p["spec"]["affinity"]["podAntiAffinity"]["requiredDuringSchedulingIgnoredDuringExecution"][0];
+    assert_eq!(term["matchLabelKeys"], json!(["pod-template-hash"]));
+    assert_eq!(term["topologyKey"], "kubernetes.io/hostname");
+    let deployment_json = |o: &ValidatedInterconnect| match workload(o) {
+        Workload::Deployment(d) => serde_json::to_value(d).unwrap(),
+        Workload::DaemonSet(_) => panic!("a DaemonSet for placement {:?}", o.plan().placement),
+    };
+    let d = deployment_json(&ic);
+    assert_eq!(
+        d["spec"]["strategy"],
+        json!({"type": "RollingUpdate", "rollingUpdate": {"maxSurge": 1, "maxUnavailable": 0}})
+    );
+    let any = deployment_json(&self::ic(json!({"deploymentPlan": {"placement": "Any", "size": 1}})));
+    assert!(any["spec"].get("strategy").is_none(), "Any keeps the Deployment's default: {any}");
+}
+
 /// Bug 16: the Deployment had no labels; two profiles sharing a Secret gave duplicate
 /// volume names.
 #[test]
