@@ -9,8 +9,9 @@ Each command prints JSON lines on stdout and exits 0 when it did what it was ask
   receive  URL ADDRESS --count N [--timeout S]          {"ready": true} once attached, then
                                                         {"body": ...} per message
   query    URL TYPE                                     {"results": [{attr: value, ...}]}
-  steady   URL ADDRESS --rate R --seconds S             a sender with acknowledgements that
-                                                        reconnects, and a receiver: a summary
+  steady   URL ADDRESS --rate R --seconds S             a sender with acknowledgements and a
+                                                        receiver, both reconnecting, until S
+                                                        or SIGINT: one summary line
 Options for every command: --user U --password P (SASL PLAIN), --mech M (allowed
 mechanisms), --ca FILE --cert FILE --key FILE (TLS; amqps:// URLs), --timeout S (per
 operation, default 10). A refused connection exits 2 with {"error": ...}.
@@ -22,7 +23,7 @@ import sys
 import time
 
 try:
-    from proton import Message, SSLDomain
+    from proton import Message, SSLDomain, Timeout
     from proton.reactor import AtMostOnce
     from proton.utils import BlockingConnection, SyncRequestResponse
 except ImportError as e:  # pragma: no cover - the message is for the person running the tests
@@ -107,73 +108,91 @@ def cmd_query(args):
 
 
 def cmd_steady(args):
-    """Sends at --rate messages a second for --seconds through one address, each waiting for
-    its acknowledgement (reconnecting and resending the unacknowledged one after a failure),
-    while a receiver on a second connection reads them. Prints sent, acknowledged, received
-    (distinct sequence numbers), lost (acknowledged but never received) and the longest gap
-    between two acknowledgements."""
+    """Sends at --rate messages a second to one address until --seconds pass or SIGINT/SIGTERM
+    comes, each send waiting for its acknowledgement; after a failure it reconnects (every
+    0.2 s) and sends the unacknowledged message again, as clients do. A receiver on a
+    connection of its own, reconnecting the same way, reads them. At the end (after waiting
+    up to --timeout for the acknowledged messages to arrive) it prints one line: sent
+    (attempts), acknowledged, received (distinct), lost (acknowledged, never received),
+    duplicates, reconnects and the longest gap between two acknowledgements in seconds."""
+    import signal
     import threading
 
-    received = set()
     stop = threading.Event()
+    for sig in (signal.SIGINT, signal.SIGTERM):
+        signal.signal(sig, lambda *_: stop.set())
+    received = set()
+    duplicates = [0]
+    done = threading.Event()
+    reconnects = [0, 0]
 
     def receive_loop():
-        while not stop.is_set():
+        while not done.is_set():
+            conn = None
             try:
                 conn = connect(args)
                 r = conn.create_receiver(args.address, credit=100)
-                while not stop.is_set():
+                while not done.is_set():
                     try:
-                        m = r.receive(timeout=1)
-                    except Exception as e:  # a Timeout, or the connection went away
-                        if type(e).__name__ == "Timeout":
-                            continue
-                        raise
+                        m = r.receive(timeout=0.5)
+                    except Timeout:
+                        continue
                     accept(r)
-                    received.add(int(m.body.split("-")[-1]))
+                    seq = int(str(m.body).rsplit("-", 1)[-1])
+                    if seq in received:
+                        duplicates[0] += 1
+                    received.add(seq)
             except Exception:
+                reconnects[1] += 1
                 time.sleep(0.2)
-        # drain after the sender stopped
-    t = threading.Thread(target=receive_loop, daemon=True)
-    t.start()
+            finally:
+                close(conn)
+
+    receiver = threading.Thread(target=receive_loop, daemon=True)
+    receiver.start()
     time.sleep(1)
-    sent = acked = 0
-    acked_seqs = []
-    last_ack = time.monotonic()
+    sent = 0
+    acked = []
     gap = 0.0
-    end = time.monotonic() + args.seconds
-    seq = 0
-    conn = sender = None
     interval = 1.0 / args.rate
-    while time.monotonic() < end:
+    end = time.monotonic() + args.seconds
+    conn = sender = None
+    last_ack = time.monotonic()
+    while not stop.is_set() and time.monotonic() < end:
+        seq = len(acked)
         try:
             if sender is None:
                 conn = connect(args)
                 sender = conn.create_sender(args.address)
-            sender.send(Message(body=f"steady-{seq}"), timeout=args.timeout)
+            sent += 1
+            sender.send(Message(body=f"{args.body_prefix}-{seq}"), timeout=args.timeout)
             now = time.monotonic()
             gap = max(gap, now - last_ack)
             last_ack = now
-            acked += 1
-            acked_seqs.append(seq)
-            seq += 1
-            sent += 1
-            time.sleep(interval)
+            acked.append(seq)
+            stop.wait(interval)
         except Exception:
-            sent += 1
-            sender = None
-            try:
-                conn.close()
-            except Exception:
-                pass
-            time.sleep(0.2)
+            reconnects[0] += 1
+            close(conn)
+            conn = sender = None
+            stop.wait(0.2)
+    close(conn)
     deadline = time.monotonic() + args.timeout
-    while time.monotonic() < deadline and not set(acked_seqs) <= received:
-        time.sleep(0.2)
-    stop.set()
-    lost = sorted(set(acked_seqs) - received)
-    out({"sent": sent, "acknowledged": acked, "received": len(received), "lost": len(lost),
-         "longest_gap_s": round(gap, 3)})
+    while time.monotonic() < deadline and not set(acked) <= received:
+        time.sleep(0.1)
+    done.set()
+    lost = sorted(set(acked) - received)
+    out({"sent": sent, "acknowledged": len(acked), "received": len(received), "lost": len(lost),
+         "lost_first": lost[:10], "duplicates": duplicates[0], "sender_reconnects": reconnects[0],
+         "receiver_reconnects": reconnects[1], "longest_gap_s": round(gap, 3)})
+
+
+def close(conn):
+    if conn is not None:
+        try:
+            conn.close()
+        except Exception:
+            pass
 
 
 def main():

@@ -218,3 +218,76 @@ pub fn send(url: &str, address: &str, count: usize, prefix: &str, timeout: Durat
 pub fn url(ip: &str, port: u16) -> String {
     format!("amqp://{ip}:{port}")
 }
+
+/// What a steady client ([`Steady`]) counted.
+#[derive(Debug, Clone, serde::Deserialize)]
+pub struct Traffic {
+    /// Send attempts (a resend after a failure counts again).
+    pub sent: u64,
+    /// Messages acknowledged (accepted by the receiver, end to end through the routers).
+    pub acknowledged: u64,
+    /// Distinct messages received.
+    pub received: u64,
+    /// Acknowledged messages never received: must be 0.
+    pub lost: u64,
+    /// The first of them, by sequence number.
+    pub lost_first: Vec<u64>,
+    /// Messages received more than once (a resend after a lost acknowledgement).
+    pub duplicates: u64,
+    /// Times the sender reconnected.
+    pub sender_reconnects: u64,
+    /// Times the receiver reconnected.
+    pub receiver_reconnects: u64,
+    /// The longest time between two acknowledgements, in seconds.
+    pub longest_gap_s: f64,
+}
+
+impl std::fmt::Display for Traffic {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(
+            f,
+            "sent {}, acknowledged {}, received {}, lost {}, duplicates {}, reconnects {}+{}, longest gap {:.2} s",
+            self.sent,
+            self.acknowledged,
+            self.received,
+            self.lost,
+            self.duplicates,
+            self.sender_reconnects,
+            self.receiver_reconnects,
+            self.longest_gap_s
+        )
+    }
+}
+
+/// A client sending at a steady rate with acknowledgements, and a receiver, both
+/// reconnecting after a failure ([`client`] `steady`), until [`Steady::finish`]. It dies with
+/// the test process.
+pub struct Steady {
+    process: Process,
+}
+
+impl Steady {
+    /// Starts it against `url`, sending `rate` messages a second to `address`; its output
+    /// goes to `log`.
+    ///
+    /// # Panics
+    /// When the client cannot start.
+    pub fn start(url: &str, address: &str, rate: u32, log: &Path) -> Steady {
+        let rate = rate.to_string();
+        let cmd = client("steady", url, address, &["--rate", &rate, "--seconds", "3600", "--timeout", "20"]);
+        Steady { process: Process::spawn("steady-client", cmd, log).expect("the client starts") }
+    }
+
+    /// Stops sending (SIGINT), waits for the acknowledged messages to arrive (20 s at most)
+    /// and returns the counts.
+    ///
+    /// # Panics
+    /// When the client does not end within 60 s or printed no summary.
+    pub fn finish(self) -> Traffic {
+        self.process.signal(libc::SIGINT);
+        assert!(self.process.wait_exit(Duration::from_secs(60)), "the steady client did not stop");
+        let text = std::fs::read_to_string(self.process.log_path()).unwrap_or_default();
+        let last = text.lines().rev().find_map(|l| serde_json::from_str::<Value>(l).ok()).unwrap_or_default();
+        serde_json::from_value(last).unwrap_or_else(|e| panic!("steady client: {e}:\n{text}"))
+    }
+}

@@ -7,12 +7,13 @@
 //! (one router) run as they would anywhere; `AntiAffinity` gets one router per node, so its
 //! example runs with one router.
 
-use std::sync::OnceLock;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, OnceLock};
 use std::time::{Duration, Instant};
 
-use k8s_openapi::api::core::v1::{Pod, Secret};
+use k8s_openapi::api::core::v1::{Pod, Secret, Service};
 use kube::api::{Api, ListParams, PostParams};
-use qdr_tests::routers::{self, Receiver, client, json_lines, send, url};
+use qdr_tests::routers::{self, Receiver, Steady, client, json_lines, send, url};
 use qdr_tests::{ControlPlane, Process, TestNamespace};
 use serde_json::{Value, json};
 
@@ -415,4 +416,88 @@ async fn tls_listeners_verify_names_and_client_certificates() {
     assert!(!refused.status.success(), "a certificate from another CA was let in");
     let none = query(5674, &["--ca", &mutual_ca, "--mech", "EXTERNAL"]);
     assert!(!none.status.success(), "no client certificate was let in");
+}
+
+/// The pods of Interconnect `name` that are Ready and not terminating.
+async fn ready_routers(ns: &TestNamespace, name: &str) -> usize {
+    let pods: Api<Pod> = ns.api();
+    let Ok(list) = pods.list(&ListParams::default().labels(&format!("application={name}"))).await else {
+        return usize::MAX; // not known: does not count as a dip
+    };
+    list.items
+        .iter()
+        .filter(|p| p.metadata.deletion_timestamp.is_none())
+        .filter(|p| {
+            p.status.as_ref().and_then(|s| s.conditions.as_ref()).is_some_and(|c| {
+                c.iter().any(|c| c.type_ == "Ready" && c.status == "True")
+            })
+        })
+        .count()
+}
+
+/// Samples [`ready_routers`] every 200 ms until the returned flag is set; the task returns
+/// the fewest seen.
+fn watch_ready(ns: &'static TestNamespace, name: &str) -> (Arc<AtomicBool>, tokio::task::JoinHandle<usize>) {
+    let stop = Arc::new(AtomicBool::new(false));
+    let (flag, name) = (stop.clone(), name.to_string());
+    let task = tokio::spawn(async move {
+        let mut fewest = usize::MAX;
+        while !flag.load(Ordering::SeqCst) {
+            fewest = fewest.min(ready_routers(ns, &name).await);
+            tokio::time::sleep(Duration::from_millis(200)).await;
+        }
+        fewest
+    });
+    (stop, task)
+}
+
+/// The cluster address of Service `name`.
+async fn service_ip(ns: &TestNamespace, name: &str) -> String {
+    let svc: Api<Service> = ns.api();
+    svc.get(name).await.unwrap().spec.unwrap().cluster_ip.unwrap()
+}
+
+/// Waits until Deployment `name` rolled out and only its new routers are left.
+async fn rolled_out(cp: &ControlPlane, ns: &TestNamespace, name: &str, size: usize) {
+    let out = kubectl(cp, &["rollout", "status", "-n", &ns.name, &format!("deployment/{name}"), "--timeout=240s"]);
+    assert!(out.status.success(), "rollout of {name}: {}", String::from_utf8_lossy(&out.stderr));
+    qdr_tests::eventually(&format!("{name}'s old routers to go"), READY_WAIT, || async {
+        (router_pods(ns, name).await.len() == size).then_some(())
+    })
+    .await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_single_anti_affinity_router_serves_throughout_a_roll() {
+    let cp = cluster().await;
+    let ns: &'static TestNamespace = Box::leak(Box::new(cp.namespace("solo").await));
+    let spec = |extra: &str| {
+        json!({
+            "apiVersion": "interconnectedcloud.github.io/v1alpha1",
+            "kind": "Interconnect",
+            "metadata": {"name": "solo"},
+            "spec": {
+                "deploymentPlan": {"size": 1, "placement": "AntiAffinity"},
+                "listeners": [{"port": 5672}],
+                "addresses": [{"prefix": "closest", "distribution": "closest"}, {"prefix": extra}],
+            },
+        })
+    };
+    apply(cp, &ns.name, &spec("before"));
+    wait_ready(cp, &ns.name, "solo");
+    let ip = service_ip(ns, "solo").await;
+    let steady = Steady::start(&url(&ip, 5672), "closest/solo", 20, &cp.dir().join(format!("{}-steady.log", ns.name)));
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    let (stop, fewest) = watch_ready(ns, "solo");
+    // A configuration change rolls the router.
+    apply(cp, &ns.name, &spec("after"));
+    rolled_out(cp, ns, "solo", 1).await;
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    stop.store(true, Ordering::SeqCst);
+    let fewest = fewest.await.unwrap();
+    let traffic = steady.finish();
+    say!("AntiAffinity size 1, config roll through Service solo: {traffic}; fewest Ready routers {fewest}");
+    assert!(fewest >= 1, "no router was Ready during the roll");
+    assert_eq!(traffic.lost, 0, "acknowledged messages lost: {traffic}");
+    assert!(traffic.acknowledged >= 20, "too little went through: {traffic}");
 }
