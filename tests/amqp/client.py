@@ -23,7 +23,7 @@ import sys
 import time
 
 try:
-    from proton import Message, SSLDomain, Timeout
+    from proton import Delivery, Message, SSLDomain, Timeout
     from proton.reactor import AtMostOnce
     from proton.utils import BlockingConnection, SyncRequestResponse
 except ImportError as e:  # pragma: no cover - the message is for the person running the tests
@@ -65,7 +65,9 @@ def cmd_send(args):
     n = 0
     try:
         for i in range(args.first, args.first + args.count):
-            sender.send(Message(body=f"{args.body_prefix}{i}"), timeout=args.timeout)
+            delivery = sender.send(Message(body=f"{args.body_prefix}{i}"), timeout=args.timeout)
+            if not args.presettled and delivery.remote_state != Delivery.ACCEPTED:
+                raise RuntimeError(f"message {i} was not accepted (outcome {delivery.remote_state})")
             n += 1
     except Exception as e:
         # How many went, so that a caller can go on from there.
@@ -113,8 +115,9 @@ def cmd_steady(args):
     0.2 s) and sends the unacknowledged message again, as clients do. A receiver on a
     connection of its own, reconnecting the same way, reads them. At the end (after waiting
     up to --timeout for the acknowledged messages to arrive) it prints one line: sent
-    (attempts), acknowledged, received (distinct), lost (acknowledged, never received),
-    duplicates, reconnects and the longest gap between two acknowledgements in seconds."""
+    (attempts), acknowledged (outcome ACCEPTED), received (distinct), lost (acknowledged,
+    never received), duplicates, reconnects, sends answered otherwise (MODIFIED, RELEASED:
+    sent again) and the longest gap between two acknowledgements in seconds."""
     import signal
     import threading
 
@@ -125,6 +128,7 @@ def cmd_steady(args):
     duplicates = [0]
     done = threading.Event()
     reconnects = [0, 0]
+    modified = [0]
 
     def receive_loop():
         while not done.is_set():
@@ -165,7 +169,13 @@ def cmd_steady(args):
                 conn = connect(args)
                 sender = conn.create_sender(args.address)
             sent += 1
-            sender.send(Message(body=f"{args.body_prefix}-{seq}"), timeout=args.timeout)
+            delivery = sender.send(Message(body=f"{args.body_prefix}-{seq}"), timeout=args.timeout)
+            if delivery.remote_state != Delivery.ACCEPTED:
+                # proton's BlockingSender raises only for REJECTED and RELEASED; the router
+                # answers MODIFIED when the receiver's link went away with the message in
+                # flight: not acknowledged, so sent again.
+                modified[0] += 1
+                continue
             now = time.monotonic()
             gap = max(gap, now - last_ack)
             last_ack = now
@@ -184,7 +194,7 @@ def cmd_steady(args):
     lost = sorted(set(acked) - received)
     out({"sent": sent, "acknowledged": len(acked), "received": len(received), "lost": len(lost),
          "lost_first": lost[:10], "duplicates": duplicates[0], "sender_reconnects": reconnects[0],
-         "receiver_reconnects": reconnects[1], "longest_gap_s": round(gap, 3)})
+         "receiver_reconnects": reconnects[1], "not_accepted": modified[0], "longest_gap_s": round(gap, 3)})
 
 
 def close(conn):

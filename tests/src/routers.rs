@@ -13,10 +13,15 @@ use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Output, Stdio};
 use std::time::{Duration, Instant};
 
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+
+use k8s_openapi::api::core::v1::{Pod, Service};
+use kube::api::{Api, ListParams};
 use serde_json::Value;
 
 use crate::real_node::{NODE, TAINT};
-use crate::{ControlPlane, Error, Process};
+use crate::{ControlPlane, Error, Process, TestNamespace};
 
 /// The router image's reference, as `tools/router-image/build.sh` names it: a registry host
 /// nobody serves (it is imported into the node, never pulled).
@@ -238,6 +243,9 @@ pub struct Traffic {
     pub sender_reconnects: u64,
     /// Times the receiver reconnected.
     pub receiver_reconnects: u64,
+    /// Sends answered with an outcome other than ACCEPTED (MODIFIED when the receiver's link
+    /// went away with the message in flight): not acknowledged, sent again.
+    pub not_accepted: u64,
     /// The longest time between two acknowledgements, in seconds.
     pub longest_gap_s: f64,
 }
@@ -246,7 +254,7 @@ impl std::fmt::Display for Traffic {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         write!(
             f,
-            "sent {}, acknowledged {}, received {}, lost {}, duplicates {}, reconnects {}+{}, longest gap {:.2} s",
+            "sent {}, acknowledged {}, received {}, lost {}, duplicates {}, reconnects {}+{}, not accepted {}, longest gap {:.2} s",
             self.sent,
             self.acknowledged,
             self.received,
@@ -254,6 +262,7 @@ impl std::fmt::Display for Traffic {
             self.duplicates,
             self.sender_reconnects,
             self.receiver_reconnects,
+            self.not_accepted,
             self.longest_gap_s
         )
     }
@@ -290,4 +299,143 @@ impl Steady {
         let last = text.lines().rev().find_map(|l| serde_json::from_str::<Value>(l).ok()).unwrap_or_default();
         serde_json::from_value(last).unwrap_or_else(|e| panic!("steady client: {e}:\n{text}"))
     }
+}
+
+/// How long routers may take from apply to Ready on a loaded 2-core machine (image import and
+/// first start included): the readiness probe runs every 5 s.
+pub const READY_WAIT: Duration = Duration::from_secs(240);
+
+/// `kubectl <args>` against `cp`.
+///
+/// # Panics
+/// When kubectl cannot run.
+pub fn kubectl(cp: &ControlPlane, args: &[&str]) -> std::process::Output {
+    cp.kubectl().args(args).output().expect("kubectl runs")
+}
+
+/// `kubectl apply` of `manifest` in namespace `ns`.
+///
+/// # Panics
+/// When the apply fails.
+pub fn apply(cp: &ControlPlane, ns: &str, manifest: &Value) {
+    let out = crate::components::kubectl_stdin(cp, &["apply", "-n", ns, "-f", "-"], &manifest.to_string());
+    assert!(out.status.success(), "apply failed: {}", String::from_utf8_lossy(&out.stderr));
+}
+
+/// Waits (up to [`READY_WAIT`]) for condition Ready of Interconnect `name` and returns how
+/// long that took.
+///
+/// # Panics
+/// On a timeout, with the Interconnect, its pods, their logs and the `controllers`' logs.
+pub fn wait_ready(cp: &ControlPlane, ns: &str, name: &str, controllers: &[&Process]) -> Duration {
+    let t = Instant::now();
+    let timeout = format!("--timeout={}s", READY_WAIT.as_secs());
+    let out =
+        kubectl(cp, &["wait", "-n", ns, "--for=condition=Ready", &format!("interconnect/{name}"), &timeout]);
+    if !out.status.success() {
+        let show = |args: &[&str]| String::from_utf8_lossy(&kubectl(cp, args).stdout).into_owned();
+        let logs = show(&["logs", "-n", ns, "-l", &format!("application={name}"), "--tail=40", "--prefix"]);
+        panic!(
+            "Interconnect {name} not Ready: {}\n{}\n{}\n{logs}\ncontroller:\n{}",
+            String::from_utf8_lossy(&out.stderr),
+            show(&["get", "interconnect", name, "-n", ns, "-o", "yaml"]),
+            show(&["get", "pods", "-n", ns, "-o", "wide"]),
+            controllers.iter().map(|p| p.log_tail(40)).collect::<Vec<_>>().join("\n")
+        );
+    }
+    t.elapsed()
+}
+
+/// The router pods of Interconnect `name` that have an address and are not terminating:
+/// (pod name, pod IP), by name.
+///
+/// # Panics
+/// When the pods cannot be listed.
+pub async fn router_pods(ns: &TestNamespace, name: &str) -> Vec<(String, String)> {
+    let pods: Api<Pod> = ns.api();
+    let list = pods.list(&ListParams::default().labels(&format!("application={name}"))).await.unwrap();
+    let mut out: Vec<(String, String)> = list
+        .items
+        .into_iter()
+        .filter(|p| p.metadata.deletion_timestamp.is_none())
+        .filter_map(|p| Some((p.metadata.name?, p.status?.pod_ip?)))
+        .collect();
+    out.sort();
+    out
+}
+
+/// `qdmanage <args>` in the router container of `pod` (`kubectl exec`), as a person would
+/// run it: its JSON answer.
+///
+/// # Errors
+/// kubectl's error output, or the answer when it is not JSON.
+pub fn qdmanage(cp: &ControlPlane, ns: &str, pod: &str, args: &[&str]) -> Result<Value, String> {
+    let mut all = vec!["exec", "-n", ns, pod, "--", "qdmanage"];
+    all.extend_from_slice(args);
+    let out = kubectl(cp, &all);
+    if !out.status.success() {
+        return Err(String::from_utf8_lossy(&out.stderr).into_owned());
+    }
+    serde_json::from_slice(&out.stdout).map_err(|e| format!("{e}: {}", String::from_utf8_lossy(&out.stdout)))
+}
+
+/// The pods of Interconnect `name` that are Ready and not terminating.
+pub async fn ready_routers(ns: &TestNamespace, name: &str) -> usize {
+    let pods: Api<Pod> = ns.api();
+    let Ok(list) = pods.list(&ListParams::default().labels(&format!("application={name}"))).await else {
+        return usize::MAX; // not known: does not count as a dip
+    };
+    list.items
+        .iter()
+        .filter(|p| p.metadata.deletion_timestamp.is_none())
+        .filter(|p| {
+            p.status
+                .as_ref()
+                .and_then(|s| s.conditions.as_ref())
+                .is_some_and(|c| c.iter().any(|c| c.type_ == "Ready" && c.status == "True"))
+        })
+        .count()
+}
+
+/// Samples [`ready_routers`] every 200 ms until the returned flag is set; the task returns
+/// the fewest seen.
+pub fn watch_ready(
+    ns: &'static TestNamespace,
+    name: &str,
+) -> (Arc<AtomicBool>, tokio::task::JoinHandle<usize>) {
+    let stop = Arc::new(AtomicBool::new(false));
+    let (flag, name) = (stop.clone(), name.to_string());
+    let task = tokio::spawn(async move {
+        let mut fewest = usize::MAX;
+        while !flag.load(Ordering::SeqCst) {
+            fewest = fewest.min(ready_routers(ns, &name).await);
+            tokio::time::sleep(Duration::from_millis(200)).await;
+        }
+        fewest
+    });
+    (stop, task)
+}
+
+/// The cluster address of Service `name`.
+///
+/// # Panics
+/// When there is no such Service or it has no cluster address.
+pub async fn service_ip(ns: &TestNamespace, name: &str) -> String {
+    let svc: Api<Service> = ns.api();
+    svc.get(name).await.unwrap().spec.unwrap().cluster_ip.unwrap()
+}
+
+/// Waits until Deployment `name` rolled out (`kubectl rollout status`) and only `size`
+/// routers are left.
+///
+/// # Panics
+/// When that takes longer than [`READY_WAIT`].
+pub async fn rolled_out(cp: &ControlPlane, ns: &TestNamespace, name: &str, size: usize) {
+    let out =
+        kubectl(cp, &["rollout", "status", "-n", &ns.name, &format!("deployment/{name}"), "--timeout=240s"]);
+    assert!(out.status.success(), "rollout of {name}: {}", String::from_utf8_lossy(&out.stderr));
+    crate::eventually(&format!("{name}'s old routers to go"), READY_WAIT, || async {
+        (router_pods(ns, name).await.len() == size).then_some(())
+    })
+    .await;
 }

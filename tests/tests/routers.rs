@@ -7,13 +7,16 @@
 //! (one router) run as they would anywhere; `AntiAffinity` gets one router per node, so its
 //! example runs with one router.
 
-use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::{Arc, OnceLock};
+use std::sync::OnceLock;
+use std::sync::atomic::Ordering;
 use std::time::{Duration, Instant};
 
-use k8s_openapi::api::core::v1::{Pod, Secret, Service};
-use kube::api::{Api, ListParams, PostParams};
-use qdr_tests::routers::{self, Receiver, Steady, client, json_lines, send, url};
+use k8s_openapi::api::core::v1::Secret;
+use kube::api::{Api, PostParams};
+use qdr_tests::routers::{
+    self, Receiver, Steady, apply, client, json_lines, qdmanage, rolled_out, router_pods, send, service_ip,
+    url, watch_ready,
+};
 use qdr_tests::{ControlPlane, Process, TestNamespace};
 use serde_json::{Value, json};
 
@@ -27,9 +30,10 @@ macro_rules! say {
 
 static READY: tokio::sync::OnceCell<Process> = tokio::sync::OnceCell::const_new();
 
-/// How long routers may take from apply to Ready on a loaded 2-core machine (image import and
-/// first start included): the readiness probe runs every 5 s.
-const READY_WAIT: Duration = Duration::from_secs(240);
+/// The controllers running, for their logs.
+fn controllers() -> Vec<&'static Process> {
+    READY.get().into_iter().collect()
+}
 
 /// The control plane with the real node open to routers, the router image imported, the CRD
 /// installed and one controller running.
@@ -47,62 +51,6 @@ async fn cluster() -> &'static ControlPlane {
         })
         .await;
     cp
-}
-
-fn kubectl(cp: &ControlPlane, args: &[&str]) -> std::process::Output {
-    cp.kubectl().args(args).output().expect("kubectl runs")
-}
-
-fn apply(cp: &ControlPlane, ns: &str, manifest: &Value) {
-    let out =
-        qdr_tests::components::kubectl_stdin(cp, &["apply", "-n", ns, "-f", "-"], &manifest.to_string());
-    assert!(out.status.success(), "apply failed: {}", String::from_utf8_lossy(&out.stderr));
-}
-
-/// Waits for condition Ready of Interconnect `name`; on a timeout, fails with the
-/// Interconnect, its pods and the controller's log.
-fn wait_ready(cp: &ControlPlane, ns: &str, name: &str) -> Duration {
-    let t = Instant::now();
-    let timeout = format!("--timeout={}s", READY_WAIT.as_secs());
-    let out =
-        kubectl(cp, &["wait", "-n", ns, "--for=condition=Ready", &format!("interconnect/{name}"), &timeout]);
-    if !out.status.success() {
-        let show = |args: &[&str]| String::from_utf8_lossy(&kubectl(cp, args).stdout).into_owned();
-        let logs = show(&["logs", "-n", ns, "-l", &format!("application={name}"), "--tail=40", "--prefix"]);
-        panic!(
-            "Interconnect {name} not Ready: {}\n{}\n{}\n{logs}\ncontroller:\n{}",
-            String::from_utf8_lossy(&out.stderr),
-            show(&["get", "interconnect", name, "-n", ns, "-o", "yaml"]),
-            show(&["get", "pods", "-n", ns, "-o", "wide"]),
-            READY.get().map(|p| p.log_tail(40)).unwrap_or_default()
-        );
-    }
-    t.elapsed()
-}
-
-/// The running router pods of Interconnect `name`: (pod name, pod IP), by name.
-async fn router_pods(ns: &TestNamespace, name: &str) -> Vec<(String, String)> {
-    let pods: Api<Pod> = ns.api();
-    let list = pods.list(&ListParams::default().labels(&format!("application={name}"))).await.unwrap();
-    let mut out: Vec<(String, String)> = list
-        .items
-        .into_iter()
-        .filter(|p| p.metadata.deletion_timestamp.is_none())
-        .filter_map(|p| Some((p.metadata.name?, p.status?.pod_ip?)))
-        .collect();
-    out.sort();
-    out
-}
-
-/// `qdmanage` in the router container of `pod`, as a person would run it: its JSON answer.
-fn qdmanage(cp: &ControlPlane, ns: &str, pod: &str, args: &[&str]) -> Result<Value, String> {
-    let mut all = vec!["exec", "-n", ns, pod, "--", "qdmanage"];
-    all.extend_from_slice(args);
-    let out = kubectl(cp, &all);
-    if !out.status.success() {
-        return Err(String::from_utf8_lossy(&out.stderr).into_owned());
-    }
-    serde_json::from_slice(&out.stdout).map_err(|e| format!("{e}: {}", String::from_utf8_lossy(&out.stdout)))
 }
 
 /// What a router knows of `address` (the `router.address` entity with key `key`, such as
@@ -161,7 +109,7 @@ async fn an_interior_mesh_of_three_routes_anycast_and_multicast_authenticates_an
             },
         }),
     );
-    let ready = wait_ready(cp, &ns.name, "mesh");
+    let ready = routers::wait_ready(cp, &ns.name, "mesh", &controllers());
     say!("3 interior routers Ready {ready:.1?} after apply");
     let pods = router_pods(&ns, "mesh").await;
     assert_eq!(pods.len(), 3, "{pods:?}");
@@ -339,7 +287,7 @@ async fn every_example_starts_and_its_routers_pass_their_readiness_probe() {
     names.sort();
     assert_eq!(names, ["edge-routers", "router-mesh", "secure-router"]);
     for name in &names {
-        let ready = wait_ready(cp, &ns.name, name);
+        let ready = routers::wait_ready(cp, &ns.name, name, &controllers());
         let pods = router_pods(&ns, name).await;
         say!("example {name}: {} router(s) Ready ({ready:.1?} more)", pods.len());
         assert!(!pods.is_empty());
@@ -369,7 +317,7 @@ async fn tls_listeners_verify_names_and_client_certificates() {
             },
         }),
     );
-    wait_ready(cp, &ns.name, "tls");
+    routers::wait_ready(cp, &ns.name, "tls", &controllers());
     let pods = router_pods(&ns, "tls").await;
     let ip = pods[0].1.clone();
     let secrets: Api<Secret> = ns.api();
@@ -418,55 +366,6 @@ async fn tls_listeners_verify_names_and_client_certificates() {
     assert!(!none.status.success(), "no client certificate was let in");
 }
 
-/// The pods of Interconnect `name` that are Ready and not terminating.
-async fn ready_routers(ns: &TestNamespace, name: &str) -> usize {
-    let pods: Api<Pod> = ns.api();
-    let Ok(list) = pods.list(&ListParams::default().labels(&format!("application={name}"))).await else {
-        return usize::MAX; // not known: does not count as a dip
-    };
-    list.items
-        .iter()
-        .filter(|p| p.metadata.deletion_timestamp.is_none())
-        .filter(|p| {
-            p.status.as_ref().and_then(|s| s.conditions.as_ref()).is_some_and(|c| {
-                c.iter().any(|c| c.type_ == "Ready" && c.status == "True")
-            })
-        })
-        .count()
-}
-
-/// Samples [`ready_routers`] every 200 ms until the returned flag is set; the task returns
-/// the fewest seen.
-fn watch_ready(ns: &'static TestNamespace, name: &str) -> (Arc<AtomicBool>, tokio::task::JoinHandle<usize>) {
-    let stop = Arc::new(AtomicBool::new(false));
-    let (flag, name) = (stop.clone(), name.to_string());
-    let task = tokio::spawn(async move {
-        let mut fewest = usize::MAX;
-        while !flag.load(Ordering::SeqCst) {
-            fewest = fewest.min(ready_routers(ns, &name).await);
-            tokio::time::sleep(Duration::from_millis(200)).await;
-        }
-        fewest
-    });
-    (stop, task)
-}
-
-/// The cluster address of Service `name`.
-async fn service_ip(ns: &TestNamespace, name: &str) -> String {
-    let svc: Api<Service> = ns.api();
-    svc.get(name).await.unwrap().spec.unwrap().cluster_ip.unwrap()
-}
-
-/// Waits until Deployment `name` rolled out and only its new routers are left.
-async fn rolled_out(cp: &ControlPlane, ns: &TestNamespace, name: &str, size: usize) {
-    let out = kubectl(cp, &["rollout", "status", "-n", &ns.name, &format!("deployment/{name}"), "--timeout=240s"]);
-    assert!(out.status.success(), "rollout of {name}: {}", String::from_utf8_lossy(&out.stderr));
-    qdr_tests::eventually(&format!("{name}'s old routers to go"), READY_WAIT, || async {
-        (router_pods(ns, name).await.len() == size).then_some(())
-    })
-    .await;
-}
-
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_single_anti_affinity_router_serves_throughout_a_roll() {
     let cp = cluster().await;
@@ -484,9 +383,10 @@ async fn a_single_anti_affinity_router_serves_throughout_a_roll() {
         })
     };
     apply(cp, &ns.name, &spec("before"));
-    wait_ready(cp, &ns.name, "solo");
+    routers::wait_ready(cp, &ns.name, "solo", &controllers());
     let ip = service_ip(ns, "solo").await;
-    let steady = Steady::start(&url(&ip, 5672), "closest/solo", 20, &cp.dir().join(format!("{}-steady.log", ns.name)));
+    let steady =
+        Steady::start(&url(&ip, 5672), "closest/solo", 20, &cp.dir().join(format!("{}-steady.log", ns.name)));
     tokio::time::sleep(Duration::from_secs(3)).await;
     let (stop, fewest) = watch_ready(ns, "solo");
     // A configuration change rolls the router.
