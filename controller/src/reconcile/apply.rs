@@ -734,6 +734,16 @@ fn stored_status(cache: &Cache, o: &ValidatedInterconnect, built: &Workload) -> 
     })
 }
 
+/// The counts of whichever workload is stored under `o`'s name (a Deployment first), for a
+/// held pass after a placement change; `None` when neither is stored.
+fn running_status(cache: &Cache, o: &ValidatedInterconnect) -> Option<WorkloadStatus> {
+    let (ns, name) = (o.namespace(), o.name());
+    if let Some(d) = cache.deployment(ns, name) {
+        return Some(WorkloadStatus::of_deployment(&d, &d));
+    }
+    cache.daemon_set(ns, name).map(|d| WorkloadStatus::of_daemon_set(&d))
+}
+
 /// [`apply`], or, when every write would be a no-op, only what it would report.
 ///
 /// The applies are skipped when the generation was reconciled before, the workload needs
@@ -794,12 +804,11 @@ async fn write_workload(
     let (cache, o) = (writer.cache, writer.o);
     Ok(Put::Written(match w {
         w if held => {
-            let kept = match w {
-                Workload::Deployment(_) => &mut keep.deployments,
-                Workload::DaemonSet(_) => &mut keep.daemon_sets,
-            };
-            kept.insert(o.name().to_string());
-            stored_status(cache, o, &w).unwrap_or_default()
+            // Whichever kind runs the routers is kept: after a placement change it is the
+            // other kind (the spec's is not written while held).
+            keep.deployments.insert(o.name().to_string());
+            keep.daemon_sets.insert(o.name().to_string());
+            stored_status(cache, o, &w).or_else(|| running_status(cache, o)).unwrap_or_default()
         }
         Workload::Deployment(d) => {
             keep.deployments.insert(d.name_any());

@@ -275,7 +275,10 @@ pub fn build(o: &ValidatedInterconnect, settings: &Settings, observed: &Observed
     // again with what the router reads.
     let invalid = credentials.problems.iter().any(|j| matches!(j.problem, Problem::Invalid(_)));
     let unmountable = !credentials.unmet.is_empty() || invalid;
-    let hold = unmountable && observed.workload.ours().is_some();
+    // Routers run when the workload of the spec's kind is ours, or, after a placement change
+    // (Deployment ↔ DaemonSet), when router pods of the other kind still run: those are held
+    // too, never replaced by a kind whose pods could not start.
+    let hold = unmountable && (observed.workload.ours().is_some() || !observed.pods.is_empty());
     let verify_workload = unmountable && matches!(observed.workload, Ownership::Unverified);
     let replicas = match &workload {
         Workload::Deployment(d) => d.spec.as_ref().and_then(|s| s.replicas),

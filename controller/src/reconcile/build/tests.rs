@@ -327,6 +327,13 @@ fn a_missing_mounted_secret_holds_an_existing_workload() {
     let Built { children, verify_workload, .. } = build(&o, &settings(false), &seen).unwrap();
     assert!(matches!(children.workload, WorkloadChange::Hold(_)), "running routers are left alone");
     assert!(!verify_workload);
+    // After a placement change the spec's kind is not there, but routers of the other kind
+    // run: they are held too, not replaced by pods that cannot mount the Secret.
+    seen.workload = Ownership::Free;
+    seen.pods = vec!["mesh-7d9f-abcde".into()];
+    let Built { children, .. } = build(&o, &settings(false), &seen).unwrap();
+    assert!(matches!(children.workload, WorkloadChange::Hold(_)), "routers of the other kind are left alone");
+    seen.workload = Ownership::Ours(Default::default(), None);
     // Once the Secret exists, the workload is applied again.
     let ca = new_ca("user", SystemTime::now(), DAY).unwrap();
     let leaf = new_leaf(&ca, &["mesh".into()], SystemTime::now(), DAY).unwrap();
