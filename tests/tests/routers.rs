@@ -401,3 +401,104 @@ async fn a_single_anti_affinity_router_serves_throughout_a_roll() {
     assert_eq!(traffic.lost, 0, "acknowledged messages lost: {traffic}");
     assert!(traffic.acknowledged >= 20, "too little went through: {traffic}");
 }
+
+/// The reasons of Interconnect `name`'s conditions.
+fn reasons(cp: &ControlPlane, ns: &str, name: &str) -> String {
+    let out = routers::kubectl(
+        cp,
+        &["get", "interconnect", name, "-n", ns, "-o", "jsonpath={.status.conditions[*].reason}"],
+    );
+    String::from_utf8_lossy(&out.stdout).into_owned()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_placement_change_while_a_secret_is_missing_keeps_the_running_routers() {
+    let cp = cluster().await;
+    let ns: &'static TestNamespace = Box::leak(Box::new(cp.namespace("held").await));
+    let key = openssl::pkey::PKey::from_ec_key(
+        openssl::ec::EcKey::generate(
+            &openssl::ec::EcGroup::from_curve_name(openssl::nid::Nid::X9_62_PRIME256V1).unwrap(),
+        )
+        .unwrap(),
+    )
+    .unwrap();
+    let cert = qdr_tests::keys::certificate(&key, None, "held");
+    let tls = Secret {
+        metadata: kube::api::ObjectMeta { name: Some("held-tls".into()), ..Default::default() },
+        string_data: Some(
+            [
+                ("tls.crt".to_string(), cert),
+                ("tls.key".to_string(), String::from_utf8(key.private_key_to_pem_pkcs8().unwrap()).unwrap()),
+            ]
+            .into(),
+        ),
+        ..Default::default()
+    };
+    let secrets: Api<Secret> = ns.api();
+    secrets.create(&PostParams::default(), &tls).await.unwrap();
+    let spec = |placement: &str| {
+        json!({
+            "apiVersion": "interconnectedcloud.github.io/v1alpha1",
+            "kind": "Interconnect",
+            "metadata": {"name": "held"},
+            "spec": {
+                "deploymentPlan": {"placement": placement, "size": 1},
+                "listeners": [{"port": 5672}, {"name": "amqps", "port": 5671, "sslProfile": "user-tls"}],
+                "sslProfiles": [{"name": "user-tls", "credentials": "held-tls"}],
+            },
+        })
+    };
+    apply(cp, &ns.name, &spec("Any"));
+    routers::wait_ready(cp, &ns.name, "held", &controllers());
+    let before = router_pods(ns, "held").await;
+    assert_eq!(before.len(), 1);
+
+    // The Secret goes, then the placement changes: the running router stays.
+    secrets.delete("held-tls", &Default::default()).await.unwrap();
+    apply(cp, &ns.name, &spec("Every"));
+    qdr_tests::eventually("MissingSecret reported", Duration::from_secs(60), || async {
+        reasons(cp, &ns.name, "held").contains("MissingSecret").then_some(())
+    })
+    .await;
+    let deployments: Api<k8s_openapi::api::apps::v1::Deployment> = ns.api();
+    let daemon_sets: Api<k8s_openapi::api::apps::v1::DaemonSet> = ns.api();
+    // Two readiness periods: a pruned Deployment or a new DaemonSet would show by then.
+    for _ in 0..20 {
+        assert!(deployments.get_opt("held").await.unwrap().is_some(), "the running Deployment was pruned");
+        assert!(
+            daemon_sets.get_opt("held").await.unwrap().is_none(),
+            "a DaemonSet that cannot mount its Secret"
+        );
+        assert_eq!(router_pods(ns, "held").await, before, "the running router changed");
+        tokio::time::sleep(Duration::from_millis(500)).await;
+    }
+    let ip = &before[0].1;
+    let alive = client("query", &url(ip, 5672), "org.apache.qpid.dispatch.router", &[]).output().unwrap();
+    assert!(alive.status.success(), "the held router answers: {:?}", json_lines(&alive));
+    assert_eq!(routers::ready_routers(ns, "held").await, 1);
+
+    // The Secret is back: the DaemonSet replaces the Deployment.
+    let mut again = tls.clone();
+    again.metadata.resource_version = None;
+    secrets.create(&PostParams::default(), &again).await.unwrap();
+    let deadline = Instant::now() + routers::READY_WAIT;
+    loop {
+        let gone = deployments.get_opt("held").await.unwrap().is_none();
+        let ds = daemon_sets.get_opt("held").await.unwrap();
+        let ready = ds.and_then(|d| d.status).map(|s| s.number_ready).unwrap_or(0);
+        if gone && ready == 1 {
+            break;
+        }
+        if Instant::now() > deadline {
+            let show =
+                |args: &[&str]| String::from_utf8_lossy(&routers::kubectl(cp, args).stdout).into_owned();
+            panic!(
+                "the DaemonSet's router not Ready or the Deployment not gone:\n{}\n{}\n{}",
+                show(&["get", "all", "-n", &ns.name, "-o", "wide"]),
+                show(&["get", "interconnect", "held", "-n", &ns.name, "-o", "yaml"]),
+                controllers().iter().map(|p| p.log_tail(30)).collect::<Vec<_>>().join("\n")
+            );
+        }
+        tokio::time::sleep(Duration::from_millis(500)).await;
+    }
+}

@@ -60,15 +60,18 @@ impl Error {
 }
 
 /// Whether the stored status reports the current generation as reconciled without error
-/// (`Degraded=False` at this `observedGeneration`).
+/// (`Degraded=False` at this `observedGeneration`) and not held: a pass that held the
+/// routers for a missing or invalid Secret (`Progressing` `MissingSecret`/`InvalidSecret`)
+/// kept what it would otherwise prune (the other workload kind after a placement change), so
+/// the generation counts as new until a pass applies it whole.
 pub(crate) fn generation(ic: &Interconnect) -> Generation {
     let generation = ic.metadata.generation.unwrap_or_default();
-    let reconciled = ic
-        .status
-        .iter()
-        .flat_map(|s| &s.conditions)
+    let conditions = || ic.status.iter().flat_map(|s| &s.conditions);
+    let reconciled = conditions()
         .any(|c| c.type_ == DEGRADED && c.status == "False" && c.observed_generation == Some(generation));
-    if reconciled { Generation::Reconciled } else { Generation::New }
+    let held = conditions()
+        .any(|c| c.type_ == PROGRESSING && [MISSING_SECRET, INVALID_SECRET].contains(&c.reason.as_str()));
+    if reconciled && !held { Generation::Reconciled } else { Generation::New }
 }
 
 /// The status a pass leads to, or `None` when it leaves the status alone (a pass that

@@ -7,8 +7,8 @@ use super::backoff;
 use super::build::CredentialsReport;
 use super::events::scheduling;
 use super::observe::{Observed, Unschedulable};
-use super::status::{desired, unschedulable_message};
-use super::types::{Applied, Conflict, Ownership, WorkloadStatus};
+use super::status::{desired, generation, unschedulable_message};
+use super::types::{Applied, Conflict, Generation, Ownership, WorkloadStatus};
 use crate::references::{Reference, Unmet};
 use crate::validated::ValidatedInterconnect;
 use qdr_api::{Interconnect, InterconnectStatus};
@@ -86,6 +86,14 @@ fn a_missing_secret_is_named_with_its_field() {
     assert_eq!(cond(&s, "Progressing").0, "True");
     assert_eq!(cond(&s, "Progressing").1, "MissingSecret");
     assert_eq!(cond(&s, "Degraded").0, "False");
+    // A pass that held the routers for the missing Secret kept what it would prune: its
+    // generation is not done until a pass applies it whole.
+    let mut ic = owner().ic().clone();
+    ic.status = Some(s);
+    assert_eq!(generation(&ic), Generation::New);
+    let done = desired(&owner(), &observed(), &applied, &CredentialsReport::default());
+    ic.status = Some(done);
+    assert_eq!(generation(&ic), Generation::Reconciled);
 }
 
 #[test]
