@@ -7,7 +7,8 @@ Each command prints JSON lines on stdout and exits 0 when it did what it was ask
            [--first K]                                  on a failure {"error": ..., "sent": n}
            [--presettled]                               (at most once: nothing is accepted)
   receive  URL ADDRESS --count N [--timeout S]          {"ready": true} once attached, then
-                                                        {"body": ...} per message
+                                                        {"body": ..., "repeat": bool} per
+                                                        message until N distinct bodies
   query    URL TYPE                                     {"results": [{attr: value, ...}]}
   steady   URL ADDRESS --rate R --seconds S             a sender with acknowledgements and a
                                                         receiver, both reconnecting, until S
@@ -87,13 +88,17 @@ def accept(receiver):
 
 
 def cmd_receive(args):
+    """Receives until --count distinct bodies arrived (a repeated body is printed too, with
+    "repeat": true)."""
     conn = connect(args)
     receiver = conn.create_receiver(args.address, credit=args.count)
     out({"ready": True})
-    for _ in range(args.count):
+    seen = set()
+    while len(seen) < args.count:
         m = receiver.receive(timeout=args.timeout)
         accept(receiver)
-        out({"body": m.body, "address": m.address})
+        out({"body": m.body, "address": m.address, "repeat": m.body in seen})
+        seen.add(m.body)
     conn.close()
 
 

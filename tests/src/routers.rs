@@ -182,15 +182,27 @@ impl Receiver {
         Receiver { child, lines: rx }
     }
 
-    /// The bodies it received, once it exited.
+    /// The distinct bodies it received, in order of first arrival, once it exited.
     ///
     /// # Panics
-    /// When the client failed (fewer messages than asked for within its timeout).
-    pub fn bodies(mut self) -> Vec<String> {
+    /// When the client failed (fewer distinct messages than asked for within its timeout).
+    pub fn bodies(self) -> Vec<String> {
+        self.bodies_and_repeats().0
+    }
+
+    /// The distinct bodies it received, in order of first arrival, and how many arrived
+    /// again, once it exited.
+    ///
+    /// # Panics
+    /// As [`Self::bodies`].
+    pub fn bodies_and_repeats(mut self) -> (Vec<String>, usize) {
         let status = self.child.wait().unwrap();
         let lines: Vec<Value> = self.lines.try_iter().collect();
         assert!(status.success(), "receiver failed: {lines:?}");
-        lines.iter().filter_map(|l| l["body"].as_str().map(String::from)).collect()
+        let first = |l: &&Value| l["repeat"] != true;
+        let bodies =
+            lines.iter().filter(first).filter_map(|l| l["body"].as_str().map(String::from)).collect();
+        (bodies, lines.iter().filter(|l| l["repeat"] == true).count())
     }
 }
 
