@@ -110,13 +110,17 @@ pub fn role_binding(o: &ValidatedInterconnect) -> RoleBinding {
     }
 }
 
-/// ConfigMap `<name>-router-config`: the rendered router configuration under
-/// [`CONFIG_FILE`], mounted read-only at [`CONFIG_DIR`]. Its size is bounded by
-/// `qdr_api::validate` (a ConfigMap holds at most 1 MiB).
+/// ConfigMap `<name>-router-config-<hash>` ([`ValidatedInterconnect::router_config_name`]):
+/// the rendered router configuration under [`CONFIG_FILE`], mounted read-only at
+/// [`CONFIG_DIR`], and immutable: a configuration change makes a new ConfigMap and a new pod
+/// template, so a router of the old revision that restarts mid-rollout reads the
+/// configuration it was started with. Old ones are pruned once no router mounts them. Its size
+/// is bounded by `qdr_api::validate` (a ConfigMap holds at most 1 MiB).
 pub fn router_config_map(o: &ValidatedInterconnect, config: &Rendered) -> ConfigMap {
     ConfigMap {
-        metadata: o.meta(&o.router_config_name()),
+        metadata: o.meta(&o.router_config_name(&config.hash)),
         data: Some(BTreeMap::from([(CONFIG_FILE.into(), config.text.clone())])),
+        immutable: Some(true),
         ..Default::default()
     }
 }
@@ -227,12 +231,16 @@ fn router_env(o: &ValidatedInterconnect) -> Vec<EnvVar> {
 /// Secret and ConfigMap.
 fn volumes_and_mounts(
     o: &ValidatedInterconnect,
+    config: &Rendered,
     bundles: &BTreeSet<String>,
 ) -> (Vec<Volume>, Vec<VolumeMount>) {
     let (mut volumes, mut mounts) = (Vec::new(), Vec::new());
     volumes.push(Volume {
         name: "router-config".into(),
-        config_map: Some(ConfigMapVolumeSource { name: o.router_config_name(), ..Default::default() }),
+        config_map: Some(ConfigMapVolumeSource {
+            name: o.router_config_name(&config.hash),
+            ..Default::default()
+        }),
         ..Default::default()
     });
     mounts.push(mount("router-config", CONFIG_DIR.into()));
@@ -294,7 +302,7 @@ pub fn pod_template(
             ..Default::default()
         })
         .collect();
-    let (volumes, mounts) = volumes_and_mounts(o, bundles);
+    let (volumes, mounts) = volumes_and_mounts(o, config, bundles);
     let container = Container {
         name: o.name().into(),
         image: Some(plan.image.clone().unwrap_or_else(|| s.default_image.clone())),

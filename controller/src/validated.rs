@@ -181,9 +181,24 @@ impl ValidatedInterconnect {
         format!("{}-users", self.name)
     }
 
-    /// Name of the router configuration ConfigMap, `<name>-router-config` (no other child's
-    /// name, of this or another Interconnect, ends that way).
-    pub fn router_config_name(&self) -> String {
+    /// Name of the router configuration ConfigMap holding the configuration whose SHA-256 is
+    /// `hash` (64 hex digits): `<name>-router-config-<first 10 digits>`. Content-addressed,
+    /// so each revision of the routers mounts a ConfigMap of its own that never changes (no
+    /// other child's name, of this or another Interconnect, ends that way).
+    pub fn router_config_name(&self, hash: &str) -> String {
+        format!("{}{}", self.router_config_prefix(), hash.get(..10).unwrap_or(hash))
+    }
+
+    /// What every router configuration ConfigMap's name of this Interconnect starts with,
+    /// `<name>-router-config-`; releases before content-addressed names used
+    /// `<name>-router-config` ([`Self::legacy_router_config_name`]).
+    pub fn router_config_prefix(&self) -> String {
+        format!("{}-router-config-", self.name)
+    }
+
+    /// The router configuration ConfigMap of releases before content-addressed names,
+    /// `<name>-router-config`, updated in place; pruned once no router mounts it.
+    pub fn legacy_router_config_name(&self) -> String {
         format!("{}-router-config", self.name)
     }
 

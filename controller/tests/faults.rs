@@ -69,7 +69,7 @@ fn expected(ic: &Interconnect) -> BTreeMap<&'static str, BTreeSet<String>> {
         ("Secret", o.ic().secret_names()),
         ("Ingress", builders::ingresses(&o).iter().filter_map(|i| i.metadata.name.clone()).collect()),
     ]);
-    let mut config_maps = one(&o.router_config_name());
+    let mut config_maps = one(&o.router_config_name(&qdr_api::router_config::Rendered::of(o.spec()).hash));
     config_maps.extend(builders::sasl_config_map(&o).and_then(|cm| cm.metadata.name));
     m.insert("ConfigMap", config_maps);
     m

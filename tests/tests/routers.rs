@@ -516,3 +516,87 @@ async fn a_placement_change_while_a_secret_is_missing_keeps_the_running_routers(
         tokio::time::sleep(Duration::from_millis(500)).await;
     }
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_router_of_the_old_revision_restarted_mid_rollout_keeps_its_configuration() {
+    let cp = cluster().await;
+    let ns: &'static TestNamespace = Box::leak(Box::new(cp.namespace("revisions").await));
+    let spec = |prefix: &str, memory: &str| {
+        json!({
+            "apiVersion": "interconnectedcloud.github.io/v1alpha1",
+            "kind": "Interconnect",
+            "metadata": {"name": "rev"},
+            "spec": {
+                "deploymentPlan": {"size": 1, "placement": "Any",
+                                   "resources": {"requests": {"memory": memory}, "limits": {"memory": memory}}},
+                "listeners": [{"port": 5672}],
+                "addresses": [{"prefix": "closest", "distribution": "closest"}, {"prefix": prefix}],
+            },
+        })
+    };
+    apply(cp, &ns.name, &spec("old-revision", "256Mi"));
+    routers::wait_ready(cp, &ns.name, "rev", &controllers());
+    let old = router_pods(ns, "rev").await;
+    assert_eq!(old.len(), 1);
+    let old_pod = old[0].0.clone();
+
+    // A new revision whose router cannot start (4 MiB of memory): the rollout stays half-way,
+    // the old router keeps running. (Not an unschedulable one: the image's auto_mesh.py waits
+    // for every router pod to have an address before the router starts, so an old router
+    // restarted beside a Pending one would never start.)
+    apply(cp, &ns.name, &spec("new-revision", "4Mi"));
+    let pods: Api<k8s_openapi::api::core::v1::Pod> = ns.api();
+    qdr_tests::eventually(
+        "a failing router of the new revision with an address",
+        Duration::from_secs(90),
+        || async {
+            let list = pods.list(&kube::api::ListParams::default().labels("application=rev")).await.ok()?;
+            list.items
+                .iter()
+                .filter(|p| p.metadata.name.as_deref() != Some(old_pod.as_str()))
+                .any(|p| p.status.as_ref().is_some_and(|s| s.pod_ip.is_some()))
+                .then_some(())
+        },
+    )
+    .await;
+
+    // The old router stops and its container starts again in the same pod.
+    let out = routers::kubectl(cp, &["exec", "-n", &ns.name, &old_pod, "--", "kill", "-TERM", "1"]);
+    assert!(out.status.success(), "kill: {}", String::from_utf8_lossy(&out.stderr));
+    let deadline = Instant::now() + routers::READY_WAIT;
+    loop {
+        let status = pods.get(&old_pod).await.unwrap().status.unwrap_or_default();
+        let restarted = status.container_statuses.iter().flatten().any(|c| c.restart_count >= 1);
+        let ready = status.conditions.iter().flatten().any(|c| c.type_ == "Ready" && c.status == "True");
+        if restarted && ready {
+            break;
+        }
+        if Instant::now() > deadline {
+            let show = |args: &[&str]| {
+                let out = routers::kubectl(cp, args);
+                format!("{}{}", String::from_utf8_lossy(&out.stdout), String::from_utf8_lossy(&out.stderr))
+            };
+            panic!(
+                "the old router did not restart and become Ready:\n{}\n{}\n{}\n{}",
+                show(&["describe", "pod", "-n", &ns.name, &old_pod]),
+                show(&["logs", "-n", &ns.name, &old_pod, "--previous", "--tail=20"]),
+                show(&["get", "cm,pods", "-n", &ns.name, "-o", "wide"]),
+                controllers().iter().map(|p| p.log_tail(20)).collect::<Vec<_>>().join("\n")
+            );
+        }
+        tokio::time::sleep(Duration::from_millis(500)).await;
+    }
+    let prefixes =
+        qdmanage(cp, &ns.name, &old_pod, &["query", "--type=org.apache.qpid.dispatch.router.config.address"])
+            .expect("qdmanage");
+    let prefixes: Vec<&str> =
+        prefixes.as_array().unwrap().iter().filter_map(|a| a["prefix"].as_str()).collect();
+    assert!(
+        prefixes.contains(&"old-revision"),
+        "the restarted old router lost its configuration: {prefixes:?}"
+    );
+    assert!(
+        !prefixes.contains(&"new-revision"),
+        "the restarted old router read the new configuration: {prefixes:?}"
+    );
+}

@@ -233,4 +233,19 @@ impl Cache {
     pub(crate) fn pods(&self, ns: &str, selector: &[(&str, &str)]) -> Vec<Arc<Pod>> {
         self.pods.state_filter(|p| selected(&p.metadata, ns, selector))
     }
+
+    /// The ConfigMaps the pods of `selector` in `ns` mount (terminating pods too: they still
+    /// run), by name.
+    pub(crate) fn mounted_config_maps(
+        &self,
+        ns: &str,
+        selector: &[(&str, &str)],
+    ) -> std::collections::BTreeSet<String> {
+        self.pods(ns, selector)
+            .iter()
+            .filter_map(|p| p.spec.as_ref()?.volumes.as_ref())
+            .flatten()
+            .filter_map(|v| Some(v.config_map.as_ref()?.name.clone()))
+            .collect()
+    }
 }

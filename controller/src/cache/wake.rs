@@ -5,7 +5,7 @@ use std::hash::{Hash, Hasher};
 use std::sync::Arc;
 
 use k8s_openapi::api::apps::v1::{DaemonSet, Deployment};
-use k8s_openapi::api::core::v1::{Pod, Secret};
+use k8s_openapi::api::core::v1::{ConfigMapVolumeSource, Pod, PodSpec, Secret, Volume};
 use kube::Resource;
 use kube::core::PartialObjectMeta;
 use kube::runtime::reflector::{ObjectRef, Store};
@@ -206,9 +206,22 @@ pub(crate) fn pod_state(p: &Pod) -> Option<u64> {
     Some(h.finish())
 }
 
-/// Drops what a cached router pod does not need (`spec`, `managedFields`, annotations).
+/// Drops what a cached router pod does not need: the spec but the names of the ConfigMaps
+/// it mounts, `managedFields`, annotations.
 pub(crate) fn slim_pod(p: &mut Pod) {
-    p.spec = None;
+    // Of the spec, only the ConfigMaps it mounts (by name): an old router configuration is
+    // kept while a router mounts it.
+    let config_maps: Vec<Volume> = (p.spec.take().and_then(|s| s.volumes).into_iter().flatten())
+        .filter_map(|v| {
+            let name = v.config_map?.name;
+            Some(Volume {
+                name: v.name,
+                config_map: Some(ConfigMapVolumeSource { name, ..Default::default() }),
+                ..Default::default()
+            })
+        })
+        .collect();
+    p.spec = (!config_maps.is_empty()).then(|| PodSpec { volumes: Some(config_maps), ..Default::default() });
     p.metadata.managed_fields = None;
     p.metadata.annotations = None;
 }

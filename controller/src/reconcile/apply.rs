@@ -770,6 +770,7 @@ pub(crate) async fn apply_or_reuse(
 ) -> Result<Applied, Error> {
     let key = o.namespaced_name();
     let fingerprint = fingerprint(&children);
+    let wanted = wanted_config_maps(cache, o, &children.router_config_map, children.sasl_config_map.as_ref());
     let drift = cache.drift.marked(&key);
     let adopting = matches!(observed.workload, Ownership::Ours(_, Some(_)));
     let reusable = match fingerprint {
@@ -778,7 +779,8 @@ pub(crate) async fn apply_or_reuse(
         }
         _ => false,
     };
-    if let Some(applied) = reusable.then(|| unchanged(cache, o, &children)).flatten() {
+    if let Some(mut applied) = reusable.then(|| unchanged(cache, o, &children)).flatten() {
+        applied.pruned = prune::<ConfigMap>(client, cache, o, &wanted).await?;
         return Ok(applied);
     }
     let mut applied =
@@ -789,8 +791,29 @@ pub(crate) async fn apply_or_reuse(
             cache.applied.record(&key, o.uid(), o.generation(), f);
         }
         applied.again = cache.drift.marked(&key).is_some();
+        // Router configurations of earlier revisions go once no router mounts them, in
+        // whichever pass sees that (the last old router's deletion wakes one).
+        applied.pruned.extend(prune::<ConfigMap>(client, cache, o, &wanted).await?);
     }
     Ok(applied)
+}
+
+/// The ConfigMaps `o` keeps: the current router configuration and the SASL ConfigMap, and
+/// every ConfigMap a router pod of `o` still mounts (the configuration of an earlier revision
+/// while its routers run, or the `<name>-router-config` of releases before content-addressed
+/// names).
+fn wanted_config_maps(
+    cache: &Cache,
+    o: &ValidatedInterconnect,
+    router_config_map: &ConfigMap,
+    sasl_config_map: Option<&ConfigMap>,
+) -> BTreeSet<String> {
+    let selector = o.selector();
+    let selector: Vec<(&str, &str)> = selector.iter().map(|(k, v)| (k.as_str(), v.as_str())).collect();
+    let mut wanted = cache.mounted_config_maps(o.namespace(), &selector);
+    wanted.insert(router_config_map.name_any());
+    wanted.extend(sasl_config_map.map(ResourceExt::name_any));
+    wanted
 }
 
 /// Writes the workload `w` (unless `held`: then it is kept from pruning as it is), and
@@ -901,12 +924,11 @@ async fn apply(
     };
     // Before the workload: a router started from the new template reads the new
     // file. A held workload keeps the configuration its pods were started with.
-    keep.config_maps.insert(router_config_map.name_any());
+    keep.config_maps.extend(wanted_config_maps(cache, o, &router_config_map, sasl_config_map.as_ref()));
     if !held {
         put!(w.put(&router_config_map, false));
     }
     if let Some(cm) = &sasl_config_map {
-        keep.config_maps.insert(cm.name_any());
         put!(w.put(cm, false));
     }
     for s in &create {

@@ -226,6 +226,13 @@ fn every_child_of_every_example_is_labelled_owned_and_consistent() {
             // names the file, and the pod template carries its hash.
             assert_eq!(*rendered, Rendered::of(o.spec()), "{name}");
             assert_eq!(rendered.text, router_config(o.spec()).render(), "{name}");
+            // Content-addressed and immutable: a new configuration is a new ConfigMap.
+            assert_eq!(router_config_map.immutable, Some(true), "{name}");
+            assert_eq!(
+                router_config_map.metadata.name.as_deref(),
+                Some(format!("{}{}", o.router_config_prefix(), &rendered.hash[..10]).as_str()),
+                "{name}"
+            );
             let data = router_config_map.data.as_ref().unwrap();
             assert_eq!(data.get("qdrouterd.json"), Some(&rendered.text), "{name}");
             assert_eq!(
@@ -235,16 +242,10 @@ fn every_child_of_every_example_is_labelled_owned_and_consistent() {
             );
             assert_eq!(env(workload, "QDROUTERD_CONF_TYPE"), Some("json"), "{name}");
             assert_eq!(env(workload, "DOLLAR"), Some("$"), "{name}");
-            let config_volume = workload
-                .template()
-                .unwrap()
-                .spec
-                .as_ref()
-                .unwrap()
-                .volumes
-                .iter()
-                .flatten()
-                .find_map(|v| v.config_map.as_ref().filter(|c| c.name.ends_with("-router-config")));
+            let config_volume =
+                workload.template().unwrap().spec.as_ref().unwrap().volumes.iter().flatten().find_map(|v| {
+                    v.config_map.as_ref().filter(|c| c.name.starts_with(&o.router_config_prefix()))
+                });
             assert_eq!(
                 config_volume.map(|c| c.name.as_str()),
                 router_config_map.metadata.name.as_deref(),
