@@ -560,6 +560,17 @@ async fn a_router_of_the_old_revision_restarted_mid_rollout_keeps_its_configurat
     )
     .await;
 
+    // What the old router mounts still holds its own configuration (an in-place update of a
+    // shared ConfigMap would reach it within the kubelet's sync period).
+    let mounted = pods.get(&old_pod).await.unwrap().spec.unwrap().volumes.unwrap_or_default();
+    let mounted =
+        mounted.iter().find(|v| v.name == "router-config").and_then(|v| v.config_map.clone()).unwrap().name;
+    let config_maps: Api<k8s_openapi::api::core::v1::ConfigMap> = ns.api();
+    let cm = config_maps.get(&mounted).await.expect("the old router's ConfigMap is kept");
+    let text = cm.data.unwrap_or_default().into_values().collect::<String>();
+    assert!(text.contains("old-revision") && !text.contains("new-revision"), "{mounted}: {text}");
+    assert_eq!(cm.immutable, Some(true), "{mounted} is not immutable");
+
     // The old router stops and its container starts again in the same pod.
     let out = routers::kubectl(cp, &["exec", "-n", &ns.name, &old_pod, "--", "kill", "-TERM", "1"]);
     assert!(out.status.success(), "kill: {}", String::from_utf8_lossy(&out.stderr));
@@ -599,4 +610,21 @@ async fn a_router_of_the_old_revision_restarted_mid_rollout_keeps_its_configurat
         !prefixes.contains(&"new-revision"),
         "the restarted old router read the new configuration: {prefixes:?}"
     );
+
+    // A revision that starts: once its rollout is over, only its ConfigMap (and the SASL
+    // one) is left; the earlier ones are pruned.
+    apply(cp, &ns.name, &spec("third-revision", "256Mi"));
+    rolled_out(cp, ns, "rev", 1).await;
+    qdr_tests::eventually("the earlier router configurations pruned", Duration::from_secs(60), || async {
+        let names: Vec<String> = config_maps
+            .list(&kube::api::ListParams::default().labels("interconnect_cr=rev"))
+            .await
+            .ok()?
+            .items
+            .into_iter()
+            .filter_map(|c| c.metadata.name)
+            .collect();
+        (names.len() == 2 && names.iter().any(|n| n == "rev-sasl-config")).then_some(())
+    })
+    .await;
 }
