@@ -451,3 +451,13 @@ pub async fn rolled_out(cp: &ControlPlane, ns: &TestNamespace, name: &str, size:
     })
     .await;
 }
+
+/// An Interconnect manifest named `name` with `spec`, for [`apply`].
+pub fn interconnect(name: &str, spec: Value) -> Value {
+    serde_json::json!({
+        "apiVersion": "interconnectedcloud.github.io/v1alpha1",
+        "kind": "Interconnect",
+        "metadata": {"name": name},
+        "spec": spec,
+    })
+}

@@ -122,16 +122,14 @@ async fn a_live_mesh_keeps_every_acknowledged_message_through_day_two() {
     let cp = cluster().await;
     let ns: &'static TestNamespace = Box::leak(Box::new(cp.namespace("live").await));
     let spec = |prefix: &str| {
-        json!({
-            "apiVersion": "interconnectedcloud.github.io/v1alpha1",
-            "kind": "Interconnect",
-            "metadata": {"name": "live"},
-            "spec": {
+        routers::interconnect(
+            "live",
+            json!({
                 "deploymentPlan": {"role": "interior", "size": 3, "placement": "Any"},
                 "listeners": [{"port": 5672}],
                 "addresses": [{"prefix": "closest", "distribution": "closest"}, {"prefix": prefix}],
-            },
-        })
+            }),
+        )
     };
     apply(cp, &ns.name, &spec("first"));
     let ready = routers::wait_ready(cp, &ns.name, "live", &controllers());

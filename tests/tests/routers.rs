@@ -94,11 +94,9 @@ async fn an_interior_mesh_of_three_routes_anycast_and_multicast_authenticates_an
     apply(
         cp,
         &ns.name,
-        &json!({
-            "apiVersion": "interconnectedcloud.github.io/v1alpha1",
-            "kind": "Interconnect",
-            "metadata": {"name": "mesh"},
-            "spec": {
+        &routers::interconnect(
+            "mesh",
+            json!({
                 "deploymentPlan": {"role": "interior", "size": 3, "placement": "Any"},
                 "users": "mesh-people",
                 "listeners": [
@@ -106,8 +104,8 @@ async fn an_interior_mesh_of_three_routes_anycast_and_multicast_authenticates_an
                     {"port": 5673, "authenticatePeer": true, "saslMechanisms": "PLAIN"},
                 ],
                 "addresses": addresses,
-            },
-        }),
+            }),
+        ),
     );
     let ready = routers::wait_ready(cp, &ns.name, "mesh", &controllers());
     say!("3 interior routers Ready {ready:.1?} after apply");
@@ -315,11 +313,9 @@ async fn tls_listeners_verify_names_and_client_certificates() {
     apply(
         cp,
         &ns.name,
-        &json!({
-            "apiVersion": "interconnectedcloud.github.io/v1alpha1",
-            "kind": "Interconnect",
-            "metadata": {"name": "tls"},
-            "spec": {
+        &routers::interconnect(
+            "tls",
+            json!({
                 "deploymentPlan": {"size": 1},
                 "listeners": [
                     {"port": 5672},
@@ -328,8 +324,8 @@ async fn tls_listeners_verify_names_and_client_certificates() {
                      "saslMechanisms": "EXTERNAL"},
                 ],
                 "sslProfiles": [{"name": "server-tls"}, {"name": "mutual-tls", "mutualAuth": true}],
-            },
-        }),
+            }),
+        ),
     );
     routers::wait_ready(cp, &ns.name, "tls", &controllers());
     let pods = router_pods(&ns, "tls").await;
@@ -385,16 +381,14 @@ async fn a_single_anti_affinity_router_serves_throughout_a_roll() {
     let cp = cluster().await;
     let ns: &'static TestNamespace = Box::leak(Box::new(cp.namespace("solo").await));
     let spec = |extra: &str| {
-        json!({
-            "apiVersion": "interconnectedcloud.github.io/v1alpha1",
-            "kind": "Interconnect",
-            "metadata": {"name": "solo"},
-            "spec": {
+        routers::interconnect(
+            "solo",
+            json!({
                 "deploymentPlan": {"size": 1, "placement": "AntiAffinity"},
                 "listeners": [{"port": 5672}],
                 "addresses": [{"prefix": "closest", "distribution": "closest"}, {"prefix": extra}],
-            },
-        })
+            }),
+        )
     };
     apply(cp, &ns.name, &spec("before"));
     routers::wait_ready(cp, &ns.name, "solo", &controllers());
@@ -451,16 +445,14 @@ async fn a_placement_change_while_a_secret_is_missing_keeps_the_running_routers(
     let secrets: Api<Secret> = ns.api();
     secrets.create(&PostParams::default(), &tls).await.unwrap();
     let spec = |placement: &str| {
-        json!({
-            "apiVersion": "interconnectedcloud.github.io/v1alpha1",
-            "kind": "Interconnect",
-            "metadata": {"name": "held"},
-            "spec": {
+        routers::interconnect(
+            "held",
+            json!({
                 "deploymentPlan": {"placement": placement, "size": 1},
                 "listeners": [{"port": 5672}, {"name": "amqps", "port": 5671, "sslProfile": "user-tls"}],
                 "sslProfiles": [{"name": "user-tls", "credentials": "held-tls"}],
-            },
-        })
+            }),
+        )
     };
     apply(cp, &ns.name, &spec("Any"));
     routers::wait_ready(cp, &ns.name, "held", &controllers());
@@ -522,17 +514,15 @@ async fn a_router_of_the_old_revision_restarted_mid_rollout_keeps_its_configurat
     let cp = cluster().await;
     let ns: &'static TestNamespace = Box::leak(Box::new(cp.namespace("revisions").await));
     let spec = |prefix: &str, memory: &str| {
-        json!({
-            "apiVersion": "interconnectedcloud.github.io/v1alpha1",
-            "kind": "Interconnect",
-            "metadata": {"name": "rev"},
-            "spec": {
+        routers::interconnect(
+            "rev",
+            json!({
                 "deploymentPlan": {"size": 1, "placement": "Any",
                                    "resources": {"requests": {"memory": memory}, "limits": {"memory": memory}}},
                 "listeners": [{"port": 5672}],
                 "addresses": [{"prefix": "closest", "distribution": "closest"}, {"prefix": prefix}],
-            },
-        })
+            }),
+        )
     };
     apply(cp, &ns.name, &spec("old-revision", "256Mi"));
     routers::wait_ready(cp, &ns.name, "rev", &controllers());
