@@ -300,27 +300,31 @@ pub fn read_config(archive: &Path) -> Result<ImageConfig, Error> {
     })
 }
 
-/// The regular file `path` (absolute) of an archive's layer, as `(mode, contents)`; `None`
-/// when the layer has no such regular file.
+/// The regular files `paths` (absolute) of an archive's layer, read in one pass, as
+/// `path → (mode, contents)`; a path the layer has no regular file for is left out.
 ///
 /// # Errors
 /// [`Error::Io`] when the archive cannot be read or is not an OCI image layout archive.
-pub fn layer_file(archive: &Path, path: &str) -> Result<Option<(u32, Vec<u8>)>, Error> {
+pub fn layer_files(
+    archive: &Path,
+    paths: &[&str],
+) -> Result<std::collections::BTreeMap<String, (u32, Vec<u8>)>, Error> {
     use std::io::Read;
     let (_, layer) = config_and_layer(archive)?;
-    let want = path.trim_start_matches('/');
+    let mut found = std::collections::BTreeMap::new();
     let mut a = tar::Archive::new(layer.as_slice());
     for e in a.entries().map_err(|e| Error::io("reading a layer", e))? {
         let mut e = e.map_err(|e| Error::io("reading a layer", e))?;
-        let p = e.path().map_err(|e| Error::io("reading a layer", e))?.display().to_string();
-        if e.header().entry_type() == tar::EntryType::Regular && p.trim_start_matches("./") == want {
+        let p = format!("/{}", e.path().map_err(|e| Error::io("reading a layer", e))?.display());
+        let p = p.replacen("/./", "/", 1);
+        if e.header().entry_type() == tar::EntryType::Regular && paths.contains(&p.as_str()) {
             let mode = e.header().mode().map_err(|e| Error::io("reading a layer", e))?;
             let mut data = Vec::new();
             e.read_to_end(&mut data).map_err(|e| Error::io("reading a layer", e))?;
-            return Ok(Some((mode, data)));
+            found.insert(p, (mode, data));
         }
     }
-    Ok(None)
+    Ok(found)
 }
 
 /// The image config and the (first) layer of an OCI image layout archive: `index.json` →

@@ -243,12 +243,16 @@ fn the_router_image_is_laid_out_as_qdr_images_dockerfile_says() {
     }
     assert_eq!(image.working_dir, workdir, "the last WORKDIR");
     assert_eq!(copied, [vec!["./scripts/*".to_string(), "/home/qdrouterd/bin/".to_string()]]);
-    for script in std::fs::read_dir(qdr_image.join("scripts")).unwrap().flatten() {
-        let path = format!("/home/qdrouterd/bin/{}", script.file_name().to_string_lossy());
-        let (mode, bytes) = qdr_tests::images::layer_file(&archive, &path)
-            .unwrap()
-            .unwrap_or_else(|| panic!("{path} missing"));
-        assert_eq!(bytes, std::fs::read(script.path()).unwrap(), "{path} differs from qdr-image's");
+    let scripts: Vec<(String, std::path::PathBuf)> = std::fs::read_dir(qdr_image.join("scripts"))
+        .unwrap()
+        .flatten()
+        .map(|s| (format!("/home/qdrouterd/bin/{}", s.file_name().to_string_lossy()), s.path()))
+        .collect();
+    let paths: Vec<&str> = scripts.iter().map(|(p, _)| p.as_str()).collect();
+    let in_image = qdr_tests::images::layer_files(&archive, &paths).unwrap();
+    for (path, source) in &scripts {
+        let (mode, bytes) = in_image.get(path).unwrap_or_else(|| panic!("{path} missing"));
+        assert_eq!(bytes, &std::fs::read(source).unwrap(), "{path} differs from qdr-image's");
         assert_eq!(mode & 0o111, 0o111, "{path} is not executable");
     }
     // What the scripts and the router need from the base: qdrouterd on PATH, python3 with
@@ -270,8 +274,7 @@ fn the_router_image_is_laid_out_as_qdr_images_dockerfile_says() {
     ] {
         assert!(image.files.iter().any(|x| x.contains(f)), "no *{f}* in the image");
     }
-    let sh = qdr_tests::images::layer_file(&archive, "/usr/bin/sh").unwrap();
-    assert!(sh.is_none(), "/bin/sh must be a link to bash, as on Fedora");
+    assert!(!image.files.iter().any(|x| x == "/usr/bin/sh"), "/bin/sh must be a link to bash, as on Fedora");
     assert!(image.files.iter().any(|x| x == "/usr/bin/bash"), "no bash in the image");
 }
 

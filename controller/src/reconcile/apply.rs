@@ -619,7 +619,6 @@ struct Keep {
     deployments: BTreeSet<String>,
     daemon_sets: BTreeSet<String>,
     ingresses: BTreeSet<String>,
-    config_maps: BTreeSet<String>,
     secrets: BTreeSet<String>,
     /// `None` when Routes are not served (Ingresses are used): nothing to prune.
     routes: Option<BTreeSet<String>>,
@@ -637,7 +636,6 @@ impl Keep {
         let mut pruned = prune::<Deployment>(client, cache, o, &self.deployments).await?;
         pruned.extend(prune::<DaemonSet>(client, cache, o, &self.daemon_sets).await?);
         pruned.extend(prune::<Ingress>(client, cache, o, &self.ingresses).await?);
-        pruned.extend(prune::<ConfigMap>(client, cache, o, &self.config_maps).await?);
         // Only what the controller generates: credentials (labelled) and the default users
         // Secret. A users Secret the user named, created and owned by an earlier release, is
         // theirs and never deleted here.
@@ -779,22 +777,26 @@ pub(crate) async fn apply_or_reuse(
         }
         _ => false,
     };
-    if let Some(mut applied) = reusable.then(|| unchanged(cache, o, &children)).flatten() {
-        applied.pruned = prune::<ConfigMap>(client, cache, o, &wanted).await?;
-        return Ok(applied);
-    }
-    let mut applied =
-        apply(client, cache, o, children, &observed.workload, generation, secrets_written).await?;
-    if applied.conflicts.is_empty() {
-        cache.drift.clear(&key, drift);
-        if let Some(f) = fingerprint {
-            cache.applied.record(&key, o.uid(), o.generation(), f);
+    let mut applied = match reusable.then(|| unchanged(cache, o, &children)).flatten() {
+        Some(applied) => applied,
+        None => {
+            let mut applied =
+                apply(client, cache, o, children, &observed.workload, generation, secrets_written).await?;
+            if !applied.conflicts.is_empty() {
+                return Ok(applied);
+            }
+            cache.drift.clear(&key, drift);
+            if let Some(f) = fingerprint {
+                cache.applied.record(&key, o.uid(), o.generation(), f);
+            }
+            applied.again = cache.drift.marked(&key).is_some();
+            applied
         }
-        applied.again = cache.drift.marked(&key).is_some();
-        // Router configurations of earlier revisions go once no router mounts them, in
-        // whichever pass sees that (the last old router's deletion wakes one).
-        applied.pruned.extend(prune::<ConfigMap>(client, cache, o, &wanted).await?);
-    }
+    };
+    // ConfigMaps are pruned in every pass, not only a new generation's: a router
+    // configuration of an earlier revision goes once no router mounts it, in whichever pass
+    // sees that (the last old router's deletion wakes one).
+    applied.pruned.extend(prune::<ConfigMap>(client, cache, o, &wanted).await?);
     Ok(applied)
 }
 
@@ -924,7 +926,6 @@ async fn apply(
     };
     // Before the workload: a router started from the new template reads the new
     // file. A held workload keeps the configuration its pods were started with.
-    keep.config_maps.extend(wanted_config_maps(cache, o, &router_config_map, sasl_config_map.as_ref()));
     if !held {
         put!(w.put(&router_config_map, false));
     }
