@@ -151,6 +151,8 @@ pub fn check_client() -> Result<(), Error> {
 pub struct Receiver {
     child: Child,
     lines: std::sync::mpsc::Receiver<Value>,
+    /// Lines read so far by [`Self::distinct`].
+    read: Vec<Value>,
 }
 
 impl Receiver {
@@ -179,7 +181,13 @@ impl Receiver {
         });
         let first = rx.recv_timeout(Duration::from_secs(30)).expect("the receiver attaches");
         assert_eq!(first["ready"], true, "receiver at {url}: {first}");
-        Receiver { child, lines: rx }
+        Receiver { child, lines: rx, read: Vec::new() }
+    }
+
+    /// The distinct bodies received so far, without waiting.
+    pub fn distinct(&mut self) -> std::collections::BTreeSet<String> {
+        self.read.extend(self.lines.try_iter());
+        self.read.iter().filter_map(|l| l["body"].as_str().map(String::from)).collect()
     }
 
     /// The distinct bodies it received, in order of first arrival, once it exited.
@@ -197,7 +205,9 @@ impl Receiver {
     /// As [`Self::bodies`].
     pub fn bodies_and_repeats(mut self) -> (Vec<String>, usize) {
         let status = self.child.wait().unwrap();
-        let lines: Vec<Value> = self.lines.try_iter().collect();
+        let mut lines = std::mem::take(&mut self.read);
+        // The reading thread ends at the end of the child's output: every line is in.
+        lines.extend(self.lines.iter());
         assert!(status.success(), "receiver failed: {lines:?}");
         let first = |l: &&Value| l["repeat"] != true;
         let bodies =
@@ -206,18 +216,25 @@ impl Receiver {
     }
 }
 
-/// Sends `count` messages (bodies `<prefix>0` …) to `address` at `url`, each waiting for
-/// its acknowledgement (or, presettled, for credit), and goes on after a failure from the
-/// first message not sent, until `timeout` (the router gives no credit for an address until
-/// it knows a receiver for it).
+/// Sends the messages `bodies` (bodies `<prefix>N` for N in the range, e.g. `0..5`) to
+/// `address` at `url`, each waiting for its acknowledgement (or, presettled, for credit),
+/// and goes on after a failure from the first message not sent, until `timeout` (the router
+/// gives no credit for an address until it knows a receiver for it).
 ///
 /// # Panics
 /// When the messages are not all sent by `timeout`.
-pub fn send(url: &str, address: &str, count: usize, prefix: &str, timeout: Duration, extra: &[&str]) {
+pub fn send(
+    url: &str,
+    address: &str,
+    bodies: std::ops::Range<usize>,
+    prefix: &str,
+    timeout: Duration,
+    extra: &[&str],
+) {
     let deadline = Instant::now() + timeout;
-    let mut sent = 0;
-    while sent < count {
-        let (first, left) = (sent.to_string(), (count - sent).to_string());
+    let mut sent = bodies.start;
+    while sent < bodies.end {
+        let (first, left) = (sent.to_string(), (bodies.end - sent).to_string());
         let mut options =
             vec!["--count", &left, "--first", &first, "--body-prefix", prefix, "--timeout", "5"];
         options.extend_from_slice(extra);

@@ -144,7 +144,7 @@ async fn an_interior_mesh_of_three_routes_anycast_and_multicast_authenticates_an
 
     // Anycast: a receiver on router 1, a sender on router 0.
     let receiver = Receiver::attach(&url(ip(1), 5672), "closest/orders", 5, &[]);
-    send(&url(ip(0), 5672), "closest/orders", 5, "order-", Duration::from_secs(60), &[]);
+    send(&url(ip(0), 5672), "closest/orders", 0..5, "order-", Duration::from_secs(60), &[]);
     let first_message = applied.elapsed();
     assert_eq!(receiver.bodies(), (0..5).map(|i| format!("order-{i}")).collect::<Vec<_>>());
     say!("anycast 0 → 1 delivered; apply → first message across the mesh: {first_message:.1?}");
@@ -156,14 +156,51 @@ async fn an_interior_mesh_of_three_routes_anycast_and_multicast_authenticates_an
         (remote_count(ip(0), "M0multicast/news") == 2).then_some(())
     })
     .await;
-    send(&url(ip(0), 5672), "multicast/news", 4, "news-", Duration::from_secs(30), &["--presettled"]);
-    // Every receiver gets every message. Presettled multicast is at most once per path; a
-    // copy that arrives twice is counted and printed, not failed.
-    let want: Vec<String> = (0..4).map(|i| format!("news-{i}")).collect();
+    // Every receiver gets every message. Presettled multicast is at most once: a router
+    // drops a presettled copy whose path changes under it (a 2-core machine under load can
+    // miss a hello and re-route for a moment). So a body missing from a receiver is sent
+    // again, up to 5 rounds; the rounds needed are printed. Copies that arrive twice are
+    // counted, not failed: qdrouterd 1.19's multicast forwarder excludes only the routers
+    // in a message's trace, so in a full mesh each receiving router also forwards a copy
+    // to the other (src/router_core/forwarder.c, qdr_forward_multicast_CT).
+    let want: std::collections::BTreeSet<String> = (0..4).map(|i| format!("news-{i}")).collect();
+    let (mut r1, mut r2) = (r1, r2);
+    let mut rounds = 0;
+    loop {
+        let missing: Vec<usize> = (0..4)
+            .filter(|i| {
+                let body = format!("news-{i}");
+                !r1.distinct().contains(&body) || !r2.distinct().contains(&body)
+            })
+            .collect();
+        if missing.is_empty() {
+            break;
+        }
+        rounds += 1;
+        assert!(rounds <= 5, "multicast: news-{missing:?} not received by both receivers in 5 rounds");
+        for i in missing {
+            send(
+                &url(ip(0), 5672),
+                "multicast/news",
+                i..i + 1,
+                "news-",
+                Duration::from_secs(30),
+                &["--presettled"],
+            );
+        }
+        let deadline = Instant::now() + Duration::from_secs(10);
+        while Instant::now() < deadline && (r1.distinct() != want || r2.distinct() != want) {
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+    }
+    say!("multicast 0 → 1, 2: every message to both receivers in {rounds} round(s)");
     for (i, r) in [(1, r1), (2, r2)] {
-        let (mut got, repeats) = r.bodies_and_repeats();
-        got.sort();
-        assert_eq!(got, want, "multicast receiver on router {i}");
+        let (got, repeats) = r.bodies_and_repeats();
+        assert_eq!(
+            got.into_iter().collect::<std::collections::BTreeSet<_>>(),
+            want,
+            "receiver on router {i}"
+        );
         if repeats > 0 {
             say!("multicast receiver on router {i}: {repeats} message(s) arrived twice");
         }

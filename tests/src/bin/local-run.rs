@@ -390,7 +390,7 @@ fn show_mesh(cp: &ControlPlane) -> Result<(), Box<dyn std::error::Error>> {
     }
     let (from, to) = (&pods[0], &pods[1]);
     let receiver = Receiver::attach(&url(&to.1, 5672), "closest/hello", 3, &[]);
-    send(&url(&from.1, 5672), "closest/hello", 3, "hello-", Duration::from_secs(60), &[]);
+    send(&url(&from.1, 5672), "closest/hello", 0..3, "hello-", Duration::from_secs(60), &[]);
     println!(
         "\nsent 3 messages to closest/hello at {} ({}); the receiver at {} ({}) got:",
         from.0, from.1, to.0, to.1
