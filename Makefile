@@ -9,7 +9,7 @@ CARGO_TARGET_DIR_OR_DEFAULT := $(or $(CARGO_TARGET_DIR),target)
 help: ## List the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  %-16s %s\n", $$1, $$2}'
 
-testbin: ## Build (once, cached) etcd, kube-apiserver, kube-controller-manager, kube-scheduler, kubectl, kwok, kubelet, kube-proxy, pause and helm; print where
+testbin: ## Build (once, cached) etcd, kube-apiserver, kube-controller-manager, kube-scheduler, kubectl, kwok, kubelet, kube-proxy, pause, helm and CoreDNS; print where
 	@tools/testbin/build.sh
 
 router-image: ## Build (once, cached) the router image from source: qpid-proton 0.37.0 and qpid-dispatch 1.19.0 from $$QDR_ROUTER_SOURCES (unset: the pinned git tags); print the archive

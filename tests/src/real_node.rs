@@ -9,6 +9,10 @@
 //!   `FORWARD` rule drops whatever they send off the bridge, so pod traffic cannot leave the
 //!   machine. The API server listens on [`GATEWAY`] (nothing on the outside interface), and
 //!   pods reach it through Service `kubernetes`.
+//! - CoreDNS (the kubernetes plugin, admin credentials) answers on [`GATEWAY`] port 53 for
+//!   [`CLUSTER_DOMAIN`], and the kubelet names it as the cluster DNS: pods find Services by
+//!   name (`<svc>`, `<svc>.<ns>.svc.cluster.local`) as in any cluster. Other names are
+//!   refused (nothing is forwarded off the machine).
 //! - [`NODE`] carries the taint [`TAINT`]: only pods that tolerate it land there; routers
 //!   stay on the simulated nodes.
 //!
@@ -40,6 +44,8 @@ pub const SUBNET: &str = "10.88.0.0/24";
 /// The host's address on [`BRIDGE`]: the node's InternalIP, where the kubelet and (with a real
 /// node) the API server listen.
 pub const GATEWAY: &str = "10.88.0.1";
+/// The cluster's DNS domain, served by CoreDNS on [`GATEWAY`].
+pub const CLUSTER_DOMAIN: &str = "cluster.local";
 /// The kubelet's cgroup root, in every cgroup hierarchy.
 pub const CGROUP_ROOT: &str = "/qdr-real-node";
 /// The CNI network name (also the prefix of its cached results in `/var/lib/cni/results`).
@@ -117,6 +123,7 @@ pub struct RealNode {
     containerd: Process,
     kubelet: Process,
     kube_proxy: Process,
+    coredns: Process,
     /// From spawning containerd until the Node reported Ready.
     pub startup: Duration,
 }
@@ -346,11 +353,17 @@ impl RealNode {
         cmd.args([format!("--config={}", d("kube-proxy.yaml")), "--v=1".into()]);
         let kube_proxy = Process::spawn("kube-proxy", cmd, &dir.join("kube-proxy.log"))?;
 
-        let node = RealNode { host, containerd, kubelet, kube_proxy, startup: Duration::ZERO };
+        let dns_ready = free_port()?;
+        write(&dir.join("Corefile"), &corefile(kubeconfig, dns_ready))?;
+        let mut cmd = Command::new(testbin.path("coredns"));
+        cmd.arg("-conf").arg(dir.join("Corefile"));
+        let coredns = Process::spawn("coredns", cmd, &dir.join("coredns.log"))?;
+
+        let node = RealNode { host, containerd, kubelet, kube_proxy, coredns, startup: Duration::ZERO };
         let nodes: kube::Api<k8s_openapi::api::core::v1::Node> = kube::Api::all(client);
         let deadline = Instant::now() + crate::READY_TIMEOUT;
         loop {
-            for p in [&node.containerd, &node.kubelet, &node.kube_proxy] {
+            for p in [&node.containerd, &node.kubelet, &node.kube_proxy, &node.coredns] {
                 if let Some(s) = p.exited() {
                     return Err(Error::Startup {
                         what: format!("{} exited ({s})", p.name()),
@@ -360,13 +373,16 @@ impl RealNode {
             }
             let proxy_healthy = crate::components::http_get(proxy_healthz, "/healthz")
                 .is_some_and(|(status, _)| status == 200);
-            if node_ready(&nodes, NODE).await && proxy_healthy {
+            // CoreDNS's ready plugin answers 200 once the kubernetes plugin has synced.
+            let dns_ready =
+                crate::components::http_get(dns_ready, "/ready").is_some_and(|(status, _)| status == 200);
+            if node_ready(&nodes, NODE).await && proxy_healthy && dns_ready {
                 break;
             }
             if Instant::now() > deadline {
                 return Err(Error::Startup {
                     what: format!(
-                        "node {NODE} not Ready (or kube-proxy unhealthy) after {:?}",
+                        "node {NODE} not Ready (or kube-proxy unhealthy, or CoreDNS not ready) after {:?}",
                         crate::READY_TIMEOUT
                     ),
                     logs: node.logs_tail(40),
@@ -386,9 +402,9 @@ impl RealNode {
         import(&self.host.record.socket(), archive)
     }
 
-    /// The last `lines` lines of containerd's, the kubelet's and kube-proxy's logs.
+    /// The last `lines` lines of containerd's, the kubelet's, kube-proxy's and CoreDNS's logs.
     pub fn logs_tail(&self, lines: usize) -> String {
-        [&self.containerd, &self.kubelet, &self.kube_proxy]
+        [&self.containerd, &self.kubelet, &self.kube_proxy, &self.coredns]
             .iter()
             .map(|p| {
                 format!("----- {} ({}) -----\n{}\n", p.name(), p.log_path().display(), p.log_tail(lines))
@@ -401,9 +417,10 @@ impl RealNode {
         &self.host.record
     }
 
-    /// Stops kube-proxy, the kubelet and containerd, then [`cleanup`]: nothing of the node
-    /// is left on the host afterwards. Later calls do nothing.
+    /// Stops CoreDNS, kube-proxy, the kubelet and containerd, then [`cleanup`]: nothing of
+    /// the node is left on the host afterwards. Later calls do nothing.
     pub fn stop(&self) {
+        self.coredns.stop(Duration::from_secs(5));
         self.kube_proxy.stop(Duration::from_secs(5));
         self.kubelet.stop(Duration::from_secs(5));
         self.containerd.stop(Duration::from_secs(5));
@@ -563,12 +580,28 @@ fn kubelet_config(dir: &Path, ca_file: &Path, healthz: u16) -> String {
         "staticPodPath": d("manifests"),
         "volumePluginDir": d("volume-plugins"),
         "resolvConf": "",
+        "clusterDNS": [GATEWAY],
+        "clusterDomain": CLUSTER_DOMAIN,
         "makeIPTablesUtilChains": false,
         "serializeImagePulls": false,
         "nodeStatusUpdateFrequency": "2s",
         "nodeStatusReportFrequency": "10s",
     }))
     .expect("JSON values serialize")
+}
+
+/// CoreDNS's configuration: one server on [`GATEWAY`]:53 for [`CLUSTER_DOMAIN`] and the
+/// reverse zones, answered by the kubernetes plugin from the API server (`kubeconfig`, the
+/// admin's); `pods insecure` answers `a-b-c-d.<ns>.pod.cluster.local` as clusters commonly
+/// do; TTL 5 s so a test sees a new Service at once. Its ready plugin listens on loopback
+/// port `ready`.
+fn corefile(kubeconfig: &Path, ready: u16) -> String {
+    format!(
+        "{CLUSTER_DOMAIN}:53 in-addr.arpa:53 ip6.arpa:53 {{\n    bind {GATEWAY}\n    errors\n    ready 127.0.0.1:{ready}\n    \
+         kubernetes {CLUSTER_DOMAIN} in-addr.arpa ip6.arpa {{\n        kubeconfig {}\n        pods insecure\n        \
+         ttl 5\n    }}\n    loadbalance\n}}\n",
+        kubeconfig.display()
+    )
 }
 
 fn kube_proxy_config(kubeconfig: &Path, healthz: u16, metrics: u16) -> String {

@@ -58,6 +58,8 @@ fn local_run_real_runs_the_operator_and_the_routers_on_the_real_node() {
         "interconnect.interconnectedcloud.github.io/secure-router condition met",
         "Routers in the Network",
         "  hello-0\n  hello-1\n  hello-2\n",
+        "router-mesh:45672",
+        "  edge-0\n  edge-1\n  edge-2\n",
     ] {
         assert!(stdout.contains(want), "{want} missing:\n{stdout}\n{stderr}");
     }

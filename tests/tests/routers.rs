@@ -5,7 +5,8 @@
 //!
 //! One real node runs here, so every router of a test shares it: placement `Any` and `Every`
 //! (one router) run as they would anywhere; `AntiAffinity` gets one router per node, so its
-//! example runs with one router.
+//! example runs with one router. The real node's CoreDNS resolves Service names, so edge
+//! uplinks and connectors name Services as users write them.
 
 use std::sync::OnceLock;
 use std::sync::atomic::Ordering;
@@ -14,8 +15,8 @@ use std::time::{Duration, Instant};
 use k8s_openapi::api::core::v1::Secret;
 use kube::api::{Api, PostParams};
 use qdr_tests::routers::{
-    self, Receiver, Steady, apply, client, json_lines, qdmanage, rolled_out, router_pods, send, service_ip,
-    url, watch_ready,
+    self, ROUTER_IMAGE, Receiver, Steady, apply, client, json_lines, kubectl, qdmanage, rolled_out,
+    router_pods, send, service_ip, url, watch_ready,
 };
 use qdr_tests::{ControlPlane, Process, TestNamespace};
 use serde_json::{Value, json};
@@ -344,6 +345,16 @@ async fn every_example_starts_and_its_routers_pass_their_readiness_probe() {
         say!("example {name}: {} router(s) Ready ({ready:.1?} more)", pods.len());
         assert!(!pods.is_empty());
     }
+    // The edge example's uplink names the interior example's Service, `router-mesh`.
+    for (pod, _) in router_pods(&ns, "edge-routers").await {
+        qdr_tests::eventually(&format!("{pod}'s uplink to router-mesh"), Duration::from_secs(90), || async {
+            open_connections(cp, &ns.name, &pod, "edge")
+                .iter()
+                .any(|c| c["host"] == "router-mesh:45672")
+                .then_some(())
+        })
+        .await;
+    }
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -657,4 +668,189 @@ async fn a_router_of_the_old_revision_restarted_mid_rollout_keeps_its_configurat
         (names.len() == 2 && names.iter().any(|n| n == "rev-sasl-config")).then_some(())
     })
     .await;
+}
+
+/// The `connection` entities of `pod`'s router with role `role` that are open.
+fn open_connections(cp: &ControlPlane, ns: &str, pod: &str, role: &str) -> Vec<Value> {
+    match qdmanage(cp, ns, pod, &["query", "--type=connection"]) {
+        Ok(Value::Array(all)) => {
+            all.into_iter().filter(|c| c["role"] == role && c["opened"] == true).collect()
+        }
+        _ => Vec::new(),
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn edge_routers_uplink_through_the_service_name_and_carry_messages_between_edges() {
+    let cp = cluster().await;
+    let ns = cp.namespace("edges").await;
+    // The interior router's defaults include the edge listener on 45672; the edges name the
+    // interior's Service, `hub`, as a user would (the cluster DNS resolves it through the
+    // pod's search path).
+    apply(
+        cp,
+        &ns.name,
+        &routers::interconnect("hub", json!({"deploymentPlan": {"role": "interior", "size": 1}})),
+    );
+    apply(
+        cp,
+        &ns.name,
+        &routers::interconnect(
+            "leaf",
+            json!({
+                "deploymentPlan": {"role": "edge", "size": 2, "placement": "Any"},
+                "edgeConnectors": [{"name": "uplink", "host": "hub", "port": 45672}],
+            }),
+        ),
+    );
+    for name in ["hub", "leaf"] {
+        let ready = routers::wait_ready(cp, &ns.name, name, &controllers());
+        say!("{name} Ready ({ready:.1?} more)");
+    }
+    let hub = router_pods(&ns, "hub").await;
+    let leaves = router_pods(&ns, "leaf").await;
+    assert_eq!((hub.len(), leaves.len()), (1, 2), "{hub:?} {leaves:?}");
+
+    // Each edge router's uplink is open, to the Service by name; the interior sees both edges.
+    for (pod, _) in &leaves {
+        let t = Instant::now();
+        let up =
+            qdr_tests::eventually(&format!("{pod}'s uplink to open"), Duration::from_secs(90), || async {
+                let up = open_connections(cp, &ns.name, pod, "edge");
+                (!up.is_empty()).then_some(up)
+            })
+            .await;
+        assert_eq!(up.len(), 1, "{pod}: {up:?}");
+        assert_eq!(
+            (up[0]["dir"].as_str(), up[0]["host"].as_str()),
+            (Some("out"), Some("hub:45672")),
+            "{up:?}"
+        );
+        say!("{pod}: uplink to hub:45672 open ({:.1?})", t.elapsed());
+    }
+    let edges = open_connections(cp, &ns.name, &hub[0].0, "edge");
+    let mut peers: Vec<&str> = edges.iter().filter_map(|c| c["container"].as_str()).collect();
+    peers.sort();
+    let mut want: Vec<&str> = leaves.iter().map(|(p, _)| p.as_str()).collect();
+    want.sort();
+    assert_eq!(peers, want, "the interior's edge connections: {edges:?}");
+
+    // Edge → interior → the other edge: a receiver on leaf 1, a sender on leaf 0. Edge
+    // routers never connect to each other, and the interior counts the messages out to the
+    // receiving edge (its router-wide `deliveriesEgress`; a management reply counts too).
+    let egress = || {
+        let router = qdmanage(cp, &ns.name, &hub[0].0, &["query", "--type=router"]).expect("qdmanage");
+        router[0]["deliveriesEgress"].as_i64().expect("deliveriesEgress")
+    };
+    let before = egress();
+    let receiver = Receiver::attach(&url(&leaves[1].1, 5672), "closest/between-edges", 5, &[]);
+    send(&url(&leaves[0].1, 5672), "closest/between-edges", 0..5, "hop-", Duration::from_secs(60), &[]);
+    assert_eq!(receiver.bodies(), (0..5).map(|i| format!("hop-{i}")).collect::<Vec<_>>());
+    let forwarded = egress() - before;
+    assert!(forwarded >= 5, "the interior sent out {forwarded} deliveries for 5 messages");
+    say!("edge → interior → edge: 5 messages");
+}
+
+/// The JSON lines `tests/amqp/peer.py` printed so far in pod `pod`.
+fn peer_events(cp: &ControlPlane, ns: &str, pod: &str) -> Vec<Value> {
+    json_lines(&kubectl(cp, &["logs", "-n", ns, pod]))
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_link_route_to_a_broker_carries_messages_both_ways() {
+    let cp = cluster().await;
+    let ns = cp.namespace("linkroute").await;
+    // The broker: tests/amqp/peer.py (a queue per address) in a pod of the router image,
+    // which has Proton's Python binding, behind Service `broker`.
+    let script = std::fs::read_to_string(qdr_tests::workspace_root().join("tests/amqp/peer.py")).unwrap();
+    apply(
+        cp,
+        &ns.name,
+        &json!({"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "peer"},
+                                "data": {"peer.py": script}}),
+    );
+    apply(
+        cp,
+        &ns.name,
+        &json!({
+            "apiVersion": "v1", "kind": "Pod",
+            "metadata": {"name": "broker", "labels": {"app": "broker"}},
+            "spec": {
+                "terminationGracePeriodSeconds": 1,
+                "containers": [{
+                    "name": "peer", "image": ROUTER_IMAGE, "imagePullPolicy": "Never",
+                    "command": ["python3", "-u", "/peer/peer.py", "--listen", "0.0.0.0:5672"],
+                    "ports": [{"containerPort": 5672}],
+                    "volumeMounts": [{"name": "peer", "mountPath": "/peer"}],
+                }],
+                "volumes": [{"name": "peer", "configMap": {"name": "peer"}}],
+            },
+        }),
+    );
+    apply(
+        cp,
+        &ns.name,
+        &json!({"apiVersion": "v1", "kind": "Service", "metadata": {"name": "broker"},
+                                "spec": {"selector": {"app": "broker"}, "ports": [{"port": 5672}]}}),
+    );
+    // The router reaches it by the Service name with a route-container connector; prefix
+    // `queue` (the router's pattern `queue.#`: `queue.orders` matches) is link-routed to it in
+    // both directions.
+    apply(
+        cp,
+        &ns.name,
+        &routers::interconnect(
+            "routed",
+            json!({
+                "deploymentPlan": {"size": 1},
+                "connectors": [{"name": "broker", "host": "broker", "port": 5672, "routeContainer": true}],
+                "linkRoutes": [
+                    {"prefix": "queue", "direction": "in", "connection": "broker"},
+                    {"prefix": "queue", "direction": "out", "connection": "broker"},
+                ],
+            }),
+        ),
+    );
+    routers::wait_ready(cp, &ns.name, "routed", &controllers());
+    let (pod, ip) = router_pods(&ns, "routed").await.remove(0);
+    let t = Instant::now();
+    let up =
+        qdr_tests::eventually("the connector to the broker to open", Duration::from_secs(90), || async {
+            let up = open_connections(cp, &ns.name, &pod, "route-container");
+            (!up.is_empty()).then_some(up)
+        })
+        .await;
+    assert_eq!(up[0]["host"], "broker:5672", "{up:?}");
+    say!("route-container connection to broker:5672 open ({:.1?})", t.elapsed());
+    let routes = qdmanage(cp, &ns.name, &pod, &["query", "--type=linkRoute"]).expect("qdmanage");
+    let mut active: Vec<(String, String)> = routes
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|r| r["operStatus"] == "active")
+        .map(|r| (r["prefix"].as_str().unwrap_or("").into(), r["direction"].as_str().unwrap_or("").into()))
+        .collect();
+    active.sort();
+    assert_eq!(active, [("queue".into(), "in".into()), ("queue".into(), "out".into())], "{routes}");
+
+    // In: each message is accepted by the broker itself (link routing passes the outcome
+    // through), which stored it from a link the router attached.
+    send(&url(&ip, 5672), "queue.orders", 0..3, "order-", Duration::from_secs(60), &[]);
+    let events = peer_events(cp, &ns.name, "broker");
+    let stored: Vec<&str> =
+        events.iter().filter(|e| e["stored"] == "queue.orders").filter_map(|e| e["body"].as_str()).collect();
+    assert_eq!(stored, ["order-0", "order-1", "order-2"], "{events:?}");
+    assert!(
+        events.iter().any(|e| e["attach"] == "receiver"
+            && e["address"] == "queue.orders"
+            && e["container"] == pod.as_str()),
+        "the broker's link for queue.orders did not come from router {pod}: {events:?}"
+    );
+    // Out: a receiver at the router drains the broker's queue, in order.
+    let receiver = Receiver::attach(&url(&ip, 5672), "queue.orders", 3, &[]);
+    assert_eq!(receiver.bodies(), ["order-0", "order-1", "order-2"]);
+    let events = peer_events(cp, &ns.name, "broker");
+    let delivered = events.iter().filter(|e| e["delivered"] == "queue.orders").count();
+    assert_eq!(delivered, 3, "{events:?}");
+    say!("link route: 3 messages into the broker and 3 out, through router {pod}");
 }

@@ -2,7 +2,8 @@
 # Builds the pinned control plane (etcd, kube-apiserver, kube-controller-manager,
 # kube-scheduler, kubectl), kwok (simulated nodes: it plays the kubelet), the real node's
 # kubelet and kube-proxy (same pinned k8s.io/kubernetes), `pause` (the real node's sandbox
-# program, tools/testbin/pause) and helm (the chart tests) from the Go module proxy into a
+# program, tools/testbin/pause), helm (the chart tests) and CoreDNS (the real node's cluster
+# DNS, tools/testbin/coredns) from the Go module proxy into a
 # cache directory outside the repo, keyed by the pinned versions, the Go version and a hash of
 # the go.mod files and the pause source (so adding a tool rebuilds), and assembles kwok's own stage definitions (node-initialize, node heartbeat with a
 # Lease, pod-ready, pod-complete, pod-delete, from its module) into kwok-stages.yaml. Reuses
@@ -18,7 +19,8 @@ K8S_VERSION="$(modver "$here/k8s/go.mod" k8s.io/kubernetes)"
 ETCD_VERSION="$(modver "$here/etcd/go.mod" go.etcd.io/etcd/server/v3)"
 KWOK_VERSION="$(modver "$here/kwok/go.mod" sigs.k8s.io/kwok)"
 HELM_VERSION="$(modver "$here/helm/go.mod" helm.sh/helm/v3)"
-[[ -n "$K8S_VERSION" && -n "$ETCD_VERSION" && -n "$KWOK_VERSION" && -n "$HELM_VERSION" ]] || { echo "build.sh: cannot read pinned versions from go.mod" >&2; exit 1; }
+COREDNS_VERSION="$(modver "$here/coredns/go.mod" github.com/coredns/coredns)"
+[[ -n "$K8S_VERSION" && -n "$ETCD_VERSION" && -n "$KWOK_VERSION" && -n "$HELM_VERSION" && -n "$COREDNS_VERSION" ]] || { echo "build.sh: cannot read pinned versions from go.mod" >&2; exit 1; }
 command -v go >/dev/null || { echo "build.sh: Go is required to build the test control plane (install Go >= 1.26)" >&2; exit 1; }
 GO_VERSION="$(go env GOVERSION)"
 cache_root="${QDR_TESTBIN_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/qdr-operator/testbin}"
@@ -48,12 +50,25 @@ build_helm() {
   echo "testbin: helm took $(( $(date +%s) - t ))s" >&2
 }
 
+# CoreDNS, the real node's cluster DNS, with the plugins tools/testbin/coredns/main.go names;
+# rebuilt when that file or the pinned version changes.
+build_coredns() {
+  local stamp; stamp="$COREDNS_VERSION $(cat "$here/coredns/main.go" "$here/coredns/go.sum" | sha256sum | cut -c1-8)"
+  if [[ -x "$out/coredns" && "$(cat "$out/coredns.version" 2>/dev/null)" == "$stamp" ]]; then return 0; fi
+  local t; t=$(date +%s)
+  echo "testbin: building coredns $COREDNS_VERSION" >&2
+  (cd "$here/coredns" && go build -trimpath -ldflags "-s -w" -o "$out/coredns.tmp" .)
+  mv "$out/coredns.tmp" "$out/coredns" && echo "$stamp" > "$out/coredns.version"
+  echo "testbin: coredns took $(( $(date +%s) - t ))s" >&2
+}
+
 complete=1
 for b in "${bins[@]}"; do [[ -x "$out/$b" ]] || complete=0; done
 [[ -s "$out/kwok-stages.yaml" ]] || complete=0
 if [[ $complete == 1 ]]; then
   build_helm
-  echo "testbin: cached (k8s $K8S_VERSION, etcd $ETCD_VERSION, kwok $KWOK_VERSION, helm $HELM_VERSION, $GO_VERSION)" >&2
+  build_coredns
+  echo "testbin: cached (k8s $K8S_VERSION, etcd $ETCD_VERSION, kwok $KWOK_VERSION, helm $HELM_VERSION, coredns $COREDNS_VERSION, $GO_VERSION)" >&2
   echo "$out"; exit 0
 fi
 
@@ -96,5 +111,6 @@ done > "$out.tmp/kwok-stages.yaml"
 "$out.tmp/kwok" --version >&2
 rm -rf "$out" && mv "$out.tmp" "$out"
 build_helm
+build_coredns
 echo "testbin: built in $(( $(date +%s) - start ))s" >&2
 echo "$out"

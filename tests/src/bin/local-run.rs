@@ -353,7 +353,9 @@ fn install_real(cp: &ControlPlane, root: &std::path::Path) -> Result<(), Box<dyn
 }
 
 /// `--real`: the mesh each router of `router-mesh` sees (`qdstat -n` in its pod), then three
-/// messages from the first router to a receiver on the second.
+/// messages from the first router to a receiver on the second; then the edge example's
+/// connections (`qdstat -c`: its uplink to `router-mesh` by Service name) and three messages
+/// from it to a receiver on the second interior router.
 fn show_mesh(cp: &ControlPlane) -> Result<(), Box<dyn std::error::Error>> {
     use qdr_tests::routers::{Receiver, send, url};
     let pods = kubectl(
@@ -394,6 +396,47 @@ fn show_mesh(cp: &ControlPlane) -> Result<(), Box<dyn std::error::Error>> {
     println!(
         "\nsent 3 messages to closest/hello at {} ({}); the receiver at {} ({}) got:",
         from.0, from.1, to.0, to.1
+    );
+    for body in receiver.bodies() {
+        println!("  {body}");
+    }
+
+    // The edge example's router uplinks to `router-mesh` by its Service name (cluster DNS);
+    // three messages from it reach a receiver on an interior router.
+    let edge = kubectl(
+        cp,
+        &[
+            "get",
+            "pods",
+            "-l",
+            "application=edge-routers",
+            "-o",
+            "jsonpath={.items[0].metadata.name} {.items[0].status.podIP}",
+        ],
+    );
+    let edge = String::from_utf8_lossy(&edge.stdout).into_owned();
+    let Some((edge, edge_ip)) = edge.trim().split_once(' ') else {
+        return Err(format!("no edge-routers router: {edge:?}").into());
+    };
+    let deadline = Instant::now() + Duration::from_secs(60);
+    loop {
+        let out = kubectl(cp, &["exec", edge, "--", "qdstat", "-c"]);
+        let text = String::from_utf8_lossy(&out.stdout).into_owned();
+        let up = text.lines().any(|l| l.contains("router-mesh:45672") && l.contains(" edge "));
+        if up || Instant::now() > deadline {
+            show(&format!("kubectl exec {edge} -- qdstat -c"), &out);
+            if !up {
+                return Err(format!("{edge}'s uplink to router-mesh:45672 did not open").into());
+            }
+            break;
+        }
+        std::thread::sleep(Duration::from_millis(500));
+    }
+    let receiver = Receiver::attach(&url(&to.1, 5672), "closest/from-the-edge", 3, &[]);
+    send(&url(edge_ip, 5672), "closest/from-the-edge", 0..3, "edge-", Duration::from_secs(60), &[]);
+    println!(
+        "\nsent 3 messages to closest/from-the-edge at {edge} ({edge_ip}); the receiver at {} ({}) got:",
+        to.0, to.1
     );
     for body in receiver.bodies() {
         println!("  {body}");
