@@ -52,7 +52,8 @@ pub struct Options {
     /// plane's CA ([`ControlPlane::ca_file`], what a webhook's `--client-ca` takes).
     pub webhook_client_cert: bool,
     /// Real nodes to run (0 or 1): [`crate::real_node`] — containerd, the kubelet as node
-    /// `real-0` (tainted [`crate::real_node::TAINT`]) and kube-proxy. Implies
+    /// `real-0` (tainted [`crate::real_node::TAINT`]), kube-proxy and CoreDNS (the cluster
+    /// DNS). Implies
     /// [`Self::controller_manager`] and the scheduler (and kwok, for simulated nodes beside
     /// it). The API server then listens on [`crate::real_node::GATEWAY`] instead of
     /// loopback, is Service `kubernetes`'s endpoint, and runs the ServiceAccount admission

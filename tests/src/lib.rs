@@ -18,6 +18,7 @@
 
 pub mod components;
 mod control_plane;
+pub mod day_two;
 pub mod images;
 pub mod install;
 pub mod keys;

@@ -1283,6 +1283,9 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         if only.is_empty() || only == "unrelated" {
             unrelated_rows(&mut rows, &bin_dir, cp).await?;
         }
+        if only.is_empty() || only == "day-two" {
+            day_two_rows(&mut rows).await?;
+        }
         Ok::<_, Box<dyn std::error::Error>>(())
     })?;
 
@@ -1302,6 +1305,39 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         "\nThe Go operator is not run side by side: the Go module proxy answers 403 for every version of \
          github.com/interconnectedcloud/qdr-operator, so it cannot be built here."
     );
+    Ok(())
+}
+
+/// Day two with live traffic on real routers (`qdr_tests::day_two`, the scenario of
+/// `tests/tests/day_two.rs`), once (about 4 minutes): for each operation the longest gap
+/// between two acknowledgements (s) and the acknowledged messages lost (must be 0). Needs a
+/// real node (root) and the router image (`make router-image`).
+async fn day_two_rows(rows: &mut Vec<Row>) -> Result<(), Box<dyn std::error::Error>> {
+    let cp: &'static ControlPlane = Box::leak(Box::new(
+        ControlPlane::start(Options { audit: true, real_nodes: 1, ..Options::default() }).await?,
+    ));
+    let controllers = qdr_tests::day_two::start_controllers(cp).await;
+    let controllers: Vec<&qdr_tests::Process> = controllers.iter().collect();
+    let ns: &'static qdr_tests::TestNamespace = Box::leak(Box::new(cp.namespace("live").await));
+    let rate = qdr_tests::day_two::RATE;
+    for step in qdr_tests::day_two::run(cp, ns, &controllers, |_| ()).await {
+        let t = &step.traffic;
+        rows.push(Row {
+            what: format!(
+                "day two at {rate} msg/s, {}: longest gap between acknowledgements ({} sent, {} acknowledged, {} received)",
+                step.what, t.sent, t.acknowledged, t.received
+            ),
+            runs: vec![t.longest_gap_s],
+            unit: "s",
+            target: String::new(),
+        });
+        rows.push(Row {
+            what: format!("day two at {rate} msg/s, {}: acknowledged messages lost", step.what),
+            runs: vec![t.lost as f64],
+            unit: "messages",
+            target: "0".into(),
+        });
+    }
     Ok(())
 }
 

@@ -1,0 +1,228 @@
+//! Day two with live traffic on real routers, shared by the test `tests/tests/day_two.rs`
+//! (which fails on a lost acknowledged message) and `qdr-bench` (which prints the figures):
+//! a mesh of 3 interior routers on the real node, made by two release `qdr-controller`
+//! replicas (one leads) with short credential lifetimes, while a client sends through the
+//! mesh's Service at [`RATE`] messages a second with acknowledgements and a receiver reads,
+//! both reconnecting as clients do ([`crate::routers::Steady`]).
+//!
+//! One after the other ([`run`]): scale 3 → 5 → 3; a configuration change (a roll); the
+//! leading controller killed (the other takes over and reconciles a scale); a router
+//! certificate renewal (at 2/3 of [`CERT`], then a roll); a full CA rotation (stage at 2/3 of
+//! [`CA`], promote, retire, each step a roll, at least [`OVERLAP`] apart).
+
+use std::sync::atomic::Ordering;
+use std::time::{Duration, Instant};
+
+use k8s_openapi::api::coordination::v1::Lease;
+use k8s_openapi::api::core::v1::Secret;
+use kube::api::Api;
+use serde_json::json;
+
+use crate::routers::{self, READY_WAIT, Steady, Traffic, apply, rolled_out, service_ip, url, watch_ready};
+use crate::{ControlPlane, Process, TestNamespace};
+
+/// Router certificate lifetime: renewed at 2/3, 100 s after issue.
+pub const CERT: Duration = Duration::from_secs(150);
+/// CA lifetime: the next CA is staged at 2/3, 160 s after the CA was made.
+pub const CA: Duration = Duration::from_secs(240);
+/// Least time between the CA's steps.
+pub const OVERLAP: Duration = Duration::from_secs(10);
+/// Messages a second.
+pub const RATE: u32 = 20;
+/// The Interconnect's name.
+pub const NAME: &str = "live";
+
+/// One operation under traffic and what the client saw.
+#[derive(Debug, Clone)]
+pub struct Step {
+    /// What was done, e.g. `scale 3 to 5 to 3`.
+    pub what: &'static str,
+    /// From the operation's start until the mesh had settled again.
+    pub took: Duration,
+    /// The client's counts (sent, acknowledged, received, lost, the longest gap).
+    pub traffic: Traffic,
+    /// The fewest Ready routers seen meanwhile.
+    pub fewest_ready: usize,
+}
+
+impl std::fmt::Display for Step {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(
+            f,
+            "{} ({:.1?}): {}; fewest Ready routers {}",
+            self.what, self.took, self.traffic, self.fewest_ready
+        )
+    }
+}
+
+/// Prepares `cp` (a control plane with a real node): the AMQP client is checked, the real
+/// node opened to routers, the router image imported, the CRD installed, and two release
+/// controllers (`day-two-0`, `day-two-1`) started with [`CERT`], [`CA`] and [`OVERLAP`].
+///
+/// # Panics
+/// When any of that fails.
+pub async fn start_controllers(cp: &ControlPlane) -> [Process; 2] {
+    routers::check_client().expect("the AMQP client");
+    routers::routers_on_real_node(cp).expect("untainting the real node");
+    routers::import_router_image(cp).expect("the router image");
+    cp.install_crd().await;
+    let lifetimes = [
+        format!("--router-cert-lifetime={}s", CERT.as_secs()),
+        format!("--router-ca-lifetime={}s", CA.as_secs()),
+        format!("--router-ca-overlap={}s", OVERLAP.as_secs()),
+    ];
+    let args: Vec<&str> = lifetimes.iter().map(String::as_str).collect();
+    [0, 1].map(|i| routers::start_controller(cp, &format!("day-two-{i}"), &args).expect("a controller"))
+}
+
+/// Patches `spec.deploymentPlan.size` of Interconnect [`NAME`].
+fn scale(cp: &ControlPlane, ns: &str, size: usize) {
+    let patch = json!({"spec": {"deploymentPlan": {"size": size}}}).to_string();
+    let out =
+        routers::kubectl(cp, &["patch", "-n", ns, "interconnect", NAME, "--type", "merge", "-p", &patch]);
+    assert!(out.status.success(), "scaling to {size}: {}", String::from_utf8_lossy(&out.stderr));
+}
+
+/// Waits until [`NAME`] has `size` Ready routers and nothing else.
+async fn settled(cp: &ControlPlane, ns: &TestNamespace, size: usize) {
+    rolled_out(cp, ns, NAME, size).await;
+    crate::eventually(&format!("{size} Ready routers"), READY_WAIT, || async {
+        (routers::ready_routers(ns, NAME).await == size).then_some(())
+    })
+    .await;
+}
+
+/// A Secret's `key` as text ("" when missing).
+fn text(s: &Secret, key: &str) -> String {
+    s.data
+        .as_ref()
+        .and_then(|d| d.get(key))
+        .map(|b| String::from_utf8_lossy(&b.0).into_owned())
+        .unwrap_or_default()
+}
+
+/// One operation under steady traffic: starts the client, waits 3 s, runs `op`, waits 3 s
+/// for the traffic to settle, stops the client.
+async fn under_traffic<F, Fut>(
+    cp: &ControlPlane,
+    ns: &'static TestNamespace,
+    what: &'static str,
+    op: F,
+) -> Step
+where
+    F: FnOnce() -> Fut,
+    Fut: std::future::Future<Output = ()>,
+{
+    let ip = service_ip(ns, NAME).await;
+    let log = cp.dir().join(format!("steady-{}.log", what.replace(' ', "-")));
+    let steady = Steady::start(&url(&ip, 5672), "closest/live", RATE, &log);
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    let (stop, fewest) = watch_ready(ns, NAME);
+    let t = Instant::now();
+    op().await;
+    let took = t.elapsed();
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    stop.store(true, Ordering::SeqCst);
+    let fewest_ready = fewest.await.unwrap();
+    Step { what, took, traffic: steady.finish(), fewest_ready }
+}
+
+/// Creates the mesh of 3 in `ns` and runs the day-two operations one after the other under
+/// traffic, calling `each` with every [`Step`] as it ends (a test asserts there, a benchmark
+/// records). `controllers` are the two from [`start_controllers`]; the leading one is killed
+/// and restarted on the way. Takes about 3.5 minutes.
+///
+/// # Panics
+/// When the mesh is not Ready, an operation does not complete in its time, or `each` panics.
+pub async fn run(
+    cp: &'static ControlPlane,
+    ns: &'static TestNamespace,
+    controllers: &[&Process],
+    mut each: impl FnMut(&Step),
+) -> Vec<Step> {
+    let spec = |prefix: &str| {
+        routers::interconnect(
+            NAME,
+            json!({
+                "deploymentPlan": {"role": "interior", "size": 3, "placement": "Any"},
+                "listeners": [{"port": 5672}],
+                "addresses": [{"prefix": "closest", "distribution": "closest"}, {"prefix": prefix}],
+            }),
+        )
+    };
+    apply(cp, &ns.name, &spec("first"));
+    let ready = routers::wait_ready(cp, &ns.name, NAME, controllers);
+    eprintln!("day two: 3 interior routers Ready {ready:.1?} after apply");
+    let secrets: Api<Secret> = ns.api();
+    let (leaf, ca) = ("live-inter-router-credentials", "live-inter-router-ca");
+    let first_leaf = text(&secrets.get(leaf).await.unwrap(), "tls.crt");
+    let first_ca = text(&secrets.get(ca).await.unwrap(), "tls.crt");
+    let mut steps = Vec::new();
+    let mut record = |step: Step| {
+        eprintln!("day two: {step}");
+        each(&step);
+        steps.push(step);
+    };
+
+    record(
+        under_traffic(cp, ns, "scale 3 to 5 to 3", || async {
+            scale(cp, &ns.name, 5);
+            settled(cp, ns, 5).await;
+            scale(cp, &ns.name, 3);
+            settled(cp, ns, 3).await;
+        })
+        .await,
+    );
+
+    record(
+        under_traffic(cp, ns, "configuration change", || async {
+            apply(cp, &ns.name, &spec("second"));
+            settled(cp, ns, 3).await;
+        })
+        .await,
+    );
+
+    record(
+        under_traffic(cp, ns, "leading controller killed", || async {
+            let leases: Api<Lease> = Api::namespaced(ns.client.clone(), "qdr-operator");
+            let lease = leases.get("qdr-operator-controller").await.unwrap();
+            let holder = lease.spec.and_then(|s| s.holder_identity).unwrap_or_default();
+            let leader = controllers.iter().find(|p| p.name() == holder).expect("a leading controller");
+            leader.signal(libc::SIGKILL);
+            eprintln!("day two: killed the leader {holder}");
+            scale(cp, &ns.name, 4);
+            settled(cp, ns, 4).await;
+            scale(cp, &ns.name, 3);
+            settled(cp, ns, 3).await;
+            leader.restart(Duration::from_secs(1)).expect("restarting the killed controller");
+        })
+        .await,
+    );
+
+    record(
+        under_traffic(cp, ns, "router certificate renewal", || async {
+            crate::eventually("the router certificate's renewal", CERT, || async {
+                let now = text(&secrets.get(leaf).await.ok()?, "tls.crt");
+                (now != first_leaf).then_some(())
+            })
+            .await;
+            settled(cp, ns, 3).await;
+        })
+        .await,
+    );
+
+    record(
+        under_traffic(cp, ns, "CA rotation", || async {
+            crate::eventually("the CA rotation's last step", CA + 4 * OVERLAP + READY_WAIT, || async {
+                let s = secrets.get(ca).await.ok()?;
+                let bundle = text(&s, "ca.crt").matches("BEGIN CERTIFICATE").count();
+                (text(&s, "tls.crt") != first_ca && text(&s, "next.crt").is_empty() && bundle == 1)
+                    .then_some(())
+            })
+            .await;
+            settled(cp, ns, 3).await;
+        })
+        .await,
+    );
+    steps
+}
