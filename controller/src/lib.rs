@@ -28,6 +28,7 @@ pub mod keys;
 pub mod labels;
 pub mod lease;
 pub(crate) mod managed_fields;
+pub mod mesh;
 pub mod metrics;
 pub mod reconcile;
 pub mod recorder;

@@ -1,0 +1,308 @@
+//! Recorded answers (`answers/`) of real qdrouterd 1.19.0 routers: `connected-*`, a mesh of
+//! three interior routers (`mesh-0` … `mesh-2`, each linked to the others) with one edge
+//! (`edge-0`, uplinked to `mesh-0`), each queried by a Python client (its own `normal`
+//! connection is in every `connection` answer); `lost-*`, `mesh-0` and `mesh-2` 8 s after
+//! `mesh-1` was killed (both still list it in `router.node`).
+
+use std::collections::BTreeMap;
+
+use serde_json::{Value, json};
+
+use super::*;
+
+fn answer(name: &str) -> Value {
+    let text = match name {
+        "connected-mesh-0-router" => include_str!("answers/connected-mesh-0-router.json"),
+        "connected-mesh-0-router.node" => include_str!("answers/connected-mesh-0-router.node.json"),
+        "connected-mesh-0-connection" => include_str!("answers/connected-mesh-0-connection.json"),
+        "connected-mesh-1-router" => include_str!("answers/connected-mesh-1-router.json"),
+        "connected-mesh-1-router.node" => include_str!("answers/connected-mesh-1-router.node.json"),
+        "connected-mesh-1-connection" => include_str!("answers/connected-mesh-1-connection.json"),
+        "connected-mesh-2-router" => include_str!("answers/connected-mesh-2-router.json"),
+        "connected-mesh-2-router.node" => include_str!("answers/connected-mesh-2-router.node.json"),
+        "connected-mesh-2-connection" => include_str!("answers/connected-mesh-2-connection.json"),
+        "connected-edge-0-router" => include_str!("answers/connected-edge-0-router.json"),
+        "connected-edge-0-router.node" => include_str!("answers/connected-edge-0-router.node.json"),
+        "connected-edge-0-connection" => include_str!("answers/connected-edge-0-connection.json"),
+        "lost-mesh-0-router" => include_str!("answers/lost-mesh-0-router.json"),
+        "lost-mesh-0-router.node" => include_str!("answers/lost-mesh-0-router.node.json"),
+        "lost-mesh-0-connection" => include_str!("answers/lost-mesh-0-connection.json"),
+        "lost-mesh-2-router" => include_str!("answers/lost-mesh-2-router.json"),
+        "lost-mesh-2-router.node" => include_str!("answers/lost-mesh-2-router.node.json"),
+        "lost-mesh-2-connection" => include_str!("answers/lost-mesh-2-connection.json"),
+        other => panic!("no recorded answer {other}"),
+    };
+    serde_json::from_str(text).unwrap()
+}
+
+fn view(set: &str, router: &str) -> RouterView {
+    let a = |entity: &str| answer(&format!("{set}-{router}-{entity}"));
+    router_view(&a("router"), &a("router.node"), &a("connection")).unwrap()
+}
+
+fn observed(list: &[(&str, Observation)]) -> BTreeMap<String, Observation> {
+    list.iter().map(|(p, o)| (p.to_string(), o.clone())).collect()
+}
+
+fn names(v: &[&str]) -> Vec<String> {
+    v.iter().map(|s| s.to_string()).collect()
+}
+
+/// A view of `id` linked to `peers` (interior), built by hand for shapes not recorded.
+fn linked(id: &str, peers: &[&str]) -> Observation {
+    Observation::Answered(RouterView {
+        id: id.into(),
+        mode: Mode::Interior,
+        reaches: peers.iter().map(|p| p.to_string()).collect(),
+        inter_router: peers
+            .iter()
+            .map(|p| Link { peer: p.to_string(), outgoing: id > *p, encrypted: true })
+            .collect(),
+        edge: vec![],
+        clients: 0,
+        links_blocked: 0,
+        deliveries_stuck: 0,
+    })
+}
+
+#[test]
+fn a_recorded_interior_router_is_read_with_its_links_clients_and_gauges() {
+    let v = view("connected", "mesh-0");
+    assert_eq!(v.id, "mesh-0");
+    assert_eq!(v.mode, Mode::Interior);
+    assert_eq!(v.reaches, ["mesh-1", "mesh-2"].map(String::from).into());
+    // mesh-1 and mesh-2 connected to mesh-0 (auto-mesh: later routers connect to earlier).
+    assert_eq!(
+        v.inter_router,
+        vec![
+            Link { peer: "mesh-1".into(), outgoing: false, encrypted: false },
+            Link { peer: "mesh-2".into(), outgoing: false, encrypted: false },
+        ]
+    );
+    assert_eq!(v.edge, vec![Link { peer: "edge-0".into(), outgoing: false, encrypted: false }]);
+    // The recording client's own connection.
+    assert_eq!(v.clients, 1);
+    assert_eq!((v.links_blocked, v.deliveries_stuck), (0, 0));
+}
+
+#[test]
+fn a_recorded_edge_router_reaches_no_router_node_and_has_its_uplink() {
+    let v = view("connected", "edge-0");
+    assert_eq!(v.mode, Mode::Edge);
+    assert!(v.reaches.is_empty());
+    assert!(v.inter_router.is_empty());
+    assert_eq!(v.edge, vec![Link { peer: "mesh-0".into(), outgoing: true, encrypted: false }]);
+}
+
+#[test]
+fn the_readers_own_connection_is_not_a_client() {
+    let a = |e: &str| answer(&format!("connected-mesh-1-{e}"));
+    let mut connections = a("connection");
+    let names: Vec<String> = connections["attributeNames"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|n| n.as_str().unwrap().into())
+        .collect();
+    let container = names.iter().position(|n| n == "container").unwrap();
+    for row in connections["results"].as_array_mut().unwrap() {
+        if row[names.iter().position(|n| n == "role").unwrap()] == "normal" {
+            row[container] = json!(format!("{READER_CONTAINER_PREFIX}-1234"));
+        }
+    }
+    let v = router_view(&a("router"), &a("router.node"), &connections).unwrap();
+    assert_eq!(v.clients, 0);
+}
+
+#[test]
+fn malformed_answers_are_errors_that_name_the_entity() {
+    let good = |e: &str| answer(&format!("connected-mesh-0-{e}"));
+    let cases = [
+        (json!({}), good("router.node"), good("connection"), "router", "no attributeNames list"),
+        (
+            good("router"),
+            json!({"attributeNames": ["id"]}),
+            good("connection"),
+            "router.node",
+            "no results list",
+        ),
+        (
+            good("router"),
+            good("router.node"),
+            json!({"attributeNames": [1], "results": []}),
+            "connection",
+            "not a string",
+        ),
+        (
+            json!({"attributeNames": ["id"], "results": [["a", "b"]]}),
+            good("router.node"),
+            good("connection"),
+            "router",
+            "longer",
+        ),
+        (
+            json!({"attributeNames": ["id", "mode"], "results": []}),
+            good("router.node"),
+            good("connection"),
+            "router",
+            "0 rows",
+        ),
+        (
+            json!({"attributeNames": ["id", "mode"], "results": [["a", "standalone"]]}),
+            good("router.node"),
+            good("connection"),
+            "router",
+            "standalone",
+        ),
+        (
+            json!({"attributeNames": ["mode"], "results": [["edge"]]}),
+            good("router.node"),
+            good("connection"),
+            "router",
+            "no id",
+        ),
+    ];
+    for (router, nodes, connections, entity, what) in cases {
+        let e = router_view(&router, &nodes, &connections).unwrap_err();
+        assert_eq!(e.entity, entity, "{e}");
+        assert!(e.to_string().contains(what), "{e} does not say {what:?}");
+    }
+}
+
+#[test]
+fn the_recorded_mesh_of_three_is_connected() {
+    let obs = observed(&[
+        ("mesh-0", Observation::Answered(view("connected", "mesh-0"))),
+        ("mesh-1", Observation::Answered(view("connected", "mesh-1"))),
+        ("mesh-2", Observation::Answered(view("connected", "mesh-2"))),
+    ]);
+    let r = assess(Mode::Interior, &obs);
+    assert_eq!((r.interiors_expected, r.interiors_connected), (3, 3));
+    assert_eq!(r.groups, vec![names(&["mesh-0", "mesh-1", "mesh-2"])]);
+    assert!(r.missing_links.is_empty());
+    assert_eq!((r.condition.status, r.condition.reason), ("True", "Connected"));
+    assert_eq!(r.condition.message, "3/3 interior routers linked to each other");
+}
+
+#[test]
+fn a_router_that_does_not_answer_still_counts_as_linked_through_its_peers() {
+    let obs = observed(&[
+        ("mesh-0", Observation::Answered(view("connected", "mesh-0"))),
+        ("mesh-1", Observation::Unreachable("timed out after 5s".into())),
+        ("mesh-2", Observation::Answered(view("connected", "mesh-2"))),
+    ]);
+    let r = assess(Mode::Interior, &obs);
+    assert_eq!(r.groups.len(), 1);
+    assert_eq!((r.condition.status, r.condition.reason), ("Unknown", "RouterUnreachable"));
+    assert_eq!(r.condition.message, "not answering: mesh-1 (timed out after 5s)");
+}
+
+#[test]
+fn a_killed_router_is_a_group_of_its_own_although_routing_tables_still_list_it() {
+    // Both survivors still have mesh-1 in router.node; neither has a link to it.
+    let (m0, m2) = (view("lost", "mesh-0"), view("lost", "mesh-2"));
+    assert!(m0.reaches.contains("mesh-1") && m2.reaches.contains("mesh-1"));
+    let obs = observed(&[
+        ("mesh-0", Observation::Answered(m0)),
+        ("mesh-1", Observation::Unreachable("connection refused".into())),
+        ("mesh-2", Observation::Answered(m2)),
+    ]);
+    let r = assess(Mode::Interior, &obs);
+    assert_eq!(r.groups, vec![names(&["mesh-0", "mesh-2"]), names(&["mesh-1"])]);
+    assert_eq!(r.interiors_connected, 2);
+    assert_eq!(r.missing_links, vec![("mesh-0".into(), "mesh-1".into()), ("mesh-1".into(), "mesh-2".into())]);
+    assert_eq!((r.condition.status, r.condition.reason), ("False", "Partitioned"));
+    assert_eq!(
+        r.condition.message,
+        "the interior routers are split into 2 groups: [mesh-0, mesh-2] [mesh-1]; not answering: mesh-1 (connection refused)"
+    );
+}
+
+#[test]
+fn a_split_mesh_names_each_group() {
+    let obs = observed(&[
+        ("a", linked("a", &["b"])),
+        ("b", linked("b", &["a"])),
+        ("c", linked("c", &["d"])),
+        ("d", linked("d", &["c"])),
+        ("e", linked("e", &[])),
+    ]);
+    let r = assess(Mode::Interior, &obs);
+    assert_eq!(r.groups, vec![names(&["a", "b"]), names(&["c", "d"]), names(&["e"])]);
+    assert_eq!(r.condition.reason, "Partitioned");
+    assert_eq!(r.condition.message, "the interior routers are split into 3 groups: [a, b] [c, d] [e]");
+}
+
+#[test]
+fn a_pair_without_a_link_of_its_own_is_named_while_the_mesh_stays_connected() {
+    // a – b blocked (a NetworkPolicy, say): both still reach each other through c.
+    let obs =
+        observed(&[("a", linked("a", &["c"])), ("b", linked("b", &["c"])), ("c", linked("c", &["a", "b"]))]);
+    let r = assess(Mode::Interior, &obs);
+    assert_eq!(r.groups.len(), 1);
+    assert_eq!(r.missing_links, vec![("a".into(), "b".into())]);
+    assert_eq!((r.condition.status, r.condition.reason), ("True", "LinksMissing"));
+    assert_eq!(
+        r.condition.message,
+        "every router reaches every other, but these pairs have no link of their own: a – b"
+    );
+}
+
+#[test]
+fn a_link_reported_by_one_end_only_counts() {
+    // While a connection opens, one end may list it before the other does.
+    let obs = observed(&[("a", linked("a", &["b"])), ("b", linked("b", &[]))]);
+    assert_eq!(assess(Mode::Interior, &obs).condition.reason, "Connected");
+}
+
+#[test]
+fn links_to_routers_of_other_interconnects_do_not_join_groups() {
+    let obs = observed(&[("a", linked("a", &["elsewhere"])), ("b", linked("b", &["elsewhere"]))]);
+    let r = assess(Mode::Interior, &obs);
+    assert_eq!(r.groups, vec![names(&["a"]), names(&["b"])]);
+    assert_eq!(r.condition.reason, "Partitioned");
+}
+
+#[test]
+fn edges_are_judged_by_their_uplinks() {
+    let up = view("connected", "edge-0");
+    let mut down = up.clone();
+    down.id = "edge-1".into();
+    down.edge.clear();
+    let obs =
+        observed(&[("edge-0", Observation::Answered(up.clone())), ("edge-1", Observation::Answered(down))]);
+    let r = assess(Mode::Edge, &obs);
+    assert_eq!((r.edges_expected, r.edges_uplinked), (2, 1));
+    assert_eq!(r.not_uplinked, names(&["edge-1"]));
+    assert_eq!((r.condition.status, r.condition.reason), ("False", "EdgeNotUplinked"));
+    assert_eq!(r.condition.message, "edge routers without an open uplink: edge-1");
+    // An edge's incoming edge connection (as an interior sees it) is not an uplink.
+    let mut inverted = up.clone();
+    inverted.edge[0].outgoing = false;
+    let r = assess(Mode::Edge, &observed(&[("edge-0", Observation::Answered(inverted))]));
+    assert_eq!(r.condition.reason, "EdgeNotUplinked");
+
+    let r = assess(Mode::Edge, &observed(&[("edge-0", Observation::Answered(up))]));
+    assert_eq!((r.condition.status, r.condition.reason), ("True", "Connected"));
+    assert_eq!(r.condition.message, "1/1 edge routers uplinked");
+    assert_eq!((r.interiors_expected, r.groups.len()), (0, 0));
+}
+
+#[test]
+fn an_edge_without_an_uplink_comes_before_an_unreachable_one() {
+    let mut down = view("connected", "edge-0");
+    down.edge.clear();
+    let obs = observed(&[
+        ("e0", Observation::Answered(down)),
+        ("e1", Observation::Unreachable("no pod IP".into())),
+    ]);
+    let r = assess(Mode::Edge, &obs);
+    assert_eq!(r.condition.reason, "EdgeNotUplinked");
+    assert_eq!(r.unreachable.get("e1").map(String::as_str), Some("no pod IP"));
+}
+
+#[test]
+fn no_router_pods_is_unknown() {
+    let r = assess(Mode::Interior, &BTreeMap::new());
+    assert_eq!((r.condition.status, r.condition.reason), ("Unknown", "NoRouters"));
+}
