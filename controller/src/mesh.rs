@@ -1,7 +1,7 @@
 //! The mesh as the routers see it (design: `docs/mesh-status.md`, issue 39): management
-//! answers of each router → a [`RouterView`] → the [`MeshReport`] of one Interconnect, with
-//! the `MeshConnected` condition it implies. Pure: the reader that asks the routers and the
-//! status writer build on it (not wired yet).
+//! answers of each router ([`reader`] asks one router) → a [`RouterView`] → the
+//! [`MeshReport`] of one Interconnect, with the `MeshConnected` condition it implies. Not
+//! wired into the controller yet: the listener, the read schedule and the status come next.
 //!
 //! A management `QUERY` answer of qdrouterd 1.19 is `{attributeNames: [..], results: [[..],
 //! ..]}` (one row per entity, values in the order of the names), read here as JSON.
@@ -12,6 +12,7 @@
 //! neighbour, until its link state ages out, 60 s by default), its connections do not. Router
 //! ids are pod names: the operator renders `id: ${HOSTNAME}`.
 
+pub mod reader;
 #[cfg(test)]
 mod tests;
 

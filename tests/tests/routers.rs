@@ -14,6 +14,7 @@ use std::time::{Duration, Instant};
 
 use k8s_openapi::api::core::v1::Secret;
 use kube::api::{Api, PostParams};
+use qdr_controller::mesh;
 use qdr_tests::routers::{
     self, ROUTER_IMAGE, Receiver, Steady, apply, client, json_lines, kubectl, qdmanage, rolled_out,
     router_pods, send, service_ip, url, watch_ready,
@@ -141,6 +142,24 @@ async fn an_interior_mesh_of_three_routes_anycast_and_multicast_authenticates_an
     for c in inter {
         assert_eq!(c["isEncrypted"], true, "an inter-router connection without TLS: {c}");
     }
+    // The controller's mesh reader (fe2o3-amqp) reads each router and judges the mesh whole.
+    for (pod, ip) in &pods {
+        let view = read_router(ip).await.unwrap_or_else(|e| panic!("reading {pod}: {e}"));
+        assert_eq!((view.id.as_str(), view.mode), (pod.as_str(), mesh::Mode::Interior));
+        let peers: Vec<&str> = view.inter_router.iter().map(|l| l.peer.as_str()).collect();
+        assert_eq!(peers.len(), 2, "{pod}: {view:?}");
+        assert!(view.inter_router.iter().all(|l| l.encrypted), "{pod}: {view:?}");
+        assert_eq!(view.reaches.len(), 2, "{pod}: {view:?}");
+    }
+    // A listener that authenticates its peers refuses the reader (no SASL): reported, not hung.
+    match read_router_at(&pods[0].1, 5673).await {
+        Err(mesh::reader::ReadError::Amqp(e)) => say!("mesh reader on the PLAIN listener: refused ({e:.80})"),
+        other => panic!("the reader got through an authenticating listener: {other:?}"),
+    }
+    let report = judge(mesh::Mode::Interior, &pods).await;
+    assert_eq!((report.condition.status, report.condition.reason), ("True", "Connected"), "{report:?}");
+    assert_eq!(report.groups.len(), 1);
+    say!("mesh reader: {}", report.condition.message);
     let ip = |i: usize| pods[i].1.as_str();
 
     // Anycast: a receiver on router 1, a sender on router 0.
@@ -670,6 +689,33 @@ async fn a_router_of_the_old_revision_restarted_mid_rollout_keeps_its_configurat
     .await;
 }
 
+/// What the controller's mesh reader (`qdr_controller::mesh::reader`) gets from the router
+/// at `ip` over its plain AMQP listener 5672.
+async fn read_router(ip: &str) -> Result<mesh::RouterView, mesh::reader::ReadError> {
+    read_router_at(ip, 5672).await
+}
+
+/// As [`read_router`], on listener `port`.
+async fn read_router_at(ip: &str, port: u16) -> Result<mesh::RouterView, mesh::reader::ReadError> {
+    let stream = tokio::net::TcpStream::connect((ip, port))
+        .await
+        .map_err(|e| mesh::reader::ReadError::Amqp(e.to_string()))?;
+    mesh::reader::read_router(stream, "test", Duration::from_secs(10)).await
+}
+
+/// The mesh judged from what each of `pods` answers the reader.
+async fn judge(mode: mesh::Mode, pods: &[(String, String)]) -> mesh::MeshReport {
+    let mut observations = std::collections::BTreeMap::new();
+    for (pod, ip) in pods {
+        let o = match read_router(ip).await {
+            Ok(v) => mesh::Observation::Answered(v),
+            Err(e) => mesh::Observation::Unreachable(e.to_string()),
+        };
+        observations.insert(pod.clone(), o);
+    }
+    mesh::assess(mode, &observations)
+}
+
 /// The `connection` entities of `pod`'s router with role `role` that are open.
 fn open_connections(cp: &ControlPlane, ns: &str, pod: &str, role: &str) -> Vec<Value> {
     match qdmanage(cp, ns, pod, &["query", "--type=connection"]) {
@@ -734,6 +780,9 @@ async fn edge_routers_uplink_through_the_service_name_and_carry_messages_between
     let mut want: Vec<&str> = leaves.iter().map(|(p, _)| p.as_str()).collect();
     want.sort();
     assert_eq!(peers, want, "the interior's edge connections: {edges:?}");
+    let report = judge(mesh::Mode::Edge, &leaves).await;
+    assert_eq!((report.condition.reason, report.edges_uplinked), ("Connected", 2), "{report:?}");
+    say!("mesh reader: {}", report.condition.message);
 
     // Edge → interior → the other edge: a receiver on leaf 1, a sender on leaf 0. Edge
     // routers never connect to each other, and the interior counts the messages out to the

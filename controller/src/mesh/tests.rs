@@ -306,3 +306,33 @@ fn no_router_pods_is_unknown() {
     let r = assess(Mode::Interior, &BTreeMap::new());
     assert_eq!((r.condition.status, r.condition.reason), ("Unknown", "NoRouters"));
 }
+
+#[test]
+fn amqp_values_become_json_as_the_management_answers_use_them() {
+    use fe2o3_amqp::types::primitives::{OrderedMap, Symbol, Value as Amqp};
+    let map = OrderedMap::from_iter([
+        (Amqp::from("attributeNames"), Amqp::List(vec![Amqp::from("id"), Amqp::from("cost")])),
+        (
+            Amqp::from("results"),
+            Amqp::List(vec![
+                Amqp::List(vec![Amqp::from("mesh-0"), Amqp::Null]),
+                Amqp::List(vec![Amqp::Symbol(Symbol::from("mesh-1")), Amqp::Int(1)]),
+            ]),
+        ),
+        (Amqp::Symbol(Symbol::from("big")), Amqp::Ulong(u64::MAX)),
+        (Amqp::Int(7), Amqp::Bool(true)),
+        (Amqp::from("nan"), Amqp::Double(f64::NAN.into())),
+        (Amqp::from("bytes"), Amqp::Binary(vec![1u8, 2].into())),
+    ]);
+    assert_eq!(
+        reader::to_json(&Amqp::Map(map)),
+        json!({
+            "attributeNames": ["id", "cost"],
+            "results": [["mesh-0", null], ["mesh-1", 1]],
+            "big": u64::MAX,
+            "7": true,
+            "nan": null,
+            "bytes": [1, 2],
+        })
+    );
+}
