@@ -703,16 +703,15 @@ async fn read_router_at(ip: &str, port: u16) -> Result<mesh::RouterView, mesh::r
     mesh::reader::read_router(stream, "test", Duration::from_secs(10)).await
 }
 
-/// The mesh judged from what each of `pods` answers the reader.
+/// The mesh judged from what each of `pods` answers the reader (`mesh::reader::observe`,
+/// two at a time, on listener 5672).
 async fn judge(mode: mesh::Mode, pods: &[(String, String)]) -> mesh::MeshReport {
-    let mut observations = std::collections::BTreeMap::new();
-    for (pod, ip) in pods {
-        let o = match read_router(ip).await {
-            Ok(v) => mesh::Observation::Answered(v),
-            Err(e) => mesh::Observation::Unreachable(e.to_string()),
-        };
-        observations.insert(pod.clone(), o);
-    }
+    let targets: Vec<mesh::reader::Target> = pods
+        .iter()
+        .map(|(pod, ip)| mesh::reader::Target { pod: pod.clone(), ip: Some(ip.clone()) })
+        .collect();
+    let limit = tokio::sync::Semaphore::new(2);
+    let observations = mesh::reader::observe(&targets, 5672, &limit, Duration::from_secs(10)).await;
     mesh::assess(mode, &observations)
 }
 

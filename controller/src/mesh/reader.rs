@@ -177,3 +177,49 @@ pub fn to_json(v: &Value) -> Json {
         other => Json::String(format!("{other:?}")),
     }
 }
+
+/// One router pod to read: its name and, once it has one, its IP.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Target {
+    /// The pod's name (its router id).
+    pub pod: String,
+    /// `status.podIP`; `None` while it has none.
+    pub ip: Option<String>,
+}
+
+/// Reads every router in `targets` at `port`, each connection holding a permit of `limit`
+/// (shared by every Interconnect the caller reads, so the whole controller keeps to one
+/// bound) and each read limited to `timeout` (connecting included): pod → what it answered.
+/// A pod without an IP is [`Observation::Unreachable`] `"no pod IP yet"`, without a
+/// connection; a refused or timed-out connection and any [`ReadError`] are
+/// `Unreachable` with the error's text. Never retries: the caller reads again at its next
+/// trigger.
+pub async fn observe(
+    targets: &[Target],
+    port: u16,
+    limit: &tokio::sync::Semaphore,
+    timeout: Duration,
+) -> std::collections::BTreeMap<String, super::Observation> {
+    use super::Observation;
+    let reads = targets.iter().map(|t| async move {
+        let Some(ip) = &t.ip else {
+            return (t.pod.clone(), Observation::Unreachable("no pod IP yet".into()));
+        };
+        let Ok(_permit) = limit.acquire().await else {
+            return (t.pod.clone(), Observation::Unreachable("the reader is shutting down".into()));
+        };
+        let read = async {
+            let stream = tokio::net::TcpStream::connect((ip.as_str(), port))
+                .await
+                .map_err(|e| ReadError::Amqp(format!("connecting to {ip}:{port}: {e}")))?;
+            read(stream, &t.pod).await
+        };
+        let o = match tokio::time::timeout(timeout, read).await {
+            Ok(Ok(view)) => Observation::Answered(view),
+            Ok(Err(e)) => Observation::Unreachable(e.to_string()),
+            Err(_) => Observation::Unreachable(ReadError::Timeout(timeout).to_string()),
+        };
+        (t.pod.clone(), o)
+    });
+    futures::future::join_all(reads).await.into_iter().collect()
+}

@@ -336,3 +336,64 @@ fn amqp_values_become_json_as_the_management_answers_use_them() {
         })
     );
 }
+
+/// A local TCP listener that accepts and then says nothing: a router that hangs. Counts the
+/// connections open at once, and the most seen.
+async fn silent_listener()
+-> (u16, std::sync::Arc<(std::sync::atomic::AtomicUsize, std::sync::atomic::AtomicUsize)>) {
+    use std::sync::atomic::Ordering::SeqCst;
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let port = listener.local_addr().unwrap().port();
+    let counts =
+        std::sync::Arc::new((std::sync::atomic::AtomicUsize::new(0), std::sync::atomic::AtomicUsize::new(0)));
+    let c = counts.clone();
+    tokio::spawn(async move {
+        loop {
+            let (mut socket, _) = listener.accept().await.unwrap();
+            let c = c.clone();
+            let now = c.0.fetch_add(1, SeqCst) + 1;
+            c.1.fetch_max(now, SeqCst);
+            tokio::spawn(async move {
+                let mut buf = [0u8; 64];
+                // Until the reader gives up and closes.
+                while tokio::io::AsyncReadExt::read(&mut socket, &mut buf).await.is_ok_and(|n| n > 0) {}
+                c.0.fetch_sub(1, SeqCst);
+            });
+        }
+    });
+    (port, counts)
+}
+
+#[tokio::test]
+async fn observe_bounds_connections_times_out_and_reports_pods_without_an_ip() {
+    use std::sync::atomic::Ordering::SeqCst;
+    let (port, counts) = silent_listener().await;
+    let mut targets: Vec<reader::Target> =
+        (0..5).map(|i| reader::Target { pod: format!("r{i}"), ip: Some("127.0.0.1".into()) }).collect();
+    targets.push(reader::Target { pod: "pending".into(), ip: None });
+    let limit = tokio::sync::Semaphore::new(2);
+    let timeout = std::time::Duration::from_millis(300);
+    let started = std::time::Instant::now();
+    let seen = reader::observe(&targets, port, &limit, timeout).await;
+    assert_eq!(seen.len(), 6);
+    assert_eq!(seen["pending"], Observation::Unreachable("no pod IP yet".into()));
+    for i in 0..5 {
+        assert_eq!(seen[&format!("r{i}")], Observation::Unreachable("no answer within 300ms".into()));
+    }
+    // Never more than the limit at once; 5 reads two at a time take at least 3 timeouts
+    // (all at once would take one).
+    assert!(counts.1.load(SeqCst) <= 2, "{} at once", counts.1.load(SeqCst));
+    assert!(started.elapsed() >= 3 * timeout, "{:?}", started.elapsed());
+}
+
+#[tokio::test]
+async fn observe_reports_a_refused_connection_with_the_address() {
+    // A port nobody listens on: bind, note it, close.
+    let port = std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port();
+    let targets = [reader::Target { pod: "r0".into(), ip: Some("127.0.0.1".into()) }];
+    let seen =
+        reader::observe(&targets, port, &tokio::sync::Semaphore::new(1), std::time::Duration::from_secs(5))
+            .await;
+    let Observation::Unreachable(why) = &seen["r0"] else { panic!("{seen:?}") };
+    assert!(why.contains(&format!("connecting to 127.0.0.1:{port}")) && why.contains("refused"), "{why}");
+}
