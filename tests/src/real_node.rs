@@ -596,11 +596,20 @@ fn kubelet_config(dir: &Path, ca_file: &Path, healthz: u16) -> String {
 /// do; TTL 5 s so a test sees a new Service at once. Its ready plugin listens on loopback
 /// port `ready`.
 fn corefile(kubeconfig: &Path, ready: u16) -> String {
+    let kubeconfig = kubeconfig.display();
     format!(
-        "{CLUSTER_DOMAIN}:53 in-addr.arpa:53 ip6.arpa:53 {{\n    bind {GATEWAY}\n    errors\n    ready 127.0.0.1:{ready}\n    \
-         kubernetes {CLUSTER_DOMAIN} in-addr.arpa ip6.arpa {{\n        kubeconfig {}\n        pods insecure\n        \
-         ttl 5\n    }}\n    loadbalance\n}}\n",
-        kubeconfig.display()
+        r"{CLUSTER_DOMAIN}:53 in-addr.arpa:53 ip6.arpa:53 {{
+    bind {GATEWAY}
+    errors
+    ready 127.0.0.1:{ready}
+    kubernetes {CLUSTER_DOMAIN} in-addr.arpa ip6.arpa {{
+        kubeconfig {kubeconfig}
+        pods insecure
+        ttl 5
+    }}
+    loadbalance
+}}
+"
     )
 }
 

@@ -142,23 +142,24 @@ async fn an_interior_mesh_of_three_routes_anycast_and_multicast_authenticates_an
     for c in inter {
         assert_eq!(c["isEncrypted"], true, "an inter-router connection without TLS: {c}");
     }
-    // The controller's mesh reader (fe2o3-amqp) reads each router and judges the mesh whole.
-    for (pod, ip) in &pods {
-        let view = read_router(ip).await.unwrap_or_else(|e| panic!("reading {pod}: {e}"));
+    // The controller's mesh reader (fe2o3-amqp) reads each router once and judges the mesh.
+    let observations = observe(&pods).await;
+    for (pod, o) in &observations {
+        let mesh::Observation::Answered(view) = o else { panic!("reading {pod}: {o:?}") };
         assert_eq!((view.id.as_str(), view.mode), (pod.as_str(), mesh::Mode::Interior));
-        let peers: Vec<&str> = view.inter_router.iter().map(|l| l.peer.as_str()).collect();
-        assert_eq!(peers.len(), 2, "{pod}: {view:?}");
+        assert_eq!(view.inter_router.len(), 2, "{pod}: {view:?}");
         assert!(view.inter_router.iter().all(|l| l.encrypted), "{pod}: {view:?}");
         assert_eq!(view.reaches.len(), 2, "{pod}: {view:?}");
     }
+    let report = mesh::assess(mesh::Mode::Interior, &observations);
+    assert_eq!((report.condition.status, report.condition.reason), ("True", "Connected"), "{report:?}");
+    assert_eq!(report.groups.len(), 1);
     // A listener that authenticates its peers refuses the reader (no SASL): reported, not hung.
-    match read_router_at(&pods[0].1, 5673).await {
+    let stream = tokio::net::TcpStream::connect((pods[0].1.as_str(), 5673)).await.unwrap();
+    match mesh::reader::read_router(stream, "test", Duration::from_secs(10)).await {
         Err(mesh::reader::ReadError::Amqp(e)) => say!("mesh reader on the PLAIN listener: refused ({e:.80})"),
         other => panic!("the reader got through an authenticating listener: {other:?}"),
     }
-    let report = judge(mesh::Mode::Interior, &pods).await;
-    assert_eq!((report.condition.status, report.condition.reason), ("True", "Connected"), "{report:?}");
-    assert_eq!(report.groups.len(), 1);
     say!("mesh reader: {}", report.condition.message);
     let ip = |i: usize| pods[i].1.as_str();
 
@@ -187,10 +188,11 @@ async fn an_interior_mesh_of_three_routes_anycast_and_multicast_authenticates_an
     let (mut r1, mut r2) = (r1, r2);
     let mut rounds = 0;
     loop {
+        let (got1, got2) = (r1.distinct(), r2.distinct());
         let missing: Vec<usize> = (0..4)
             .filter(|i| {
                 let body = format!("news-{i}");
-                !r1.distinct().contains(&body) || !r2.distinct().contains(&body)
+                !got1.contains(&body) || !got2.contains(&body)
             })
             .collect();
         if missing.is_empty() {
@@ -689,30 +691,14 @@ async fn a_router_of_the_old_revision_restarted_mid_rollout_keeps_its_configurat
     .await;
 }
 
-/// What the controller's mesh reader (`qdr_controller::mesh::reader`) gets from the router
-/// at `ip` over its plain AMQP listener 5672.
-async fn read_router(ip: &str) -> Result<mesh::RouterView, mesh::reader::ReadError> {
-    read_router_at(ip, 5672).await
-}
-
-/// As [`read_router`], on listener `port`.
-async fn read_router_at(ip: &str, port: u16) -> Result<mesh::RouterView, mesh::reader::ReadError> {
-    let stream = tokio::net::TcpStream::connect((ip, port))
-        .await
-        .map_err(|e| mesh::reader::ReadError::Amqp(e.to_string()))?;
-    mesh::reader::read_router(stream, "test", Duration::from_secs(10)).await
-}
-
-/// The mesh judged from what each of `pods` answers the reader (`mesh::reader::observe`,
-/// two at a time, on listener 5672).
-async fn judge(mode: mesh::Mode, pods: &[(String, String)]) -> mesh::MeshReport {
+/// What each of `pods` answers the controller's mesh reader (`mesh::reader::observe`, two
+/// at a time, on the plain listener 5672).
+async fn observe(pods: &[(String, String)]) -> std::collections::BTreeMap<String, mesh::Observation> {
     let targets: Vec<mesh::reader::Target> = pods
         .iter()
         .map(|(pod, ip)| mesh::reader::Target { pod: pod.clone(), ip: Some(ip.clone()) })
         .collect();
-    let limit = tokio::sync::Semaphore::new(2);
-    let observations = mesh::reader::observe(&targets, 5672, &limit, Duration::from_secs(10)).await;
-    mesh::assess(mode, &observations)
+    mesh::reader::observe(&targets, 5672, &tokio::sync::Semaphore::new(2), Duration::from_secs(10)).await
 }
 
 /// The `connection` entities of `pod`'s router with role `role` that are open.
@@ -779,7 +765,7 @@ async fn edge_routers_uplink_through_the_service_name_and_carry_messages_between
     let mut want: Vec<&str> = leaves.iter().map(|(p, _)| p.as_str()).collect();
     want.sort();
     assert_eq!(peers, want, "the interior's edge connections: {edges:?}");
-    let report = judge(mesh::Mode::Edge, &leaves).await;
+    let report = mesh::assess(mesh::Mode::Edge, &observe(&leaves).await);
     assert_eq!((report.condition.reason, report.edges_uplinked), ("Connected", 2), "{report:?}");
     say!("mesh reader: {}", report.condition.message);
 

@@ -352,6 +352,21 @@ fn install_real(cp: &ControlPlane, root: &std::path::Path) -> Result<(), Box<dyn
     Ok(())
 }
 
+/// Runs `qdstat <arg>` in router pod `pod` every 0.5 s until its output satisfies `done` or
+/// 60 s pass, shows the last output and tells whether `done` was met.
+fn qdstat_until(cp: &ControlPlane, pod: &str, arg: &str, done: impl Fn(&str) -> bool) -> bool {
+    let deadline = Instant::now() + Duration::from_secs(60);
+    loop {
+        let out = kubectl(cp, &["exec", pod, "--", "qdstat", arg]);
+        let met = done(&String::from_utf8_lossy(&out.stdout));
+        if met || Instant::now() > deadline {
+            show(&format!("kubectl exec {pod} -- qdstat {arg}"), &out);
+            return met;
+        }
+        std::thread::sleep(Duration::from_millis(500));
+    }
+}
+
 /// `--real`: the mesh each router of `router-mesh` sees (`qdstat -n` in its pod), then three
 /// messages from the first router to a receiver on the second; then the edge example's
 /// connections (`qdstat -c`: its uplink to `router-mesh` by Service name) and three messages
@@ -378,17 +393,7 @@ fn show_mesh(cp: &ControlPlane) -> Result<(), Box<dyn std::error::Error>> {
     }
     for (pod, _) in &pods {
         // The mesh forms within seconds of the routers being Ready.
-        let deadline = Instant::now() + Duration::from_secs(60);
-        loop {
-            let out = kubectl(cp, &["exec", pod, "--", "qdstat", "-n"]);
-            let text = String::from_utf8_lossy(&out.stdout).into_owned();
-            let seen = pods.iter().filter(|(p, _)| text.contains(p.as_str())).count();
-            if seen == pods.len() || Instant::now() > deadline {
-                show(&format!("kubectl exec {pod} -- qdstat -n"), &out);
-                break;
-            }
-            std::thread::sleep(Duration::from_millis(500));
-        }
+        qdstat_until(cp, pod, "-n", |text| pods.iter().all(|(p, _)| text.contains(p.as_str())));
     }
     let (from, to) = (&pods[0], &pods[1]);
     let receiver = Receiver::attach(&url(&to.1, 5672), "closest/hello", 3, &[]);
@@ -418,19 +423,11 @@ fn show_mesh(cp: &ControlPlane) -> Result<(), Box<dyn std::error::Error>> {
     let Some((edge, edge_ip)) = edge.trim().split_once(' ') else {
         return Err(format!("no edge-routers router: {edge:?}").into());
     };
-    let deadline = Instant::now() + Duration::from_secs(60);
-    loop {
-        let out = kubectl(cp, &["exec", edge, "--", "qdstat", "-c"]);
-        let text = String::from_utf8_lossy(&out.stdout).into_owned();
-        let up = text.lines().any(|l| l.contains("router-mesh:45672") && l.contains(" edge "));
-        if up || Instant::now() > deadline {
-            show(&format!("kubectl exec {edge} -- qdstat -c"), &out);
-            if !up {
-                return Err(format!("{edge}'s uplink to router-mesh:45672 did not open").into());
-            }
-            break;
-        }
-        std::thread::sleep(Duration::from_millis(500));
+    let up = qdstat_until(cp, edge, "-c", |text| {
+        text.lines().any(|l| l.contains("router-mesh:45672") && l.contains(" edge "))
+    });
+    if !up {
+        return Err(format!("{edge}'s uplink to router-mesh:45672 did not open").into());
     }
     let receiver = Receiver::attach(&url(&to.1, 5672), "closest/from-the-edge", 3, &[]);
     send(&url(edge_ip, 5672), "closest/from-the-edge", 0..3, "edge-", Duration::from_secs(60), &[]);
