@@ -154,7 +154,12 @@ pub struct Rendered {
 impl Rendered {
     /// Renders the configuration of `spec` (already defaulted) and hashes it.
     pub fn of(spec: &InterconnectSpec) -> Self {
-        let text = router_config(spec).render();
+        Rendered::from_config(&router_config(spec))
+    }
+
+    /// Renders `config` and hashes it.
+    pub fn from_config(config: &RouterConfig) -> Self {
+        let text = config.render();
         let hash = sha2::Sha256::digest(text.as_bytes()).iter().map(|b| format!("{b:02x}")).collect();
         Rendered { text, hash }
     }
@@ -192,6 +197,47 @@ fn connector(c: &Connector, link: LinkRole) -> Section {
         .i("linkCapacity", c.link_capacity)
         .s("sslProfile", c.ssl_profile.as_deref())
         .b("verifyHostname", c.verify_hostname)
+}
+
+/// Port of the operator's management listener on every router it reads
+/// (docs/mesh-status.md): the controller asks the routers what they see through it. A user
+/// listener on this port leaves the routers unread (the webhook warns of it).
+pub const MANAGEMENT_PORT: i32 = 55670;
+/// Name of the sslProfile of the operator's management listener. Its credentials are
+/// generated like any mutual-auth profile's: Secrets `<name>-qdr-operator-management-ca`
+/// and `<name>-qdr-operator-management-credentials`.
+pub const MANAGEMENT_PROFILE: &str = "qdr-operator-management";
+/// Name of the operator's management listener. qdrouterd 1.19 wants names unique across
+/// every entity, and a user's listener name has at most 15 characters, so it takes no
+/// user's name.
+pub const MANAGEMENT_LISTENER: &str = "qdr-operator-management-listener";
+
+impl RouterConfig {
+    /// This configuration with the operator's management listener (after the health
+    /// listener): port [`MANAGEMENT_PORT`], TLS required with sslProfile
+    /// [`MANAGEMENT_PROFILE`] (which must be among the spec's profiles, with a `caCert`), and
+    /// the client's certificate verified in the TLS handshake: qdrouterd 1.19 verifies the
+    /// peer whenever `saslMechanisms` names `EXTERNAL` (`connection_manager.c`), while
+    /// `authenticatePeer: false` lets the client skip SASL. Measured on a real router: a
+    /// client certificate of another CA, or none, is refused in the handshake; a plain
+    /// connection is refused by `requireSsl`.
+    pub fn with_management_listener(mut self) -> RouterConfig {
+        let at = self
+            .sections
+            .iter()
+            .position(|s| s.get("name") == Some(&Value::Str(crate::messages::HEALTH_LISTENER.into())));
+        let section = Section::new("listener")
+            .s("name", Some(MANAGEMENT_LISTENER))
+            .s("role", Some("normal"))
+            .s("host", Some("0.0.0.0"))
+            .i("port", Some(MANAGEMENT_PORT))
+            .s("saslMechanisms", Some("EXTERNAL"))
+            .b("authenticatePeer", Some(false))
+            .b("requireSsl", Some(true))
+            .s("sslProfile", Some(MANAGEMENT_PROFILE));
+        self.sections.insert(at.map_or(self.sections.len(), |i| i + 1), section);
+        self
+    }
 }
 
 /// Mount directory of Secret `secret` for profile `profile`.

@@ -55,12 +55,39 @@ use crate::enums::string_enum;
         description = "Routers ready"
     ),
     printcolumn(
+        name = "Mesh",
+        type_ = "string",
+        json_path = ".status.mesh.summary",
+        description = "The mesh as the routers report it: interior routers linked to each other (or edges uplinked) / expected"
+    ),
+    printcolumn(
         name = "Status",
         type_ = "string",
         json_path = ".status.conditions[?(@.type==\"Ready\")].reason",
         description = "Reason of the Ready condition"
     ),
-    printcolumn(name = "Age", type_ = "date", json_path = ".metadata.creationTimestamp")
+    printcolumn(name = "Age", type_ = "date", json_path = ".metadata.creationTimestamp"),
+    printcolumn(
+        name = "Edges",
+        type_ = "integer",
+        json_path = ".status.mesh.edgesUplinked",
+        description = "Edge routers with an open uplink",
+        priority = 1
+    ),
+    printcolumn(
+        name = "Connections",
+        type_ = "integer",
+        json_path = ".status.mesh.clientConnections",
+        description = "Open client connections across the routers",
+        priority = 1
+    ),
+    printcolumn(
+        name = "Config",
+        type_ = "string",
+        json_path = ".status.conditions[?(@.type==\"ConfigApplied\")].status",
+        description = "Whether every router runs the current configuration (ConfigApplied)",
+        priority = 1
+    )
 )]
 #[serde(rename_all = "camelCase")]
 pub struct InterconnectSpec {
@@ -607,6 +634,127 @@ pub struct InterconnectStatus {
     /// Routers running the current configuration.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub updated_replicas: Option<i32>,
+
+    /// The first 10 hex digits of the SHA-256 of the router configuration the spec renders
+    /// to now (the suffix of its ConfigMap `<name>-router-config-<hash>`): a router runs
+    /// the current configuration when its `routers[].configHash` is this.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub config_hash: Option<String>,
+
+    /// The mesh as the routers report it, when the controller reads them
+    /// (`--observe-mesh=on`, the default; docs/mesh-status.md). Absent when it does not.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub mesh: Option<MeshStatus>,
+
+    /// What each router pod reports of itself, in pod name order (the first 1,024), when the
+    /// controller reads them.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    #[schemars(length(max = MAX_STATUS_PODS))]
+    pub routers: Vec<RouterStatus>,
+}
+
+/// Most links listed per router, and most missing links listed in `status.mesh`: beyond
+/// this the lists are cut (the counts stay whole), so a status never outgrows the API
+/// server's limits.
+pub const MAX_STATUS_LINKS: usize = 256;
+
+/// The mesh of one Interconnect as its routers report it (`status.mesh`).
+#[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct MeshStatus {
+    /// One line for `kubectl get`: `3/3 connected`, `2/3 connected` (interior routers in
+    /// the largest group that reach each other / interior router pods), `2/2 uplinked`
+    /// (edge routers), with `, 1 not answering` when some router did not answer.
+    pub summary: String,
+    /// Interior router pods (0 for edge routers).
+    pub interiors_expected: i32,
+    /// Interior routers in the largest group linked to each other.
+    pub interiors_connected: i32,
+    /// Edge router pods (0 for interior routers).
+    pub edges_expected: i32,
+    /// Edge routers with an open uplink to an interior router.
+    pub edges_uplinked: i32,
+    /// Open client connections (roles `normal` and `route-container`) across the routers
+    /// that answered, the controller's own left out.
+    pub client_connections: i64,
+    /// Pairs of interior routers with no open link between them (auto-mesh links every
+    /// pair), by router id, at most 256 listed.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    #[schemars(length(max = MAX_STATUS_LINKS))]
+    pub missing_links: Vec<MissingLink>,
+    /// Router pods that did not answer, each with why (`mesh-0: no answer within 5s`), at
+    /// most 256 listed.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    #[schemars(length(max = MAX_STATUS_LINKS))]
+    pub unreachable: Vec<String>,
+}
+
+/// Two interior routers with no open link between them.
+#[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, Eq, PartialOrd, Ord, JsonSchema)]
+pub struct MissingLink {
+    /// One router id (a pod name), the lesser of the two.
+    pub from: String,
+    /// The other.
+    pub to: String,
+}
+
+/// What one router pod reports of itself (`status.routers[]`).
+#[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct RouterStatus {
+    /// The pod's name.
+    pub pod: String,
+    /// The node it runs on.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub node: Option<String>,
+    /// Its router id, as it reports it (the pod name: the operator renders `id: ${HOSTNAME}`);
+    /// absent when it did not answer.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub id: Option<String>,
+    /// `interior` or `edge`, as it reports it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub mode: Option<String>,
+    /// The router configuration it runs: the 10-digit hash of the configuration ConfigMap
+    /// its pod mounts (compare with `status.configHash`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub config_hash: Option<String>,
+    /// Other routers in its routing table (`router.node`), by id, at most 256. Lags behind
+    /// a router's death by up to a minute: links are judged by `links`, not by this.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    #[schemars(length(max = MAX_STATUS_LINKS))]
+    pub reaches: Vec<String>,
+    /// Its open inter-router and edge connections, at most 256.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    #[schemars(length(max = MAX_STATUS_LINKS))]
+    pub links: Vec<RouterLink>,
+    /// Open client connections (roles `normal` and `route-container`), the controller's
+    /// own left out.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub client_connections: Option<i64>,
+    /// Links blocked by flow control (the router's `linksBlocked`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub links_blocked: Option<i64>,
+    /// Deliveries unsettled for more than 10 seconds (the router's `deliveriesStuck`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub deliveries_stuck: Option<i64>,
+    /// Why it did not answer (`no pod IP yet`, `no answer within 5s`, a refused
+    /// connection); absent when it answered.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub error: Option<String>,
+}
+
+/// One open connection of a router to another router.
+#[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, Eq, PartialOrd, Ord, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct RouterLink {
+    /// `inter-router` (between interior routers) or `edge` (an edge router's uplink).
+    pub role: String,
+    /// The other router's id.
+    pub peer: String,
+    /// `out` when this router opened it (its connector), `in` when the peer did.
+    pub direction: String,
+    /// Whether it runs over TLS.
+    pub encrypted: bool,
 }
 
 /// Reads `conditions`, dropping entries that are not `metav1.Condition`s: the Go operator

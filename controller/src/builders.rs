@@ -67,6 +67,9 @@ pub struct Settings {
     pub run_as_user: Option<i64>,
     /// Key of the credentials hash annotation ([`crate::hash_key`]).
     pub hash_key: crate::hash_key::HashKey,
+    /// Whether the routers get the operator's management listener and are read
+    /// (`--observe-mesh`, docs/mesh-status.md).
+    pub observe_mesh: bool,
 }
 
 /// The UID the router pods run as by default. The router image (qdr-image 1.19.0) declares no

@@ -238,6 +238,15 @@ fn signing_pair(d: &Data, now: SystemTime) -> Option<CertKey> {
         .filter(|p| text(d, NEXT_CRT).as_ref() != Some(&p.cert_pem))
 }
 
+/// What a generated CA Secret's data (`d`) gives a client of the routers at `now`: the pair
+/// that signs (none while a lost CA's replacement waits for its promotion) and the trust
+/// bundle (every CA a router's certificate may be signed by). The controller's reader of
+/// the routers' management ([`crate::mesh::management`]) signs its client certificate with
+/// the one and verifies the routers with the other.
+pub(crate) fn signer_and_trust(d: &Data, now: SystemTime) -> Option<(CertKey, String)> {
+    Some((signing_pair(d, now)?, bundle(d)?))
+}
+
 /// The trust bundle of a CA Secret: its `ca.crt`, else its `tls.crt`.
 fn bundle(d: &Data) -> Option<String> {
     text(d, "ca.crt").or_else(|| text(d, "tls.crt"))

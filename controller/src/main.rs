@@ -104,9 +104,24 @@ struct Args {
     #[arg(long, env = "QDR_ROUTER_RUN_AS_USER", default_value = "10001", value_parser = parse_run_as_user)]
     router_run_as_user: RunAsUser,
 
+    /// Read the routers themselves (`on`): every router gets the operator's management
+    /// listener (port 55670, mutual TLS), and the status reports the mesh they see
+    /// (`MeshConnected`, `ConfigApplied`, `status.mesh`, `status.routers`; docs/mesh-status.md).
+    /// `off` for routers nobody can reach (simulated nodes): no listener, no reads, and
+    /// `Ready` means the pods are ready.
+    #[arg(long, env = "QDR_OBSERVE_MESH", value_enum, default_value = "on")]
+    observe_mesh: OnOff,
+
     /// Log format.
     #[arg(long, env = "QDR_LOG_FORMAT", value_enum, default_value = "text")]
     log_format: LogFormat,
+}
+
+/// A switch.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+enum OnOff {
+    On,
+    Off,
 }
 
 /// `--router-run-as-user`: a UID, or the platform's choice.
@@ -245,6 +260,7 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
         lifetimes,
         run_as_user: args.router_run_as_user.0,
         hash_key,
+        observe_mesh: args.observe_mesh == OnOff::On,
     };
     let recorder = qdr_controller::recorder::Recorder::new(fenced.clone(), "qdr-operator", &identity);
     let ctx = Arc::new(Context::new(fenced, settings, recorder, metrics.clone(), health));

@@ -12,6 +12,7 @@
 //! neighbour, until its link state ages out, 60 s by default), its connections do not. Router
 //! ids are pod names: the operator renders `id: ${HOSTNAME}`.
 
+pub mod management;
 pub mod reader;
 #[cfg(test)]
 mod tests;

@@ -48,6 +48,8 @@ pub struct ValidatedInterconnect {
     name: String,
     namespace: String,
     owner_ref: OwnerReference,
+    /// Whether the operator's management profile was added ([`Self::with_management`]).
+    management: bool,
 }
 
 impl ValidatedInterconnect {
@@ -65,7 +67,55 @@ impl ValidatedInterconnect {
         if !errors.is_empty() {
             return Err(ValidationError::Invalid(errors));
         }
-        Ok(ValidatedInterconnect { ic, name, namespace, owner_ref })
+        Ok(ValidatedInterconnect { ic, name, namespace, owner_ref, management: false })
+    }
+
+    /// This Interconnect with the operator's management sslProfile
+    /// ([`qdr_api::router_config::MANAGEMENT_PROFILE`]: mutual auth, generated CA and
+    /// credentials, `<name>-qdr-operator-management-ca` / `-credentials`) added to its
+    /// effective spec, in memory only, so its Secrets are generated, mounted, renewed and
+    /// kept like every generated profile's (docs/mesh-status.md).
+    ///
+    /// Returns the Interconnect and `Ok`, or, leaving the spec as it was, `Err` with why the
+    /// routers cannot be given the management listener:
+    /// a listener (or `livenessPort`) of the spec already uses
+    /// [`qdr_api::router_config::MANAGEMENT_PORT`], or an sslProfile or connector has the profile's name.
+    pub fn with_management(mut self) -> (ValidatedInterconnect, Result<(), String>) {
+        use qdr_api::router_config::{MANAGEMENT_PORT, MANAGEMENT_PROFILE};
+        let spec = &mut self.ic.spec;
+        if spec.liveness_port() == MANAGEMENT_PORT
+            || spec.every_listener().any(|(_, _, l)| l.port == MANAGEMENT_PORT)
+        {
+            let why = format!(
+                "port {MANAGEMENT_PORT} is the operator's management port and a listener of the spec uses it"
+            );
+            return (self, Err(why));
+        }
+        // qdrouterd wants entity names unique across every type.
+        if spec.ssl_profiles.iter().flatten().any(|p| p.name == MANAGEMENT_PROFILE)
+            || spec.every_connector().any(|(_, _, c)| c.name.as_deref() == Some(MANAGEMENT_PROFILE))
+        {
+            let why =
+                format!("the name {MANAGEMENT_PROFILE} is the operator's sslProfile's and the spec uses it");
+            return (self, Err(why));
+        }
+        let name = &self.name;
+        spec.ssl_profiles.get_or_insert_with(Vec::new).push(qdr_api::SslProfile {
+            name: MANAGEMENT_PROFILE.into(),
+            mutual_auth: Some(true),
+            credentials: Some(format!("{name}-{MANAGEMENT_PROFILE}-credentials")),
+            generate_credentials: Some(true),
+            ca_cert: Some(format!("{name}-{MANAGEMENT_PROFILE}-ca")),
+            generate_ca_cert: Some(true),
+            ..Default::default()
+        });
+        self.management = true;
+        (self, Ok(()))
+    }
+
+    /// Whether the routers get the operator's management listener ([`Self::with_management`]).
+    pub fn management(&self) -> bool {
+        self.management
     }
 
     /// The Interconnect with its effective (defaulted) spec; metadata and status as stored.
@@ -211,5 +261,47 @@ impl ValidatedInterconnect {
     /// [`Interconnect::issuer_secret`]).
     pub fn issuer_secret(&self) -> String {
         self.ic.issuer_secret()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use qdr_api::router_config::{MANAGEMENT_PORT, MANAGEMENT_PROFILE};
+
+    fn ic(spec: serde_json::Value) -> ValidatedInterconnect {
+        let ic: Interconnect = serde_json::from_value(serde_json::json!({
+            "metadata": {"name": "mesh", "namespace": "ns", "uid": "u-1"}, "spec": spec}))
+        .unwrap();
+        ValidatedInterconnect::new(&ic).unwrap()
+    }
+
+    #[test]
+    fn the_management_profile_is_generated_with_mutual_auth() {
+        let (v, ok) = ic(serde_json::json!({})).with_management();
+        ok.unwrap();
+        assert!(v.management());
+        let p = v.spec().ssl_profiles.iter().flatten().find(|p| p.name == MANAGEMENT_PROFILE).unwrap();
+        assert_eq!(p.credentials.as_deref(), Some("mesh-qdr-operator-management-credentials"));
+        assert_eq!(p.ca_cert.as_deref(), Some("mesh-qdr-operator-management-ca"));
+        assert_eq!(
+            (p.mutual_auth, p.generate_credentials, p.generate_ca_cert),
+            (Some(true), Some(true), Some(true))
+        );
+        assert_eq!(crate::mesh::management::ca_secret("mesh"), "mesh-qdr-operator-management-ca");
+        assert_eq!(crate::mesh::management::credentials_secret("mesh"), p.credentials.clone().unwrap());
+    }
+
+    #[test]
+    fn a_spec_in_the_way_of_the_management_listener_is_left_unread_with_why() {
+        let taken = ic(serde_json::json!({"listeners": [{"port": MANAGEMENT_PORT}]}));
+        let (v, why) = taken.with_management();
+        let why = why.unwrap_err();
+        assert!(!v.management() && why.contains("55670"), "{why}");
+        assert!(v.spec().ssl_profiles.iter().flatten().all(|p| p.name != MANAGEMENT_PROFILE));
+        let named = ic(serde_json::json!({"sslProfiles": [{"name": MANAGEMENT_PROFILE}],
+            "listeners": [{"port": 5671, "sslProfile": MANAGEMENT_PROFILE}]}));
+        let why = named.with_management().1.unwrap_err();
+        assert!(why.contains(MANAGEMENT_PROFILE), "{why}");
     }
 }

@@ -52,6 +52,7 @@ fn start_controller(cp: &ControlPlane, install: &qdr_tests::rbac::Install, id: &
         "--retry-period=500ms",
         &format!("--health-listen=127.0.0.1:{}", common::free_port()),
         "--default-image=quay.io/interconnectedcloud/qdrouterd:1.19.0",
+        "--observe-mesh=off",
     ]);
     Process::spawn(id, cmd, &cp.dir().join(format!("{id}.log"))).unwrap()
 }

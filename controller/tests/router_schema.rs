@@ -297,6 +297,42 @@ fn every_example_renders_a_config_the_router_accepts() {
     }
 }
 
+/// With the mesh observed, the routers get the operator's management profile and listener
+/// (`--observe-mesh=on`): still a configuration the router accepts, with TLS required.
+#[test]
+fn every_example_with_the_management_listener_renders_a_config_the_router_accepts() {
+    use qdr_api::router_config::{MANAGEMENT_PORT, MANAGEMENT_PROFILE};
+    let mut checked = 0;
+    for (file, mut ic) in examples() {
+        ic.metadata.namespace.get_or_insert_with(|| "ns".into());
+        ic.metadata.uid = Some("uid-1".into());
+        let Ok(valid) = qdr_controller::validated::ValidatedInterconnect::new(&ic) else { continue };
+        let (valid, added) = valid.with_management();
+        added.unwrap();
+        let cfg = router_config(valid.spec()).with_management_listener();
+        assert_accepted(&cfg, &file);
+        let listener = cfg
+            .of("listener")
+            .find(|l| l.get("port") == Some(&V::Int(MANAGEMENT_PORT.into())))
+            .expect("the management listener");
+        for (k, v) in [
+            ("requireSsl", V::Bool(true)),
+            ("authenticatePeer", V::Bool(false)),
+            ("saslMechanisms", V::Str("EXTERNAL".into())),
+            ("sslProfile", V::Str(MANAGEMENT_PROFILE.into())),
+        ] {
+            assert_eq!(listener.get(k), Some(&v), "{file}: {k}");
+        }
+        let profile = cfg
+            .of("sslProfile")
+            .find(|p| p.get("name") == Some(&V::Str(MANAGEMENT_PROFILE.into())))
+            .expect("the management sslProfile");
+        assert!(profile.get("caCertFile").is_some() && profile.get("certFile").is_some(), "{file}");
+        checked += 1;
+    }
+    assert!(checked >= 3, "{checked} examples checked");
+}
+
 #[test]
 fn default_interior_config_is_rendered_exactly() {
     let ic: Interconnect = serde_json::from_value(json!({"metadata": {"name": "mesh"}, "spec": {}})).unwrap();

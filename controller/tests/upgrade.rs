@@ -196,6 +196,7 @@ async fn setup() -> &'static Setup {
                 "--identity=upgrade-0",
                 &format!("--health-listen=127.0.0.1:{}", common::free_port()),
                 "--default-image=quay.io/interconnectedcloud/qdrouterd:1.19.0",
+                "--observe-mesh=off",
             ]);
             let controller =
                 Process::spawn("qdr-controller", cmd, &cp.dir().join("upgrade-controller.log")).unwrap();

@@ -54,12 +54,13 @@ fn image_entry(image: &OperatorImage) -> String {
 /// Writes a kustomize overlay into `dir` whose only resource is `base` (an absolute path:
 /// `deploy/` or one of its overlays) and which changes only the images (to
 /// [`CONTROLLER`]/[`WEBHOOK`]'s references), their pull policy (`Never`) and the placement
-/// of every Deployment (the toleration of [`TAINT`] and `kubernetes.io/hostname: real-0`).
-/// Returns `dir`, for `kubectl apply -k`.
+/// of every Deployment (the toleration of [`TAINT`] and `kubernetes.io/hostname: real-0`),
+/// and, without `observe_mesh`, adds `--observe-mesh=off` to the controller (its routers
+/// run on simulated nodes, where nobody answers). Returns `dir`, for `kubectl apply -k`.
 ///
 /// # Errors
 /// [`Error::Io`] when the directory cannot be written.
-pub fn real_node_overlay(base: &Path, dir: &Path) -> Result<PathBuf, Error> {
+pub fn real_node_overlay(base: &Path, dir: &Path, observe_mesh: bool) -> Result<PathBuf, Error> {
     std::fs::create_dir_all(dir).map_err(|e| Error::io(format!("creating {}", dir.display()), e))?;
     // kustomize takes a base only by a relative path.
     let canonical =
@@ -70,13 +71,19 @@ pub fn real_node_overlay(base: &Path, dir: &Path) -> Result<PathBuf, Error> {
         .replace("TAINT_EFFECT", TAINT.2)
         .replace("NODE_NAME", NODE);
     let indented: String = patch.lines().map(|l| format!("      {l}\n")).collect();
-    let kustomization = format!(
+    let mut kustomization = format!(
         "apiVersion: kustomize.config.k8s.io/v1beta1\nkind: Kustomization\nresources:\n  - {}\nimages:\n{}{}\
          patches:\n  - target: {{kind: Deployment}}\n    patch: |-\n{indented}",
         base.display(),
         image_entry(&WEBHOOK),
         image_entry(&CONTROLLER),
     );
+    if !observe_mesh {
+        kustomization.push_str(
+            "  - target: {kind: Deployment, name: qdr-controller}\n    patch: |-\n      - op: add\n        \
+             path: /spec/template/spec/containers/0/args/-\n        value: --observe-mesh=off\n",
+        );
+    }
     let path = dir.join("kustomization.yaml");
     std::fs::write(&path, kustomization).map_err(|e| Error::io(format!("writing {}", path.display()), e))?;
     Ok(dir.to_path_buf())
@@ -98,8 +105,11 @@ fn relative(from: &Path, to: &Path) -> PathBuf {
 
 /// `helm install` arguments (`--set`) that change the chart's defaults the same way
 /// [`real_node_overlay`] changes `deploy/`.
-pub fn real_node_helm_values() -> Vec<String> {
+pub fn real_node_helm_values(observe_mesh: bool) -> Vec<String> {
     let mut out = Vec::new();
+    if !observe_mesh {
+        out.push("--set=observeMesh=false".into());
+    }
     for image in [WEBHOOK, CONTROLLER] {
         out.push(format!("--set=images.{}.repository={}", image.name, image.repository()));
         out.push(format!("--set=images.{}.tag={TAG}", image.name));

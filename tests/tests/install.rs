@@ -384,11 +384,14 @@ async fn deploy_installs_for_real_and_survives_losing_pods() {
     let _turn = TURN.lock().await;
     say!("start");
     let client = cp.client().await.unwrap();
-    let overlay =
-        qdr_tests::install::real_node_overlay(&root().join("deploy"), &cp.dir().join("overlay-deploy"))
-            .unwrap()
-            .display()
-            .to_string();
+    let overlay = qdr_tests::install::real_node_overlay(
+        &root().join("deploy"),
+        &cp.dir().join("overlay-deploy"),
+        false,
+    )
+    .unwrap()
+    .display()
+    .to_string();
     let t = Instant::now();
     let _undo = UninstallOnPanic {
         cp,
@@ -596,7 +599,7 @@ async fn the_helm_chart_installs_for_real_and_uninstalls_to_the_crd() {
         .args(["install", "qdr-operator"])
         .arg(&chart)
         .args(["-n", ns])
-        .args(qdr_tests::install::real_node_helm_values())
+        .args(qdr_tests::install::real_node_helm_values(false))
         .output()
         .unwrap();
     ok(installed);
@@ -627,6 +630,7 @@ async fn the_namespaced_overlay_installs_for_real() {
     let overlay = qdr_tests::install::real_node_overlay(
         &root().join("deploy/overlays/namespaced"),
         &cp.dir().join("overlay-namespaced"),
+        false,
     )
     .unwrap()
     .display()

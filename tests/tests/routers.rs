@@ -698,7 +698,8 @@ async fn observe(pods: &[(String, String)]) -> std::collections::BTreeMap<String
         .iter()
         .map(|(pod, ip)| mesh::reader::Target { pod: pod.clone(), ip: Some(ip.clone()) })
         .collect();
-    mesh::reader::observe(&targets, 5672, &tokio::sync::Semaphore::new(2), Duration::from_secs(10)).await
+    mesh::reader::observe(&targets, 5672, &tokio::sync::Semaphore::new(2), Duration::from_secs(10), None)
+        .await
 }
 
 /// The `connection` entities of `pod`'s router with role `role` that are open.
@@ -887,4 +888,201 @@ async fn a_link_route_to_a_broker_carries_messages_both_ways() {
     let delivered = events.iter().filter(|e| e["delivered"] == "queue.orders").count();
     assert_eq!(delivered, 3, "{events:?}");
     say!("link route: 3 messages into the broker and 3 out, through router {pod}");
+}
+
+/// Interconnect `name` as JSON (`kubectl get -o json`).
+fn get_ic(cp: &ControlPlane, ns: &str, name: &str) -> Value {
+    let out = routers::kubectl(cp, &["get", "interconnect", name, "-n", ns, "-o", "json"]);
+    serde_json::from_slice(&out.stdout).unwrap_or(Value::Null)
+}
+
+/// Condition `type_` of `ic` as (status, reason, message).
+fn condition_of(ic: &Value, type_: &str) -> (String, String, String) {
+    let c = ic["status"]["conditions"].as_array().into_iter().flatten().find(|c| c["type"] == type_);
+    let field = |k: &str| c.and_then(|c| c[k].as_str()).unwrap_or_default().to_string();
+    (field("status"), field("reason"), field("message"))
+}
+
+/// `kubectl <args>`'s standard output, printed.
+fn shown(cp: &ControlPlane, args: &[&str]) -> String {
+    let out = routers::kubectl(cp, args);
+    let text = String::from_utf8_lossy(&out.stdout).into_owned();
+    say!("kubectl {}\n{text}", args.join(" "));
+    text
+}
+
+/// The controller reads every router over its own management listener (mutual TLS) and
+/// reports the mesh they see: connected with every link listed; a router deleted is named
+/// until its replacement joins; a configuration change is `ConfigApplied=False` until every
+/// router runs it; an edge whose uplink is refused keeps the Interconnect from `Ready`.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_status_reports_the_mesh_the_routers_see() {
+    let cp = cluster().await;
+    let ns = cp.namespace("seen").await;
+    let spec = |prefix: &str| {
+        json!({"deploymentPlan": {"role": "interior", "size": 3, "placement": "Any"},
+               "addresses": [{"prefix": prefix, "distribution": "closest"}]})
+    };
+    apply(cp, &ns.name, &routers::interconnect("seen", spec("closest")));
+    let ready = routers::wait_ready(cp, &ns.name, "seen", &controllers());
+    say!("3 interior routers Ready, mesh connected, {ready:.1?} after apply");
+    // Ready means every router reaches every other (MeshConnected True: `Connected`, or
+    // `LinksMissing` while auto-mesh still opens a pair's own link); then every router
+    // reports two inter-router links of its own.
+    let ic = get_ic(cp, &ns.name, "seen");
+    let (status, reason, message) = condition_of(&ic, "MeshConnected");
+    assert_eq!(status, "True", "{reason}: {message}");
+    let t = Instant::now();
+    let ic = qdr_tests::eventually("MeshConnected Connected", Duration::from_secs(60), || async {
+        let ic = get_ic(cp, &ns.name, "seen");
+        (condition_of(&ic, "MeshConnected").1 == "Connected").then_some(ic)
+    })
+    .await;
+    say!("at Ready: {reason} ({message}); Connected {:.1?} later", t.elapsed());
+    assert_eq!(ic["status"]["mesh"]["summary"], "3/3 connected", "{}", ic["status"]);
+    let pods = router_pods(&ns, "seen").await;
+    let routers = ic["status"]["routers"].as_array().expect("status.routers").clone();
+    assert_eq!(routers.len(), 3, "{routers:?}");
+    for (r, (pod, _)) in routers.iter().zip(&pods) {
+        assert_eq!(
+            (r["pod"].as_str(), r["id"].as_str(), r["mode"].as_str()),
+            (Some(pod.as_str()), Some(pod.as_str()), Some("interior"))
+        );
+        assert_eq!(r["node"], qdr_tests::real_node::NODE, "{r}");
+        let links = r["links"].as_array().expect("links");
+        let mut peers: Vec<&str> = links.iter().filter_map(|l| l["peer"].as_str()).collect();
+        peers.sort();
+        let others: Vec<&str> = pods.iter().map(|(p, _)| p.as_str()).filter(|p| p != pod).collect();
+        assert_eq!(peers, others, "{r}");
+        assert!(links.iter().all(|l| l["role"] == "inter-router" && l["encrypted"] == true), "{r}");
+        assert_eq!(r["configHash"], ic["status"]["configHash"], "{r}");
+    }
+    assert_eq!(condition_of(&ic, "ConfigApplied").0, "True");
+    let wide = shown(cp, &["get", "interconnect", "seen", "-n", &ns.name, "-o", "wide"]);
+    assert!(wide.contains("3/3 connected") && wide.contains("True"), "{wide}");
+
+    // The management listener takes only a certificate of the Interconnect's management
+    // CA: a plain connection, and TLS without a client certificate, are refused.
+    let ip = pods[0].1.clone();
+    let plain = tokio::net::TcpStream::connect((ip.as_str(), 55670)).await.unwrap();
+    let refused = mesh::reader::read_router(plain, "test", Duration::from_secs(10)).await;
+    assert!(refused.is_err(), "a plain connection read the router: {refused:?}");
+    say!("management listener, plain: refused ({:.100})", format!("{refused:?}"));
+
+    // A router deleted: the mesh is reported without it until its replacement joins.
+    let victim = pods[1].0.clone();
+    let deleted = Instant::now();
+    let out = routers::kubectl(cp, &["delete", "pod", &victim, "-n", &ns.name, "--wait=false"]);
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let split =
+        qdr_tests::eventually("the mesh to be reported not connected", Duration::from_secs(60), || async {
+            let ic = get_ic(cp, &ns.name, "seen");
+            let (status, reason, message) = condition_of(&ic, "MeshConnected");
+            (reason != "Connected").then_some((
+                status,
+                reason,
+                message,
+                ic["status"]["mesh"]["summary"].clone(),
+            ))
+        })
+        .await;
+    say!(
+        "router {victim} deleted: MeshConnected {} {} after {:.1?}: {} ({})",
+        split.0,
+        split.1,
+        deleted.elapsed(),
+        split.2,
+        split.3
+    );
+    assert!(["Partitioned", "RouterUnreachable", "LinksMissing"].contains(&split.1.as_str()), "{split:?}");
+    let ready = routers::wait_ready(cp, &ns.name, "seen", &controllers());
+    let ic = qdr_tests::eventually("MeshConnected Connected again", Duration::from_secs(60), || async {
+        let ic = get_ic(cp, &ns.name, "seen");
+        (condition_of(&ic, "MeshConnected").1 == "Connected").then_some(ic)
+    })
+    .await;
+    // Nothing of the split is left in the status (a merge patch keeps what it does not name).
+    let mesh = &ic["status"]["mesh"];
+    assert!(mesh.get("missingLinks").is_none() && mesh.get("unreachable").is_none(), "{mesh}");
+    assert_eq!(mesh["summary"], "3/3 connected", "{mesh}");
+    // One Warning for the partition, one Event for the recovery.
+    let events = |reason: &str| {
+        let out = routers::kubectl(cp, &["get", "events", "-n", &ns.name, "-o", "json"]);
+        let all: Value = serde_json::from_slice(&out.stdout).unwrap_or(Value::Null);
+        let list = all["items"].as_array().cloned().unwrap_or_default();
+        list.into_iter()
+            .filter(|e| e["reason"] == reason && e["involvedObject"]["name"] == "seen")
+            .collect::<Vec<_>>()
+    };
+    let partitioned = events("Partitioned");
+    assert_eq!(partitioned.len(), 1, "{partitioned:?}");
+    assert_eq!(partitioned[0]["type"], "Warning");
+    say!("Event Partitioned: {}", partitioned[0]["message"]);
+    let recovered = qdr_tests::eventually("the MeshConnected Event", Duration::from_secs(30), || async {
+        let e = events("MeshConnected");
+        (!e.is_empty()).then_some(e)
+    })
+    .await;
+    say!("Event MeshConnected: {}", recovered[0]["message"]);
+    let now: Vec<String> = router_pods(&ns, "seen").await.into_iter().map(|(p, _)| p).collect();
+    assert!(!now.contains(&victim), "{now:?}");
+    say!(
+        "connected again with {now:?}, {:.1?} after the deletion ({ready:.1?} in the last wait)",
+        deleted.elapsed()
+    );
+
+    // A configuration change: not applied until every router runs it.
+    let before = ic["status"]["configHash"].as_str().unwrap().to_string();
+    apply(cp, &ns.name, &routers::interconnect("seen", spec("nearest")));
+    let rolling =
+        qdr_tests::eventually("the new configuration's first status", Duration::from_secs(60), || async {
+            let ic = get_ic(cp, &ns.name, "seen");
+            let hash = ic["status"]["configHash"].as_str().unwrap_or_default().to_string();
+            (hash != before && !hash.is_empty()).then(|| condition_of(&ic, "ConfigApplied"))
+        })
+        .await;
+    assert_eq!(rolling.0, "False", "{rolling:?}");
+    say!("configuration changed: ConfigApplied {} {}: {}", rolling.0, rolling.1, rolling.2);
+    let applied = qdr_tests::eventually(
+        "every router to run the new configuration",
+        Duration::from_secs(180),
+        || async {
+            let ic = get_ic(cp, &ns.name, "seen");
+            (condition_of(&ic, "ConfigApplied").0 == "True").then_some(ic)
+        },
+    )
+    .await;
+    let hash = applied["status"]["configHash"].clone();
+    assert!(
+        applied["status"]["routers"].as_array().unwrap().iter().all(|r| r["configHash"] == hash),
+        "{}",
+        applied["status"]
+    );
+    shown(cp, &["describe", "interconnect", "seen", "-n", &ns.name]);
+
+    // An edge whose uplink is refused (nothing serves that name) is not Ready, and says why.
+    apply(
+        cp,
+        &ns.name,
+        &routers::interconnect(
+            "stray",
+            json!({"deploymentPlan": {"role": "edge", "size": 1},
+                   "edgeConnectors": [{"name": "uplink", "host": "no-such-hub", "port": 45672}]}),
+        ),
+    );
+    let stuck = qdr_tests::eventually(
+        "the stray edge to be reported not uplinked",
+        Duration::from_secs(120),
+        || async {
+            let ic = get_ic(cp, &ns.name, "stray");
+            let (mesh, ready) = (condition_of(&ic, "MeshConnected"), condition_of(&ic, "Ready"));
+            // The router answers before its readiness probe passes: wait for both.
+            (mesh.1 == "EdgeNotUplinked" && ready.1 != "RoutersNotReady").then_some((mesh, ready))
+        },
+    )
+    .await;
+    assert_eq!(stuck.0.0, "False", "{stuck:?}");
+    assert!(stuck.0.2.contains("stray-"), "the message names the edge router: {stuck:?}");
+    assert_eq!((stuck.1.0.as_str(), stuck.1.1.as_str()), ("False", "EdgeNotUplinked"), "{stuck:?}");
+    shown(cp, &["get", "interconnect", "-n", &ns.name, "-o", "wide"]);
 }

@@ -28,6 +28,7 @@ fn settings() -> Settings {
         routes: false,
         lifetimes: Lifetimes::default(),
         run_as_user: Some(builders::DEFAULT_RUN_AS_USER),
+        observe_mesh: false,
     }
 }
 

@@ -207,11 +207,11 @@ pub(crate) fn pod_state(p: &Pod) -> Option<u64> {
 }
 
 /// Drops what a cached router pod does not need: the spec but the names of the ConfigMaps
-/// it mounts, `managedFields`, annotations.
+/// it mounts and its node, `managedFields`, annotations.
 pub(crate) fn slim_pod(p: &mut Pod) {
     // Of the spec, only the ConfigMaps it mounts (by name): an old router configuration is
-    // kept while a router mounts it.
-    let config_maps: Vec<Volume> = (p.spec.take().and_then(|s| s.volumes).into_iter().flatten())
+    // kept while a router mounts it; and its node (`status.routers[].node`).
+    let config_maps: Vec<Volume> = (p.spec.as_ref().and_then(|s| s.volumes.clone()).into_iter().flatten())
         .filter_map(|v| {
             let name = v.config_map?.name;
             Some(Volume {
@@ -221,7 +221,12 @@ pub(crate) fn slim_pod(p: &mut Pod) {
             })
         })
         .collect();
-    p.spec = (!config_maps.is_empty()).then(|| PodSpec { volumes: Some(config_maps), ..Default::default() });
+    let node_name = p.spec.as_ref().and_then(|s| s.node_name.clone());
+    p.spec = (!config_maps.is_empty() || node_name.is_some()).then(|| PodSpec {
+        volumes: (!config_maps.is_empty()).then_some(config_maps),
+        node_name,
+        ..Default::default()
+    });
     p.metadata.managed_fields = None;
     p.metadata.annotations = None;
 }

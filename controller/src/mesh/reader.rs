@@ -187,7 +187,8 @@ pub struct Target {
     pub ip: Option<String>,
 }
 
-/// Reads every router in `targets` at `port`, each connection holding a permit of `limit`
+/// Reads every router in `targets` at `port` (over TLS with `tls`, else plain TCP), each
+/// connection holding a permit of `limit`
 /// (shared by every Interconnect the caller reads, so the whole controller keeps to one
 /// bound) and each read limited to `timeout` (connecting included): pod → what it answered.
 /// A pod without an IP is [`Observation::Unreachable`] `"no pod IP yet"`, without a
@@ -199,6 +200,7 @@ pub async fn observe(
     port: u16,
     limit: &tokio::sync::Semaphore,
     timeout: Duration,
+    tls: Option<&super::management::Tls>,
 ) -> std::collections::BTreeMap<String, super::Observation> {
     use super::Observation;
     let reads = targets.iter().map(|t| async move {
@@ -212,7 +214,17 @@ pub async fn observe(
             let stream = tokio::net::TcpStream::connect((ip.as_str(), port))
                 .await
                 .map_err(|e| ReadError::Amqp(format!("connecting to {ip}:{port}: {e}")))?;
-            read(stream, &t.pod).await
+            match tls {
+                Some(tls) => {
+                    let connector = tokio_rustls::TlsConnector::from(tls.config.clone());
+                    let stream = connector
+                        .connect(tls.server_name.clone(), stream)
+                        .await
+                        .map_err(|e| ReadError::Amqp(format!("TLS with {ip}:{port}: {e}")))?;
+                    read(stream, &t.pod).await
+                }
+                None => read(stream, &t.pod).await,
+            }
         };
         let o = match tokio::time::timeout(timeout, read).await {
             Ok(Ok(view)) => Observation::Answered(view),

@@ -374,7 +374,7 @@ async fn observe_bounds_connections_times_out_and_reports_pods_without_an_ip() {
     let limit = tokio::sync::Semaphore::new(2);
     let timeout = std::time::Duration::from_millis(300);
     let started = std::time::Instant::now();
-    let seen = reader::observe(&targets, port, &limit, timeout).await;
+    let seen = reader::observe(&targets, port, &limit, timeout, None).await;
     assert_eq!(seen.len(), 6);
     assert_eq!(seen["pending"], Observation::Unreachable("no pod IP yet".into()));
     for i in 0..5 {
@@ -391,9 +391,14 @@ async fn observe_reports_a_refused_connection_with_the_address() {
     // A port nobody listens on: bind, note it, close.
     let port = std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port();
     let targets = [reader::Target { pod: "r0".into(), ip: Some("127.0.0.1".into()) }];
-    let seen =
-        reader::observe(&targets, port, &tokio::sync::Semaphore::new(1), std::time::Duration::from_secs(5))
-            .await;
+    let seen = reader::observe(
+        &targets,
+        port,
+        &tokio::sync::Semaphore::new(1),
+        std::time::Duration::from_secs(5),
+        None,
+    )
+    .await;
     let Observation::Unreachable(why) = &seen["r0"] else { panic!("{seen:?}") };
     assert!(why.contains(&format!("connecting to 127.0.0.1:{port}")) && why.contains("refused"), "{why}");
 }

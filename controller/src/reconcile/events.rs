@@ -14,7 +14,7 @@ use qdr_api::{Interconnect, InterconnectStatus};
 
 use super::build::Report;
 use super::observe::Observed;
-use super::status::{MAX_MESSAGE, conflicts_message, missing_message, problem_message};
+use super::status::{MAX_MESSAGE, MESH_CONNECTED, conflicts_message, missing_message, problem_message};
 use super::types::{
     CONFLICTING_OBJECT, DEGRADED, INVALID_SPEC, MISSING_SECRET, READY, RECONCILE_FAILED, SPEC_VALID,
     UNSCHEDULABLE,
@@ -67,6 +67,12 @@ pub(crate) enum Change {
     Scheduled,
     /// `Adopted`: children written by the Go operator were taken over (`Kind name` each).
     Adopted(Vec<String>),
+    /// Warning `Partitioned` or `EdgeNotUplinked` (the reason): the routers report a mesh
+    /// that was connected as split, or an edge without its uplink (the condition message).
+    MeshBroken(String, String),
+    /// `MeshConnected`: the routers report one mesh again after [`Change::MeshBroken`] (or
+    /// after the links formed at a start).
+    MeshConnected(String),
 }
 
 impl Change {
@@ -125,6 +131,8 @@ impl Change {
             Change::CertificateExpiring(m) => (EventType::Warning, "CertificateExpiring", m.clone()),
             Change::Unschedulable(m) => (EventType::Warning, UNSCHEDULABLE, m.clone()),
             Change::Scheduled => (EventType::Normal, "Scheduled", "every router is scheduled".into()),
+            Change::MeshBroken(reason, m) => (EventType::Warning, reason.as_str(), m.clone()),
+            Change::MeshConnected(m) => (EventType::Normal, MESH_CONNECTED, m.clone()),
             Change::Adopted(objs) => (
                 EventType::Normal,
                 "Adopted",
@@ -184,6 +192,7 @@ pub(crate) fn for_pass(
         changes.extend((!reported(ic, READY, reason)).then_some(Change::SecretProblem(reason, message)));
     }
     changes.extend(new.and_then(|new| scheduling(ic, new)));
+    changes.extend(new.and_then(|new| mesh(ic, new)));
     changes.extend(expiry.due(ic, &report.credentials.expiring));
     changes
 }
@@ -274,6 +283,23 @@ pub(crate) fn scheduling(ic: &Interconnect, new: &InterconnectStatus) -> Option<
     match (unschedulable(ic.status.as_ref()), unschedulable(Some(new))) {
         (old, Some(now)) if old.as_ref() != Some(&now) => Some(Change::Unschedulable(now)),
         (Some(_), None) => Some(Change::Scheduled),
+        _ => None,
+    }
+}
+
+/// The Event of a transition of `MeshConnected` from the stored status to `new`, once per
+/// transition: Warning (its reason) when a mesh that was connected (`True`) is reported
+/// split or an edge loses its uplink (`False`); `MeshConnected` when a mesh reported `False`
+/// is connected again. The links forming at a start (no condition, or `Unknown`, then
+/// `False` for a moment) warn of nothing.
+pub(crate) fn mesh(ic: &Interconnect, new: &InterconnectStatus) -> Option<Change> {
+    let of = |s: Option<&InterconnectStatus>| {
+        s.into_iter().flat_map(|s| &s.conditions).find(|c| c.type_ == MESH_CONNECTED).cloned()
+    };
+    let (old, now) = (of(ic.status.as_ref())?, of(Some(new))?);
+    match (old.status.as_str(), now.status.as_str()) {
+        ("True", "False") => Some(Change::MeshBroken(now.reason, now.message)),
+        ("False", "True") => Some(Change::MeshConnected(now.message)),
         _ => None,
     }
 }

@@ -1,12 +1,12 @@
-//! One reconcile of one Interconnect, as five stages, each a module with its own error:
+//! One reconcile of one Interconnect, as six stages, each a module:
 //!
 //! ```text
 //!  stored Interconnect
-//!        │  ValidatedInterconnect::new: defaults in memory + validate ── invalid ──┐
-//!        ▼                                                                        │
-//!  observe ──► build ──► apply_or_reuse ──► status ──► events                     │
-//!  (reads)     (pure)    (SSA, prune, or    (written    (published    ◄───────────┘
-//!                         skipped: no-op)    once)       once)
+//!        │  ValidatedInterconnect::new: defaults in memory + validate ── invalid ──────────┐
+//!        ▼                                                                                 │
+//!  observe ──► build ──► apply_or_reuse ──► read ──────► status ──► events                 │
+//!  (reads)     (pure)    (SSA, prune, or    (routers,    (written    (published    ◄───────┘
+//!                         skipped: no-op)    when on)     once)       once)
 //! ```
 //!
 //! 1. [`observe`]: the Secrets the spec names, the existing workload, the router pods;
@@ -14,9 +14,12 @@
 //!    reported about them;
 //! 3. [`apply`]: server-side apply of every child, creation of missing generated Secrets,
 //!    pruning of orphans after a spec change; skipped when every write would be a no-op;
-//! 4. [`status`]: conditions and counts of the whole [`Pass`] (or its failure), written once
+//! 4. [`read`] (with `--observe-mesh=on`): what the routers themselves report, over the
+//!    operator's management listener, when the pods changed or a read is due; never fails
+//!    the pass (a router that does not answer is reported);
+//! 5. [`status`]: conditions and counts of the whole [`Pass`] (or its failure), written once
 //!    and only when changed;
-//! 5. [`events`]: one Event per change made, published once the status is written.
+//! 6. [`events`]: one Event per change made, published once the status is written.
 //!
 //! Imports flow forward only: a stage uses the stages before it, [`types`] (what several
 //! stages share) and this module's [`Pass`]; never a later stage.
@@ -30,6 +33,7 @@ pub(crate) mod apply;
 pub(crate) mod build;
 pub(crate) mod events;
 pub(crate) mod observe;
+pub(crate) mod read;
 pub(crate) mod status;
 pub(crate) mod types;
 
@@ -87,6 +91,8 @@ pub struct Context {
     failures: Arc<Mutex<HashMap<String, u32>>>,
     /// `CertificateExpiring` Warnings sent, across leadership terms.
     expiry: Arc<events::ExpiryWarnings>,
+    /// The routers' reader (with `--observe-mesh=on`), across leadership terms.
+    pub(crate) mesh: Arc<read::Reader>,
     /// The stores of the current leadership term ([`Context::for_term`]); `None` in the
     /// context a process starts with, which reconciles nothing.
     pub(crate) cache: Option<Cache>,
@@ -109,6 +115,7 @@ impl Context {
             health,
             failures: Arc::default(),
             expiry: Arc::default(),
+            mesh: Arc::default(),
             cache: None,
         }
     }
@@ -124,6 +131,7 @@ impl Context {
             health: self.health.clone(),
             failures: self.failures.clone(),
             expiry: self.expiry.clone(),
+            mesh: self.mesh.clone(),
             cache: Some(cache),
         }
     }
@@ -134,6 +142,7 @@ impl Context {
         let key = namespaced_name(ic);
         self.failures.lock().unwrap_or_else(|e| e.into_inner()).remove(&key);
         self.expiry.forget(&key);
+        self.mesh.forget(&key);
         self.recorder.forget(ic.metadata.uid.as_deref().unwrap_or_default());
         self.metrics.certificate_expiry(&ic.namespace().unwrap_or_default(), &ic.name_any(), None);
     }
@@ -213,6 +222,8 @@ pub(crate) struct Reconciled {
     pub(crate) observed: observe::Observed,
     pub(crate) report: build::Report,
     pub(crate) applied: types::Applied,
+    /// The mesh as the routers report it (`--observe-mesh=on`).
+    pub(crate) mesh: Option<read::MeshRead>,
 }
 
 impl Pass {
@@ -230,7 +241,10 @@ impl Pass {
                 let until_renewal = r.report.credentials.next_renewal.map(|t| {
                     t.duration_since(SystemTime::now()).unwrap_or_default().max(Duration::from_secs(1))
                 });
-                Action::requeue(until_renewal.map_or(RESYNC, |d| d.min(RESYNC)))
+                let next = until_renewal.map_or(RESYNC, |d| d.min(RESYNC));
+                // The next read of the routers, when they are read.
+                let next = r.mesh.as_ref().map_or(next, |m| next.min(m.next));
+                Action::requeue(next)
             }
         }
     }
@@ -354,6 +368,14 @@ async fn stages(
         Err(ValidationError::Invalid(errors)) => return Ok(Pass::Invalid(summary(&errors))),
         Err(e) => return Err(Error::NotStored(e)),
     };
+    // With the mesh observed, the routers get the operator's management listener (or, when
+    // the spec is in its way, are left unread with why).
+    let (valid, management) = if ctx.settings.observe_mesh {
+        let (valid, management) = valid.with_management();
+        (valid, Some(management))
+    } else {
+        (valid, None)
+    };
     let Some(cache) = &ctx.cache else { return Ok(Pass::Wait(Action::await_change())) };
     if !cache.is_ready() {
         return Ok(Pass::Wait(Action::requeue(STORES_SYNCING_RETRY)));
@@ -376,7 +398,11 @@ async fn stages(
         notices.extend(changed.cloned());
     }
     let applied = applied?;
-    Ok(Pass::Reconciled(Box::new(Reconciled { ic: valid, observed, report, applied })))
+    let mesh = match management {
+        Some(m) => Some(ctx.mesh.read(&valid, &observed, m).await),
+        None => None,
+    };
+    Ok(Pass::Reconciled(Box::new(Reconciled { ic: valid, observed, report, applied, mesh })))
 }
 
 /// What to do after a failed reconcile: retry after [`backoff`] of the object's failures in

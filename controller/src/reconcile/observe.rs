@@ -111,6 +111,46 @@ pub struct Observed {
     pub terminating: i32,
     /// The router pods the scheduler could not place.
     pub unschedulable: Unschedulable,
+    /// The router pods that are not being deleted, in name order, with what the mesh
+    /// reader and `status.routers` need.
+    pub routers: Vec<RouterPod>,
+}
+
+/// One router pod (not being deleted), as the mesh reader sees it.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct RouterPod {
+    /// Its name (its router id).
+    pub name: String,
+    /// `status.podIP`, once it has one.
+    pub ip: Option<String>,
+    /// `spec.nodeName`, once scheduled.
+    pub node: Option<String>,
+    /// Whether its `Ready` condition is `True`.
+    pub ready: bool,
+    /// The name of the router configuration ConfigMap it mounts, if any.
+    pub config_map: Option<String>,
+}
+
+impl RouterPod {
+    /// What `p` shows of itself.
+    pub fn of(p: &Pod) -> RouterPod {
+        let status = p.status.as_ref();
+        let spec = p.spec.as_ref();
+        RouterPod {
+            name: p.name_any(),
+            ip: status.and_then(|s| s.pod_ip.clone()).filter(|ip| !ip.is_empty()),
+            node: spec.and_then(|s| s.node_name.clone()),
+            ready: status
+                .and_then(|s| s.conditions.as_ref())
+                .is_some_and(|cs| cs.iter().any(|c| c.type_ == "Ready" && c.status == "True")),
+            config_map: spec
+                .and_then(|s| s.volumes.as_ref())
+                .into_iter()
+                .flatten()
+                .filter_map(|v| v.config_map.as_ref().map(|c| c.name.clone()))
+                .find(|n| n.contains("-router-config")),
+        }
+    }
 }
 
 impl Observed {
@@ -284,5 +324,8 @@ pub async fn observe(
     let terminating = listed.iter().filter(|p| p.meta().deletion_timestamp.is_some()).count();
     let terminating = i32::try_from(terminating).unwrap_or(i32::MAX);
     let unschedulable = Unschedulable::of(listed.iter().map(AsRef::as_ref));
-    Ok(Observed { now: SystemTime::now(), secrets, workload, pods, terminating, unschedulable })
+    let mut routers: Vec<RouterPod> =
+        listed.iter().filter(|p| p.meta().deletion_timestamp.is_none()).map(|p| RouterPod::of(p)).collect();
+    routers.sort_by(|a, b| a.name.cmp(&b.name));
+    Ok(Observed { now: SystemTime::now(), secrets, workload, pods, terminating, unschedulable, routers })
 }

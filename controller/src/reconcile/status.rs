@@ -12,21 +12,28 @@
 //! | `Available` | every desired router is available |
 //! | `Progressing` | a rollout is under way or a Secret the routers need is missing (`True`), or complete (`False`) |
 //! | `Degraded` | the last reconcile failed, or a child's name is taken by a foreign object |
+//! | `MeshConnected` | (routers read) every router reaches every other, edges uplinked ([`with_mesh`]) |
+//! | `ConfigApplied` | (routers read) every router runs the current configuration |
 //!
 //! Every reason the controller sets, by condition:
 //!
 //! | condition | reasons |
 //! |---|---|
 //! | `SpecValid` | `Valid`, `InvalidSpec` |
-//! | `Ready` | `RoutersReady`, `RoutersNotReady`, `Unschedulable`, `MissingSecret`, `InvalidSecret`, `CertificateExpired`, `ConflictingObject`, `InvalidSpec`, `ReconcileFailed` |
+//! | `Ready` | `RoutersReady`, `RoutersNotReady`, `Unschedulable`, `MissingSecret`, `InvalidSecret`, `CertificateExpired`, `ConflictingObject`, `InvalidSpec`, `ReconcileFailed`, `Partitioned`, `EdgeNotUplinked` |
 //! | `Available` | `MinimumRoutersAvailable`, `RoutersUnavailable`, `Unschedulable`, `ConflictingObject` |
 //! | `Progressing` | `RollingOut`, `Complete`, `MissingSecret`, `InvalidSecret`, `ConflictingObject` |
 //! | `Degraded` | `ReconcileSucceeded`, `ReconcileFailed`, `ConflictingObject` |
+//! | `MeshConnected` | `Connected`, `LinksMissing`, `Partitioned`, `EdgeNotUplinked`, `RouterUnreachable`, `NoRouters`, `NotObserved` |
+//! | `ConfigApplied` | `Applied`, `RollingOut`, `NoRouters` |
 
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, Time};
 use kube::ResourceExt;
 use kube::api::{Api, Patch, PatchParams};
 use qdr_api::{Interconnect, InterconnectStatus, MAX_STATUS_PODS};
+
+use super::read::MeshRead;
+use crate::mesh::{Mode, Observation};
 use serde_json::json;
 
 use super::build::CredentialsReport;
@@ -80,7 +87,15 @@ pub(crate) fn of(ic: &Interconnect, pass: &Result<Pass, PassError>) -> Option<In
     match pass {
         Ok(Pass::Wait(_)) => None,
         Ok(Pass::Invalid(message)) => Some(for_invalid_spec(ic, message)),
-        Ok(Pass::Reconciled(r)) => Some(desired(&r.ic, &r.observed, &r.applied, &r.report.credentials)),
+        Ok(Pass::Reconciled(r)) => {
+            let s = desired(&r.ic, &r.observed, &r.applied, &r.report.credentials);
+            Some(match &r.mesh {
+                Some(m) if r.applied.conflicts.is_empty() => {
+                    with_mesh(s, &r.ic, &r.observed, m, &r.report.config.hash)
+                }
+                _ => s,
+            })
+        }
         Err(e) => Some(for_failure(ic, &e.to_string(), matches!(e, PassError::Apply(_)))),
     }
 }
@@ -95,7 +110,18 @@ pub(crate) fn condition(
     generation: i64,
     prev: &[Condition],
 ) -> Condition {
-    let status = if ok { "True" } else { "False" };
+    condition_of(type_, if ok { "True" } else { "False" }, reason, message, generation, prev)
+}
+
+/// [`condition`] with any status (`True`, `False`, `Unknown`).
+pub(crate) fn condition_of(
+    type_: &str,
+    status: &str,
+    reason: &str,
+    message: &str,
+    generation: i64,
+    prev: &[Condition],
+) -> Condition {
     let last = prev
         .iter()
         .find(|c| c.type_ == type_ && c.status == status)
@@ -265,6 +291,10 @@ pub(crate) fn desired(
         ready_replicas: Some(w.ready),
         updated_replicas: Some(w.updated),
         selector: Some(selector_string(o)),
+        // Filled by [`with_mesh`] when the routers are read.
+        config_hash: None,
+        mesh: None,
+        routers: vec![],
     }
 }
 
@@ -338,6 +368,26 @@ pub(crate) fn equal_ignoring_times(a: &InterconnectStatus, b: &InterconnectStatu
     strip(a) == strip(b)
 }
 
+/// `status` as a JSON merge patch (RFC 7386) that leaves nothing of the stored status
+/// behind: a merge patch keeps every key it does not name, inside objects too, so the
+/// fields the types leave out when absent or empty are named as `null` (removed): `mesh`,
+/// `routers`, `configHash`, and `mesh.missingLinks` and `mesh.unreachable`. Lists are
+/// replaced whole.
+pub(crate) fn merge_patch(status: &InterconnectStatus) -> serde_json::Value {
+    let mut v = serde_json::to_value(status).unwrap_or_default();
+    if let Some(o) = v.as_object_mut() {
+        for k in ["mesh", "routers", "configHash"] {
+            o.entry(k).or_insert(serde_json::Value::Null);
+        }
+        if let Some(mesh) = o.get_mut("mesh").and_then(|m| m.as_object_mut()) {
+            for k in ["missingLinks", "unreachable"] {
+                mesh.entry(k).or_insert(serde_json::Value::Null);
+            }
+        }
+    }
+    v
+}
+
 /// Writes `status` unless the stored one is [`equal_ignoring_times`]. Returns the object as written,
 /// or `None` when nothing needed writing.
 ///
@@ -352,8 +402,165 @@ pub(crate) async fn write(
         return Ok(None);
     }
     let api: Api<Interconnect> = Api::namespaced(client.clone(), &ic.namespace().unwrap_or_default());
-    api.patch_status(&ic.name_any(), &PatchParams::default(), &Patch::Merge(json!({"status": status})))
-        .await
-        .map(Some)
-        .map_err(Error::Write)
+    api.patch_status(
+        &ic.name_any(),
+        &PatchParams::default(),
+        &Patch::Merge(json!({"status": merge_patch(&status)})),
+    )
+    .await
+    .map(Some)
+    .map_err(Error::Write)
+}
+
+/// Type of the condition that says whether the routers form one mesh, as they report it.
+pub(crate) const MESH_CONNECTED: &str = "MeshConnected";
+/// Type of the condition that says whether every router runs the current configuration.
+pub(crate) const CONFIG_APPLIED: &str = "ConfigApplied";
+/// `MeshConnected` reason when the routers are not read (docs/mesh-status.md).
+pub(crate) const NOT_OBSERVED: &str = "NotObserved";
+
+/// The first 10 hex digits of a configuration hash (what a configuration ConfigMap's name
+/// ends with).
+fn short(hash: &str) -> &str {
+    hash.get(..10).unwrap_or(hash)
+}
+
+/// `status` (of [`desired`]) with what the routers report (`read`) and whether they run
+/// the configuration of `config_hash`: `configHash`, `mesh`, `routers`, the conditions
+/// `MeshConnected` and `ConfigApplied`, and `Ready` turned `False` (with the mesh's reason
+/// and message) when the routers' pods are ready but the mesh is not connected
+/// (`MeshConnected=False`). `Unknown` (a router that did not answer, routers not read) does
+/// not change `Ready`: the pods' readiness stands (docs/mesh-status.md, "Simulated nodes").
+pub(crate) fn with_mesh(
+    mut status: InterconnectStatus,
+    o: &ValidatedInterconnect,
+    observed: &Observed,
+    read: &MeshRead,
+    config_hash: &str,
+) -> InterconnectStatus {
+    use qdr_api::{MAX_STATUS_LINKS, MeshStatus, MissingLink, RouterLink, RouterStatus};
+    let generation = o.generation();
+    let prev = o.ic().status.clone().unwrap_or_default().conditions;
+    let current = short(config_hash);
+    let prefix = o.router_config_prefix();
+    let routers: Vec<RouterStatus> = observed
+        .routers
+        .iter()
+        .take(MAX_STATUS_PODS)
+        .map(|p| {
+            let mut r = RouterStatus {
+                pod: p.name.clone(),
+                node: p.node.clone(),
+                config_hash: p.config_map.as_deref().and_then(|m| m.strip_prefix(&prefix)).map(String::from),
+                ..Default::default()
+            };
+            match read.observations.get(&p.name) {
+                Some(Observation::Answered(v)) => {
+                    let link = |role: &str, l: &crate::mesh::Link| RouterLink {
+                        role: role.into(),
+                        peer: l.peer.clone(),
+                        direction: if l.outgoing { "out" } else { "in" }.into(),
+                        encrypted: l.encrypted,
+                    };
+                    r.id = Some(v.id.clone());
+                    r.mode = Some(match v.mode {
+                        Mode::Interior => "interior".into(),
+                        Mode::Edge => "edge".into(),
+                    });
+                    r.reaches = v.reaches.iter().take(MAX_STATUS_LINKS).cloned().collect();
+                    r.links = (v.inter_router.iter().map(|l| link("inter-router", l)))
+                        .chain(v.edge.iter().map(|l| link("edge", l)))
+                        .take(MAX_STATUS_LINKS)
+                        .collect();
+                    r.client_connections = Some(i64::try_from(v.clients).unwrap_or(i64::MAX));
+                    r.links_blocked = Some(i64::try_from(v.links_blocked).unwrap_or(i64::MAX));
+                    r.deliveries_stuck = Some(i64::try_from(v.deliveries_stuck).unwrap_or(i64::MAX));
+                }
+                Some(Observation::Unreachable(why)) => r.error = Some(why.clone()),
+                None => r.error = read.blocked.clone(),
+            }
+            r
+        })
+        .collect();
+    let rep = &read.report;
+    let n = |v: usize| i32::try_from(v).unwrap_or(i32::MAX);
+    let clients: u64 = read
+        .observations
+        .values()
+        .filter_map(|o| match o {
+            Observation::Answered(v) => Some(v.clients),
+            Observation::Unreachable(_) => None,
+        })
+        .sum();
+    let edge = o.spec().role() == qdr_api::Role::Edge;
+    let mut summary = match (&read.blocked, edge) {
+        (Some(_), _) => "not read".to_string(),
+        (None, false) => format!("{}/{} connected", rep.interiors_connected, rep.interiors_expected),
+        (None, true) => format!("{}/{} uplinked", rep.edges_uplinked, rep.edges_expected),
+    };
+    if !rep.unreachable.is_empty() {
+        summary.push_str(&format!(", {} not answering", rep.unreachable.len()));
+    }
+    status.config_hash = Some(current.to_string());
+    status.mesh = Some(MeshStatus {
+        summary,
+        interiors_expected: n(rep.interiors_expected),
+        interiors_connected: n(rep.interiors_connected),
+        edges_expected: n(rep.edges_expected),
+        edges_uplinked: n(rep.edges_uplinked),
+        client_connections: i64::try_from(clients).unwrap_or(i64::MAX),
+        missing_links: (rep.missing_links.iter())
+            .take(MAX_STATUS_LINKS)
+            .map(|(a, b)| MissingLink { from: a.clone(), to: b.clone() })
+            .collect(),
+        unreachable: (rep.unreachable.iter())
+            .take(MAX_STATUS_LINKS)
+            .map(|(p, why)| format!("{p}: {why}"))
+            .collect(),
+    });
+    status.routers = routers;
+
+    let (mesh_status, mesh_reason, mesh_message) = match &read.blocked {
+        Some(why) => ("Unknown", NOT_OBSERVED, format!("the routers are not read: {why}")),
+        None => (rep.condition.status, rep.condition.reason, rep.condition.message.clone()),
+    };
+    // Whether every router runs the current configuration (and no old one still runs).
+    let total = status.routers.len();
+    let running = status.routers.iter().filter(|r| r.config_hash.as_deref() == Some(current)).count();
+    let others: Vec<String> = (status.routers.iter())
+        .filter(|r| r.config_hash.as_deref() != Some(current))
+        .take(8)
+        .map(|r| format!("{} runs {}", r.pod, r.config_hash.as_deref().unwrap_or("another")))
+        .collect();
+    let applied = total > 0 && running == total && observed.terminating == 0;
+    let mut config_message = format!("{running}/{total} routers run configuration {current}");
+    if !others.is_empty() {
+        config_message.push_str(&format!(" ({})", others.join(", ")));
+    }
+    if observed.terminating > 0 {
+        config_message.push_str(&format!("; {} old routers shutting down", observed.terminating));
+    }
+    let config_reason = if applied {
+        "Applied"
+    } else if total == 0 {
+        "NoRouters"
+    } else {
+        "RollingOut"
+    };
+
+    let mut conditions: Vec<Condition> = status
+        .conditions
+        .drain(..)
+        .filter(|c| c.type_ != MESH_CONNECTED && c.type_ != CONFIG_APPLIED)
+        .collect();
+    // A mesh that is not connected keeps an otherwise ready Interconnect from Ready.
+    if mesh_status == "False"
+        && let Some(ready) = conditions.iter_mut().find(|c| c.type_ == READY && c.status == "True")
+    {
+        *ready = condition(READY, false, mesh_reason, &mesh_message, generation, &prev);
+    }
+    conditions.push(condition_of(MESH_CONNECTED, mesh_status, mesh_reason, &mesh_message, generation, &prev));
+    conditions.push(condition(CONFIG_APPLIED, applied, config_reason, &config_message, generation, &prev));
+    status.conditions = conditions;
+    status
 }

@@ -29,6 +29,7 @@ fn observed() -> Observed {
         pods: vec![],
         terminating: 0,
         unschedulable: Default::default(),
+        routers: vec![],
     }
 }
 
@@ -460,4 +461,231 @@ fn service_ports_are_compared_as_a_whole_without_node_ports() {
     let edited = svc(json!([{"name": "5672", "port": 9999, "protocol": "TCP", "targetPort": 5672},
                             {"name": "8080", "port": 8080, "protocol": "TCP", "targetPort": 8080}]));
     assert!(!crate::builders::same_ports(&desired, &edited));
+}
+
+// The mesh as the routers report it (`status::with_mesh`, `read::recheck`).
+
+mod mesh {
+    use std::collections::{BTreeMap, BTreeSet};
+    use std::time::Duration;
+
+    use super::{cond, observed, owner, workload};
+    use crate::mesh::{Link, MeshReport, Mode, Observation, RouterView, assess};
+    use crate::reconcile::build::CredentialsReport;
+    use crate::reconcile::observe::{Observed, RouterPod};
+    use crate::reconcile::read::{MESH_RECHECK, MESH_RESYNC, MeshRead, recheck};
+    use crate::reconcile::status::{desired, with_mesh};
+    use crate::reconcile::types::Applied;
+    use qdr_api::InterconnectStatus;
+
+    const HASH: &str = "0123456789abcdef";
+
+    fn pods(names: &[&str], config: &str) -> Observed {
+        let routers = names
+            .iter()
+            .map(|n| RouterPod {
+                name: n.to_string(),
+                ip: Some("10.88.0.9".into()),
+                node: Some("real-0".into()),
+                ready: true,
+                config_map: Some(format!("mesh-router-config-{config}")),
+            })
+            .collect();
+        Observed { pods: names.iter().map(|n| n.to_string()).collect(), routers, ..observed() }
+    }
+
+    fn router(id: &str, peers: &[&str]) -> Observation {
+        Observation::Answered(RouterView {
+            id: id.into(),
+            mode: Mode::Interior,
+            reaches: peers.iter().map(|p| p.to_string()).collect::<BTreeSet<_>>(),
+            inter_router: peers
+                .iter()
+                .map(|p| Link { peer: p.to_string(), outgoing: id < *p, encrypted: true })
+                .collect(),
+            edge: vec![],
+            clients: 2,
+            links_blocked: 1,
+            deliveries_stuck: 0,
+        })
+    }
+
+    fn read(observations: &[(&str, Observation)]) -> MeshRead {
+        let observations: BTreeMap<String, Observation> =
+            observations.iter().map(|(p, o)| (p.to_string(), o.clone())).collect();
+        let report: MeshReport = assess(Mode::Interior, &observations);
+        MeshRead { blocked: None, observations, report, next: MESH_RESYNC }
+    }
+
+    fn status(o: &Observed, r: &MeshRead) -> InterconnectStatus {
+        let applied = Applied { workload: workload(3, 3, 3, 3), ..Default::default() };
+        let s = desired(&owner(), o, &applied, &CredentialsReport::default());
+        with_mesh(s, &owner(), o, r, HASH)
+    }
+
+    #[test]
+    fn a_connected_mesh_lists_every_router_and_link_and_stays_ready() {
+        let o = pods(&["mesh-a", "mesh-b", "mesh-c"], "0123456789");
+        let r = read(&[
+            ("mesh-a", router("mesh-a", &["mesh-b", "mesh-c"])),
+            ("mesh-b", router("mesh-b", &["mesh-a", "mesh-c"])),
+            ("mesh-c", router("mesh-c", &["mesh-a", "mesh-b"])),
+        ]);
+        let s = status(&o, &r);
+        assert_eq!(cond(&s, "MeshConnected").0, "True");
+        assert_eq!(cond(&s, "MeshConnected").1, "Connected");
+        assert_eq!(cond(&s, "Ready").0, "True");
+        assert_eq!((cond(&s, "ConfigApplied").0, cond(&s, "ConfigApplied").1), ("True", "Applied"));
+        let mesh = s.mesh.as_ref().unwrap();
+        assert_eq!(mesh.summary, "3/3 connected");
+        assert_eq!((mesh.interiors_expected, mesh.interiors_connected, mesh.client_connections), (3, 3, 6));
+        assert!(mesh.missing_links.is_empty() && mesh.unreachable.is_empty());
+        assert_eq!(s.config_hash.as_deref(), Some("0123456789"));
+        assert_eq!(s.routers.len(), 3);
+        let a = &s.routers[0];
+        assert_eq!(
+            (a.pod.as_str(), a.id.as_deref(), a.mode.as_deref()),
+            ("mesh-a", Some("mesh-a"), Some("interior"))
+        );
+        assert_eq!((a.node.as_deref(), a.config_hash.as_deref()), (Some("real-0"), Some("0123456789")));
+        let peers: Vec<(&str, &str, &str)> =
+            a.links.iter().map(|l| (l.role.as_str(), l.peer.as_str(), l.direction.as_str())).collect();
+        assert_eq!(peers, [("inter-router", "mesh-b", "out"), ("inter-router", "mesh-c", "out")]);
+        assert_eq!((a.client_connections, a.links_blocked, a.deliveries_stuck), (Some(2), Some(1), Some(0)));
+    }
+
+    #[test]
+    fn a_partitioned_mesh_takes_ready_with_its_reason_and_names_the_groups() {
+        let o = pods(&["mesh-a", "mesh-b", "mesh-c"], "0123456789");
+        let r = read(&[
+            ("mesh-a", router("mesh-a", &["mesh-b"])),
+            ("mesh-b", router("mesh-b", &["mesh-a"])),
+            ("mesh-c", router("mesh-c", &[])),
+        ]);
+        let s = status(&o, &r);
+        let (mesh, reason, message) = cond(&s, "MeshConnected");
+        assert_eq!((mesh, reason), ("False", "Partitioned"));
+        assert!(message.contains("[mesh-a, mesh-b] [mesh-c]"), "{message}");
+        assert_eq!(
+            (cond(&s, "Ready").0, cond(&s, "Ready").1, cond(&s, "Ready").2),
+            ("False", "Partitioned", message)
+        );
+        let mesh = s.mesh.as_ref().unwrap();
+        assert_eq!(mesh.summary, "2/3 connected");
+        let missing: Vec<(&str, &str)> =
+            mesh.missing_links.iter().map(|l| (l.from.as_str(), l.to.as_str())).collect();
+        assert_eq!(missing, [("mesh-a", "mesh-c"), ("mesh-b", "mesh-c")]);
+    }
+
+    #[test]
+    fn a_router_that_does_not_answer_is_unknown_and_leaves_ready_to_the_pods() {
+        let o = pods(&["mesh-a", "mesh-b"], "0123456789");
+        let r = read(&[
+            ("mesh-a", router("mesh-a", &["mesh-b"])),
+            ("mesh-b", Observation::Unreachable("no answer within 5s".into())),
+        ]);
+        let s = status(&o, &r);
+        assert_eq!(
+            (cond(&s, "MeshConnected").0, cond(&s, "MeshConnected").1),
+            ("Unknown", "RouterUnreachable")
+        );
+        assert_eq!(cond(&s, "Ready").0, "True");
+        let mesh = s.mesh.as_ref().unwrap();
+        assert_eq!(mesh.summary, "2/2 connected, 1 not answering");
+        assert_eq!(mesh.unreachable, ["mesh-b: no answer within 5s"]);
+        assert_eq!(s.routers[1].error.as_deref(), Some("no answer within 5s"));
+        assert_eq!(s.routers[1].id, None);
+    }
+
+    #[test]
+    fn routers_that_cannot_be_read_are_not_observed() {
+        let o = pods(&["mesh-a"], "0123456789");
+        let r = MeshRead {
+            blocked: Some(
+                "the management CA Secret mesh-qdr-operator-management-ca does not exist yet".into(),
+            ),
+            observations: BTreeMap::new(),
+            report: assess(Mode::Interior, &BTreeMap::new()),
+            next: MESH_RESYNC,
+        };
+        let s = status(&o, &r);
+        let (mesh, reason, message) = cond(&s, "MeshConnected");
+        assert_eq!((mesh, reason), ("Unknown", "NotObserved"));
+        assert!(message.contains("does not exist yet"), "{message}");
+        assert_eq!(cond(&s, "Ready").0, "True");
+        assert_eq!(s.mesh.as_ref().unwrap().summary, "not read");
+        assert_eq!(s.routers[0].error.as_deref(), r.blocked.as_deref());
+    }
+
+    #[test]
+    fn a_router_on_another_configuration_is_not_applied_and_is_named() {
+        let mut o = pods(&["mesh-a", "mesh-b"], "0123456789");
+        o.routers[1].config_map = Some("mesh-router-config-aaaaaaaaaa".into());
+        let r = read(&[("mesh-a", router("mesh-a", &["mesh-b"])), ("mesh-b", router("mesh-b", &["mesh-a"]))]);
+        let s = status(&o, &r);
+        let (applied, reason, message) = cond(&s, "ConfigApplied");
+        assert_eq!((applied, reason), ("False", "RollingOut"));
+        assert_eq!(message, "1/2 routers run configuration 0123456789 (mesh-b runs aaaaaaaaaa)");
+        // An old router still shutting down is not yet applied either.
+        let mut o = pods(&["mesh-a", "mesh-b"], "0123456789");
+        o.terminating = 1;
+        let s = status(&o, &r);
+        assert_eq!(cond(&s, "ConfigApplied").0, "False");
+        assert!(cond(&s, "ConfigApplied").2.ends_with("; 1 old routers shutting down"));
+    }
+
+    #[test]
+    fn an_unsettled_mesh_is_read_again_sooner_never_in_a_tight_loop() {
+        assert_eq!(recheck(1), MESH_RECHECK);
+        assert_eq!(recheck(2), MESH_RECHECK * 2);
+        assert_eq!(recheck(3), MESH_RECHECK * 4);
+        assert_eq!(recheck(100), MESH_RESYNC);
+        assert!((1..50).all(|n| recheck(n) >= MESH_RECHECK && recheck(n) <= recheck(n + 1)));
+        assert!(MESH_RECHECK >= Duration::from_secs(1));
+    }
+
+    #[test]
+    fn the_status_patch_removes_what_the_last_status_had_and_this_one_has_not() {
+        use crate::reconcile::status::merge_patch;
+        // Observation off: every mesh field is removed from the stored status.
+        let plain = merge_patch(&InterconnectStatus::default());
+        for k in ["mesh", "routers", "configHash"] {
+            assert_eq!(plain[k], serde_json::Value::Null, "{k}: {plain}");
+            assert!(plain.as_object().unwrap().contains_key(k), "{k}");
+        }
+        // A mesh with nothing missing: the lists the last one had are removed.
+        let o = pods(&["mesh-a", "mesh-b"], "0123456789");
+        let r = read(&[("mesh-a", router("mesh-a", &["mesh-b"])), ("mesh-b", router("mesh-b", &["mesh-a"]))]);
+        let patch = merge_patch(&status(&o, &r));
+        assert_eq!(patch["mesh"]["summary"], "2/2 connected");
+        assert!(patch["mesh"].as_object().unwrap().contains_key("missingLinks"));
+        assert_eq!(patch["mesh"]["missingLinks"], serde_json::Value::Null);
+        assert_eq!(patch["mesh"]["unreachable"], serde_json::Value::Null);
+        assert_eq!(patch["routers"].as_array().map(Vec::len), Some(2));
+    }
+
+    #[test]
+    fn a_partition_and_the_recovery_are_each_one_event() {
+        use crate::reconcile::events::{Change, mesh as mesh_event};
+        let o = pods(&["mesh-a", "mesh-b"], "0123456789");
+        let whole = status(
+            &o,
+            &read(&[("mesh-a", router("mesh-a", &["mesh-b"])), ("mesh-b", router("mesh-b", &["mesh-a"]))]),
+        );
+        let split =
+            status(&o, &read(&[("mesh-a", router("mesh-a", &[])), ("mesh-b", router("mesh-b", &[]))]));
+        let stored = |s: &InterconnectStatus| {
+            let mut ic = owner().ic().clone();
+            ic.status = Some(s.clone());
+            ic
+        };
+        let Some(Change::MeshBroken(reason, message)) = mesh_event(&stored(&whole), &split) else { panic!() };
+        assert_eq!(reason, "Partitioned");
+        assert!(message.contains("[mesh-a] [mesh-b]"), "{message}");
+        assert_eq!(mesh_event(&stored(&split), &split), None, "once, not once per pass");
+        assert!(matches!(mesh_event(&stored(&split), &whole), Some(Change::MeshConnected(_))));
+        assert_eq!(mesh_event(&stored(&whole), &whole), None);
+        // The links forming at a start warn of nothing.
+        assert_eq!(mesh_event(owner().ic(), &split), None);
+    }
 }

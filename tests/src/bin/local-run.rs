@@ -232,6 +232,8 @@ async fn run_processes(
                 "--lease-namespace=qdr-operator",
                 &format!("--identity=controller-{i}"),
                 &format!("--health-listen=127.0.0.1:{}", free_port()),
+                // Simulated routers: nobody answers at their addresses (docs/mesh-status.md).
+                "--observe-mesh=off",
             ]);
             Process::spawn(
                 &format!("qdr-controller-{i}"),
@@ -285,7 +287,7 @@ fn install_real(cp: &ControlPlane, root: &std::path::Path) -> Result<(), Box<dyn
         t.elapsed()
     );
     let overlay =
-        qdr_tests::install::real_node_overlay(&root.join("deploy"), &cp.dir().join("real-overlay"))?;
+        qdr_tests::install::real_node_overlay(&root.join("deploy"), &cp.dir().join("real-overlay"), true)?;
     let overlay = overlay.display().to_string();
     let applied = kubectl(cp, &["apply", "--server-side", "-k", &overlay]);
     show(

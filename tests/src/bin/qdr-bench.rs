@@ -672,6 +672,8 @@ fn start_controller(
         &format!("--lease-name={lease}"),
         &format!("--watch-namespace={ns}"),
         &format!("--health-listen=127.0.0.1:{}", free_port()),
+        // Simulated routers: nobody answers at their addresses.
+        "--observe-mesh=off",
     ]);
     Ok((Process::spawn("qdr-controller-bench", cmd, &cp.dir().join(log))?, ids.controller))
 }

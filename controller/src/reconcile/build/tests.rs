@@ -78,6 +78,7 @@ fn settings(routes: bool) -> Settings {
         routes,
         lifetimes: crate::credentials::Lifetimes::default(),
         run_as_user: Some(builders::DEFAULT_RUN_AS_USER),
+        observe_mesh: false,
     }
 }
 
@@ -100,6 +101,7 @@ fn observed(o: &ValidatedInterconnect, present: &[String]) -> Observed {
         pods: vec![],
         terminating: 0,
         unschedulable: Default::default(),
+        routers: vec![],
     }
 }
 
