@@ -27,6 +27,7 @@ mod quantity;
 pub mod router_config;
 pub mod rules;
 mod spec;
+pub mod topology;
 mod types;
 mod validate;
 mod warnings;

@@ -24,9 +24,28 @@ fn crd_has_status_subresource_printer_columns_and_short_name() {
     let v = &crd.spec.versions[0];
     assert_eq!(v.name, "v1alpha1");
     assert!(v.subresources.as_ref().unwrap().status.is_some());
-    let cols: Vec<_> =
-        v.additional_printer_columns.as_ref().unwrap().iter().map(|c| c.name.as_str()).collect();
-    assert_eq!(cols, ["Role", "Size", "Ready", "Status", "Age"]);
+    let cols: Vec<(&str, i32)> = v
+        .additional_printer_columns
+        .as_ref()
+        .unwrap()
+        .iter()
+        .map(|c| (c.name.as_str(), c.priority.unwrap_or(0)))
+        .collect();
+    // `kubectl get ic`: priority 0; `-o wide` adds the priority-1 columns.
+    assert_eq!(
+        cols,
+        [
+            ("Role", 0),
+            ("Size", 0),
+            ("Ready", 0),
+            ("Mesh", 0),
+            ("Status", 0),
+            ("Age", 0),
+            ("Edges", 1),
+            ("Connections", 1),
+            ("Config", 1)
+        ]
+    );
 }
 
 /// Structural: every node has a type (or int-or-string / preserve-unknown-fields), and the

@@ -21,6 +21,60 @@ struct Object {
     name: String,
 }
 
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct Mesh {
+    namespace: String,
+    interconnect: String,
+}
+
+/// What the routers of one Interconnect report, as the `qdr_mesh_*` gauges give it.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct MeshSample {
+    /// Router pods (interior or edge).
+    pub routers_expected: i64,
+    /// Interior routers in the largest group linked to each other, or edge routers
+    /// uplinked.
+    pub routers_connected: i64,
+    /// Router pods that did not answer.
+    pub routers_unreachable: i64,
+    /// Pairs of interior routers without a link of their own.
+    pub links_missing: i64,
+    /// Deliveries stuck, summed over the routers that answered.
+    pub deliveries_stuck: i64,
+    /// Links blocked, summed over the routers that answered.
+    pub links_blocked: i64,
+    /// 1 when `MeshConnected` is `True`, else 0.
+    pub connected: i64,
+}
+
+/// The `qdr_mesh_*` gauge families, by name and help, in [`MeshSample`] field order.
+const MESH_GAUGES: [(&str, &str); 7] = [
+    ("qdr_mesh_routers_expected", "Router pods of an Interconnect"),
+    (
+        "qdr_mesh_routers_connected",
+        "Interior routers linked to each other (largest group), or edge routers uplinked",
+    ),
+    ("qdr_mesh_routers_unreachable", "Router pods that did not answer the controller's last read"),
+    ("qdr_mesh_links_missing", "Pairs of interior routers without a link of their own"),
+    ("qdr_mesh_deliveries_stuck", "Deliveries stuck for more than 10 s, summed over the routers"),
+    ("qdr_mesh_links_blocked", "Links blocked by flow control, summed over the routers"),
+    ("qdr_mesh_connected", "1 when MeshConnected is True, else 0"),
+];
+
+impl MeshSample {
+    fn values(&self) -> [i64; 7] {
+        [
+            self.routers_expected,
+            self.routers_connected,
+            self.routers_unreachable,
+            self.links_missing,
+            self.deliveries_stuck,
+            self.links_blocked,
+            self.connected,
+        ]
+    }
+}
+
 /// * `qdr_controller_reconciles_total`: reconciles run;
 /// * `qdr_controller_reconcile_errors_total{category}`: failures by stage (`owner`,
 ///   `observe`, `build`, `apply`, `status`);
@@ -28,7 +82,13 @@ struct Object {
 /// * `qdr_controller_leader`: 1 while this replica leads, else 0;
 /// * `qdr_router_certificate_expiry_seconds{namespace,name}`: seconds until the earliest
 ///   certificate the routers of an Interconnect mount expires (negative: expired), as of
-///   its last reconcile.
+///   its last reconcile;
+/// * with the routers read (`--observe-mesh=on`), gauges `{namespace,interconnect}` of what
+///   they reported at the last read: `qdr_mesh_routers_expected`,
+///   `qdr_mesh_routers_connected`, `qdr_mesh_routers_unreachable`, `qdr_mesh_links_missing`,
+///   `qdr_mesh_deliveries_stuck`, `qdr_mesh_links_blocked`, `qdr_mesh_connected`
+///   ([`MeshSample`]). Every per-Interconnect series is removed with the Interconnect and at
+///   the end of a leadership term.
 pub struct Metrics {
     registry: Registry,
     reconciles: Counter<u64, AtomicU64>,
@@ -37,6 +97,7 @@ pub struct Metrics {
     /// 1 while this replica leads.
     pub leader: Gauge<i64, AtomicI64>,
     expiry: Family<Object, Gauge<f64, AtomicU64>>,
+    mesh: [Family<Mesh, Gauge<i64, AtomicI64>>; 7],
 }
 
 impl std::fmt::Debug for Metrics {
@@ -66,7 +127,11 @@ impl Default for Metrics {
             "Seconds until the earliest router certificate of an Interconnect expires",
             expiry.clone(),
         );
-        Metrics { registry, reconciles, errors, duration, leader, expiry }
+        let mesh: [Family<Mesh, Gauge<i64, AtomicI64>>; 7] = Default::default();
+        for ((name, help), family) in MESH_GAUGES.iter().zip(&mesh) {
+            registry.register(*name, *help, family.clone());
+        }
+        Metrics { registry, reconciles, errors, duration, leader, expiry, mesh }
     }
 }
 
@@ -99,11 +164,30 @@ impl Metrics {
         }
     }
 
-    /// A guard that removes every per-Interconnect series (`qdr_router_certificate_expiry_seconds`)
-    /// when dropped: at the end of a leadership term, so a follower does not serve frozen
-    /// values (an alert on `< 0` would fire forever on one that expired while it led).
+    /// Records what the routers of Interconnect `namespace/name` report (`None`: they are
+    /// not read, and its series are removed).
+    pub fn mesh(&self, namespace: &str, name: &str, sample: Option<MeshSample>) {
+        let key = Mesh { namespace: namespace.into(), interconnect: name.into() };
+        match sample {
+            Some(s) => {
+                for (family, v) in self.mesh.iter().zip(s.values()) {
+                    family.get_or_create(&key).set(v);
+                }
+            }
+            None => {
+                for family in &self.mesh {
+                    family.remove(&key);
+                }
+            }
+        }
+    }
+
+    /// A guard that removes every per-Interconnect series (`qdr_router_certificate_expiry_seconds`,
+    /// `qdr_mesh_*`) when dropped: at the end of a leadership term, so a follower does not
+    /// serve frozen values (an alert on `< 0` would fire forever on one that expired while
+    /// it led).
     pub fn interconnect_series_guard(&self) -> SeriesGuard {
-        SeriesGuard(self.expiry.clone())
+        SeriesGuard(self.expiry.clone(), self.mesh.clone())
     }
 
     /// Sets `qdr_controller_leader` to 1 until the guard is dropped.
@@ -137,10 +221,13 @@ impl Drop for LeadingGuard {
 /// Removes every per-Interconnect series when dropped (see
 /// [`Metrics::interconnect_series_guard`]).
 #[derive(Debug)]
-pub struct SeriesGuard(Family<Object, Gauge<f64, AtomicU64>>);
+pub struct SeriesGuard(Family<Object, Gauge<f64, AtomicU64>>, [Family<Mesh, Gauge<i64, AtomicI64>>; 7]);
 
 impl Drop for SeriesGuard {
     fn drop(&mut self) {
         self.0.clear();
+        for family in &self.1 {
+            family.clear();
+        }
     }
 }

@@ -1060,6 +1060,38 @@ async fn the_status_reports_the_mesh_the_routers_see() {
     );
     shown(cp, &["describe", "interconnect", "seen", "-n", &ns.name]);
 
+    // The topology, through the real kubectl's plugin lookup (`kubectl-qdr` on the PATH).
+    let bin_dir = qdr_tests::components::binary("kubectl-qdr").parent().unwrap().to_path_buf();
+    let path = format!("{}:{}", bin_dir.display(), std::env::var("PATH").unwrap_or_default());
+    let topology = |format: &str| {
+        // A plugin takes no flag before its name, so the kubeconfig goes in the environment.
+        let kubectl = cp.kubectl().get_program().to_owned();
+        let out = std::process::Command::new(kubectl)
+            .env("PATH", &path)
+            .env("KUBECONFIG", cp.kubeconfig())
+            .args(["qdr", "topology", "seen", "-n", &ns.name, "-o", format])
+            .output()
+            .expect("kubectl qdr runs");
+        assert!(out.status.success(), "kubectl qdr topology: {}", String::from_utf8_lossy(&out.stderr));
+        let text = String::from_utf8_lossy(&out.stdout).into_owned();
+        say!("kubectl qdr topology seen -o {format}\n{text}");
+        text
+    };
+    let text = topology("text");
+    assert!(text.starts_with("Interconnect seen: 3/3 connected (MeshConnected True Connected"), "{text}");
+    let pods: Vec<String> = router_pods(&ns, "seen").await.into_iter().map(|(p, _)| p).collect();
+    for p in &pods {
+        assert!(
+            text.contains(&format!("  {p}  interior  node {}", qdr_tests::real_node::NODE)),
+            "{p}: {text}"
+        );
+    }
+    assert_eq!(text.matches("──>").count(), 3, "three links, each drawn once from its opener: {text}");
+    let mermaid = topology("mermaid");
+    assert_eq!(mermaid.matches("-->|inter-router|").count(), 3, "{mermaid}");
+    let dot = topology("dot");
+    assert!(dot.starts_with("digraph \"seen\" {") && dot.matches(" -> ").count() == 3, "{dot}");
+
     // An edge whose uplink is refused (nothing serves that name) is not Ready, and says why.
     apply(
         cp,

@@ -145,6 +145,7 @@ impl Context {
         self.mesh.forget(&key);
         self.recorder.forget(ic.metadata.uid.as_deref().unwrap_or_default());
         self.metrics.certificate_expiry(&ic.namespace().unwrap_or_default(), &ic.name_any(), None);
+        self.metrics.mesh(&ic.namespace().unwrap_or_default(), &ic.name_any(), None);
     }
 
     /// [`status::write`], remembering the written object in the term's stores.
@@ -330,6 +331,8 @@ pub(crate) async fn reconcile(ic: Arc<Interconnect>, ctx: Arc<Context>) -> Resul
             {
                 let expiry = r.report.credentials.earliest_expiry;
                 ctx.metrics.certificate_expiry(r.ic.namespace(), r.ic.name(), expiry);
+                let sample = r.mesh.as_ref().filter(|m| m.blocked.is_none()).map(read::MeshRead::sample);
+                ctx.metrics.mesh(r.ic.namespace(), r.ic.name(), sample);
             }
             Ok(pass.next())
         }

@@ -51,6 +51,34 @@ pub struct MeshRead {
     pub next: Duration,
 }
 
+impl MeshRead {
+    /// The `qdr_mesh_*` gauges of this read.
+    pub fn sample(&self) -> crate::metrics::MeshSample {
+        let r = &self.report;
+        let n = |v: usize| i64::try_from(v).unwrap_or(i64::MAX);
+        let sum = |f: fn(&crate::mesh::RouterView) -> u64| {
+            let total: u64 = self
+                .observations
+                .values()
+                .filter_map(|o| match o {
+                    Observation::Answered(v) => Some(f(v)),
+                    Observation::Unreachable(_) => None,
+                })
+                .sum();
+            i64::try_from(total).unwrap_or(i64::MAX)
+        };
+        crate::metrics::MeshSample {
+            routers_expected: n(self.observations.len()),
+            routers_connected: n(r.interiors_connected + r.edges_uplinked),
+            routers_unreachable: n(r.unreachable.len()),
+            links_missing: n(r.missing_links.len()),
+            deliveries_stuck: sum(|v| v.deliveries_stuck),
+            links_blocked: sum(|v| v.links_blocked),
+            connected: i64::from(r.condition.status == "True"),
+        }
+    }
+}
+
 struct Memo {
     pods: u64,
     at: Instant,

@@ -688,4 +688,43 @@ mod mesh {
         // The links forming at a start warn of nothing.
         assert_eq!(mesh_event(owner().ic(), &split), None);
     }
+
+    #[test]
+    fn the_mesh_gauges_follow_the_read_and_go_with_the_interconnect() {
+        use crate::metrics::{MeshSample, Metrics};
+        let r = read(&[
+            ("mesh-a", router("mesh-a", &["mesh-b"])),
+            ("mesh-b", router("mesh-b", &["mesh-a"])),
+            ("mesh-c", Observation::Unreachable("no answer within 5s".into())),
+        ]);
+        let sample = r.sample();
+        assert_eq!(
+            sample,
+            MeshSample {
+                routers_expected: 3,
+                routers_connected: 2,
+                routers_unreachable: 1,
+                links_missing: 2,
+                deliveries_stuck: 0,
+                links_blocked: 2,
+                connected: 0,
+            }
+        );
+        let metrics = Metrics::default();
+        metrics.mesh("ns", "mesh", Some(sample));
+        let text = metrics.encode();
+        for line in [
+            "qdr_mesh_routers_expected{namespace=\"ns\",interconnect=\"mesh\"} 3",
+            "qdr_mesh_routers_unreachable{namespace=\"ns\",interconnect=\"mesh\"} 1",
+            "qdr_mesh_links_blocked{namespace=\"ns\",interconnect=\"mesh\"} 2",
+            "qdr_mesh_connected{namespace=\"ns\",interconnect=\"mesh\"} 0",
+        ] {
+            assert!(text.contains(line), "{line} in\n{text}");
+        }
+        metrics.mesh("ns", "mesh", None);
+        assert!(!metrics.encode().contains("interconnect=\"mesh\""), "series removed");
+        metrics.mesh("ns", "mesh", Some(sample));
+        drop(metrics.interconnect_series_guard());
+        assert!(!metrics.encode().contains("interconnect=\"mesh\""), "series cleared at the end of a term");
+    }
 }
