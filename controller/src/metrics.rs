@@ -88,7 +88,10 @@ impl MeshSample {
 ///   `qdr_mesh_routers_connected`, `qdr_mesh_routers_unreachable`, `qdr_mesh_links_missing`,
 ///   `qdr_mesh_deliveries_stuck`, `qdr_mesh_links_blocked`, `qdr_mesh_connected`
 ///   ([`MeshSample`]). Every per-Interconnect series is removed with the Interconnect and at
-///   the end of a leadership term.
+///   the end of a leadership term;
+/// * `qdr_mesh_router_reads_total`: routers asked (one TLS connection, three management
+///   queries each); `qdr_mesh_read_duration_seconds`: time per read of one Interconnect's
+///   routers (what the cost benchmark reads).
 pub struct Metrics {
     registry: Registry,
     reconciles: Counter<u64, AtomicU64>,
@@ -98,6 +101,8 @@ pub struct Metrics {
     pub leader: Gauge<i64, AtomicI64>,
     expiry: Family<Object, Gauge<f64, AtomicU64>>,
     mesh: [Family<Mesh, Gauge<i64, AtomicI64>>; 7],
+    router_reads: Counter<u64, AtomicU64>,
+    read_duration: Histogram,
 }
 
 impl std::fmt::Debug for Metrics {
@@ -131,7 +136,19 @@ impl Default for Metrics {
         for ((name, help), family) in MESH_GAUGES.iter().zip(&mesh) {
             registry.register(*name, *help, family.clone());
         }
-        Metrics { registry, reconciles, errors, duration, leader, expiry, mesh }
+        let router_reads = Counter::default();
+        registry.register(
+            "qdr_mesh_router_reads",
+            "Routers asked what they see (one TLS connection, three management queries each)",
+            router_reads.clone(),
+        );
+        let read_duration = Histogram::new(exponential_buckets(0.001, 2.0, 14));
+        registry.register(
+            "qdr_mesh_read_duration_seconds",
+            "Time per read of one Interconnect's routers",
+            read_duration.clone(),
+        );
+        Metrics { registry, reconciles, errors, duration, leader, expiry, mesh, router_reads, read_duration }
     }
 }
 
@@ -162,6 +179,12 @@ impl Metrics {
                 self.expiry.remove(&key);
             }
         }
+    }
+
+    /// Records one read of an Interconnect's `routers` router pods that took `took`.
+    pub fn mesh_read(&self, routers: usize, took: Duration) {
+        self.router_reads.inc_by(u64::try_from(routers).unwrap_or(u64::MAX));
+        self.read_duration.observe(took.as_secs_f64());
     }
 
     /// Records what the routers of Interconnect `namespace/name` report (`None`: they are

@@ -100,13 +100,26 @@ pub fn routers_on_real_node(cp: &ControlPlane) -> Result<(), Error> {
 /// [`Error::MissingBinary`] when the release binary is not built; as
 /// [`ControlPlane::install_rbac`]; [`Error::Io`] when it cannot start.
 pub fn start_controller(cp: &ControlPlane, name: &str, extra: &[&str]) -> Result<Process, Error> {
+    start_controller_on(cp, name, crate::components::free_port(), extra)
+}
+
+/// [`start_controller`] with its health and metrics server on `127.0.0.1:<health>`.
+///
+/// # Errors
+/// As [`start_controller`].
+pub fn start_controller_on(
+    cp: &ControlPlane,
+    name: &str,
+    health: u16,
+    extra: &[&str],
+) -> Result<Process, Error> {
     let binary = crate::images::release_binary(&crate::images::CONTROLLER)?;
     let ids = cp.install_rbac(&crate::rbac::Install::new("qdr-operator"))?;
     let mut cmd = Command::new(binary);
     cmd.env("KUBECONFIG", &ids.controller).args([
         "--lease-namespace=qdr-operator",
         &format!("--identity={name}"),
-        &format!("--health-listen=127.0.0.1:{}", crate::components::free_port()),
+        &format!("--health-listen=127.0.0.1:{health}"),
         &format!("--default-image={ROUTER_IMAGE}"),
     ]);
     cmd.args(extra);

@@ -402,7 +402,7 @@ async fn stages(
     }
     let applied = applied?;
     let mesh = match management {
-        Some(m) => Some(ctx.mesh.read(&valid, &observed, m).await),
+        Some(m) => Some(ctx.mesh.read(&valid, &observed, m, &ctx.metrics).await),
         None => None,
     };
     Ok(Pass::Reconciled(Box::new(Reconciled { ic: valid, observed, report, applied, mesh })))

@@ -135,6 +135,7 @@ impl Reader {
         o: &ValidatedInterconnect,
         observed: &Observed,
         management: Result<(), String>,
+        metrics: &crate::metrics::Metrics,
     ) -> MeshRead {
         let mode = if o.spec().role() == qdr_api::Role::Edge { Mode::Edge } else { Mode::Interior };
         let key = o.namespaced_name();
@@ -177,7 +178,9 @@ impl Reader {
         let targets: Vec<Target> =
             observed.routers.iter().map(|p| Target { pod: p.name.clone(), ip: p.ip.clone() }).collect();
         let port = u16::try_from(MANAGEMENT_PORT).expect("a port");
+        let started = Instant::now();
         let observations = observe(&targets, port, &self.limit, self.timeout, Some(&tls)).await;
+        metrics.mesh_read(targets.iter().filter(|t| t.ip.is_some()).count(), started.elapsed());
         let report = assess(mode, &observations);
         let mut memo = self.memo.lock().unwrap_or_else(|e| e.into_inner());
         // Counted since the pods last changed: the reads while routers start (each pod event

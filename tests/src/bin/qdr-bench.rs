@@ -1288,6 +1288,9 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         if only.is_empty() || only == "day-two" {
             day_two_rows(&mut rows).await?;
         }
+        if only.is_empty() || only == "mesh" {
+            mesh_rows(&mut rows, runs).await?;
+        }
         Ok::<_, Box<dyn std::error::Error>>(())
     })?;
 
@@ -1342,6 +1345,138 @@ async fn day_two_rows(rows: &mut Vec<Row>) -> Result<(), Box<dyn std::error::Err
     }
     Ok(())
 }
+
+/// The value of the unlabelled series `name` in an OpenMetrics text, if present.
+fn metric(text: &str, name: &str) -> Option<f64> {
+    text.lines().find_map(|l| l.strip_prefix(name)?.strip_prefix(' ')?.trim().parse().ok())
+}
+
+/// Resident memory of process `pid` in MiB, from `/proc/<pid>/status`.
+fn rss_mib(pid: u32) -> f64 {
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap_or_default();
+    status
+        .lines()
+        .find_map(|l| l.strip_prefix("VmRSS:")?.trim().strip_suffix("kB")?.trim().parse::<f64>().ok())
+        .map_or(0.0, |kb| kb / 1024.0)
+}
+
+/// What reading the routers costs (`docs/mesh-status.md`), on real routers on the real node
+/// (root and the router image, as [`day_two_rows`]): one Interconnect of 3 interior routers
+/// read by one release controller. At rest for [`MESH_REST`]: routers asked per minute, the
+/// controller's CPU (ms per minute) and resident memory; per read, its duration; and `runs`
+/// times, a router pod deleted: the time until `MeshConnected` leaves `Connected`, and
+/// until it is `Connected` again.
+async fn mesh_rows(rows: &mut Vec<Row>, runs: usize) -> Result<(), Box<dyn std::error::Error>> {
+    let cp: &'static ControlPlane = Box::leak(Box::new(
+        ControlPlane::start(Options { audit: false, real_nodes: 1, ..Options::default() }).await?,
+    ));
+    qdr_tests::routers::routers_on_real_node(cp)?;
+    qdr_tests::routers::import_router_image(cp)?;
+    cp.install_crd().await;
+    let health = qdr_tests::components::free_port();
+    let controller = qdr_tests::routers::start_controller_on(cp, "qdr-controller-mesh", health, &[])?;
+    let ns: &'static qdr_tests::TestNamespace = Box::leak(Box::new(cp.namespace("cost").await));
+    let ic = qdr_tests::routers::interconnect(
+        "cost",
+        json!({"deploymentPlan": {"role": "interior", "size": 3, "placement": "Any"}}),
+    );
+    qdr_tests::routers::apply(cp, &ns.name, &ic);
+    qdr_tests::routers::wait_ready(cp, &ns.name, "cost", &[&controller]);
+    let reason = || {
+        let out = qdr_tests::routers::kubectl(
+            cp,
+            &[
+                "get",
+                "interconnect",
+                "cost",
+                "-n",
+                &ns.name,
+                "-o",
+                "jsonpath={.status.conditions[?(@.type==\"MeshConnected\")].reason}",
+            ],
+        );
+        String::from_utf8_lossy(&out.stdout).into_owned()
+    };
+    let until = |want: fn(&str) -> bool, limit: Duration| async move {
+        let t = Instant::now();
+        while !want(&reason()) && t.elapsed() < limit {
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+        t.elapsed()
+    };
+    until(|r| r == "Connected", Duration::from_secs(120)).await;
+    let scrape = || qdr_tests::components::http_get(health, "/metrics").map(|(_, b)| b).unwrap_or_default();
+    let (before, cpu_before) = (scrape(), cpu_seconds(controller.pid()));
+    tokio::time::sleep(MESH_REST).await;
+    let (after, cpu_after) = (scrape(), cpu_seconds(controller.pid()));
+    let minutes = MESH_REST.as_secs_f64() / 60.0;
+    let delta = |name: &str| metric(&after, name).unwrap_or(0.0) - metric(&before, name).unwrap_or(0.0);
+    rows.push(Row {
+        what: format!(
+            "mesh reads at rest, 1 Interconnect of 3 real routers, {:.0} s: routers asked per minute",
+            MESH_REST.as_secs_f64()
+        ),
+        runs: vec![delta("qdr_mesh_router_reads_total") / minutes],
+        unit: "routers/min",
+        target: "≤ 3 (one read of each router per 60 s resync)".into(),
+    });
+    let reads = delta("qdr_mesh_read_duration_seconds_count");
+    rows.push(Row {
+        what: "mesh read of 3 real routers (TLS connect + 3 QUERYs each, concurrently): mean duration".into(),
+        runs: vec![if reads > 0.0 {
+            1000.0 * delta("qdr_mesh_read_duration_seconds_sum") / reads
+        } else {
+            0.0
+        }],
+        unit: "ms",
+        target: String::new(),
+    });
+    rows.push(Row {
+        what: "controller CPU at rest with 1 Interconnect of 3 real routers read".into(),
+        runs: vec![1000.0 * (cpu_after - cpu_before) / minutes],
+        unit: "ms CPU/min",
+        target: String::new(),
+    });
+    rows.push(Row {
+        what: "controller resident memory with 1 Interconnect of 3 real routers read".into(),
+        runs: vec![rss_mib(controller.pid())],
+        unit: "MiB",
+        target: String::new(),
+    });
+    let (mut noticed, mut recovered) = (Vec::new(), Vec::new());
+    let pods: Api<k8s_openapi::api::core::v1::Pod> = Api::namespaced(cp.client().await?, &ns.name);
+    for _ in 0..runs {
+        let list = pods.list(&kube::api::ListParams::default().labels("application=cost")).await?;
+        let victim = list
+            .items
+            .iter()
+            .find(|p| p.metadata.deletion_timestamp.is_none())
+            .and_then(|p| p.metadata.name.clone());
+        let Some(victim) = victim else { break };
+        pods.delete(&victim, &kube::api::DeleteParams::default()).await?;
+        let t = Instant::now();
+        until(|r| r != "Connected", Duration::from_secs(60)).await;
+        noticed.push(t.elapsed().as_secs_f64());
+        until(|r| r == "Connected", Duration::from_secs(180)).await;
+        recovered.push(t.elapsed().as_secs_f64());
+    }
+    rows.push(Row {
+        what: "a router pod deleted → MeshConnected no longer Connected".into(),
+        runs: noticed,
+        unit: "s",
+        target: String::new(),
+    });
+    rows.push(Row {
+        what: "a router pod deleted → MeshConnected Connected again (replacement started and linked)".into(),
+        runs: recovered,
+        unit: "s",
+        target: String::new(),
+    });
+    Ok(())
+}
+
+/// How long the mesh benchmark leaves a connected mesh at rest.
+const MESH_REST: Duration = Duration::from_secs(120);
 
 /// Renders the router configuration of an effective spec (the controller's renderer).
 fn qdr_controller_render(ic: &qdr_api::Interconnect) -> String {
