@@ -51,6 +51,11 @@ pub fn warnings(ic: &Interconnect) -> Vec<String> {
         if l.role.is_some() {
             w.push(format!("{p}.role: deprecated and ignored (the list decides the role)"));
         }
+        if l.port == crate::router_config::MANAGEMENT_PORT {
+            w.push(format!(
+                "{p}.port: 55670 is the operator's management port; the routers will not be read (MeshConnected)"
+            ));
+        }
         let external =
             l.sasl_mechanisms.as_deref().is_some_and(|m| m.split_whitespace().any(|m| m == "EXTERNAL"));
         if no_users && l.authenticate_peer == Some(true) && !external {
@@ -63,6 +68,13 @@ pub fn warnings(ic: &Interconnect) -> Vec<String> {
         if c.ssl_profile.is_none() {
             w.push(format!("spec.interRouterConnectors[{i}]: inter-router link without TLS"));
         }
+    }
+    if let Some(i) =
+        spec.ssl_profiles.iter().flatten().position(|p| p.name == crate::router_config::MANAGEMENT_PROFILE)
+    {
+        w.push(format!(
+            "spec.sslProfiles[{i}].name: the operator's own profile name; the routers will not be read (MeshConnected)"
+        ));
     }
     if spec.issuer.is_some() {
         w.push("spec.issuer: deprecated and ignored; use spec.deploymentPlan.issuer".into());

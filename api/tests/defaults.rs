@@ -167,3 +167,26 @@ fn the_go_operators_size_one_with_every_is_accepted_ignored_and_warned_about() {
     assert_eq!(two.len(), 1);
     assert_eq!(two[0].field, "spec.deploymentPlan.size");
 }
+
+/// The operator's management port and profile name, taken by the spec, are warned about:
+/// the controller leaves such routers unread (docs/mesh-status.md).
+#[test]
+fn the_operators_management_port_and_profile_name_are_warned_about() {
+    let ic: qdr_api::Interconnect = serde_json::from_value(serde_json::json!({
+        "metadata": {"name": "mesh", "namespace": "ns"},
+        "spec": {"listeners": [{"port": 5672}, {"port": 55670}],
+                 "sslProfiles": [{"name": "qdr-operator-management"}]}}))
+    .unwrap();
+    let w = qdr_api::warnings(&defaults(&ic));
+    let ours: Vec<&String> = w.iter().filter(|m| m.contains("the routers will not be read")).collect();
+    assert_eq!(ours.len(), 2, "{w:?}");
+    assert!(ours[0].starts_with("spec.listeners[1].port: 55670 is the operator's management port"), "{w:?}");
+    assert!(ours[1].starts_with("spec.sslProfiles[0].name: the operator's own profile name"), "{w:?}");
+    assert!(w.iter().all(|m| m.chars().count() <= 120), "{w:?}");
+    let plain = qdr_api::warnings(&defaults(
+        &serde_json::from_value(serde_json::json!({
+        "metadata": {"name": "mesh", "namespace": "ns"}, "spec": {}}))
+        .unwrap(),
+    ));
+    assert!(plain.iter().all(|m| !m.contains("management")), "{plain:?}");
+}
