@@ -376,6 +376,32 @@ async fn every_example_starts_and_its_routers_pass_their_readiness_probe() {
         })
         .await;
     }
+    // Every example's mesh as the controller reports it: connected, with its columns and
+    // its topology.
+    for name in &names {
+        qdr_tests::eventually(
+            &format!("example {name} MeshConnected Connected"),
+            Duration::from_secs(90),
+            || async {
+                (condition_of(&get_ic(cp, &ns.name, name), "MeshConnected").1 == "Connected").then_some(())
+            },
+        )
+        .await;
+    }
+    let wide = shown(cp, &["get", "interconnect", "-n", &ns.name, "-o", "wide"]);
+    for summary in ["1/1 uplinked", "3/3 connected", "1/1 connected"] {
+        assert!(wide.contains(summary), "{summary}: {wide}");
+    }
+    let bin = qdr_tests::components::binary("kubectl-qdr");
+    for name in &names {
+        let out = std::process::Command::new(&bin)
+            .env("KUBECONFIG", cp.kubeconfig())
+            .args(["topology", name, "-n", &ns.name])
+            .output()
+            .unwrap();
+        assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+        say!("kubectl qdr topology {name}\n{}", String::from_utf8_lossy(&out.stdout));
+    }
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -769,6 +795,22 @@ async fn edge_routers_uplink_through_the_service_name_and_carry_messages_between
     let report = mesh::assess(mesh::Mode::Edge, &observe(&leaves).await);
     assert_eq!((report.condition.reason, report.edges_uplinked), ("Connected", 2), "{report:?}");
     say!("mesh reader: {}", report.condition.message);
+    // The controller reports the same: both edges uplinked, each to the hub's router.
+    let leaf = qdr_tests::eventually("leaf MeshConnected Connected", Duration::from_secs(60), || async {
+        let ic = get_ic(cp, &ns.name, "leaf");
+        (condition_of(&ic, "MeshConnected").1 == "Connected").then_some(ic)
+    })
+    .await;
+    assert_eq!(leaf["status"]["mesh"]["summary"], "2/2 uplinked", "{}", leaf["status"]);
+    for r in leaf["status"]["routers"].as_array().unwrap() {
+        assert_eq!(r["mode"], "edge", "{r}");
+        assert_eq!(
+            r["links"],
+            json!([{"role": "edge", "peer": hub[0].0, "direction": "out", "encrypted": false}]),
+            "{r}"
+        );
+    }
+    shown(cp, &["get", "interconnect", "-n", &ns.name, "-o", "wide"]);
 
     // Edge → interior → the other edge: a receiver on leaf 1, a sender on leaf 0. Edge
     // routers never connect to each other, and the interior counts the messages out to the
@@ -1117,4 +1159,96 @@ async fn the_status_reports_the_mesh_the_routers_see() {
     assert!(stuck.0.2.contains("stray-"), "the message names the edge router: {stuck:?}");
     assert_eq!((stuck.1.0.as_str(), stuck.1.1.as_str()), ("False", "EdgeNotUplinked"), "{stuck:?}");
     shown(cp, &["get", "interconnect", "-n", &ns.name, "-o", "wide"]);
+}
+
+/// The host PID of the `qdrouterd` of router pod `pod` (its `HOSTNAME`), found in `/proc`.
+fn router_pid(pod: &str) -> Option<u32> {
+    let want = format!("HOSTNAME={pod}");
+    std::fs::read_dir("/proc").ok()?.flatten().find_map(|e| {
+        let pid: u32 = e.file_name().to_str()?.parse().ok()?;
+        let comm = std::fs::read_to_string(format!("/proc/{pid}/comm")).ok()?;
+        if comm.trim() != "qdrouterd" {
+            return None;
+        }
+        let environ = std::fs::read(format!("/proc/{pid}/environ")).ok()?;
+        environ.split(|b| *b == 0).any(|v| v == want.as_bytes()).then_some(pid)
+    })
+}
+
+/// `iptables <args>` in the network namespace of process `pid`.
+fn iptables_in(pid: u32, args: &[&str]) {
+    let out = std::process::Command::new("nsenter")
+        .args([format!("--net=/proc/{pid}/ns/net"), "iptables".into()])
+        .args(args)
+        .output()
+        .expect("nsenter runs");
+    assert!(out.status.success(), "iptables {args:?} in {pid}: {}", String::from_utf8_lossy(&out.stderr));
+}
+
+/// Traffic between two routers of a mesh of 3 blocked in one router's network namespace
+/// (every TCP segment to or from the other refused with a reset): the link between them is
+/// named as missing while they still reach each other through the third, and the mesh is
+/// `Connected` again once the block is lifted.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_link_blocked_between_two_routers_is_named_until_it_is_back() {
+    let cp = cluster().await;
+    let ns = cp.namespace("blocked").await;
+    apply(
+        cp,
+        &ns.name,
+        &routers::interconnect(
+            "blocked",
+            json!({"deploymentPlan": {"role": "interior", "size": 3, "placement": "Any"}}),
+        ),
+    );
+    routers::wait_ready(cp, &ns.name, "blocked", &controllers());
+    qdr_tests::eventually("MeshConnected Connected", Duration::from_secs(90), || async {
+        (condition_of(&get_ic(cp, &ns.name, "blocked"), "MeshConnected").1 == "Connected").then_some(())
+    })
+    .await;
+    let pods = router_pods(&ns, "blocked").await;
+    let ((a, _), (b, b_ip)) = (&pods[0], &pods[1]);
+    let pid = router_pid(a).unwrap_or_else(|| panic!("no qdrouterd process of {a}"));
+    let rules: [[&str; 10]; 2] = [
+        ["-s", b_ip, "-p", "tcp", "-j", "REJECT", "--reject-with", "tcp-reset", "-m", "comment"],
+        ["-d", b_ip, "-p", "tcp", "-j", "REJECT", "--reject-with", "tcp-reset", "-m", "comment"],
+    ];
+    let blocked = Instant::now();
+    for (chain, rule) in ["INPUT", "OUTPUT"].iter().zip(&rules) {
+        let mut args = vec!["-I", chain];
+        args.extend(rule.iter().copied());
+        args.extend(["--comment", "qdr-operator test"]);
+        iptables_in(pid, &args);
+    }
+    let (x, y) = if a < b { (a, b) } else { (b, a) };
+    let named = qdr_tests::eventually("the blocked link to be named", Duration::from_secs(90), || async {
+        let ic = get_ic(cp, &ns.name, "blocked");
+        let (status, reason, message) = condition_of(&ic, "MeshConnected");
+        (reason == "LinksMissing").then_some((status, message, ic["status"]["mesh"]["missingLinks"].clone()))
+    })
+    .await;
+    say!(
+        "traffic {a} ⇄ {b} refused: MeshConnected {} LinksMissing after {:.1?}: {}",
+        named.0,
+        blocked.elapsed(),
+        named.1
+    );
+    assert_eq!(named.0, "True", "the third router still links them: {named:?}");
+    assert!(named.1.contains(&format!("{x} – {y}")), "{named:?}");
+    assert_eq!(named.2, json!([{"from": x, "to": y}]), "{named:?}");
+    let wide = shown(cp, &["get", "interconnect", "blocked", "-n", &ns.name, "-o", "wide"]);
+    assert!(wide.contains("3/3 connected"), "{wide}");
+    // Lifted: the routers link again.
+    for (chain, rule) in ["INPUT", "OUTPUT"].iter().zip(&rules) {
+        let mut args = vec!["-D", chain];
+        args.extend(rule.iter().copied());
+        args.extend(["--comment", "qdr-operator test"]);
+        iptables_in(pid, &args);
+    }
+    let lifted = Instant::now();
+    qdr_tests::eventually("the link to come back", Duration::from_secs(120), || async {
+        (condition_of(&get_ic(cp, &ns.name, "blocked"), "MeshConnected").1 == "Connected").then_some(())
+    })
+    .await;
+    say!("block lifted: Connected again after {:.1?}", lifted.elapsed());
 }
