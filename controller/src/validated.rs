@@ -103,9 +103,9 @@ impl ValidatedInterconnect {
         spec.ssl_profiles.get_or_insert_with(Vec::new).push(qdr_api::SslProfile {
             name: MANAGEMENT_PROFILE.into(),
             mutual_auth: Some(true),
-            credentials: Some(format!("{name}-{MANAGEMENT_PROFILE}-credentials")),
+            credentials: Some(crate::mesh::management::credentials_secret(name)),
             generate_credentials: Some(true),
-            ca_cert: Some(format!("{name}-{MANAGEMENT_PROFILE}-ca")),
+            ca_cert: Some(crate::mesh::management::ca_secret(name)),
             generate_ca_cert: Some(true),
             ..Default::default()
         });

@@ -52,21 +52,21 @@ pub struct MeshRead {
 }
 
 impl MeshRead {
+    /// `f` summed over the routers that answered.
+    pub fn total(&self, f: fn(&crate::mesh::RouterView) -> u64) -> u64 {
+        (self.observations.values())
+            .filter_map(|o| match o {
+                Observation::Answered(v) => Some(f(v)),
+                Observation::Unreachable(_) => None,
+            })
+            .sum()
+    }
+
     /// The `qdr_mesh_*` gauges of this read.
     pub fn sample(&self) -> crate::metrics::MeshSample {
         let r = &self.report;
         let n = |v: usize| i64::try_from(v).unwrap_or(i64::MAX);
-        let sum = |f: fn(&crate::mesh::RouterView) -> u64| {
-            let total: u64 = self
-                .observations
-                .values()
-                .filter_map(|o| match o {
-                    Observation::Answered(v) => Some(f(v)),
-                    Observation::Unreachable(_) => None,
-                })
-                .sum();
-            i64::try_from(total).unwrap_or(i64::MAX)
-        };
+        let sum = |f: fn(&crate::mesh::RouterView) -> u64| i64::try_from(self.total(f)).unwrap_or(i64::MAX);
         crate::metrics::MeshSample {
             routers_expected: n(self.observations.len()),
             routers_connected: n(r.interiors_connected + r.edges_uplinked),
@@ -107,9 +107,13 @@ impl Default for Reader {
     }
 }
 
-/// The wait before reading again a mesh found not connected `unsettled` reads in a row.
+/// The wait before reading again a mesh found not connected `unsettled` reads in a row
+/// ([`MESH_RESYNC`] for a connected one, `unsettled` 0).
 pub fn recheck(unsettled: u32) -> Duration {
-    MESH_RECHECK.saturating_mul(1 << unsettled.saturating_sub(1).min(10)).min(MESH_RESYNC)
+    if unsettled == 0 {
+        return MESH_RESYNC;
+    }
+    MESH_RECHECK.saturating_mul(1 << (unsettled - 1).min(10)).min(MESH_RESYNC)
 }
 
 fn pods_fingerprint(observed: &Observed) -> u64 {
@@ -161,7 +165,7 @@ impl Reader {
         let reuse = {
             let memo = self.memo.lock().unwrap_or_else(|e| e.into_inner());
             memo.get(&key).and_then(|m| {
-                let due = if m.unsettled == 0 { MESH_RESYNC } else { recheck(m.unsettled) };
+                let due = recheck(m.unsettled);
                 // A requeue for the due time may wake a moment early.
                 let elapsed = m.at.elapsed() + Duration::from_millis(200);
                 (m.pods == pods && elapsed < due).then(|| (m.observations.clone(), due - elapsed))
@@ -187,7 +191,7 @@ impl Reader {
         // a read, none connected yet) must not push the next read out to the resync.
         let previous = memo.get(&key).filter(|m| m.pods == pods).map_or(0, |m| m.unsettled);
         let unsettled = if report.condition.reason == "Connected" { 0 } else { previous + 1 };
-        let next = if unsettled == 0 { MESH_RESYNC } else { recheck(unsettled) };
+        let next = recheck(unsettled);
         memo.insert(key, Memo { pods, at: Instant::now(), observations: observations.clone(), unsettled });
         MeshRead { blocked: None, observations, report, next }
     }

@@ -484,14 +484,7 @@ pub(crate) fn with_mesh(
         .collect();
     let rep = &read.report;
     let n = |v: usize| i32::try_from(v).unwrap_or(i32::MAX);
-    let clients: u64 = read
-        .observations
-        .values()
-        .filter_map(|o| match o {
-            Observation::Answered(v) => Some(v.clients),
-            Observation::Unreachable(_) => None,
-        })
-        .sum();
+    let clients = read.total(|v| v.clients);
     let edge = o.spec().role() == qdr_api::Role::Edge;
     let mut summary = match (&read.blocked, edge) {
         (Some(_), _) => "not read".to_string(),
