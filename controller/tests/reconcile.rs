@@ -114,7 +114,12 @@ async fn interior_example_reconciles_to_the_go_operators_object_graph() {
     let mounted: Vec<&str> = c.volume_mounts.iter().flatten().map(|m| m.name.as_str()).collect();
     assert_eq!(vols.len(), mounted.len(), "volumes {vols:?} vs mounts {mounted:?}");
 
-    let svc: Service = ns.api::<Service>().get(&name).await.unwrap();
+    // The Service is written after the workload (apply order), so it may land a moment later.
+    let services: Api<Service> = ns.api();
+    let svc = eventually("Service", Duration::from_secs(30), || async {
+        services.get_opt(&name).await.ok().flatten()
+    })
+    .await;
     assert!(owned(&svc.metadata));
     let sports: Vec<(String, i32)> =
         svc.spec.unwrap().ports.unwrap().into_iter().map(|p| (p.name.unwrap(), p.port)).collect();
