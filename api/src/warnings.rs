@@ -51,6 +51,11 @@ pub fn warnings(ic: &Interconnect) -> Vec<String> {
         if l.role.is_some() {
             w.push(format!("{p}.role: deprecated and ignored (the list decides the role)"));
         }
+        if l.name.as_deref() == Some("metrics") {
+            w.push(format!(
+                "{p}.name: \"metrics\" is the routers' metrics port name; the PodMonitor will not scrape them"
+            ));
+        }
         if l.port == crate::router_config::MANAGEMENT_PORT {
             w.push(format!(
                 "{p}.port: 55670 is the operator's management port; the routers will not be read (MeshConnected)"

@@ -190,3 +190,25 @@ fn the_operators_management_port_and_profile_name_are_warned_about() {
     ));
     assert!(plain.iter().all(|m| !m.contains("management")), "{plain:?}");
 }
+
+/// A listener named `metrics` takes the router container's metrics port name, which the
+/// chart's PodMonitor selects: warned about, as the routers would not be scraped.
+#[test]
+fn a_listener_named_metrics_is_warned_about() {
+    let ic: qdr_api::Interconnect = serde_json::from_value(serde_json::json!({
+        "metadata": {"name": "mesh", "namespace": "ns"},
+        "spec": {"listeners": [{"port": 5672}, {"port": 9090, "name": "metrics"}]}}))
+    .unwrap();
+    let w = qdr_api::warnings(&defaults(&ic));
+    let ours: Vec<&String> = w.iter().filter(|m| m.contains("PodMonitor")).collect();
+    assert_eq!(ours.len(), 1, "{w:?}");
+    assert!(ours[0].starts_with("spec.listeners[1].name: \"metrics\""), "{w:?}");
+    assert!(w.iter().all(|m| m.chars().count() <= 120), "{w:?}");
+    let plain = qdr_api::warnings(&defaults(
+        &serde_json::from_value(
+            serde_json::json!({"metadata": {"name": "mesh", "namespace": "ns"}, "spec": {}}),
+        )
+        .unwrap(),
+    ));
+    assert!(plain.iter().all(|m| !m.contains("PodMonitor")), "{plain:?}");
+}

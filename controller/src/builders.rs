@@ -154,6 +154,25 @@ pub(crate) fn container_port_name(l: &Listener) -> String {
     l.name.clone().unwrap_or_else(|| format!("port-{}", l.port))
 }
 
+/// Name of the router container's port for its health listener (`/healthz`, `/metrics` on
+/// `spec.deploymentPlan.livenessPort`), which the chart's PodMonitor selects
+/// (`deploy/components/monitoring`).
+pub const METRICS_PORT_NAME: &str = "metrics";
+
+/// The container port of the health listener: named [`METRICS_PORT_NAME`], or unnamed when a
+/// listener already has that name (container port names are unique in a pod; the webhook
+/// warns of such a listener, `qdr_api::warnings`). Declared so that a PodMonitor can select
+/// it; the Go operator declared it only in the `prometheus.io/port` annotation, which is kept.
+fn metrics_port(listeners: &[ContainerPort], liveness: i32) -> ContainerPort {
+    let taken = listeners.iter().any(|p| p.name.as_deref() == Some(METRICS_PORT_NAME));
+    ContainerPort {
+        name: (!taken).then(|| METRICS_PORT_NAME.into()),
+        container_port: liveness,
+        protocol: Some("TCP".into()),
+        ..Default::default()
+    }
+}
+
 /// Service-port name of a listener: its name, or the port number (Go operator parity).
 pub(crate) fn service_port_name(l: &Listener) -> String {
     l.name.clone().unwrap_or_else(|| l.port.to_string())
@@ -295,7 +314,7 @@ pub fn pod_template(
 ) -> PodTemplateSpec {
     let plan = o.plan();
     let liveness = o.spec().liveness_port();
-    let ports = [LinkRole::Normal, LinkRole::InterRouter]
+    let mut ports: Vec<ContainerPort> = [LinkRole::Normal, LinkRole::InterRouter]
         .into_iter()
         .flat_map(|r| o.spec().listeners_of(r).iter().flatten())
         .map(|l| ContainerPort {
@@ -305,6 +324,7 @@ pub fn pod_template(
             ..Default::default()
         })
         .collect();
+    ports.push(metrics_port(&ports, liveness));
     let (volumes, mounts) = volumes_and_mounts(o, config, bundles);
     let container = Container {
         name: o.name().into(),

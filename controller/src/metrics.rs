@@ -83,6 +83,10 @@ impl MeshSample {
 /// * `qdr_router_certificate_expiry_seconds{namespace,name}`: seconds until the earliest
 ///   certificate the routers of an Interconnect mount expires (negative: expired), as of
 ///   its last reconcile;
+/// * `qdr_interconnect_routers_desired{namespace,interconnect}` and
+///   `qdr_interconnect_routers_ready{namespace,interconnect}`: the routers its workload wants
+///   and those whose pods are ready (`status.replicas`, `status.readyReplicas`), as of its
+///   last reconcile, whether or not the routers are read;
 /// * with the routers read (`--observe-mesh=on`), gauges `{namespace,interconnect}` of what
 ///   they reported at the last read: `qdr_mesh_routers_expected`,
 ///   `qdr_mesh_routers_connected`, `qdr_mesh_routers_unreachable`, `qdr_mesh_links_missing`,
@@ -101,6 +105,7 @@ pub struct Metrics {
     pub leader: Gauge<i64, AtomicI64>,
     expiry: Family<Object, Gauge<f64, AtomicU64>>,
     mesh: [Family<Mesh, Gauge<i64, AtomicI64>>; 7],
+    routers: [Family<Mesh, Gauge<i64, AtomicI64>>; 2],
     router_reads: Counter<u64, AtomicU64>,
     read_duration: Histogram,
 }
@@ -136,6 +141,17 @@ impl Default for Metrics {
         for ((name, help), family) in MESH_GAUGES.iter().zip(&mesh) {
             registry.register(*name, *help, family.clone());
         }
+        let routers: [Family<Mesh, Gauge<i64, AtomicI64>>; 2] = Default::default();
+        registry.register(
+            "qdr_interconnect_routers_desired",
+            "Routers the workload of an Interconnect wants (status.replicas)",
+            routers[0].clone(),
+        );
+        registry.register(
+            "qdr_interconnect_routers_ready",
+            "Routers of an Interconnect whose pods are ready (status.readyReplicas)",
+            routers[1].clone(),
+        );
         let router_reads = Counter::default();
         registry.register(
             "qdr_mesh_router_reads",
@@ -148,7 +164,18 @@ impl Default for Metrics {
             "Time per read of one Interconnect's routers",
             read_duration.clone(),
         );
-        Metrics { registry, reconciles, errors, duration, leader, expiry, mesh, router_reads, read_duration }
+        Metrics {
+            registry,
+            reconciles,
+            errors,
+            duration,
+            leader,
+            expiry,
+            mesh,
+            routers,
+            router_reads,
+            read_duration,
+        }
     }
 }
 
@@ -181,6 +208,23 @@ impl Metrics {
         }
     }
 
+    /// Records the routers Interconnect `namespace/name` wants and has ready, as `(desired,
+    /// ready)` (`None`: it has no workload status, and the series are removed).
+    pub fn routers(&self, namespace: &str, name: &str, counts: Option<(i32, i32)>) {
+        let key = Mesh { namespace: namespace.into(), interconnect: name.into() };
+        match counts {
+            Some((desired, ready)) => {
+                self.routers[0].get_or_create(&key).set(desired.into());
+                self.routers[1].get_or_create(&key).set(ready.into());
+            }
+            None => {
+                for family in &self.routers {
+                    family.remove(&key);
+                }
+            }
+        }
+    }
+
     /// Records one read of an Interconnect's `routers` router pods that took `took`.
     pub fn mesh_read(&self, routers: usize, took: Duration) {
         self.router_reads.inc_by(u64::try_from(routers).unwrap_or(u64::MAX));
@@ -206,11 +250,11 @@ impl Metrics {
     }
 
     /// A guard that removes every per-Interconnect series (`qdr_router_certificate_expiry_seconds`,
-    /// `qdr_mesh_*`) when dropped: at the end of a leadership term, so a follower does not
+    /// `qdr_interconnect_routers_*`, `qdr_mesh_*`) when dropped: at the end of a leadership term, so a follower does not
     /// serve frozen values (an alert on `< 0` would fire forever on one that expired while
     /// it led).
     pub fn interconnect_series_guard(&self) -> SeriesGuard {
-        SeriesGuard(self.expiry.clone(), self.mesh.clone())
+        SeriesGuard(self.expiry.clone(), self.mesh.clone(), self.routers.clone())
     }
 
     /// Sets `qdr_controller_leader` to 1 until the guard is dropped.
@@ -244,12 +288,16 @@ impl Drop for LeadingGuard {
 /// Removes every per-Interconnect series when dropped (see
 /// [`Metrics::interconnect_series_guard`]).
 #[derive(Debug)]
-pub struct SeriesGuard(Family<Object, Gauge<f64, AtomicU64>>, [Family<Mesh, Gauge<i64, AtomicI64>>; 7]);
+pub struct SeriesGuard(
+    Family<Object, Gauge<f64, AtomicU64>>,
+    [Family<Mesh, Gauge<i64, AtomicI64>>; 7],
+    [Family<Mesh, Gauge<i64, AtomicI64>>; 2],
+);
 
 impl Drop for SeriesGuard {
     fn drop(&mut self) {
         self.0.clear();
-        for family in &self.1 {
+        for family in self.1.iter().chain(&self.2) {
             family.clear();
         }
     }

@@ -100,7 +100,7 @@ async fn interior_example_reconciles_to_the_go_operators_object_graph() {
     let probe = c.liveness_probe.as_ref().unwrap().http_get.as_ref().unwrap();
     assert_eq!(probe.path.as_deref(), Some("/healthz"));
     let ports: Vec<i32> = c.ports.iter().flatten().map(|p| p.container_port).collect();
-    assert_eq!(ports, [5672, 8080, 5671, 55671]);
+    assert_eq!(ports, [5672, 8080, 5671, 55671, 8888], "the listeners, then the metrics port");
     let mounts: Vec<&str> = c.volume_mounts.iter().flatten().map(|m| m.mount_path.as_str()).collect();
     assert!(
         mounts.contains(
@@ -400,6 +400,7 @@ async fn every_go_operator_example_reconciles_to_its_objects() {
             .flatten()
             .chain(effective.spec.inter_router_listeners.iter().flatten())
             .map(|l| l.port)
+            .chain([plan.liveness_port.unwrap()])
             .collect();
         let ports: Vec<i32> = c.ports.iter().flatten().map(|p| p.container_port).collect();
         assert_eq!(ports, want_ports, "{file}");

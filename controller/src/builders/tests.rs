@@ -294,3 +294,23 @@ fn ingress_hosts_are_dns_labels_whatever_the_name() {
     assert!(!hosts.is_empty());
     assert!(hosts.iter().all(|h| h.len() <= 63), "{hosts:?}");
 }
+
+/// The health listener's port is declared as container port `metrics` (for a PodMonitor),
+/// on whatever livenessPort says; a listener that took the name leaves it unnamed, never a
+/// duplicate name the API server would refuse.
+#[test]
+fn the_metrics_port_is_declared_and_never_named_twice() {
+    let ports = |p: &Value| -> Vec<(Option<String>, i64)> {
+        p["spec"]["containers"][0]["ports"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|p| (p["name"].as_str().map(String::from), p["containerPort"].as_i64().unwrap()))
+            .collect()
+    };
+    let plain = ports(&pod(&ic(json!({"deploymentPlan": {"livenessPort": 9999}}))));
+    assert!(plain.contains(&(Some("metrics".into()), 9999)), "{plain:?}");
+    let taken = ports(&pod(&ic(json!({"listeners": [{"port": 5672, "name": "metrics"}]}))));
+    assert_eq!(taken.iter().filter(|(n, _)| n.as_deref() == Some("metrics")).count(), 1, "{taken:?}");
+    assert!(taken.contains(&(None, 8888)), "{taken:?}");
+}

@@ -146,6 +146,7 @@ impl Context {
         self.recorder.forget(ic.metadata.uid.as_deref().unwrap_or_default());
         self.metrics.certificate_expiry(&ic.namespace().unwrap_or_default(), &ic.name_any(), None);
         self.metrics.mesh(&ic.namespace().unwrap_or_default(), &ic.name_any(), None);
+        self.metrics.routers(&ic.namespace().unwrap_or_default(), &ic.name_any(), None);
     }
 
     /// [`status::write`], remembering the written object in the term's stores.
@@ -333,6 +334,9 @@ pub(crate) async fn reconcile(ic: Arc<Interconnect>, ctx: Arc<Context>) -> Resul
                 ctx.metrics.certificate_expiry(r.ic.namespace(), r.ic.name(), expiry);
                 let sample = r.mesh.as_ref().filter(|m| m.blocked.is_none()).map(read::MeshRead::sample);
                 ctx.metrics.mesh(r.ic.namespace(), r.ic.name(), sample);
+                let counts =
+                    new_status.as_ref().and_then(|s| Some((s.replicas?, s.ready_replicas.unwrap_or(0))));
+                ctx.metrics.routers(r.ic.namespace(), r.ic.name(), counts);
             }
             Ok(pass.next())
         }

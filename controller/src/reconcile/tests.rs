@@ -724,7 +724,18 @@ mod mesh {
         metrics.mesh("ns", "mesh", None);
         assert!(!metrics.encode().contains("interconnect=\"mesh\""), "series removed");
         metrics.mesh("ns", "mesh", Some(sample));
+        metrics.routers("ns", "mesh", Some((3, 2)));
+        let text = metrics.encode();
+        for line in [
+            "qdr_interconnect_routers_desired{namespace=\"ns\",interconnect=\"mesh\"} 3",
+            "qdr_interconnect_routers_ready{namespace=\"ns\",interconnect=\"mesh\"} 2",
+        ] {
+            assert!(text.contains(line), "{line} in\n{text}");
+        }
         drop(metrics.interconnect_series_guard());
         assert!(!metrics.encode().contains("interconnect=\"mesh\""), "series cleared at the end of a term");
+        metrics.routers("ns", "mesh", Some((1, 1)));
+        metrics.routers("ns", "mesh", None);
+        assert!(!metrics.encode().contains("interconnect=\"mesh\""), "router series removed");
     }
 }
