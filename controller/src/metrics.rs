@@ -124,6 +124,11 @@ impl Default for Metrics {
         let duration = Histogram::new(exponential_buckets(0.001, 2.0, 14));
         let leader = Gauge::default();
         registry.register("qdr_controller_reconciles", "Reconciles run", reconciles.clone());
+        // Every stage's series exists from the start at 0 (a rate or alert on it has a series
+        // before the first failure).
+        for category in crate::reconcile::ERROR_CATEGORIES {
+            errors.get_or_create(&Category { category });
+        }
         registry.register("qdr_controller_reconcile_errors", "Reconcile failures by stage", errors.clone());
         registry.register(
             "qdr_controller_reconcile_duration_seconds",

@@ -61,6 +61,14 @@ impl Default for Metrics {
             Family::new_with_constructor(|| Histogram::new(exponential_buckets(0.00005, 2.0, 16)));
         let expiry = Gauge::<f64, AtomicU64>::default();
         let connections = Family::<ConnectionLabels, Counter>::default();
+        // Every (operation, result) series exists from the start at 0, so rates and alerts
+        // on them have a series before the first review of that kind (Prometheus guidance).
+        for op in [Webhook::Mutate, Webhook::Validate] {
+            latency.get_or_create(&OperationLabels { operation: op.as_str() });
+            for outcome in [Outcome::Allowed, Outcome::Denied, Outcome::BadRequest] {
+                requests.get_or_create(&RequestLabels { operation: op.as_str(), result: outcome.as_str() });
+            }
+        }
         registry.register(
             "qdr_webhook_connections",
             "TLS connections accepted on the admission port, by protocol and handshake kind",
@@ -113,5 +121,25 @@ impl Metrics {
         let mut out = String::new();
         prometheus_client::encoding::text::encode(&mut out, &self.registry).expect("writing to a String");
         out
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Every (operation, result) series is served from the start at 0.
+    #[test]
+    fn every_request_series_starts_at_zero() {
+        let text = Metrics::default().encode(None);
+        for op in ["mutate", "validate"] {
+            for result in ["allowed", "denied", "bad_request"] {
+                let line = format!("qdr_webhook_requests_total{{operation=\"{op}\",result=\"{result}\"}} 0");
+                assert!(text.contains(&line), "{line} in\n{text}");
+            }
+            assert!(
+                text.contains(&format!("qdr_webhook_request_duration_seconds_count{{operation=\"{op}\"}} 0"))
+            );
+        }
     }
 }

@@ -180,6 +180,10 @@ pub(crate) enum Error {
     Status(#[from] status::Error),
 }
 
+/// Every value of [`Error::category`], the `category` label of
+/// `qdr_controller_reconcile_errors_total` (each series exists from the start at 0).
+pub const ERROR_CATEGORIES: [&str; 5] = ["owner", "observe", "build", "apply", "status"];
+
 impl Error {
     /// Whether the API server refused because the Interconnect or its namespace is being
     /// deleted ([`types::is_going_away`]): not a failure, nothing to retry.
@@ -192,7 +196,7 @@ impl Error {
         }
     }
 
-    /// `owner`, `observe`, `build`, `apply` or `status`.
+    /// `owner`, `observe`, `build`, `apply` or `status` (one of [`ERROR_CATEGORIES`]).
     pub(crate) fn category(&self) -> &'static str {
         match self {
             Error::NotStored(_) => "owner",

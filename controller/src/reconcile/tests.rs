@@ -732,6 +732,10 @@ mod mesh {
         ] {
             assert!(text.contains(line), "{line} in\n{text}");
         }
+        for category in crate::reconcile::ERROR_CATEGORIES {
+            let line = format!("qdr_controller_reconcile_errors_total{{category=\"{category}\"}} 0");
+            assert!(text.contains(&line), "every stage's series starts at 0: {line}");
+        }
         drop(metrics.interconnect_series_guard());
         assert!(!metrics.encode().contains("interconnect=\"mesh\""), "series cleared at the end of a term");
         metrics.routers("ns", "mesh", Some((1, 1)));
