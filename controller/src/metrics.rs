@@ -127,7 +127,7 @@ impl Default for Metrics {
         // Every stage's series exists from the start at 0 (a rate or alert on it has a series
         // before the first failure).
         for category in crate::reconcile::ERROR_CATEGORIES {
-            errors.get_or_create(&Category { category });
+            let _ = errors.get_or_create(&Category { category });
         }
         registry.register("qdr_controller_reconcile_errors", "Reconcile failures by stage", errors.clone());
         registry.register(

@@ -64,9 +64,10 @@ impl Default for Metrics {
         // Every (operation, result) series exists from the start at 0, so rates and alerts
         // on them have a series before the first review of that kind (Prometheus guidance).
         for op in [Webhook::Mutate, Webhook::Validate] {
-            latency.get_or_create(&OperationLabels { operation: op.as_str() });
+            let _ = latency.get_or_create(&OperationLabels { operation: op.as_str() });
             for outcome in [Outcome::Allowed, Outcome::Denied, Outcome::BadRequest] {
-                requests.get_or_create(&RequestLabels { operation: op.as_str(), result: outcome.as_str() });
+                let _ = requests
+                    .get_or_create(&RequestLabels { operation: op.as_str(), result: outcome.as_str() });
             }
         }
         registry.register(
