@@ -4,7 +4,7 @@ SHELL := bash
 CARGO ?= cargo
 CARGO_TARGET_DIR_OR_DEFAULT := $(or $(CARGO_TARGET_DIR),target)
 
-.PHONY: help testbin router-image test fmt lint crd docs bench run run-real images deploy dev-cluster clean-testbin validate-command
+.PHONY: help testbin router-image test fmt lint crd monitoring docs bench run run-real images deploy dev-cluster clean-testbin validate-command
 
 help: ## List the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  %-16s %s\n", $$1, $$2}'
@@ -28,6 +28,10 @@ docs: ## Regenerate docs/api-reference.md from the CRD
 crd: ## Regenerate the committed CRD (deploy/ and the Helm chart's copy) from the API types
 	$(CARGO) run --locked -q -p qdr-api --bin crdgen > deploy/crds/interconnects.interconnectedcloud.github.io.yaml
 	cp deploy/crds/interconnects.interconnectedcloud.github.io.yaml deploy/helm/qdr-operator/crds/
+
+monitoring: ## Copy the monitoring component's files (deploy/components/monitoring) into the Helm chart's files/
+	cp deploy/components/monitoring/pod-monitors.yaml deploy/components/monitoring/prometheus-rule.yaml \
+	  deploy/components/monitoring/dashboard.json deploy/helm/qdr-operator/files/
 
 # The install tests run the operator's images on the real node: they are built from the
 # release binaries, so those are built first; the router tests run the router image.

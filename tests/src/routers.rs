@@ -491,3 +491,17 @@ pub fn interconnect(name: &str, spec: Value) -> Value {
         "spec": spec,
     })
 }
+
+/// The host PID of the `qdrouterd` of router pod `pod` (its `HOSTNAME`), found in `/proc`.
+pub fn router_pid(pod: &str) -> Option<u32> {
+    let want = format!("HOSTNAME={pod}");
+    std::fs::read_dir("/proc").ok()?.flatten().find_map(|e| {
+        let pid: u32 = e.file_name().to_str()?.parse().ok()?;
+        let comm = std::fs::read_to_string(format!("/proc/{pid}/comm")).ok()?;
+        if comm.trim() != "qdrouterd" {
+            return None;
+        }
+        let environ = std::fs::read(format!("/proc/{pid}/environ")).ok()?;
+        environ.split(|b| *b == 0).any(|v| v == want.as_bytes()).then_some(pid)
+    })
+}

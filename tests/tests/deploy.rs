@@ -349,8 +349,16 @@ async fn the_helm_chart_renders_the_kustomize_installs() {
         .collect();
     let set = format!("watchNamespaces={{{}}}", watched.join(","));
     assert_same_objects(normalized(helm_template(cp, &[&set])), normalized(overlay), "namespaced");
+    // Monitoring: `--set monitoring.enabled=true` renders deploy/ with the component.
+    assert_same_objects(
+        normalized(helm_template(cp, &["monitoring.enabled=true"])),
+        normalized(kustomize(cp, "deploy/overlays/monitoring").unwrap()),
+        "monitoring",
+    );
 
-    for values in [vec![], vec![set.as_str()], vec!["webhook.tls.mode=cert-manager"]] {
+    for values in
+        [vec![], vec![set.as_str()], vec!["webhook.tls.mode=cert-manager"], vec!["monitoring.enabled=true"]]
+    {
         let mut lint = cp.helm();
         lint.args(["lint", "--strict", "--kube-version", KUBE_VERSION])
             .arg(qdr_tests::workspace_root().join(CHART));
@@ -526,4 +534,70 @@ async fn helm_output_applies_with_server_dry_run_under_restricted() {
             );
         }
     }
+}
+
+/// The monitoring objects (PodMonitors, PrometheusRule, the dashboard ConfigMap) are accepted
+/// by the Prometheus Operator's own CRDs (from its pinned module, `tools/testbin/monitoring`),
+/// which refuse a malformed one; `monitoring.labels` reach each object and each part can be
+/// left out.
+#[tokio::test]
+async fn the_monitoring_objects_are_accepted_by_the_prometheus_operators_crds() {
+    let cp = qdr_tests::shared().await;
+    operator_namespace(cp).await;
+    let crds = qdr_tests::Testbin::locate().unwrap().path("monitoring-crds");
+    let out = cp.kubectl().args(["apply", "--server-side", "-f"]).arg(&crds).output().unwrap();
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    for crd in ["podmonitors", "prometheusrules"] {
+        let out = cp
+            .kubectl()
+            .args([
+                "wait",
+                "--for=condition=Established",
+                &format!("crd/{crd}.monitoring.coreos.com"),
+                "--timeout=60s",
+            ])
+            .output()
+            .unwrap();
+        assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    }
+    let kinds = ["PodMonitor", "PrometheusRule", "ConfigMap"];
+    let docs: Vec<Value> = helm_template(cp, &["monitoring.enabled=true", "monitoring.labels.release=prom"])
+        .into_iter()
+        .filter(|d| kinds.contains(&d["kind"].as_str().unwrap_or_default()))
+        .collect();
+    assert_eq!(docs.len(), 5, "3 PodMonitors, the PrometheusRule, the dashboard");
+    for d in &docs {
+        assert_eq!(d["metadata"]["labels"]["release"], "prom", "{}", d["metadata"]["name"]);
+    }
+    let list = serde_json::json!({"apiVersion": "v1", "kind": "List", "items": docs});
+    let mut kubectl = cp.kubectl();
+    kubectl.args(["apply", "--dry-run=server", "-f", "-"]);
+    let out = run_stdin(kubectl, &list.to_string());
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    // The schema is enforced: a port number where a port name belongs is refused.
+    let mut bad = docs.iter().find(|d| d["kind"] == "PodMonitor").unwrap().clone();
+    bad["spec"]["podMetricsEndpoints"][0]["port"] = serde_json::json!(8888);
+    let mut kubectl = cp.kubectl();
+    kubectl.args(["apply", "--dry-run=server", "-f", "-"]);
+    let out = run_stdin(kubectl, &bad.to_string());
+    assert!(!out.status.success(), "a malformed PodMonitor was accepted");
+    // Each part on its own switch.
+    let only_rules: Vec<String> = helm_template(
+        cp,
+        &[
+            "monitoring.enabled=true",
+            "monitoring.podMonitors.enabled=false",
+            "monitoring.grafanaDashboard.enabled=false",
+        ],
+    )
+    .into_iter()
+    .filter(|d| kinds.contains(&d["kind"].as_str().unwrap_or_default()))
+    .map(|d| d["kind"].as_str().unwrap().to_string())
+    .collect();
+    assert_eq!(only_rules, ["PrometheusRule"]);
+    let off = helm_template(cp, &[]);
+    assert!(
+        off.iter().all(|d| !kinds[..2].contains(&d["kind"].as_str().unwrap_or_default())),
+        "off by default"
+    );
 }

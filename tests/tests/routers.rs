@@ -1161,20 +1161,6 @@ async fn the_status_reports_the_mesh_the_routers_see() {
     shown(cp, &["get", "interconnect", "-n", &ns.name, "-o", "wide"]);
 }
 
-/// The host PID of the `qdrouterd` of router pod `pod` (its `HOSTNAME`), found in `/proc`.
-fn router_pid(pod: &str) -> Option<u32> {
-    let want = format!("HOSTNAME={pod}");
-    std::fs::read_dir("/proc").ok()?.flatten().find_map(|e| {
-        let pid: u32 = e.file_name().to_str()?.parse().ok()?;
-        let comm = std::fs::read_to_string(format!("/proc/{pid}/comm")).ok()?;
-        if comm.trim() != "qdrouterd" {
-            return None;
-        }
-        let environ = std::fs::read(format!("/proc/{pid}/environ")).ok()?;
-        environ.split(|b| *b == 0).any(|v| v == want.as_bytes()).then_some(pid)
-    })
-}
-
 /// `iptables <args>` in the network namespace of process `pid`.
 fn iptables_in(pid: u32, args: &[&str]) {
     let out = std::process::Command::new("nsenter")
@@ -1208,7 +1194,7 @@ async fn a_link_blocked_between_two_routers_is_named_until_it_is_back() {
     .await;
     let pods = router_pods(&ns, "blocked").await;
     let ((a, _), (b, b_ip)) = (&pods[0], &pods[1]);
-    let pid = router_pid(a).unwrap_or_else(|| panic!("no qdrouterd process of {a}"));
+    let pid = routers::router_pid(a).unwrap_or_else(|| panic!("no qdrouterd process of {a}"));
     let rules: [[&str; 10]; 2] = [
         ["-s", b_ip, "-p", "tcp", "-j", "REJECT", "--reject-with", "tcp-reset", "-m", "comment"],
         ["-d", b_ip, "-p", "tcp", "-j", "REJECT", "--reject-with", "tcp-reset", "-m", "comment"],

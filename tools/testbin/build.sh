@@ -2,8 +2,10 @@
 # Builds the pinned control plane (etcd, kube-apiserver, kube-controller-manager,
 # kube-scheduler, kubectl), kwok (simulated nodes: it plays the kubelet), the real node's
 # kubelet and kube-proxy (same pinned k8s.io/kubernetes), `pause` (the real node's sandbox
-# program, tools/testbin/pause), helm (the chart tests) and CoreDNS (the real node's cluster
-# DNS, tools/testbin/coredns) from the Go module proxy into a
+# program, tools/testbin/pause), helm (the chart tests), CoreDNS (the real node's cluster
+# DNS, tools/testbin/coredns) and the Prometheus Operator with its CRDs (the monitoring
+# tests, tools/testbin/monitoring: prometheus-operator, monitoring-crds/) from the Go module
+# proxy into a
 # cache directory outside the repo, keyed by the pinned versions, the Go version and a hash of
 # the go.mod files and the pause source (so adding a tool rebuilds), and assembles kwok's own stage definitions (node-initialize, node heartbeat with a
 # Lease, pod-ready, pod-complete, pod-delete, from its module) into kwok-stages.yaml. Reuses
@@ -20,7 +22,8 @@ ETCD_VERSION="$(modver "$here/etcd/go.mod" go.etcd.io/etcd/server/v3)"
 KWOK_VERSION="$(modver "$here/kwok/go.mod" sigs.k8s.io/kwok)"
 HELM_VERSION="$(modver "$here/helm/go.mod" helm.sh/helm/v3)"
 COREDNS_VERSION="$(modver "$here/coredns/go.mod" github.com/coredns/coredns)"
-[[ -n "$K8S_VERSION" && -n "$ETCD_VERSION" && -n "$KWOK_VERSION" && -n "$HELM_VERSION" && -n "$COREDNS_VERSION" ]] || { echo "build.sh: cannot read pinned versions from go.mod" >&2; exit 1; }
+PROMOP_VERSION="$(modver "$here/monitoring/go.mod" github.com/prometheus-operator/prometheus-operator)"
+[[ -n "$K8S_VERSION" && -n "$ETCD_VERSION" && -n "$KWOK_VERSION" && -n "$HELM_VERSION" && -n "$COREDNS_VERSION" && -n "$PROMOP_VERSION" ]] || { echo "build.sh: cannot read pinned versions from go.mod" >&2; exit 1; }
 command -v go >/dev/null || { echo "build.sh: Go is required to build the test control plane (install Go >= 1.26)" >&2; exit 1; }
 GO_VERSION="$(go env GOVERSION)"
 cache_root="${QDR_TESTBIN_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/qdr-operator/testbin}"
@@ -62,12 +65,31 @@ build_coredns() {
   echo "testbin: coredns took $(( $(date +%s) - t ))s" >&2
 }
 
+# The Prometheus Operator (its operator binary) and its CRDs, from the pinned module; rebuilt
+# when the pin or go.sum changes.
+build_monitoring() {
+  local stamp; stamp="$PROMOP_VERSION $(sha256sum < "$here/monitoring/go.sum" | cut -c1-8)"
+  if [[ -x "$out/prometheus-operator" && -d "$out/monitoring-crds" \
+        && "$(cat "$out/prometheus-operator.version" 2>/dev/null)" == "$stamp" ]]; then return 0; fi
+  local t; t=$(date +%s)
+  echo "testbin: building prometheus-operator $PROMOP_VERSION" >&2
+  (cd "$here/monitoring" && go build -trimpath -ldflags "-s -w" -o "$out/prometheus-operator.tmp" \
+    github.com/prometheus-operator/prometheus-operator/cmd/operator)
+  local dir; dir="$(cd "$here/monitoring" && go list -m -f '{{.Dir}}' github.com/prometheus-operator/prometheus-operator)"
+  rm -rf "$out/monitoring-crds" && mkdir -p "$out/monitoring-crds"
+  cp "$dir"/example/prometheus-operator-crd/*.yaml "$out/monitoring-crds/"
+  chmod u+w "$out"/monitoring-crds/*.yaml
+  mv "$out/prometheus-operator.tmp" "$out/prometheus-operator" && echo "$stamp" > "$out/prometheus-operator.version"
+  echo "testbin: prometheus-operator took $(( $(date +%s) - t ))s" >&2
+}
+
 complete=1
 for b in "${bins[@]}"; do [[ -x "$out/$b" ]] || complete=0; done
 [[ -s "$out/kwok-stages.yaml" ]] || complete=0
 if [[ $complete == 1 ]]; then
   build_helm
   build_coredns
+  build_monitoring
   echo "testbin: cached (k8s $K8S_VERSION, etcd $ETCD_VERSION, kwok $KWOK_VERSION, helm $HELM_VERSION, coredns $COREDNS_VERSION, $GO_VERSION)" >&2
   echo "$out"; exit 0
 fi
@@ -112,5 +134,6 @@ done > "$out.tmp/kwok-stages.yaml"
 rm -rf "$out" && mv "$out.tmp" "$out"
 build_helm
 build_coredns
+build_monitoring
 echo "testbin: built in $(( $(date +%s) - start ))s" >&2
 echo "$out"
