@@ -7,8 +7,8 @@ use crate::Error;
 
 /// Environment variable that points at a directory holding `etcd`, `kube-apiserver`,
 /// `kube-controller-manager`, `kube-scheduler`, `kubectl`, `kwok`, `kubelet`, `kube-proxy`,
-/// `pause`, `helm`, `coredns`, `prometheus-operator` (with its CRDs in `monitoring-crds/`) and
-/// [`KWOK_STAGES`]. When unset, the directory that
+/// `pause`, `helm`, `coredns`, `prometheus-operator` (with its CRDs in `monitoring-crds/`),
+/// `prometheus`, `promtool` and [`KWOK_STAGES`]. When unset, the directory that
 /// `tools/testbin/build.sh --print` names (the build cache) is used.
 pub const TESTBIN_ENV: &str = "QDR_TESTBIN";
 
@@ -19,7 +19,7 @@ pub const BUILD_HINT: &str = "make testbin";
 pub const KWOK_STAGES: &str = "kwok-stages.yaml";
 
 /// Every file [`Testbin::from_dir`] requires.
-pub const FILES: [&str; 13] = [
+pub const FILES: [&str; 15] = [
     "etcd",
     "kube-apiserver",
     "kube-controller-manager",
@@ -32,6 +32,8 @@ pub const FILES: [&str; 13] = [
     "helm",
     "coredns",
     "prometheus-operator",
+    "prometheus",
+    "promtool",
     KWOK_STAGES,
 ];
 

@@ -5,7 +5,8 @@
 //!   `tests/monitoring/alerts-test.yaml`, where each alert fires on its bad series once its
 //!   `for` has passed and stays silent before and on the good ones.
 //! * The chart's copies (`deploy/helm/qdr-operator/files/`) are the component's files.
-//! * A real Prometheus (Debian's `prometheus`) runs the configuration that the real Prometheus
+//! * A real Prometheus (built with promtool from its pinned module, `tools/testbin/prometheus`)
+//!   runs the configuration that the real Prometheus
 //!   Operator (built from its pinned module, `tools/testbin/monitoring`) generates from the
 //!   chart's PodMonitors and PrometheusRule: the operator installed by `helm install
 //!   --set monitoring.enabled=true` as pods on the real node, real routers beside them, a
@@ -146,11 +147,7 @@ fn promtool_dir() -> tempfile::TempDir {
 }
 
 fn promtool(dir: &Path, args: &[&str]) -> String {
-    let out = Command::new("promtool")
-        .current_dir(dir)
-        .args(args)
-        .output()
-        .expect("promtool (Debian's package prometheus; .ci/run installs it)");
+    let out = Command::new(testbin("promtool")).current_dir(dir).args(args).output().expect("promtool runs");
     let text = format!("{}{}", String::from_utf8_lossy(&out.stdout), String::from_utf8_lossy(&out.stderr));
     assert!(out.status.success(), "promtool {args:?}:\n{text}");
     text
@@ -185,12 +182,29 @@ fn promtool_accepts_the_rules_and_every_alert_fires_on_bad_series_and_not_on_goo
     let text = std::fs::read_to_string(dir.path().join("alerts-test.yaml")).unwrap();
     std::fs::write(dir.path().join("wrong.yaml"), text.replace("has 2 ready routers", "has 9 ready routers"))
         .unwrap();
-    let out = Command::new("promtool")
+    let out = Command::new(testbin("promtool"))
         .current_dir(dir.path())
         .args(["test", "rules", "wrong.yaml"])
         .output()
         .unwrap();
     assert!(!out.status.success(), "promtool passed a wrong expectation");
+}
+
+/// The plain `scrape_configs` of docs/monitoring.md (for clusters without the Prometheus
+/// Operator), with the alerts as its rule file, pass `promtool check config`.
+#[test]
+fn the_documented_scrape_configuration_is_one_prometheus_accepts() {
+    let doc = std::fs::read_to_string(root().join("docs/monitoring.md")).unwrap();
+    let section = doc.split("## Without the Prometheus Operator").nth(1).expect("the section");
+    let block = section.split("```yaml\n").nth(1).and_then(|b| b.split("```").next()).expect("a yaml block");
+    assert!(
+        block.contains("job_name: qdr-routers") && block.contains("rule_files: [qdr-operator-alerts.yaml]")
+    );
+    let dir = promtool_dir();
+    std::fs::copy(dir.path().join("alerts.yaml"), dir.path().join("qdr-operator-alerts.yaml")).unwrap();
+    std::fs::write(dir.path().join("prometheus.yaml"), block).unwrap();
+    let out = promtool(dir.path(), &["check", "config", "prometheus.yaml"]);
+    assert!(out.contains("SUCCESS: 13 rules found"), "{out}");
 }
 
 #[test]
@@ -261,7 +275,7 @@ fn metrics_read(expr: &str) -> Vec<String> {
 struct Prometheus {
     url: String,
     http: reqwest::Client,
-    _process: Process,
+    process: Process,
 }
 
 impl Prometheus {
@@ -278,6 +292,19 @@ impl Prometheus {
             .unwrap();
         assert_eq!(v["status"], "success", "{q}: {v}");
         v["data"]["result"].as_array().cloned().unwrap_or_default()
+    }
+
+    /// The active targets, a line each: job, health, scrape URL, last error.
+    async fn targets(&self) -> Vec<String> {
+        let v: Value =
+            self.http.get(format!("{}/api/v1/targets", self.url)).send().await.unwrap().json().await.unwrap();
+        v["data"]["activeTargets"]
+            .as_array()
+            .cloned()
+            .unwrap_or_default()
+            .iter()
+            .map(|t| format!("{} {} {} {}", t["labels"]["job"], t["health"], t["scrapeUrl"], t["lastError"]))
+            .collect()
     }
 
     /// The alerts Prometheus holds now: (name, state, labels).
@@ -354,7 +381,7 @@ async fn a_real_prometheus_scrapes_what_the_monitors_declare_and_the_mesh_alert_
     say!("images imported in {:.1?}", t.elapsed());
 
     // The Prometheus Operator's CRDs, from its pinned module.
-    let crds = qdr_tests::Testbin::locate().unwrap().path("monitoring-crds");
+    let crds = testbin("monitoring-crds");
     kubectl(cp, &["apply", "--server-side", "-f", &crds.display().to_string()]);
     kubectl(cp, &["wait", "--for=condition=Established", "crd", "--all", "--timeout=60s"]);
 
@@ -420,7 +447,7 @@ async fn a_real_prometheus_scrapes_what_the_monitors_declare_and_the_mesh_alert_
     let operator = Process::spawn(
         "prometheus-operator",
         {
-            let mut c = Command::new(qdr_tests::Testbin::locate().unwrap().path("prometheus-operator"));
+            let mut c = Command::new(testbin("prometheus-operator"));
             c.args([
                 format!("--apiserver={}", cp.server()),
                 format!("--ca-file={}", cp.ca_file().display()),
@@ -483,6 +510,10 @@ async fn a_real_prometheus_scrapes_what_the_monitors_declare_and_the_mesh_alert_
     for (name, text) in &rules {
         std::fs::write(rules_dir.join(name), shorten_mesh_for(text)).unwrap();
     }
+    // What the operator's config-reloader does in the Prometheus pod before Prometheus reads
+    // it: `$(VAR)` replaced by the pod's environment (shard 0 of 1, the pod's name).
+    assert!(config.contains("$(SHARD)"), "the configuration the reloader expands");
+    let config = config.replace("$(SHARD)", "0").replace("$(POD_NAME)", "prometheus-test-0");
     let mut config: Value = serde_saphyr::from_str(&config).unwrap();
     config["rule_files"] = serde_json::json!([format!("{}/*.yaml", rules_dir.display())]);
     let jobs: Vec<String> = config["scrape_configs"]
@@ -505,7 +536,7 @@ async fn a_real_prometheus_scrapes_what_the_monitors_declare_and_the_mesh_alert_
     let process = Process::spawn(
         "prometheus",
         {
-            let mut c = Command::new("prometheus");
+            let mut c = Command::new(testbin("prometheus"));
             c.args([
                 format!("--config.file={}", dir.join("prometheus.yaml").display()),
                 format!("--storage.tsdb.path={}", dir.join("data").display()),
@@ -516,21 +547,30 @@ async fn a_real_prometheus_scrapes_what_the_monitors_declare_and_the_mesh_alert_
         &cp.dir().join("prometheus.log"),
     )
     .unwrap();
-    let prom = Prometheus {
-        url: format!("http://127.0.0.1:{port}"),
-        http: reqwest::Client::new(),
-        _process: process,
-    };
+    let prom = Prometheus { url: format!("http://127.0.0.1:{port}"), http: reqwest::Client::new(), process };
+    until("Prometheus ready", Duration::from_secs(60), || async {
+        assert!(prom.process.exited().is_none(), "prometheus exited:\n{}", prom.process.log_tail(30));
+        let r = prom.http.get(format!("{}/-/ready", prom.url)).send().await.ok()?;
+        r.status().is_success().then_some(())
+    })
+    .await;
 
     // Every target the monitors declare is up: 3 routers, 2 controllers, 2 webhooks.
     for (job, want) in
         [("qdr-operator/qdr-routers", 3), ("qdr-operator/qdr-controller", 2), ("qdr-operator/qdr-webhook", 2)]
     {
         let q = format!("up{{job=\"{job}\"}} == 1");
-        until(&format!("{want} targets of {job} up"), Duration::from_secs(120), || async {
-            (prom.query(&q).await.len() == want).then_some(())
-        })
-        .await;
+        let deadline = Instant::now() + Duration::from_secs(120);
+        while prom.query(&q).await.len() != want {
+            assert!(
+                Instant::now() < deadline,
+                "{want} targets of {job} not up in 120 s; the targets:\n{}\nlog:\n{}\nconfiguration:\n{}",
+                prom.targets().await.join("\n"),
+                prom.process.log_tail(40),
+                std::fs::read_to_string(dir.join("prometheus.yaml")).unwrap_or_default()
+            );
+            tokio::time::sleep(Duration::from_secs(2)).await;
+        }
     }
     let labels = prom.query("up{job=\"qdr-operator/qdr-routers\"}").await;
     for s in &labels {
@@ -566,9 +606,18 @@ async fn a_real_prometheus_scrapes_what_the_monitors_declare_and_the_mesh_alert_
     assert!(accepted > 0.0, "the client's messages are counted as accepted");
     for a in alerts() {
         for m in metrics_read(a["expr"].as_str().unwrap()) {
-            let n = prom.query(&m).await.len();
-            say!("alert {}: {m} has {n} series", a["alert"].as_str().unwrap());
-            assert!(n > 0, "{}: {m} has no series", a["alert"]);
+            // The example's own series where the metric is about an Interconnect; the
+            // operator's pods' otherwise.
+            let selector = if m == "up" {
+                format!("up{{namespace=~\"{apps}|{ns}\"}}")
+            } else if m.starts_with("qdr_controller_") || m.starts_with("qdr_webhook_") {
+                format!("{m}{{namespace=\"{ns}\"}}")
+            } else {
+                format!("{m}{{namespace=\"{apps}\"}}")
+            };
+            let n = prom.query(&selector).await.len();
+            say!("alert {}: {selector} has {n} series", a["alert"].as_str().unwrap());
+            assert!(n > 0, "{}: {selector} has no series", a["alert"]);
         }
     }
     assert!(
@@ -630,10 +679,15 @@ fn shorten_mesh_for(text: &str) -> String {
     serde_json::to_string_pretty(&doc).unwrap()
 }
 
-/// `X.Y.Z` of Debian's Prometheus, as the Prometheus resource's `version` (`vX.Y.Z`), so the
-/// operator generates a configuration that version accepts.
+/// A binary of the pinned test tools (`tools/testbin/build.sh`).
+fn testbin(name: &str) -> PathBuf {
+    qdr_tests::Testbin::locate().expect("the test binaries (make testbin)").path(name)
+}
+
+/// `X.Y.Z` of the test's Prometheus, as the Prometheus resource's `version` (`vX.Y.Z`), so
+/// the operator generates a configuration that version accepts.
 fn prometheus_version() -> String {
-    let out = Command::new("prometheus").arg("--version").output().expect("prometheus (Debian's package)");
+    let out = Command::new(testbin("prometheus")).arg("--version").output().expect("prometheus runs");
     let text = String::from_utf8_lossy(&out.stdout).into_owned() + &String::from_utf8_lossy(&out.stderr);
     let v = text.split_whitespace().nth(2).unwrap_or_default();
     format!("v{}", v.split('+').next().unwrap())

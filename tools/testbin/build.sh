@@ -4,8 +4,8 @@
 # kubelet and kube-proxy (same pinned k8s.io/kubernetes), `pause` (the real node's sandbox
 # program, tools/testbin/pause), helm (the chart tests), CoreDNS (the real node's cluster
 # DNS, tools/testbin/coredns) and the Prometheus Operator with its CRDs (the monitoring
-# tests, tools/testbin/monitoring: prometheus-operator, monitoring-crds/) from the Go module
-# proxy into a
+# tests, tools/testbin/monitoring: prometheus-operator, monitoring-crds/) and Prometheus with
+# promtool (tools/testbin/prometheus) from the Go module proxy into a
 # cache directory outside the repo, keyed by the pinned versions, the Go version and a hash of
 # the go.mod files and the pause source (so adding a tool rebuilds), and assembles kwok's own stage definitions (node-initialize, node heartbeat with a
 # Lease, pod-ready, pod-complete, pod-delete, from its module) into kwok-stages.yaml. Reuses
@@ -23,7 +23,8 @@ KWOK_VERSION="$(modver "$here/kwok/go.mod" sigs.k8s.io/kwok)"
 HELM_VERSION="$(modver "$here/helm/go.mod" helm.sh/helm/v3)"
 COREDNS_VERSION="$(modver "$here/coredns/go.mod" github.com/coredns/coredns)"
 PROMOP_VERSION="$(modver "$here/monitoring/go.mod" github.com/prometheus-operator/prometheus-operator)"
-[[ -n "$K8S_VERSION" && -n "$ETCD_VERSION" && -n "$KWOK_VERSION" && -n "$HELM_VERSION" && -n "$COREDNS_VERSION" && -n "$PROMOP_VERSION" ]] || { echo "build.sh: cannot read pinned versions from go.mod" >&2; exit 1; }
+PROM_VERSION="$(modver "$here/prometheus/go.mod" github.com/prometheus/prometheus)"
+[[ -n "$K8S_VERSION" && -n "$ETCD_VERSION" && -n "$KWOK_VERSION" && -n "$HELM_VERSION" && -n "$COREDNS_VERSION" && -n "$PROMOP_VERSION" && -n "$PROM_VERSION" ]] || { echo "build.sh: cannot read pinned versions from go.mod" >&2; exit 1; }
 command -v go >/dev/null || { echo "build.sh: Go is required to build the test control plane (install Go >= 1.26)" >&2; exit 1; }
 GO_VERSION="$(go env GOVERSION)"
 cache_root="${QDR_TESTBIN_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/qdr-operator/testbin}"
@@ -83,6 +84,26 @@ build_monitoring() {
   echo "testbin: prometheus-operator took $(( $(date +%s) - t ))s" >&2
 }
 
+# Prometheus and promtool with only Kubernetes service discovery (Debian's prometheus has
+# none); module v0.3MM.P is Prometheus 3.MM.P, which `--version` reports.
+build_prometheus() {
+  local stamp; stamp="$PROM_VERSION $(sha256sum < "$here/prometheus/go.sum" | cut -c1-8)"
+  if [[ -x "$out/prometheus" && -x "$out/promtool" \
+        && "$(cat "$out/prometheus.version" 2>/dev/null)" == "$stamp" ]]; then return 0; fi
+  local t; t=$(date +%s)
+  local minor patch; minor="$(echo "$PROM_VERSION" | cut -d. -f2)"; patch="$(echo "$PROM_VERSION" | cut -d. -f3)"
+  local release="3.$(( minor - 300 )).$patch"
+  echo "testbin: building prometheus $release ($PROM_VERSION)" >&2
+  local ld="-s -w -X github.com/prometheus/common/version.Version=$release"
+  for b in prometheus promtool; do
+    (cd "$here/prometheus" && go build -trimpath -tags remove_all_sd,enable_kubernetes_sd -ldflags "$ld" \
+      -o "$out/$b.tmp" "github.com/prometheus/prometheus/cmd/$b")
+    mv "$out/$b.tmp" "$out/$b"
+  done
+  echo "$stamp" > "$out/prometheus.version"
+  echo "testbin: prometheus took $(( $(date +%s) - t ))s" >&2
+}
+
 complete=1
 for b in "${bins[@]}"; do [[ -x "$out/$b" ]] || complete=0; done
 [[ -s "$out/kwok-stages.yaml" ]] || complete=0
@@ -90,6 +111,7 @@ if [[ $complete == 1 ]]; then
   build_helm
   build_coredns
   build_monitoring
+  build_prometheus
   echo "testbin: cached (k8s $K8S_VERSION, etcd $ETCD_VERSION, kwok $KWOK_VERSION, helm $HELM_VERSION, coredns $COREDNS_VERSION, $GO_VERSION)" >&2
   echo "$out"; exit 0
 fi
@@ -135,5 +157,6 @@ rm -rf "$out" && mv "$out.tmp" "$out"
 build_helm
 build_coredns
 build_monitoring
+build_prometheus
 echo "testbin: built in $(( $(date +%s) - start ))s" >&2
 echo "$out"
