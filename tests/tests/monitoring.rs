@@ -251,22 +251,12 @@ fn the_dashboard_has_its_variables_and_every_panel_queries_its_interconnects() {
 // ---------------------------------------------------------------------------------------
 // A real Prometheus.
 
-/// The metric names an expression reads (`qdr_*`, and `up`).
+/// The metric names an expression reads (`qdr_*`, and `up`), in order, once each.
 fn metrics_read(expr: &str) -> Vec<String> {
-    let mut out = Vec::new();
-    let bytes: Vec<char> = expr.chars().collect();
-    let mut i = 0;
-    while i < bytes.len() {
-        let starts = (i == 0 || !(bytes[i - 1].is_alphanumeric() || bytes[i - 1] == '_'))
-            && (expr[i..].starts_with("qdr_") || expr[i..].starts_with("up{"));
-        if starts {
-            let name: String = bytes[i..].iter().take_while(|c| c.is_alphanumeric() || **c == '_').collect();
-            i += name.len();
-            if !out.contains(&name) {
-                out.push(name);
-            }
-        } else {
-            i += 1;
+    let mut out: Vec<String> = Vec::new();
+    for word in expr.split(|c: char| !(c.is_ascii_alphanumeric() || c == '_')) {
+        if (word.starts_with("qdr_") || word == "up") && !out.iter().any(|w| w == word) {
+            out.push(word.to_string());
         }
     }
     out
@@ -279,26 +269,25 @@ struct Prometheus {
 }
 
 impl Prometheus {
-    /// `GET /api/v1/query`: the result vector (panics on an error answer).
+    /// `GET /api/v1/<path>`: the answer's `data` (panics on an error answer).
+    async fn api(&self, path: &str) -> Value {
+        let url = format!("{}/api/v1/{path}", self.url);
+        let v: Value = self.http.get(&url).send().await.unwrap().json().await.unwrap();
+        assert_eq!(v["status"], "success", "{url}: {v}");
+        v["data"].clone()
+    }
+
+    /// The result vector of instant query `q`.
     async fn query(&self, q: &str) -> Vec<Value> {
-        let v: Value = self
-            .http
-            .get(format!("{}/api/v1/query?query={}", self.url, percent_encoded(q)))
-            .send()
-            .await
-            .unwrap()
-            .json()
-            .await
-            .unwrap();
-        assert_eq!(v["status"], "success", "{q}: {v}");
-        v["data"]["result"].as_array().cloned().unwrap_or_default()
+        self.api(&format!("query?query={}", percent_encoded(q))).await["result"]
+            .as_array()
+            .cloned()
+            .unwrap_or_default()
     }
 
     /// The active targets, a line each: job, health, scrape URL, last error.
     async fn targets(&self) -> Vec<String> {
-        let v: Value =
-            self.http.get(format!("{}/api/v1/targets", self.url)).send().await.unwrap().json().await.unwrap();
-        v["data"]["activeTargets"]
+        self.api("targets").await["activeTargets"]
             .as_array()
             .cloned()
             .unwrap_or_default()
@@ -309,9 +298,7 @@ impl Prometheus {
 
     /// The alerts Prometheus holds now: (name, state, labels).
     async fn alerts(&self) -> Vec<(String, String, Value)> {
-        let v: Value =
-            self.http.get(format!("{}/api/v1/alerts", self.url)).send().await.unwrap().json().await.unwrap();
-        v["data"]["alerts"]
+        self.api("alerts").await["alerts"]
             .as_array()
             .cloned()
             .unwrap_or_default()
@@ -331,22 +318,6 @@ fn kubectl(cp: &ControlPlane, args: &[&str]) -> String {
     let out = routers::kubectl(cp, args);
     assert!(out.status.success(), "kubectl {args:?}: {}", String::from_utf8_lossy(&out.stderr));
     String::from_utf8_lossy(&out.stdout).into_owned()
-}
-
-/// Polls `f` every 2 s until it returns `Some` or `timeout` passes (then panics with `what`).
-async fn until<T, F, Fut>(what: &str, timeout: Duration, mut f: F) -> T
-where
-    F: FnMut() -> Fut,
-    Fut: std::future::Future<Output = Option<T>>,
-{
-    let deadline = Instant::now() + timeout;
-    loop {
-        if let Some(v) = f().await {
-            return v;
-        }
-        assert!(Instant::now() < deadline, "timed out after {timeout:?} waiting for {what}");
-        tokio::time::sleep(Duration::from_secs(2)).await;
-    }
 }
 
 /// The admin's client certificate and key of the test API server, as files (the Prometheus
@@ -412,7 +383,7 @@ async fn a_real_prometheus_scrapes_what_the_monitors_declare_and_the_mesh_alert_
     let apps = "monitored";
     let _ = routers::kubectl(cp, &["create", "namespace", apps]);
     let example = root().join("deploy/examples/interior-mesh.yaml").display().to_string();
-    until("the webhook admits", Duration::from_secs(120), || async {
+    qdr_tests::eventually("the webhook admits", Duration::from_secs(120), || async {
         routers::kubectl(cp, &["apply", "-n", apps, "-f", &example]).status.success().then_some(())
     })
     .await;
@@ -481,16 +452,17 @@ async fn a_real_prometheus_scrapes_what_the_monitors_declare_and_the_mesh_alert_
     routers::apply(cp, mon, &prometheus_cr);
     let secrets: kube::Api<k8s_openapi::api::core::v1::Secret> =
         kube::Api::namespaced(cp.client().await.unwrap(), mon);
-    let config = until("the operator's generated configuration", Duration::from_secs(120), || async {
-        let s = secrets.get_opt("prometheus-test").await.ok()??;
-        let gz = s.data?.get("prometheus.yaml.gz")?.0.clone();
-        let text = gunzip(&gz);
-        text.contains("podMonitor/qdr-operator/qdr-routers").then_some(text)
-    })
-    .await;
+    let config =
+        qdr_tests::eventually("the operator's generated configuration", Duration::from_secs(120), || async {
+            let s = secrets.get_opt("prometheus-test").await.ok()??;
+            let gz = s.data?.get("prometheus.yaml.gz")?.0.clone();
+            let text = gunzip(&gz);
+            text.contains("podMonitor/qdr-operator/qdr-routers").then_some(text)
+        })
+        .await;
     let maps: kube::Api<k8s_openapi::api::core::v1::ConfigMap> =
         kube::Api::namespaced(cp.client().await.unwrap(), mon);
-    let rules = until("the operator's rule files", Duration::from_secs(60), || async {
+    let rules = qdr_tests::eventually("the operator's rule files", Duration::from_secs(60), || async {
         let m = maps.get_opt("prometheus-test-rulefiles-0").await.ok()??;
         m.data.filter(|d| d.values().any(|v| v.contains("QdrMeshNotConnected")))
     })
@@ -532,7 +504,7 @@ async fn a_real_prometheus_scrapes_what_the_monitors_declare_and_the_mesh_alert_
         "one scrape job per PodMonitor endpoint"
     );
     std::fs::write(dir.join("prometheus.yaml"), serde_json::to_string_pretty(&config).unwrap()).unwrap();
-    let port = free_port();
+    let port = qdr_tests::components::free_port();
     let process = Process::spawn(
         "prometheus",
         {
@@ -548,7 +520,7 @@ async fn a_real_prometheus_scrapes_what_the_monitors_declare_and_the_mesh_alert_
     )
     .unwrap();
     let prom = Prometheus { url: format!("http://127.0.0.1:{port}"), http: reqwest::Client::new(), process };
-    until("Prometheus ready", Duration::from_secs(60), || async {
+    qdr_tests::eventually("Prometheus ready", Duration::from_secs(60), || async {
         assert!(prom.process.exited().is_none(), "prometheus exited:\n{}", prom.process.log_tail(30));
         let r = prom.http.get(format!("{}/-/ready", prom.url)).send().await.ok()?;
         r.status().is_success().then_some(())
@@ -650,7 +622,7 @@ async fn a_real_prometheus_scrapes_what_the_monitors_declare_and_the_mesh_alert_
         (Some(apps), Some("router-mesh"))
     );
     let t = Instant::now();
-    until("the mesh alert resolved", Duration::from_secs(300), || async {
+    qdr_tests::eventually("the mesh alert resolved", Duration::from_secs(300), || async {
         prom.alerts().await.iter().all(|(n, _, _)| n != "QdrMeshNotConnected").then_some(())
     })
     .await;
@@ -693,10 +665,6 @@ fn prometheus_version() -> String {
     format!("v{}", v.split('+').next().unwrap())
 }
 
-fn free_port() -> u16 {
-    std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port()
-}
-
 /// `s` percent-encoded for a URL query (every byte but the unreserved ones, RFC 3986).
 fn percent_encoded(s: &str) -> String {
     s.bytes()
@@ -720,4 +688,10 @@ fn gunzip(gz: &[u8]) -> String {
     let out = child.wait_with_output().unwrap();
     assert!(out.status.success(), "gzip -dc failed");
     String::from_utf8(out.stdout).unwrap()
+}
+
+#[test]
+fn the_metrics_an_alert_reads_are_found_in_its_expression() {
+    let expr = r#"sum by (namespace) (rate(qdr_webhook_requests_total{result="bad_request", job=~"(.+/)?qdr-webhook"}[5m])) > 0 or absent(up{job="x"}) or qdr_webhook_requests_total"#;
+    assert_eq!(metrics_read(expr), ["qdr_webhook_requests_total", "up"]);
 }
