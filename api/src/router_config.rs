@@ -15,7 +15,7 @@
 //! `$` is written as [`LITERAL_DOLLAR`] and the container's environment carries
 //! [`DOLLAR_ENV`]` = "$"`.
 
-use std::fmt::Write as _;
+use std::borrow::Cow;
 
 use crate::{Connector, InterconnectSpec, LinkRole, Listener, Role, SslProfile};
 use sha2::Digest;
@@ -44,10 +44,11 @@ pub const LITERAL_DOLLAR: &str = "${DOLLAR}";
 
 /// A typed attribute value.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub enum Value {
+pub enum Value<'a> {
     /// A string, path or enum tag, rendered as a JSON string: each `$` is written as
-    /// [`LITERAL_DOLLAR`] so that it survives the image's variable expansion.
-    Str(String),
+    /// [`LITERAL_DOLLAR`] so that it survives the image's variable expansion. Borrowed from
+    /// the spec where it is the spec's own text.
+    Str(Cow<'a, str>),
     /// A reference to an environment variable of the router container, rendered as a JSON
     /// string `"${NAME}"` for the image to expand (`${HOSTNAME}`: the router id is the pod
     /// name).
@@ -58,35 +59,84 @@ pub enum Value {
     Bool(bool),
 }
 
-impl std::fmt::Display for Value {
+impl Value<'_> {
+    /// Writes the value as JSON to `out` (what [`RouterConfig::render`] writes).
+    fn write_json<W: std::io::Write>(&self, out: &mut W) -> std::io::Result<()> {
+        match self {
+            Value::Str(s) if s.contains('$') => json_string(out, &s.replace('$', LITERAL_DOLLAR)),
+            Value::Str(s) => json_string(out, s),
+            Value::Env(var) => {
+                out.write_all(b"\"${")?;
+                out.write_all(var.as_bytes())?;
+                out.write_all(b"}\"")
+            }
+            Value::Int(i) => serde_json::to_writer(out, i).map_err(std::io::Error::other),
+            Value::Bool(b) => out.write_all(if *b { b"true" } else { b"false" }),
+        }
+    }
+}
+
+/// `s` as a JSON string (serde_json's escaping) written to `out`.
+fn json_string<W: std::io::Write>(out: &mut W, s: &str) -> std::io::Result<()> {
+    serde::Serialize::serialize(s, &mut serde_json::Serializer::new(out)).map_err(std::io::Error::other)
+}
+
+impl std::fmt::Display for Value<'_> {
     /// The value as JSON.
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        let json = |s: &str| serde_json::to_string(s).expect("a string serializes");
-        match self {
-            Value::Str(s) => f.write_str(&json(&s.replace('$', LITERAL_DOLLAR))),
-            Value::Env(var) => f.write_str(&json(&format!("${{{var}}}"))),
-            Value::Int(i) => write!(f, "{i}"),
-            Value::Bool(b) => write!(f, "{b}"),
-        }
+        let mut json = Vec::new();
+        self.write_json(&mut json).map_err(|_| std::fmt::Error)?;
+        f.write_str(&String::from_utf8_lossy(&json))
+    }
+}
+
+/// An [`std::io::Write`] that keeps only the number of bytes written.
+#[derive(Default)]
+pub(crate) struct Count(pub(crate) usize);
+
+/// The length in bytes of `value` as compact JSON (`serde_json::to_vec(value).len()`),
+/// counted without building it; 0 when it does not serialize.
+pub(crate) fn json_len<T: serde::Serialize + ?Sized>(value: &T) -> usize {
+    let mut count = Count::default();
+    match serde_json::to_writer(&mut count, value) {
+        Ok(()) => count.0,
+        Err(_) => 0,
+    }
+}
+
+impl std::io::Write for Count {
+    fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+        self.0 += buf.len();
+        Ok(buf.len())
+    }
+    fn flush(&mut self) -> std::io::Result<()> {
+        Ok(())
     }
 }
 
 /// One configuration section (`listener { ... }`).
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Section {
+pub struct Section<'a> {
     /// Section name as written in the file (`router`, `listener`, `address`, ...).
     pub entity: &'static str,
     /// Attributes in emission order.
-    pub attrs: Vec<(&'static str, Value)>,
+    pub attrs: Vec<(&'static str, Value<'a>)>,
 }
 
-impl Section {
+impl<'a> Section<'a> {
     fn new(entity: &'static str) -> Self {
         Section { entity, attrs: Vec::new() }
     }
-    fn s(mut self, k: &'static str, v: Option<&str>) -> Self {
+    fn s(mut self, k: &'static str, v: Option<&'a str>) -> Self {
         if let Some(v) = v {
-            self.attrs.push((k, Value::Str(v.to_string())));
+            self.attrs.push((k, Value::Str(Cow::Borrowed(v))));
+        }
+        self
+    }
+    /// A string made here (a path derived from names), not the spec's own text.
+    fn owned(mut self, k: &'static str, v: Option<String>) -> Self {
+        if let Some(v) = v {
+            self.attrs.push((k, Value::Str(Cow::Owned(v))));
         }
         self
     }
@@ -107,35 +157,55 @@ impl Section {
         self
     }
     /// The value of attribute `k`, if present.
-    pub fn get(&self, k: &str) -> Option<&Value> {
+    pub fn get(&self, k: &str) -> Option<&Value<'a>> {
         self.attrs.iter().find(|(a, _)| *a == k).map(|(_, v)| v)
     }
 }
 
 /// A whole router configuration.
 #[derive(Debug, Clone, PartialEq, Eq, Default)]
-pub struct RouterConfig {
+pub struct RouterConfig<'a> {
     /// Sections in emission order.
-    pub sections: Vec<Section>,
+    pub sections: Vec<Section<'a>>,
 }
 
-impl RouterConfig {
+impl<'a> RouterConfig<'a> {
     /// The JSON configuration: a JSON array with one `["entity", {attributes}]` per line,
     /// attributes in emission order, a trailing newline. Deterministic for a given model;
     /// no line starts with `#` (the image's `expandvars.py` skips such lines).
     pub fn render(&self) -> String {
-        let mut out = String::from("[\n");
+        let mut out = Vec::with_capacity(64 * (self.sections.len() + 1));
+        self.write_to(&mut out).expect("writing to a Vec does not fail");
+        String::from_utf8(out).expect("the rendered configuration is UTF-8 (it is made of str)")
+    }
+
+    /// The length in bytes of [`RouterConfig::render`]'s text, counted without building it.
+    pub fn rendered_len(&self) -> usize {
+        let mut count = Count::default();
+        self.write_to(&mut count).expect("counting does not fail");
+        count.0
+    }
+
+    /// Writes the text of [`RouterConfig::render`] to `out`.
+    fn write_to<W: std::io::Write>(&self, out: &mut W) -> std::io::Result<()> {
+        out.write_all(b"[\n")?;
         for (i, s) in self.sections.iter().enumerate() {
-            let attrs: Vec<String> = s.attrs.iter().map(|(k, v)| format!("\"{k}\": {v}")).collect();
-            let _ = write!(out, "  [\"{}\", {{{}}}]", s.entity, attrs.join(", "));
-            out.push_str(if i + 1 < self.sections.len() { ",\n" } else { "\n" });
+            out.write_all(b"  [\"")?;
+            out.write_all(s.entity.as_bytes())?;
+            out.write_all(b"\", {")?;
+            for (j, (k, v)) in s.attrs.iter().enumerate() {
+                out.write_all(if j == 0 { b"\"" } else { b", \"" })?;
+                out.write_all(k.as_bytes())?;
+                out.write_all(b"\": ")?;
+                v.write_json(out)?;
+            }
+            out.write_all(if i + 1 < self.sections.len() { b"}],\n" } else { b"}]\n" })?;
         }
-        out.push_str("]\n");
-        out
+        out.write_all(b"]\n")
     }
 
     /// Sections of one entity.
-    pub fn of<'a>(&'a self, entity: &'a str) -> impl Iterator<Item = &'a Section> + 'a {
+    pub fn of<'s>(&'s self, entity: &'s str) -> impl Iterator<Item = &'s Section<'a>> + 's {
         self.sections.iter().filter(move |s| s.entity == entity)
     }
 }
@@ -158,14 +228,14 @@ impl Rendered {
     }
 
     /// Renders `config` and hashes it.
-    pub fn from_config(config: &RouterConfig) -> Self {
+    pub fn from_config(config: &RouterConfig<'_>) -> Self {
         let text = config.render();
         let hash = sha2::Sha256::digest(text.as_bytes()).iter().map(|b| format!("{b:02x}")).collect();
         Rendered { text, hash }
     }
 }
 
-fn listener(l: &Listener, link: LinkRole) -> Section {
+fn listener(l: &Listener, link: LinkRole) -> Section<'_> {
     let role = link.router_role();
     let role = if role == "normal" && l.route_container == Some(true) { "route-container" } else { role };
     let mut s = Section::new("listener")
@@ -185,7 +255,7 @@ fn listener(l: &Listener, link: LinkRole) -> Section {
         .s("sslProfile", l.ssl_profile.as_deref())
 }
 
-fn connector(c: &Connector, link: LinkRole) -> Section {
+fn connector(c: &Connector, link: LinkRole) -> Section<'_> {
     let role = link.router_role();
     let role = if role == "normal" && c.route_container == Some(true) { "route-container" } else { role };
     Section::new("connector")
@@ -212,7 +282,7 @@ pub const MANAGEMENT_PROFILE: &str = "qdr-operator-management";
 /// user's name.
 pub const MANAGEMENT_LISTENER: &str = "qdr-operator-management-listener";
 
-impl RouterConfig {
+impl<'a> RouterConfig<'a> {
     /// This configuration with the operator's management listener (after the health
     /// listener): port [`MANAGEMENT_PORT`], TLS required with sslProfile
     /// [`MANAGEMENT_PROFILE`] (which must be among the spec's profiles, with a `caCert`), and
@@ -221,7 +291,7 @@ impl RouterConfig {
     /// `authenticatePeer: false` lets the client skip SASL. Measured on a real router: a
     /// client certificate of another CA, or none, is refused in the handshake; a plain
     /// connection is refused by `requireSsl`.
-    pub fn with_management_listener(mut self) -> RouterConfig {
+    pub fn with_management_listener(mut self) -> RouterConfig<'a> {
         let at = self
             .sections
             .iter()
@@ -281,7 +351,7 @@ pub fn keys_read(p: &SslProfile, secret: &str) -> Vec<&'static str> {
 }
 
 /// The configuration of the routers of Interconnect `spec` (already defaulted).
-pub fn router_config(spec: &InterconnectSpec) -> RouterConfig {
+pub fn router_config(spec: &InterconnectSpec) -> RouterConfig<'_> {
     let mode = if spec.role() == Role::Edge { "edge" } else { "interior" };
     let mut sections = vec![Section::new("router").s("mode", Some(mode)).env("id", "HOSTNAME")];
     sections.extend(spec.listeners.iter().flatten().map(|l| listener(l, LinkRole::Normal)));
@@ -303,10 +373,10 @@ pub fn router_config(spec: &InterconnectSpec) -> RouterConfig {
         let mut s = Section::new("sslProfile").s("name", Some(&p.name));
         if let Some(cred) = &p.credentials {
             s = s
-                .s("certFile", Some(&format!("{}/tls.crt", cert_dir(&p.name, cred))))
-                .s("privateKeyFile", Some(&format!("{}/tls.key", cert_dir(&p.name, cred))));
+                .owned("certFile", Some(format!("{}/tls.crt", cert_dir(&p.name, cred))))
+                .owned("privateKeyFile", Some(format!("{}/tls.key", cert_dir(&p.name, cred))));
         }
-        s = s.s("caCertFile", ca_cert_file(p).as_deref());
+        s = s.owned("caCertFile", ca_cert_file(p));
         sections.push(s.s("ciphers", p.ciphers.as_deref()).s("protocols", p.protocols.as_deref()));
     }
     for a in spec.addresses.iter().flatten() {

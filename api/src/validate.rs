@@ -208,6 +208,42 @@ pub fn validate_spec(spec: &InterconnectSpec) -> Vec<FieldError> {
     v.errors
 }
 
+/// The path of an item of a list, `spec.<list>[<index>]`, with an optional field after it
+/// (`.<field>`): formatted only when a violation is reported at it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+struct At<'a> {
+    list: &'a str,
+    index: usize,
+    field: &'static str,
+}
+
+impl<'a> At<'a> {
+    fn new(list: &'a str, index: usize) -> Self {
+        At { list, index, field: "" }
+    }
+
+    /// This item's `field`.
+    fn field(self, field: &'static str) -> Self {
+        At { field, ..self }
+    }
+
+    /// The path without the leading `spec.` (how a detail names another field).
+    fn relative(self) -> String {
+        let full = self.to_string();
+        full.trim_start_matches("spec.").to_string()
+    }
+}
+
+impl fmt::Display for At<'_> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "spec.{}[{}]", self.list, self.index)?;
+        if !self.field.is_empty() {
+            write!(f, ".{}", self.field)?;
+        }
+        Ok(())
+    }
+}
+
 #[derive(Default)]
 struct Validator {
     errors: Vec<FieldError>,
@@ -259,18 +295,20 @@ fn supported_list(values: &[&str]) -> String {
 }
 
 impl Validator {
+    /// Records a violation; `field` is formatted only here, so a path costs nothing until
+    /// something at it is wrong.
     fn push(
         &mut self,
-        field: impl Into<String>,
+        field: impl fmt::Display,
         t: ErrorType,
         value: Option<Value>,
         detail: impl Into<String>,
     ) {
-        self.errors.push(FieldError::new(field.into(), t, value, detail));
+        self.errors.push(FieldError::new(field.to_string(), t, value, detail));
     }
 
     /// Length bounds and, for config values (`config`), the character rule.
-    fn string(&mut self, path: &str, s: &str, max: usize, config: bool) {
+    fn string(&mut self, path: impl fmt::Display + Copy, s: &str, max: usize, config: bool) {
         if s.is_empty() {
             self.push(path, ErrorType::Invalid, Some(s.into()), "must not be empty");
         } else if s.chars().count() > max {
@@ -281,13 +319,13 @@ impl Validator {
         }
     }
 
-    fn opt_string(&mut self, path: &str, s: &Option<String>, max: usize, config: bool) {
+    fn opt_string(&mut self, path: impl fmt::Display + Copy, s: &Option<String>, max: usize, config: bool) {
         if let Some(s) = s {
             self.string(path, s, max, config);
         }
     }
 
-    fn secret_name(&mut self, path: &str, s: &Option<String>) {
+    fn secret_name(&mut self, path: impl fmt::Display + Copy, s: &Option<String>) {
         if let Some(s) = s {
             self.string(path, s, 253, false);
             if !s.is_empty() && s.len() <= 253 && !is_dns_subdomain(s) {
@@ -302,7 +340,7 @@ impl Validator {
         }
     }
 
-    fn range(&mut self, path: &str, v: Option<i32>, min: i32, max: i32) {
+    fn range(&mut self, path: impl fmt::Display + Copy, v: Option<i32>, min: i32, max: i32) {
         if let Some(v) = v
             && !(min..=max).contains(&v)
         {
@@ -315,7 +353,7 @@ impl Validator {
         }
     }
 
-    fn port(&mut self, path: &str, port: i32) {
+    fn port(&mut self, path: impl fmt::Display + Copy, port: i32) {
         if port == 0 {
             self.push(path, ErrorType::Required, None, "a port between 1 and 65535 is required");
         } else {
@@ -323,7 +361,14 @@ impl Validator {
         }
     }
 
-    fn enumeration(&mut self, path: &str, value: &str, supported: bool, values: &[&str], hint: &str) {
+    fn enumeration(
+        &mut self,
+        path: impl fmt::Display + Copy,
+        value: &str,
+        supported: bool,
+        values: &[&str],
+        hint: &str,
+    ) {
         if !supported {
             let mut detail = supported_list(values);
             if !hint.is_empty() {
@@ -333,7 +378,7 @@ impl Validator {
         }
     }
 
-    fn max_items<T>(&mut self, path: &str, list: &Option<Vec<T>>, max: usize) {
+    fn max_items<T>(&mut self, path: impl fmt::Display, list: &Option<Vec<T>>, max: usize) {
         if let Some(l) = list
             && l.len() > max
         {
@@ -350,7 +395,7 @@ impl Validator {
     /// rendered router configuration (of the defaulted spec) in a ConfigMap
     /// ([`MAX_CONFIG_BYTES`]).
     fn sizes(&mut self, ic: &Interconnect) {
-        let spec = serde_json::to_vec(&ic.spec).map(|v| v.len()).unwrap_or_default();
+        let spec = crate::router_config::json_len(&ic.spec);
         if spec > MAX_SPEC_BYTES {
             self.push(
                 "spec",
@@ -365,7 +410,7 @@ impl Validator {
             );
             return; // the configuration of such a spec is not worth rendering
         }
-        let config = crate::router_config::router_config(&crate::defaults(ic).spec).render().len();
+        let config = crate::router_config::router_config(&crate::defaults(ic).spec).rendered_len();
         if config > MAX_CONFIG_BYTES {
             self.push(
                 "spec",
@@ -455,16 +500,16 @@ impl Validator {
         }
         for (role, list) in spec.listener_lists() {
             let name = role.listeners_field();
-            self.max_items(&format!("spec.{name}"), list, 32);
+            self.max_items(format_args!("spec.{name}"), list, 32);
             for (i, l) in list.iter().flatten().enumerate() {
-                self.listener(&format!("spec.{name}[{i}]"), l);
+                self.listener(At::new(name, i), l);
             }
         }
         for (role, list) in spec.connector_lists() {
             let name = role.connectors_field();
-            self.max_items(&format!("spec.{name}"), list, 64);
+            self.max_items(format_args!("spec.{name}"), list, 64);
             for (i, c) in list.iter().flatten().enumerate() {
-                self.connector(&format!("spec.{name}[{i}]"), c);
+                self.connector(At::new(name, i), c);
             }
         }
 
@@ -492,12 +537,12 @@ impl Validator {
         self.unique_ports(spec);
         self.unique_names(
             spec.every_listener()
-                .map(|(r, i, x)| (format!("spec.{}[{i}].name", r.listeners_field()), x.name.as_deref())),
+                .map(|(r, i, x)| (At::new(r.listeners_field(), i).field("name"), x.name.as_deref())),
             msg::LISTENER_NAMES_UNIQUE,
         );
         self.unique_names(
             spec.every_connector()
-                .map(|(r, i, x)| (format!("spec.{}[{i}].name", r.connectors_field()), x.name.as_deref())),
+                .map(|(r, i, x)| (At::new(r.connectors_field(), i).field("name"), x.name.as_deref())),
             msg::CONNECTOR_NAMES_UNIQUE,
         );
         self.port_name_collisions(spec);
@@ -507,35 +552,40 @@ impl Validator {
         self.max_items("spec.sslProfiles", &spec.ssl_profiles, 32);
         let mut defined: HashMap<&str, usize> = HashMap::new();
         for (i, p) in spec.ssl_profiles.iter().flatten().enumerate() {
-            let path = format!("spec.sslProfiles[{i}]");
+            let path = At::new("sslProfiles", i);
             if p.name.is_empty() {
-                self.push(format!("{path}.name"), ErrorType::Required, None, "every sslProfile needs a name");
+                self.push(
+                    format_args!("{path}.name"),
+                    ErrorType::Required,
+                    None,
+                    "every sslProfile needs a name",
+                );
             } else if p.name.len() > 63 {
                 self.push(
-                    format!("{path}.name"),
+                    format_args!("{path}.name"),
                     ErrorType::TooLong,
                     None,
                     "may not be more than 63 characters",
                 );
             } else if !is_dns_label(&p.name) {
                 self.push(
-                    format!("{path}.name"),
+                    format_args!("{path}.name"),
                     ErrorType::Invalid,
                     Some(p.name.as_str().into()),
                     "must be lowercase letters, digits and '-', starting and ending with a letter or digit",
                 );
             } else if defined.insert(&p.name, i).is_some() {
                 self.push(
-                    format!("{path}.name"),
+                    format_args!("{path}.name"),
                     ErrorType::Duplicate,
                     Some(p.name.as_str().into()),
                     msg::SSL_PROFILE_NAMES_UNIQUE,
                 );
             }
-            self.secret_name(&format!("{path}.credentials"), &p.credentials);
-            self.secret_name(&format!("{path}.caCert"), &p.ca_cert);
-            self.opt_string(&format!("{path}.ciphers"), &p.ciphers, 1024, true);
-            self.opt_string(&format!("{path}.protocols"), &p.protocols, 256, true);
+            self.secret_name(format_args!("{path}.credentials"), &p.credentials);
+            self.secret_name(format_args!("{path}.caCert"), &p.ca_cert);
+            self.opt_string(format_args!("{path}.ciphers"), &p.ciphers, 1024, true);
+            self.opt_string(format_args!("{path}.protocols"), &p.protocols, 256, true);
         }
         let refs =
             spec.every_listener().map(|(r, i, x)| (r.listeners_field(), i, x.ssl_profile.as_deref())).chain(
@@ -559,74 +609,74 @@ impl Validator {
 
         self.max_items("spec.addresses", &spec.addresses, 256);
         for (i, a) in spec.addresses.iter().flatten().enumerate() {
-            let path = format!("spec.addresses[{i}]");
-            self.opt_string(&format!("{path}.prefix"), &a.prefix, 1024, true);
-            self.opt_string(&format!("{path}.pattern"), &a.pattern, 1024, true);
+            let path = At::new("addresses", i);
+            self.opt_string(format_args!("{path}.prefix"), &a.prefix, 1024, true);
+            self.opt_string(format_args!("{path}.pattern"), &a.pattern, 1024, true);
             if a.prefix.is_some() == a.pattern.is_some() {
-                self.push(&path, ErrorType::Invalid, None, msg::PREFIX_XOR_PATTERN);
+                self.push(path, ErrorType::Invalid, None, msg::PREFIX_XOR_PATTERN);
             }
             if let Some(d) = &a.distribution {
                 self.enumeration(
-                    &format!("{path}.distribution"),
+                    format_args!("{path}.distribution"),
                     d.as_str(),
                     d.is_supported(),
                     crate::types::Distribution::SUPPORTED,
                     "",
                 );
             }
-            self.range(&format!("{path}.ingressPhase"), a.ingress_phase, 0, 9);
-            self.range(&format!("{path}.egressPhase"), a.egress_phase, 0, 9);
-            self.range(&format!("{path}.priority"), a.priority, 0, 9);
+            self.range(format_args!("{path}.ingressPhase"), a.ingress_phase, 0, 9);
+            self.range(format_args!("{path}.egressPhase"), a.egress_phase, 0, 9);
+            self.range(format_args!("{path}.priority"), a.priority, 0, 9);
         }
 
         self.max_items("spec.autoLinks", &spec.auto_links, 256);
         for (i, a) in spec.auto_links.iter().flatten().enumerate() {
-            let path = format!("spec.autoLinks[{i}]");
+            let path = At::new("autoLinks", i);
             if a.address.is_empty() {
                 self.push(
-                    format!("{path}.address"),
+                    format_args!("{path}.address"),
                     ErrorType::Required,
                     None,
                     "the address to link is required",
                 );
             } else {
-                self.string(&format!("{path}.address"), &a.address, 1024, true);
+                self.string(format_args!("{path}.address"), &a.address, 1024, true);
             }
-            self.direction(&format!("{path}.direction"), &a.direction);
-            self.opt_string(&format!("{path}.containerId"), &a.container_id, 253, true);
-            self.opt_string(&format!("{path}.connection"), &a.connection, 253, true);
-            self.opt_string(&format!("{path}.externalAddress"), &a.external_address, 1024, true);
-            self.range(&format!("{path}.phase"), a.phase, 0, 9);
-            self.container_xor_connection(&path, a.container_id.is_some(), a.connection.is_some());
+            self.direction(format_args!("{path}.direction"), &a.direction);
+            self.opt_string(format_args!("{path}.containerId"), &a.container_id, 253, true);
+            self.opt_string(format_args!("{path}.connection"), &a.connection, 253, true);
+            self.opt_string(format_args!("{path}.externalAddress"), &a.external_address, 1024, true);
+            self.range(format_args!("{path}.phase"), a.phase, 0, 9);
+            self.container_xor_connection(path, a.container_id.is_some(), a.connection.is_some());
         }
 
         self.max_items("spec.linkRoutes", &spec.link_routes, 256);
         for (i, r) in spec.link_routes.iter().flatten().enumerate() {
-            let path = format!("spec.linkRoutes[{i}]");
-            self.opt_string(&format!("{path}.prefix"), &r.prefix, 1024, true);
-            self.opt_string(&format!("{path}.pattern"), &r.pattern, 1024, true);
+            let path = At::new("linkRoutes", i);
+            self.opt_string(format_args!("{path}.prefix"), &r.prefix, 1024, true);
+            self.opt_string(format_args!("{path}.pattern"), &r.pattern, 1024, true);
             if r.prefix.is_some() == r.pattern.is_some() {
-                self.push(&path, ErrorType::Invalid, None, msg::PREFIX_XOR_PATTERN);
+                self.push(path, ErrorType::Invalid, None, msg::PREFIX_XOR_PATTERN);
             }
-            self.direction(&format!("{path}.direction"), &r.direction);
-            self.opt_string(&format!("{path}.containerId"), &r.container_id, 253, true);
-            self.opt_string(&format!("{path}.connection"), &r.connection, 253, true);
-            self.opt_string(&format!("{path}.addExternalPrefix"), &r.add_external_prefix, 1024, true);
-            self.opt_string(&format!("{path}.delExternalPrefix"), &r.del_external_prefix, 1024, true);
-            self.container_xor_connection(&path, r.container_id.is_some(), r.connection.is_some());
+            self.direction(format_args!("{path}.direction"), &r.direction);
+            self.opt_string(format_args!("{path}.containerId"), &r.container_id, 253, true);
+            self.opt_string(format_args!("{path}.connection"), &r.connection, 253, true);
+            self.opt_string(format_args!("{path}.addExternalPrefix"), &r.add_external_prefix, 1024, true);
+            self.opt_string(format_args!("{path}.delExternalPrefix"), &r.del_external_prefix, 1024, true);
+            self.container_xor_connection(path, r.container_id.is_some(), r.connection.is_some());
         }
     }
 
-    fn listener(&mut self, path: &str, l: &Listener) {
+    fn listener(&mut self, path: impl fmt::Display + Copy, l: &Listener) {
         if let Some(name) = &l.name {
-            let p = format!("{path}.name");
+            let p = format_args!("{path}.name");
             if name.is_empty() {
-                self.push(&p, ErrorType::Invalid, Some("".into()), "must not be empty");
+                self.push(p, ErrorType::Invalid, Some("".into()), "must not be empty");
             } else if name.len() > 15 {
-                self.push(&p, ErrorType::TooLong, None, "may not be more than 15 characters");
+                self.push(p, ErrorType::TooLong, None, "may not be more than 15 characters");
             } else if !is_iana_svc_name(name) {
                 self.push(
-                    &p,
+                    p,
                     ErrorType::Invalid,
                     Some(name.as_str().into()),
                     format!(
@@ -637,24 +687,24 @@ impl Validator {
                 );
             }
         }
-        self.opt_string(&format!("{path}.host"), &l.host, 253, true);
-        self.port(&format!("{path}.port"), l.port);
-        self.range(&format!("{path}.cost"), l.cost, 1, i32::MAX);
-        self.opt_string(&format!("{path}.sslProfile"), &l.ssl_profile, 63, true);
-        self.opt_string(&format!("{path}.saslMechanisms"), &l.sasl_mechanisms, 256, true);
-        self.range(&format!("{path}.linkCapacity"), l.link_capacity, 1, i32::MAX);
+        self.opt_string(format_args!("{path}.host"), &l.host, 253, true);
+        self.port(format_args!("{path}.port"), l.port);
+        self.range(format_args!("{path}.cost"), l.cost, 1, i32::MAX);
+        self.opt_string(format_args!("{path}.sslProfile"), &l.ssl_profile, 63, true);
+        self.opt_string(format_args!("{path}.saslMechanisms"), &l.sasl_mechanisms, 256, true);
+        self.range(format_args!("{path}.linkCapacity"), l.link_capacity, 1, i32::MAX);
     }
 
-    fn connector(&mut self, path: &str, c: &Connector) {
+    fn connector(&mut self, path: impl fmt::Display + Copy, c: &Connector) {
         if let Some(name) = &c.name {
-            let p = format!("{path}.name");
+            let p = format_args!("{path}.name");
             if name.is_empty() {
-                self.push(&p, ErrorType::Invalid, Some("".into()), "must not be empty");
+                self.push(p, ErrorType::Invalid, Some("".into()), "must not be empty");
             } else if name.len() > 63 {
-                self.push(&p, ErrorType::TooLong, None, "may not be more than 63 characters");
+                self.push(p, ErrorType::TooLong, None, "may not be more than 63 characters");
             } else if !is_dns_label(name) {
                 self.push(
-                    &p,
+                    p,
                     ErrorType::Invalid,
                     Some(name.as_str().into()),
                     "must be lowercase letters, digits and '-', starting and ending with a letter or digit",
@@ -663,21 +713,21 @@ impl Validator {
         }
         if c.host.is_empty() {
             self.push(
-                format!("{path}.host"),
+                format_args!("{path}.host"),
                 ErrorType::Required,
                 None,
                 "the host to connect to is required",
             );
         } else {
-            self.string(&format!("{path}.host"), &c.host, 253, true);
+            self.string(format_args!("{path}.host"), &c.host, 253, true);
         }
-        self.port(&format!("{path}.port"), c.port);
-        self.range(&format!("{path}.cost"), c.cost, 1, i32::MAX);
-        self.opt_string(&format!("{path}.sslProfile"), &c.ssl_profile, 63, true);
-        self.range(&format!("{path}.linkCapacity"), c.link_capacity, 1, i32::MAX);
+        self.port(format_args!("{path}.port"), c.port);
+        self.range(format_args!("{path}.cost"), c.cost, 1, i32::MAX);
+        self.opt_string(format_args!("{path}.sslProfile"), &c.ssl_profile, 63, true);
+        self.range(format_args!("{path}.linkCapacity"), c.link_capacity, 1, i32::MAX);
     }
 
-    fn direction(&mut self, path: &str, d: &Option<crate::types::Direction>) {
+    fn direction(&mut self, path: impl fmt::Display + Copy, d: &Option<crate::types::Direction>) {
         match d {
             None => self.push(path, ErrorType::Required, None, "direction is required: in or out"),
             Some(d) => {
@@ -686,7 +736,12 @@ impl Validator {
         }
     }
 
-    fn container_xor_connection(&mut self, path: &str, container: bool, connection: bool) {
+    fn container_xor_connection(
+        &mut self,
+        path: impl fmt::Display + Copy,
+        container: bool,
+        connection: bool,
+    ) {
         if container && connection {
             self.push(path, ErrorType::Forbidden, None, msg::CONTAINER_ID_XOR_CONNECTION);
         }
@@ -695,29 +750,29 @@ impl Validator {
     /// Ports unique across the liveness port and all listeners (CEL: listener-ports-unique).
     fn unique_ports(&mut self, spec: &InterconnectSpec) {
         let liveness = spec.deployment_plan.as_ref().and_then(|p| p.liveness_port);
-        let mut seen: HashMap<i32, String> = HashMap::new();
-        seen.insert(
-            liveness.unwrap_or(DEFAULT_LIVENESS_PORT),
-            match liveness {
-                Some(_) => "deploymentPlan.livenessPort".into(),
-                None => {
-                    format!("the liveness port (deploymentPlan.livenessPort default {DEFAULT_LIVENESS_PORT})")
-                }
-            },
-        );
+        // The first user of each port: a listener, or None for the liveness port.
+        let mut seen: HashMap<i32, Option<At<'_>>> = HashMap::new();
+        seen.insert(liveness.unwrap_or(DEFAULT_LIVENESS_PORT), None);
         for (role, i, l) in spec.every_listener() {
             if l.port == 0 {
                 continue;
             }
-            let path = format!("spec.{}[{i}].port", role.listeners_field());
+            let path = At::new(role.listeners_field(), i).field("port");
             match seen.get(&l.port) {
                 Some(first) => {
+                    let first = match (first, liveness) {
+                        (Some(at), _) => at.relative(),
+                        (None, Some(_)) => "deploymentPlan.livenessPort".into(),
+                        (None, None) => format!(
+                            "the liveness port (deploymentPlan.livenessPort default {DEFAULT_LIVENESS_PORT})"
+                        ),
+                    };
                     let detail =
                         format!("port {} is already used by {first}: {}", l.port, msg::LISTENER_PORTS_UNIQUE);
-                    self.push(&path, ErrorType::Duplicate, Some(l.port.into()), detail);
+                    self.push(path, ErrorType::Duplicate, Some(l.port.into()), detail);
                 }
                 None => {
-                    seen.insert(l.port, path.trim_start_matches("spec.").to_string());
+                    seen.insert(l.port, Some(path));
                 }
             }
         }
@@ -778,17 +833,17 @@ impl Validator {
         }
     }
 
-    fn unique_names<'a>(&mut self, names: impl Iterator<Item = (String, Option<&'a str>)>, what: &str) {
-        let mut seen: HashMap<&str, String> = HashMap::new();
+    fn unique_names<'a>(&mut self, names: impl Iterator<Item = (At<'a>, Option<&'a str>)>, what: &str) {
+        let mut seen: HashMap<&str, At<'a>> = HashMap::new();
         for (path, name) in names {
             let Some(name) = name else { continue };
             match seen.get(name) {
                 Some(first) => {
-                    let detail = format!("{what}: {first} has the same name");
+                    let detail = format!("{what}: {} has the same name", first.relative());
                     self.push(path, ErrorType::Duplicate, Some(name.into()), detail);
                 }
                 None => {
-                    seen.insert(name, path.trim_start_matches("spec.").to_string());
+                    seen.insert(name, path);
                 }
             }
         }
@@ -798,30 +853,33 @@ impl Validator {
     /// rendered health listener's name (CEL: entity-names-unique). Duplicates within one
     /// kind are the listener/connector/sslProfile uniqueness rules' to report.
     fn entity_names_unique(&mut self, spec: &InterconnectSpec) {
-        let mut first: HashMap<&str, (&str, String)> = HashMap::new();
-        first.insert(msg::HEALTH_LISTENER, ("health", "the health listener the operator renders".into()));
-        let listeners = spec.every_listener().map(|(r, i, x)| {
-            ("listener", format!("spec.{}[{i}].name", r.listeners_field()), x.name.as_deref())
-        });
+        // The first entity of each name: its kind and path (None: the health listener).
+        let mut first: HashMap<&str, (&str, Option<At<'_>>)> = HashMap::new();
+        first.insert(msg::HEALTH_LISTENER, ("health", None));
+        let listeners = spec
+            .every_listener()
+            .map(|(r, i, x)| ("listener", At::new(r.listeners_field(), i).field("name"), x.name.as_deref()));
         let connectors = spec.every_connector().map(|(r, i, x)| {
-            ("connector", format!("spec.{}[{i}].name", r.connectors_field()), x.name.as_deref())
+            ("connector", At::new(r.connectors_field(), i).field("name"), x.name.as_deref())
         });
         let profiles = spec
             .ssl_profiles
             .iter()
             .flatten()
             .enumerate()
-            .map(|(i, p)| ("sslProfile", format!("spec.sslProfiles[{i}].name"), Some(p.name.as_str())));
+            .map(|(i, p)| ("sslProfile", At::new("sslProfiles", i).field("name"), Some(p.name.as_str())));
         for (kind, path, name) in listeners.chain(connectors).chain(profiles) {
             let Some(name) = name.filter(|n| !n.is_empty()) else { continue };
             match first.get(name) {
                 Some((k, _)) if *k == kind => {}
                 Some((_, at)) => {
+                    let at =
+                        at.map_or_else(|| "the health listener the operator renders".into(), At::relative);
                     let detail = format!("{}: {at} has the same name", msg::ENTITY_NAMES_UNIQUE);
                     self.push(path, ErrorType::Duplicate, Some(name.into()), detail);
                 }
                 None => {
-                    first.insert(name, (kind, path.trim_start_matches("spec.").to_string()));
+                    first.insert(name, (kind, Some(path)));
                 }
             }
         }

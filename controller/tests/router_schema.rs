@@ -245,7 +245,7 @@ impl Schema {
 
 /// What the router should end up with for one attribute: a string as the spec wrote it, an
 /// environment reference expanded, numbers and booleans as they are.
-fn arrived(v: &V) -> Value {
+fn arrived(v: &V<'_>) -> Value {
     match v {
         V::Str(s) => json!(s),
         V::Env(name) => json!(POD_ENV.iter().find(|(k, _)| k == name).map(|(_, v)| *v).unwrap_or_default()),
@@ -256,7 +256,7 @@ fn arrived(v: &V) -> Value {
 
 /// Renders, runs the image's `expandvars.py` with the pod's environment, parses like the
 /// router, checks against the schema, and checks that every value arrived as written.
-fn assert_accepted(cfg: &RouterConfig, what: &str) {
+fn assert_accepted(cfg: &RouterConfig<'_>, what: &str) {
     let rendered = cfg.render();
     let text = image_expandvars(&rendered, POD_ENV);
     let parsed = parse_json(&text).unwrap_or_else(|e| panic!("{what}: {e}\n{text}"));
@@ -368,7 +368,8 @@ fn ciphers_protocols_and_verify_hostname_are_rendered_as_given() {
         "connectors": [{"host": "broker", "port": 5671, "sslProfile": "tls"}, {"host": "b2", "port": 5671, "verifyHostname": false}],
     }}))
     .unwrap();
-    let cfg = router_config(&defaults(&ic).spec);
+    let effective = defaults(&ic);
+    let cfg = router_config(&effective.spec);
     assert_accepted(&cfg, "ciphers");
     let p = cfg.of("sslProfile").find(|s| s.get("name") == Some(&V::Str("tls".into()))).unwrap();
     assert_eq!(p.get("ciphers"), Some(&V::Str("ECDHE-RSA-AES128-GCM-SHA256".into())));
@@ -429,7 +430,8 @@ proptest! {
 #[test]
 fn the_checker_catches_what_the_router_would_refuse() {
     use qdr_api::router_config::Section;
-    let router = |mode: &str| Section { entity: "router", attrs: vec![("mode", V::Str(mode.into()))] };
+    let router =
+        |mode: &'static str| Section { entity: "router", attrs: vec![("mode", V::Str(mode.into()))] };
     let bad = [
         (
             "unknown attribute",

@@ -150,10 +150,11 @@ pub enum Body {
 }
 
 impl Reply {
-    /// The body as sent: the AdmissionReview JSON (see [`review_json`]) or the text.
+    /// The body as sent: the AdmissionReview JSON (the JSON value [`review_json`] gives,
+    /// written in one pass) or the text.
     pub fn to_bytes(&self) -> Vec<u8> {
         match &self.body {
-            Body::Review(r) => serde_json::to_vec(&review_json(r)).expect("a review serializes"),
+            Body::Review(r) => serde_json::to_vec(&ReviewOut::of(r)).expect("a review serializes"),
             Body::Text(t) => t.clone().into_bytes(),
         }
     }
@@ -211,9 +212,55 @@ impl Reply {
     }
 }
 
+/// The AdmissionReview [`Reply::to_bytes`] writes: `response`'s fields as kube-core
+/// serializes them, borrowed (no copy of the response, no intermediate JSON value), with
+/// `patch` as base64 and `patchType: JSONPatch` beside it (kube-core's `with_patch`, the
+/// only way this crate sets a patch, sets both).
+#[derive(serde::Serialize)]
+#[serde(rename_all = "camelCase")]
+struct ReviewOut<'a> {
+    api_version: &'static str,
+    kind: &'static str,
+    response: ResponseOut<'a>,
+}
+
+#[derive(serde::Serialize)]
+#[serde(rename_all = "camelCase")]
+struct ResponseOut<'a> {
+    uid: &'a str,
+    allowed: bool,
+    status: &'a Status,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    patch: Option<String>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    patch_type: Option<&'static str>,
+    #[serde(skip_serializing_if = "std::collections::HashMap::is_empty")]
+    audit_annotations: &'a std::collections::HashMap<String, String>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    warnings: Option<&'a Vec<String>>,
+}
+
+impl<'a> ReviewOut<'a> {
+    fn of(r: &'a AdmissionResponse) -> Self {
+        ReviewOut {
+            api_version: META_API_VERSION_V1,
+            kind: META_KIND,
+            response: ResponseOut {
+                uid: &r.uid,
+                allowed: r.allowed,
+                status: &r.result,
+                patch: r.patch.as_ref().map(|p| base64::engine::general_purpose::STANDARD.encode(p)),
+                patch_type: r.patch.as_ref().map(|_| "JSONPatch"),
+                audit_annotations: &r.audit_annotations,
+                warnings: r.warnings.as_ref(),
+            },
+        }
+    }
+}
+
 /// The `admission.k8s.io/v1` AdmissionReview JSON of `response`, with `patch` as the
 /// base64 string the API documents (kube-core serializes its bytes as a number array,
-/// kube-rs issue 1781).
+/// kube-rs issue 1781). [`Reply::to_bytes`] writes the same JSON.
 pub fn review_json(response: &AdmissionResponse) -> Value {
     let mut review = serde_json::to_value(response.clone().into_review()).expect("a review serializes");
     review["apiVersion"] = META_API_VERSION_V1.into();

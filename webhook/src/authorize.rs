@@ -8,9 +8,9 @@
 //! requesting user may `get` each named Secret in the object's namespace, and denies the
 //! fields that name one the user may not read ([`crate::admission::Reply::authorized`]).
 
-use std::collections::BTreeSet;
-
-use std::sync::Arc;
+use std::collections::{BTreeMap, BTreeSet, HashMap};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
 
 use futures::{StreamExt, TryStreamExt};
 use k8s_openapi::api::authentication::v1::UserInfo;
@@ -32,12 +32,125 @@ pub const MAX_REVIEWS_IN_FLIGHT: usize = 16;
 /// SubjectAccessReviews one admission request sends at once.
 const PER_REQUEST: usize = 4;
 
+/// How long an allowing answer is reused by default (`--authorization-cache-allowed-ttl`):
+/// 10 s. The API server keeps its own webhook authorizer's answers 5 minutes when allowed
+/// and 30 s when denied (`--authorization-webhook-cache-authorized-ttl`,
+/// `-unauthorized-ttl`); a reference check reuses them far shorter, so a removed RoleBinding
+/// stops admitting new references within seconds.
+pub const ALLOWED_TTL: Duration = Duration::from_secs(10);
+
+/// How long a denying answer is reused by default (`--authorization-cache-denied-ttl`): 5 s,
+/// so a user granted access waits at most that long.
+pub const DENIED_TTL: Duration = Duration::from_secs(5);
+
+/// Most answers kept ([`DecisionCache`]); at about 200 bytes each, under 1 MiB.
+pub const CACHE_CAPACITY: usize = 4096;
+
+/// Longest identity a cached answer is kept for, in bytes of user, uid, groups and extra
+/// (longer ones are asked every time: the cache's memory stays bounded by
+/// [`CACHE_CAPACITY`] × this).
+const MAX_CACHED_IDENTITY: usize = 1024;
+
+/// Who asks about what: the whole identity of the review's `userInfo` and the Secret (no
+/// name: every Secret of the namespace). Kept whole, not hashed: two identities never share
+/// an answer.
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+struct Key {
+    user: Option<String>,
+    uid: Option<String>,
+    groups: Option<Vec<String>>,
+    extra: Option<BTreeMap<String, Vec<String>>>,
+    namespace: String,
+    name: Option<String>,
+}
+
+impl Key {
+    fn new(user: &UserInfo, namespace: &str, name: Option<&str>) -> Option<Key> {
+        let size =
+            [&user.username, &user.uid].iter().map(|s| s.as_ref().map_or(0, String::len)).sum::<usize>()
+                + user.groups.iter().flatten().map(String::len).sum::<usize>()
+                + user
+                    .extra
+                    .iter()
+                    .flatten()
+                    .map(|(k, v)| k.len() + v.iter().map(String::len).sum::<usize>())
+                    .sum::<usize>();
+        (size <= MAX_CACHED_IDENTITY).then(|| Key {
+            user: user.username.clone(),
+            uid: user.uid.clone(),
+            groups: user.groups.clone(),
+            extra: user.extra.clone(),
+            namespace: namespace.into(),
+            name: name.map(String::from),
+        })
+    }
+}
+
+/// SubjectAccessReview answers reused for a short time: an allowing one for `allowed_ttl`,
+/// a denying one for `denied_ttl` (zero: not kept), at most `capacity` of them (when full,
+/// expired answers are dropped first, then any). A bulk apply of many Interconnects by one
+/// user costs one review, not one per object.
+#[derive(Debug)]
+pub struct DecisionCache {
+    entries: Mutex<HashMap<Key, (bool, Instant)>>,
+    allowed_ttl: Duration,
+    denied_ttl: Duration,
+    capacity: usize,
+}
+
+impl DecisionCache {
+    /// A cache keeping answers `allowed_ttl` / `denied_ttl`, at most `capacity`.
+    pub fn new(allowed_ttl: Duration, denied_ttl: Duration, capacity: usize) -> Self {
+        DecisionCache { entries: Mutex::new(HashMap::new()), allowed_ttl, denied_ttl, capacity }
+    }
+
+    fn get(&self, key: &Key, now: Instant) -> Option<bool> {
+        let mut entries = self.entries.lock().unwrap_or_else(|e| e.into_inner());
+        match entries.get(key) {
+            Some(&(allowed, until)) if now < until => Some(allowed),
+            Some(_) => {
+                entries.remove(key);
+                None
+            }
+            None => None,
+        }
+    }
+
+    fn put(&self, key: Key, allowed: bool, now: Instant) {
+        let ttl = if allowed { self.allowed_ttl } else { self.denied_ttl };
+        if ttl.is_zero() || self.capacity == 0 {
+            return;
+        }
+        let mut entries = self.entries.lock().unwrap_or_else(|e| e.into_inner());
+        if entries.len() >= self.capacity && !entries.contains_key(&key) {
+            entries.retain(|_, (_, until)| now < *until);
+            if entries.len() >= self.capacity
+                && let Some(any) = entries.keys().next().cloned()
+            {
+                entries.remove(&any);
+            }
+        }
+        entries.insert(key, (allowed, now + ttl));
+    }
+
+    /// Answers kept now (expired ones included until looked up or pushed out).
+    pub fn len(&self) -> usize {
+        self.entries.lock().unwrap_or_else(|e| e.into_inner()).len()
+    }
+
+    /// Whether no answer is kept.
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+}
+
 /// Asks the API server what a user may read. Needs `create subjectaccessreviews`
 /// (`authorization.k8s.io`) for the webhook's ServiceAccount.
 #[derive(Clone)]
 pub struct Authorizer {
     api: Api<SubjectAccessReview>,
     in_flight: Arc<tokio::sync::Semaphore>,
+    cache: Arc<DecisionCache>,
 }
 
 impl std::fmt::Debug for Authorizer {
@@ -47,11 +160,12 @@ impl std::fmt::Debug for Authorizer {
 }
 
 impl Authorizer {
-    /// An authorizer using `client`.
-    pub fn new(client: Client) -> Self {
+    /// An authorizer using `client`, reusing answers from `cache`.
+    pub fn new(client: Client, cache: DecisionCache) -> Self {
         Authorizer {
             api: Api::all(client),
             in_flight: Arc::new(tokio::sync::Semaphore::new(MAX_REVIEWS_IN_FLIGHT)),
+            cache: Arc::new(cache),
         }
     }
 
@@ -81,17 +195,26 @@ impl Authorizer {
         Ok(answers.into_iter().filter(|(_, allowed)| !allowed).map(|(n, _)| n).collect())
     }
 
-    /// Whether `user` may `get secrets[/name]` in `namespace`.
+    /// Whether `user` may `get secrets[/name]` in `namespace`: a kept answer
+    /// ([`DecisionCache`]) or a new review.
     async fn may_get(
         &self,
         user: &UserInfo,
         namespace: &str,
         name: Option<&str>,
     ) -> Result<bool, kube::Error> {
+        let key = Key::new(user, namespace, name);
+        if let Some(allowed) = key.as_ref().and_then(|k| self.cache.get(k, Instant::now())) {
+            return Ok(allowed);
+        }
         let review = SubjectAccessReview { spec: review_spec(user, namespace, name), ..Default::default() };
         let _permit = self.in_flight.acquire().await.expect("the semaphore is never closed");
         let answer = self.api.create(&PostParams::default(), &review).await?;
-        Ok(answer.status.is_some_and(|s| s.allowed))
+        let allowed = answer.status.is_some_and(|s| s.allowed);
+        if let Some(key) = key {
+            self.cache.put(key, allowed, Instant::now());
+        }
+        Ok(allowed)
     }
 }
 
@@ -119,6 +242,63 @@ pub fn review_spec(user: &UserInfo, namespace: &str, name: Option<&str>) -> Subj
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    fn user(name: &str, groups: &[&str]) -> UserInfo {
+        UserInfo {
+            username: Some(name.into()),
+            groups: Some(groups.iter().map(|g| g.to_string()).collect()),
+            ..Default::default()
+        }
+    }
+
+    #[test]
+    fn answers_are_kept_per_identity_and_secret_for_their_ttl() {
+        let cache = DecisionCache::new(Duration::from_secs(10), Duration::from_secs(5), 100);
+        let t0 = Instant::now();
+        let alice = Key::new(&user("alice", &["a"]), "ns", Some("s")).unwrap();
+        cache.put(alice.clone(), true, t0);
+        assert_eq!(cache.get(&alice, t0 + Duration::from_secs(9)), Some(true));
+        assert_eq!(cache.get(&alice, t0 + Duration::from_secs(10)), None, "expired");
+        assert!(cache.is_empty(), "an expired answer is dropped when looked up");
+
+        cache.put(alice.clone(), false, t0);
+        assert_eq!(cache.get(&alice, t0 + Duration::from_secs(4)), Some(false));
+        assert_eq!(cache.get(&alice, t0 + Duration::from_secs(5)), None, "a denial is kept shorter");
+
+        // Any difference in identity or Secret is another question.
+        cache.put(alice.clone(), true, t0);
+        for other in [
+            Key::new(&user("alice", &["a", "b"]), "ns", Some("s")),
+            Key::new(&user("alice", &[]), "ns", Some("s")),
+            Key::new(&UserInfo { uid: Some("1".into()), ..user("alice", &["a"]) }, "ns", Some("s")),
+            Key::new(&user("alice", &["a"]), "ns2", Some("s")),
+            Key::new(&user("alice", &["a"]), "ns", Some("t")),
+            Key::new(&user("alice", &["a"]), "ns", None),
+            Key::new(&user("bob", &["a"]), "ns", Some("s")),
+        ] {
+            assert_eq!(cache.get(&other.unwrap(), t0), None);
+        }
+    }
+
+    #[test]
+    fn the_cache_is_bounded_and_a_zero_ttl_keeps_nothing() {
+        let cache = DecisionCache::new(Duration::from_secs(10), Duration::ZERO, 3);
+        let t0 = Instant::now();
+        let key = |i: usize| Key::new(&user(&format!("u{i}"), &[]), "ns", None).unwrap();
+        cache.put(key(0), false, t0);
+        assert!(cache.is_empty(), "denials are not kept with a zero TTL");
+        for i in 0..10 {
+            cache.put(key(i), true, t0);
+            assert!(cache.len() <= 3);
+        }
+        assert_eq!(cache.get(&key(9), t0), Some(true), "the newest answer is kept");
+        // Expired answers go first when full.
+        let later = t0 + Duration::from_secs(11);
+        cache.put(key(20), true, later);
+        assert_eq!(cache.len(), 1);
+        let huge = user(&"x".repeat(MAX_CACHED_IDENTITY + 1), &[]);
+        assert!(Key::new(&huge, "ns", None).is_none(), "an outsized identity is not kept");
+    }
 
     #[test]
     fn the_review_carries_the_whole_identity() {

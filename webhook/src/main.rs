@@ -122,6 +122,15 @@ struct Args {
     #[arg(long, env = "QDR_WEBHOOK_AUTHORIZE_SECRET_REFERENCES", default_value_t = true, action = clap::ArgAction::Set)]
     authorize_secret_references: bool,
 
+    /// How long an allowing SubjectAccessReview answer is reused for the same user, groups,
+    /// namespace and Secret (0: ask every time).
+    #[arg(long, env = "QDR_WEBHOOK_AUTHORIZATION_CACHE_ALLOWED_TTL", value_parser = humantime::parse_duration, default_value = "10s")]
+    authorization_cache_allowed_ttl: Duration,
+
+    /// How long a denying SubjectAccessReview answer is reused (0: ask every time).
+    #[arg(long, env = "QDR_WEBHOOK_AUTHORIZATION_CACHE_DENIED_TTL", value_parser = humantime::parse_duration, default_value = "5s")]
+    authorization_cache_denied_ttl: Duration,
+
     /// Router images Interconnects may set in spec.deploymentPlan.image: patterns where `*`
     /// matches any characters (`registry.example.com/*`, `quay.io/interconnectedcloud/qdrouterd:*`).
     /// Repeat or comma-separate. Empty: any image.
@@ -215,7 +224,14 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
         }
     };
     let authorizer = match (&client, args.authorize_secret_references) {
-        (Some(c), true) => Some(Authorizer::new(c.clone())),
+        (Some(c), true) => Some(Authorizer::new(
+            c.clone(),
+            qdr_webhook::authorize::DecisionCache::new(
+                args.authorization_cache_allowed_ttl,
+                args.authorization_cache_denied_ttl,
+                qdr_webhook::authorize::CACHE_CAPACITY,
+            ),
+        )),
         _ => None,
     };
     // The scan's limits come from the CRD: read them now, not in the first review.
@@ -293,4 +309,16 @@ fn client_roots(path: &std::path::Path) -> Result<rustls::RootCertStore, Box<dyn
         return Err(format!("--client-ca {} holds no CA certificate", path.display()).into());
     }
     Ok(roots)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_authorization_cache_defaults_are_the_documented_ones() {
+        let args = Args::try_parse_from(["qdr-webhook"]).unwrap();
+        assert_eq!(args.authorization_cache_allowed_ttl, qdr_webhook::authorize::ALLOWED_TTL);
+        assert_eq!(args.authorization_cache_denied_ttl, qdr_webhook::authorize::DENIED_TTL);
+    }
 }

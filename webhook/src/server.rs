@@ -33,6 +33,14 @@ pub const MAX_BODY_BYTES: usize = 3 * 1024 * 1024;
 /// lane. So a flood of large bodies waits in its own line and cannot delay real reviews.
 pub const SMALL_BODY_BYTES: usize = 256 * 1024;
 
+/// Bodies up to this size (16 KiB: a real Interconnect review is a few KiB) are checked on
+/// the async executor where they arrive; larger ones on a blocking thread. Handing every
+/// review to another thread cost more than checking a small one (a thread wake-up and two
+/// context switches against about 15 µs of work: `/validate` at saturation on one core went
+/// from 35k to under 15k req/s with it); a body this small is checked in well under a
+/// millisecond, so the executor stays free to answer deadlines and other connections.
+pub const INLINE_BODY_BYTES: usize = 16 * 1024;
+
 /// Default bound on small reviews in flight (`--max-in-flight`).
 pub const MAX_IN_FLIGHT: usize = 8;
 
@@ -338,9 +346,10 @@ pub const OPENMETRICS: &str = "application/openmetrics-text; version=1.0.0; char
 
 /// One review, within its [`deadline`]: a permit of its lane of [`AppState::lanes`] first
 /// (waiting in line, round-robin by peer address), then the body (at most
-/// [`MAX_BODY_BYTES`]), then decoding and checking on a blocking thread (CPU work off the
-/// async executor, so the deadline can answer while it runs; the permit stays with the
-/// work, so abandoned work still counts against the bound), then the Secret reference
+/// [`MAX_BODY_BYTES`]), then decoding and checking: where it arrived for a body of at most
+/// [`INLINE_BODY_BYTES`], else on a blocking thread (CPU work off the async executor, so the
+/// deadline can answer while it runs; the permit stays with the work, so abandoned work
+/// still counts against the bound), then the Secret reference
 /// checks, still holding the permit: the reviews waiting on the API server are bounded by
 /// the permits too.
 async fn admit(
@@ -375,17 +384,22 @@ async fn review(webhook: Webhook, st: &Arc<AppState>, request: Request, start: I
         Err(e) if is_length_limit(&e) => return too_large(),
         Err(e) => return (StatusCode::BAD_REQUEST, format!("reading the body: {e}")).into_response(),
     };
-    let checks = st.checks.clone();
-    let work = tokio::task::spawn_blocking(move || {
-        let reply = handle_with(webhook, &body, &checks);
-        drop(body);
-        (reply, permit)
-    });
-    let (mut reply, _permit) = match work.await {
-        Ok(r) => r,
-        Err(e) => {
-            tracing::error!(error = %e, "a review's check failed");
-            return (StatusCode::INTERNAL_SERVER_ERROR, "the review could not be checked").into_response();
+    let (mut reply, _permit) = if body.len() <= INLINE_BODY_BYTES {
+        (handle_with(webhook, &body, &st.checks), permit)
+    } else {
+        let checks = st.checks.clone();
+        let work = tokio::task::spawn_blocking(move || {
+            let reply = handle_with(webhook, &body, &checks);
+            drop(body);
+            (reply, permit)
+        });
+        match work.await {
+            Ok(r) => r,
+            Err(e) => {
+                tracing::error!(error = %e, "a review's check failed");
+                return (StatusCode::INTERNAL_SERVER_ERROR, "the review could not be checked")
+                    .into_response();
+            }
         }
     };
     if let Some(pending) = reply.pending.clone() {
