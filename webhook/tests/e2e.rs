@@ -535,6 +535,9 @@ async fn an_update_that_makes_a_secret_sign_is_checked() {
     )
     .await;
     assert_eq!(String::from_utf8_lossy(&cannot.stdout).trim(), "no");
+    // The webhook (default flags) reuses the answer it gave at the create for up to
+    // `--authorization-cache-allowed-ttl`: from then on the revocation holds.
+    tokio::time::sleep(qdr_webhook::authorize::ALLOWED_TTL + Duration::from_millis(500)).await;
     let moved = patch(json!({"deploymentPlan": {"role": "edge", "issuer": "trusted-ca"}}));
     let err = stderr(&moved);
     assert!(!moved.status.success(), "a trusted CA became the issuer without a check");
@@ -578,4 +581,63 @@ async fn router_images_outside_the_policy_are_denied() {
         let out = create(allowed);
         assert!(out.status.success(), "{allowed:?}: {}", String::from_utf8_lossy(&out.stderr));
     }
+}
+
+/// SubjectAccessReview answers are reused within their time to live, for the same identity
+/// and Secrets only, and asked anew without the cache: counted in the audit log by this
+/// test's own `User-Agent` (the reviews of the webhook under test and of other tests do not
+/// count).
+#[tokio::test]
+async fn reference_answers_are_reused_within_their_ttl() {
+    use k8s_openapi::api::authentication::v1::UserInfo;
+    use qdr_webhook::authorize::{Authorizer, DecisionCache};
+    let cp = qdr_tests::shared().await;
+    let ns = cp.namespace("sar-cache").await;
+    let authorizer = |agent: &'static str, ttl: Duration| async move {
+        let kc = kube::config::Kubeconfig::read_from(cp.kubeconfig()).unwrap();
+        let mut config =
+            kube::Config::from_custom_kubeconfig(kc, &kube::config::KubeConfigOptions::default())
+                .await
+                .unwrap();
+        config.headers.push((http::header::USER_AGENT, http::HeaderValue::from_static(agent)));
+        Authorizer::new(kube::Client::try_from(config).unwrap(), DecisionCache::new(ttl, ttl, 100))
+    };
+    let reviews = |agent: &str| {
+        cp.requests_by(agent)
+            .iter()
+            .filter(|e| e.object_ref.as_ref().is_some_and(|o| o.resource == "subjectaccessreviews"))
+            .count()
+    };
+    let settled = |agent: &'static str, expected: usize| async move {
+        let deadline = std::time::Instant::now() + Duration::from_secs(10);
+        while reviews(agent) < expected && std::time::Instant::now() < deadline {
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+        // A little longer: a review too many would show up now.
+        tokio::time::sleep(Duration::from_millis(500)).await;
+        reviews(agent)
+    };
+    let user = |name: &str| UserInfo { username: Some(name.into()), ..Default::default() };
+    let secrets: std::collections::BTreeSet<&str> = ["a", "b"].into();
+    let all: std::collections::BTreeSet<String> = ["a".to_string(), "b".to_string()].into();
+
+    // A user with no Secret access: one review for the namespace, then one per name.
+    let cached = authorizer("qdr-sar-cache-test/1", Duration::from_secs(600)).await;
+    assert_eq!(cached.unreadable(&user("nobody"), &ns.name, &secrets).await.unwrap(), all);
+    assert_eq!(settled("qdr-sar-cache-test/", 3).await, 3, "1 + 2 reviews");
+    for _ in 0..5 {
+        assert_eq!(cached.unreadable(&user("nobody"), &ns.name, &secrets).await.unwrap(), all);
+    }
+    assert_eq!(settled("qdr-sar-cache-test/", 3).await, 3, "the same questions are answered from the cache");
+    // Another identity is another question; the cluster admin is allowed by the first review.
+    let admin = UserInfo { groups: Some(vec!["system:masters".into()]), ..user("admin") };
+    assert!(cached.unreadable(&admin, &ns.name, &secrets).await.unwrap().is_empty());
+    assert_eq!(settled("qdr-sar-cache-test/", 4).await, 4, "one review for the admin");
+
+    // Without the cache every call asks again.
+    let uncached = authorizer("qdr-sar-nocache-test/1", Duration::ZERO).await;
+    for _ in 0..2 {
+        assert_eq!(uncached.unreadable(&user("nobody"), &ns.name, &secrets).await.unwrap(), all);
+    }
+    assert_eq!(settled("qdr-sar-nocache-test/", 6).await, 6, "3 reviews per call");
 }
