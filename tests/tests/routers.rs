@@ -982,6 +982,18 @@ async fn the_status_reports_the_mesh_the_routers_see() {
     .await;
     say!("at Ready: {reason} ({message}); Connected {:.1?} later", t.elapsed());
     assert_eq!(ic["status"]["mesh"]["summary"], "3/3 connected", "{}", ic["status"]);
+    // Each router is read on its own, a moment apart: a pair's link can be listed by one
+    // side's read and not yet by the other's (the pair is linked either way). Each router
+    // lists both of its own links by the next read (due MESH_RESYNC after the last).
+    let next_read = 2 * qdr_controller::reconcile::MESH_RESYNC;
+    let ic = qdr_tests::eventually("every router to list its two links", next_read, || async {
+        let ic = get_ic(cp, &ns.name, "seen");
+        let full = ic["status"]["routers"].as_array().is_some_and(|rs| {
+            rs.len() == 3 && rs.iter().all(|r| r["links"].as_array().is_some_and(|l| l.len() == 2))
+        });
+        full.then_some(ic)
+    })
+    .await;
     let pods = router_pods(&ns, "seen").await;
     let routers = ic["status"]["routers"].as_array().expect("status.routers").clone();
     assert_eq!(routers.len(), 3, "{routers:?}");

@@ -34,6 +34,7 @@ pub(crate) mod build;
 pub(crate) mod events;
 pub(crate) mod observe;
 pub(crate) mod read;
+pub use read::MESH_RESYNC;
 pub(crate) mod status;
 pub(crate) mod types;
 

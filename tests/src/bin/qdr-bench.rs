@@ -541,6 +541,8 @@ async fn api_server_rows(
             q[k][1].push(percentile(l, 0.99).as_secs_f64() * 1000.0);
         }
     }
+    let identity_rows =
+        identity_rows(cp, [&with.name, &without.name, &defaulted_ns.name, &null_ns.name], runs).await?;
     let metrics = webhook_metrics().await;
     let connections = webhook_connections(&metrics) - connections_before;
     for line in metrics.lines().filter(|l| l.starts_with("qdr_webhook_connections_total")) {
@@ -629,6 +631,7 @@ async fn api_server_rows(
             target: String::new(),
         });
     }
+    rows.extend(identity_rows);
     rows.push(Row {
         what: format!("  TLS connections (handshakes) the API server opened for {} reviews", runs * 150 * 2),
         runs: vec![connections],
@@ -1373,6 +1376,152 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     Ok(())
 }
 
+/// An Interconnect that names the users Secret `bench-users` (and, once defaulted, only
+/// Secrets derived from nothing but that): the same Secret for every object, as a team's
+/// Interconnects share theirs.
+fn ic_with_users(name: &str, defaulted: bool) -> DynamicObject {
+    let raw = typed_with_users(name);
+    let mut v = serde_json::to_value(if defaulted { qdr_api::defaults(&raw) } else { raw }).unwrap();
+    v["apiVersion"] = json!("interconnectedcloud.github.io/v1alpha1");
+    v["kind"] = json!("Interconnect");
+    serde_json::from_value(v).unwrap()
+}
+
+/// [`ic_with_users`] as the typed object, before defaults.
+fn typed_with_users(name: &str) -> qdr_api::Interconnect {
+    serde_json::from_value(
+        json!({"metadata": {"name": name}, "spec": {"deploymentPlan": {"size": 1}, "users": "bench-users"}}),
+    )
+    .unwrap()
+}
+
+/// A client of the cluster admin's kubeconfig impersonating `user`.
+async fn client_as(cp: &ControlPlane, user: &str) -> Result<kube::Client, Box<dyn std::error::Error>> {
+    let kc = kube::config::Kubeconfig::read_from(cp.kubeconfig())?;
+    let mut config =
+        kube::Config::from_custom_kubeconfig(kc, &kube::config::KubeConfigOptions::default()).await?;
+    config.auth_info.impersonate = Some(user.into());
+    config.auth_info.impersonate_groups = Some(vec!["system:authenticated".into()]);
+    Ok(kube::Client::try_from(config)?)
+}
+
+/// The SubjectAccessReviews the webhook (`qdr-webhook/` clients) has sent so far.
+fn webhook_reviews(cp: &ControlPlane) -> usize {
+    cp.requests_by("qdr-webhook/")
+        .iter()
+        .filter(|e| e.object_ref.as_ref().is_some_and(|o| o.resource == "subjectaccessreviews"))
+        .count()
+}
+
+/// The creates of [`api_server_rows`] as two users who are not cluster admins, in the same
+/// four namespaces (`[ours, none, none with defaults, null]`): a namespace admin (every verb
+/// on Interconnects and Secrets) and a user allowed to `get` only the Secrets the objects
+/// name. Rows: what our webhooks add ÷ what the null webhooks add, at p50 and p99, and the
+/// SubjectAccessReviews per create (the first review for the namespace answers for the
+/// admin; the narrow user's is refused, then the named Secret is asked; both answers are
+/// reused for `--authorization-cache-*-ttl`).
+async fn identity_rows(
+    cp: &'static ControlPlane,
+    namespaces: [&str; 4],
+    runs: usize,
+) -> Result<Vec<Row>, Box<dyn std::error::Error>> {
+    // Names every object of the loop below refers to, derived ones included.
+    let names: std::collections::BTreeSet<String> = (0..runs)
+        .flat_map(|run| (0..150).map(move |i| format!("n-{run}-{i}")))
+        .flat_map(|n| {
+            qdr_api::defaults(&typed_with_users(&n)).secret_uses().into_iter().map(|(_, name, _)| name)
+        })
+        .collect();
+    let roles = json!({"apiVersion": "v1", "kind": "List", "items": [
+        {"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "ClusterRole", "metadata": {"name": "bench-ns-admin"},
+         "rules": [{"apiGroups": ["interconnectedcloud.github.io"], "resources": ["interconnects"], "verbs": ["*"]},
+                   {"apiGroups": [""], "resources": ["secrets"], "verbs": ["*"]}]},
+        {"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "ClusterRole", "metadata": {"name": "bench-narrow"},
+         "rules": [{"apiGroups": ["interconnectedcloud.github.io"], "resources": ["interconnects"], "verbs": ["create", "get"]},
+                   {"apiGroups": [""], "resources": ["secrets"], "verbs": ["get"], "resourceNames": names}]}]});
+    let out = qdr_tests::components::kubectl_stdin(cp, &["apply", "-f", "-"], &roles.to_string());
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    for ns in namespaces {
+        for (user, role) in [("bench-ns-admin", "bench-ns-admin"), ("bench-narrow", "bench-narrow")] {
+            kubectl_ok(
+                cp,
+                &[
+                    "create",
+                    "rolebinding",
+                    user,
+                    "-n",
+                    ns,
+                    &format!("--clusterrole={role}"),
+                    &format!("--user={user}"),
+                ],
+            )
+            .await;
+        }
+    }
+    let mut rows = Vec::new();
+    for (user, label) in
+        [("bench-ns-admin", "a namespace admin"), ("bench-narrow", "a user allowed only the named Secrets")]
+    {
+        let client = client_as(cp, user).await?;
+        let apis: Vec<Api<DynamicObject>> = namespaces.iter().map(|ns| interconnects(&client, ns)).collect();
+        // Until the bindings are seen.
+        let deadline = Instant::now() + Duration::from_secs(30);
+        while apis[0]
+            .create(&PostParams { dry_run: true, ..Default::default() }, &ic_with_users("probe", false))
+            .await
+            .is_err()
+        {
+            if Instant::now() > deadline {
+                return Err(format!("{user} could never create through the webhooks").into());
+            }
+            tokio::time::sleep(Duration::from_millis(200)).await;
+        }
+        let reviews_before = webhook_reviews(cp);
+        let mut q: [[Vec<f64>; 2]; 4] = Default::default();
+        for run in 0..runs {
+            let mut lat: [Vec<Duration>; 4] = Default::default();
+            for i in 0..150 {
+                let name = format!("n-{run}-{i}");
+                for (k, api) in apis.iter().enumerate() {
+                    let obj = ic_with_users(&name, k == 2);
+                    let t = Instant::now();
+                    api.create(&PostParams::default(), &obj).await?;
+                    lat[k].push(t.elapsed());
+                }
+            }
+            for (k, l) in lat.iter_mut().enumerate() {
+                l.sort();
+                q[k][0].push(percentile(l, 0.5).as_secs_f64() * 1000.0);
+                q[k][1].push(percentile(l, 0.99).as_secs_f64() * 1000.0);
+            }
+            for api in &apis {
+                api.delete_collection(&Default::default(), &Default::default()).await.ok();
+            }
+        }
+        tokio::time::sleep(Duration::from_secs(1)).await; // the audit log's last lines
+        let reviews = webhook_reviews(cp) - reviews_before;
+        for (j, p) in ["p50", "p99"].into_iter().enumerate() {
+            let ours: Vec<f64> = q[0][j].iter().zip(&q[2][j]).map(|(a, b)| a - b).collect();
+            let null: Vec<f64> = q[3][j].iter().zip(&q[1][j]).map(|(a, b)| a - b).collect();
+            rows.push(Row {
+                what: format!("  as {label}: added by our webhooks ÷ added by the null webhooks, {p}"),
+                runs: ours.iter().zip(&null).map(|(a, b)| a / b).collect(),
+                unit: "×",
+                target: if j == 0 && user == "bench-ns-admin" { "≤ 1.3".into() } else { String::new() },
+            });
+        }
+        rows.push(Row {
+            what: format!(
+                "  as {label}: SubjectAccessReviews per create through our webhooks (two calls each)"
+            ),
+            runs: vec![reviews as f64 / (runs * 150) as f64],
+            unit: "",
+            target: String::new(),
+        });
+    }
+    Ok(rows)
+}
+
 /// Day two with live traffic on real routers (`qdr_tests::day_two`, the scenario of
 /// `tests/tests/day_two.rs`), once (about 4 minutes): for each operation the longest gap
 /// between two acknowledgements (s) and the acknowledged messages lost (must be 0). Needs a
@@ -1440,8 +1589,33 @@ async fn mesh_rows(rows: &mut Vec<Row>, runs: usize) -> Result<(), Box<dyn std::
         "cost",
         json!({"deploymentPlan": {"role": "interior", "size": 3, "placement": "Any"}}),
     );
+    qdr_tests::routers::check_client()?;
+    let applied = Instant::now();
     qdr_tests::routers::apply(cp, &ns.name, &ic);
-    qdr_tests::routers::wait_ready(cp, &ns.name, "cost", &[&controller]);
+    let ready = qdr_tests::routers::wait_ready(cp, &ns.name, "cost", &[&controller]);
+    // The first message across the mesh: anycast from router 0 to a receiver on router 1,
+    // sent as soon as the routers are Ready (the sender retries until the address has a
+    // route, as a client would).
+    let pods = qdr_tests::routers::router_pods(ns, "cost").await;
+    let url = |i: usize| qdr_tests::routers::url(&pods[i].1, 5672);
+    let receiver = qdr_tests::routers::Receiver::attach(&url(1), "closest/first", 1, &[]);
+    qdr_tests::routers::send(&url(0), "closest/first", 0..1, "first-", Duration::from_secs(60), &[]);
+    let first_message = applied.elapsed();
+    if receiver.bodies() != ["first-0"] {
+        return Err("the first message did not arrive".into());
+    }
+    rows.push(Row {
+        what: "apply → 3 real interior routers Ready".into(),
+        runs: vec![ready.as_secs_f64()],
+        unit: "s",
+        target: String::new(),
+    });
+    rows.push(Row {
+        what: "apply → first message across the 3-router mesh (router 0 → router 1)".into(),
+        runs: vec![first_message.as_secs_f64()],
+        unit: "s",
+        target: String::new(),
+    });
     let reason = || {
         let out = qdr_tests::routers::kubectl(
             cp,
