@@ -1428,6 +1428,7 @@ async fn identity_rows(
     // Names every object of the loop below refers to, derived ones included.
     let names: std::collections::BTreeSet<String> = (0..runs)
         .flat_map(|run| (0..150).map(move |i| format!("n-{run}-{i}")))
+        .chain(["probe".to_string()])
         .flat_map(|n| {
             qdr_api::defaults(&typed_with_users(&n)).secret_uses().into_iter().map(|(_, name, _)| name)
         })
