@@ -53,8 +53,12 @@ impl Drift {
     }
 }
 
-/// `(kind, namespace, name)` of a child.
-type ChildKey = (String, String, String);
+/// `kind/namespace/name` of a child, one allocation (none of the three holds a `/`).
+type ChildKey = Box<str>;
+
+fn key_of(kind: &str, ns: &str, name: &str) -> ChildKey {
+    format!("{kind}/{ns}/{name}").into_boxed_str()
+}
 
 /// What a watch event shows relative to the controller's last write of that object
 /// ([`OwnWrites::judge`]).
@@ -136,7 +140,7 @@ impl Stamp {
 }
 
 fn child_key(kind: &str, meta: &ObjectMeta) -> ChildKey {
-    (kind.into(), meta.namespace.clone().unwrap_or_default(), meta.name.clone().unwrap_or_default())
+    key_of(kind, meta.namespace.as_deref().unwrap_or_default(), meta.name.as_deref().unwrap_or_default())
 }
 
 /// A write of the controller's announced with [`OwnWrites::begin`]: [`PendingWrite::record`]
@@ -180,7 +184,7 @@ impl OwnWrites {
         ns: &str,
         name: &str,
     ) -> PendingWrite<'a> {
-        let key: ChildKey = (kind.into(), ns.into(), name.into());
+        let key = key_of(kind, ns, name);
         self.lock().entry(key.clone()).or_default().pending += 1;
         PendingWrite { own: self, drift, key: Some(key) }
     }
@@ -311,20 +315,34 @@ pub(crate) struct SecretReferences {
 
 #[derive(Debug, Default)]
 struct ReferenceIndex {
-    /// uid → generation indexed, the Interconnect, and the names its spec references.
-    by_uid: HashMap<String, (i64, ObjectRef<Interconnect>, BTreeSet<String>)>,
-    /// (namespace, Secret name) → uids of the Interconnects that reference it.
-    by_secret: HashMap<(String, String), BTreeSet<String>>,
+    /// uid → what is indexed of that Interconnect.
+    by_uid: HashMap<Box<str>, Indexed>,
+    /// `namespace/name` of a Secret → uids of the Interconnects that reference it (most
+    /// often one: a `Vec`, not a set).
+    by_secret: HashMap<Box<str>, Vec<Box<str>>>,
+}
+
+/// One indexed Interconnect.
+#[derive(Debug)]
+struct Indexed {
+    generation: i64,
+    namespace: Box<str>,
+    name: Box<str>,
+    /// The Secret names its effective spec references.
+    secrets: Box<[Box<str>]>,
+}
+
+fn secret_key(ns: &str, name: &str) -> Box<str> {
+    format!("{ns}/{name}").into_boxed_str()
 }
 
 impl ReferenceIndex {
     fn remove(&mut self, uid: &str) {
-        let Some((_, r, names)) = self.by_uid.remove(uid) else { return };
-        let ns = r.namespace.clone().unwrap_or_default();
-        for name in names {
-            let key = (ns.clone(), name);
+        let Some(gone) = self.by_uid.remove(uid) else { return };
+        for name in &gone.secrets {
+            let key = secret_key(&gone.namespace, name);
             if let Some(uids) = self.by_secret.get_mut(&key) {
-                uids.remove(uid);
+                uids.retain(|u| &**u != uid);
                 if uids.is_empty() {
                     self.by_secret.remove(&key);
                 }
@@ -336,19 +354,25 @@ impl ReferenceIndex {
 impl SecretReferences {
     /// Indexes the Secret names of `ic` (a watch event), unless its generation is indexed.
     pub(crate) fn see(&self, ic: &Interconnect) {
-        let uid = ic.metadata.uid.clone().unwrap_or_default();
+        let uid = ic.metadata.uid.as_deref().unwrap_or_default();
         let generation = ic.metadata.generation.unwrap_or_default();
         let mut index = self.index.lock().unwrap_or_else(|e| e.into_inner());
-        if index.by_uid.get(&uid).is_some_and(|(g, _, _)| *g == generation) {
+        if index.by_uid.get(uid).is_some_and(|i| i.generation == generation) {
             return;
         }
-        index.remove(&uid);
-        let names = qdr_api::defaults(ic).secret_names();
-        let ns = ic.metadata.namespace.clone().unwrap_or_default();
-        for name in &names {
-            index.by_secret.entry((ns.clone(), name.clone())).or_default().insert(uid.clone());
+        index.remove(uid);
+        let secrets: Box<[Box<str>]> =
+            qdr_api::defaults(ic).secret_names().into_iter().map(String::into_boxed_str).collect();
+        let namespace = ic.metadata.namespace.as_deref().unwrap_or_default();
+        for name in &secrets {
+            let uids = index.by_secret.entry(secret_key(namespace, name)).or_default();
+            if !uids.iter().any(|u| &**u == uid) {
+                uids.push(uid.into());
+                uids.shrink_to_fit();
+            }
         }
-        index.by_uid.insert(uid, (generation, ObjectRef::from_obj(ic), names));
+        let name = ic.metadata.name.as_deref().unwrap_or_default().into();
+        index.by_uid.insert(uid.into(), Indexed { generation, namespace: namespace.into(), name, secrets });
     }
 
     /// The Interconnects of namespace `ns` whose effective spec names Secret `name`, except
@@ -360,10 +384,11 @@ impl SecretReferences {
         except: Option<&str>,
     ) -> Vec<ObjectRef<Interconnect>> {
         let index = self.index.lock().unwrap_or_else(|e| e.into_inner());
-        let Some(uids) = index.by_secret.get(&(ns.to_string(), name.to_string())) else { return Vec::new() };
+        let Some(uids) = index.by_secret.get(&secret_key(ns, name)) else { return Vec::new() };
         uids.iter()
-            .filter_map(|uid| index.by_uid.get(uid).map(|(_, r, _)| r.clone()))
-            .filter(|r| except != Some(r.name.as_str()))
+            .filter_map(|uid| index.by_uid.get(uid))
+            .filter(|i| except != Some(&*i.name))
+            .map(|i| ObjectRef::new(&i.name).within(&i.namespace))
             .collect()
     }
 
@@ -388,7 +413,7 @@ pub(crate) struct Outside {
 
 impl Outside {
     fn key(kind: &str, ns: &str, name: &str) -> ChildKey {
-        (kind.to_string(), ns.to_string(), name.to_string())
+        key_of(kind, ns, name)
     }
 
     /// Remembers that an object of `kind` holds `ns/name` outside the stores.

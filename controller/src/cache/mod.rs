@@ -11,9 +11,10 @@
 //! | Secret | labelled ours | full object (generated credentials are renewed from it) |
 //! | Secret | all, metadata only | name only (user-provided Secrets a spec names: existence, and a wake-up when one appears or is renewed) |
 //! | Pod | label `interconnect_cr` | metadata and status (routers' readiness and scheduling) |
-//! | ServiceAccount, Role, RoleBinding, Service, ConfigMap, Ingress | labelled ours, metadata only | metadata |
+//! | ServiceAccount, Role, RoleBinding, Service, ConfigMap, Ingress | labelled ours, metadata only | name, the labels lookups select by, controller owner reference, `resourceVersion`, `generation`, `deletionTimestamp` ([`meta_store`]) |
 //!
-//! No store keeps `managedFields`.
+//! No store keeps `managedFields`; only the Interconnects and the Secrets keep annotations
+//! (a generated Secret is rewritten from its stored copy).
 //!
 //! Observe and apply read these stores instead of the API server: a pass makes no reads at
 //! all, not even for a new Interconnect. A child missing from its labelled store is created
@@ -40,6 +41,7 @@
 //! names of every Secret.
 
 mod memo;
+mod meta_store;
 mod names;
 mod wake;
 mod watch;
@@ -58,11 +60,11 @@ use k8s_openapi::api::networking::v1::Ingress;
 use k8s_openapi::api::rbac::v1::{Role, RoleBinding};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use kube::Resource;
-use kube::core::PartialObjectMeta;
 use kube::runtime::reflector::{ObjectRef, Store};
 use qdr_api::Interconnect;
 
 pub(crate) use memo::{AppliedMemo, Drift, Outside, OwnWrites};
+use meta_store::MetaStore;
 pub(crate) use names::SecretNames;
 pub(crate) use watch::watch;
 pub(crate) use written::Written;
@@ -78,12 +80,12 @@ pub(crate) struct Cache {
     /// Secrets labelled ours (generated ones), whole.
     secrets: Store<Secret>,
     secret_names: Arc<SecretNames>,
-    service_accounts: Store<PartialObjectMeta<ServiceAccount>>,
-    roles: Store<PartialObjectMeta<Role>>,
-    role_bindings: Store<PartialObjectMeta<RoleBinding>>,
-    services: Store<PartialObjectMeta<Service>>,
-    config_maps: Store<PartialObjectMeta<ConfigMap>>,
-    ingresses: Store<PartialObjectMeta<Ingress>>,
+    service_accounts: MetaStore<ServiceAccount>,
+    roles: MetaStore<Role>,
+    role_bindings: MetaStore<RoleBinding>,
+    services: MetaStore<Service>,
+    config_maps: MetaStore<ConfigMap>,
+    ingresses: MetaStore<Ingress>,
     /// Deployments written in this term, until the store catches up.
     pub(crate) written_deployments: Arc<Written<Deployment>>,
     /// DaemonSets written in this term, until the store catches up.
@@ -115,33 +117,45 @@ impl std::fmt::Debug for Cache {
 /// [`Cache::meta`] and [`Cache::labelled`]. A kind without an implementation has no store,
 /// so code that would look one up does not compile.
 pub(crate) trait Cached: Resource<DynamicType = (), Scope = NamespaceResourceScope> {
-    /// What the store keeps of it: the object, or its metadata only.
-    type Stored: Resource<DynamicType = ()> + Clone + 'static;
-    /// Its store.
-    fn store(cache: &Cache) -> &Store<Self::Stored>;
+    /// The metadata of the stored `ns/name`.
+    fn stored_meta(cache: &Cache, ns: &str, name: &str) -> Option<ObjectMeta>;
+    /// The metadata of every stored object for which `keep` is true.
+    fn stored_filter(cache: &Cache, keep: &dyn Fn(&ObjectMeta) -> bool) -> Vec<ObjectMeta>;
 }
 
 macro_rules! cached {
-    ($($kind:ty => $field:ident: $stored:ty),* $(,)?) => {$(
-        impl Cached for $kind {
-            type Stored = $stored;
-            fn store(cache: &Cache) -> &Store<$stored> {
-                &cache.$field
+    (whole: $($kind:ty => $field:ident),* ; meta: $($mkind:ty => $mfield:ident),* $(,)?) => {
+        $(
+            impl Cached for $kind {
+                fn stored_meta(cache: &Cache, ns: &str, name: &str) -> Option<ObjectMeta> {
+                    cache.$field.get(&object_ref(ns, name)).map(|o| o.meta().clone())
+                }
+                fn stored_filter(cache: &Cache, keep: &dyn Fn(&ObjectMeta) -> bool) -> Vec<ObjectMeta> {
+                    cache.$field.state_filter(|o| keep(o.meta())).iter().map(|o| o.meta().clone()).collect()
+                }
             }
-        }
-    )*};
+        )*
+        $(
+            impl Cached for $mkind {
+                fn stored_meta(cache: &Cache, ns: &str, name: &str) -> Option<ObjectMeta> {
+                    cache.$mfield.get(ns, name)
+                }
+                fn stored_filter(cache: &Cache, keep: &dyn Fn(&ObjectMeta) -> bool) -> Vec<ObjectMeta> {
+                    cache.$mfield.filter(keep)
+                }
+            }
+        )*
+    };
 }
 
 cached! {
-    Deployment => deployments: Deployment,
-    DaemonSet => daemon_sets: DaemonSet,
-    Secret => secrets: Secret,
-    ServiceAccount => service_accounts: PartialObjectMeta<ServiceAccount>,
-    Role => roles: PartialObjectMeta<Role>,
-    RoleBinding => role_bindings: PartialObjectMeta<RoleBinding>,
-    Service => services: PartialObjectMeta<Service>,
-    ConfigMap => config_maps: PartialObjectMeta<ConfigMap>,
-    Ingress => ingresses: PartialObjectMeta<Ingress>,
+    whole: Deployment => deployments, DaemonSet => daemon_sets, Secret => secrets;
+    meta: ServiceAccount => service_accounts,
+    Role => roles,
+    RoleBinding => role_bindings,
+    Service => services,
+    ConfigMap => config_maps,
+    Ingress => ingresses,
 }
 
 /// What the stores know of a Secret.
@@ -180,15 +194,16 @@ impl Cache {
                 self.daemon_sets.wait_until_ready(),
                 self.pods.wait_until_ready(),
                 self.secrets.wait_until_ready(),
-                self.service_accounts.wait_until_ready(),
-                self.roles.wait_until_ready(),
-                self.role_bindings.wait_until_ready(),
-                self.services.wait_until_ready(),
-                self.config_maps.wait_until_ready(),
-                self.ingresses.wait_until_ready(),
             );
         };
-        let ready = self.secret_names.is_ready() && futures::FutureExt::now_or_never(all).is_some();
+        let metadata = self.service_accounts.is_ready()
+            && self.roles.is_ready()
+            && self.role_bindings.is_ready()
+            && self.services.is_ready()
+            && self.config_maps.is_ready()
+            && self.ingresses.is_ready();
+        let ready =
+            metadata && self.secret_names.is_ready() && futures::FutureExt::now_or_never(all).is_some();
         if ready {
             self.listed.store(true, Ordering::Relaxed);
         }
@@ -206,17 +221,13 @@ impl Cache {
     /// The metadata of the labelled child `ns/name` of kind `K`, or `None` when it is not
     /// in the store (it may still exist without our label).
     pub(crate) fn meta<K: Cached>(&self, ns: &str, name: &str) -> Option<ObjectMeta> {
-        K::store(self).get(&object_ref(ns, name)).map(|o| o.meta().clone())
+        K::stored_meta(self, ns, name)
     }
 
     /// The metadata of every stored object of kind `K` in `ns` carrying all the `selector`
     /// labels.
     pub(crate) fn labelled<K: Cached>(&self, ns: &str, selector: &[(&str, &str)]) -> Vec<ObjectMeta> {
-        K::store(self)
-            .state_filter(|o| selected(o.meta(), ns, selector))
-            .iter()
-            .map(|o| o.meta().clone())
-            .collect()
+        K::stored_filter(self, &|m| selected(m, ns, selector))
     }
 
     /// Deployment `ns/name` labelled ours: the store's copy, or the one just written.

@@ -122,21 +122,24 @@ fn a_drift_mark_is_cleared_only_by_an_apply_that_saw_it() {
     assert_eq!(drift.marked("ns/mesh"), None);
 }
 
-#[test]
-fn a_relist_wakes_for_what_changed_or_went_and_not_for_the_rest() {
-    use kube::runtime::reflector;
+fn svc(name: &str, rv: &str) -> PartialObjectMeta<Service> {
+    let mut m = meta(&[]);
+    m.name = Some(name.into());
+    m.resource_version = Some(rv.into());
+    PartialObjectMeta { types: None, metadata: m, _phantom: std::marker::PhantomData }
+}
+
+/// A first list, then a relist after a gap, seen by [`Relist`] before each event reaches
+/// the store that `view` reads and `apply` fills.
+fn relist_scenario(
+    view: &impl super::wake::Versions<PartialObjectMeta<Service>>,
+    mut apply: impl FnMut(&kube::runtime::watcher::Event<PartialObjectMeta<Service>>),
+) {
     use kube::runtime::watcher::Event;
-    let svc = |name: &str, rv: &str| -> PartialObjectMeta<Service> {
-        let mut m = meta(&[]);
-        m.name = Some(name.into());
-        m.resource_version = Some(rv.into());
-        PartialObjectMeta { types: None, metadata: m, _phantom: std::marker::PhantomData }
-    };
-    let (store, mut writer) = reflector::store::<PartialObjectMeta<Service>>();
     let mut relist = Relist::default();
     let mut feed = |e: Event<PartialObjectMeta<Service>>, relist: &mut Relist| {
-        let seen = relist.see(&store, &e);
-        writer.apply_watcher_event(&e);
+        let seen = relist.see(view, &e);
+        apply(&e);
         seen
     };
     // The first list: everything is judged.
@@ -152,10 +155,22 @@ fn a_relist_wakes_for_what_changed_or_went_and_not_for_the_rest() {
         Listed::Gone(gone) => {
             let names: Vec<_> = gone.iter().map(|o| o.metadata.name.clone().unwrap()).collect();
             assert_eq!(names, ["b"]);
+            // What wakes the owner of the gone object: its controller reference.
+            assert_eq!(gone[0].metadata.owner_references, meta(&[]).owner_references);
         }
         other => panic!("expected the gone objects, got {other:?}"),
     }
     assert!(matches!(feed(Event::Apply(svc("a", "7")), &mut relist), Listed::Judge));
+}
+
+#[test]
+fn a_relist_wakes_for_what_changed_or_went_and_not_for_the_rest() {
+    let (store, mut writer) = kube::runtime::reflector::store::<PartialObjectMeta<Service>>();
+    relist_scenario(&store, |e| writer.apply_watcher_event(e));
+    let compact = super::meta_store::MetaStore::<Service>::default();
+    let writer = compact.clone();
+    relist_scenario(&compact, |e| writer.apply_watcher_event(e));
+    assert_eq!(compact.len(), 2, "a and c");
 }
 
 fn deployment(rv: &str, generation: i64) -> Deployment {

@@ -84,11 +84,41 @@ fn name_of(meta: &k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta) ->
     (meta.namespace.clone().unwrap_or_default(), meta.name.clone().unwrap_or_default())
 }
 
+/// What [`Relist`] reads of a store: kube-runtime's [`Store`], or a
+/// [`super::meta_store::MetaStore`].
+pub(crate) trait Versions<K> {
+    /// The `resourceVersion` of the stored `ns/name` (outer `None`: not stored).
+    fn version(&self, ns: &str, name: &str) -> Option<Option<String>>;
+    /// Every stored object.
+    fn all(&self) -> Vec<K>;
+}
+
+impl<K: Resource<DynamicType = ()> + Clone + 'static> Versions<K> for Store<K> {
+    fn version(&self, ns: &str, name: &str) -> Option<Option<String>> {
+        self.get(&ObjectRef::new(name).within(ns)).map(|s| s.meta().resource_version.clone())
+    }
+
+    fn all(&self) -> Vec<K> {
+        self.state().into_iter().map(|o| o.as_ref().clone()).collect()
+    }
+}
+
+impl<K: Resource<DynamicType = ()>> Versions<PartialObjectMeta<K>> for super::meta_store::MetaStore<K> {
+    fn version(&self, ns: &str, name: &str) -> Option<Option<String>> {
+        super::meta_store::MetaStore::version(self, ns, name)
+    }
+
+    fn all(&self) -> Vec<PartialObjectMeta<K>> {
+        super::meta_store::MetaStore::all(self)
+    }
+}
+
 impl Relist {
     /// Sees one event, before it reaches `store`.
-    pub(crate) fn see<K>(&mut self, store: &Store<K>, event: &watcher::Event<K>) -> Listed<K>
+    pub(crate) fn see<K, S>(&mut self, store: &S, event: &watcher::Event<K>) -> Listed<K>
     where
-        K: Resource<DynamicType = ()> + Clone + 'static,
+        K: Resource<DynamicType = ()>,
+        S: Versions<K>,
     {
         match event {
             watcher::Event::Init => {
@@ -97,22 +127,17 @@ impl Relist {
             }
             watcher::Event::InitApply(o) => {
                 let (ns, name) = name_of(o.meta());
-                let stored = store.get(&ObjectRef::new(&name).within(&ns));
+                let stored = store.version(&ns, &name);
                 self.listed.insert((ns, name));
                 match stored {
-                    Some(s) if s.meta().resource_version == o.meta().resource_version => Listed::Unchanged,
+                    Some(v) if v == o.meta().resource_version => Listed::Unchanged,
                     _ => Listed::Judge,
                 }
             }
             watcher::Event::InitDone => {
                 let listed = std::mem::take(&mut self.listed);
                 Listed::Gone(
-                    store
-                        .state()
-                        .into_iter()
-                        .filter(|o| !listed.contains(&name_of(o.meta())))
-                        .map(|o| o.as_ref().clone())
-                        .collect(),
+                    store.all().into_iter().filter(|o| !listed.contains(&name_of(o.meta()))).collect(),
                 )
             }
             watcher::Event::Apply(_) | watcher::Event::Delete(_) => Listed::Judge,
@@ -159,10 +184,39 @@ pub(crate) fn slim<K: Resource>(o: &mut K) {
     o.meta_mut().managed_fields = None;
 }
 
-/// [`slim`], and the pod template's `spec` of a workload: a pass reads only its replicas,
-/// the template's annotations (config and credentials hashes), generation and status.
+/// The labels the stores keep: the ones their lookups select by (children by
+/// `interconnect_cr` and the managed-by label, router pods also by `application`, generated
+/// Secrets by [`crate::credentials::GENERATED_LABEL`]).
+pub(crate) const SELECTED_LABELS: &[&str] =
+    &[labels::INTERCONNECT, labels::MANAGED_BY_KEY, labels::APPLICATION, crate::credentials::GENERATED_LABEL];
+
+/// What a store keeps of the metadata of an object it only looks up (the metadata stores,
+/// the workloads, router pods): name, namespace, the [`SELECTED_LABELS`], owner references
+/// (whose it is), `resourceVersion` and `generation` (read-your-writes, rollouts) and
+/// `deletionTimestamp`. Annotations, `uid`, `creationTimestamp`, finalizers and
+/// `managedFields` are dropped: about half of each stored object's metadata, for kinds
+/// stored once per Interconnect. Wake-ups judge the event as it came, before this.
+///
+/// Not for Secrets: a generated Secret is rewritten from its stored copy, keeping what
+/// others added to its metadata.
+pub(crate) fn slim_meta<K: Resource>(o: &mut K) {
+    let m = o.meta_mut();
+    m.managed_fields = None;
+    m.annotations = None;
+    m.uid = None;
+    m.creation_timestamp = None;
+    m.finalizers = None;
+    m.generate_name = None;
+    if let Some(l) = m.labels.as_mut() {
+        l.retain(|k, _| SELECTED_LABELS.contains(&k.as_str()));
+    }
+}
+
+/// [`slim_meta`], and the pod template's `spec` of a workload: a pass reads only its
+/// replicas, the template's annotations (config and credentials hashes), generation and
+/// status.
 pub(crate) fn slim_workload<K: Resource + PodTemplated>(o: &mut K) {
-    slim(o);
+    slim_meta(o);
     o.drop_pod_spec();
 }
 
@@ -207,7 +261,7 @@ pub(crate) fn pod_state(p: &Pod) -> Option<u64> {
 }
 
 /// Drops what a cached router pod does not need: the spec but the names of the ConfigMaps
-/// it mounts and its node, `managedFields`, annotations.
+/// it mounts and its node, and the metadata [`slim_meta`] drops.
 pub(crate) fn slim_pod(p: &mut Pod) {
     // Of the spec, only the ConfigMaps it mounts (by name): an old router configuration is
     // kept while a router mounts it; and its node (`status.routers[].node`).
@@ -227,6 +281,5 @@ pub(crate) fn slim_pod(p: &mut Pod) {
         node_name,
         ..Default::default()
     });
-    p.metadata.managed_fields = None;
-    p.metadata.annotations = None;
+    slim_meta(p);
 }

@@ -3,7 +3,7 @@
 
 use std::sync::Arc;
 
-use futures::{Stream, StreamExt};
+use futures::{Stream, StreamExt, TryStreamExt};
 use k8s_openapi::api::apps::v1::{DaemonSet, Deployment};
 use k8s_openapi::api::core::v1::{ConfigMap, Pod, Secret, Service, ServiceAccount};
 use k8s_openapi::api::networking::v1::Ingress;
@@ -17,9 +17,11 @@ use qdr_api::Interconnect;
 
 use super::Cache;
 use super::memo::{AppliedMemo, Drift, OwnWrites, SecretReferences};
+use super::meta_store::MetaStore;
 use super::names::SecretNames;
 use super::wake::{
-    Listed, Relist, interconnect_controller, owned_wake, pod_wake, slim, slim_pod, slim_workload, user_secret,
+    Listed, Relist, Versions, interconnect_controller, owned_wake, pod_wake, slim, slim_meta, slim_pod,
+    slim_workload, user_secret,
 };
 use super::written::Written;
 use crate::health::Health;
@@ -33,15 +35,14 @@ where
 }
 
 /// A watch of the objects of `K` selected by `wc` (`K = PartialObjectMeta<X>` watches
-/// metadata only) kept in a store, and the objects that wake their owner. `wake` judges each
-/// event as the API server sent it (with `managedFields`); `slim` then drops what the store
-/// does not need.
+/// metadata only) kept in a kube-runtime store, and the objects that wake their owner
+/// ([`watched`]).
 fn reflect<K>(
-    (client, health): (&kube::Client, &Arc<Health>),
+    c: (&kube::Client, &Arc<Health>),
     ns: &str,
     wc: &watcher::Config,
     slim: fn(&mut K),
-    mut wake: impl FnMut(&watcher::Event<K>) -> bool + Send + 'static,
+    wake: impl FnMut(&watcher::Event<K>) -> bool + Send + 'static,
 ) -> (Store<K>, impl Stream<Item = Result<K, watcher::Error>> + Send + 'static)
 where
     K: kube::Resource<Scope = k8s_openapi::NamespaceResourceScope, DynamicType = ()>
@@ -54,9 +55,56 @@ where
 {
     let (store, mut writer) = reflector::store();
     let reader = writer.as_reader();
+    let woken = watched(c, ns, wc, slim, wake, reader, move |e| writer.apply_watcher_event(e));
+    (store, woken)
+}
+
+/// A metadata watch of the objects of `X` selected by `wc` kept in a compact
+/// [`MetaStore`], and the objects that wake their owner ([`watched`]).
+fn reflect_meta<X>(
+    c: (&kube::Client, &Arc<Health>),
+    ns: &str,
+    wc: &watcher::Config,
+    wake: impl FnMut(&watcher::Event<PartialObjectMeta<X>>) -> bool + Send + 'static,
+) -> (MetaStore<X>, impl Stream<Item = Result<PartialObjectMeta<X>, watcher::Error>> + Send + 'static)
+where
+    X: kube::Resource<Scope = k8s_openapi::NamespaceResourceScope, DynamicType = ()>
+        + Clone
+        + std::fmt::Debug
+        + Send
+        + Sync
+        + 'static,
+{
+    let store = MetaStore::default();
+    let writer = store.clone();
+    let woken = watched(c, ns, wc, slim_meta, wake, store.clone(), move |e| writer.apply_watcher_event(e));
+    (store, woken)
+}
+
+/// The watch of [`reflect`] and [`reflect_meta`]: `wake` judges each event as the API
+/// server sent it (with `managedFields`); `slim` then drops what the store does not need,
+/// and `apply` puts it in the store, which `view` reads (to tell what a relist changed).
+fn watched<K>(
+    (client, health): (&kube::Client, &Arc<Health>),
+    ns: &str,
+    wc: &watcher::Config,
+    slim: fn(&mut K),
+    mut wake: impl FnMut(&watcher::Event<K>) -> bool + Send + 'static,
+    view: impl Versions<K> + Send + 'static,
+    mut apply: impl FnMut(&watcher::Event<K>) + Send + 'static,
+) -> impl Stream<Item = Result<K, watcher::Error>> + Send + 'static
+where
+    K: kube::Resource<Scope = k8s_openapi::NamespaceResourceScope, DynamicType = ()>
+        + Clone
+        + serde::de::DeserializeOwned
+        + std::fmt::Debug
+        + Send
+        + Sync
+        + 'static,
+{
     let mut relist = Relist::default();
     let (health, namespace) = (health.clone(), ns.to_string());
-    let woken = watcher(api::<K>(client, ns), wc.clone())
+    watcher(api::<K>(client, ns), wc.clone())
         .default_backoff()
         .map(move |event| {
             health.watch_result(&namespace, K::plural(&()), event.as_ref().map(drop));
@@ -65,7 +113,7 @@ where
                 Ok(event) => event,
             };
             let mut out = Vec::new();
-            let woke = match relist.see(&reader, &event) {
+            let woke = match relist.see(&view, &event) {
                 Listed::Judge => wake(&event),
                 Listed::Unchanged => false,
                 Listed::Gone(gone) => {
@@ -83,7 +131,7 @@ where
                 }
                 watcher::Event::Init | watcher::Event::InitDone => {}
             }
-            writer.apply_watcher_event(&event);
+            apply(&event);
             match event {
                 watcher::Event::Apply(o) | watcher::Event::InitApply(o) | watcher::Event::Delete(o)
                     if woke =>
@@ -94,8 +142,7 @@ where
             }
             out
         })
-        .flat_map(futures::stream::iter);
-    (store, woken)
+        .flat_map(futures::stream::iter)
 }
 
 /// Starts nothing yet: builds the watches of namespace `ns` (empty: all namespaces), the
@@ -150,14 +197,28 @@ pub(crate) fn watch(
                     watcher::Event::Init | watcher::Event::InitDone => {}
                 }
             })
+            // The stored Interconnects keep no `managedFields` (most of their metadata once
+            // the controller has written their status).
+            .map_ok(|mut event| {
+                match &mut event {
+                    watcher::Event::Apply(ic)
+                    | watcher::Event::InitApply(ic)
+                    | watcher::Event::Delete(ic) => slim(ic),
+                    watcher::Event::Init | watcher::Event::InitDone => {}
+                }
+                event
+            })
             .reflect(ic_writer)
             .applied_objects()
             .predicate_filter(predicates::generation, PredicateConfig::default())
     };
 
     let own: Arc<OwnWrites> = Arc::default();
-    let (written_deployments, written_daemon_sets, written_secrets) =
-        (Arc::new(Written::default()), Arc::new(Written::default()), Arc::new(Written::default()));
+    let (written_deployments, written_daemon_sets, written_secrets) = (
+        Arc::new(Written::slimmed(slim_workload)),
+        Arc::new(Written::slimmed(slim_workload)),
+        Arc::new(Written::default()),
+    );
     let (deployments, deployment_events) = reflect::<Deployment>(
         c,
         ns,
@@ -179,43 +240,18 @@ pub(crate) fn watch(
         slim,
         owned_wake(own.clone(), drift.clone(), Some(written_secrets.clone())),
     );
-    let (service_accounts, sa_events) = reflect::<PartialObjectMeta<ServiceAccount>>(
-        c,
-        ns,
-        &ours,
-        slim,
-        owned_wake(own.clone(), drift.clone(), None),
-    );
+    let (service_accounts, sa_events) =
+        reflect_meta::<ServiceAccount>(c, ns, &ours, owned_wake(own.clone(), drift.clone(), None));
     let (roles, role_events) =
-        reflect::<PartialObjectMeta<Role>>(c, ns, &ours, slim, owned_wake(own.clone(), drift.clone(), None));
-    let (role_bindings, rb_events) = reflect::<PartialObjectMeta<RoleBinding>>(
-        c,
-        ns,
-        &ours,
-        slim,
-        owned_wake(own.clone(), drift.clone(), None),
-    );
-    let (services, service_events) = reflect::<PartialObjectMeta<Service>>(
-        c,
-        ns,
-        &ours,
-        slim,
-        owned_wake(own.clone(), drift.clone(), None),
-    );
-    let (config_maps, cm_events) = reflect::<PartialObjectMeta<ConfigMap>>(
-        c,
-        ns,
-        &ours,
-        slim,
-        owned_wake(own.clone(), drift.clone(), None),
-    );
-    let (ingresses, ingress_events) = reflect::<PartialObjectMeta<Ingress>>(
-        c,
-        ns,
-        &ours,
-        slim,
-        owned_wake(own.clone(), drift.clone(), None),
-    );
+        reflect_meta::<Role>(c, ns, &ours, owned_wake(own.clone(), drift.clone(), None));
+    let (role_bindings, rb_events) =
+        reflect_meta::<RoleBinding>(c, ns, &ours, owned_wake(own.clone(), drift.clone(), None));
+    let (services, service_events) =
+        reflect_meta::<Service>(c, ns, &ours, owned_wake(own.clone(), drift.clone(), None));
+    let (config_maps, cm_events) =
+        reflect_meta::<ConfigMap>(c, ns, &ours, owned_wake(own.clone(), drift.clone(), None));
+    let (ingresses, ingress_events) =
+        reflect_meta::<Ingress>(c, ns, &ours, owned_wake(own.clone(), drift.clone(), None));
     let (pods, pod_events) =
         reflect::<Pod>(c, ns, &all.clone().labels(labels::INTERCONNECT), slim_pod, pod_wake());
     // A Secret appearing, changing or going wakes the Interconnects whose spec names it:

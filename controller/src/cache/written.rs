@@ -29,27 +29,34 @@ pub(crate) struct Written<K> {
     /// what a pass reads of them, spec and rollout, is per generation), or only a greater
     /// one (Interconnects: the controller's status writes keep the generation).
     same_generation_caught_up: bool,
+    /// What is dropped from an answer before it is kept: what the store drops of the kind.
+    slim: fn(&mut K),
 }
 
-impl<K> Default for Written<K> {
+impl<K: Resource> Default for Written<K> {
     fn default() -> Self {
-        Written { entries: Mutex::default(), same_generation_caught_up: true }
-    }
-}
-
-impl<K> Written<K> {
-    /// For objects whose writes by the controller keep their generation (status writes):
-    /// only a stored copy with the same `resourceVersion`, or a greater generation, has
-    /// caught up.
-    pub(crate) fn status_writes() -> Self {
-        Written { entries: Mutex::default(), same_generation_caught_up: false }
+        Written::slimmed(super::wake::slim)
     }
 }
 
 impl<K: Resource> Written<K> {
-    /// Records `obj`, just written (the API server's answer), without its `managedFields`.
+    /// Like [`Written::default`], keeping of each answer what `slim` leaves (the same as the
+    /// kind's store: a written Deployment without its pod spec).
+    pub(crate) fn slimmed(slim: fn(&mut K)) -> Self {
+        Written { entries: Mutex::default(), same_generation_caught_up: true, slim }
+    }
+
+    /// For objects whose writes by the controller keep their generation (status writes):
+    /// only a stored copy with the same `resourceVersion`, or a greater generation, has
+    /// caught up.
+    pub(crate) fn status_writes() -> Self {
+        Written { entries: Mutex::default(), same_generation_caught_up: false, slim: super::wake::slim }
+    }
+
+    /// Records `obj`, just written (the API server's answer), slimmed like its store's
+    /// copies (at least without its `managedFields`).
     pub(crate) fn record(&self, mut obj: K) {
-        obj.meta_mut().managed_fields = None;
+        (self.slim)(&mut obj);
         let key =
             (obj.meta().namespace.clone().unwrap_or_default(), obj.meta().name.clone().unwrap_or_default());
         self.entries

@@ -1036,6 +1036,9 @@ async fn store_bytes(
     Ok(out)
 }
 
+/// Interconnects of the large convergence run.
+const BIG: usize = 2000;
+
 async fn convergence_rows(
     rows: &mut Vec<Row>,
     runs: usize,
@@ -1133,7 +1136,17 @@ async fn convergence_rows(
         target: String::new(),
     });
 
-    const BIG: usize = 2000;
+    big_convergence_rows(rows, bin_dir, cp).await
+}
+
+/// One convergence of [`BIG`] Interconnects: its time, requests, the API server's CPU, the
+/// controller's peak RSS and what each store keeps per Interconnect
+/// (`QDR_BENCH_ONLY=controller-2000` runs only this).
+async fn big_convergence_rows(
+    rows: &mut Vec<Row>,
+    bin_dir: &Path,
+    cp: &'static ControlPlane,
+) -> Result<(), Box<dyn std::error::Error>> {
     let c = converge(cp, bin_dir, BIG, 0, "bench-converge-big").await?;
     let stores = store_bytes(cp, &c.namespace, BIG).await?;
     rows.push(Row {
@@ -1330,6 +1343,9 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         }
         if only.is_empty() || only == "controller" {
             convergence_rows(&mut rows, runs, &bin_dir, cp).await?;
+        }
+        if only == "controller-2000" {
+            big_convergence_rows(&mut rows, &bin_dir, cp).await?;
         }
         if only.is_empty() || only == "unrelated" {
             unrelated_rows(&mut rows, &bin_dir, cp).await?;
