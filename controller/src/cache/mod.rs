@@ -8,7 +8,7 @@
 //! |---|---|---|
 //! | Interconnect | all | full object |
 //! | Deployment, DaemonSet | labelled ours | without the pod spec (template hashes, replicas, status counts) |
-//! | Secret | labelled ours | full object (generated credentials are renewed from it) |
+//! | Secret | labelled ours | data, type, owner references, the labels lookups select by, the rotation-step annotation ([`meta_store`]; a rewrite reads the rest first) |
 //! | Secret | all, metadata only | name only (user-provided Secrets a spec names: existence, and a wake-up when one appears or is renewed) |
 //! | Pod | label `interconnect_cr` | metadata and status (routers' readiness and scheduling) |
 //! | ServiceAccount, Role, RoleBinding, Service, ConfigMap, Ingress | labelled ours, metadata only | name, the labels lookups select by, controller owner reference, `resourceVersion`, `generation`, `deletionTimestamp` ([`meta_store`]) |
@@ -64,7 +64,7 @@ use kube::runtime::reflector::{ObjectRef, Store};
 use qdr_api::Interconnect;
 
 pub(crate) use memo::{AppliedMemo, Drift, Outside, OwnWrites};
-use meta_store::MetaStore;
+use meta_store::{MetaStore, SecretStore};
 pub(crate) use names::SecretNames;
 pub(crate) use watch::watch;
 pub(crate) use written::Written;
@@ -77,8 +77,8 @@ pub(crate) struct Cache {
     daemon_sets: Store<DaemonSet>,
     /// Router pods (label `interconnect_cr`), with `spec` dropped.
     pods: Store<Pod>,
-    /// Secrets labelled ours (generated ones), whole.
-    secrets: Store<Secret>,
+    /// Secrets labelled ours (generated ones): metadata, type and data ([`meta_store`]).
+    secrets: SecretStore,
     secret_names: Arc<SecretNames>,
     service_accounts: MetaStore<ServiceAccount>,
     roles: MetaStore<Role>,
@@ -124,7 +124,7 @@ pub(crate) trait Cached: Resource<DynamicType = (), Scope = NamespaceResourceSco
 }
 
 macro_rules! cached {
-    (whole: $($kind:ty => $field:ident),* ; meta: $($mkind:ty => $mfield:ident),* $(,)?) => {
+    (whole: $($kind:ty => $field:ident),* ; compact: $($mkind:ty => $mfield:ident),* $(,)?) => {
         $(
             impl Cached for $kind {
                 fn stored_meta(cache: &Cache, ns: &str, name: &str) -> Option<ObjectMeta> {
@@ -149,8 +149,9 @@ macro_rules! cached {
 }
 
 cached! {
-    whole: Deployment => deployments, DaemonSet => daemon_sets, Secret => secrets;
-    meta: ServiceAccount => service_accounts,
+    whole: Deployment => deployments, DaemonSet => daemon_sets;
+    compact: Secret => secrets,
+    ServiceAccount => service_accounts,
     Role => roles,
     RoleBinding => role_bindings,
     Service => services,
@@ -193,17 +194,17 @@ impl Cache {
                 self.deployments.wait_until_ready(),
                 self.daemon_sets.wait_until_ready(),
                 self.pods.wait_until_ready(),
-                self.secrets.wait_until_ready(),
             );
         };
-        let metadata = self.service_accounts.is_ready()
+        let compact = self.secrets.is_ready()
+            && self.service_accounts.is_ready()
             && self.roles.is_ready()
             && self.role_bindings.is_ready()
             && self.services.is_ready()
             && self.config_maps.is_ready()
             && self.ingresses.is_ready();
         let ready =
-            metadata && self.secret_names.is_ready() && futures::FutureExt::now_or_never(all).is_some();
+            compact && self.secret_names.is_ready() && futures::FutureExt::now_or_never(all).is_some();
         if ready {
             self.listed.store(true, Ordering::Relaxed);
         }
@@ -212,7 +213,7 @@ impl Cache {
 
     /// Secret `ns/name` as far as the stores know it.
     pub(crate) fn secret(&self, ns: &str, name: &str) -> SecretLookup {
-        if let Some(s) = self.written_secrets.pick(ns, name, self.secrets.get(&object_ref(ns, name))) {
+        if let Some(s) = self.written_secrets.pick(ns, name, self.secrets.object(ns, name).map(Arc::new)) {
             return SecretLookup::Ours(s);
         }
         if self.secret_names.contains(ns, name) { SecretLookup::Other } else { SecretLookup::Missing }

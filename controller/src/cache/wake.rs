@@ -103,13 +103,17 @@ impl<K: Resource<DynamicType = ()> + Clone + 'static> Versions<K> for Store<K> {
     }
 }
 
-impl<K: Resource<DynamicType = ()>> Versions<PartialObjectMeta<K>> for super::meta_store::MetaStore<K> {
+impl<K, E> Versions<K> for super::meta_store::Compact<K, E>
+where
+    K: Resource<DynamicType = ()>,
+    E: super::meta_store::Entry<K>,
+{
     fn version(&self, ns: &str, name: &str) -> Option<Option<String>> {
-        super::meta_store::MetaStore::version(self, ns, name)
+        super::meta_store::Compact::version(self, ns, name)
     }
 
-    fn all(&self) -> Vec<PartialObjectMeta<K>> {
-        super::meta_store::MetaStore::all(self)
+    fn all(&self) -> Vec<K> {
+        super::meta_store::Compact::all(self)
     }
 }
 

@@ -17,7 +17,7 @@ use qdr_api::Interconnect;
 
 use super::Cache;
 use super::memo::{AppliedMemo, Drift, OwnWrites, SecretReferences};
-use super::meta_store::MetaStore;
+use super::meta_store::{Compact, Entry, SecretStore};
 use super::names::SecretNames;
 use super::wake::{
     Listed, Relist, Versions, interconnect_controller, owned_wake, pod_wake, slim, slim_meta, slim_pod,
@@ -59,29 +59,33 @@ where
     (store, woken)
 }
 
-/// A metadata watch of the objects of `X` selected by `wc` kept in a compact
-/// [`MetaStore`], and the objects that wake their owner ([`watched`]).
-fn reflect_meta<X>(
+/// A watch of the objects of `K` selected by `wc` kept in a [`Compact`] store of `E`s
+/// (`K = PartialObjectMeta<X>`: a metadata watch), and the objects that wake their owner
+/// ([`watched`]).
+fn reflect_compact<K, E>(
     c: (&kube::Client, &Arc<Health>),
     ns: &str,
     wc: &watcher::Config,
-    wake: impl FnMut(&watcher::Event<PartialObjectMeta<X>>) -> bool + Send + 'static,
-) -> (MetaStore<X>, impl Stream<Item = Result<PartialObjectMeta<X>, watcher::Error>> + Send + 'static)
+    slim: fn(&mut K),
+    wake: impl FnMut(&watcher::Event<K>) -> bool + Send + 'static,
+) -> (Compact<K, E>, impl Stream<Item = Result<K, watcher::Error>> + Send + 'static)
 where
-    X: kube::Resource<Scope = k8s_openapi::NamespaceResourceScope, DynamicType = ()>
+    K: kube::Resource<Scope = k8s_openapi::NamespaceResourceScope, DynamicType = ()>
         + Clone
+        + serde::de::DeserializeOwned
         + std::fmt::Debug
         + Send
         + Sync
         + 'static,
+    E: Entry<K>,
 {
-    let store = MetaStore::default();
+    let store = Compact::default();
     let writer = store.clone();
-    let woken = watched(c, ns, wc, slim_meta, wake, store.clone(), move |e| writer.apply_watcher_event(e));
+    let woken = watched(c, ns, wc, slim, wake, store.clone(), move |e| writer.apply_watcher_event(e));
     (store, woken)
 }
 
-/// The watch of [`reflect`] and [`reflect_meta`]: `wake` judges each event as the API
+/// The watch of [`reflect`] and [`reflect_compact`]: `wake` judges each event as the API
 /// server sent it (with `managedFields`); `slim` then drops what the store does not need,
 /// and `apply` puts it in the store, which `view` reads (to tell what a relist changed).
 fn watched<K>(
@@ -233,25 +237,55 @@ pub(crate) fn watch(
         slim_workload,
         owned_wake(own.clone(), drift.clone(), Some(written_daemon_sets.clone())),
     );
-    let (secrets, secret_events) = reflect::<Secret>(
+    let (secrets, secret_events): (SecretStore, _) = reflect_compact::<Secret, _>(
         c,
         ns,
         &ours,
         slim,
         owned_wake(own.clone(), drift.clone(), Some(written_secrets.clone())),
     );
-    let (service_accounts, sa_events) =
-        reflect_meta::<ServiceAccount>(c, ns, &ours, owned_wake(own.clone(), drift.clone(), None));
-    let (roles, role_events) =
-        reflect_meta::<Role>(c, ns, &ours, owned_wake(own.clone(), drift.clone(), None));
-    let (role_bindings, rb_events) =
-        reflect_meta::<RoleBinding>(c, ns, &ours, owned_wake(own.clone(), drift.clone(), None));
-    let (services, service_events) =
-        reflect_meta::<Service>(c, ns, &ours, owned_wake(own.clone(), drift.clone(), None));
-    let (config_maps, cm_events) =
-        reflect_meta::<ConfigMap>(c, ns, &ours, owned_wake(own.clone(), drift.clone(), None));
-    let (ingresses, ingress_events) =
-        reflect_meta::<Ingress>(c, ns, &ours, owned_wake(own.clone(), drift.clone(), None));
+    let (service_accounts, sa_events) = reflect_compact::<PartialObjectMeta<ServiceAccount>, _>(
+        c,
+        ns,
+        &ours,
+        slim_meta,
+        owned_wake(own.clone(), drift.clone(), None),
+    );
+    let (roles, role_events) = reflect_compact::<PartialObjectMeta<Role>, _>(
+        c,
+        ns,
+        &ours,
+        slim_meta,
+        owned_wake(own.clone(), drift.clone(), None),
+    );
+    let (role_bindings, rb_events) = reflect_compact::<PartialObjectMeta<RoleBinding>, _>(
+        c,
+        ns,
+        &ours,
+        slim_meta,
+        owned_wake(own.clone(), drift.clone(), None),
+    );
+    let (services, service_events) = reflect_compact::<PartialObjectMeta<Service>, _>(
+        c,
+        ns,
+        &ours,
+        slim_meta,
+        owned_wake(own.clone(), drift.clone(), None),
+    );
+    let (config_maps, cm_events) = reflect_compact::<PartialObjectMeta<ConfigMap>, _>(
+        c,
+        ns,
+        &ours,
+        slim_meta,
+        owned_wake(own.clone(), drift.clone(), None),
+    );
+    let (ingresses, ingress_events) = reflect_compact::<PartialObjectMeta<Ingress>, _>(
+        c,
+        ns,
+        &ours,
+        slim_meta,
+        owned_wake(own.clone(), drift.clone(), None),
+    );
     let (pods, pod_events) =
         reflect::<Pod>(c, ns, &all.clone().labels(labels::INTERCONNECT), slim_pod, pod_wake());
     // A Secret appearing, changing or going wakes the Interconnects whose spec names it:

@@ -523,12 +523,42 @@ impl Writer<'_> {
     }
 }
 
-/// Replaces the generated Secret `s` (its `resourceVersion` is the precondition).
+/// `s`, the controller's replacement of a generated Secret, with what others added to the
+/// metadata of `current` (the Secret as read just before): their labels and annotations
+/// (under the controller's own labels, and with the rotation-step annotation set or removed
+/// as `s` says), finalizers and `immutable`.
+pub(crate) fn keeping_others(current: Secret, s: &Secret) -> Secret {
+    let mut out = s.clone();
+    let mut labels = current.metadata.labels.unwrap_or_default();
+    labels.extend(s.metadata.labels.clone().unwrap_or_default());
+    out.metadata.labels = Some(labels);
+    let mut annotations = current.metadata.annotations.unwrap_or_default();
+    annotations.remove(crate::credentials::STEP_AT);
+    annotations.extend(s.metadata.annotations.clone().unwrap_or_default());
+    out.metadata.annotations = (!annotations.is_empty()).then_some(annotations);
+    out.metadata.finalizers = current.metadata.finalizers;
+    out.immutable = current.immutable;
+    out
+}
+
+/// Replaces the generated Secret `s` (its `resourceVersion` is the precondition: a Secret
+/// changed since the pass observed it is refused with 409). The store keeps only what a
+/// pass decides from ([`crate::cache`]), so the Secret is read first and the replacement
+/// keeps what others added to its metadata ([`keeping_others`]): one read per renewal or
+/// rotation step, none per pass.
 async fn replace_secret(client: &kube::Client, cache: &Cache, ns: &str, s: &Secret) -> Result<Secret, Error> {
     let name = s.name_any();
+    let api = Api::<Secret>::namespaced(client.clone(), ns);
+    let current = (api.get_opt(&name).await).map_err(|source| Error::Get {
+        kind: "Secret".into(),
+        name: name.clone(),
+        source,
+    })?;
+    // Gone meanwhile: the replace is refused with 404, as it was before the read.
+    let s = current.map_or_else(|| s.clone(), |c| keeping_others(c, s));
     let pending = cache.own.begin(&cache.drift, "Secret", ns, &name);
-    let replaced = Api::<Secret>::namespaced(client.clone(), ns)
-        .replace(&name, &PostParams { field_manager: Some(FIELD_MANAGER.into()), ..Default::default() }, s)
+    let replaced = api
+        .replace(&name, &PostParams { field_manager: Some(FIELD_MANAGER.into()), ..Default::default() }, &s)
         .await
         .map_err(|source| Error::Update { kind: "Secret".into(), name, source })?;
     pending.record(replaced.meta());

@@ -743,3 +743,47 @@ mod mesh {
         assert!(!metrics.encode().contains("interconnect=\"mesh\""), "router series removed");
     }
 }
+
+/// A generated Secret is rewritten from the store's copy, which keeps only what a pass
+/// decides from: the rewrite keeps what others added since (read just before).
+#[test]
+fn a_rewritten_secret_keeps_what_others_added_to_its_metadata() {
+    use crate::credentials::STEP_AT;
+    use k8s_openapi::api::core::v1::Secret;
+    let current: Secret = serde_json::from_value(serde_json::json!({
+        "metadata": {"name": "mesh-ca", "namespace": "ns", "resourceVersion": "7",
+            "labels": {"interconnect_cr": "mesh", "backup": "daily"},
+            "annotations": {STEP_AT: "2026-01-01T00:00:00Z", "note": "n"},
+            "finalizers": ["keep"]},
+        "immutable": false,
+        "data": {"tls.crt": "b2xk"}}))
+    .unwrap();
+    let ours: Secret = serde_json::from_value(serde_json::json!({
+        "metadata": {"name": "mesh-ca", "namespace": "ns", "resourceVersion": "7",
+            "labels": {"interconnect_cr": "mesh", "qdr-operator.io/credentials": "true"}},
+        "data": {"tls.crt": "bmV3"}}))
+    .unwrap();
+    let out = super::apply::keeping_others(current.clone(), &ours);
+    assert_eq!(out.data, ours.data);
+    assert_eq!(
+        out.metadata.resource_version.as_deref(),
+        Some("7"),
+        "the observed version is the precondition"
+    );
+    let labels = out.metadata.labels.clone().unwrap();
+    assert_eq!(labels.get("backup").map(String::as_str), Some("daily"));
+    assert_eq!(labels.get("qdr-operator.io/credentials").map(String::as_str), Some("true"));
+    let annotations = out.metadata.annotations.clone().unwrap();
+    assert_eq!(annotations.get("note").map(String::as_str), Some("n"));
+    assert!(!annotations.contains_key(STEP_AT), "the step annotation goes when the controller removes it");
+    assert_eq!(out.metadata.finalizers, Some(vec!["keep".to_string()]));
+    assert_eq!(out.immutable, Some(false));
+    // Set when the controller sets it.
+    let mut stepping = ours.clone();
+    stepping.metadata.annotations = Some([(STEP_AT.to_string(), "2026-02-01T00:00:00Z".to_string())].into());
+    let out = super::apply::keeping_others(current, &stepping);
+    assert_eq!(
+        out.metadata.annotations.unwrap().get(STEP_AT).map(String::as_str),
+        Some("2026-02-01T00:00:00Z")
+    );
+}
