@@ -10,7 +10,9 @@
 //!   a [`Slim`], about 300 bytes;
 //! * [`SecretStore`] (Secrets labelled ours): a [`StoredSecret`], the [`Slim`] metadata with
 //!   every owner reference, the [`crate::credentials::STEP_AT`] annotation, the type and
-//!   the data.
+//!   the data;
+//! * [`DeploymentStore`], [`DaemonSetStore`]: a [`StoredWorkload`], the [`Slim`] metadata,
+//!   replicas, the pod template's annotations and the status counts.
 //!
 //! Both swap a (re)list in whole when it is done, as kube-runtime's stores do.
 
@@ -20,7 +22,10 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, RwLock};
 
 use k8s_openapi::ByteString;
-use k8s_openapi::api::core::v1::Secret;
+use k8s_openapi::api::apps::v1::{
+    DaemonSet, DaemonSetSpec, DaemonSetStatus, Deployment, DeploymentSpec, DeploymentStatus,
+};
+use k8s_openapi::api::core::v1::{PodTemplateSpec, Secret};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ObjectMeta, OwnerReference, Time};
 use kube::Resource;
 use kube::core::PartialObjectMeta;
@@ -263,6 +268,9 @@ pub(crate) struct StoredSecret {
     data: Option<Box<[Datum]>>,
 }
 
+/// A key and its value (an annotation).
+type Pair = (Box<str>, Box<str>);
+
 /// One key of a Secret's data and its value.
 type Datum = (Box<str>, Box<[u8]>);
 
@@ -306,6 +314,123 @@ impl Entry<Secret> for StoredSecret {
         }
     }
 }
+
+/// What a workload store keeps of a Deployment or DaemonSet: its metadata as [`Slim`]
+/// keeps it, `spec.replicas`, the pod template's annotations (the config and credentials
+/// hashes) and the status counts (`S`, without conditions): what observing it and its
+/// status read ([`crate::reconcile::observe`]). Not the pod template's spec (a
+/// `Deployment` is 2,400 bytes before anything it points to).
+#[derive(Debug, Clone, PartialEq)]
+pub(crate) struct StoredWorkload<S> {
+    meta: Slim,
+    replicas: Option<i32>,
+    template_annotations: Option<Box<[Pair]>>,
+    status: Option<Box<S>>,
+}
+
+/// The two workload kinds, as [`StoredWorkload`] reads and rebuilds them.
+pub(crate) trait Workload: Resource<DynamicType = ()> + Sized {
+    /// The kind's status.
+    type Status: Clone + Send + Sync + 'static;
+    /// `spec.replicas`, `spec.template` and `status`.
+    fn parts(&self) -> (Option<i32>, Option<&PodTemplateSpec>, Option<&Self::Status>);
+    /// `status` without its conditions (nothing reads them from the store).
+    fn without_conditions(status: &Self::Status) -> Self::Status;
+    /// A workload of `metadata`, `replicas` (Deployments) and `template`, with `status`.
+    fn build(
+        metadata: ObjectMeta,
+        replicas: Option<i32>,
+        template: PodTemplateSpec,
+        status: Option<Self::Status>,
+    ) -> Self;
+}
+
+impl Workload for Deployment {
+    type Status = DeploymentStatus;
+
+    fn parts(&self) -> (Option<i32>, Option<&PodTemplateSpec>, Option<&DeploymentStatus>) {
+        let spec = self.spec.as_ref();
+        (spec.and_then(|s| s.replicas), spec.map(|s| &s.template), self.status.as_ref())
+    }
+
+    fn without_conditions(status: &DeploymentStatus) -> DeploymentStatus {
+        DeploymentStatus { conditions: None, ..status.clone() }
+    }
+
+    fn build(
+        metadata: ObjectMeta,
+        replicas: Option<i32>,
+        template: PodTemplateSpec,
+        status: Option<DeploymentStatus>,
+    ) -> Self {
+        Deployment {
+            metadata,
+            spec: Some(DeploymentSpec { replicas, template, ..Default::default() }),
+            status,
+        }
+    }
+}
+
+impl Workload for DaemonSet {
+    type Status = DaemonSetStatus;
+
+    fn parts(&self) -> (Option<i32>, Option<&PodTemplateSpec>, Option<&DaemonSetStatus>) {
+        (None, self.spec.as_ref().map(|s| &s.template), self.status.as_ref())
+    }
+
+    fn without_conditions(status: &DaemonSetStatus) -> DaemonSetStatus {
+        DaemonSetStatus { conditions: None, ..status.clone() }
+    }
+
+    fn build(
+        metadata: ObjectMeta,
+        _replicas: Option<i32>,
+        template: PodTemplateSpec,
+        status: Option<DaemonSetStatus>,
+    ) -> Self {
+        DaemonSet { metadata, spec: Some(DaemonSetSpec { template, ..Default::default() }), status }
+    }
+}
+
+impl<K: Workload + Send + Sync + 'static> Entry<K> for StoredWorkload<K::Status> {
+    fn of(w: &K) -> Self {
+        let (replicas, template, status) = w.parts();
+        let annotations = template.and_then(|t| t.metadata.as_ref()?.annotations.as_ref());
+        StoredWorkload {
+            meta: Slim::of(w.meta()),
+            replicas,
+            template_annotations: annotations
+                .map(|a| a.iter().map(|(k, v)| (k.as_str().into(), v.as_str().into())).collect()),
+            status: status.map(|s| Box::new(K::without_conditions(s))),
+        }
+    }
+
+    fn resource_version(&self) -> Option<&str> {
+        self.meta.resource_version.as_deref()
+    }
+
+    fn meta(&self, key: &Key) -> ObjectMeta {
+        self.meta.meta(key)
+    }
+
+    fn object(&self, key: &Key) -> K {
+        let annotations = self
+            .template_annotations
+            .as_ref()
+            .map(|a| a.iter().map(|(k, v)| (k.to_string(), v.to_string())).collect());
+        let template = PodTemplateSpec {
+            metadata: Some(ObjectMeta { annotations, ..ObjectMeta::default() }),
+            spec: None,
+        };
+        K::build(self.meta.meta(key), self.replicas, template, self.status.as_deref().cloned())
+    }
+}
+
+/// The store of the Deployments labelled ours.
+pub(crate) type DeploymentStore = Compact<Deployment, StoredWorkload<DeploymentStatus>>;
+
+/// The store of the DaemonSets labelled ours.
+pub(crate) type DaemonSetStore = Compact<DaemonSet, StoredWorkload<DaemonSetStatus>>;
 
 #[cfg(test)]
 mod tests {
@@ -415,6 +540,61 @@ mod tests {
             back.data.is_none()
                 && back.metadata.annotations.is_none()
                 && back.metadata.owner_references.is_none()
+        );
+    }
+    #[test]
+    fn a_stored_workload_gives_back_what_observing_it_reads() {
+        let d: Deployment = serde_json::from_value(json!({
+            "metadata": {"name": "mesh", "namespace": "ns", "resourceVersion": "9", "generation": 3,
+                "labels": {"interconnect_cr": "mesh", "app.kubernetes.io/name": "qdrouterd"},
+                "annotations": {"deployment.kubernetes.io/revision": "2"},
+                "ownerReferences": [{"apiVersion": "interconnectedcloud.github.io/v1alpha1",
+                    "kind": "Interconnect", "name": "mesh", "uid": "u-1", "controller": true}]},
+            "spec": {"replicas": 3, "selector": {"matchLabels": {"application": "mesh"}},
+                "template": {"metadata": {"annotations": {"qdr-operator.io/config-hash": "c1",
+                    "qdr-operator.io/credentials-hash": "k1"}, "labels": {"application": "mesh"}},
+                    "spec": {"containers": [{"name": "router", "image": "qdrouterd"}]}}},
+            "status": {"observedGeneration": 3, "replicas": 3, "updatedReplicas": 3, "readyReplicas": 2,
+                "availableReplicas": 2, "conditions": [{"type": "Available", "status": "True"}]}}))
+        .unwrap();
+        let store = DeploymentStore::default();
+        store.apply_watcher_event(&Event::Apply(d.clone()));
+        let back = store.object("ns", "mesh").expect("stored");
+        let spec = back.spec.as_ref().unwrap();
+        assert_eq!(spec.replicas, Some(3));
+        let template = spec.template.metadata.as_ref().unwrap();
+        assert_eq!(
+            template.annotations,
+            d.spec.as_ref().unwrap().template.metadata.as_ref().unwrap().annotations
+        );
+        assert!(spec.template.spec.is_none(), "no pod spec");
+        let status = back.status.as_ref().unwrap();
+        assert_eq!(
+            (
+                status.observed_generation,
+                status.updated_replicas,
+                status.ready_replicas,
+                status.available_replicas
+            ),
+            (Some(3), Some(3), Some(2), Some(2))
+        );
+        assert!(status.conditions.is_none());
+        assert_eq!(back.metadata.generation, Some(3));
+        assert_eq!(back.metadata.resource_version.as_deref(), Some("9"));
+        assert_eq!(back.metadata.owner_references, d.metadata.owner_references);
+        let ds: DaemonSet = serde_json::from_value(json!({
+            "metadata": {"name": "edge", "namespace": "ns", "generation": 1},
+            "spec": {"selector": {}, "template": {"metadata": {"annotations": {"a": "b"}}}},
+            "status": {"desiredNumberScheduled": 2, "numberReady": 1, "currentNumberScheduled": 2,
+                "numberMisscheduled": 0, "numberAvailable": 1, "observedGeneration": 1}}))
+        .unwrap();
+        let store = DaemonSetStore::default();
+        store.apply_watcher_event(&Event::Apply(ds.clone()));
+        let back = store.object("ns", "edge").unwrap();
+        assert_eq!(back.status, ds.status);
+        assert_eq!(
+            back.spec.unwrap().template.metadata.unwrap().annotations,
+            ds.spec.unwrap().template.metadata.unwrap().annotations
         );
     }
 }

@@ -7,7 +7,7 @@
 //! | kind | watch | kept |
 //! |---|---|---|
 //! | Interconnect | all | full object |
-//! | Deployment, DaemonSet | labelled ours | without the pod spec (template hashes, replicas, status counts) |
+//! | Deployment, DaemonSet | labelled ours | replicas, the pod template's annotations (config and credentials hashes), status counts, metadata as below ([`meta_store`]) |
 //! | Secret | labelled ours | data, type, owner references, the labels lookups select by, the rotation-step annotation ([`meta_store`]; a rewrite reads the rest first) |
 //! | Secret | all, metadata only | name only (user-provided Secrets a spec names: existence, and a wake-up when one appears or is renewed) |
 //! | Pod | label `interconnect_cr` | metadata and status (routers' readiness and scheduling) |
@@ -60,11 +60,11 @@ use k8s_openapi::api::networking::v1::Ingress;
 use k8s_openapi::api::rbac::v1::{Role, RoleBinding};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use kube::Resource;
-use kube::runtime::reflector::{ObjectRef, Store};
+use kube::runtime::reflector::Store;
 use qdr_api::Interconnect;
 
 pub(crate) use memo::{AppliedMemo, Drift, Outside, OwnWrites};
-use meta_store::{MetaStore, SecretStore};
+use meta_store::{DaemonSetStore, DeploymentStore, MetaStore, SecretStore};
 pub(crate) use names::SecretNames;
 pub(crate) use watch::watch;
 pub(crate) use written::Written;
@@ -73,8 +73,8 @@ pub(crate) use written::Written;
 /// once [`Cache::is_ready`].
 #[derive(Clone)]
 pub(crate) struct Cache {
-    deployments: Store<Deployment>,
-    daemon_sets: Store<DaemonSet>,
+    deployments: DeploymentStore,
+    daemon_sets: DaemonSetStore,
     /// Router pods (label `interconnect_cr`), with `spec` dropped.
     pods: Store<Pod>,
     /// Secrets labelled ours (generated ones): metadata, type and data ([`meta_store`]).
@@ -124,24 +124,14 @@ pub(crate) trait Cached: Resource<DynamicType = (), Scope = NamespaceResourceSco
 }
 
 macro_rules! cached {
-    (whole: $($kind:ty => $field:ident),* ; compact: $($mkind:ty => $mfield:ident),* $(,)?) => {
+    ($($kind:ty => $field:ident),* $(,)?) => {
         $(
             impl Cached for $kind {
                 fn stored_meta(cache: &Cache, ns: &str, name: &str) -> Option<ObjectMeta> {
-                    cache.$field.get(&object_ref(ns, name)).map(|o| o.meta().clone())
+                    cache.$field.get(ns, name)
                 }
                 fn stored_filter(cache: &Cache, keep: &dyn Fn(&ObjectMeta) -> bool) -> Vec<ObjectMeta> {
-                    cache.$field.state_filter(|o| keep(o.meta())).iter().map(|o| o.meta().clone()).collect()
-                }
-            }
-        )*
-        $(
-            impl Cached for $mkind {
-                fn stored_meta(cache: &Cache, ns: &str, name: &str) -> Option<ObjectMeta> {
-                    cache.$mfield.get(ns, name)
-                }
-                fn stored_filter(cache: &Cache, keep: &dyn Fn(&ObjectMeta) -> bool) -> Vec<ObjectMeta> {
-                    cache.$mfield.filter(keep)
+                    cache.$field.filter(keep)
                 }
             }
         )*
@@ -149,8 +139,9 @@ macro_rules! cached {
 }
 
 cached! {
-    whole: Deployment => deployments, DaemonSet => daemon_sets;
-    compact: Secret => secrets,
+    Deployment => deployments,
+    DaemonSet => daemon_sets,
+    Secret => secrets,
     ServiceAccount => service_accounts,
     Role => roles,
     RoleBinding => role_bindings,
@@ -170,10 +161,6 @@ pub(crate) enum SecretLookup {
     Missing,
 }
 
-fn object_ref<K: Resource<DynamicType = ()>>(ns: &str, name: &str) -> ObjectRef<K> {
-    ObjectRef::new(name).within(ns)
-}
-
 /// Whether `meta` is in namespace `ns` and carries every `selector` label.
 fn selected(meta: &ObjectMeta, ns: &str, selector: &[(&str, &str)]) -> bool {
     meta.namespace.as_deref() == Some(ns)
@@ -190,13 +177,11 @@ impl Cache {
             return true; // a store, once listed, stays complete (relists swap in whole)
         }
         let all = async {
-            let _ = futures::join!(
-                self.deployments.wait_until_ready(),
-                self.daemon_sets.wait_until_ready(),
-                self.pods.wait_until_ready(),
-            );
+            let _ = futures::join!(self.pods.wait_until_ready(),);
         };
-        let compact = self.secrets.is_ready()
+        let compact = self.deployments.is_ready()
+            && self.daemon_sets.is_ready()
+            && self.secrets.is_ready()
             && self.service_accounts.is_ready()
             && self.roles.is_ready()
             && self.role_bindings.is_ready()
@@ -233,12 +218,12 @@ impl Cache {
 
     /// Deployment `ns/name` labelled ours: the store's copy, or the one just written.
     pub(crate) fn deployment(&self, ns: &str, name: &str) -> Option<Arc<Deployment>> {
-        self.written_deployments.pick(ns, name, self.deployments.get(&object_ref(ns, name)))
+        self.written_deployments.pick(ns, name, self.deployments.object(ns, name).map(Arc::new))
     }
 
     /// DaemonSet `ns/name` labelled ours: the store's copy, or the one just written.
     pub(crate) fn daemon_set(&self, ns: &str, name: &str) -> Option<Arc<DaemonSet>> {
-        self.written_daemon_sets.pick(ns, name, self.daemon_sets.get(&object_ref(ns, name)))
+        self.written_daemon_sets.pick(ns, name, self.daemon_sets.object(ns, name).map(Arc::new))
     }
 
     /// The router pods in `ns` carrying every `selector` label.

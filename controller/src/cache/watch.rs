@@ -223,14 +223,14 @@ pub(crate) fn watch(
         Arc::new(Written::slimmed(slim_workload)),
         Arc::new(Written::default()),
     );
-    let (deployments, deployment_events) = reflect::<Deployment>(
+    let (deployments, deployment_events) = reflect_compact::<Deployment, _>(
         c,
         ns,
         &ours,
         slim_workload,
         owned_wake(own.clone(), drift.clone(), Some(written_deployments.clone())),
     );
-    let (daemon_sets, daemon_set_events) = reflect::<DaemonSet>(
+    let (daemon_sets, daemon_set_events) = reflect_compact::<DaemonSet, _>(
         c,
         ns,
         &ours,

@@ -998,13 +998,18 @@ async fn plain_throughput(
 /// What each of the controller's stores keeps per Interconnect, as JSON bytes (the size of
 /// what it holds serialized, an approximation of its memory): every kind the controller
 /// watches, listed from namespace `ns` of `n` converged Interconnects and cut the way its
-/// store cuts it (no `managedFields` anywhere; metadata only for the metadata stores; the
-/// workloads without their pod spec).
+/// store cuts it (`controller/src/cache/meta_store.rs`): the Interconnects without
+/// `managedFields`; for every child, the name, namespace, `resourceVersion`, `generation`,
+/// the labels lookups select by and the controller owner reference (a Secret: every owner
+/// reference, the rotation-step annotation, its type and data; a workload: replicas, the pod
+/// template's annotations, the status without conditions).
 async fn store_bytes(
     cp: &'static ControlPlane,
     ns: &str,
     n: usize,
 ) -> Result<Vec<(String, f64)>, Box<dyn std::error::Error>> {
+    const SELECTED: &[&str] =
+        &["interconnect_cr", "app.kubernetes.io/managed-by", "application", "qdr-operator.io/credentials"];
     let client = cp.client().await?;
     let mut out = Vec::new();
     let ic_kind = ("interconnectedcloud.github.io", "v1alpha1", "Interconnect", "interconnects");
@@ -1017,19 +1022,42 @@ async fn store_bytes(
         let mut bytes = 0usize;
         for o in Api::<DynamicObject>::namespaced_with(client.clone(), ns, &ar).list(&lp).await?.items {
             let mut v = serde_json::to_value(&o)?;
-            if let Some(m) = v["metadata"].as_object_mut() {
-                m.remove("managedFields");
-            }
-            match *kind {
-                "Secret" | "Interconnect" => {}
-                "Deployment" => {
-                    if let Some(t) = v["spec"]["template"].as_object_mut() {
-                        t.remove("spec");
-                    }
+            if *kind == "Interconnect" {
+                if let Some(m) = v["metadata"].as_object_mut() {
+                    m.remove("managedFields");
                 }
-                _ => v = json!({"metadata": v["metadata"]}),
+                bytes += serde_json::to_vec(&v)?.len();
+                continue;
             }
-            bytes += serde_json::to_vec(&v)?.len();
+            let m = &v["metadata"];
+            let labels: serde_json::Map<String, Value> = (m["labels"].as_object().into_iter().flatten())
+                .filter(|(k, _)| SELECTED.contains(&k.as_str()))
+                .map(|(k, v)| (k.clone(), v.clone()))
+                .collect();
+            let owners: Vec<Value> = (m["ownerReferences"].as_array().into_iter().flatten())
+                .filter(|r| *kind == "Secret" || r["controller"] == true)
+                .cloned()
+                .collect();
+            let mut kept = json!({"metadata": {"name": m["name"], "namespace": m["namespace"],
+                "resourceVersion": m["resourceVersion"], "generation": m["generation"],
+                "labels": labels, "ownerReferences": owners}});
+            match *kind {
+                "Secret" => {
+                    kept["metadata"]["annotations"] = json!({"qdr-operator.io/ca-rotation-step-at": m["annotations"]["qdr-operator.io/ca-rotation-step-at"]});
+                    kept["type"] = v["type"].take();
+                    kept["data"] = v["data"].take();
+                }
+                "Deployment" => {
+                    kept["spec"] = json!({"replicas": v["spec"]["replicas"],
+                        "template": {"metadata": {"annotations": v["spec"]["template"]["metadata"]["annotations"]}}});
+                    if let Some(st) = v["status"].as_object_mut() {
+                        st.remove("conditions");
+                    }
+                    kept["status"] = v["status"].take();
+                }
+                _ => {}
+            }
+            bytes += serde_json::to_vec(&kept)?.len();
         }
         out.push((kind.to_string(), bytes as f64 / n as f64));
     }
