@@ -192,20 +192,24 @@ impl OwnWrites {
     /// Ends a pending write with its `answer` (none: it failed): held events with the
     /// answer's version are its echo; any other is marked in `drift`.
     fn finish(&self, key: ChildKey, answer: Option<Stamp>, drift: &Drift) {
+        let echo = answer.as_ref().and_then(|a| a.resource_version.clone());
         let held = {
             let mut entries = self.lock();
             let entry = entries.entry(key.clone()).or_default();
             entry.pending = entry.pending.saturating_sub(1);
+            let forgettable = answer.as_ref().is_some_and(|a| a.generation.is_none());
             if answer.is_some() {
-                entry.written = answer.clone();
+                entry.written = answer;
             }
             let held = std::mem::take(&mut entry.held);
-            if entry.written.is_none() && entry.pending == 0 {
+            // As in [`OwnWrites::judge`]: once its echo is seen, the entry of a kind without
+            // a generation is no longer needed.
+            let echoed = echo.is_some() && held.iter().any(|(v, _)| *v == echo);
+            if entry.pending == 0 && (entry.written.is_none() || (echoed && forgettable)) {
                 entries.remove(&key);
             }
             held
         };
-        let echo = answer.and_then(|a| a.resource_version);
         for (version, meta) in held {
             if version.is_none() || version != echo {
                 drift.mark(&meta);
@@ -217,12 +221,19 @@ impl OwnWrites {
     /// [`Seen::Held`] event is kept until the pending write is finished.
     pub(crate) fn judge(&self, kind: &str, meta: &ObjectMeta) -> Seen {
         let mut entries = self.lock();
-        let Some(entry) = entries.get_mut(&child_key(kind, meta)) else { return Seen::Changed };
+        let key = child_key(kind, meta);
+        let Some(entry) = entries.get_mut(&key) else { return Seen::Changed };
         let now = Stamp::of(meta);
         match &entry.written {
             Some(ours)
                 if ours.resource_version.is_some() && now.resource_version == ours.resource_version =>
             {
+                // Its echo seen, a kind without a generation needs the entry no more: any
+                // later version is a change either way. Workloads keep theirs (to tell a
+                // status update from a change).
+                if ours.generation.is_none() && entry.pending == 0 {
+                    entries.remove(&key);
+                }
                 return Seen::Echo;
             }
             Some(ours)
