@@ -79,6 +79,11 @@ impl Slim {
         }
     }
 
+    /// Whether it carries every `selector` label.
+    fn has(&self, selector: &[(&str, &str)]) -> bool {
+        selector.iter().all(|(k, v)| self.labels.iter().any(|(lk, lv)| lk == k && &**lv == *v))
+    }
+
     /// The metadata this entry stands for (`namespace`, `name` from its key).
     fn meta(&self, (namespace, name): &Key) -> ObjectMeta {
         let labels: BTreeMap<String, String> =
@@ -116,8 +121,12 @@ fn key_of(meta: &ObjectMeta) -> Key {
 pub(crate) trait Entry<K>: Sized + Send + Sync + 'static {
     /// What is kept of `obj`.
     fn of(obj: &K) -> Self;
+    /// Its metadata as kept.
+    fn slim(&self) -> &Slim;
     /// Its `resourceVersion`.
-    fn resource_version(&self) -> Option<&str>;
+    fn resource_version(&self) -> Option<&str> {
+        self.slim().resource_version.as_deref()
+    }
     /// The metadata it stands for (`key`: its namespace and name).
     fn meta(&self, key: &Key) -> ObjectMeta;
     /// The object it stands for.
@@ -129,8 +138,8 @@ impl<X> Entry<PartialObjectMeta<X>> for Slim {
         Slim::of(&obj.metadata)
     }
 
-    fn resource_version(&self) -> Option<&str> {
-        self.resource_version.as_deref()
+    fn slim(&self) -> &Slim {
+        self
     }
 
     fn meta(&self, key: &Key) -> ObjectMeta {
@@ -234,10 +243,15 @@ impl<K: Resource<DynamicType = ()>, E: Entry<K>> Compact<K, E> {
         self.read().objects.get(&key).map(|e| e.resource_version().map(Into::into))
     }
 
-    /// The metadata of every stored object for which `keep` is true.
-    pub(crate) fn filter(&self, mut keep: impl FnMut(&ObjectMeta) -> bool) -> Vec<ObjectMeta> {
+    /// The metadata of every stored object in namespace `ns` carrying every `selector`
+    /// label (a label the store does not keep never matches). Only the matches are turned
+    /// into metadata.
+    pub(crate) fn labelled(&self, ns: &str, selector: &[(&str, &str)]) -> Vec<ObjectMeta> {
         let st = self.read();
-        st.objects.iter().map(|(k, e)| e.meta(k)).filter(|m| keep(m)).collect()
+        (st.objects.iter())
+            .filter(|((namespace, _), e)| &**namespace == ns && e.slim().has(selector))
+            .map(|(k, e)| e.meta(k))
+            .collect()
     }
 
     /// Every stored object (for what a relist finds gone).
@@ -288,8 +302,8 @@ impl Entry<Secret> for StoredSecret {
         }
     }
 
-    fn resource_version(&self) -> Option<&str> {
-        self.meta.resource_version.as_deref()
+    fn slim(&self) -> &Slim {
+        &self.meta
     }
 
     fn meta(&self, key: &Key) -> ObjectMeta {
@@ -405,8 +419,8 @@ impl<K: Workload + Send + Sync + 'static> Entry<K> for StoredWorkload<K::Status>
         }
     }
 
-    fn resource_version(&self) -> Option<&str> {
-        self.meta.resource_version.as_deref()
+    fn slim(&self) -> &Slim {
+        &self.meta
     }
 
     fn meta(&self, key: &Key) -> ObjectMeta {
@@ -501,10 +515,12 @@ mod tests {
         store.apply_watcher_event(&Event::InitDone);
         assert!(store.get("ns", "a").is_none() && store.get("ns", "b").is_some());
         assert!(store.is_ready(), "stays ready across relists");
-        let selected =
-            store.filter(|m| m.labels.as_ref().is_some_and(|l| l.get("interconnect_cr").is_some()));
-        assert_eq!(selected.len(), 1);
+        assert_eq!(store.labelled("ns", &[("interconnect_cr", "mesh")]).len(), 1);
+        assert!(store.labelled("ns", &[("interconnect_cr", "other")]).is_empty());
+        assert!(store.labelled("other-ns", &[("interconnect_cr", "mesh")]).is_empty());
+        assert!(store.labelled("ns", &[("team", "a")]).is_empty(), "a label not kept never matches");
     }
+
     #[test]
     fn a_stored_secret_gives_back_what_a_pass_reads() {
         use crate::credentials::STEP_AT;

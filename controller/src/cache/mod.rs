@@ -119,8 +119,8 @@ impl std::fmt::Debug for Cache {
 pub(crate) trait Cached: Resource<DynamicType = (), Scope = NamespaceResourceScope> {
     /// The metadata of the stored `ns/name`.
     fn stored_meta(cache: &Cache, ns: &str, name: &str) -> Option<ObjectMeta>;
-    /// The metadata of every stored object for which `keep` is true.
-    fn stored_filter(cache: &Cache, keep: &dyn Fn(&ObjectMeta) -> bool) -> Vec<ObjectMeta>;
+    /// The metadata of every stored object in `ns` carrying every `selector` label.
+    fn stored_labelled(cache: &Cache, ns: &str, selector: &[(&str, &str)]) -> Vec<ObjectMeta>;
 }
 
 macro_rules! cached {
@@ -130,8 +130,8 @@ macro_rules! cached {
                 fn stored_meta(cache: &Cache, ns: &str, name: &str) -> Option<ObjectMeta> {
                     cache.$field.get(ns, name)
                 }
-                fn stored_filter(cache: &Cache, keep: &dyn Fn(&ObjectMeta) -> bool) -> Vec<ObjectMeta> {
-                    cache.$field.filter(keep)
+                fn stored_labelled(cache: &Cache, ns: &str, selector: &[(&str, &str)]) -> Vec<ObjectMeta> {
+                    cache.$field.labelled(ns, selector)
                 }
             }
         )*
@@ -213,7 +213,7 @@ impl Cache {
     /// The metadata of every stored object of kind `K` in `ns` carrying all the `selector`
     /// labels.
     pub(crate) fn labelled<K: Cached>(&self, ns: &str, selector: &[(&str, &str)]) -> Vec<ObjectMeta> {
-        K::stored_filter(self, &|m| selected(m, ns, selector))
+        K::stored_labelled(self, ns, selector)
     }
 
     /// Deployment `ns/name` labelled ours: the store's copy, or the one just written.
