@@ -1149,7 +1149,7 @@ async fn convergence_rows(
         what: "controller peak RSS (500)".into(),
         runs: rss,
         unit: "MiB",
-        target: "≤ 64".into(),
+        target: "≤ 48".into(),
     });
     rows.push(Row {
         what: "controller CPU time for the whole run (500)".into(),
