@@ -34,6 +34,29 @@ where
     if ns.is_empty() { Api::all(client.clone()) } else { Api::namespaced(client.clone(), ns) }
 }
 
+/// A kind a watch can follow: namespaced, decodable, shared across tasks.
+trait Watchable:
+    kube::Resource<Scope = k8s_openapi::NamespaceResourceScope, DynamicType = ()>
+    + Clone
+    + serde::de::DeserializeOwned
+    + std::fmt::Debug
+    + Send
+    + Sync
+    + 'static
+{
+}
+
+impl<K> Watchable for K where
+    K: kube::Resource<Scope = k8s_openapi::NamespaceResourceScope, DynamicType = ()>
+        + Clone
+        + serde::de::DeserializeOwned
+        + std::fmt::Debug
+        + Send
+        + Sync
+        + 'static
+{
+}
+
 /// A watch of the objects of `K` selected by `wc` (`K = PartialObjectMeta<X>` watches
 /// metadata only) kept in a kube-runtime store, and the objects that wake their owner
 /// ([`watched`]).
@@ -45,13 +68,7 @@ fn reflect<K>(
     wake: impl FnMut(&watcher::Event<K>) -> bool + Send + 'static,
 ) -> (Store<K>, impl Stream<Item = Result<K, watcher::Error>> + Send + 'static)
 where
-    K: kube::Resource<Scope = k8s_openapi::NamespaceResourceScope, DynamicType = ()>
-        + Clone
-        + serde::de::DeserializeOwned
-        + std::fmt::Debug
-        + Send
-        + Sync
-        + 'static,
+    K: Watchable,
 {
     let (store, mut writer) = reflector::store();
     let reader = writer.as_reader();
@@ -70,19 +87,32 @@ fn reflect_compact<K, E>(
     wake: impl FnMut(&watcher::Event<K>) -> bool + Send + 'static,
 ) -> (Compact<K, E>, impl Stream<Item = Result<K, watcher::Error>> + Send + 'static)
 where
-    K: kube::Resource<Scope = k8s_openapi::NamespaceResourceScope, DynamicType = ()>
-        + Clone
-        + serde::de::DeserializeOwned
-        + std::fmt::Debug
-        + Send
-        + Sync
-        + 'static,
+    K: Watchable,
     E: Entry<K>,
 {
     let store = Compact::default();
     let writer = store.clone();
     let woken = watched(c, ns, wc, slim, wake, store.clone(), move |e| writer.apply_watcher_event(e));
     (store, woken)
+}
+
+/// The labelled metadata watch of a child kind `X` ([`reflect_compact`] into a
+/// [`super::meta_store::MetaStore`]), woken by [`owned_wake`].
+fn reflect_meta<X>(
+    c: (&kube::Client, &Arc<Health>),
+    ns: &str,
+    ours: &watcher::Config,
+    own: &Arc<OwnWrites>,
+    drift: &Arc<Drift>,
+) -> (
+    super::meta_store::MetaStore<X>,
+    impl Stream<Item = Result<PartialObjectMeta<X>, watcher::Error>> + Send + 'static,
+)
+where
+    PartialObjectMeta<X>: Watchable,
+    X: Send + Sync + 'static,
+{
+    reflect_compact(c, ns, ours, slim_meta, owned_wake(own.clone(), drift.clone(), None))
 }
 
 /// The watch of [`reflect`] and [`reflect_compact`]: `wake` judges each event as the API
@@ -98,13 +128,7 @@ fn watched<K>(
     mut apply: impl FnMut(&watcher::Event<K>) + Send + 'static,
 ) -> impl Stream<Item = Result<K, watcher::Error>> + Send + 'static
 where
-    K: kube::Resource<Scope = k8s_openapi::NamespaceResourceScope, DynamicType = ()>
-        + Clone
-        + serde::de::DeserializeOwned
-        + std::fmt::Debug
-        + Send
-        + Sync
-        + 'static,
+    K: Watchable,
 {
     let mut relist = Relist::default();
     let (health, namespace) = (health.clone(), ns.to_string());
@@ -244,48 +268,12 @@ pub(crate) fn watch(
         slim,
         owned_wake(own.clone(), drift.clone(), Some(written_secrets.clone())),
     );
-    let (service_accounts, sa_events) = reflect_compact::<PartialObjectMeta<ServiceAccount>, _>(
-        c,
-        ns,
-        &ours,
-        slim_meta,
-        owned_wake(own.clone(), drift.clone(), None),
-    );
-    let (roles, role_events) = reflect_compact::<PartialObjectMeta<Role>, _>(
-        c,
-        ns,
-        &ours,
-        slim_meta,
-        owned_wake(own.clone(), drift.clone(), None),
-    );
-    let (role_bindings, rb_events) = reflect_compact::<PartialObjectMeta<RoleBinding>, _>(
-        c,
-        ns,
-        &ours,
-        slim_meta,
-        owned_wake(own.clone(), drift.clone(), None),
-    );
-    let (services, service_events) = reflect_compact::<PartialObjectMeta<Service>, _>(
-        c,
-        ns,
-        &ours,
-        slim_meta,
-        owned_wake(own.clone(), drift.clone(), None),
-    );
-    let (config_maps, cm_events) = reflect_compact::<PartialObjectMeta<ConfigMap>, _>(
-        c,
-        ns,
-        &ours,
-        slim_meta,
-        owned_wake(own.clone(), drift.clone(), None),
-    );
-    let (ingresses, ingress_events) = reflect_compact::<PartialObjectMeta<Ingress>, _>(
-        c,
-        ns,
-        &ours,
-        slim_meta,
-        owned_wake(own.clone(), drift.clone(), None),
-    );
+    let (service_accounts, sa_events) = reflect_meta::<ServiceAccount>(c, ns, &ours, &own, &drift);
+    let (roles, role_events) = reflect_meta::<Role>(c, ns, &ours, &own, &drift);
+    let (role_bindings, rb_events) = reflect_meta::<RoleBinding>(c, ns, &ours, &own, &drift);
+    let (services, service_events) = reflect_meta::<Service>(c, ns, &ours, &own, &drift);
+    let (config_maps, cm_events) = reflect_meta::<ConfigMap>(c, ns, &ours, &own, &drift);
+    let (ingresses, ingress_events) = reflect_meta::<Ingress>(c, ns, &ours, &own, &drift);
     let (pods, pod_events) =
         reflect::<Pod>(c, ns, &all.clone().labels(labels::INTERCONNECT), slim_pod, pod_wake());
     // A Secret appearing, changing or going wakes the Interconnects whose spec names it:
