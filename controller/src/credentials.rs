@@ -273,9 +273,11 @@ fn secret(o: &ValidatedInterconnect, name: &str, d: Data, step_at: Option<System
 /// The generated Secret `old` (or one about to be created: [`secret`]) with data `d`, this
 /// Interconnect's labels and [`GENERATED_LABEL`], and the [`STEP_AT`] annotation of `step_at`
 /// (removed when `None`), for a `PUT` with `old`'s `resourceVersion` as precondition. The
-/// rest of its metadata is kept as it is, so labels, annotations and finalizers that others
-/// added (a backup tool, a policy engine) survive renewals; only this Interconnect's labels
-/// are put back if someone removed them.
+/// rest of `old`'s metadata is kept as it is; only this Interconnect's labels are put back
+/// if someone removed them. `old` is the store's copy, which holds only what a pass decides
+/// from: the labels, annotations and finalizers others added (a backup tool, a policy
+/// engine) are taken from the Secret as read just before the `PUT`
+/// ([`crate::reconcile::apply`]'s `keeping_others`), so they survive renewals.
 fn rewritten(o: &ValidatedInterconnect, old: &Secret, d: Data, step_at: Option<SystemTime>) -> Secret {
     let mut s = old.clone();
     s.metadata.managed_fields = None;

@@ -423,26 +423,22 @@ pub(crate) struct Outside {
 }
 
 impl Outside {
-    fn key(kind: &str, ns: &str, name: &str) -> ChildKey {
-        key_of(kind, ns, name)
-    }
-
     /// Remembers that an object of `kind` holds `ns/name` outside the stores.
     pub(crate) fn insert(&self, kind: &str, ns: &str, name: &str) {
-        self.names.lock().unwrap_or_else(|e| e.into_inner()).insert(Self::key(kind, ns, name));
+        self.names.lock().unwrap_or_else(|e| e.into_inner()).insert(key_of(kind, ns, name));
     }
 
     /// Whether `ns/name` of `kind` is to be read by name.
     pub(crate) fn contains(&self, kind: &str, ns: &str, name: &str) -> bool {
         let names = self.names.lock().unwrap_or_else(|e| e.into_inner());
-        !names.is_empty() && names.contains(&Self::key(kind, ns, name))
+        !names.is_empty() && names.contains(&key_of(kind, ns, name))
     }
 
     /// Forgets `ns/name` of `kind` (the store shows it, or nothing holds it any more).
     pub(crate) fn remove(&self, kind: &str, ns: &str, name: &str) {
         let mut names = self.names.lock().unwrap_or_else(|e| e.into_inner());
         if !names.is_empty() {
-            names.remove(&Self::key(kind, ns, name));
+            names.remove(&key_of(kind, ns, name));
         }
     }
 }

@@ -13,8 +13,9 @@
 //! | Pod | label `interconnect_cr` | metadata and status (routers' readiness and scheduling) |
 //! | ServiceAccount, Role, RoleBinding, Service, ConfigMap, Ingress | labelled ours, metadata only | name, the labels lookups select by, controller owner reference, `resourceVersion`, `generation`, `deletionTimestamp` ([`meta_store`]) |
 //!
-//! No store keeps `managedFields`; only the Interconnects and the Secrets keep annotations
-//! (a generated Secret is rewritten from its stored copy).
+//! No store keeps `managedFields`; only the Interconnects keep annotations (and the Secrets
+//! their CA rotation-step annotation: replacing a generated Secret reads it first, to keep
+//! what others added to its metadata).
 //!
 //! Observe and apply read these stores instead of the API server: a pass makes no reads at
 //! all, not even for a new Interconnect. A child missing from its labelled store is created
@@ -176,9 +177,6 @@ impl Cache {
         if self.listed.load(Ordering::Relaxed) {
             return true; // a store, once listed, stays complete (relists swap in whole)
         }
-        let all = async {
-            let _ = futures::join!(self.pods.wait_until_ready(),);
-        };
         let compact = self.deployments.is_ready()
             && self.daemon_sets.is_ready()
             && self.secrets.is_ready()
@@ -188,8 +186,9 @@ impl Cache {
             && self.services.is_ready()
             && self.config_maps.is_ready()
             && self.ingresses.is_ready();
-        let ready =
-            compact && self.secret_names.is_ready() && futures::FutureExt::now_or_never(all).is_some();
+        let ready = compact
+            && self.secret_names.is_ready()
+            && futures::FutureExt::now_or_never(self.pods.wait_until_ready()).is_some();
         if ready {
             self.listed.store(true, Ordering::Relaxed);
         }

@@ -194,15 +194,12 @@ pub(crate) fn slim<K: Resource>(o: &mut K) {
 pub(crate) const SELECTED_LABELS: &[&str] =
     &[labels::INTERCONNECT, labels::MANAGED_BY_KEY, labels::APPLICATION, crate::credentials::GENERATED_LABEL];
 
-/// What a store keeps of the metadata of an object it only looks up (the metadata stores,
-/// the workloads, router pods): name, namespace, the [`SELECTED_LABELS`], owner references
-/// (whose it is), `resourceVersion` and `generation` (read-your-writes, rollouts) and
-/// `deletionTimestamp`. Annotations, `uid`, `creationTimestamp`, finalizers and
-/// `managedFields` are dropped: about half of each stored object's metadata, for kinds
-/// stored once per Interconnect. Wake-ups judge the event as it came, before this.
-///
-/// Not for Secrets: a generated Secret is rewritten from its stored copy, keeping what
-/// others added to its metadata.
+/// What is kept of the metadata of a router pod in its store, and of a workload the
+/// controller just wrote (read-your-writes): name, namespace, the [`SELECTED_LABELS`],
+/// owner references (whose it is), `resourceVersion` and `generation` (read-your-writes,
+/// rollouts) and `deletionTimestamp`. Annotations, `uid`, `creationTimestamp`, finalizers
+/// and `managedFields` are dropped. The compact stores ([`super::meta_store`]) keep the
+/// same from each event by themselves. Wake-ups judge the event as it came, before this.
 pub(crate) fn slim_meta<K: Resource>(o: &mut K) {
     let m = o.meta_mut();
     m.managed_fields = None;

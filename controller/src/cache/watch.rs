@@ -20,8 +20,8 @@ use super::memo::{AppliedMemo, Drift, OwnWrites, SecretReferences};
 use super::meta_store::{Compact, Entry, SecretStore};
 use super::names::SecretNames;
 use super::wake::{
-    Listed, Relist, Versions, interconnect_controller, owned_wake, pod_wake, slim, slim_meta, slim_pod,
-    slim_workload, user_secret,
+    Listed, Relist, Versions, interconnect_controller, owned_wake, pod_wake, slim, slim_pod, slim_workload,
+    user_secret,
 };
 use super::written::Written;
 use crate::health::Health;
@@ -78,12 +78,11 @@ where
 
 /// A watch of the objects of `K` selected by `wc` kept in a [`Compact`] store of `E`s
 /// (`K = PartialObjectMeta<X>`: a metadata watch), and the objects that wake their owner
-/// ([`watched`]).
+/// ([`watched`]). Nothing is cut from the events: an `E` takes only what it keeps.
 fn reflect_compact<K, E>(
     c: (&kube::Client, &Arc<Health>),
     ns: &str,
     wc: &watcher::Config,
-    slim: fn(&mut K),
     wake: impl FnMut(&watcher::Event<K>) -> bool + Send + 'static,
 ) -> (Compact<K, E>, impl Stream<Item = Result<K, watcher::Error>> + Send + 'static)
 where
@@ -92,7 +91,7 @@ where
 {
     let store = Compact::default();
     let writer = store.clone();
-    let woken = watched(c, ns, wc, slim, wake, store.clone(), move |e| writer.apply_watcher_event(e));
+    let woken = watched(c, ns, wc, |_| {}, wake, store.clone(), move |e| writer.apply_watcher_event(e));
     (store, woken)
 }
 
@@ -112,7 +111,7 @@ where
     PartialObjectMeta<X>: Watchable,
     X: Send + Sync + 'static,
 {
-    reflect_compact(c, ns, ours, slim_meta, owned_wake(own.clone(), drift.clone(), None))
+    reflect_compact(c, ns, ours, owned_wake(own.clone(), drift.clone(), None))
 }
 
 /// The watch of [`reflect`] and [`reflect_compact`]: `wake` judges each event as the API
@@ -251,21 +250,18 @@ pub(crate) fn watch(
         c,
         ns,
         &ours,
-        slim_workload,
         owned_wake(own.clone(), drift.clone(), Some(written_deployments.clone())),
     );
     let (daemon_sets, daemon_set_events) = reflect_compact::<DaemonSet, _>(
         c,
         ns,
         &ours,
-        slim_workload,
         owned_wake(own.clone(), drift.clone(), Some(written_daemon_sets.clone())),
     );
     let (secrets, secret_events): (SecretStore, _) = reflect_compact::<Secret, _>(
         c,
         ns,
         &ours,
-        slim,
         owned_wake(own.clone(), drift.clone(), Some(written_secrets.clone())),
     );
     let (service_accounts, sa_events) = reflect_meta::<ServiceAccount>(c, ns, &ours, &own, &drift);
