@@ -41,8 +41,9 @@ test: lint images router-image ## Everything CI runs: lint, unit tests and integ
 images: ## Build the release binaries the real node's operator images are made of (qdr-controller, qdr-webhook)
 	$(CARGO) build --locked --release -p qdr-controller -p qdr-webhook --bin qdr-controller --bin qdr-webhook
 
-bench: router-image ## Benchmarks: per-object cost, webhook over HTTPS, API server, controller convergence, day two on real routers, the cost of reading the routers (one table)
+bench: router-image ## Benchmarks: per-object cost, the admission handler alone, webhook over HTTPS, API server, controller convergence, day two on real routers, the cost of reading the routers (one table)
 	$(CARGO) bench --locked -p qdr-controller --bench per_object
+	$(CARGO) bench --locked -p qdr-webhook --bench handler
 	$(CARGO) build --locked --release --bins
 	testbin="$$(tools/testbin/build.sh)"; QDR_TESTBIN="$$testbin" $(CARGO_TARGET_DIR_OR_DEFAULT)/release/qdr-bench
 

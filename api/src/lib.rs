@@ -38,7 +38,7 @@ pub use spec::{DEFAULT_LIVENESS_PORT, LinkRole, SecretUse};
 pub use types::*;
 pub use validate::{
     ErrorType, FieldError, MAX_CONFIG_BYTES, MAX_SHOWN_VALUE, MAX_SPEC_BYTES, RESERVED_NAMES, validate,
-    validate_spec,
+    validate_defaulted, validate_spec,
 };
 pub use warnings::warnings;
 

@@ -124,7 +124,24 @@ impl fmt::Display for FieldError {
 
 /// Validates an Interconnect (its `metadata.name` and `spec`) and returns every violation,
 /// in field order; an empty list means valid. Pure: it reads nothing but its argument.
+///
+/// The rendered-size check measures the configuration of `defaults(ic)`; for an object that
+/// is already what [`crate::defaults`] returns, [`validate_defaulted`] gives the same answer
+/// without defaulting it again.
 pub fn validate(ic: &Interconnect) -> Vec<FieldError> {
+    validate_with(ic, false)
+}
+
+/// [`validate`] of an Interconnect that is already what [`crate::defaults`] returns (as the
+/// webhook and the controller always validate): the router configuration whose size is
+/// checked is rendered from `ic.spec` as it is, not from a defaulted copy. Given an object
+/// that is not defaulted, every check but that one is the same, and that one measures the
+/// configuration without the defaults' entries.
+pub fn validate_defaulted(ic: &Interconnect) -> Vec<FieldError> {
+    validate_with(ic, true)
+}
+
+fn validate_with(ic: &Interconnect, defaulted: bool) -> Vec<FieldError> {
     let mut v = Validator::default();
     let name = ic.metadata.name.as_deref().unwrap_or_default();
     if !is_dns1035_label(name) {
@@ -147,7 +164,7 @@ pub fn validate(ic: &Interconnect) -> Vec<FieldError> {
     }
     v.spec(&ic.spec);
     v.generated_secrets(ic);
-    v.sizes(ic);
+    v.sizes(ic, defaulted);
     v.errors
 }
 
@@ -393,8 +410,8 @@ impl Validator {
 
     /// What must fit where it is stored: the spec in etcd ([`MAX_SPEC_BYTES`]) and the
     /// rendered router configuration (of the defaulted spec) in a ConfigMap
-    /// ([`MAX_CONFIG_BYTES`]).
-    fn sizes(&mut self, ic: &Interconnect) {
+    /// ([`MAX_CONFIG_BYTES`]). `defaulted`: `ic` is already defaulted.
+    fn sizes(&mut self, ic: &Interconnect, defaulted: bool) {
         let spec = crate::router_config::json_len(&ic.spec);
         if spec > MAX_SPEC_BYTES {
             self.push(
@@ -410,7 +427,11 @@ impl Validator {
             );
             return; // the configuration of such a spec is not worth rendering
         }
-        let config = crate::router_config::router_config(&crate::defaults(ic).spec).rendered_len();
+        let config = if defaulted {
+            crate::router_config::router_config(&ic.spec).rendered_len()
+        } else {
+            crate::router_config::router_config(&crate::defaults(ic).spec).rendered_len()
+        };
         if config > MAX_CONFIG_BYTES {
             self.push(
                 "spec",

@@ -4,7 +4,9 @@
 //! spec whose rendered router configuration would not fit a ConfigMap is refused the same
 //! way.
 
-use qdr_api::{ErrorType, Interconnect, MAX_CONFIG_BYTES, MAX_SPEC_BYTES, validate};
+use qdr_api::{
+    ErrorType, Interconnect, MAX_CONFIG_BYTES, MAX_SPEC_BYTES, defaults, validate, validate_defaulted,
+};
 use serde_json::{Value, json};
 
 /// `maxItems` of each list of the spec, from the CRD.
@@ -26,12 +28,23 @@ fn interconnect(spec: Value) -> Interconnect {
     serde_json::from_value(json!({"metadata": {"name": "big", "namespace": "ns"}, "spec": spec})).unwrap()
 }
 
+/// The size causes of `ic`, which `validate` and `validate_defaulted` of the defaulted
+/// object (the webhook's and the controller's way) must agree on.
 fn size_causes(ic: &Interconnect) -> Vec<String> {
-    validate(ic)
-        .into_iter()
-        .filter(|e| e.field == "spec" && e.error_type == ErrorType::TooLong)
-        .map(|e| e.to_string())
-        .collect()
+    let causes = |errors: Vec<qdr_api::FieldError>| -> Vec<String> {
+        errors
+            .into_iter()
+            .filter(|e| e.field == "spec" && e.error_type == ErrorType::TooLong)
+            .map(|e| e.to_string())
+            .collect()
+    };
+    let effective = defaults(ic);
+    assert_eq!(
+        validate_defaulted(&effective),
+        validate(&effective),
+        "validate_defaulted of the defaulted object"
+    );
+    causes(validate(ic))
 }
 
 #[test]

@@ -8,7 +8,7 @@ use std::collections::BTreeMap;
 use crate::labels;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ObjectMeta, OwnerReference};
 use kube::Resource;
-use qdr_api::{DeploymentPlan, FieldError, Interconnect, InterconnectSpec, defaults, validate};
+use qdr_api::{DeploymentPlan, FieldError, Interconnect, InterconnectSpec, defaults, validate_defaulted};
 
 /// Field manager of every server-side apply and create by the controller.
 pub const FIELD_MANAGER: &str = "qdr-operator";
@@ -63,7 +63,7 @@ impl ValidatedInterconnect {
         let namespace = stored.metadata.namespace.clone().ok_or(ValidationError::NotStored("namespace"))?;
         let owner_ref = stored.controller_owner_ref(&()).ok_or(ValidationError::NotStored("uid"))?;
         let ic = defaults(stored);
-        let errors = validate(&ic);
+        let errors = validate_defaulted(&ic);
         if !errors.is_empty() {
             return Err(ValidationError::Invalid(errors));
         }

@@ -35,7 +35,9 @@ use k8s_openapi::api::authentication::v1::UserInfo;
 use kube::core::Status;
 use kube::core::admission::{AdmissionResponse, META_API_VERSION_V1, META_KIND, Operation};
 use kube::core::response::{StatusCause, StatusDetails, StatusSummary};
-use qdr_api::{ErrorType, FieldError, ImagePolicy, Interconnect, InterconnectSpec, validate, warnings};
+use qdr_api::{
+    ErrorType, FieldError, ImagePolicy, Interconnect, InterconnectSpec, validate_defaulted, warnings,
+};
 use serde_json::Value;
 use serde_json::value::RawValue;
 
@@ -54,9 +56,10 @@ pub struct Checks {
 }
 
 impl Checks {
-    /// Every violation of the defaulted `effective`: [`validate`] plus the image policy.
+    /// Every violation of the defaulted `effective`: [`qdr_api::validate`] (as
+    /// [`validate_defaulted`]: `effective` is defaulted) plus the image policy.
     fn violations(&self, effective: &Interconnect) -> Vec<FieldError> {
-        let mut errors = validate(effective);
+        let mut errors = validate_defaulted(effective);
         errors.extend(self.images.check(effective));
         errors
     }
@@ -214,8 +217,8 @@ impl Reply {
 
 /// The AdmissionReview [`Reply::to_bytes`] writes: `response`'s fields as kube-core
 /// serializes them, borrowed (no copy of the response, no intermediate JSON value), with
-/// `patch` as base64 and `patchType: JSONPatch` beside it (kube-core's `with_patch`, the
-/// only way this crate sets a patch, sets both).
+/// `patch` as base64 and `patchType: JSONPatch` beside it (a patch is always a JSON Patch:
+/// this crate sets `patch` to [`add_operations`]' text).
 #[derive(serde::Serialize)]
 #[serde(rename_all = "camelCase")]
 struct ReviewOut<'a> {
@@ -260,13 +263,15 @@ impl<'a> ReviewOut<'a> {
 
 /// The `admission.k8s.io/v1` AdmissionReview JSON of `response`, with `patch` as the
 /// base64 string the API documents (kube-core serializes its bytes as a number array,
-/// kube-rs issue 1781). [`Reply::to_bytes`] writes the same JSON.
+/// kube-rs issue 1781) and `patchType: JSONPatch` beside it. [`Reply::to_bytes`] writes the
+/// same JSON.
 pub fn review_json(response: &AdmissionResponse) -> Value {
     let mut review = serde_json::to_value(response.clone().into_review()).expect("a review serializes");
     review["apiVersion"] = META_API_VERSION_V1.into();
     review["kind"] = META_KIND.into();
     if let Some(patch) = &response.patch {
         review["response"]["patch"] = base64::engine::general_purpose::STANDARD.encode(patch).into();
+        review["response"]["patchType"] = "JSONPatch".into();
     }
     review
 }
@@ -466,10 +471,12 @@ pub fn answer(webhook: Webhook, req: &Request<'_>, checks: &Checks) -> Reply {
                 return r;
             }
             // Defaults under the object's own name: none derived from a name not yet picked.
-            let ops = defaulting_patch(spec_json(raw_spec), &effective);
+            let patch = defaulting_patch(spec_json(raw_spec), &effective);
             let mut response = response_for(&req.uid);
-            if !ops.0.is_empty() {
-                response = response.with_patch(ops).expect("a JSON patch serializes");
+            if !patch.is_empty() {
+                // What kube-core's `with_patch` stores, written in one pass;
+                // [`Reply::to_bytes`] and [`review_json`] add `patchType: JSONPatch`.
+                response.patch = Some(patch);
             }
             reply(response, Outcome::Allowed)
         }
@@ -594,20 +601,69 @@ fn unchanged_spec(webhook: Webhook, req: &Request<'_>, object: Object<'_>, check
     reply(response, Outcome::Allowed)
 }
 
-/// The JSON Patch from the stored `spec` to the defaulted one, keeping only `add`
+/// The JSON Patch text from the stored `spec` to the defaulted one, keeping only `add`
 /// operations: defaults never remove or change what the user wrote, even where the typed
-/// round trip would (unknown fields, number formats, explicit nulls).
-fn defaulting_patch(spec: Option<Value>, defaulted: &Interconnect) -> json_patch::Patch {
-    let mut before = serde_json::Map::new();
-    if let Some(spec) = spec {
-        before.insert("spec".into(), spec);
+/// round trip would (unknown fields, number formats, explicit nulls). Empty when there is
+/// nothing to add.
+fn defaulting_patch(spec: Option<Value>, defaulted: &Interconnect) -> Vec<u8> {
+    let after = serde_json::to_value(&defaulted.spec).expect("a spec serializes");
+    let before = spec.map(|s| Value::Object(serde_json::Map::from_iter([("spec".to_string(), s)])));
+    let after = Value::Object(serde_json::Map::from_iter([("spec".to_string(), after)]));
+    add_operations(&before.unwrap_or_else(|| Value::Object(Default::default())), after)
+}
+
+/// The `add` operations of the JSON Patch from `before` to `after`, as JSON Patch text (RFC
+/// 6902; empty when there are none): the operations `json_patch::diff(before, after)` lists,
+/// in its order, with its paths, without its `remove`s and `replace`s. So every member of
+/// `after` missing from `before` (objects compared key by key, arrays index by index) is
+/// added whole. `after` is consumed: the added values are written from it, never copied.
+pub fn add_operations(before: &Value, after: Value) -> Vec<u8> {
+    let mut out = Vec::new();
+    adds(before, after, &mut String::new(), &mut out);
+    if !out.is_empty() {
+        out[0] = b'[';
+        out.push(b']');
     }
-    let mut after = serde_json::Map::new();
-    after.insert("spec".into(), serde_json::to_value(&defaulted.spec).expect("a spec serializes"));
-    let patch = json_patch::diff(&Value::Object(before), &Value::Object(after));
-    json_patch::Patch(
-        patch.0.into_iter().filter(|op| matches!(op, json_patch::PatchOperation::Add(_))).collect(),
-    )
+    out
+}
+
+/// Writes `,{"op":"add",...}` for each member of `after` missing from `before` under
+/// `pointer` (a JSON Pointer), the first comma to be replaced by `[`.
+fn adds(before: &Value, after: Value, pointer: &mut String, out: &mut Vec<u8>) {
+    let add = |pointer: &str, value: &Value, out: &mut Vec<u8>| {
+        out.extend_from_slice(br#",{"op":"add","path":"#);
+        serde_json::to_writer(&mut *out, pointer).expect("a string serializes");
+        out.extend_from_slice(br#","value":"#);
+        serde_json::to_writer(&mut *out, value).expect("a JSON value serializes");
+        out.push(b'}');
+    };
+    let len = pointer.len();
+    match (before, after) {
+        (Value::Object(b), Value::Object(a)) => {
+            for (key, value) in a {
+                pointer.push('/');
+                pointer.push_str(&key.replace('~', "~0").replace('/', "~1"));
+                match b.get(&key) {
+                    Some(old) => adds(old, value, pointer, out),
+                    None => add(pointer, &value, out),
+                }
+                pointer.truncate(len);
+            }
+        }
+        (Value::Array(b), Value::Array(a)) => {
+            for (i, value) in a.into_iter().enumerate() {
+                pointer.push('/');
+                pointer.push_str(&i.to_string());
+                match b.get(i) {
+                    Some(old) => adds(old, value, pointer, out),
+                    None => add(pointer, &value, out),
+                }
+                pointer.truncate(len);
+            }
+        }
+        // Equal, or a `replace`: never a default's.
+        _ => {}
+    }
 }
 
 /// Most causes a denial lists: a spec with more violations gets the first ones and a last

@@ -321,10 +321,8 @@ pub fn admission_router(state: Arc<AppState>, request_timeout: Duration) -> Rout
     Router::new()
         .route("/mutate", post(move |s, r| admit(Webhook::Mutate, s, r, request_timeout)))
         .route("/validate", post(move |s, r| admit(Webhook::Validate, s, r, request_timeout)))
-        .layer(tower_http::timeout::TimeoutLayer::with_status_code(
-            StatusCode::REQUEST_TIMEOUT,
-            request_timeout,
-        ))
+        // No timeout layer: [`admit`] bounds each review by its deadline itself (one timer
+        // per request, not two).
         .with_state(state)
 }
 

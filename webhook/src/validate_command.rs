@@ -10,7 +10,7 @@ use std::io::Read;
 use std::path::Path;
 
 use qdr_api::offline::OfflineValidator;
-use qdr_api::{Interconnect, defaults, validate, warnings};
+use qdr_api::{Interconnect, defaults, validate_defaulted, warnings};
 use serde_json::Value;
 
 /// The outcome of checking some files.
@@ -48,7 +48,7 @@ pub fn check_text(origin: &str, text: &str, offline: &OfflineValidator, report: 
             Err(e) => errs.push(format!("{at}: {}: {}", e.path(), e.inner())),
             Ok(ic) => {
                 let effective = defaults(&ic);
-                for e in validate(&effective) {
+                for e in validate_defaulted(&effective) {
                     ours.push(e.field.clone());
                     errs.push(format!("{at}: {e}"));
                 }

@@ -4,7 +4,9 @@
 use base64::Engine as _;
 use proptest::prelude::*;
 use qdr_api::{ImagePattern, ImagePolicy};
-use qdr_webhook::admission::{Body, Checks, MAX_CAUSES, Outcome, Webhook, handle, handle_with, review_json};
+use qdr_webhook::admission::{
+    Body, Checks, MAX_CAUSES, Outcome, Webhook, add_operations, handle, handle_with, review_json,
+};
 use serde_json::{Value, json};
 
 fn review(op: &str, object: Value) -> Vec<u8> {
@@ -245,8 +247,70 @@ fn arb_json() -> impl Strategy<Value = Value> {
     })
 }
 
+/// `base` with what `extra` has beyond it: missing object members added (recursively), a
+/// longer array's tail appended; what `base` has is kept.
+fn overlay(base: &Value, extra: &Value) -> Value {
+    match (base, extra) {
+        (Value::Object(b), Value::Object(e)) => {
+            let mut out = b.clone();
+            for (k, v) in e {
+                let merged = match b.get(k) {
+                    Some(old) => overlay(old, v),
+                    None => v.clone(),
+                };
+                out.insert(k.clone(), merged);
+            }
+            Value::Object(out)
+        }
+        (Value::Array(b), Value::Array(e)) => {
+            let mut out: Vec<Value> = b.iter().zip(e).map(|(b, e)| overlay(b, e)).collect();
+            out.extend(b.iter().skip(e.len()).cloned());
+            out.extend(e.iter().skip(b.len()).cloned());
+            Value::Array(out)
+        }
+        _ => base.clone(),
+    }
+}
+
+/// What the defaulting patch must be: `json_patch::diff`'s `add` operations.
+fn adds_of_diff(before: &Value, after: &Value) -> Vec<json_patch::PatchOperation> {
+    json_patch::diff(before, after)
+        .0
+        .into_iter()
+        .filter(|op| matches!(op, json_patch::PatchOperation::Add(_)))
+        .collect()
+}
+
+fn parsed_adds(before: &Value, after: Value) -> Vec<json_patch::PatchOperation> {
+    let text = add_operations(before, after);
+    if text.is_empty() { Vec::new() } else { serde_json::from_slice(&text).expect("JSON Patch text") }
+}
+
+#[test]
+fn add_operations_escape_pointer_tokens() {
+    let (before, after) = (json!({"a": {}}), json!({"a": {"x/y": 1, "t~": [2]}, "b": null}));
+    let ours = parsed_adds(&before, after.clone());
+    assert_eq!(ours, adds_of_diff(&before, &after));
+    let mut patched = before.clone();
+    json_patch::patch(&mut patched, &json_patch::Patch(ours)).unwrap();
+    assert_eq!(patched, after);
+}
+
 proptest! {
     #![proptest_config(ProptestConfig { cases: 1024, failure_persistence: None, ..ProptestConfig::default() })]
+
+    /// The defaulting patch, written in one pass, is `json_patch::diff`'s adds exactly:
+    /// for unrelated values and for a value with members added at every depth.
+    #[test]
+    fn add_operations_are_the_adds_of_json_patch_diff(before in arb_json(), other in arb_json()) {
+        prop_assert_eq!(parsed_adds(&before, other.clone()), adds_of_diff(&before, &other));
+        let after = overlay(&before, &other);
+        let ours = parsed_adds(&before, after.clone());
+        prop_assert_eq!(&ours, &adds_of_diff(&before, &after));
+        let mut patched = before.clone();
+        json_patch::patch(&mut patched, &json_patch::Patch(ours)).unwrap();
+        prop_assert_eq!(patched, after);
+    }
 
     #[test]
     fn arbitrary_bytes_never_panic(bytes in prop::collection::vec(any::<u8>(), 0..512)) {
