@@ -642,7 +642,11 @@ fn adds(before: &Value, after: Value, pointer: &mut String, out: &mut Vec<u8>) {
         (Value::Object(b), Value::Object(a)) => {
             for (key, value) in a {
                 pointer.push('/');
-                pointer.push_str(&key.replace('~', "~0").replace('/', "~1"));
+                if key.contains(['~', '/']) {
+                    pointer.push_str(&key.replace('~', "~0").replace('/', "~1"));
+                } else {
+                    pointer.push_str(&key);
+                }
                 match b.get(&key) {
                     Some(old) => adds(old, value, pointer, out),
                     None => add(pointer, &value, out),
@@ -652,8 +656,8 @@ fn adds(before: &Value, after: Value, pointer: &mut String, out: &mut Vec<u8>) {
         }
         (Value::Array(b), Value::Array(a)) => {
             for (i, value) in a.into_iter().enumerate() {
-                pointer.push('/');
-                pointer.push_str(&i.to_string());
+                use std::fmt::Write as _;
+                let _ = write!(pointer, "/{i}");
                 match b.get(i) {
                     Some(old) => adds(old, value, pointer, out),
                     None => add(pointer, &value, out),

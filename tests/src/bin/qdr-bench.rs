@@ -359,17 +359,14 @@ async fn webhook_rows(
     });
     // The same figure as a share of what the stack allows on this machine: the absolute
     // target above assumes a core on which the null webhook does well over 35,000.
-    let null_median = {
-        let mut v = per_cpu.clone();
-        v.sort_by(f64::total_cmp);
-        v[v.len() / 2]
-    };
-    rows.push(Row {
+    let null_row = Row {
         what: "  the null webhook: requests per CPU-second at saturation".into(),
         runs: per_cpu,
         unit: "req/s",
         target: String::new(),
-    });
+    };
+    let null_median = null_row.stats().0;
+    rows.push(null_row);
     for (name, ours) in ours_per_cpu {
         rows.push(Row {
             what: format!("  webhook /{name} ÷ the null webhook, requests per CPU-second"),
