@@ -64,7 +64,7 @@ pub fn apply_defaults(name: &str, spec: &mut InterconnectSpec) {
     let liveness = *plan.liveness_port.get_or_insert(DEFAULT_LIVENESS_PORT);
 
     if named && spec.users.is_none() {
-        spec.users = Some(format!("{name}-users"));
+        spec.users = Some([name, "-users"].concat());
     }
     if spec.addresses.is_none() {
         spec.addresses = Some(
@@ -152,11 +152,11 @@ pub fn apply_defaults(name: &str, spec: &mut InterconnectSpec) {
         }
         let mutual = p.mutual_auth == Some(true);
         if p.credentials.is_none() && (p.ca_cert.is_none() || mutual) {
-            p.credentials = Some(format!("{name}-{}-credentials", p.name));
+            p.credentials = Some([name, "-", &p.name, "-credentials"].concat());
             p.generate_credentials.get_or_insert(true);
         }
         if p.ca_cert.is_none() && mutual {
-            p.ca_cert = Some(format!("{name}-{}-ca", p.name));
+            p.ca_cert = Some([name, "-", &p.name, "-ca"].concat());
             p.generate_ca_cert.get_or_insert(true);
         }
     }

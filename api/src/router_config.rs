@@ -350,6 +350,45 @@ pub fn keys_read(p: &SslProfile, secret: &str) -> Vec<&'static str> {
     keys
 }
 
+/// Most attributes of one section (a listener's: name, role, host, port, cost,
+/// linkCapacity, http, saslMechanisms, authenticatePeer, sslProfile).
+const MAX_ATTRIBUTES: usize = 10;
+/// Longest attribute name (`addExternalPrefix`, `delExternalPrefix`).
+const MAX_KEY: usize = 17;
+/// Longest entity name (`sslProfile`).
+const MAX_ENTITY: usize = 10;
+/// Most bytes of an attribute value that are not the spec's own text: a constant or derived
+/// value (a role such as `"route-container"`, an `i32`, `"${HOSTNAME}"`), or what a
+/// certificate path adds to the names in it (quotes, [`CERTS_DIR`], slashes, `/tls.key`).
+const MAX_VALUE_OVERHEAD: usize = CERTS_DIR.len() + 12;
+/// Most times one string of the spec is written: an sslProfile's name names the section
+/// and is in its three certificate paths.
+const MAX_REPEATS: usize = 4;
+
+/// An upper bound, in bytes, of `router_config(spec).rendered_len()`, counted from the
+/// number of list items in `spec` and `spec_json_len`, the length of `spec` as compact JSON
+/// (what `serde_json` writes; [`json_len`]), without building the configuration.
+///
+/// Each section (one per list item, and the `router` and health-listener sections) adds at
+/// most `"  [\"" entity "\", {" … "}],\n"` and, for each of at most [`MAX_ATTRIBUTES`]
+/// attributes, `", \"" key "\": "` and [`MAX_VALUE_OVERHEAD`]. The rest is the spec's own
+/// strings: each written at most [`MAX_REPEATS`] times, each character as `serde_json`
+/// escapes it in `spec_json_len` too, except `$`, which takes the 9 bytes of
+/// [`LITERAL_DOLLAR`]; numbers and booleans are written as in the spec. So a spec whose
+/// bound is within a limit needs no rendering to know it fits (the webhook's and the
+/// controller's size check, [`crate::MAX_CONFIG_BYTES`]). Proven on random and
+/// limit-sized specs by `api/tests/properties.rs` and `api/tests/sizes.rs`.
+pub fn rendered_len_bound(spec: &InterconnectSpec, spec_json_len: usize) -> usize {
+    let items = spec.every_listener().count()
+        + spec.every_connector().count()
+        + spec.ssl_profiles.as_ref().map_or(0, Vec::len)
+        + spec.addresses.as_ref().map_or(0, Vec::len)
+        + spec.auto_links.as_ref().map_or(0, Vec::len)
+        + spec.link_routes.as_ref().map_or(0, Vec::len);
+    let section = 12 + MAX_ENTITY + MAX_ATTRIBUTES * (6 + MAX_KEY + MAX_VALUE_OVERHEAD);
+    4 + (items + 2) * section + MAX_REPEATS * LITERAL_DOLLAR.len() * spec_json_len
+}
+
 /// The configuration of the routers of Interconnect `spec` (already defaulted).
 pub fn router_config(spec: &InterconnectSpec) -> RouterConfig<'_> {
     let mode = if spec.role() == Role::Edge { "edge" } else { "interior" };

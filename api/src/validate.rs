@@ -228,14 +228,14 @@ pub fn validate_spec(spec: &InterconnectSpec) -> Vec<FieldError> {
 /// The path of an item of a list, `spec.<list>[<index>]`, with an optional field after it
 /// (`.<field>`): formatted only when a violation is reported at it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-struct At<'a> {
+pub(crate) struct At<'a> {
     list: &'a str,
     index: usize,
     field: &'static str,
 }
 
 impl<'a> At<'a> {
-    fn new(list: &'a str, index: usize) -> Self {
+    pub(crate) fn new(list: &'a str, index: usize) -> Self {
         At { list, index, field: "" }
     }
 
@@ -428,6 +428,10 @@ impl Validator {
             return; // the configuration of such a spec is not worth rendering
         }
         let config = if defaulted {
+            // Most specs are far too small to matter: no rendering when the bound fits.
+            if crate::router_config::rendered_len_bound(&ic.spec, spec) <= MAX_CONFIG_BYTES {
+                return;
+            }
             crate::router_config::router_config(&ic.spec).rendered_len()
         } else {
             crate::router_config::router_config(&crate::defaults(ic).spec).rendered_len()

@@ -22,7 +22,8 @@ pub fn warnings(ic: &Interconnect) -> Vec<String> {
         );
     }
     for (role, i, l) in spec.every_listener() {
-        let p = format!("spec.{}[{i}]", role.listeners_field());
+        // The item's path, formatted only into a warning given.
+        let p = crate::validate::At::new(role.listeners_field(), i);
         let exposed = l.expose == Some(true);
         if exposed && l.ssl_profile.is_none() {
             w.push(format!(

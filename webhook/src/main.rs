@@ -248,7 +248,10 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
     );
     let state = Arc::new(AppState {
         metrics: Metrics::default(),
-        checks: Checks { images: qdr_api::ImagePolicy::only(args.allowed_router_images.clone()) },
+        checks: Checks {
+            images: qdr_api::ImagePolicy::only(args.allowed_router_images.clone()),
+            authorize_references: authorizer.is_some(),
+        },
         authorizer,
         lanes: Lanes::new(args.max_in_flight, args.max_large_in_flight),
         readiness,

@@ -400,24 +400,26 @@ async fn review(webhook: Webhook, st: &Arc<AppState>, request: Request, start: I
             }
         }
     };
-    if let Some(pending) = reply.pending.clone() {
+    if let Some(pending) = &reply.pending {
+        // Borrowed from the reply while the API server answers; the reply is consumed after.
         let secrets = pending.secrets();
-        reply = match &st.authorizer {
-            None => reply.authorized(&Default::default()),
+        let answer = match &st.authorizer {
+            None => Ok(Ok(Default::default())),
             // Only an invalid spec names this many: its denial stands without the checks.
-            Some(_) if secrets.len() > MAX_SECRETS_PER_REVIEW => match reply.outcome {
+            Some(_) if secrets.len() > MAX_SECRETS_PER_REVIEW => Err(secrets.len()),
+            Some(a) => Ok(a.unreadable(&pending.user, &pending.namespace, &secrets).await),
+        };
+        reply = match answer {
+            Ok(Ok(unreadable)) => reply.authorized(&unreadable),
+            Ok(Err(e)) => {
+                tracing::warn!(error = %e, "SubjectAccessReview failed");
+                reply.unauthorizable(&e.to_string())
+            }
+            Err(n) => match reply.outcome {
                 crate::admission::Outcome::Allowed => reply.unauthorizable(&format!(
-                    "it names {} Secrets, more than the {MAX_SECRETS_PER_REVIEW} a valid spec can",
-                    secrets.len()
+                    "it names {n} Secrets, more than the {MAX_SECRETS_PER_REVIEW} a valid spec can"
                 )),
                 _ => reply.authorized(&Default::default()),
-            },
-            Some(a) => match a.unreadable(&pending.user, &pending.namespace, &secrets).await {
-                Ok(unreadable) => reply.authorized(&unreadable),
-                Err(e) => {
-                    tracing::warn!(error = %e, "SubjectAccessReview failed");
-                    reply.unauthorizable(&e.to_string())
-                }
             },
         };
     }

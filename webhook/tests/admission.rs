@@ -538,7 +538,10 @@ fn stored_violations_are_followed_by_item_not_by_index() {
 }
 
 fn checks(patterns: &[&str]) -> Checks {
-    Checks { images: ImagePolicy::only(patterns.iter().map(|p| ImagePattern::parse(p).unwrap()).collect()) }
+    Checks {
+        images: ImagePolicy::only(patterns.iter().map(|p| ImagePattern::parse(p).unwrap()).collect()),
+        ..Checks::default()
+    }
 }
 
 fn review_of(reply: &qdr_webhook::Reply) -> Value {
