@@ -376,8 +376,9 @@ const MAX_REPEATS: usize = 4;
 /// escapes it in `spec_json_len` too, except `$`, which takes the 9 bytes of
 /// [`LITERAL_DOLLAR`]; numbers and booleans are written as in the spec. So a spec whose
 /// bound is within a limit needs no rendering to know it fits (the webhook's and the
-/// controller's size check, [`crate::MAX_CONFIG_BYTES`]). Proven on random and
-/// limit-sized specs by `api/tests/properties.rs` and `api/tests/sizes.rs`.
+/// controller's size check, [`crate::MAX_CONFIG_BYTES`]). Checked on random specs and on
+/// the tightest cases by `api/tests/render_bound.rs`; the size refusals in
+/// `api/tests/sizes.rs` still render.
 pub fn rendered_len_bound(spec: &InterconnectSpec, spec_json_len: usize) -> usize {
     let items = spec.every_listener().count()
         + spec.every_connector().count()
