@@ -106,9 +106,11 @@ pub fn apply_defaults(name: &str, spec: &mut InterconnectSpec) {
             },
             Listener { port: AMQPS_PORT, ssl_profile: Some("default".into()), ..Default::default() },
         ]);
-        // listeners has minItems 1; the three candidates and one liveness port always
-        // leave at least two.
-        spec.listeners = Some(ls);
+        // listeners has minItems 1: when the other lists and the liveness port took every
+        // candidate's port, the list stays absent (valid, and the same on every pass).
+        if !ls.is_empty() {
+            spec.listeners = Some(ls);
+        }
     }
     if role != Role::Edge {
         if spec.inter_router_listeners.is_none() {

@@ -212,3 +212,19 @@ fn a_listener_named_metrics_is_warned_about() {
     ));
     assert!(plain.iter().all(|m| !m.contains("PodMonitor")), "{plain:?}");
 }
+
+/// Found by `properties.rs`: when the other lists and the liveness port hold every default
+/// listener's port (5672, 8080, 5671), `listeners` stays absent instead of becoming an
+/// empty list, which `minItems: 1` refuses; the defaulted spec stays valid.
+#[test]
+fn no_empty_listener_list_when_every_default_port_is_taken() {
+    let ic: Interconnect = serde_json::from_value(json!({"metadata": {"name": "router"}, "spec": {
+        "deploymentPlan": {"livenessPort": 5672},
+        "edgeListeners": [{"port": 5671}], "interRouterListeners": [{"port": 8080}]}}))
+    .unwrap();
+    assert!(validate(&ic).is_empty(), "{:?}", validate(&ic));
+    let once = defaults(&ic);
+    assert_eq!(once.spec.listeners, None);
+    assert!(validate(&once).is_empty(), "{:?}", validate(&once));
+    assert_eq!(defaults(&once).spec, once.spec);
+}
