@@ -376,11 +376,6 @@ impl<'a> Object<'a> {
     }
 }
 
-/// The spec as JSON (bounded: only called once [`scan`] passed).
-fn spec_json(spec: Option<&RawValue>) -> Option<Value> {
-    spec.and_then(|s| serde_json::from_str(s.get()).ok())
-}
-
 /// `ic` with [`qdr_api::apply_defaults`] applied in place under its own name: what
 /// [`qdr_api::defaults`] returns, without copying the spec.
 fn defaulted(mut ic: Interconnect) -> Interconnect {
@@ -485,7 +480,7 @@ pub fn answer(webhook: Webhook, req: &Request<'_>, checks: &Checks) -> Reply {
                 return r;
             }
             // Defaults under the object's own name: none derived from a name not yet picked.
-            let patch = defaulting_patch(spec_json(raw_spec), &effective);
+            let patch = defaulting_patch(raw_spec, &effective);
             let mut response = response_for(&req.uid);
             if !patch.is_empty() {
                 // What kube-core's `with_patch` stores, written in one pass;
@@ -615,25 +610,35 @@ fn unchanged_spec(webhook: Webhook, req: &Request<'_>, object: Object<'_>, check
     reply(response, Outcome::Allowed)
 }
 
-/// The JSON Patch text from the stored `spec` to the defaulted one, keeping only `add`
-/// operations: defaults never remove or change what the user wrote, even where the typed
-/// round trip would (unknown fields, number formats, explicit nulls). Empty when there is
-/// nothing to add.
-fn defaulting_patch(spec: Option<Value>, defaulted: &Interconnect) -> Vec<u8> {
-    let after = serde_json::to_value(&defaulted.spec).expect("a spec serializes");
-    let before = spec.map(|s| Value::Object(serde_json::Map::from_iter([("spec".to_string(), s)])));
-    let after = Value::Object(serde_json::Map::from_iter([("spec".to_string(), after)]));
-    add_operations(&before.unwrap_or_else(|| Value::Object(Default::default())), after)
+/// The JSON Patch text from the stored `spec` (its raw JSON; `None`: absent) to the
+/// defaulted one, keeping only `add` operations: defaults never remove or change what the
+/// user wrote, even where the typed round trip would (unknown fields, number formats,
+/// explicit nulls). Empty when there is nothing to add.
+fn defaulting_patch(spec: Option<&RawValue>, defaulted: &Interconnect) -> Vec<u8> {
+    let after = serde_json::value::to_raw_value(&defaulted.spec).expect("a spec serializes");
+    let mut out = Vec::new();
+    match spec {
+        Some(before) => adds(before, &after, &mut String::from("/spec"), &mut out),
+        None => add(&mut out, "/spec", &after),
+    }
+    finish(out)
 }
 
-/// The `add` operations of the JSON Patch from `before` to `after`, as JSON Patch text (RFC
-/// 6902; empty when there are none): the operations `json_patch::diff(before, after)` lists,
-/// in its order, with its paths, without its `remove`s and `replace`s. So every member of
-/// `after` missing from `before` (objects compared key by key, arrays index by index) is
-/// added whole. `after` is consumed: the added values are written from it, never copied.
-pub fn add_operations(before: &Value, after: Value) -> Vec<u8> {
+/// The `add` operations of the JSON Patch from `before` to `after` (JSON texts), as JSON
+/// Patch text (RFC 6902; empty when there are none): the operations
+/// `json_patch::diff(before, after)` lists, in its order, with its paths, without its
+/// `remove`s and `replace`s. So every member of `after` missing from `before` (objects
+/// compared name by name, arrays index by index) is added whole, written as `after`'s own
+/// text. Only the containers on the way to a difference are split, never parsed into
+/// values: members equal as text are skipped unread.
+pub fn add_operations(before: &RawValue, after: &RawValue) -> Vec<u8> {
     let mut out = Vec::new();
     adds(before, after, &mut String::new(), &mut out);
+    finish(out)
+}
+
+/// `,{"op":"add",...}` operations as a JSON array (the first comma becomes `[`).
+fn finish(mut out: Vec<u8>) -> Vec<u8> {
     if !out.is_empty() {
         out[0] = b'[';
         out.push(b']');
@@ -641,40 +646,88 @@ pub fn add_operations(before: &Value, after: Value) -> Vec<u8> {
     out
 }
 
+/// Writes `,{"op":"add","path":pointer,"value":value}`.
+fn add(out: &mut Vec<u8>, pointer: &str, value: &RawValue) {
+    out.extend_from_slice(br#",{"op":"add","path":"#);
+    serde_json::to_writer(&mut *out, pointer).expect("a string serializes");
+    out.extend_from_slice(br#","value":"#);
+    out.extend_from_slice(value.get().as_bytes());
+    out.push(b'}');
+}
+
+/// An object member's name: borrowed from the JSON text, or decoded when it holds escapes.
+#[derive(PartialEq, Eq, PartialOrd, Ord)]
+struct Name<'a>(std::borrow::Cow<'a, str>);
+
+impl<'de> serde::Deserialize<'de> for Name<'de> {
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        struct Visit;
+        impl<'de> serde::de::Visitor<'de> for Visit {
+            type Value = Name<'de>;
+            fn expecting(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+                f.write_str("a member name")
+            }
+            fn visit_borrowed_str<E>(self, v: &'de str) -> Result<Name<'de>, E> {
+                Ok(Name(std::borrow::Cow::Borrowed(v)))
+            }
+            fn visit_str<E>(self, v: &str) -> Result<Name<'de>, E> {
+                Ok(Name(std::borrow::Cow::Owned(v.to_owned())))
+            }
+        }
+        d.deserialize_str(Visit)
+    }
+}
+
+/// One level of a JSON text: an object's members (by name, as `serde_json::Map` orders
+/// them; the last of duplicate names wins, as there), an array's items, or anything else.
+enum Level<'a> {
+    Object(std::collections::BTreeMap<Name<'a>, &'a RawValue>),
+    Array(Vec<&'a RawValue>),
+    Other,
+}
+
+impl<'a> Level<'a> {
+    /// Splits `raw` one level deep (valid JSON: the API server's, or serde_json's own).
+    fn of(raw: &'a RawValue) -> Level<'a> {
+        let text = raw.get();
+        match text.trim_start().as_bytes().first() {
+            Some(b'{') => serde_json::from_str(text).map_or(Level::Other, Level::Object),
+            Some(b'[') => serde_json::from_str(text).map_or(Level::Other, Level::Array),
+            _ => Level::Other,
+        }
+    }
+}
+
 /// Writes `,{"op":"add",...}` for each member of `after` missing from `before` under
 /// `pointer` (a JSON Pointer), the first comma to be replaced by `[`.
-fn adds(before: &Value, after: Value, pointer: &mut String, out: &mut Vec<u8>) {
-    let add = |pointer: &str, value: &Value, out: &mut Vec<u8>| {
-        out.extend_from_slice(br#",{"op":"add","path":"#);
-        serde_json::to_writer(&mut *out, pointer).expect("a string serializes");
-        out.extend_from_slice(br#","value":"#);
-        serde_json::to_writer(&mut *out, value).expect("a JSON value serializes");
-        out.push(b'}');
-    };
+fn adds(before: &RawValue, after: &RawValue, pointer: &mut String, out: &mut Vec<u8>) {
+    if before.get() == after.get() {
+        return;
+    }
     let len = pointer.len();
-    match (before, after) {
-        (Value::Object(b), Value::Object(a)) => {
-            for (key, value) in a {
+    match (Level::of(before), Level::of(after)) {
+        (Level::Object(b), Level::Object(a)) => {
+            for (Name(key), value) in a {
                 pointer.push('/');
                 if key.contains(['~', '/']) {
                     pointer.push_str(&key.replace('~', "~0").replace('/', "~1"));
                 } else {
                     pointer.push_str(&key);
                 }
-                match b.get(&key) {
+                match b.get(&Name(key)) {
                     Some(old) => adds(old, value, pointer, out),
-                    None => add(pointer, &value, out),
+                    None => add(out, pointer, value),
                 }
                 pointer.truncate(len);
             }
         }
-        (Value::Array(b), Value::Array(a)) => {
+        (Level::Array(b), Level::Array(a)) => {
             for (i, value) in a.into_iter().enumerate() {
                 use std::fmt::Write as _;
                 let _ = write!(pointer, "/{i}");
                 match b.get(i) {
                     Some(old) => adds(old, value, pointer, out),
-                    None => add(pointer, &value, out),
+                    None => add(out, pointer, value),
                 }
                 pointer.truncate(len);
             }

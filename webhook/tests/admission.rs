@@ -7,6 +7,7 @@ use qdr_api::{ImagePattern, ImagePolicy};
 use qdr_webhook::admission::{
     Body, Checks, MAX_CAUSES, Outcome, Webhook, add_operations, handle, handle_with, review_json,
 };
+use serde_json::value::RawValue;
 use serde_json::{Value, json};
 
 fn review(op: &str, object: Value) -> Vec<u8> {
@@ -282,7 +283,8 @@ fn adds_of_diff(before: &Value, after: &Value) -> Vec<json_patch::PatchOperation
 }
 
 fn parsed_adds(before: &Value, after: Value) -> Vec<json_patch::PatchOperation> {
-    let text = add_operations(before, after);
+    let raw = |v: &Value| serde_json::value::to_raw_value(v).unwrap();
+    let text = add_operations(&raw(before), &raw(&after));
     if text.is_empty() { Vec::new() } else { serde_json::from_slice(&text).expect("JSON Patch text") }
 }
 
@@ -294,6 +296,27 @@ fn add_operations_escape_pointer_tokens() {
     let mut patched = before.clone();
     json_patch::patch(&mut patched, &json_patch::Patch(ours)).unwrap();
     assert_eq!(patched, after);
+}
+
+/// Names are compared decoded, whatever their escapes and member order in either text (the
+/// API server's encoder escapes `<`, `>` and `&`; serde_json writes a struct's fields in
+/// declaration order), and the added values are `after`'s own text.
+#[test]
+fn add_operations_compare_decoded_names_in_any_order() {
+    let before = RawValue::from_string(r#"{"z":{"a\u003cb":1,"k":[1]},"q\/r":true}"#.into()).unwrap();
+    let after =
+        RawValue::from_string(r#"{"q/r":true,"z":{"k":[1, 2],"a<b":1,"new":{"x" : 1}},"b":null}"#.into())
+            .unwrap();
+    let text = String::from_utf8(add_operations(&before, &after)).unwrap();
+    assert_eq!(
+        text,
+        r#"[{"op":"add","path":"/b","value":null},{"op":"add","path":"/z/k/1","value":2},{"op":"add","path":"/z/new","value":{"x" : 1}}]"#
+    );
+    let (b, a): (Value, Value) =
+        (serde_json::from_str(before.get()).unwrap(), serde_json::from_str(after.get()).unwrap());
+    let ops: Vec<json_patch::PatchOperation> = serde_json::from_str(&text).unwrap();
+    assert_eq!(ops, adds_of_diff(&b, &a));
+    assert!(add_operations(&after, &after).is_empty(), "equal texts add nothing");
 }
 
 proptest! {
