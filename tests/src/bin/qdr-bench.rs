@@ -1630,17 +1630,17 @@ async fn identity_rows(
         });
         // Where the time goes: each call as the API server times it (its patch applied
         // included) and as our handler does.
-        for (name, mean) in means_between(&api_before, &api_after) {
+        let timed = means_between(&api_before, &api_after)
+            .into_iter()
+            .map(|(name, mean)| (format!("one call of {name} as the API server times it"), mean))
+            .chain(
+                means_between(&own_before, &own_after)
+                    .into_iter()
+                    .map(|(name, mean)| (format!("one /{name} as the webhook times its handler"), mean)),
+            );
+        for (what, mean) in timed {
             rows.push(Row {
-                what: format!("  as {label}: one call of {name} as the API server times it (mean)"),
-                runs: vec![mean * 1000.0],
-                unit: "ms",
-                target: String::new(),
-            });
-        }
-        for (name, mean) in means_between(&own_before, &own_after) {
-            rows.push(Row {
-                what: format!("  as {label}: one /{name} as the webhook times its handler (mean)"),
+                what: format!("  as {label}: {what} (mean)"),
                 runs: vec![mean * 1000.0],
                 unit: "ms",
                 target: String::new(),
