@@ -656,27 +656,8 @@ fn add(out: &mut Vec<u8>, pointer: &str, value: &RawValue) {
 }
 
 /// An object member's name: borrowed from the JSON text, or decoded when it holds escapes.
-#[derive(PartialEq, Eq, PartialOrd, Ord)]
-struct Name<'a>(std::borrow::Cow<'a, str>);
-
-impl<'de> serde::Deserialize<'de> for Name<'de> {
-    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
-        struct Visit;
-        impl<'de> serde::de::Visitor<'de> for Visit {
-            type Value = Name<'de>;
-            fn expecting(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-                f.write_str("a member name")
-            }
-            fn visit_borrowed_str<E>(self, v: &'de str) -> Result<Name<'de>, E> {
-                Ok(Name(std::borrow::Cow::Borrowed(v)))
-            }
-            fn visit_str<E>(self, v: &str) -> Result<Name<'de>, E> {
-                Ok(Name(std::borrow::Cow::Owned(v.to_owned())))
-            }
-        }
-        d.deserialize_str(Visit)
-    }
-}
+#[derive(PartialEq, Eq, PartialOrd, Ord, serde::Deserialize)]
+struct Name<'a>(#[serde(borrow)] std::borrow::Cow<'a, str>);
 
 /// One level of a JSON text: an object's members (by name, as `serde_json::Map` orders
 /// them; the last of duplicate names wins, as there), an array's items, or anything else.
@@ -788,4 +769,19 @@ fn denied_invalid(uid: &str, name: &str, errors: &[FieldError], warns: &[String]
         r.warnings = Some(warns.to_vec());
     }
     r
+}
+
+#[cfg(test)]
+mod name_tests {
+    use super::Name;
+    use std::borrow::Cow;
+
+    #[test]
+    fn names_are_borrowed_unless_escaped() {
+        let m: std::collections::BTreeMap<Name<'_>, u8> =
+            serde_json::from_str(r#"{"plain":1,"a\u003cb":2}"#).unwrap();
+        let kinds: Vec<(String, bool)> =
+            m.keys().map(|Name(n)| (n.to_string(), matches!(n, Cow::Borrowed(_)))).collect();
+        assert_eq!(kinds, [("a<b".to_string(), false), ("plain".to_string(), true)]);
+    }
 }
