@@ -4,7 +4,7 @@ SHELL := bash
 CARGO ?= cargo
 CARGO_TARGET_DIR_OR_DEFAULT := $(or $(CARGO_TARGET_DIR),target)
 
-.PHONY: help testbin router-image test fmt lint crd monitoring docs bench run run-real images deploy dev-cluster clean-testbin validate-command
+.PHONY: help testbin router-image test fmt lint crd monitoring docs api-reference bench run run-real images deploy dev-cluster clean-testbin validate-command
 
 help: ## List the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  %-16s %s\n", $$1, $$2}'
@@ -22,7 +22,10 @@ lint: ## rustfmt check and clippy with warnings as errors
 	$(CARGO) fmt --all --check
 	$(CARGO) clippy --workspace --all-targets --locked -- -D warnings
 
-docs: ## Regenerate docs/api-reference.md from the CRD
+docs: api-reference ## Build the book (docs/, mdBook, with its Graphviz pictures) into target/book; open target/book/index.html
+	tools/book/build.sh $(CARGO_TARGET_DIR_OR_DEFAULT)/book
+
+api-reference: ## Regenerate docs/api-reference.md from the CRD (make test fails when it is stale)
 	$(CARGO) run --locked -q -p qdr-api --bin docgen > docs/api-reference.md
 
 crd: ## Regenerate the committed CRD (deploy/ and the Helm chart's copy) from the API types

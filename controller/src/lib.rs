@@ -30,6 +30,7 @@ pub mod lease;
 pub(crate) mod managed_fields;
 pub mod mesh;
 pub mod metrics;
+pub mod reasons;
 pub mod reconcile;
 pub mod recorder;
 pub(crate) mod references;

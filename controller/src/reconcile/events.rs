@@ -142,6 +142,13 @@ impl Change {
                 ),
             ),
         };
+        debug_assert!(
+            crate::reasons::is_event_reason(
+                if type_ == EventType::Warning { "Warning" } else { "Normal" },
+                reason
+            ),
+            "Event reason {reason} is not in qdr_controller::reasons::EVENTS (and the book's troubleshooting page)"
+        );
         Event {
             type_,
             reason: reason.into(),

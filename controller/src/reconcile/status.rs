@@ -15,17 +15,8 @@
 //! | `MeshConnected` | (routers read) every router reaches every other, edges uplinked ([`with_mesh`]) |
 //! | `ConfigApplied` | (routers read) every router runs the current configuration |
 //!
-//! Every reason the controller sets, by condition:
-//!
-//! | condition | reasons |
-//! |---|---|
-//! | `SpecValid` | `Valid`, `InvalidSpec` |
-//! | `Ready` | `RoutersReady`, `RoutersNotReady`, `Unschedulable`, `MissingSecret`, `InvalidSecret`, `CertificateExpired`, `ConflictingObject`, `InvalidSpec`, `ReconcileFailed`, `Partitioned`, `EdgeNotUplinked` |
-//! | `Available` | `MinimumRoutersAvailable`, `RoutersUnavailable`, `Unschedulable`, `ConflictingObject` |
-//! | `Progressing` | `RollingOut`, `Complete`, `MissingSecret`, `InvalidSecret`, `ConflictingObject` |
-//! | `Degraded` | `ReconcileSucceeded`, `ReconcileFailed`, `ConflictingObject` |
-//! | `MeshConnected` | `Connected`, `LinksMissing`, `Partitioned`, `EdgeNotUplinked`, `RouterUnreachable`, `NoRouters`, `NotObserved` |
-//! | `ConfigApplied` | `Applied`, `RollingOut`, `NoRouters` |
+//! Every reason the controller sets, by condition: [`crate::reasons::CONDITIONS`] (checked by
+//! [`condition_of`] in debug builds).
 
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, Time};
 use kube::ResourceExt;
@@ -122,6 +113,10 @@ pub(crate) fn condition_of(
     generation: i64,
     prev: &[Condition],
 ) -> Condition {
+    debug_assert!(
+        crate::reasons::is_condition_reason(type_, reason),
+        "condition {type_} reason {reason} is not in qdr_controller::reasons::CONDITIONS (and the book's troubleshooting page)"
+    );
     let last = prev
         .iter()
         .find(|c| c.type_ == type_ && c.status == status)

@@ -787,3 +787,75 @@ fn a_rewritten_secret_keeps_what_others_added_to_its_metadata() {
         Some("2026-02-01T00:00:00Z")
     );
 }
+
+/// One Event of each kind the controller publishes: their (type, reason) pairs are exactly
+/// [`crate::reasons::EVENTS`], both ways. The `match` lists every `Change` variant, so a new
+/// one does not compile until it is added here (and then to the list and the book).
+#[test]
+fn every_event_reason_is_listed_and_every_listed_reason_is_published() {
+    use super::events::Change;
+    use crate::credentials::CredentialChange;
+    use std::collections::BTreeSet;
+    let at = std::time::SystemTime::UNIX_EPOCH;
+    let s = || "s".to_string();
+    let changes = vec![
+        Change::InvalidSpec(s()),
+        Change::ConfigChanged,
+        Change::Scaled { from: 1, to: 2 },
+        Change::Pruned(vec![s()]),
+        Change::ReconcileFailed(s()),
+        Change::ConflictingObject(s()),
+        Change::MissingSecret(s()),
+        Change::SecretProblem(super::types::INVALID_SECRET, s()),
+        Change::SecretProblem(super::types::CERTIFICATE_EXPIRED, s()),
+        Change::CredentialsChanged,
+        Change::Credential(CredentialChange::Renewed {
+            secret: s(),
+            why: "renew point reached",
+            until: None,
+        }),
+        Change::Credential(CredentialChange::CaStaged { secret: s(), promote_after: at, lost: None }),
+        Change::Credential(CredentialChange::CaPromoted { secret: s(), retire_after: at }),
+        Change::Credential(CredentialChange::CaRetired(s())),
+        Change::Credential(CredentialChange::CaReplaced { secret: s(), why: s() }),
+        Change::Credential(CredentialChange::PasswordsChanged(s())),
+        Change::CertificateExpiring(s()),
+        Change::Unschedulable(s()),
+        Change::Scheduled,
+        Change::Adopted(vec![s()]),
+        Change::MeshBroken("Partitioned".into(), s()),
+        Change::MeshBroken("EdgeNotUplinked".into(), s()),
+        Change::MeshConnected(s()),
+    ];
+    for c in &changes {
+        match c {
+            Change::InvalidSpec(_)
+            | Change::ConfigChanged
+            | Change::Scaled { .. }
+            | Change::Pruned(_)
+            | Change::ReconcileFailed(_)
+            | Change::ConflictingObject(_)
+            | Change::MissingSecret(_)
+            | Change::SecretProblem(..)
+            | Change::CredentialsChanged
+            | Change::Credential(_)
+            | Change::CertificateExpiring(_)
+            | Change::Unschedulable(_)
+            | Change::Scheduled
+            | Change::Adopted(_)
+            | Change::MeshBroken(..)
+            | Change::MeshConnected(_) => {}
+        }
+    }
+    let published: BTreeSet<(String, String)> = changes
+        .iter()
+        .map(|c| {
+            let e = c.event();
+            let t = if e.type_ == kube::runtime::events::EventType::Warning { "Warning" } else { "Normal" };
+            (t.to_string(), e.reason)
+        })
+        .collect();
+    let listed: BTreeSet<(String, String)> =
+        crate::reasons::EVENTS.iter().map(|(t, r)| (t.to_string(), r.to_string())).collect();
+    assert_eq!(published, listed);
+}

@@ -1,0 +1,475 @@
+//! The book (`docs/`, an mdBook built by `tools/book/build.sh`, `make docs`), checked as a
+//! reader meets it:
+//! - it builds, and every link and anchor inside it (and every file the README links to)
+//!   resolves;
+//! - the troubleshooting page lists exactly the condition and Event reasons the controller
+//!   emits (`qdr_controller::reasons`);
+//! - the example topology picture is what `kubectl qdr topology -o dot` draws for its status;
+//! - the first page and the architecture page render in headless Chromium (Debian's) without
+//!   a script error, with screenshots kept in `target/test-artifacts/docs/`;
+//! - every `make` target the book or the README names exists, and every command of a
+//!   `console` block runs against a local control plane (webhook, two controllers, 3
+//!   simulated nodes), page by page in a namespace of its own, printing what the page shows
+//!   (each line the page shows after a command, spaces squeezed, `…` for any text) and
+//!   failing where the page shows it refused (`... is invalid:`, `Error from server`).
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::path::{Path, PathBuf};
+use std::process::Command;
+use std::sync::OnceLock;
+use std::time::Duration;
+
+use qdr_tests::components;
+
+fn root() -> PathBuf {
+    qdr_tests::workspace_root()
+}
+
+/// The book, built once per test binary into `target/test-artifacts/docs/book`.
+fn book() -> &'static Path {
+    static BOOK: OnceLock<PathBuf> = OnceLock::new();
+    BOOK.get_or_init(|| {
+        let out = artifacts().join("book");
+        let run =
+            Command::new(root().join("tools/book/build.sh")).arg(&out).output().expect("tools/book/build.sh");
+        assert!(
+            run.status.success(),
+            "the book does not build:\n{}{}",
+            String::from_utf8_lossy(&run.stdout),
+            String::from_utf8_lossy(&run.stderr)
+        );
+        let warnings: Vec<&str> = std::str::from_utf8(&run.stderr)
+            .unwrap()
+            .lines()
+            .filter(|l| l.contains("WARN") || l.contains("ERROR"))
+            .collect();
+        assert!(warnings.is_empty(), "mdbook warned:\n{}", warnings.join("\n"));
+        out
+    })
+}
+
+/// `target/test-artifacts/docs/`: the built book and the screenshots, kept after the run.
+fn artifacts() -> PathBuf {
+    let dir = std::env::var_os("CARGO_TARGET_DIR").map_or_else(|| root().join("target"), PathBuf::from);
+    let dir = dir.join("test-artifacts/docs");
+    std::fs::create_dir_all(&dir).unwrap();
+    dir
+}
+
+/// The pages of the book, in `SUMMARY.md`'s order (file names relative to `docs/`).
+fn pages() -> Vec<String> {
+    let summary = std::fs::read_to_string(root().join("docs/SUMMARY.md")).unwrap();
+    summary
+        .lines()
+        .filter_map(|l| {
+            l.split_once("](").and_then(|(_, rest)| rest.split_once(')')).map(|(p, _)| p.to_string())
+        })
+        .collect()
+}
+
+/// The values of attribute `attr` (`href`, `src`, `id`) in an HTML text, as mdBook writes
+/// them (double-quoted).
+fn attributes<'a>(html: &'a str, attr: &str) -> Vec<&'a str> {
+    let needle = format!(" {attr}=\"");
+    html.match_indices(&needle)
+        .filter_map(|(i, _)| {
+            let rest = &html[i + needle.len()..];
+            rest.find('"').map(|end| &rest[..end])
+        })
+        .collect()
+}
+
+fn unescape(s: &str) -> String {
+    s.replace("&amp;", "&").replace("%20", " ")
+}
+
+#[test]
+fn the_book_builds_and_every_internal_link_and_anchor_resolves() {
+    let book = book();
+    let mut ids: BTreeMap<PathBuf, BTreeSet<String>> = BTreeMap::new();
+    let mut html_files = Vec::new();
+    for entry in walk(book) {
+        if entry.extension().is_some_and(|e| e == "html") {
+            let text = std::fs::read_to_string(&entry).unwrap();
+            ids.insert(entry.clone(), attributes(&text, "id").into_iter().map(unescape).collect());
+            html_files.push((entry, text));
+        }
+    }
+    // Every page of SUMMARY.md is in the book.
+    for page in pages() {
+        let html = book.join(page.replace(".md", ".html"));
+        assert!(html.is_file(), "{} is missing from the book", html.display());
+    }
+    let mut broken = Vec::new();
+    let mut checked = 0;
+    for (file, text) in &html_files {
+        // The print page repeats every page with its links rewritten; each page is checked.
+        if file.file_name().is_some_and(|n| n == "print.html" || n == "404.html" || n == "toc.html") {
+            continue;
+        }
+        for link in attributes(text, "href").into_iter().chain(attributes(text, "src")) {
+            let link = unescape(link);
+            if link.is_empty()
+                || ["http://", "https://", "mailto:", "javascript:", "data:"]
+                    .iter()
+                    .any(|p| link.starts_with(p))
+            {
+                continue;
+            }
+            checked += 1;
+            let (path, fragment) = link.split_once('#').unwrap_or((&link, ""));
+            let path = path.split('?').next().unwrap();
+            let target =
+                if path.is_empty() { file.clone() } else { normalize(&file.parent().unwrap().join(path)) };
+            let target = if target.is_dir() { target.join("index.html") } else { target };
+            if !target.is_file() {
+                broken.push(format!("{}: {link} (no file {})", rel(book, file), target.display()));
+            } else if !fragment.is_empty() && !ids.get(&target).is_some_and(|s| s.contains(fragment)) {
+                broken.push(format!(
+                    "{}: {link} (no id {fragment:?} in {})",
+                    rel(book, file),
+                    rel(book, &target)
+                ));
+            }
+        }
+    }
+    assert!(checked > 500, "only {checked} links checked: is the book empty?");
+    assert!(broken.is_empty(), "broken links in the book:\n{}", broken.join("\n"));
+
+    // The README's links: files of the repository, or the book's pages.
+    let readme = std::fs::read_to_string(root().join("README.md")).unwrap();
+    for (_, rest) in readme.match_indices("](").map(|(i, _)| ((), &readme[i + 2..])) {
+        let link = rest.split(')').next().unwrap();
+        if link.starts_with("http") || link.starts_with('#') {
+            continue;
+        }
+        let path = link.split('#').next().unwrap();
+        assert!(root().join(path).exists(), "README.md links to {link}, which does not exist");
+    }
+}
+
+fn walk(dir: &Path) -> Vec<PathBuf> {
+    let mut out = Vec::new();
+    for e in std::fs::read_dir(dir).unwrap() {
+        let p = e.unwrap().path();
+        if p.is_dir() { out.extend(walk(&p)) } else { out.push(p) }
+    }
+    out
+}
+
+fn normalize(p: &Path) -> PathBuf {
+    let mut out = PathBuf::new();
+    for c in p.components() {
+        match c {
+            std::path::Component::ParentDir => {
+                out.pop();
+            }
+            std::path::Component::CurDir => {}
+            c => out.push(c),
+        }
+    }
+    out
+}
+
+fn rel(base: &Path, p: &Path) -> String {
+    p.strip_prefix(base).unwrap_or(p).display().to_string()
+}
+
+/// The backquoted first cells of the rows of the table under heading `## {section}` of
+/// `page`: (first column, second column).
+fn table_rows(page: &str, section: &str) -> Vec<(String, String)> {
+    let text = std::fs::read_to_string(root().join("docs").join(page)).unwrap();
+    let start =
+        text.find(&format!("\n## {section}\n")).unwrap_or_else(|| panic!("{page} has no section {section}"));
+    let body = &text[start + 1..];
+    let body = &body[..body[3..].find("\n## ").map_or(body.len(), |i| i + 3)];
+    body.lines()
+        .filter(|l| l.starts_with("| `"))
+        .map(|l| {
+            let cells: Vec<&str> = l.split('|').map(str::trim).collect();
+            (cells[1].trim_matches('`').to_string(), cells[2].trim_matches('`').to_string())
+        })
+        .collect()
+}
+
+#[test]
+fn troubleshooting_lists_exactly_the_reasons_the_controller_emits() {
+    let listed: BTreeSet<(String, String)> =
+        table_rows("troubleshooting.md", "Conditions").into_iter().collect();
+    let emitted: BTreeSet<(String, String)> = qdr_controller::reasons::CONDITIONS
+        .iter()
+        .flat_map(|(t, rs)| rs.iter().map(move |r| (t.to_string(), r.to_string())))
+        .collect();
+    assert_eq!(
+        listed.difference(&emitted).collect::<Vec<_>>(),
+        Vec::<&(String, String)>::new(),
+        "condition reasons on the page that the controller never sets"
+    );
+    assert_eq!(
+        emitted.difference(&listed).collect::<Vec<_>>(),
+        Vec::<&(String, String)>::new(),
+        "condition reasons the controller sets that the page does not explain"
+    );
+    let listed: BTreeSet<(String, String)> = table_rows("troubleshooting.md", "Events").into_iter().collect();
+    let emitted: BTreeSet<(String, String)> =
+        qdr_controller::reasons::EVENTS.iter().map(|(t, r)| (t.to_string(), r.to_string())).collect();
+    assert_eq!(listed, emitted, "the page's Events table and qdr_controller::reasons::EVENTS differ");
+}
+
+/// `docs/diagrams/topology.dot` is `kubectl qdr topology router-mesh -o dot` of the status in
+/// `docs/diagrams/topology-status.json`. `QDR_BLESS=1` rewrites it.
+#[test]
+fn the_topology_picture_is_what_kubectl_qdr_draws() {
+    let dir = root().join("docs/diagrams");
+    let status: qdr_api::InterconnectStatus =
+        serde_json::from_str(&std::fs::read_to_string(dir.join("topology-status.json")).unwrap()).unwrap();
+    let drawn = qdr_api::topology::render("router-mesh", &status, qdr_api::topology::Format::Dot);
+    let path = dir.join("topology.dot");
+    if std::env::var_os("QDR_BLESS").is_some() {
+        std::fs::write(&path, &drawn).unwrap();
+    }
+    let committed = std::fs::read_to_string(&path).unwrap_or_default();
+    assert_eq!(committed, drawn, "docs/diagrams/topology.dot is stale: run this test with QDR_BLESS=1");
+}
+
+/// Headless Chromium, as the machine's probe runs it (no background networking: this machine's
+/// network is closed).
+fn chromium(args: &[&str], profile: &Path) -> std::process::Output {
+    Command::new("chromium")
+        .args([
+            "--headless",
+            "--no-sandbox",
+            "--disable-gpu",
+            "--disable-quic",
+            "--no-first-run",
+            "--disable-background-networking",
+            "--disable-component-update",
+            "--disable-sync",
+            "--hide-scrollbars",
+            "--enable-logging=stderr",
+            "--v=0",
+        ])
+        .arg(format!("--user-data-dir={}", profile.display()))
+        .args(args)
+        .output()
+        .expect("chromium (Debian's package `chromium`; .ci/run installs it)")
+}
+
+#[test]
+fn the_first_page_and_the_architecture_render_in_headless_chromium() {
+    let book = book();
+    let out = artifacts();
+    for (page, shot, size, must) in [
+        ("index.html", "first-page.png", "1280,900", "Quick start"),
+        ("architecture.html", "architecture.png", "1280,900", "diagrams/architecture.svg"),
+        // The picture alone, at its own size (Graphviz writes it about 1,200 points wide).
+        ("diagrams/architecture.svg", "architecture-picture.png", "1700,560", "qdr-controller"),
+    ] {
+        let profile = tempfile::tempdir().unwrap();
+        let url = format!("file://{}", book.join(page).display());
+        let dom = chromium(&["--virtual-time-budget=3000", "--dump-dom", &url], profile.path());
+        let stderr = String::from_utf8_lossy(&dom.stderr);
+        let stdout = String::from_utf8_lossy(&dom.stdout);
+        assert!(dom.status.success(), "chromium failed on {page}:\n{stderr}");
+        assert!(
+            stdout.contains(must),
+            "{page} rendered without {must:?}:\n{}",
+            &stdout[..stdout.len().min(2000)]
+        );
+        // Script errors and failed loads are logged as CONSOLE lines or net errors.
+        let errors: Vec<&str> = stderr
+            .lines()
+            .filter(|l| {
+                l.contains("Uncaught")
+                    || (l.contains("CONSOLE") && l.contains("Error"))
+                    || l.contains("ERR_FILE_NOT_FOUND")
+            })
+            .collect();
+        assert!(errors.is_empty(), "{page} logged errors in Chromium:\n{}", errors.join("\n"));
+        let png = out.join(shot);
+        let _ = std::fs::remove_file(&png);
+        let profile = tempfile::tempdir().unwrap();
+        let run = chromium(
+            &[&format!("--window-size={size}"), &format!("--screenshot={}", png.display()), &url],
+            profile.path(),
+        );
+        assert!(run.status.success(), "screenshot of {page}:\n{}", String::from_utf8_lossy(&run.stderr));
+        let bytes = std::fs::read(&png).unwrap_or_else(|e| panic!("{}: {e}", png.display()));
+        assert!(
+            bytes.starts_with(b"\x89PNG") && bytes.len() > 10_000,
+            "{} is not a real screenshot",
+            png.display()
+        );
+        eprintln!("screenshot: {} ({} bytes)", png.display(), bytes.len());
+    }
+}
+
+/// A command of a `console` block and the lines the page shows it printing.
+#[derive(Debug)]
+struct Step {
+    page: String,
+    command: String,
+    shows: Vec<String>,
+}
+
+/// The commands of every `console` block, page by page in SUMMARY order, and every command
+/// (of any block) that runs `make`.
+fn console_steps() -> (Vec<Step>, Vec<String>) {
+    let mut steps = Vec::new();
+    let mut makes = Vec::new();
+    let mut sources: Vec<(String, String)> = pages()
+        .into_iter()
+        .map(|p| (p.clone(), std::fs::read_to_string(root().join("docs").join(&p)).unwrap()))
+        .collect();
+    sources.push(("README.md".into(), std::fs::read_to_string(root().join("README.md")).unwrap()));
+    for (page, text) in sources {
+        let mut fence: Option<String> = None;
+        for line in text.lines() {
+            if let Some(info) = line.trim_start().strip_prefix("```") {
+                fence = if fence.is_some() { None } else { Some(info.trim().to_string()) };
+                continue;
+            }
+            let Some(info) = &fence else { continue };
+            let command = line.strip_prefix("$ ").or_else(|| (info == "sh").then_some(line));
+            if let Some(c) = command.map(str::trim).filter(|c| c.starts_with("make ")) {
+                makes.push(c.split_whitespace().nth(1).unwrap().to_string());
+            }
+            if info != "console" {
+                continue;
+            }
+            if let Some(command) = line.strip_prefix("$ ") {
+                steps.push(Step { page: page.clone(), command: command.to_string(), shows: Vec::new() });
+            } else if !line.trim().is_empty() {
+                steps
+                    .last_mut()
+                    .expect("output before the first command")
+                    .shows
+                    .push(line.trim().to_string());
+            }
+        }
+    }
+    (steps, makes)
+}
+
+#[test]
+fn every_make_target_the_docs_name_exists() {
+    let (_, makes) = console_steps();
+    assert!(makes.contains(&"run".to_string()) && makes.contains(&"test".to_string()), "{makes:?}");
+    for target in makes {
+        let dry = Command::new("make").args(["-n", &target]).current_dir(root()).output().unwrap();
+        assert!(
+            dry.status.success(),
+            "`make {target}` named in the docs: {}",
+            String::from_utf8_lossy(&dry.stderr)
+        );
+    }
+}
+
+/// Whether `printed` holds `line`, where `…` in `line` stands for any text (a generated
+/// namespace's name, a time).
+fn shows(printed: &str, line: &str) -> bool {
+    let mut rest = printed;
+    for part in line.split('…') {
+        match rest.find(part) {
+            Some(i) => rest = &rest[i + part.len()..],
+            None => return false,
+        }
+    }
+    true
+}
+
+fn squash(s: &str) -> String {
+    s.split_whitespace().collect::<Vec<_>>().join(" ")
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn every_console_command_runs_against_a_local_control_plane() {
+    let _ = rustls::crypto::ring::default_provider().install_default();
+    let (steps, _) = console_steps();
+    let pages: BTreeSet<&str> = steps.iter().map(|s| s.page.as_str()).collect();
+    assert!(steps.len() >= 30 && pages.len() >= 6, "{} commands on {pages:?}", steps.len());
+
+    let cp = qdr_tests::shared_with_nodes(3).await;
+    cp.install_crd().await;
+    let client = cp.client().await.unwrap();
+    let system = cp.namespace("docs-system").await;
+    let (validate, mutate) = (components::free_port(), components::free_port());
+    let reg = components::register(&client, "docs", validate, mutate).await;
+    let webhooks = [validate, mutate].map(|p| components::start_replica(cp, &system.name, &reg, p, &[]));
+    for w in &webhooks {
+        components::wait_ready(w, Duration::from_secs(60)).await;
+    }
+    let ids = cp.install_rbac(&components::install(&system.name, &reg)).expect("deploy/'s RBAC");
+    let _controllers: Vec<qdr_tests::Process> = ["docs-0", "docs-1"]
+        .iter()
+        .map(|id| {
+            let mut cmd = Command::new(components::binary("qdr-controller"));
+            cmd.env("KUBECONFIG", &ids.controller).env("RUST_LOG", "info,kube=warn").args([
+                &format!("--lease-namespace={}", system.name),
+                &format!("--identity={id}"),
+                &format!("--health-listen=127.0.0.1:{}", components::free_port()),
+                "--default-image=quay.io/interconnectedcloud/qdrouterd:1.19.0",
+                // Simulated nodes: no router answers at its pod's address.
+                "--observe-mesh=off",
+            ]);
+            qdr_tests::Process::spawn(id, cmd, &cp.dir().join(format!("{id}.log"))).expect("a controller")
+        })
+        .collect();
+
+    let path = format!(
+        "{}:{}",
+        cp.kubectl().get_program().to_string_lossy().rsplit_once('/').unwrap().0,
+        std::env::var("PATH").unwrap()
+    );
+    let mut failures = Vec::new();
+    for page in pages {
+        let ns =
+            cp.namespace(&format!("docs-{}", page.trim_end_matches(".md").replace(['_', '.'], "-"))).await;
+        components::label_namespace(cp, &ns.name, "docs");
+        components::wait_admission_works(cp, &ns.name, Duration::from_secs(60)).await;
+        let kubeconfig = cp.dir().join(format!("docs-{}.kubeconfig", ns.name));
+        std::fs::copy(cp.kubeconfig(), &kubeconfig).unwrap();
+        let set = Command::new("kubectl")
+            .env("PATH", &path)
+            .args(["config", "set-context", "--current", &format!("--namespace={}", ns.name)])
+            .arg(format!("--kubeconfig={}", kubeconfig.display()))
+            .output()
+            .unwrap();
+        assert!(set.status.success(), "{}", String::from_utf8_lossy(&set.stderr));
+        for step in steps.iter().filter(|s| s.page == page) {
+            let run = Command::new("bash")
+                .args(["-o", "pipefail", "-c", &step.command])
+                .current_dir(root())
+                .env("PATH", &path)
+                .env("KUBECONFIG", &kubeconfig)
+                .output()
+                .unwrap();
+            let printed =
+                format!("{}{}", String::from_utf8_lossy(&run.stdout), String::from_utf8_lossy(&run.stderr));
+            let refused =
+                step.shows.iter().any(|l| l.contains(" is invalid:") || l.starts_with("Error from server"));
+            eprintln!("[{page}] $ {}\n{}", step.command, printed.trim_end());
+            if run.status.success() == refused {
+                failures.push(format!(
+                    "{page}: `{}` {} (the page shows it {}):\n{printed}",
+                    step.command,
+                    if refused { "succeeded" } else { "failed" },
+                    if refused { "refused" } else { "succeeding" }
+                ));
+                continue;
+            }
+            let all = squash(&printed);
+            for line in &step.shows {
+                if !shows(&all, &squash(line)) {
+                    failures.push(format!("{page}: `{}` did not print {line:?}:\n{printed}", step.command));
+                }
+            }
+        }
+    }
+    assert!(
+        failures.is_empty(),
+        "{} command(s) of the book do not do what it shows:\n\n{}",
+        failures.len(),
+        failures.join("\n\n")
+    );
+}
