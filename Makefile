@@ -22,8 +22,9 @@ lint: ## rustfmt check and clippy with warnings as errors
 	$(CARGO) fmt --all --check
 	$(CARGO) clippy --workspace --all-targets --locked -- -D warnings
 
-docs: api-reference ## Build the book (docs/, mdBook, with its Graphviz pictures) into target/book; open target/book/index.html
+docs: api-reference ## Build the book (docs/, mdBook) into target/book and redraw its pictures (docs/diagrams/*.svg, from the .dot files); open target/book/index.html
 	tools/book/build.sh $(CARGO_TARGET_DIR_OR_DEFAULT)/book
+	cp $(CARGO_TARGET_DIR_OR_DEFAULT)/book.src/diagrams/*.svg docs/diagrams/
 
 api-reference: ## Regenerate docs/api-reference.md from the CRD (make test fails when it is stale)
 	$(CARGO) run --locked -q -p qdr-api --bin docgen > docs/api-reference.md

@@ -216,6 +216,26 @@ fn troubleshooting_lists_exactly_the_reasons_the_controller_emits() {
     assert_eq!(listed, emitted, "the page's Events table and qdr_controller::reasons::EVENTS differ");
 }
 
+/// The committed pictures (`docs/diagrams/*.svg`, shown where the pages are read as plain
+/// Markdown) are what Graphviz draws from their `.dot` sources now (`make docs` redraws them).
+#[test]
+fn the_committed_pictures_are_drawn_from_their_sources() {
+    let drawn_dir = book().with_extension("src").join("diagrams");
+    let mut compared = 0;
+    for dot in walk(&root().join("docs/diagrams")) {
+        if dot.extension().is_none_or(|e| e != "dot") {
+            continue;
+        }
+        let svg = dot.with_extension("svg");
+        let committed = std::fs::read_to_string(&svg)
+            .unwrap_or_else(|e| panic!("{}: {e}: run `make docs`", svg.display()));
+        let drawn = std::fs::read_to_string(drawn_dir.join(svg.file_name().unwrap())).unwrap();
+        assert!(committed == drawn, "{} is not what {} draws: run `make docs`", svg.display(), dot.display());
+        compared += 1;
+    }
+    assert!(compared >= 2, "only {compared} pictures");
+}
+
 /// `docs/diagrams/topology.dot` is `kubectl qdr topology router-mesh -o dot` of the status in
 /// `docs/diagrams/topology-status.json`. `QDR_BLESS=1` rewrites it.
 #[test]

@@ -3,8 +3,10 @@
 #   1. mdBook itself, pinned (MDBOOK_VERSION), installed once with `cargo install --locked`
 #      into a cache outside the repo (~/.cache/qdr-operator/mdbook-<version>; about 2 minutes
 #      cold on 2 cores), reused after;
-#   2. docs/ copied into OUT.src (nothing is generated inside the checkout), each
-#      docs/diagrams/*.dot drawn to an SVG beside it by Graphviz's `dot` (Debian's graphviz);
+#   2. docs/ copied into OUT.src (nothing is written inside the checkout), each
+#      docs/diagrams/*.dot drawn again to the SVG beside it by Graphviz's `dot` (Debian's
+#      graphviz); the SVGs are also committed, so the pages show their pictures where
+#      Markdown is read without the book (`make docs` copies them back; a test compares);
 #   3. `mdbook build` of that copy into OUT.
 # Fails, naming what is missing, when cargo or dot is absent.
 #
