@@ -18,6 +18,10 @@ root="$(cd "$here/../.." && pwd)"
 MDBOOK_VERSION=0.5.4
 cache="${XDG_CACHE_HOME:-$HOME/.cache}/qdr-operator/mdbook-$MDBOOK_VERSION"
 mdbook="$cache/bin/mdbook"
+mkdir -p "$(dirname "$cache")"
+# One install at a time (`make docs` beside the docs test): a second caller waits, then finds it.
+exec 9>"$cache.lock"
+flock 9
 if [[ ! -x "$mdbook" ]]; then
   command -v cargo >/dev/null || { echo "book: cargo is required to install mdBook $MDBOOK_VERSION" >&2; exit 1; }
   # The `search` feature only: no `serve`/`watch` web server is built.
@@ -25,6 +29,7 @@ if [[ ! -x "$mdbook" ]]; then
     --features search --root "$cache.tmp" >&2
   mkdir -p "$cache/bin" && mv "$cache.tmp/bin/mdbook" "$mdbook" && rm -rf "$cache.tmp"
 fi
+flock -u 9
 if [[ "${1:-}" == "--mdbook" ]]; then echo "$mdbook"; exit 0; fi
 
 command -v dot >/dev/null || { echo "book: Graphviz's dot is required for the pictures (apt-get install graphviz)" >&2; exit 1; }
