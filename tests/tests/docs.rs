@@ -8,7 +8,7 @@
 //! - the first page and the architecture page render in headless Chromium (Debian's) without
 //!   a script error, with screenshots kept in `target/test-artifacts/docs/`;
 //! - every `make` target the book or the README names exists, and every command of a
-//!   `console` block runs against a local control plane (webhook, two controllers, 3
+//!   `console` block runs against a local control plane (webhook, two release controllers, 3
 //!   simulated nodes), page by page in a namespace of its own, printing what the page shows
 //!   (each line the page shows after a command, spaces squeezed, `…` for any text) and
 //!   failing where the page shows it refused (`... is invalid:`, `Error from server`).
@@ -416,20 +416,12 @@ async fn every_console_command_runs_against_a_local_control_plane() {
     for w in &webhooks {
         components::wait_ready(w, Duration::from_secs(60)).await;
     }
-    let ids = cp.install_rbac(&components::install(&system.name, &reg)).expect("deploy/'s RBAC");
+    // The release controllers (`make test` builds them first), as deploy/'s ServiceAccount.
+    // Simulated nodes: no router answers at its pod's address, so the mesh is not read.
     let _controllers: Vec<qdr_tests::Process> = ["docs-0", "docs-1"]
         .iter()
         .map(|id| {
-            let mut cmd = Command::new(components::binary("qdr-controller"));
-            cmd.env("KUBECONFIG", &ids.controller).env("RUST_LOG", "info,kube=warn").args([
-                &format!("--lease-namespace={}", system.name),
-                &format!("--identity={id}"),
-                &format!("--health-listen=127.0.0.1:{}", components::free_port()),
-                "--default-image=quay.io/interconnectedcloud/qdrouterd:1.19.0",
-                // Simulated nodes: no router answers at its pod's address.
-                "--observe-mesh=off",
-            ]);
-            qdr_tests::Process::spawn(id, cmd, &cp.dir().join(format!("{id}.log"))).expect("a controller")
+            qdr_tests::routers::start_controller(cp, id, &["--observe-mesh=off"]).expect("a controller")
         })
         .collect();
 

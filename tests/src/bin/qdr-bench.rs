@@ -21,6 +21,11 @@ struct Row {
 }
 
 impl Row {
+    /// A one-run row of a mean time in `seconds`, printed in milliseconds, with no target.
+    fn mean_ms(what: String, seconds: f64) -> Row {
+        Row { what, runs: vec![seconds * 1000.0], unit: "ms", target: String::new() }
+    }
+
     fn stats(&self) -> (f64, f64, f64) {
         let mut v = self.runs.clone();
         v.sort_by(|a, b| a.partial_cmp(b).unwrap());
@@ -619,22 +624,12 @@ async fn api_server_rows(
         unit: "×",
         target: String::new(),
     });
-    for (name, mean) in apiserver_view {
-        rows.push(Row {
-            what: format!("  one call of {name} as the API server times it (mean, cluster admin)"),
-            runs: vec![mean * 1000.0],
-            unit: "ms",
-            target: String::new(),
-        });
-    }
-    for (name, mean) in own_view {
-        rows.push(Row {
-            what: format!("  one /{name} as the webhook times its handler (mean, cluster admin)"),
-            runs: vec![mean * 1000.0],
-            unit: "ms",
-            target: String::new(),
-        });
-    }
+    rows.extend(apiserver_view.into_iter().map(|(name, mean)| {
+        Row::mean_ms(format!("  one call of {name} as the API server times it (mean, cluster admin)"), mean)
+    }));
+    rows.extend(own_view.into_iter().map(|(name, mean)| {
+        Row::mean_ms(format!("  one /{name} as the webhook times its handler (mean, cluster admin)"), mean)
+    }));
     rows.extend(identity_rows);
     rows.push(Row {
         what: format!("  TLS connections (handshakes) the API server opened for {} reviews", runs * 150 * 2),
@@ -1638,14 +1633,7 @@ async fn identity_rows(
                     .into_iter()
                     .map(|(name, mean)| (format!("one /{name} as the webhook times its handler"), mean)),
             );
-        for (what, mean) in timed {
-            rows.push(Row {
-                what: format!("  as {label}: {what} (mean)"),
-                runs: vec![mean * 1000.0],
-                unit: "ms",
-                target: String::new(),
-            });
-        }
+        rows.extend(timed.map(|(what, mean)| Row::mean_ms(format!("  as {label}: {what} (mean)"), mean)));
     }
     Ok(rows)
 }
