@@ -1,7 +1,6 @@
 //! Keys and certificates that users provide, judged as the router reads them: qdrouterd
 //! loads `tls.crt` and `tls.key` with OpenSSL, so they are checked with OpenSSL here too
-//! (the `openssl` crate over the system's libssl, or one built in with the
-//! `vendored-openssl` feature). `ring`, which signs what the operator generates, refuses
+//! (the `openssl` crate over the system's libssl, which the images carry: deploy/docker). `ring`, which signs what the operator generates, refuses
 //! keys that OpenSSL and the router accept: P-521, RSA under 2048 bits, RSA-PSS, Ed448,
 //! DSA. Rejecting those would mark a working Secret invalid and hold running routers.
 

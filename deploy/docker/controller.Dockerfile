@@ -1,15 +1,16 @@
-# qdr-controller: a static (musl) binary on an empty base image, run as a non-root user,
-# with OpenSSL built from source and linked in (feature vendored-openssl).
+# qdr-controller: the glibc release binary and exactly the shared libraries it loads (laid out by
+# deploy/docker/rootfs.sh) on an empty base image, run as a non-root user. `make images`
+# builds the images the tests run with the same cargo command and the same script, on the same
+# Debian release (bookworm), so both hold the same files; tests/tests/install.rs checks it.
 # Build from the repository root: docker build -f deploy/docker/controller.Dockerfile -t qdr-operator/controller:0.1.0 .
 FROM rust:1.95-bookworm AS build
-RUN apt-get update && apt-get install -y --no-install-recommends musl-tools && rm -rf /var/lib/apt/lists/* \
- && rustup target add x86_64-unknown-linux-musl
+RUN apt-get update && apt-get install -y --no-install-recommends pkg-config libssl-dev && rm -rf /var/lib/apt/lists/*
 WORKDIR /src
 COPY . .
-RUN cargo build --release --locked --target x86_64-unknown-linux-musl -p qdr-controller --features vendored-openssl --bin qdr-controller \
- && cp target/x86_64-unknown-linux-musl/release/qdr-controller /qdr-controller
+RUN cargo build --locked --release -p qdr-controller --bin qdr-controller \
+ && deploy/docker/rootfs.sh target/release/qdr-controller /rootfs
 
 FROM scratch
-COPY --from=build /qdr-controller /qdr-controller
+COPY --from=build /rootfs/ /
 USER 65532:65532
 ENTRYPOINT ["/qdr-controller"]

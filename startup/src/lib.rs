@@ -67,8 +67,8 @@ pub async fn shutdown_signal() {
 /// and raises that threshold as large blocks are freed, so a peak on any runtime thread
 /// stays resident in its arena. Measured: the webhook under `webhook/tests/flood.rs` peaked
 /// at 225 MiB without these settings and 83 MiB with them; the controller converging 2,000
-/// Interconnects (`make bench`) peaks at about 175 MiB with them. (The published images
-/// link musl, whose allocator has no per-thread arenas: there this does nothing.)
+/// Interconnects (`make bench`) peaks at about 175 MiB with them. The published images run
+/// these glibc binaries (deploy/docker), so the figures hold for them.
 #[allow(unsafe_code)]
 pub fn bound_allocator() {
     #[cfg(all(target_os = "linux", target_env = "gnu"))]

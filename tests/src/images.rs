@@ -3,10 +3,11 @@
 //! layout archive (one uncompressed layer, an image config, a manifest, `index.json`) that
 //! `ctr images import` takes.
 //!
-//! - [`operator_image`]: the controller or the webhook from the workspace's release binary,
-//!   with the entrypoint, user and path that `deploy/docker/<name>.Dockerfile` gives its
-//!   published (static musl) image, plus exactly the shared libraries the glibc binary loads
-//!   (`ldd`), at the paths the dynamic loader looks in.
+//! - [`operator_image`]: the controller or the webhook, from the root filesystem that
+//!   `deploy/docker/rootfs.sh` lays out from the workspace's release binary (the binary and
+//!   exactly the shared libraries it loads), with the user and entrypoint of
+//!   `deploy/docker/<name>.Dockerfile`, whose build stage runs the same script: one definition
+//!   for the published images and the tested ones.
 //! - [`pause_image`]: the sandbox image, the static `pause` program of `tools/testbin/pause`.
 //!
 //! Layers are reproducible: entries sorted, owner 0:0, modification time 0.
@@ -28,17 +29,13 @@ pub const TAG: &str = "dev";
 /// The pause image's reference (containerd's `sandbox_image` on the real node).
 pub const PAUSE_IMAGE: &str = "qdr-operator.test/pause:1";
 
-/// One of the operator's two images, as `deploy/docker/<name>.Dockerfile` describes it.
+/// One of the operator's two images, as `deploy/docker/<name>.Dockerfile` defines it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct OperatorImage {
     /// `controller` or `webhook`: the Dockerfile's and the image's short name.
     pub name: &'static str,
-    /// The cargo binary (`target/release/<binary>`).
+    /// The cargo binary (`target/release/<binary>`), stored at `/<binary>` in the image.
     pub binary: &'static str,
-    /// Where the binary sits in the image and what the entrypoint runs.
-    pub path: &'static str,
-    /// `uid:gid` the image runs as (`USER`).
-    pub user: &'static str,
 }
 
 impl OperatorImage {
@@ -51,19 +48,18 @@ impl OperatorImage {
     pub fn reference(&self) -> String {
         format!("{}:{TAG}", self.repository())
     }
+
+    /// `deploy/docker/<name>.Dockerfile`.
+    pub fn dockerfile_path(&self) -> PathBuf {
+        crate::workspace_root().join(format!("deploy/docker/{}.Dockerfile", self.name))
+    }
 }
 
-/// The controller image: `/qdr-controller` as user 65532:65532.
-pub const CONTROLLER: OperatorImage = OperatorImage {
-    name: "controller",
-    binary: "qdr-controller",
-    path: "/qdr-controller",
-    user: "65532:65532",
-};
+/// The controller image (`/qdr-controller`).
+pub const CONTROLLER: OperatorImage = OperatorImage { name: "controller", binary: "qdr-controller" };
 
-/// The webhook image: `/qdr-webhook` as user 65532:65532.
-pub const WEBHOOK: OperatorImage =
-    OperatorImage { name: "webhook", binary: "qdr-webhook", path: "/qdr-webhook", user: "65532:65532" };
+/// The webhook image (`/qdr-webhook`).
+pub const WEBHOOK: OperatorImage = OperatorImage { name: "webhook", binary: "qdr-webhook" };
 
 /// What goes into an image: files (source on this machine → absolute path in the image,
 /// mode), the entrypoint and the user.
@@ -98,37 +94,153 @@ pub struct ImageConfig {
     pub files: Vec<String>,
 }
 
+/// The script that lays out an operator image's root filesystem, for the Dockerfiles' build
+/// stage and for [`operator_image`] alike: `deploy/docker/rootfs.sh BINARY ROOTFS`.
+pub fn rootfs_script() -> PathBuf {
+    crate::workspace_root().join("deploy/docker/rootfs.sh")
+}
+
+/// What a two-stage `deploy/docker/*.Dockerfile` says, read line by line (continuation lines
+/// joined): the build stage's base and `RUN` commands, and the final stage's base, `COPY`
+/// lines, `USER` and `ENTRYPOINT` (exec form).
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Dockerfile {
+    /// The first `FROM` (without `AS name`), e.g. `rust:1.95-bookworm`.
+    pub build_base: String,
+    /// The build stage's `RUN` commands.
+    pub build_runs: Vec<String>,
+    /// The last `FROM`, e.g. `scratch`.
+    pub final_base: String,
+    /// The final stage's `COPY` lines, their words after `COPY`.
+    pub final_copies: Vec<Vec<String>>,
+    /// The final stage's `USER` (`uid:gid`).
+    pub user: String,
+    /// The final stage's `ENTRYPOINT`.
+    pub entrypoint: Vec<String>,
+}
+
+/// Reads `image`'s Dockerfile ([`OperatorImage::dockerfile_path`]).
+///
+/// # Errors
+/// [`Error::Io`] when it cannot be read or is not a two-stage Dockerfile with an exec-form
+/// `ENTRYPOINT` and a `USER` in its final stage.
+pub fn dockerfile(image: &OperatorImage) -> Result<Dockerfile, Error> {
+    let path = image.dockerfile_path();
+    let text =
+        std::fs::read_to_string(&path).map_err(|e| Error::io(format!("reading {}", path.display()), e))?;
+    parse_dockerfile(&text).map_err(|what| Error::io(what, std::io::Error::other(path.display().to_string())))
+}
+
+fn parse_dockerfile(text: &str) -> Result<Dockerfile, String> {
+    let mut lines = Vec::new();
+    let mut current = String::new();
+    for line in text.lines().filter(|l| !l.trim_start().starts_with('#')) {
+        match line.trim_end().strip_suffix('\\') {
+            Some(head) => current.push_str(head),
+            None => {
+                current.push_str(line);
+                if !current.trim().is_empty() {
+                    lines.push(current.split_whitespace().collect::<Vec<_>>().join(" "));
+                }
+                current.clear();
+            }
+        }
+    }
+    let mut d = Dockerfile::default();
+    let mut stage = 0;
+    for line in lines {
+        let (cmd, rest) = line.split_once(' ').unwrap_or((line.as_str(), ""));
+        match (cmd, stage) {
+            ("FROM", _) => {
+                stage += 1;
+                let base = rest.split(' ').next().unwrap_or_default().to_string();
+                if stage == 1 { d.build_base = base } else { d.final_base = base }
+            }
+            ("RUN", 1) => d.build_runs.push(rest.to_string()),
+            ("COPY", 2) => d.final_copies.push(rest.split(' ').map(String::from).collect()),
+            ("USER", 2) => d.user = rest.to_string(),
+            ("ENTRYPOINT", 2) => {
+                d.entrypoint =
+                    serde_json::from_str(rest).map_err(|_| format!("ENTRYPOINT {rest}: not exec form"))?
+            }
+            _ => {}
+        }
+    }
+    if stage != 2 || d.user.is_empty() || d.entrypoint.is_empty() {
+        return Err("not a two-stage Dockerfile with USER and ENTRYPOINT in its final stage".into());
+    }
+    Ok(d)
+}
+
 /// The release binary of `image` (`<target dir>/release/<binary>`).
 ///
 /// # Errors
-/// [`Error::MissingBinary`] naming `cargo build --release` when it has not been built.
+/// [`Error::MissingBinary`] naming `make images` when it has not been built.
 pub fn release_binary(image: &OperatorImage) -> Result<PathBuf, Error> {
     let target = std::env::var_os("CARGO_TARGET_DIR")
         .map(PathBuf::from)
         .unwrap_or_else(|| crate::workspace_root().join("target"));
     let path = target.join("release").join(image.binary);
-    if path.is_file() {
-        Ok(path)
-    } else {
-        Err(Error::MissingBinary { path, hint: "cargo build --release --locked --bins" })
-    }
+    if path.is_file() { Ok(path) } else { Err(Error::MissingBinary { path, hint: "make images" }) }
 }
 
-/// The spec of `image` from its release binary: the binary at [`OperatorImage::path`]
-/// (0755), the libraries [`shared_libraries`] finds, entrypoint `[path]`, the image's user.
+/// The spec of `image`: the root filesystem [`rootfs_script`] lays out from its release
+/// binary into `rootfs` (a directory that must not exist or be empty; the spec's files are
+/// read from it, so keep it until the archive is written), with the `USER` and `ENTRYPOINT`
+/// of its Dockerfile.
 ///
 /// # Errors
-/// As [`release_binary`] and [`shared_libraries`].
-pub fn operator_image(image: &OperatorImage) -> Result<ImageSpec, Error> {
+/// As [`release_binary`] and [`dockerfile`]; [`Error::Startup`] with the script's output
+/// when it fails (a library the binary needs is missing); [`Error::Io`] when `rootfs` cannot
+/// be read.
+pub fn operator_image(image: &OperatorImage, rootfs: &Path) -> Result<ImageSpec, Error> {
     let binary = release_binary(image)?;
-    let mut files = vec![(binary.clone(), image.path.to_string(), 0o755)];
-    files.extend(shared_libraries(&binary)?.into_iter().map(|(src, dst)| (src, dst, 0o755)));
+    let dockerfile = dockerfile(image)?;
+    let out = Command::new(rootfs_script())
+        .arg(&binary)
+        .arg(rootfs)
+        .output()
+        .map_err(|e| Error::io("running deploy/docker/rootfs.sh", e))?;
+    if !out.status.success() {
+        return Err(Error::Startup {
+            what: format!("deploy/docker/rootfs.sh {} {}", binary.display(), rootfs.display()),
+            logs: String::from_utf8_lossy(&out.stderr).into(),
+        });
+    }
     Ok(ImageSpec {
         reference: image.reference(),
-        files,
-        entrypoint: vec![image.path.to_string()],
-        user: image.user.to_string(),
+        files: tree_files(rootfs)?,
+        entrypoint: dockerfile.entrypoint,
+        user: dockerfile.user,
     })
+}
+
+/// Every regular file under `root`, as `(file, absolute path in the image, mode)`, sorted by
+/// path.
+///
+/// # Errors
+/// [`Error::Io`] when a directory cannot be read.
+pub fn tree_files(root: &Path) -> Result<Vec<(PathBuf, String, u32)>, Error> {
+    use std::os::unix::fs::PermissionsExt;
+    let mut out = Vec::new();
+    let mut dirs = vec![root.to_path_buf()];
+    while let Some(dir) = dirs.pop() {
+        let entries =
+            std::fs::read_dir(&dir).map_err(|e| Error::io(format!("reading {}", dir.display()), e))?;
+        for entry in entries {
+            let entry = entry.map_err(|e| Error::io(format!("reading {}", dir.display()), e))?;
+            let meta = entry.metadata().map_err(|e| Error::io("reading a file's metadata", e))?;
+            let path = entry.path();
+            if meta.is_dir() {
+                dirs.push(path);
+            } else if meta.is_file() {
+                let rel = path.strip_prefix(root).expect("under root").display().to_string();
+                out.push((path, format!("/{rel}"), meta.permissions().mode() & 0o7777));
+            }
+        }
+    }
+    out.sort_by(|a, b| a.1.cmp(&b.1));
+    Ok(out)
 }
 
 /// The sandbox image [`PAUSE_IMAGE`]: `/pause` (static) as user 65535:65535.
@@ -139,37 +251,6 @@ pub fn pause_image(pause: &Path) -> ImageSpec {
         entrypoint: vec!["/pause".into()],
         user: "65535:65535".into(),
     }
-}
-
-/// The shared libraries `binary` loads, as `(file on this machine, path in the image)`:
-/// every `name => /path` line of `ldd` at the path named there, and the dynamic loader at
-/// the absolute path the binary asks for (its `PT_INTERP`, which ldd prints alone). Symbolic
-/// links are followed: the image holds the file under the name the loader looks for. An empty
-/// list for a static binary.
-///
-/// # Errors
-/// [`Error::Io`] when `ldd` cannot run; [`Error::Startup`] when it names a library it did
-/// not find (`not found`).
-pub fn shared_libraries(binary: &Path) -> Result<Vec<(PathBuf, String)>, Error> {
-    let out = Command::new("ldd").arg(binary).output().map_err(|e| Error::io("running ldd", e))?;
-    let text = String::from_utf8_lossy(&out.stdout);
-    let mut libs = Vec::new();
-    for line in text.lines().map(str::trim) {
-        if line.contains("not found") {
-            return Err(Error::Startup { what: format!("{}: {line}", binary.display()), logs: text.into() });
-        }
-        let path = match line.split_once("=>") {
-            Some((_, rest)) => rest.trim().split(' ').next().unwrap_or(""),
-            None => line.split(' ').next().unwrap_or(""),
-        };
-        if path.starts_with('/') {
-            let real = std::fs::canonicalize(path).map_err(|e| Error::io(format!("resolving {path}"), e))?;
-            libs.push((real, path.to_string()));
-        }
-    }
-    libs.sort_by(|a, b| a.1.cmp(&b.1));
-    libs.dedup_by(|a, b| a.1 == b.1);
-    Ok(libs)
 }
 
 fn sha256(bytes: &[u8]) -> String {
@@ -389,11 +470,35 @@ mod tests {
     }
 
     #[test]
+    fn the_dockerfiles_read_back_with_both_stages() {
+        let text = "# c\nFROM rust:1 AS build\nRUN a \\\n  && b\nCOPY . .\nFROM scratch\nCOPY --from=build /rootfs/ /\nUSER 1:2\nENTRYPOINT [\"/x\"]\n";
+        let d = parse_dockerfile(text).unwrap();
+        assert_eq!(d.build_base, "rust:1");
+        assert_eq!(d.build_runs, ["a && b"]);
+        assert_eq!(d.final_base, "scratch");
+        assert_eq!(d.final_copies, [vec!["--from=build", "/rootfs/", "/"]]);
+        assert_eq!((d.user.as_str(), d.entrypoint.as_slice()), ("1:2", ["/x".to_string()].as_slice()));
+        assert!(parse_dockerfile("FROM scratch\nUSER 1\n").is_err(), "one stage, no entrypoint");
+        for image in [CONTROLLER, WEBHOOK] {
+            let d = dockerfile(&image).unwrap();
+            assert_eq!(d.entrypoint, [format!("/{}", image.binary)], "{}", image.name);
+        }
+    }
+
+    #[test]
     fn a_dynamic_binary_brings_its_loader_and_libraries() {
-        let libs = shared_libraries(Path::new("/bin/sh")).unwrap();
-        let paths: Vec<&str> = libs.iter().map(|(_, p)| p.as_str()).collect();
+        let dir = tempfile::tempdir().unwrap();
+        let rootfs = dir.path().join("rootfs");
+        let out = Command::new(rootfs_script()).arg("/bin/sh").arg(&rootfs).output().unwrap();
+        assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+        let files = tree_files(&rootfs).unwrap();
+        let paths: Vec<&str> = files.iter().map(|(_, p, _)| p.as_str()).collect();
+        assert!(paths.contains(&"/sh"), "{paths:?}");
         assert!(paths.iter().any(|p| p.ends_with("/libc.so.6")), "{paths:?}");
         assert!(paths.iter().any(|p| p.contains("ld-linux")), "{paths:?}");
-        assert!(libs.iter().all(|(src, _)| src.is_file()));
+        assert!(files.iter().all(|(_, _, mode)| *mode == 0o755));
+        // Not into a directory that holds something already.
+        let again = Command::new(rootfs_script()).arg("/bin/sh").arg(&rootfs).output().unwrap();
+        assert!(!again.status.success());
     }
 }

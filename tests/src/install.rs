@@ -11,8 +11,8 @@ use crate::images::{CONTROLLER, OperatorImage, TAG, WEBHOOK};
 use crate::real_node::{NODE, TAINT};
 use crate::{ControlPlane, Error};
 
-/// Builds the controller and webhook images from the release binaries
-/// ([`crate::images::operator_image`]) into `<control plane dir>/images` and imports them
+/// Builds the controller and webhook images from the release binaries, as their Dockerfiles
+/// define them ([`crate::images::operator_image`]), into `<control plane dir>/images` and imports them
 /// into the real node.
 ///
 /// # Errors
@@ -27,7 +27,9 @@ pub fn import_operator_images(cp: &ControlPlane) -> Result<(), Error> {
     std::fs::create_dir_all(&dir).map_err(|e| Error::io(format!("creating {}", dir.display()), e))?;
     for image in [CONTROLLER, WEBHOOK] {
         let archive = dir.join(format!("{}.oci.tar", image.name));
-        crate::images::write_archive(&crate::images::operator_image(&image)?, &archive)?;
+        let rootfs = dir.join(format!("{}.rootfs", image.name));
+        let _ = std::fs::remove_dir_all(&rootfs);
+        crate::images::write_archive(&crate::images::operator_image(&image, &rootfs)?, &archive)?;
         node.import(&archive)?;
     }
     Ok(())

@@ -663,51 +663,135 @@ async fn the_namespaced_overlay_installs_for_real() {
     let _ = kubectl(cp, &["wait", "--for=delete", "namespace/qdr-operator", "--timeout=120s"]);
 }
 
-/// The images built here and the published Dockerfiles describe the same image: entrypoint,
-/// user and binary path (the Dockerfiles build static musl binaries, which cannot be built
-/// here; the images here add exactly the libraries the glibc binaries load). `deploy/`'s pods
-/// run as that user.
+/// One image definition: the images the tests run and the published Dockerfiles hold the
+/// same files, user and entrypoint. The Dockerfiles' build stage runs `make images`' cargo
+/// command (same profile and features) and `deploy/docker/rootfs.sh` on this machine's Debian
+/// release; the harness packs that script's tree with the Dockerfile's `USER` and
+/// `ENTRYPOINT`. The archive's files are exactly the binary, the loader it names and the
+/// libraries it and they need (read from the ELF files with `readelf`), and the binary runs
+/// in a `chroot` of those files alone as the image's user. `deploy/`'s pods run as that user.
 #[test]
 fn the_images_agree_with_the_dockerfiles() {
+    use qdr_tests::images;
     let dir = tempfile::tempdir().unwrap();
     let deploy = std::fs::read_to_string(root().join("deploy/base/webhook.yaml")).unwrap()
         + &std::fs::read_to_string(root().join("deploy/base/controller.yaml")).unwrap();
-    for image in [qdr_tests::images::CONTROLLER, qdr_tests::images::WEBHOOK] {
-        let dockerfile =
-            std::fs::read_to_string(root().join(format!("deploy/docker/{}.Dockerfile", image.name))).unwrap();
-        let last_stage = dockerfile.rsplit("\nFROM ").next().unwrap();
-        assert!(last_stage.starts_with("scratch"), "{}: the final stage is FROM scratch", image.name);
-        let line = |cmd: &str| -> String {
-            last_stage
-                .lines()
-                .find_map(|l| l.strip_prefix(cmd))
-                .unwrap_or_else(|| panic!("{cmd} in {}", image.name))
-                .trim()
-                .to_string()
-        };
-        let copy: Vec<String> = line("COPY ").split_whitespace().map(String::from).collect();
-        let entrypoint: Vec<String> = serde_json::from_str(&line("ENTRYPOINT ")).unwrap();
-        assert_eq!(copy.last().unwrap(), image.path, "{}", image.name);
-        assert_eq!(line("USER "), image.user, "{}", image.name);
-        assert_eq!(entrypoint, [image.path], "{}", image.name);
+    let codename = std::fs::read_to_string("/etc/os-release")
+        .unwrap()
+        .lines()
+        .find_map(|l| l.strip_prefix("VERSION_CODENAME=").map(String::from))
+        .unwrap();
+    let make =
+        std::process::Command::new("make").args(["-n", "images"]).current_dir(root()).output().unwrap();
+    let make = String::from_utf8(make.stdout).unwrap();
+    let make_cargo: Vec<&str> =
+        make.lines().find(|l| l.contains("cargo build")).unwrap().split_whitespace().skip(2).collect();
+    let flags = |words: &[&str]| -> Vec<String> {
+        let mut out = Vec::new();
+        let mut it = words.iter();
+        while let Some(w) = it.next() {
+            match *w {
+                "-p" | "--bin" => drop(it.next()),
+                w if w.starts_with('-') => out.push(w.to_string()),
+                _ => {}
+            }
+        }
+        out.sort();
+        out
+    };
+    for image in [images::CONTROLLER, images::WEBHOOK] {
+        let name = image.name;
+        let d = images::dockerfile(&image).unwrap();
+        assert_eq!(
+            d.build_base.rsplit('-').next().unwrap(),
+            codename,
+            "{name}: the build stage's Debian release"
+        );
+        assert_eq!(d.final_base, "scratch", "{name}");
+        assert_eq!(
+            d.final_copies,
+            [vec!["--from=build", "/rootfs/", "/"]],
+            "{name}: the script's tree alone"
+        );
+        let run = d.build_runs.iter().find(|r| r.contains("cargo build")).expect("a cargo build RUN");
+        let (cargo, script) = run.split_once(" && ").unwrap();
+        let cargo: Vec<&str> = cargo.split_whitespace().skip(2).collect();
+        assert_eq!(flags(&cargo), flags(&make_cargo), "{name}: make images' profile and features");
+        assert_eq!(
+            cargo.windows(2).filter(|w| w[0] == "-p" || w[0] == "--bin").map(|w| w[1]).collect::<Vec<_>>(),
+            [image.binary, image.binary]
+        );
+        assert!(make_cargo.contains(&image.binary), "{name}: make images builds it");
+        assert_eq!(script, format!("deploy/docker/rootfs.sh target/release/{} /rootfs", image.binary));
+        assert!(
+            make.lines().any(|l| l.starts_with("deploy/docker/rootfs.sh")
+                && l.contains(&format!("/release/{} ", image.binary))),
+            "{name}: make images lays out its tree with the same script: {make}"
+        );
 
-        let archive = dir.path().join(format!("{}.tar", image.name));
-        qdr_tests::images::write_archive(&qdr_tests::images::operator_image(&image).unwrap(), &archive)
+        let rootfs = dir.path().join(format!("{name}.rootfs"));
+        let archive = dir.path().join(format!("{name}.tar"));
+        images::write_archive(&images::operator_image(&image, &rootfs).unwrap(), &archive).unwrap();
+        let built = images::read_config(&archive).unwrap();
+        assert_eq!((&built.entrypoint, &built.user), (&d.entrypoint, &d.user), "{name}");
+        let tree: Vec<String> = images::tree_files(&rootfs).unwrap().into_iter().map(|(_, p, _)| p).collect();
+        assert_eq!(built.files, tree, "{name}: the archive holds the script's tree");
+
+        // The loader and the libraries, from the ELF files themselves.
+        let readelf = |path: &str, flag: &str| -> String {
+            let out = std::process::Command::new("readelf")
+                .args([flag, "-W"])
+                .arg(rootfs.join(&path[1..]))
+                .output();
+            String::from_utf8(out.unwrap().stdout).unwrap()
+        };
+        let bracketed = |text: &str, marker: &str| -> Vec<String> {
+            text.lines()
+                .filter(|l| l.contains(marker))
+                .filter_map(|l| {
+                    Some(l.split_once('[')?.1.split_once(']')?.0.trim_start_matches(marker).trim().into())
+                })
+                .collect()
+        };
+        let entry = d.entrypoint[0].clone();
+        let interp = bracketed(&readelf(&entry, "-l"), "Requesting program interpreter:");
+        assert_eq!(interp.len(), 1, "{name}: a dynamically linked binary names one loader");
+        let mut want = std::collections::BTreeSet::from([entry.clone(), interp[0].clone()]);
+        let mut todo = vec![entry.clone()];
+        while let Some(elf) = todo.pop() {
+            for soname in bracketed(&readelf(&elf, "-d"), "Shared library:") {
+                let found = ["/lib/x86_64-linux-gnu", "/usr/lib/x86_64-linux-gnu", "/lib64", "/usr/lib64"]
+                    .iter()
+                    .map(|d| format!("{d}/{soname}"))
+                    .find(|p| tree.contains(p))
+                    .unwrap_or_else(|| {
+                        panic!("{name}: {elf} needs {soname}, which the image lacks: {tree:?}")
+                    });
+                if want.insert(found.clone()) {
+                    todo.push(found);
+                }
+            }
+        }
+        assert_eq!(
+            tree,
+            want.into_iter().collect::<Vec<_>>(),
+            "{name}: exactly the binary, its loader and libraries"
+        );
+
+        let run = std::process::Command::new("chroot")
+            .arg(format!("--userspec={}", d.user))
+            .arg(&rootfs)
+            .args([&entry, "--version"])
+            .output()
             .unwrap();
-        let built = qdr_tests::images::read_config(&archive).unwrap();
-        assert_eq!(built.entrypoint, entrypoint, "{}", image.name);
-        assert_eq!(built.user, image.user, "{}", image.name);
-        let libs: Vec<String> =
-            qdr_tests::images::shared_libraries(&qdr_tests::images::release_binary(&image).unwrap())
-                .unwrap()
-                .into_iter()
-                .map(|(_, p)| p)
-                .collect();
-        let mut want: Vec<String> = libs.clone();
-        want.push(image.path.to_string());
-        want.sort();
-        assert_eq!(built.files, want, "{}: the binary and exactly its libraries", image.name);
-        let (uid, gid) = image.user.split_once(':').unwrap();
+        assert!(
+            run.status.success(),
+            "{name} in a chroot of its image: {}",
+            String::from_utf8_lossy(&run.stderr)
+        );
+        assert!(String::from_utf8_lossy(&run.stdout).starts_with(image.binary), "{name}");
+
+        let (uid, gid) = d.user.split_once(':').unwrap();
         assert!(
             deploy.contains(&format!("runAsUser: {uid}")) && deploy.contains(&format!("runAsGroup: {gid}"))
         );
