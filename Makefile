@@ -4,7 +4,7 @@ SHELL := bash
 CARGO ?= cargo
 CARGO_TARGET_DIR_OR_DEFAULT := $(or $(CARGO_TARGET_DIR),target)
 
-.PHONY: help testbin router-image test fmt lint crd monitoring docs api-reference bench run run-real images deploy dev-cluster clean-testbin validate-command
+.PHONY: help testbin router-image test fmt lint crd monitoring docs api-reference bench run run-real images bundle deploy dev-cluster clean-testbin validate-command
 
 help: ## List the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  %-16s %s\n", $$1, $$2}'
@@ -32,6 +32,9 @@ api-reference: ## Regenerate docs/api-reference.md from the CRD (make test fails
 crd: ## Regenerate the committed CRD (deploy/ and the Helm chart's copy) from the API types
 	$(CARGO) run --locked -q -p qdr-api --bin crdgen > deploy/crds/interconnects.interconnectedcloud.github.io.yaml
 	cp deploy/crds/interconnects.interconnectedcloud.github.io.yaml deploy/helm/qdr-operator/crds/
+
+bundle: ## Regenerate the OLM bundle (bundle/: CSV, CRD, metadata, scorecard config, bundle.Dockerfile) from deploy/ and deploy/olm/ (make test fails when it is stale)
+	$(CARGO) run --locked -q -p qdr-api --bin bundlegen
 
 monitoring: ## Copy the monitoring component's files (deploy/components/monitoring) into the Helm chart's files/
 	cp deploy/components/monitoring/pod-monitors.yaml deploy/components/monitoring/prometheus-rule.yaml \

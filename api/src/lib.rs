@@ -17,6 +17,7 @@
 
 mod enums;
 
+pub mod bundle;
 mod defaults;
 pub mod docs;
 mod images;
