@@ -5,7 +5,8 @@
 # program, tools/testbin/pause), helm (the chart tests), CoreDNS (the real node's cluster
 # DNS, tools/testbin/coredns) and the Prometheus Operator with its CRDs (the monitoring
 # tests, tools/testbin/monitoring: prometheus-operator, monitoring-crds/) and Prometheus with
-# promtool (tools/testbin/prometheus) from the Go module proxy into a
+# promtool (tools/testbin/prometheus), and Operator Lifecycle Manager with opm and the bundle
+# validators (tools/testbin/olm) from the Go module proxy into a
 # cache directory outside the repo, keyed by the pinned versions, the Go version and a hash of
 # the go.mod files and the pause source (so adding a tool rebuilds), and assembles kwok's own stage definitions (node-initialize, node heartbeat with a
 # Lease, pod-ready, pod-complete, pod-delete, from its module) into kwok-stages.yaml. Reuses
@@ -24,7 +25,8 @@ HELM_VERSION="$(modver "$here/helm/go.mod" helm.sh/helm/v3)"
 COREDNS_VERSION="$(modver "$here/coredns/go.mod" github.com/coredns/coredns)"
 PROMOP_VERSION="$(modver "$here/monitoring/go.mod" github.com/prometheus-operator/prometheus-operator)"
 PROM_VERSION="$(modver "$here/prometheus/go.mod" github.com/prometheus/prometheus)"
-[[ -n "$K8S_VERSION" && -n "$ETCD_VERSION" && -n "$KWOK_VERSION" && -n "$HELM_VERSION" && -n "$COREDNS_VERSION" && -n "$PROMOP_VERSION" && -n "$PROM_VERSION" ]] || { echo "build.sh: cannot read pinned versions from go.mod" >&2; exit 1; }
+OLM_VERSION="$(modver "$here/olm/go.mod" github.com/operator-framework/operator-lifecycle-manager)"
+[[ -n "$K8S_VERSION" && -n "$ETCD_VERSION" && -n "$KWOK_VERSION" && -n "$HELM_VERSION" && -n "$COREDNS_VERSION" && -n "$PROMOP_VERSION" && -n "$PROM_VERSION" && -n "$OLM_VERSION" ]] || { echo "build.sh: cannot read pinned versions from go.mod" >&2; exit 1; }
 command -v go >/dev/null || { echo "build.sh: Go is required to build the test control plane (install Go >= 1.26)" >&2; exit 1; }
 GO_VERSION="$(go env GOVERSION)"
 cache_root="${QDR_TESTBIN_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/qdr-operator/testbin}"
@@ -84,6 +86,28 @@ build_monitoring() {
   echo "testbin: prometheus-operator took $(( $(date +%s) - t ))s" >&2
 }
 
+# Operator Lifecycle Manager for the bundle tests (tools/testbin/olm): its olm and catalog
+# operators, cpb (the bundle unpacker's copy tool), opm (serves the test catalog, extracts
+# bundles), our validator driver over operator-framework/api, and OLM's CRDs (olm-crds/).
+build_olm() {
+  local stamp; stamp="$OLM_VERSION $(cat "$here/olm/go.sum" "$here/olm/validate/main.go" | sha256sum | cut -c1-8)"
+  if [[ -x "$out/olm" && -x "$out/opm" && -d "$out/olm-crds" \
+        && "$(cat "$out/olm.version" 2>/dev/null)" == "$stamp" ]]; then return 0; fi
+  local t; t=$(date +%s)
+  echo "testbin: building OLM $OLM_VERSION (olm, catalog, cpb, opm, validate)" >&2
+  local olm=github.com/operator-framework/operator-lifecycle-manager
+  for p in "$olm/cmd/olm" "$olm/cmd/catalog" "$olm/util/cpb" github.com/operator-framework/operator-registry/cmd/opm ./validate; do
+    local b; b="$(basename "$p")"; [[ "$b" == validate ]] && b=olm-validate
+    (cd "$here/olm" && go build -trimpath -ldflags "-s -w" -o "$out/$b.tmp" "$p")
+    mv "$out/$b.tmp" "$out/$b"
+  done
+  local dir; dir="$(cd "$here/olm" && go list -m -f '{{.Dir}}' "$olm")"
+  rm -rf "$out/olm-crds" && mkdir -p "$out/olm-crds"
+  cp "$dir"/deploy/chart/crds/*.yaml "$out/olm-crds/" && chmod u+w "$out"/olm-crds/*.yaml
+  echo "$stamp" > "$out/olm.version"
+  echo "testbin: OLM took $(( $(date +%s) - t ))s" >&2
+}
+
 # Prometheus and promtool with only Kubernetes service discovery (Debian's prometheus has
 # none); module v0.3MM.P is Prometheus 3.MM.P, which `--version` reports.
 build_prometheus() {
@@ -112,6 +136,7 @@ if [[ $complete == 1 ]]; then
   build_coredns
   build_monitoring
   build_prometheus
+  build_olm
   echo "testbin: cached (k8s $K8S_VERSION, etcd $ETCD_VERSION, kwok $KWOK_VERSION, helm $HELM_VERSION, coredns $COREDNS_VERSION, $GO_VERSION)" >&2
   echo "$out"; exit 0
 fi
@@ -158,5 +183,6 @@ build_helm
 build_coredns
 build_monitoring
 build_prometheus
+build_olm
 echo "testbin: built in $(( $(date +%s) - start ))s" >&2
 echo "$out"

@@ -1,7 +1,7 @@
 // Pinned build of Operator Lifecycle Manager for the bundle tests (tests/tests/olm.rs):
-// OLM's own `olm` and `catalog` operators, `opm` from operator-registry (it serves the test
-// catalog), and `validate/` (ours: the operator-framework/api bundle validators, default and
-// OperatorHub suites). The replace lines are OLM's own (its go.mod at this version).
+// OLM's own `olm` and `catalog` operators and `cpb` (its bundle unpacker's copy tool), `opm`
+// from operator-registry (it serves the test catalog and extracts bundles), and `validate/`
+// (ours: the operator-framework/api bundle validators, default and OperatorHub suites). The replace lines are OLM's own (its go.mod at this version).
 module example.invalid/qdr-operator/testbin/olm
 
 go 1.26.0
@@ -9,6 +9,7 @@ go 1.26.0
 tool (
 	github.com/operator-framework/operator-lifecycle-manager/cmd/catalog
 	github.com/operator-framework/operator-lifecycle-manager/cmd/olm
+	github.com/operator-framework/operator-lifecycle-manager/util/cpb
 	github.com/operator-framework/operator-registry/cmd/opm
 )
 
