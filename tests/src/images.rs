@@ -73,6 +73,8 @@ pub struct ImageSpec {
     pub entrypoint: Vec<String>,
     /// The image's `User` (`uid:gid`).
     pub user: String,
+    /// The image's `Env` (`NAME=value`); empty for none.
+    pub env: Vec<String>,
 }
 
 /// The image config of an archive, as read back by [`read_config`].
@@ -212,6 +214,7 @@ pub fn operator_image(image: &OperatorImage, rootfs: &Path) -> Result<ImageSpec,
         files: tree_files(rootfs)?,
         entrypoint: dockerfile.entrypoint,
         user: dockerfile.user,
+        env: Vec::new(),
     })
 }
 
@@ -250,6 +253,7 @@ pub fn pause_image(pause: &Path) -> ImageSpec {
         files: vec![(pause.to_path_buf(), "/pause".into(), 0o755)],
         entrypoint: vec!["/pause".into()],
         user: "65535:65535".into(),
+        env: Vec::new(),
     }
 }
 
@@ -301,17 +305,18 @@ fn layer(spec: &ImageSpec) -> Result<Vec<u8>, Error> {
 
 /// Writes `spec` as an OCI image layout archive to `out` (linux/amd64, one uncompressed
 /// layer; `index.json` names the image `spec.reference` through the
-/// `io.containerd.image.name` annotation, which `ctr images import` uses).
+/// `io.containerd.image.name` annotation, which `ctr images import` uses). Returns the
+/// manifest's digest (`sha256:<hex>`), by which `<repository>@<digest>` names the image.
 ///
 /// # Errors
 /// [`Error::Io`] when a file cannot be read or the archive cannot be written.
-pub fn write_archive(spec: &ImageSpec, out: &Path) -> Result<(), Error> {
+pub fn write_archive(spec: &ImageSpec, out: &Path) -> Result<String, Error> {
     let layer = layer(spec)?;
     let layer_digest = sha256(&layer);
     let config = serde_json::to_vec(&serde_json::json!({
         "architecture": "amd64",
         "os": "linux",
-        "config": {"Entrypoint": spec.entrypoint, "User": spec.user},
+        "config": {"Entrypoint": spec.entrypoint, "User": spec.user, "Env": spec.env},
         "rootfs": {"type": "layers", "diff_ids": [layer_digest]},
         "history": [{"created_by": "qdr-tests images::write_archive"}],
     }))
@@ -323,12 +328,13 @@ pub fn write_archive(spec: &ImageSpec, out: &Path) -> Result<(), Error> {
         "layers": [descriptor("application/vnd.oci.image.layer.v1.tar", &layer)],
     }))
     .expect("JSON values serialize");
-    let tag = spec.reference.rsplit_once(':').map(|(_, t)| t).unwrap_or("latest");
     let mut index_entry = descriptor("application/vnd.oci.image.manifest.v1+json", &manifest);
-    index_entry["annotations"] = serde_json::json!({
-        "io.containerd.image.name": spec.reference,
-        "org.opencontainers.image.ref.name": tag,
-    });
+    index_entry["annotations"] = serde_json::json!({"io.containerd.image.name": spec.reference});
+    // A tag, unless the reference is by digest (`repository@sha256:…`).
+    if !spec.reference.contains('@') {
+        let tag = spec.reference.rsplit_once(':').map(|(_, t)| t).unwrap_or("latest");
+        index_entry["annotations"]["org.opencontainers.image.ref.name"] = tag.into();
+    }
     let index = serde_json::to_vec(&serde_json::json!({"schemaVersion": 2, "manifests": [index_entry]}))
         .expect("JSON values serialize");
 
@@ -344,7 +350,8 @@ pub fn write_archive(spec: &ImageSpec, out: &Path) -> Result<(), Error> {
         put(format!("blobs/sha256/{}", digest.trim_start_matches("sha256:")), blob)?;
     }
     let bytes = b.into_inner().map_err(|e| Error::io("finishing an image archive", e))?;
-    std::fs::write(out, bytes).map_err(|e| Error::io(format!("writing {}", out.display()), e))
+    std::fs::write(out, bytes).map_err(|e| Error::io(format!("writing {}", out.display()), e))?;
+    Ok(sha256(&manifest))
 }
 
 /// Reads back the image config and the layer's file list of an archive [`write_archive`]
@@ -456,6 +463,7 @@ mod tests {
             files: vec![(bin.clone(), "/a/b/prog".into(), 0o755), (bin, "/prog".into(), 0o755)],
             entrypoint: vec!["/prog".into(), "--flag".into()],
             user: "1:2".into(),
+            env: vec!["PATH=/bin".into()],
         };
         let out = dir.path().join("x.tar");
         write_archive(&spec, &out).unwrap();
@@ -463,6 +471,7 @@ mod tests {
         let read = read_config(&out).unwrap();
         assert_eq!(read.entrypoint, ["/prog", "--flag"]);
         assert_eq!(read.user, "1:2");
+        assert_eq!(read.env, ["PATH=/bin"]);
         assert_eq!(read.files, ["/a/b/prog", "/prog"]);
         // Reproducible: the same spec gives the same bytes.
         write_archive(&spec, &out).unwrap();

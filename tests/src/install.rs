@@ -19,6 +19,19 @@ use crate::{ControlPlane, Error};
 /// [`Error::MissingBinary`] when the release binaries are not built or there is no real
 /// node; [`Error::Startup`] when an import fails.
 pub fn import_operator_images(cp: &ControlPlane) -> Result<(), Error> {
+    import_operator_images_as(cp, OperatorImage::reference)
+}
+
+/// [`import_operator_images`], each image named `reference(image)` (for example the name a
+/// manifest gives it, `docker.io/qdr-operator/controller:0.1.0`, so that manifest runs
+/// unchanged: a tag other than `latest` is not pulled when present).
+///
+/// # Errors
+/// As [`import_operator_images`].
+pub fn import_operator_images_as(
+    cp: &ControlPlane,
+    reference: impl Fn(&OperatorImage) -> String,
+) -> Result<(), Error> {
     let node = cp.real_node().ok_or(Error::MissingBinary {
         path: NODE.into(),
         hint: "start the control plane with real_nodes: 1",
@@ -29,7 +42,11 @@ pub fn import_operator_images(cp: &ControlPlane) -> Result<(), Error> {
         let archive = dir.join(format!("{}.oci.tar", image.name));
         let rootfs = dir.join(format!("{}.rootfs", image.name));
         let _ = std::fs::remove_dir_all(&rootfs);
-        crate::images::write_archive(&crate::images::operator_image(&image, &rootfs)?, &archive)?;
+        let spec = crate::images::ImageSpec {
+            reference: reference(&image),
+            ..crate::images::operator_image(&image, &rootfs)?
+        };
+        crate::images::write_archive(&spec, &archive)?;
         node.import(&archive)?;
     }
     Ok(())

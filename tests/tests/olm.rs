@@ -1,0 +1,508 @@
+//! The OLM bundle (`bundle/`, `make bundle`) as OperatorHub users meet it.
+//!
+//! - The operator-framework validators (`operator-framework/api`, pinned in
+//!   `tools/testbin/olm`): the default and OperatorHub suites pass with no error, and every
+//!   warning left is one of [`EXPLAINED_WARNINGS`].
+//! - A real OLM installs it: OLM's own `olm` and `catalog` operators (built from the pinned
+//!   module) run against the test control plane, `opm` serves a file-based catalog holding
+//!   the bundle (a `CatalogSource` with `spec.address`), and a `Subscription` in an
+//!   `AllNamespaces` OperatorGroup installs it. OLM unpacks the bundle the way it does in any
+//!   cluster: a Job on the real node (its test taint lifted meanwhile: the Job tolerates
+//!   none) runs the bundle image (`bundle/` as OLM's
+//!   `bundle.Dockerfile` lays it out, referenced by digest), OLM's `cpb` and `opm`. The
+//!   operator's images are imported under the names the CSV gives them, so the CSV runs
+//!   unchanged; the Subscription's `config` puts the pods on the real node (its toleration and
+//!   node selector) and turns mesh observation off (the routers run on a simulated node), as a
+//!   cluster admin configures any OLM operator. The CSV reaches `Succeeded`,
+//!   the webhook serves the certificate OLM mounted (the API server, trusting OLM's
+//!   `caBundle`, calls it: a bad Interconnect is refused with its field path, a good one stored
+//!   with its defaults and reconciled to `Ready` on a simulated node), the controllers elect a
+//!   leader, and deleting the Subscription and the CSV removes the operator.
+
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output};
+use std::time::{Duration, Instant};
+
+use qdr_tests::ControlPlane;
+use qdr_tests::images::{ImageSpec, tree_files, write_archive};
+use serde_json::{Value, json};
+
+static START: std::sync::OnceLock<Instant> = std::sync::OnceLock::new();
+
+/// `eprintln!` with the seconds since the first message of this binary, for the timings.
+macro_rules! say {
+    ($($arg:tt)*) => {
+        eprintln!("[{:6.1}s] {}", START.get_or_init(Instant::now).elapsed().as_secs_f64(), format!($($arg)*))
+    };
+}
+
+/// Where OLM runs and the catalog is (OLM's default namespace).
+const OLM_NS: &str = "olm";
+/// Where the operator is installed (the CSV's suggested namespace).
+const OPERATOR_NS: &str = "qdr-operator";
+/// Where the Interconnects of the test are.
+const APP_NS: &str = "olm-apps";
+/// The CatalogSource's name.
+const CATALOG: &str = "qdr-test-catalog";
+
+/// The validators' warnings this bundle keeps, each with why (a substring of the warning,
+/// the reason). A warning not listed fails [`the_bundle_passes_the_operator_framework_validators`];
+/// so does a listed one that no longer appears (the list stays true).
+const EXPLAINED_WARNINGS: [(&str, &str); 2] = [
+    (
+        r#"channel(s) ["beta"] are not following the recommended naming convention"#,
+        "beta is the channel of the Go operator's package (qdr-operator.v0.4.0); keeping it lets \
+         its subscribers upgrade to this bundle (`replaces`)",
+    ),
+    (
+        "Migrate the API(s) for events",
+        "the controller's RBAC rule on `events.k8s.io` `events`: the check matches the group and \
+         resource of events.k8s.io/v1beta1 (removed in 1.25), but an RBAC rule names no version \
+         and the controller writes events.k8s.io/v1",
+    ),
+];
+
+fn root() -> PathBuf {
+    qdr_tests::workspace_root()
+}
+
+/// A binary of the pinned test tools (`tools/testbin/build.sh`).
+fn testbin(name: &str) -> PathBuf {
+    qdr_tests::Testbin::locate().expect("the test binaries (make testbin)").path(name)
+}
+
+fn kubectl(cp: &ControlPlane, args: &[&str]) -> Output {
+    cp.kubectl().args(args).output().expect("kubectl runs")
+}
+
+#[track_caller]
+fn ok(out: Output) -> String {
+    assert!(
+        out.status.success(),
+        "failed: {}\n{}",
+        String::from_utf8_lossy(&out.stderr),
+        String::from_utf8_lossy(&out.stdout)
+    );
+    String::from_utf8_lossy(&out.stdout).into_owned()
+}
+
+fn apply(cp: &ControlPlane, doc: &Value) -> String {
+    ok(qdr_tests::components::kubectl_stdin(cp, &["apply", "-f", "-"], &doc.to_string()))
+}
+
+/// `kubectl get … -o json`, parsed; `None` when it fails (not found).
+fn get(cp: &ControlPlane, args: &[&str]) -> Option<Value> {
+    let mut all = vec!["get"];
+    all.extend_from_slice(args);
+    all.extend_from_slice(&["-o", "json"]);
+    let out = kubectl(cp, &all);
+    out.status.success().then(|| serde_json::from_slice(&out.stdout).unwrap())
+}
+
+/// Polls `check` every second until it holds (`true`), or `timeout` passes or one of
+/// `processes` exits (`false`).
+async fn wait_until(
+    processes: &[&qdr_tests::Process],
+    timeout: Duration,
+    mut check: impl FnMut() -> bool,
+) -> bool {
+    let deadline = Instant::now() + timeout;
+    loop {
+        if check() {
+            return true;
+        }
+        if Instant::now() >= deadline || processes.iter().any(|p| p.exited().is_some()) {
+            return false;
+        }
+        tokio::time::sleep(Duration::from_secs(1)).await;
+    }
+}
+
+fn csv() -> Value {
+    serde_saphyr::from_str(
+        &std::fs::read_to_string(root().join("bundle").join(qdr_api::bundle::CSV_FILE)).unwrap(),
+    )
+    .unwrap()
+}
+
+/// The reference containerd stores an image under: Docker Hub's host and `library/` added to
+/// a short name, as the kubelet resolves it.
+fn normalized(image: &str) -> String {
+    let first = image.split('/').next().unwrap();
+    if image.contains('/') && (first.contains('.') || first.contains(':') || first == "localhost") {
+        image.to_string()
+    } else if image.contains('/') {
+        format!("docker.io/{image}")
+    } else {
+        format!("docker.io/library/{image}")
+    }
+}
+
+#[test]
+fn the_bundle_passes_the_operator_framework_validators() {
+    let out = Command::new(testbin("olm-validate")).arg(root().join("bundle")).arg("1.33").output().unwrap();
+    let text = String::from_utf8_lossy(&out.stdout).into_owned();
+    eprintln!("{text}{}", String::from_utf8_lossy(&out.stderr));
+    assert!(out.status.success(), "the validators found errors:\n{text}");
+    let last = text.lines().last().unwrap_or_default();
+    assert!(last.starts_with("validate: 0 errors,"), "{last}");
+    let warnings: Vec<&str> = text.lines().filter(|l| l.starts_with("WARN ")).collect();
+    for w in &warnings {
+        assert!(
+            EXPLAINED_WARNINGS.iter().any(|(known, _)| w.contains(known)),
+            "a warning nobody explained (fix the bundle or add it to EXPLAINED_WARNINGS with why): {w}"
+        );
+    }
+    for (known, why) in EXPLAINED_WARNINGS {
+        assert!(
+            warnings.iter().any(|w| w.contains(known)),
+            "no longer warned, drop it from the list: {known} ({why})"
+        );
+    }
+    assert!(!text.contains("ERROR "), "{text}");
+}
+
+/// The file-based catalog: package, channel `beta` (this CSV replacing the Go operator's last),
+/// and the bundle by its image, with the properties OLM resolves by (package and version, the
+/// API it provides).
+fn catalog(bundle_image: &str) -> String {
+    let csv = csv();
+    let name = csv["metadata"]["name"].as_str().unwrap();
+    let version = csv["spec"]["version"].as_str().unwrap();
+    let owned = &csv["spec"]["customresourcedefinitions"]["owned"][0];
+    let group = owned["name"].as_str().unwrap().split_once('.').unwrap().1;
+    let related: Vec<Value> = csv["spec"]["relatedImages"].as_array().unwrap().clone();
+    let docs = [
+        json!({"schema": "olm.package", "name": qdr_api::bundle::PACKAGE, "defaultChannel": qdr_api::bundle::CHANNEL}),
+        json!({"schema": "olm.channel", "package": qdr_api::bundle::PACKAGE, "name": qdr_api::bundle::CHANNEL,
+               "entries": [{"name": name, "replaces": csv["spec"]["replaces"]}]}),
+        json!({"schema": "olm.bundle", "name": name, "package": qdr_api::bundle::PACKAGE, "image": bundle_image,
+               "properties": [
+                   {"type": "olm.package", "value": {"packageName": qdr_api::bundle::PACKAGE, "version": version}},
+                   {"type": "olm.gvk", "value": {"group": group, "kind": owned["kind"], "version": owned["version"]}},
+               ],
+               "relatedImages": related}),
+    ];
+    docs.iter().map(|d| d.to_string() + "\n").collect()
+}
+
+/// The images OLM's unpack Job runs, written and imported into the real node: the bundle
+/// image (`bundle/`'s manifests, metadata and scorecard config at `/`, as `bundle.Dockerfile`
+/// copies them), `opm` (on `PATH`) and OLM's util image (`/bin/cpb`, and `/bin/cp` that copies
+/// it). Returns `(bundle by digest, opm, util)`.
+fn import_olm_images(cp: &ControlPlane, dir: &Path) -> (String, String, String) {
+    let node = cp.real_node().unwrap();
+    let version = csv()["spec"]["version"].as_str().unwrap().to_string();
+    let bundle_dir = root().join("bundle");
+    let files = tree_files(&bundle_dir)
+        .unwrap()
+        .into_iter()
+        .filter(|(_, p, _)| p != "/bundle.Dockerfile")
+        .map(|(src, p, _)| (src, p, 0o644))
+        .collect();
+    let bundle =
+        ImageSpec { reference: format!("qdr-operator.test/bundle:{version}"), files, ..ImageSpec::default() };
+    // Under its tag, and under `<repository>@<digest>`: OLM runs a bundle image by digest
+    // when the catalog names it so, and the kubelet finds a digest reference only under that
+    // name (the digest is the manifest's, the same in both archives).
+    let archive = dir.join("bundle.oci.tar");
+    let digest = write_archive(&bundle, &archive).unwrap();
+    node.import(&archive).unwrap();
+    let by_digest = ImageSpec { reference: format!("qdr-operator.test/bundle@{digest}"), ..bundle };
+    assert_eq!(write_archive(&by_digest, &archive).unwrap(), digest);
+    node.import(&archive).unwrap();
+
+    let opm = ImageSpec {
+        reference: "qdr-operator.test/opm:dev".into(),
+        files: vec![(testbin("opm"), "/bin/opm".into(), 0o755)],
+        entrypoint: vec!["/bin/opm".into()],
+        env: vec!["PATH=/bin".into()],
+        ..ImageSpec::default()
+    };
+    let archive = dir.join("opm.oci.tar");
+    write_archive(&opm, &archive).unwrap();
+    node.import(&archive).unwrap();
+
+    let cp_root = dir.join("cp.rootfs");
+    let _ = std::fs::remove_dir_all(&cp_root);
+    let laid =
+        Command::new(qdr_tests::images::rootfs_script()).arg("/bin/cp").arg(&cp_root).output().unwrap();
+    assert!(laid.status.success(), "{}", String::from_utf8_lossy(&laid.stderr));
+    let mut files: Vec<(PathBuf, String, u32)> = tree_files(&cp_root)
+        .unwrap()
+        .into_iter()
+        .map(|(src, p, m)| (src, if p == "/cp" { "/bin/cp".into() } else { p }, m))
+        .collect();
+    files.push((testbin("cpb"), "/bin/cpb".into(), 0o755));
+    let util = ImageSpec {
+        reference: "qdr-operator.test/olm-util:dev".into(),
+        files,
+        env: vec!["PATH=/bin".into()],
+        ..ImageSpec::default()
+    };
+    let archive = dir.join("olm-util.oci.tar");
+    write_archive(&util, &archive).unwrap();
+    node.import(&archive).unwrap();
+    (by_digest.reference, opm.reference, util.reference)
+}
+
+/// What OLM, the catalog and the install look like, for a failure message.
+fn olm_state(cp: &ControlPlane, processes: &[&qdr_tests::Process]) -> String {
+    let mut out = String::new();
+    for args in [
+        &["get", "subscription,installplan,csv,catalogsource", "-n", OPERATOR_NS, "-o", "yaml"][..],
+        &["get", "catalogsource,jobs,pods,configmaps", "-n", OLM_NS, "-o", "wide"][..],
+        &["get", "pods,deploy,events", "-n", OPERATOR_NS, "-o", "wide"][..],
+        &["get", "events", "-n", OLM_NS][..],
+    ] {
+        let o = kubectl(cp, args);
+        out += &format!(
+            "$ kubectl {}\n{}{}\n",
+            args.join(" "),
+            String::from_utf8_lossy(&o.stdout),
+            String::from_utf8_lossy(&o.stderr)
+        );
+    }
+    for p in processes {
+        let state = p.exited().map_or("running".to_string(), |s| format!("exited: {s}"));
+        out += &format!("--- {} ({state}) log\n{}\n", p.name(), p.log_tail(40));
+    }
+    out + &cp.real_node().unwrap().logs_tail(20)
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn olm_installs_the_bundle_from_a_catalog_and_removes_it() {
+    say!("starting the control plane with the real node");
+    let cp = qdr_tests::shared_with_real_node().await;
+    let dir = cp.dir().join("olm");
+    std::fs::create_dir_all(&dir).unwrap();
+
+    // The operator's images under the CSV's names; OLM's unpack images.
+    let t = Instant::now();
+    let csv = csv();
+    let related = |name: &str| -> String {
+        let images = csv["spec"]["relatedImages"].as_array().unwrap();
+        images.iter().find(|i| i["name"] == name).unwrap()["image"].as_str().unwrap().to_string()
+    };
+    qdr_tests::install::import_operator_images_as(cp, |image| normalized(&related(image.name))).unwrap();
+    let (bundle_image, opm_image, util_image) = import_olm_images(cp, &dir);
+    say!("images imported in {:.1?}; bundle image {bundle_image}", t.elapsed());
+
+    // OLM: its CRDs, then its two operators, as a cluster admin's OLM runs them (here as
+    // processes with an admin kubeconfig).
+    let crds = testbin("olm-crds").display().to_string();
+    ok(kubectl(cp, &["apply", "--server-side", "-f", &crds]));
+    ok(kubectl(cp, &["wait", "--for=condition=Established", "crd", "--all", "--timeout=60s"]));
+    let _ = kubectl(cp, &["create", "namespace", OLM_NS]);
+    let kubeconfig = cp.kubeconfig().display().to_string();
+    let mut olm = Command::new(testbin("olm"));
+    olm.args(["--namespace", OLM_NS])
+        .env("KUBECONFIG", &kubeconfig)
+        .env("OPERATOR_NAMESPACE", OLM_NS)
+        .env("OPERATOR_NAME", "olm-operator");
+    let olm = qdr_tests::Process::spawn("olm", olm, &dir.join("olm.log")).unwrap();
+    // With a certificate the catalog operator serves its health on :8443, not the olm
+    // operator's :8080.
+    let serving = cp.issue_serving_cert(&["localhost", "127.0.0.1"]).unwrap();
+    std::fs::write(dir.join("catalog.crt"), &serving.cert_pem).unwrap();
+    std::fs::write(dir.join("catalog.key"), &serving.key_pem).unwrap();
+    let mut catalog_op = Command::new(testbin("catalog"));
+    catalog_op
+        .args(["--namespace", OLM_NS, "--kubeconfig", &kubeconfig])
+        .args(["--opmImage", &opm_image, "--util-image", &util_image])
+        .arg(format!("--tls-cert={}", dir.join("catalog.crt").display()))
+        .arg(format!("--tls-key={}", dir.join("catalog.key").display()))
+        .arg(format!("--client-ca={}", cp.ca_file().display()))
+        .env("KUBECONFIG", &kubeconfig);
+    let catalog_op =
+        qdr_tests::Process::spawn("catalog-operator", catalog_op, &dir.join("catalog-operator.log")).unwrap();
+
+    // The catalog: opm validates and serves it; a CatalogSource points OLM at it.
+    let fbc = dir.join("catalog/qdr-operator");
+    std::fs::create_dir_all(&fbc).unwrap();
+    std::fs::write(fbc.join("catalog.json"), catalog(&bundle_image)).unwrap();
+    let validated = Command::new(testbin("opm")).arg("validate").arg(dir.join("catalog")).output().unwrap();
+    assert!(validated.status.success(), "opm validate: {}", String::from_utf8_lossy(&validated.stderr));
+    let port = qdr_tests::components::free_port();
+    let mut serve = Command::new(testbin("opm"));
+    serve
+        .arg("serve")
+        .arg(dir.join("catalog"))
+        .args(["--port", &port.to_string()])
+        .arg(format!("--pprof-addr=127.0.0.1:{}", qdr_tests::components::free_port()))
+        .arg(format!("--termination-log={}", dir.join("opm.termination").display()));
+    let opm = qdr_tests::Process::spawn("opm", serve, &dir.join("opm.log")).unwrap();
+    let processes = [&olm, &catalog_op, &opm];
+    apply(
+        cp,
+        &json!({"apiVersion": "operators.coreos.com/v1alpha1", "kind": "CatalogSource",
+                "metadata": {"name": CATALOG, "namespace": OLM_NS},
+                "spec": {"sourceType": "grpc", "address": format!("127.0.0.1:{port}"),
+                         "displayName": "qdr-operator test catalog", "publisher": "qdr-operator tests"}}),
+    );
+    let t = Instant::now();
+    let ready = wait_until(&processes, Duration::from_secs(120), || {
+        get(cp, &["catalogsource", CATALOG, "-n", OLM_NS])
+            .is_some_and(|cs| cs["status"]["connectionState"]["lastObservedState"] == "READY")
+    });
+    if !ready.await {
+        panic!("the catalog is not READY:\n{}", olm_state(cp, &processes));
+    }
+    say!("catalog READY {:.1?} after the CatalogSource", t.elapsed());
+
+    // The install: namespace (Pod Security restricted), an AllNamespaces OperatorGroup, a
+    // Subscription placing the pods on the real node.
+    let t = Instant::now();
+    apply(
+        cp,
+        &json!({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": OPERATOR_NS, "labels": {
+            "pod-security.kubernetes.io/enforce": "restricted"}}}),
+    );
+    apply(
+        cp,
+        &json!({"apiVersion": "operators.coreos.com/v1", "kind": "OperatorGroup",
+                "metadata": {"name": "qdr-operator", "namespace": OPERATOR_NS}, "spec": {}}),
+    );
+    let (taint_key, taint_value, taint_effect) = qdr_tests::real_node::TAINT;
+    // OLM's unpack Job tolerates no taint: the real node's test taint is lifted while OLM
+    // installs (and no simulated node exists yet, so the Job runs for real on the real node).
+    ok(kubectl(cp, &["taint", "node", qdr_tests::real_node::NODE, &format!("{taint_key}-")]));
+    apply(
+        cp,
+        &json!({"apiVersion": "operators.coreos.com/v1alpha1", "kind": "Subscription",
+                "metadata": {"name": qdr_api::bundle::PACKAGE, "namespace": OPERATOR_NS},
+                "spec": {"channel": qdr_api::bundle::CHANNEL, "name": qdr_api::bundle::PACKAGE,
+                         "source": CATALOG, "sourceNamespace": OLM_NS, "installPlanApproval": "Automatic",
+                         "config": {
+                             // The routers run on a simulated node, where nobody answers
+                             // their management: the mesh is not observed (as in install.rs).
+                             "env": [{"name": "QDR_OBSERVE_MESH", "value": "off"}],
+                             "tolerations": [{"key": taint_key, "operator": "Exists", "effect": taint_effect}],
+                             "nodeSelector": {"kubernetes.io/hostname": qdr_tests::real_node::NODE}}}}),
+    );
+    let csv_name = csv["metadata"]["name"].as_str().unwrap().to_string();
+    let succeeded = wait_until(&processes, Duration::from_secs(300), || {
+        get(cp, &["csv", &csv_name, "-n", OPERATOR_NS]).is_some_and(|c| c["status"]["phase"] == "Succeeded")
+    });
+    if !succeeded.await {
+        panic!("the CSV did not succeed:\n{}", olm_state(cp, &processes));
+    }
+    let install_time = t.elapsed();
+    say!("OLM install: Subscription → CSV Succeeded in {install_time:.1?}");
+    // The taint back (running pods stay), and a simulated node for the routers.
+    let taint = format!("{taint_key}={taint_value}:{taint_effect}");
+    ok(kubectl(cp, &["taint", "node", qdr_tests::real_node::NODE, &taint]));
+    cp.add_node("node-0").await.expect("a simulated node for the routers");
+
+    // The operator's pods, on the real node, as the CSV describes them.
+    let pods = get(cp, &["pods", "-n", OPERATOR_NS]).unwrap();
+    let pods = pods["items"].as_array().unwrap();
+    assert_eq!(pods.len(), 4, "two controller and two webhook pods: {}", olm_state(cp, &processes));
+    for p in pods {
+        assert_eq!(p["spec"]["nodeName"], qdr_tests::real_node::NODE);
+        assert_eq!(p["status"]["phase"], "Running", "{p}");
+    }
+    // The webhook serves OLM's certificate: OLM mounted its Secret where the bundle's
+    // --tls-dir points, and wrote the configurations (with its caBundle) itself.
+    let webhook = get(cp, &["deploy", "qdr-webhook", "-n", OPERATOR_NS]).unwrap();
+    let spec = &webhook["spec"]["template"]["spec"];
+    let mounts = spec["containers"][0]["volumeMounts"].as_array().cloned().unwrap_or_default();
+    let mount = mounts
+        .iter()
+        .find(|m| m["mountPath"] == qdr_api::bundle::OLM_CERT_DIR)
+        .unwrap_or_else(|| panic!("no OLM certificate mounted: {spec}"));
+    let volume = spec["volumes"].as_array().unwrap().iter().find(|v| v["name"] == mount["name"]).unwrap();
+    let secret = volume["secret"]["secretName"].as_str().unwrap();
+    assert!(get(cp, &["secret", secret, "-n", OPERATOR_NS]).is_some(), "OLM's Secret {secret}");
+    assert!(
+        spec["containers"][0]["args"]
+            .as_array()
+            .unwrap()
+            .contains(&json!(format!("--tls-dir={}", qdr_api::bundle::OLM_CERT_DIR)))
+    );
+    for kind in ["validatingwebhookconfiguration", "mutatingwebhookconfiguration"] {
+        let configs = get(cp, &[kind, "-l", &format!("olm.owner={csv_name}")]).unwrap();
+        let items = configs["items"].as_array().unwrap();
+        assert_eq!(items.len(), 1, "{kind} made by OLM: {configs}");
+        for w in items[0]["webhooks"].as_array().unwrap() {
+            assert_eq!(w["clientConfig"]["service"]["name"], "qdr-webhook-service", "{w}");
+            assert!(w["clientConfig"]["caBundle"].as_str().is_some_and(|b| !b.is_empty()), "{w}");
+        }
+    }
+    assert!(
+        get(cp, &["secret", "qdr-webhook-tls", "-n", OPERATOR_NS]).is_none(),
+        "the self-managed TLS stays off"
+    );
+
+    // The API server calls the webhook (trusting OLM's caBundle): a bad Interconnect is refused
+    // with its field path; a good one is stored with its defaults and reconciled.
+    let _ = kubectl(cp, &["create", "namespace", APP_NS]);
+    let unresolved = r#"{"apiVersion": "interconnectedcloud.github.io/v1alpha1", "kind": "Interconnect",
+        "metadata": {"name": "unresolved"},
+        "spec": {"listeners": [{"port": 5671, "sslProfile": "missing"}]}}"#;
+    let refused =
+        qdr_tests::eventually("admission through OLM's Service", Duration::from_secs(60), || async {
+            let out = qdr_tests::components::kubectl_stdin(
+                cp,
+                &["create", "-n", APP_NS, "--dry-run=server", "-f", "-"],
+                unresolved,
+            );
+            let err = String::from_utf8_lossy(&out.stderr).into_owned();
+            (!out.status.success() && err.contains(r#"no sslProfile named "missing""#)).then_some(err)
+        })
+        .await;
+    assert!(refused.contains("spec.listeners[0].sslProfile"), "{refused}");
+    let example = root().join("deploy/examples/interior-mesh.yaml").display().to_string();
+    ok(kubectl(cp, &["apply", "-n", APP_NS, "-f", &example]));
+    let users = ok(kubectl(
+        cp,
+        &["get", "interconnect", "router-mesh", "-n", APP_NS, "-o", "jsonpath={.spec.users}"],
+    ));
+    assert_eq!(users, "router-mesh-users", "the mutating webhook's default");
+    let t = Instant::now();
+    let waited = kubectl(
+        cp,
+        &["wait", "--for=condition=Ready", "interconnect/router-mesh", "-n", APP_NS, "--timeout=180s"],
+    );
+    assert!(
+        waited.status.success(),
+        "router-mesh not Ready: {}\n{}",
+        String::from_utf8_lossy(&waited.stderr),
+        olm_state(cp, &processes)
+    );
+    say!("router-mesh Ready {:.1?} after the apply", t.elapsed());
+    let holder = ok(kubectl(
+        cp,
+        &[
+            "get",
+            "lease",
+            "qdr-operator-controller",
+            "-n",
+            OPERATOR_NS,
+            "-o",
+            "jsonpath={.spec.holderIdentity}",
+        ],
+    ));
+    assert!(
+        pods.iter().any(|p| p["metadata"]["name"] == holder.as_str()),
+        "the Lease holder {holder} is one of the controller pods"
+    );
+
+    // Uninstalling: the Subscription and the CSV deleted, OLM removes what it installed.
+    let t = Instant::now();
+    ok(kubectl(cp, &["delete", "subscription", qdr_api::bundle::PACKAGE, "-n", OPERATOR_NS]));
+    ok(kubectl(cp, &["delete", "csv", &csv_name, "-n", OPERATOR_NS]));
+    let owner = format!("olm.owner={csv_name}");
+    let gone = wait_until(&processes, Duration::from_secs(120), || {
+        let empty =
+            |args: &[&str]| get(cp, args).is_some_and(|v| v["items"].as_array().is_some_and(Vec::is_empty));
+        empty(&["deploy", "-n", OPERATOR_NS])
+            && empty(&["pods", "-n", OPERATOR_NS])
+            && empty(&["validatingwebhookconfiguration,mutatingwebhookconfiguration", "-l", &owner])
+    });
+    if !gone.await {
+        panic!("the operator was not removed:\n{}", olm_state(cp, &processes));
+    }
+    say!("removed {:.1?} after deleting the Subscription and the CSV", t.elapsed());
+    let _ = kubectl(cp, &["delete", "namespace", APP_NS, "--wait=false"]);
+}
