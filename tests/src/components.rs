@@ -124,9 +124,22 @@ pub fn install(ns: &str, reg: &Registration) -> Install {
 /// Starts `qdr-webhook` in secret mode for `reg`, with extra args (lifetimes, ...), as the
 /// `qdr-webhook` ServiceAccount of `ns` bound by `deploy/`'s RBAC.
 pub fn start_replica(cp: &ControlPlane, ns: &str, reg: &Registration, port: u16, extra: &[&str]) -> Replica {
+    start_replica_of(&binary("qdr-webhook"), cp, ns, reg, port, extra)
+}
+
+/// [`start_replica`] of the webhook binary at `program` (for example the release binary the
+/// image holds, [`crate::images::release_binary`]).
+pub fn start_replica_of(
+    program: &std::path::Path,
+    cp: &ControlPlane,
+    ns: &str,
+    reg: &Registration,
+    port: u16,
+    extra: &[&str],
+) -> Replica {
     let health = free_port();
     let ids = cp.install_rbac(&install(ns, reg)).expect("installing deploy/'s RBAC");
-    let mut cmd = Command::new(binary("qdr-webhook"));
+    let mut cmd = Command::new(program);
     cmd.env("KUBECONFIG", ids.webhook).env("RUST_LOG", "info,kube=warn").args([
         &format!("--listen=127.0.0.1:{port}"),
         &format!("--health-listen=127.0.0.1:{health}"),

@@ -228,6 +228,12 @@ fn quantile(latencies: &[Duration], p: f64) -> Option<Duration> {
     (n > 0).then(|| latencies[((n as f64 * p).ceil() as usize).clamp(1, n) - 1])
 }
 
+/// The webhook as the image holds it: the release binary (`make images`, which `make test`
+/// runs first), so the memory figures are the published image's.
+fn image_binary() -> std::path::PathBuf {
+    qdr_tests::images::release_binary(&qdr_tests::images::WEBHOOK).expect("the release webhook: make images")
+}
+
 /// The floods of this binary take turns: each measures the webhook's memory alone.
 static SERIAL: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
 
@@ -235,7 +241,8 @@ static SERIAL: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
 async fn floods_of_large_and_garbage_bodies_do_not_starve_real_reviews() {
     let _serial = SERIAL.lock().await;
     let cp = qdr_tests::shared().await;
-    let common::Served { ns, replica, .. } = common::serve(cp, "flood", &["--check-interval=1s"]).await;
+    let common::Served { ns, replica, .. } =
+        common::serve_program(&image_binary(), cp, "flood", &["--check-interval=1s"]).await;
     let port = replica.port;
     let pid = replica.process.pid();
     let (idle_rss, _) = memory(pid).unwrap();
@@ -344,7 +351,8 @@ const STREAMS: usize = qdr_webhook::server::HTTP2_STREAMS as usize;
 async fn reference_heavy_floods_from_a_pod_do_not_starve_real_reviews() {
     let _serial = SERIAL.lock().await;
     let cp = qdr_tests::shared().await;
-    let common::Served { ns, replica, .. } = common::serve(cp, "refflood", &["--check-interval=1s"]).await;
+    let common::Served { ns, replica, .. } =
+        common::serve_program(&image_binary(), cp, "refflood", &["--check-interval=1s"]).await;
     let port = replica.port;
     let pid = replica.process.pid();
     let (idle_rss, _) = memory(pid).unwrap();

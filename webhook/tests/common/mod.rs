@@ -28,6 +28,17 @@ pub struct Served {
 /// namespace `label-…`, starts one replica with `extra` arguments and waits until the API
 /// server calls it.
 pub async fn serve(cp: &'static qdr_tests::ControlPlane, label: &str, extra: &[&str]) -> Served {
+    serve_program(&qdr_tests::components::binary("qdr-webhook"), cp, label, extra).await
+}
+
+/// [`serve`] with the webhook binary at `program` (the flood tests run the release binary
+/// the image holds, so their memory figures are the image's).
+pub async fn serve_program(
+    program: &std::path::Path,
+    cp: &'static qdr_tests::ControlPlane,
+    label: &str,
+    extra: &[&str],
+) -> Served {
     cp.install_crd().await;
     let client = cp.client().await.unwrap();
     let webhook_ns = cp.namespace("webhook-system").await.name.clone();
@@ -35,7 +46,7 @@ pub async fn serve(cp: &'static qdr_tests::ControlPlane, label: &str, extra: &[&
     let port = free_port();
     let reg = register(&client, label, port, port).await;
     label_namespace(cp, &ns, label);
-    let replica = start_replica(cp, &webhook_ns, &reg, port, extra);
+    let replica = qdr_tests::components::start_replica_of(program, cp, &webhook_ns, &reg, port, extra);
     wait_ready(&replica, Duration::from_secs(60)).await;
     wait_admission_works(cp, &ns, Duration::from_secs(60)).await;
     Served { ns, webhook_ns, reg, replica }
