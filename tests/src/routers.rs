@@ -355,6 +355,21 @@ pub fn kubectl(cp: &ControlPlane, args: &[&str]) -> std::process::Output {
     cp.kubectl().args(args).output().expect("kubectl runs")
 }
 
+/// The standard output of a command that must have succeeded.
+///
+/// # Panics
+/// When it failed, with its standard error and output.
+#[track_caller]
+pub fn ok(out: std::process::Output) -> String {
+    assert!(
+        out.status.success(),
+        "failed: {}\n{}",
+        String::from_utf8_lossy(&out.stderr),
+        String::from_utf8_lossy(&out.stdout)
+    );
+    String::from_utf8_lossy(&out.stdout).into_owned()
+}
+
 /// `kubectl apply` of `manifest` in namespace `ns`.
 ///
 /// # Panics

@@ -68,20 +68,7 @@ fn root() -> PathBuf {
     qdr_tests::workspace_root()
 }
 
-fn kubectl(cp: &ControlPlane, args: &[&str]) -> Output {
-    cp.kubectl().args(args).output().expect("kubectl runs")
-}
-
-#[track_caller]
-fn ok(out: Output) -> String {
-    assert!(
-        out.status.success(),
-        "failed: {}\n{}",
-        String::from_utf8_lossy(&out.stderr),
-        String::from_utf8_lossy(&out.stdout)
-    );
-    String::from_utf8_lossy(&out.stdout).into_owned()
-}
+use qdr_tests::routers::{kubectl, ok};
 
 fn interconnects(client: &kube::Client, ns: &str) -> Api<DynamicObject> {
     let ar = ApiResource::from_gvk_with_plural(

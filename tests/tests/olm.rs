@@ -20,7 +20,7 @@
 //!   leader, and deleting the Subscription and the CSV removes the operator.
 
 use std::path::{Path, PathBuf};
-use std::process::{Command, Output};
+use std::process::Command;
 use std::time::{Duration, Instant};
 
 use qdr_tests::ControlPlane;
@@ -71,20 +71,7 @@ fn testbin(name: &str) -> PathBuf {
     qdr_tests::Testbin::locate().expect("the test binaries (make testbin)").path(name)
 }
 
-fn kubectl(cp: &ControlPlane, args: &[&str]) -> Output {
-    cp.kubectl().args(args).output().expect("kubectl runs")
-}
-
-#[track_caller]
-fn ok(out: Output) -> String {
-    assert!(
-        out.status.success(),
-        "failed: {}\n{}",
-        String::from_utf8_lossy(&out.stderr),
-        String::from_utf8_lossy(&out.stdout)
-    );
-    String::from_utf8_lossy(&out.stdout).into_owned()
-}
+use qdr_tests::routers::{kubectl, ok};
 
 fn apply(cp: &ControlPlane, doc: &Value) -> String {
     ok(qdr_tests::components::kubectl_stdin(cp, &["apply", "-f", "-"], &doc.to_string()))
