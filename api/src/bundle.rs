@@ -44,9 +44,6 @@ pub const CHANNEL: &str = "beta";
 pub const OLM_CERT_DIR: &str = "/tmp/k8s-webhook-server/serving-certs";
 /// The file name of the CSV in `manifests/`.
 pub const CSV_FILE: &str = "manifests/qdr-operator.clusterserviceversion.yaml";
-/// The router image the controller runs when a spec names none (its `--default-image`), a
-/// related image of the bundle.
-pub const DEFAULT_ROUTER_IMAGE: &str = "quay.io/interconnectedcloud/qdrouterd:1.19.0";
 
 /// Everything [`render`] reads, loaded by [`Sources::read`].
 #[derive(Debug, Clone)]
@@ -278,7 +275,7 @@ fn csv(s: &Sources) -> Result<Value, String> {
         json!([
             {"name": "controller", "image": controller_image},
             {"name": "webhook", "image": webhook_image},
-            {"name": "router", "image": DEFAULT_ROUTER_IMAGE},
+            {"name": "router", "image": crate::images::DEFAULT_ROUTER_IMAGE},
         ]),
     );
     Ok(csv)

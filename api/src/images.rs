@@ -10,6 +10,11 @@
 //! image, which the cluster admin chose.
 
 use crate::Interconnect;
+
+/// The router image the controller runs when a spec names none (its `--default-image`
+/// default; the OLM bundle lists it among its related images): qdrouterd 1.19.0 as the Go
+/// operator's default repository publishes it.
+pub const DEFAULT_ROUTER_IMAGE: &str = "quay.io/interconnectedcloud/qdrouterd:1.19.0";
 use crate::validate::{ErrorType, FieldError};
 
 /// One allowed-image pattern, matched against the whole image reference as written in the

@@ -34,7 +34,7 @@ mod validate;
 mod warnings;
 
 pub use defaults::{apply_defaults, defaults};
-pub use images::{ImagePattern, ImagePolicy};
+pub use images::{DEFAULT_ROUTER_IMAGE, ImagePattern, ImagePolicy};
 pub use spec::{DEFAULT_LIVENESS_PORT, LinkRole, SecretUse};
 pub use types::*;
 pub use validate::{

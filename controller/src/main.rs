@@ -42,7 +42,7 @@ struct Args {
     watch_namespaces: Vec<String>,
 
     /// Router image for Interconnects that do not set spec.deploymentPlan.image.
-    #[arg(long, env = "QDROUTERD_IMAGE", default_value = "quay.io/interconnectedcloud/qdrouterd:1.19.0")]
+    #[arg(long, env = "QDROUTERD_IMAGE", default_value = qdr_api::DEFAULT_ROUTER_IMAGE)]
     default_image: String,
 
     /// Namespace of the leader-election Lease (the operator's namespace).

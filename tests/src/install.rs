@@ -52,6 +52,33 @@ pub fn import_operator_images_as(
     Ok(())
 }
 
+/// Waits (up to 60 s) until the API server calls the validating webhook through its Service
+/// for namespace `ns`, shown by an Interconnect only the webhook can judge (an `sslProfile`
+/// reference to nothing, which the schema does not check) refused on a server-side dry run;
+/// returns kubectl's error, which names the field path.
+///
+/// # Panics
+/// When it is not refused so within 60 s.
+pub async fn refused_by_webhook(cp: &ControlPlane, ns: &str) -> String {
+    let unresolved = r#"{"apiVersion": "interconnectedcloud.github.io/v1alpha1", "kind": "Interconnect",
+        "metadata": {"name": "unresolved"},
+        "spec": {"listeners": [{"port": 5671, "sslProfile": "missing"}]}}"#;
+    crate::eventually(
+        "admission through the webhook's Service",
+        std::time::Duration::from_secs(60),
+        || async {
+            let out = crate::components::kubectl_stdin(
+                cp,
+                &["create", "-n", ns, "--dry-run=server", "-f", "-"],
+                unresolved,
+            );
+            let err = String::from_utf8_lossy(&out.stderr).into_owned();
+            (!out.status.success() && err.contains(r#"no sslProfile named "missing""#)).then_some(err)
+        },
+    )
+    .await
+}
+
 /// The JSON patch (as YAML) that puts a Deployment's pods on the real node with images that
 /// are never pulled.
 const PLACEMENT_PATCH: &str = "\

@@ -19,7 +19,7 @@ pub const BUILD_HINT: &str = "make testbin";
 pub const KWOK_STAGES: &str = "kwok-stages.yaml";
 
 /// Every file [`Testbin::from_dir`] requires.
-pub const FILES: [&str; 15] = [
+pub const FILES: [&str; 20] = [
     "etcd",
     "kube-apiserver",
     "kube-controller-manager",
@@ -34,6 +34,11 @@ pub const FILES: [&str; 15] = [
     "prometheus-operator",
     "prometheus",
     "promtool",
+    "olm",
+    "catalog",
+    "cpb",
+    "opm",
+    "olm-validate",
     KWOK_STAGES,
 ];
 

@@ -161,19 +161,7 @@ async fn check_running_install(cp: &ControlPlane, operator_ns: &str, app_ns: &st
     // validating webhook can judge (a reference across fields, which the schema does not
     // check) is refused with its field path; a valid one is stored with the defaults the
     // mutating webhook adds.
-    let unresolved = r#"{"apiVersion": "interconnectedcloud.github.io/v1alpha1", "kind": "Interconnect",
-        "metadata": {"name": "unresolved"},
-        "spec": {"listeners": [{"port": 5671, "sslProfile": "missing"}]}}"#;
-    let refused = qdr_tests::eventually("admission through the Service", Duration::from_secs(60), || async {
-        let out = qdr_tests::components::kubectl_stdin(
-            cp,
-            &["create", "-n", app_ns, "--dry-run=server", "-f", "-"],
-            unresolved,
-        );
-        let err = String::from_utf8_lossy(&out.stderr).into_owned();
-        (!out.status.success() && err.contains(r#"no sslProfile named "missing""#)).then_some(err)
-    })
-    .await;
+    let refused = qdr_tests::install::refused_by_webhook(cp, app_ns).await;
     assert!(refused.contains("spec.listeners[0].sslProfile"), "{refused}");
     // It was the webhook pods that refused it: their own request counters say so (read on
     // the pods' addresses, which the host reaches on the bridge).

@@ -152,8 +152,7 @@ fn the_bundle_passes_the_operator_framework_validators() {
 /// The file-based catalog: package, channel `beta` (this CSV replacing the Go operator's last),
 /// and the bundle by its image, with the properties OLM resolves by (package and version, the
 /// API it provides).
-fn catalog(bundle_image: &str) -> String {
-    let csv = csv();
+fn catalog(csv: &Value, bundle_image: &str) -> String {
     let name = csv["metadata"]["name"].as_str().unwrap();
     let version = csv["spec"]["version"].as_str().unwrap();
     let owned = &csv["spec"]["customresourcedefinitions"]["owned"][0];
@@ -177,9 +176,8 @@ fn catalog(bundle_image: &str) -> String {
 /// image (`bundle/`'s manifests, metadata and scorecard config at `/`, as `bundle.Dockerfile`
 /// copies them), `opm` (on `PATH`) and OLM's util image (`/bin/cpb`, and `/bin/cp` that copies
 /// it). Returns `(bundle by digest, opm, util)`.
-fn import_olm_images(cp: &ControlPlane, dir: &Path) -> (String, String, String) {
+fn import_olm_images(cp: &ControlPlane, dir: &Path, version: &str) -> (String, String, String) {
     let node = cp.real_node().unwrap();
-    let version = csv()["spec"]["version"].as_str().unwrap().to_string();
     let bundle_dir = root().join("bundle");
     let files = tree_files(&bundle_dir)
         .unwrap()
@@ -272,7 +270,8 @@ async fn olm_installs_the_bundle_from_a_catalog_and_removes_it() {
         images.iter().find(|i| i["name"] == name).unwrap()["image"].as_str().unwrap().to_string()
     };
     qdr_tests::install::import_operator_images_as(cp, |image| normalized(&related(image.name))).unwrap();
-    let (bundle_image, opm_image, util_image) = import_olm_images(cp, &dir);
+    let (bundle_image, opm_image, util_image) =
+        import_olm_images(cp, &dir, csv["spec"]["version"].as_str().unwrap());
     say!("images imported in {:.1?}; bundle image {bundle_image}", t.elapsed());
 
     // OLM: its CRDs, then its two operators, as a cluster admin's OLM runs them (here as
@@ -307,7 +306,7 @@ async fn olm_installs_the_bundle_from_a_catalog_and_removes_it() {
     // The catalog: opm validates and serves it; a CatalogSource points OLM at it.
     let fbc = dir.join("catalog/qdr-operator");
     std::fs::create_dir_all(&fbc).unwrap();
-    std::fs::write(fbc.join("catalog.json"), catalog(&bundle_image)).unwrap();
+    std::fs::write(fbc.join("catalog.json"), catalog(&csv, &bundle_image)).unwrap();
     let validated = Command::new(testbin("opm")).arg("validate").arg(dir.join("catalog")).output().unwrap();
     assert!(validated.status.success(), "opm validate: {}", String::from_utf8_lossy(&validated.stderr));
     let port = qdr_tests::components::free_port();
@@ -424,20 +423,7 @@ async fn olm_installs_the_bundle_from_a_catalog_and_removes_it() {
     // The API server calls the webhook (trusting OLM's caBundle): a bad Interconnect is refused
     // with its field path; a good one is stored with its defaults and reconciled.
     let _ = kubectl(cp, &["create", "namespace", APP_NS]);
-    let unresolved = r#"{"apiVersion": "interconnectedcloud.github.io/v1alpha1", "kind": "Interconnect",
-        "metadata": {"name": "unresolved"},
-        "spec": {"listeners": [{"port": 5671, "sslProfile": "missing"}]}}"#;
-    let refused =
-        qdr_tests::eventually("admission through OLM's Service", Duration::from_secs(60), || async {
-            let out = qdr_tests::components::kubectl_stdin(
-                cp,
-                &["create", "-n", APP_NS, "--dry-run=server", "-f", "-"],
-                unresolved,
-            );
-            let err = String::from_utf8_lossy(&out.stderr).into_owned();
-            (!out.status.success() && err.contains(r#"no sslProfile named "missing""#)).then_some(err)
-        })
-        .await;
+    let refused = qdr_tests::install::refused_by_webhook(cp, APP_NS).await;
     assert!(refused.contains("spec.listeners[0].sslProfile"), "{refused}");
     let example = root().join("deploy/examples/interior-mesh.yaml").display().to_string();
     ok(kubectl(cp, &["apply", "-n", APP_NS, "-f", &example]));
