@@ -4,7 +4,8 @@
 //! wired into the controller yet: the listener, the read schedule and the status come next.
 //!
 //! A management `QUERY` answer of qdrouterd 1.19 is `{attributeNames: [..], results: [[..],
-//! ..]}` (one row per entity, values in the order of the names), read here as JSON.
+//! ..]}` (one row per entity, values in the order of the names), decoded into a bounded
+//! [`answer::Table`] after [`wire`] checked its bytes.
 //!
 //! Links are judged by **open inter-router connections** (entity `connection`, role
 //! `inter-router`, `opened`, the peer's router id as `container`), as either end reports them:
@@ -12,18 +13,37 @@
 //! neighbour, until its link state ages out, 60 s by default), its connections do not. Router
 //! ids are pod names: the operator renders `id: ${HOSTNAME}`.
 
+pub mod answer;
 pub mod management;
+pub mod pool;
 pub mod reader;
 #[cfg(test)]
 mod tests;
+pub mod wire;
 
 use std::collections::{BTreeMap, BTreeSet};
 
-use serde_json::{Map, Value};
+use answer::{Cell, MAX_TEXT, Table, cut};
 
 /// Prefix of the container id the controller's reader connects with, so its own management
 /// connection is not counted as a client's.
 pub const READER_CONTAINER_PREFIX: &str = "qdr-operator-mesh-reader";
+
+/// The attributes asked of the `router` entity (`org.apache.qpid.dispatch.router`).
+pub const ROUTER_ATTRIBUTES: [&str; 4] = ["id", "mode", "linksBlocked", "deliveriesStuck"];
+/// The attributes asked of `router.node`.
+pub const NODE_ATTRIBUTES: [&str; 1] = ["id"];
+/// The attributes asked of `connection`.
+pub const CONNECTION_ATTRIBUTES: [&str; 5] = ["container", "role", "dir", "opened", "isEncrypted"];
+/// Router pods of one Interconnect that are read: the largest mesh the controller judges
+/// (an Interconnect with more is not read, and says so). Also the most routers kept in one
+/// view's `reaches` and links of each role: what one read keeps grows with the square of
+/// the routers (each interior router links to every other), about 4 MB at this bound.
+pub const MAX_ROUTERS: usize = 256;
+/// Groups, pairs and routers named in one message or list at most; the rest are counted.
+pub const MAX_NAMED: usize = 32;
+/// Bytes of a condition message at most (the API allows 32768).
+pub const MAX_MESSAGE: usize = 4096;
 
 /// A management answer that is not what qdrouterd 1.19 sends.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
@@ -31,32 +51,48 @@ pub const READER_CONTAINER_PREFIX: &str = "qdr-operator-mesh-reader";
 pub struct AnswerError {
     /// The entity type asked for, e.g. `router.node`.
     pub entity: &'static str,
-    /// What was wrong.
+    /// What was wrong (cut to [`MAX_TEXT`] bytes).
     pub what: String,
 }
 
-/// The rows of a `QUERY` answer as objects keyed by attribute name.
+impl AnswerError {
+    fn new(entity: &'static str, what: impl Into<String>) -> Self {
+        AnswerError { entity, what: cut(what.into(), MAX_TEXT) }
+    }
+}
+
+/// One row of an answer by attribute name.
+pub struct Row<'a> {
+    table: &'a Table,
+    cells: &'a [Cell],
+}
+
+impl Row<'_> {
+    /// The cell of attribute `name` ([`Cell::Null`] when absent).
+    pub fn get(&self, name: &str) -> &Cell {
+        self.table.column(name).and_then(|i| self.cells.get(i)).unwrap_or(&Cell::Null)
+    }
+
+    fn text(&self, name: &str) -> Option<&str> {
+        self.get(name).text()
+    }
+}
+
+/// The rows of a `QUERY` answer.
 ///
 /// # Errors
-/// [`AnswerError`] when `answer` has no `attributeNames` list of strings or no `results` list
-/// of lists, or a row is longer than the names.
-pub fn rows(entity: &'static str, answer: &Value) -> Result<Vec<Map<String, Value>>, AnswerError> {
-    let err = |what: &str| AnswerError { entity, what: what.into() };
-    let names: Vec<&str> = answer["attributeNames"]
-        .as_array()
-        .ok_or_else(|| err("no attributeNames list"))?
-        .iter()
-        .map(|n| n.as_str().ok_or_else(|| err("an attribute name is not a string")))
-        .collect::<Result<_, _>>()?;
-    let results = answer["results"].as_array().ok_or_else(|| err("no results list"))?;
+/// [`AnswerError`] when `answer` has no `attributeNames` list or no `results` list, or a
+/// row is longer than the names.
+pub fn rows<'a>(entity: &'static str, answer: &'a Table) -> Result<Vec<Row<'a>>, AnswerError> {
+    let names = answer.names.as_ref().ok_or_else(|| AnswerError::new(entity, "no attributeNames list"))?;
+    let results = answer.rows.as_ref().ok_or_else(|| AnswerError::new(entity, "no results list"))?;
     results
         .iter()
-        .map(|row| {
-            let values = row.as_array().ok_or_else(|| err("a result row is not a list"))?;
-            if values.len() > names.len() {
-                return Err(err("a result row is longer than attributeNames"));
+        .map(|cells| {
+            if cells.len() > names.len() {
+                return Err(AnswerError::new(entity, "a result row is longer than attributeNames"));
             }
-            Ok(names.iter().map(|n| n.to_string()).zip(values.iter().cloned()).collect())
+            Ok(Row { table: answer, cells })
         })
         .collect()
 }
@@ -73,7 +109,7 @@ pub enum Mode {
 /// One open connection of a router to another router.
 #[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord)]
 pub struct Link {
-    /// The peer's router id (its `container`).
+    /// The peer's router id (its `container`, at most [`MAX_TEXT`] bytes).
     pub peer: String,
     /// `true` when this router opened it (its connector), `false` when the peer did.
     pub outgoing: bool,
@@ -81,7 +117,8 @@ pub struct Link {
     pub encrypted: bool,
 }
 
-/// What one router reports of itself.
+/// What one router reports of itself. Every list holds at most [`MAX_ROUTERS`] entries
+/// and every text at most [`MAX_TEXT`] bytes, whatever the router answered.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct RouterView {
     /// Its router id (the pod name).
@@ -104,62 +141,97 @@ pub struct RouterView {
     pub deliveries_stuck: u64,
 }
 
-fn text(row: &Map<String, Value>, key: &str) -> Option<String> {
-    row.get(key).and_then(Value::as_str).map(String::from)
+impl RouterView {
+    /// The view of the one row of a `router` answer, with no nodes or connections yet (see
+    /// [`RouterView::add_nodes`], [`RouterView::add_connections`], one call per page).
+    ///
+    /// # Errors
+    /// [`AnswerError`] when the answer is malformed, has no single row with an `id`, or its
+    /// `mode` is neither `interior` nor `edge`.
+    pub fn of_router(router: &Table) -> Result<RouterView, AnswerError> {
+        let me = rows("router", router)?;
+        let [me] = me.as_slice() else {
+            return Err(AnswerError::new("router", format!("{} rows, not 1", me.len())));
+        };
+        let id = me.text("id").ok_or_else(|| AnswerError::new("router", "no id"))?.to_string();
+        let mode = match me.get("mode") {
+            Cell::Text(m) if m == "interior" => Mode::Interior,
+            Cell::Text(m) if m == "edge" => Mode::Edge,
+            other => return Err(AnswerError::new("router", format!("mode {other:?}"))),
+        };
+        Ok(RouterView {
+            id,
+            mode,
+            reaches: BTreeSet::new(),
+            inter_router: Vec::new(),
+            edge: Vec::new(),
+            clients: 0,
+            links_blocked: me.get("linksBlocked").count().unwrap_or(0),
+            deliveries_stuck: me.get("deliveriesStuck").count().unwrap_or(0),
+        })
+    }
+
+    /// Adds a page of a `router.node` answer; returns its rows.
+    ///
+    /// # Errors
+    /// [`AnswerError`] when the page is malformed.
+    pub fn add_nodes(&mut self, nodes: &Table) -> Result<usize, AnswerError> {
+        let rows = rows("router.node", nodes)?;
+        for n in &rows {
+            if let Some(node) = n.text("id")
+                && node != self.id
+                && self.reaches.len() < MAX_ROUTERS
+            {
+                self.reaches.insert(node.to_string());
+            }
+        }
+        Ok(rows.len())
+    }
+
+    /// Adds a page of a `connection` answer; returns its rows.
+    ///
+    /// # Errors
+    /// [`AnswerError`] when the page is malformed.
+    pub fn add_connections(&mut self, connections: &Table) -> Result<usize, AnswerError> {
+        let rows = rows("connection", connections)?;
+        for c in &rows {
+            if *c.get("opened") != Cell::Bool(true) {
+                continue;
+            }
+            let peer = c.text("container").unwrap_or_default();
+            let link = || Link {
+                peer: peer.to_string(),
+                outgoing: c.text("dir") == Some("out"),
+                encrypted: *c.get("isEncrypted") == Cell::Bool(true),
+            };
+            match c.text("role") {
+                Some("inter-router") if self.inter_router.len() < MAX_ROUTERS => {
+                    self.inter_router.push(link())
+                }
+                Some("edge") if self.edge.len() < MAX_ROUTERS => self.edge.push(link()),
+                Some("normal" | "route-container") if !peer.starts_with(READER_CONTAINER_PREFIX) => {
+                    self.clients += 1;
+                }
+                _ => {}
+            }
+        }
+        self.inter_router.sort();
+        self.edge.sort();
+        Ok(rows.len())
+    }
 }
 
-fn count(row: &Map<String, Value>, key: &str) -> u64 {
-    row.get(key).and_then(Value::as_u64).unwrap_or(0)
-}
-
-/// Reads one router's answers: the `router` entity, `router.node` and `connection`.
+/// Reads one router's answers, one page each: the `router` entity, `router.node` and
+/// `connection`.
 ///
 /// # Errors
-/// [`AnswerError`] when an answer is malformed, the `router` answer has no single row with an
-/// `id`, or its `mode` is neither `interior` nor `edge`.
-pub fn router_view(router: &Value, nodes: &Value, connections: &Value) -> Result<RouterView, AnswerError> {
-    let me = rows("router", router)?;
-    let [me] = me.as_slice() else {
-        return Err(AnswerError { entity: "router", what: format!("{} rows, not 1", me.len()) });
-    };
-    let id = text(me, "id").ok_or(AnswerError { entity: "router", what: "no id".into() })?;
-    let mode = match me.get("mode").and_then(Value::as_str) {
-        Some("interior") => Mode::Interior,
-        Some("edge") => Mode::Edge,
-        other => return Err(AnswerError { entity: "router", what: format!("mode {other:?}") }),
-    };
-    let reaches =
-        rows("router.node", nodes)?.iter().filter_map(|n| text(n, "id")).filter(|n| *n != id).collect();
-    let (mut inter_router, mut edge, mut clients) = (Vec::new(), Vec::new(), 0);
-    for c in rows("connection", connections)? {
-        if c.get("opened") != Some(&Value::Bool(true)) {
-            continue;
-        }
-        let peer = text(&c, "container").unwrap_or_default();
-        let link = || Link {
-            peer: peer.clone(),
-            outgoing: c.get("dir").and_then(Value::as_str) == Some("out"),
-            encrypted: c.get("isEncrypted") == Some(&Value::Bool(true)),
-        };
-        match c.get("role").and_then(Value::as_str) {
-            Some("inter-router") => inter_router.push(link()),
-            Some("edge") => edge.push(link()),
-            Some("normal" | "route-container") if !peer.starts_with(READER_CONTAINER_PREFIX) => clients += 1,
-            _ => {}
-        }
-    }
-    inter_router.sort();
-    edge.sort();
-    Ok(RouterView {
-        id,
-        mode,
-        reaches,
-        inter_router,
-        edge,
-        clients,
-        links_blocked: count(me, "linksBlocked"),
-        deliveries_stuck: count(me, "deliveriesStuck"),
-    })
+/// [`AnswerError`]: see [`RouterView::of_router`], [`RouterView::add_nodes`],
+/// [`RouterView::add_connections`].
+pub fn router_view(router: &Table, nodes: &Table, connections: &Table) -> Result<RouterView, AnswerError> {
+    let mut view = RouterView::of_router(router)?;
+    view.add_nodes(nodes)?;
+    view.add_connections(connections)?;
+    Ok(view)
 }
 
 /// What the reader got from one router pod.
@@ -167,9 +239,12 @@ pub fn router_view(router: &Value, nodes: &Value, connections: &Value) -> Result
 pub enum Observation {
     /// It answered.
     Answered(RouterView),
-    /// It did not (no pod IP yet, connection refused, TLS, timeout, a malformed answer):
-    /// why, for the condition's message.
+    /// It was asked and did not answer (connection refused, TLS, timeout, an answer refused
+    /// or malformed): why, for the condition's message (at most a few hundred bytes).
     Unreachable(String),
+    /// It was not asked: the pod has no IP or is not Ready yet (a rollout, a scale-up).
+    /// Such a router is left out of the judgement: no group of its own, no missing link.
+    Pending(String),
 }
 
 /// A condition's status, reason and message.
@@ -186,16 +261,20 @@ pub struct Verdict {
 /// The mesh of one Interconnect as its routers report it.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct MeshReport {
-    /// Interior routers expected (the Interconnect's interior router pods).
+    /// Interior routers expected (the Interconnect's interior router pods, pending ones
+    /// included).
     pub interiors_expected: usize,
     /// Interior routers in the largest group that reach each other through open links.
     pub interiors_connected: usize,
     /// The groups of interior routers that reach each other, largest first (one group when
-    /// connected), each sorted.
+    /// connected), each sorted; pending routers are in none.
     pub groups: Vec<Vec<String>>,
     /// Pairs of interior routers with no open link between them (auto-mesh links every
-    /// pair), each `(a, b)` with `a < b`.
+    /// pair), each `(a, b)` with `a < b`; pending routers are in none. The first
+    /// [`MAX_NAMED`] only: [`MeshReport::links_missing`] counts them all.
     pub missing_links: Vec<(String, String)>,
+    /// How many pairs have no link of their own.
+    pub links_missing: usize,
     /// Edge routers expected.
     pub edges_expected: usize,
     /// Edge routers whose uplink is open.
@@ -204,6 +283,8 @@ pub struct MeshReport {
     pub not_uplinked: Vec<String>,
     /// Pods that did not answer, with why.
     pub unreachable: BTreeMap<String, String>,
+    /// Pods not asked yet (no IP, not Ready), with why.
+    pub pending: BTreeMap<String, String>,
     /// The `MeshConnected` condition.
     pub condition: Verdict,
 }
@@ -214,54 +295,67 @@ pub struct MeshReport {
 ///
 /// Two interior routers are linked when either reports an open inter-router connection to
 /// the other, so a router that did not answer still counts as linked through the reports of
-/// its peers. `MeshConnected` is, first that applies:
-/// 1. `False`/`Partitioned`: the interior routers form more than one group (each group
-///    named);
-/// 2. `False`/`EdgeNotUplinked`: an edge router has no open uplink (named);
+/// its peers. Pending routers ([`Observation::Pending`]) are left out. `MeshConnected` is,
+/// first that applies:
+/// 1. `False`/`Partitioned`: the interior routers form more than one group, and at least
+///    two groups each hold a router that answered (each group named). Routers that did
+///    not answer and that no peer reports a link to prove nothing: a default-deny
+///    NetworkPolicy on the management port must not read as a split mesh;
+/// 2. `False`/`EdgeNotUplinked`: an edge router that answered has no open uplink (named);
 /// 3. `Unknown`/`RouterUnreachable`: a router did not answer (named, with why);
-/// 4. `True`/`LinksMissing`: every router reaches every other, but some pairs only
+/// 4. `Unknown`/`NoRouters`: no router pods, or none ready to be asked yet;
+/// 5. `True`/`LinksMissing`: every router reaches every other, but some pairs only
 ///    through a third (the pairs named);
-/// 5. `True`/`Connected`.
-///
-/// With no router pods at all it is `Unknown`/`NoRouters`.
+/// 6. `True`/`Connected` (routers still starting are counted in the message).
 pub fn assess(mode: Mode, observations: &BTreeMap<String, Observation>) -> MeshReport {
-    let unreachable: BTreeMap<String, String> = observations
+    let mut unreachable = BTreeMap::new();
+    let mut pending = BTreeMap::new();
+    let mut views: Vec<&RouterView> = Vec::new();
+    for (pod, o) in observations {
+        match o {
+            Observation::Answered(v) => views.push(v),
+            Observation::Unreachable(why) => {
+                unreachable.insert(pod.clone(), why.clone());
+            }
+            Observation::Pending(why) => {
+                pending.insert(pod.clone(), why.clone());
+            }
+        }
+    }
+    // The pods judged: every one but the pending.
+    let judged: BTreeSet<&str> =
+        observations.keys().map(String::as_str).filter(|p| !pending.contains_key(*p)).collect();
+    let answered: BTreeSet<&str> = observations
         .iter()
-        .filter_map(|(pod, o)| match o {
-            Observation::Unreachable(why) => Some((pod.clone(), why.clone())),
-            Observation::Answered(_) => None,
-        })
-        .collect();
-    let views: Vec<&RouterView> = observations
-        .values()
-        .filter_map(|o| match o {
-            Observation::Answered(v) => Some(v),
-            Observation::Unreachable(_) => None,
-        })
+        .filter(|(_, o)| matches!(o, Observation::Answered(_)))
+        .map(|(p, _)| p.as_str())
         .collect();
 
-    let (mut groups, mut missing_links) = (Vec::new(), Vec::new());
+    let (mut groups, mut missing_links, mut links_missing) = (Vec::new(), Vec::new(), 0);
     let (mut not_uplinked, mut edges_expected) = (Vec::new(), 0);
     let mut interiors_expected = 0;
     match mode {
         Mode::Interior => {
-            let routers: Vec<&String> = observations.keys().collect();
-            interiors_expected = routers.len();
+            let routers: Vec<&str> = judged.iter().copied().collect();
+            interiors_expected = observations.len();
             // Links to routers of other Interconnects (interRouterConnectors) are not this
             // mesh's: only pairs of this Interconnect's routers count.
             let mut linked: BTreeSet<(&str, &str)> = BTreeSet::new();
             for v in &views {
                 for l in &v.inter_router {
                     let (a, b) = (v.id.as_str(), l.peer.as_str());
-                    if observations.contains_key(a) && observations.contains_key(b) && a != b {
+                    if judged.contains(a) && judged.contains(b) && a != b {
                         linked.insert(if a < b { (a, b) } else { (b, a) });
                     }
                 }
             }
             for (i, a) in routers.iter().enumerate() {
                 for b in &routers[i + 1..] {
-                    if !linked.contains(&(a.as_str(), b.as_str())) {
-                        missing_links.push((a.to_string(), b.to_string()));
+                    if !linked.contains(&(*a, *b)) {
+                        links_missing += 1;
+                        if missing_links.len() < MAX_NAMED {
+                            missing_links.push((a.to_string(), b.to_string()));
+                        }
                     }
                 }
             }
@@ -278,20 +372,20 @@ pub fn assess(mode: Mode, observations: &BTreeMap<String, Observation>) -> MeshR
             }
         }
     }
-    let answered_edges = views.len();
-    let edges_uplinked = if mode == Mode::Edge { answered_edges - not_uplinked.len() } else { 0 };
+    let edges_uplinked = if mode == Mode::Edge { views.len() - not_uplinked.len() } else { 0 };
     let interiors_connected = groups.first().map_or(0, Vec::len);
+    let answering_groups = groups.iter().filter(|g| g.iter().any(|r| answered.contains(r.as_str()))).count();
 
-    let names = |v: &[String]| v.join(", ");
-    let why = || unreachable.iter().map(|(p, w)| format!("{p} ({w})")).collect::<Vec<_>>().join("; ");
-    let condition = if observations.is_empty() {
-        Verdict { status: "Unknown", reason: "NoRouters", message: "no router pods to ask".into() }
-    } else if groups.len() > 1 {
-        let split: Vec<String> = groups.iter().map(|g| format!("[{}]", names(g))).collect();
+    let names = |v: &[String]| named(v.iter().map(String::as_str), v.len());
+    let condition = if answering_groups > 1 {
+        let split: Vec<String> = groups.iter().take(MAX_NAMED).map(|g| format!("[{}]", names(g))).collect();
         let mut message =
             format!("the interior routers are split into {} groups: {}", groups.len(), split.join(" "));
+        if groups.len() > MAX_NAMED {
+            message.push_str(&format!(" and {} more", groups.len() - MAX_NAMED));
+        }
         if !unreachable.is_empty() {
-            message.push_str(&format!("; not answering: {}", why()));
+            message.push_str(&format!("; not answering: {}", listed(&unreachable)));
         }
         Verdict { status: "False", reason: "Partitioned", message }
     } else if !not_uplinked.is_empty() {
@@ -304,8 +398,15 @@ pub fn assess(mode: Mode, observations: &BTreeMap<String, Observation>) -> MeshR
         Verdict {
             status: "Unknown",
             reason: "RouterUnreachable",
-            message: format!("not answering: {}", why()),
+            message: format!("not answering: {}", listed(&unreachable)),
         }
+    } else if views.is_empty() {
+        let message = if observations.is_empty() {
+            "no router pods to ask".to_string()
+        } else {
+            format!("no router is ready to be asked yet: {}", listed(&pending))
+        };
+        Verdict { status: "Unknown", reason: "NoRouters", message }
     } else if !missing_links.is_empty() {
         let pairs: Vec<String> = missing_links.iter().map(|(a, b)| format!("{a} – {b}")).collect();
         Verdict {
@@ -313,59 +414,89 @@ pub fn assess(mode: Mode, observations: &BTreeMap<String, Observation>) -> MeshR
             reason: "LinksMissing",
             message: format!(
                 "every router reaches every other, but these pairs have no link of their own: {}",
-                pairs.join(", ")
+                named(pairs.iter().map(String::as_str), links_missing)
             ),
         }
     } else {
-        let message = match mode {
+        let mut message = match mode {
             Mode::Interior => {
                 format!("{interiors_connected}/{interiors_expected} interior routers linked to each other")
             }
             Mode::Edge => format!("{edges_uplinked}/{edges_expected} edge routers uplinked"),
         };
+        if !pending.is_empty() {
+            message.push_str(&format!("; {} starting", pending.len()));
+        }
         Verdict { status: "True", reason: "Connected", message }
     };
+    let condition = Verdict { message: cut(condition.message, MAX_MESSAGE), ..condition };
     MeshReport {
         interiors_expected,
         interiors_connected,
         groups,
         missing_links,
+        links_missing,
         edges_expected,
         edges_uplinked,
         not_uplinked,
         unreachable,
+        pending,
         condition,
     }
 }
 
+/// The first [`MAX_NAMED`] of `items` (`total` in all), comma-separated, then `and N more`.
+fn named<'a>(items: impl Iterator<Item = &'a str>, total: usize) -> String {
+    let mut out = items.take(MAX_NAMED).collect::<Vec<_>>().join(", ");
+    if total > MAX_NAMED {
+        out.push_str(&format!(" and {} more", total - MAX_NAMED));
+    }
+    out
+}
+
+/// Routers with why, grouped by why (many routers fail alike: a NetworkPolicy, a timeout):
+/// `why: a, b and N more; why: c`, at most [`MAX_NAMED`] reasons.
+fn listed(m: &BTreeMap<String, String>) -> String {
+    let mut by_why: BTreeMap<&str, Vec<&str>> = BTreeMap::new();
+    for (pod, why) in m {
+        by_why.entry(why.as_str()).or_default().push(pod.as_str());
+    }
+    let mut parts: Vec<String> = (by_why.iter().take(MAX_NAMED))
+        .map(|(why, pods)| format!("{} ({why})", named(pods.iter().copied(), pods.len())))
+        .collect();
+    if by_why.len() > MAX_NAMED {
+        parts.push(format!("and {} other reasons", by_why.len() - MAX_NAMED));
+    }
+    parts.join("; ")
+}
+
 /// The connected components of `nodes` under the undirected `links`, largest first (ties by
-/// their first member), each sorted.
-fn components(nodes: &[&String], links: &BTreeSet<(&str, &str)>) -> Vec<Vec<String>> {
-    let mut group: BTreeMap<&str, usize> = nodes.iter().enumerate().map(|(i, n)| (n.as_str(), i)).collect();
-    // Relabel until stable: few routers, so the simple way is enough.
-    loop {
-        let mut changed = false;
-        for (a, b) in links {
-            let (ga, gb) = (group[a], group[b]);
-            if ga != gb {
-                let low = ga.min(gb);
-                for g in group.values_mut() {
-                    if *g == ga || *g == gb {
-                        *g = low;
-                    }
-                }
-                changed = true;
-            }
+/// their first member), each sorted. Union–find: near-linear in the links.
+fn components(nodes: &[&str], links: &BTreeSet<(&str, &str)>) -> Vec<Vec<String>> {
+    let index: BTreeMap<&str, usize> = nodes.iter().enumerate().map(|(i, n)| (*n, i)).collect();
+    let mut parent: Vec<usize> = (0..nodes.len()).collect();
+    fn root(parent: &mut [usize], mut i: usize) -> usize {
+        while parent[i] != i {
+            parent[i] = parent[parent[i]];
+            i = parent[i];
         }
-        if !changed {
-            break;
+        i
+    }
+    for (a, b) in links {
+        let (ra, rb) = (root(&mut parent, index[a]), root(&mut parent, index[b]));
+        if ra != rb {
+            parent[ra.max(rb)] = ra.min(rb);
         }
     }
     let mut by_group: BTreeMap<usize, Vec<String>> = BTreeMap::new();
-    for (n, g) in group {
-        by_group.entry(g).or_default().push(n.to_string());
+    for (i, n) in nodes.iter().enumerate() {
+        let r = root(&mut parent, i);
+        by_group.entry(r).or_default().push(n.to_string());
     }
     let mut out: Vec<Vec<String>> = by_group.into_values().collect();
+    for g in &mut out {
+        g.sort();
+    }
     out.sort_by(|a, b| b.len().cmp(&a.len()).then_with(|| a.cmp(b)));
     out
 }

@@ -45,8 +45,12 @@ pub async fn run_controller(ctx: Arc<Context>, namespace: &str) {
     let term = ctx.clone();
     let _term = ctx.health.term(namespace, move || term.cache.as_ref().is_some_and(Cache::is_ready));
     let cfg = kube::runtime::controller::Config::default().concurrency(CONCURRENCY);
+    // A read of the routers that ended (run off the reconcile path) reconciles its
+    // Interconnect, which takes the new answers.
+    let mesh_reads = ctx.mesh.subscribe(namespace);
     controller
         .with_config(cfg)
+        .reconcile_on(mesh_reads)
         .run(reconcile, error_policy, ctx.clone())
         .for_each(|r| {
             // Failed reconciles are logged by `reconcile`; a failing watch is logged here

@@ -722,10 +722,18 @@ async fn a_router_of_the_old_revision_restarted_mid_rollout_keeps_its_configurat
 async fn observe(pods: &[(String, String)]) -> std::collections::BTreeMap<String, mesh::Observation> {
     let targets: Vec<mesh::reader::Target> = pods
         .iter()
-        .map(|(pod, ip)| mesh::reader::Target { pod: pod.clone(), ip: Some(ip.clone()) })
+        .map(|(pod, ip)| mesh::reader::Target { pod: pod.clone(), ip: Some(ip.clone()), ready: true })
         .collect();
-    mesh::reader::observe(&targets, 5672, &tokio::sync::Semaphore::new(2), Duration::from_secs(10), None)
-        .await
+    let pool = mesh::pool::Pool::new(2, 2);
+    let plan = mesh::reader::Plan {
+        port: 5672,
+        namespace: "test",
+        pool: &pool,
+        timeout: Duration::from_secs(10),
+        deadline: tokio::time::Instant::now() + Duration::from_secs(60),
+        tls: None,
+    };
+    mesh::reader::observe(&targets, &plan).await
 }
 
 /// The `connection` entities of `pod`'s router with role `role` that are open.

@@ -1,28 +1,49 @@
 //! Asking one router: an AMQP 1.0 connection (fe2o3-amqp) over a stream the caller opened
-//! (plain TCP, or TLS with a client certificate: the design in `docs/mesh-status.md`), three
+//! (plain TCP, or TLS with a client certificate: the design in `docs/mesh-status.md`),
 //! management `QUERY`s on `$management` with replies to a dynamic receiver, then the
 //! connection closed. No SASL: a router's listener that verifies client certificates in the
 //! TLS handshake needs none.
+//!
+//! The router is not trusted (docs/mesh-status.md, "A router is not trusted"): every byte
+//! it sends passes [`super::wire::Guarded`] first (frame and message sizes, nesting, a byte
+//! budget, the deadline); each query asks only for the attributes the view uses
+//! ([`super::ROUTER_ATTRIBUTES`], …) and at most [`PAGE_ROWS`] rows at a time (`count`,
+//! `offset`), and answers decode into bounded [`Table`]s, folded page by page into the
+//! [`RouterView`], so one read holds at most one page.
 
 use std::time::Duration;
 
 use fe2o3_amqp::link::delivery::Delivery;
-use fe2o3_amqp::types::messaging::{ApplicationProperties, Message, Properties, Source};
+use fe2o3_amqp::link::receiver::CreditMode;
+use fe2o3_amqp::types::messaging::{ApplicationProperties, Body, Message, MessageId, Properties, Source};
 use fe2o3_amqp::types::primitives::{OrderedMap, SimpleValue, Value};
 use fe2o3_amqp::{Connection, Receiver, Sender, Session};
-use serde_json::Value as Json;
 use tokio::io::{AsyncRead, AsyncWrite};
+use tokio::time::Instant;
 
-use super::{AnswerError, READER_CONTAINER_PREFIX, RouterView, router_view};
+use super::answer::{MAX_ROWS, MAX_TEXT, Table, cut};
+use super::wire::{Guarded, MAX_FRAME_SIZE, MAX_MESSAGE_SIZE, Verdict};
+use super::{
+    AnswerError, CONNECTION_ATTRIBUTES, MAX_ROUTERS, NODE_ATTRIBUTES, READER_CONTAINER_PREFIX,
+    ROUTER_ATTRIBUTES, RouterView,
+};
 
-/// The entity types asked for, in the order [`router_view`] takes them.
+/// The entity types asked for: the router, its routing table, its connections.
 pub const ENTITIES: [&str; 3] = [
     "org.apache.qpid.dispatch.router",
     "org.apache.qpid.dispatch.router.node",
     "org.apache.qpid.dispatch.connection",
 ];
+/// Rows asked for in one query (`count`), and the most an answer may hold.
+pub const PAGE_ROWS: usize = MAX_ROWS;
+/// Connections read of one router at most: an edge router with this many clients is read
+/// whole in 128 pages; beyond, the rest are not counted.
+pub const MAX_CONNECTION_ROWS: usize = 32 * 1024;
+/// How long closing a connection that answered may take before it is dropped.
+const CLOSE_GRACE: Duration = Duration::from_millis(500);
 
-/// Why a router could not be read.
+/// Why a router could not be read. Its text is at most a few hundred bytes whatever the
+/// router sent (router text is cut to [`MAX_TEXT`] bytes).
 #[derive(Debug, thiserror::Error)]
 pub enum ReadError {
     /// Nothing within the time allowed.
@@ -31,6 +52,9 @@ pub enum ReadError {
     /// The AMQP connection, session or a link failed (refused, closed, a protocol error).
     #[error("AMQP: {0}")]
     Amqp(String),
+    /// What the router sent was refused before it was decoded ([`super::wire`]).
+    #[error("refused what the router sent: {0}")]
+    Refused(String),
     /// The router answered a request with a status other than 200.
     #[error("QUERY {entity} answered {status}: {description}")]
     Status {
@@ -38,7 +62,7 @@ pub enum ReadError {
         entity: &'static str,
         /// `statusCode`.
         status: i64,
-        /// `statusDescription`.
+        /// `statusDescription`, cut to [`MAX_TEXT`] bytes.
         description: String,
     },
     /// An answer that is not what qdrouterd 1.19 sends.
@@ -47,189 +71,269 @@ pub enum ReadError {
 }
 
 fn amqp(e: impl std::fmt::Debug) -> ReadError {
-    ReadError::Amqp(format!("{e:?}"))
+    ReadError::Amqp(cut(format!("{e:?}"), MAX_TEXT))
 }
 
-/// Reads one router over `stream` within `timeout` (connection, three queries and close):
-/// its [`RouterView`]. `reader` tells the connection apart in the router's own list
+/// Reads one router over `stream` within `timeout` (connection, queries and close): its
+/// [`RouterView`]. `reader` tells the connection apart in the router's own list
 /// (container id `<READER_CONTAINER_PREFIX>-<reader>`), so it is not counted as a client.
 ///
 /// # Errors
-/// [`ReadError`]: the time ran out, the AMQP exchange failed, a query was refused, or an
-/// answer was malformed.
+/// [`ReadError`]: the time ran out, the AMQP exchange failed, what the router sent was
+/// refused, a query was refused, or an answer was malformed.
 pub async fn read_router<S>(stream: S, reader: &str, timeout: Duration) -> Result<RouterView, ReadError>
 where
     S: AsyncRead + AsyncWrite + std::fmt::Debug + Send + Unpin + 'static,
 {
-    tokio::time::timeout(timeout, read(stream, reader)).await.map_err(|_| ReadError::Timeout(timeout))?
+    let deadline = Instant::now() + timeout;
+    tokio::time::timeout_at(deadline, read(stream, reader, deadline, timeout))
+        .await
+        .map_err(|_| ReadError::Timeout(timeout))?
 }
 
-async fn read<S>(stream: S, reader: &str) -> Result<RouterView, ReadError>
+/// [`read_router`] until `deadline` (`timeout` after the start), without the outer timeout.
+async fn read<S>(
+    stream: S,
+    reader: &str,
+    deadline: Instant,
+    timeout: Duration,
+) -> Result<RouterView, ReadError>
+where
+    S: AsyncRead + AsyncWrite + std::fmt::Debug + Send + Unpin + 'static,
+{
+    let verdict = Verdict::default();
+    let result = exchange(Guarded::new(stream, deadline, verdict.clone()), reader).await;
+    match (result, verdict.refused()) {
+        (Err(_), _) if Instant::now() >= deadline => Err(ReadError::Timeout(timeout)),
+        (Err(_), Some(why)) => Err(ReadError::Refused(why)),
+        (result, _) => result,
+    }
+}
+
+/// One `QUERY` of `entity` for `attributes`, rows `offset..offset + count`.
+struct Query {
+    entity: &'static str,
+    attributes: &'static [&'static str],
+    offset: usize,
+    count: usize,
+}
+
+struct Links {
+    requests: Sender,
+    replies: Receiver,
+    reply_to: String,
+    next_id: u64,
+}
+
+impl Links {
+    async fn ask(&mut self, q: &Query) -> Result<Table, ReadError> {
+        let id = self.next_id;
+        self.next_id += 1;
+        let count = i64::try_from(q.count).unwrap_or(i64::MAX);
+        let offset = i64::try_from(q.offset).unwrap_or(i64::MAX);
+        let request = Message::builder()
+            .properties(
+                Properties::builder()
+                    .reply_to(self.reply_to.clone())
+                    .message_id(id)
+                    .correlation_id(id)
+                    .build(),
+            )
+            .application_properties(
+                ApplicationProperties::builder()
+                    .insert("operation", "QUERY")
+                    .insert("type", "org.amqp.management")
+                    .insert("entityType", q.entity)
+                    .insert("name", "self")
+                    .insert("count", count)
+                    .insert("offset", offset)
+                    .build(),
+            )
+            .value(Value::Map(OrderedMap::from_iter([(
+                Value::from("attributeNames"),
+                Value::List(q.attributes.iter().map(|a| Value::from(*a)).collect()),
+            )])))
+            .build();
+        self.requests.send(request).await.map_err(amqp)?;
+        let answer: Delivery<Body<Table>> = self.replies.recv().await.map_err(amqp)?;
+        self.replies.accept(&answer).await.map_err(amqp)?;
+        let entity = q.entity.rsplit('.').next().unwrap_or(q.entity);
+        let correlation = answer.message().properties.as_ref().and_then(|p| p.correlation_id.as_ref());
+        if correlation != Some(&MessageId::from(id)) {
+            return Err(AnswerError::new(entity, "an answer to another request").into());
+        }
+        let props = answer.message().application_properties.as_ref();
+        let get = |k: &str| props.and_then(|p| p.0.get(k));
+        let status = match get("statusCode") {
+            Some(SimpleValue::Int(v)) => i64::from(*v),
+            Some(SimpleValue::Long(v)) => *v,
+            Some(SimpleValue::Uint(v)) => i64::from(*v),
+            _ => 0,
+        };
+        if status != 200 {
+            let description = match get("statusDescription") {
+                Some(SimpleValue::String(s)) => s.clone(),
+                Some(_) => "a statusDescription that is not a string".into(),
+                None => "no statusDescription".into(),
+            };
+            return Err(ReadError::Status {
+                entity: q.entity,
+                status,
+                description: cut(description, MAX_TEXT),
+            });
+        }
+        match answer.into_body() {
+            Body::Value(v) => Ok(v.0),
+            _ => Err(AnswerError::new(entity, "the answer is not an amqp-value").into()),
+        }
+    }
+
+    /// Every page of `entity` (up to `max_rows` rows), each handed to `add`, which returns
+    /// the rows it held.
+    async fn pages(
+        &mut self,
+        entity: &'static str,
+        attributes: &'static [&'static str],
+        max_rows: usize,
+        mut add: impl FnMut(&Table) -> Result<usize, AnswerError>,
+    ) -> Result<(), ReadError> {
+        let mut offset = 0;
+        while offset < max_rows {
+            let count = PAGE_ROWS.min(max_rows - offset);
+            let page = self.ask(&Query { entity, attributes, offset, count }).await?;
+            let rows = add(&page)?;
+            if rows > count {
+                let entity = entity.rsplit('.').next().unwrap_or(entity);
+                return Err(AnswerError::new(entity, format!("{rows} rows, {count} asked for")).into());
+            }
+            if rows < count {
+                break;
+            }
+            offset += rows;
+        }
+        Ok(())
+    }
+}
+
+async fn exchange<S>(stream: S, reader: &str) -> Result<RouterView, ReadError>
 where
     S: AsyncRead + AsyncWrite + std::fmt::Debug + Send + Unpin + 'static,
 {
     let mut connection = Connection::builder()
         .container_id(format!("{READER_CONTAINER_PREFIX}-{reader}"))
+        .max_frame_size(MAX_FRAME_SIZE)
         .open_with_stream(stream)
         .await
         .map_err(amqp)?;
-    let answers = async {
+    let view = async {
         let mut session = Session::begin(&mut connection).await.map_err(amqp)?;
-        let mut replies = Receiver::builder()
+        let replies = Receiver::builder()
             .name("replies")
             .source(Source::builder().dynamic(true).build())
+            .max_message_size(MAX_MESSAGE_SIZE as u64)
+            .credit_mode(CreditMode::Auto(2))
             .attach(&mut session)
             .await
             .map_err(amqp)?;
-        let reply_to = replies
-            .source()
-            .as_ref()
-            .and_then(|s| s.address.clone())
+        let reply_to = (replies.source().as_ref().and_then(|s| s.address.clone()))
             .ok_or_else(|| ReadError::Amqp("the router gave the reply link no address".into()))?;
-        let mut requests = Sender::attach(&mut session, "requests", "$management").await.map_err(amqp)?;
-        let mut answers = Vec::with_capacity(ENTITIES.len());
-        for (id, entity) in ENTITIES.iter().enumerate() {
-            let request = Message::builder()
-                .properties(Properties::builder().reply_to(reply_to.clone()).message_id(id as u64).build())
-                .application_properties(
-                    ApplicationProperties::builder()
-                        .insert("operation", "QUERY")
-                        .insert("type", "org.amqp.management")
-                        .insert("entityType", *entity)
-                        .insert("name", "self")
-                        .build(),
-                )
-                .value(Value::Map(OrderedMap::from_iter([(
-                    Value::from("attributeNames"),
-                    Value::List(vec![]),
-                )])))
-                .build();
-            requests.send(request).await.map_err(amqp)?;
-            let answer: Delivery<Value> = replies.recv().await.map_err(amqp)?;
-            replies.accept(&answer).await.map_err(amqp)?;
-            let props = answer.message().application_properties.as_ref();
-            let get = |k: &str| props.and_then(|p| p.0.get(k));
-            let status = match get("statusCode") {
-                Some(SimpleValue::Int(v)) => i64::from(*v),
-                Some(SimpleValue::Long(v)) => *v,
-                Some(SimpleValue::Uint(v)) => i64::from(*v),
-                _ => 0,
-            };
-            if status != 200 {
-                let description = match get("statusDescription") {
-                    Some(SimpleValue::String(s)) => s.clone(),
-                    other => format!("{other:?}"),
-                };
-                return Err(ReadError::Status { entity, status, description });
-            }
-            answers.push(to_json(answer.body()));
-        }
-        let _ = requests.close().await;
-        let _ = replies.close().await;
-        let _ = session.end().await;
-        Ok(answers)
+        let requests = Sender::attach(&mut session, "requests", "$management").await.map_err(amqp)?;
+        let mut links = Links { requests, replies, reply_to: cut(reply_to, MAX_TEXT), next_id: 0 };
+        // The router entity: one row (two asked, to see a second).
+        let me = links
+            .ask(&Query { entity: ENTITIES[0], attributes: &ROUTER_ATTRIBUTES, offset: 0, count: 2 })
+            .await?;
+        let mut view = RouterView::of_router(&me)?;
+        links.pages(ENTITIES[1], &NODE_ATTRIBUTES, MAX_ROUTERS + 1, |t| view.add_nodes(t)).await?;
+        links
+            .pages(ENTITIES[2], &CONNECTION_ATTRIBUTES, MAX_CONNECTION_ROWS, |t| view.add_connections(t))
+            .await?;
+        let Links { requests, replies, .. } = links;
+        let _ = tokio::time::timeout(CLOSE_GRACE, async {
+            let _ = requests.close().await;
+            let _ = replies.close().await;
+            let _ = session.end().await;
+        })
+        .await;
+        Ok(view)
     }
     .await;
-    let _ = connection.close().await;
-    let answers = answers?;
-    Ok(router_view(&answers[0], &answers[1], &answers[2])?)
+    let _ = tokio::time::timeout(CLOSE_GRACE, connection.close()).await;
+    view
 }
 
-/// An AMQP value as JSON: maps with string keys become objects (other keys are written as
-/// their JSON text), lists and arrays become arrays, numbers stay numbers (a float that is
-/// not finite becomes `null`), binary becomes an array of bytes, symbols and strings become
-/// strings, timestamps become milliseconds since the epoch, anything else its debug text.
-pub fn to_json(v: &Value) -> Json {
-    match v {
-        Value::Null => Json::Null,
-        Value::Bool(b) => Json::Bool(*b),
-        Value::Ubyte(n) => (*n).into(),
-        Value::Ushort(n) => (*n).into(),
-        Value::Uint(n) => (*n).into(),
-        Value::Ulong(n) => (*n).into(),
-        Value::Byte(n) => (*n).into(),
-        Value::Short(n) => (*n).into(),
-        Value::Int(n) => (*n).into(),
-        Value::Long(n) => (*n).into(),
-        Value::Float(f) => {
-            serde_json::Number::from_f64(f64::from(f.into_inner())).map_or(Json::Null, Json::Number)
-        }
-        Value::Double(f) => serde_json::Number::from_f64(f.into_inner()).map_or(Json::Null, Json::Number),
-        Value::Char(c) => Json::String(c.to_string()),
-        Value::Timestamp(t) => t.milliseconds().into(),
-        Value::String(s) => Json::String(s.clone()),
-        Value::Symbol(s) => Json::String(s.0.clone()),
-        Value::Binary(b) => Json::Array(b.iter().map(|x| Json::from(*x)).collect()),
-        Value::List(items) => Json::Array(items.iter().map(to_json).collect()),
-        Value::Array(items) => Json::Array(items.iter().map(to_json).collect()),
-        Value::Map(m) => Json::Object(
-            m.iter()
-                .map(|(k, v)| {
-                    let key = match k {
-                        Value::String(s) => s.clone(),
-                        Value::Symbol(s) => s.0.clone(),
-                        other => to_json(other).to_string(),
-                    };
-                    (key, to_json(v))
-                })
-                .collect(),
-        ),
-        other => Json::String(format!("{other:?}")),
-    }
-}
-
-/// One router pod to read: its name and, once it has one, its IP.
+/// One router pod to read.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Target {
     /// The pod's name (its router id).
     pub pod: String,
     /// `status.podIP`; `None` while it has none.
     pub ip: Option<String>,
+    /// Whether the pod is Ready. A pod that is not is not read: it is
+    /// [`Observation::Pending`](super::Observation::Pending).
+    pub ready: bool,
 }
 
-/// Reads every router in `targets` at `port` (over TLS with `tls`, else plain TCP), each
-/// connection holding a permit of `limit`
-/// (shared by every Interconnect the caller reads, so the whole controller keeps to one
-/// bound) and each read limited to `timeout` (connecting included): pod → what it answered.
-/// A pod without an IP is [`Observation::Unreachable`] `"no pod IP yet"`, without a
-/// connection; a refused or timed-out connection and any [`ReadError`] are
-/// `Unreachable` with the error's text. Never retries: the caller reads again at its next
-/// trigger.
+/// How to read the routers of one Interconnect.
+#[derive(Debug, Clone)]
+pub struct Plan<'a> {
+    /// The management port.
+    pub port: u16,
+    /// The namespace, whose share of `pool` the connections take.
+    pub namespace: &'a str,
+    /// The connection slots, shared by the whole controller.
+    pub pool: &'a super::pool::Pool,
+    /// Time allowed for one router once it has a slot (connecting, TLS, queries).
+    pub timeout: Duration,
+    /// When waiting for a slot ends: routers still waiting then are not read.
+    pub deadline: Instant,
+    /// TLS (with the controller's client certificate), or plain TCP (tests).
+    pub tls: Option<&'a super::management::Tls>,
+}
+
+/// Reads every router in `targets` as `plan` says: pod → what it answered. A pod without
+/// an IP or not Ready is [`Observation::Pending`](super::Observation::Pending), without a
+/// connection; a router for which no slot was free by the deadline, a refused or
+/// timed-out connection and any [`ReadError`] are `Unreachable` with the error's text (at
+/// most a few hundred bytes). Never retries: the caller reads again at its next trigger.
 pub async fn observe(
     targets: &[Target],
-    port: u16,
-    limit: &tokio::sync::Semaphore,
-    timeout: Duration,
-    tls: Option<&super::management::Tls>,
+    plan: &Plan<'_>,
 ) -> std::collections::BTreeMap<String, super::Observation> {
     use super::Observation;
     let reads = targets.iter().map(|t| async move {
-        let Some(ip) = &t.ip else {
-            return (t.pod.clone(), Observation::Unreachable("no pod IP yet".into()));
+        let ip = match (&t.ip, t.ready) {
+            (None, _) => return (t.pod.clone(), Observation::Pending("no pod IP yet".into())),
+            (Some(_), false) => return (t.pod.clone(), Observation::Pending("not Ready yet".into())),
+            (Some(ip), true) => ip,
         };
-        let Ok(_permit) = limit.acquire().await else {
-            return (t.pod.clone(), Observation::Unreachable("the reader is shutting down".into()));
+        let Some(_slot) = plan.pool.acquire(plan.namespace, plan.deadline).await else {
+            let why =
+                "not read: no connection slot was free in time (other routers of this namespace are slow)";
+            return (t.pod.clone(), Observation::Unreachable(why.into()));
         };
-        let read = async {
+        let deadline = Instant::now() + plan.timeout;
+        let port = plan.port;
+        let attempt = async {
             let stream = tokio::net::TcpStream::connect((ip.as_str(), port))
                 .await
                 .map_err(|e| ReadError::Amqp(format!("connecting to {ip}:{port}: {e}")))?;
-            match tls {
+            match plan.tls {
                 Some(tls) => {
                     let connector = tokio_rustls::TlsConnector::from(tls.config.clone());
                     let stream = connector
                         .connect(tls.server_name.clone(), stream)
                         .await
-                        .map_err(|e| ReadError::Amqp(format!("TLS with {ip}:{port}: {e}")))?;
-                    read(stream, &t.pod).await
+                        .map_err(|e| ReadError::Amqp(cut(format!("TLS with {ip}:{port}: {e}"), MAX_TEXT)))?;
+                    read(stream, &t.pod, deadline, plan.timeout).await
                 }
-                None => read(stream, &t.pod).await,
+                None => read(stream, &t.pod, deadline, plan.timeout).await,
             }
         };
-        let o = match tokio::time::timeout(timeout, read).await {
+        let o = match tokio::time::timeout_at(deadline, attempt).await {
             Ok(Ok(view)) => Observation::Answered(view),
-            Ok(Err(e)) => Observation::Unreachable(e.to_string()),
-            Err(_) => Observation::Unreachable(ReadError::Timeout(timeout).to_string()),
+            Ok(Err(e)) => Observation::Unreachable(cut(e.to_string(), 2 * MAX_TEXT)),
+            Err(_) => Observation::Unreachable(ReadError::Timeout(plan.timeout).to_string()),
         };
         (t.pod.clone(), o)
     });

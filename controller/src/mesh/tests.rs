@@ -8,6 +8,8 @@ use std::collections::BTreeMap;
 
 use serde_json::{Value, json};
 
+use super::answer::{Cell, Table};
+
 use super::*;
 
 fn answer(name: &str) -> Value {
@@ -35,9 +37,23 @@ fn answer(name: &str) -> Value {
     serde_json::from_str(text).unwrap()
 }
 
+/// An answer as the router gives it to a query for `only`.
+fn table(answer: &Value, only: &[&str]) -> Table {
+    Table::from_json(answer, only).unwrap()
+}
+
+/// [`router_view`] of three JSON answers, each asked for the reader's attributes.
+fn view_of(router: &Value, nodes: &Value, connections: &Value) -> Result<RouterView, AnswerError> {
+    router_view(
+        &table(router, &ROUTER_ATTRIBUTES),
+        &table(nodes, &NODE_ATTRIBUTES),
+        &table(connections, &CONNECTION_ATTRIBUTES),
+    )
+}
+
 fn view(set: &str, router: &str) -> RouterView {
     let a = |entity: &str| answer(&format!("{set}-{router}-{entity}"));
-    router_view(&a("router"), &a("router.node"), &a("connection")).unwrap()
+    view_of(&a("router"), &a("router.node"), &a("connection")).unwrap()
 }
 
 fn observed(list: &[(&str, Observation)]) -> BTreeMap<String, Observation> {
@@ -110,7 +126,7 @@ fn the_readers_own_connection_is_not_a_client() {
             row[container] = json!(format!("{READER_CONTAINER_PREFIX}-1234"));
         }
     }
-    let v = router_view(&a("router"), &a("router.node"), &connections).unwrap();
+    let v = view_of(&a("router"), &a("router.node"), &connections).unwrap();
     assert_eq!(v.clients, 0);
 }
 
@@ -125,20 +141,6 @@ fn malformed_answers_are_errors_that_name_the_entity() {
             good("connection"),
             "router.node",
             "no results list",
-        ),
-        (
-            good("router"),
-            good("router.node"),
-            json!({"attributeNames": [1], "results": []}),
-            "connection",
-            "not a string",
-        ),
-        (
-            json!({"attributeNames": ["id"], "results": [["a", "b"]]}),
-            good("router.node"),
-            good("connection"),
-            "router",
-            "longer",
         ),
         (
             json!({"attributeNames": ["id", "mode"], "results": []}),
@@ -163,10 +165,49 @@ fn malformed_answers_are_errors_that_name_the_entity() {
         ),
     ];
     for (router, nodes, connections, entity, what) in cases {
-        let e = router_view(&router, &nodes, &connections).unwrap_err();
+        let e = view_of(&router, &nodes, &connections).unwrap_err();
         assert_eq!(e.entity, entity, "{e}");
         assert!(e.to_string().contains(what), "{e} does not say {what:?}");
     }
+    // A row longer than the names.
+    let long = Table { names: Some(vec!["id".into()]), rows: Some(vec![vec![Cell::Null, Cell::Null]]) };
+    let e = RouterView::of_router(&long).unwrap_err();
+    assert!(e.to_string().contains("longer"), "{e}");
+}
+
+#[test]
+fn views_keep_at_most_the_bound_of_links_and_cut_long_peer_names() {
+    let me = Table {
+        names: Some(ROUTER_ATTRIBUTES.map(String::from).to_vec()),
+        rows: Some(vec![vec![
+            Cell::Text("r".into()),
+            Cell::Text("interior".into()),
+            Cell::Int(0),
+            Cell::Int(0),
+        ]]),
+    };
+    let mut v = RouterView::of_router(&me).unwrap();
+    let page = |from: usize| Table {
+        names: Some(CONNECTION_ATTRIBUTES.map(String::from).to_vec()),
+        rows: Some(
+            (from..from + answer::MAX_ROWS)
+                .map(|i| {
+                    vec![
+                        Cell::Text(format!("peer-{i}")),
+                        Cell::Text("inter-router".into()),
+                        Cell::Text("in".into()),
+                        Cell::Bool(true),
+                        Cell::Bool(true),
+                    ]
+                })
+                .collect(),
+        ),
+    };
+    for p in 0..4 {
+        assert_eq!(v.add_connections(&page(p * answer::MAX_ROWS)).unwrap(), answer::MAX_ROWS);
+    }
+    assert_eq!(v.inter_router.len(), MAX_ROUTERS);
+    assert_eq!(answer::cut("é".repeat(300), MAX_TEXT).len(), MAX_TEXT - 1);
 }
 
 #[test]
@@ -198,7 +239,7 @@ fn a_router_that_does_not_answer_still_counts_as_linked_through_its_peers() {
 }
 
 #[test]
-fn a_killed_router_is_a_group_of_its_own_although_routing_tables_still_list_it() {
+fn a_killed_router_that_no_peer_links_is_unreachable_not_a_partition() {
     // Both survivors still have mesh-1 in router.node; neither has a link to it.
     let (m0, m2) = (view("lost", "mesh-0"), view("lost", "mesh-2"));
     assert!(m0.reaches.contains("mesh-1") && m2.reaches.contains("mesh-1"));
@@ -211,11 +252,73 @@ fn a_killed_router_is_a_group_of_its_own_although_routing_tables_still_list_it()
     assert_eq!(r.groups, vec![names(&["mesh-0", "mesh-2"]), names(&["mesh-1"])]);
     assert_eq!(r.interiors_connected, 2);
     assert_eq!(r.missing_links, vec![("mesh-0".into(), "mesh-1".into()), ("mesh-1".into(), "mesh-2".into())]);
-    assert_eq!((r.condition.status, r.condition.reason), ("False", "Partitioned"));
-    assert_eq!(
-        r.condition.message,
-        "the interior routers are split into 2 groups: [mesh-0, mesh-2] [mesh-1]; not answering: mesh-1 (connection refused)"
-    );
+    // Only one group holds a router that answered: nothing proves a split.
+    assert_eq!((r.condition.status, r.condition.reason), ("Unknown", "RouterUnreachable"));
+    assert_eq!(r.condition.message, "not answering: mesh-1 (connection refused)");
+}
+
+#[test]
+fn verdicts_for_pending_unreachable_and_split_routers() {
+    let unreachable = |why: &str| Observation::Unreachable(why.into());
+    let pending = |why: &str| Observation::Pending(why.into());
+    let cases: Vec<(&str, Vec<(&str, Observation)>, (&str, &str), &str)> = vec![
+        (
+            "every router silent (a default-deny NetworkPolicy on the management port)",
+            vec![("a", unreachable("no answer within 5s")), ("b", unreachable("no answer within 5s"))],
+            ("Unknown", "RouterUnreachable"),
+            "not answering: a, b (no answer within 5s)",
+        ),
+        (
+            "a new pod without an IP is not a group",
+            vec![("a", linked("a", &["b"])), ("b", linked("b", &["a"])), ("c", pending("no pod IP yet"))],
+            ("True", "Connected"),
+            "2/3 interior routers linked to each other; 1 starting",
+        ),
+        (
+            "two groups that each hold a router that answered",
+            vec![("a", linked("a", &[])), ("b", linked("b", &[])), ("c", pending("not Ready yet"))],
+            ("False", "Partitioned"),
+            "the interior routers are split into 2 groups: [a] [b]",
+        ),
+        (
+            "a split with a silent router in one group",
+            vec![("a", linked("a", &["c"])), ("b", linked("b", &[])), ("c", unreachable("refused"))],
+            ("False", "Partitioned"),
+            "the interior routers are split into 2 groups: [a, c] [b]; not answering: c (refused)",
+        ),
+        (
+            "every pod pending",
+            vec![("a", pending("no pod IP yet")), ("b", pending("not Ready yet"))],
+            ("Unknown", "NoRouters"),
+            "no router is ready to be asked yet: a (no pod IP yet); b (not Ready yet)",
+        ),
+    ];
+    for (what, obs, (status, reason), message) in cases {
+        let r = assess(Mode::Interior, &observed(&obs));
+        assert_eq!((r.condition.status, r.condition.reason), (status, reason), "{what}: {r:?}");
+        assert_eq!(r.condition.message, message, "{what}");
+    }
+}
+
+#[test]
+fn messages_and_lists_stay_bounded_however_many_routers_fail() {
+    let obs: Vec<(String, Observation)> = (0..MAX_ROUTERS)
+        .map(|i| (format!("router-{i:03}"), Observation::Unreachable(format!("reason {}", i % 40))))
+        .collect();
+    let obs: BTreeMap<String, Observation> = obs.into_iter().collect();
+    let r = assess(Mode::Interior, &obs);
+    assert_eq!(r.condition.reason, "RouterUnreachable");
+    assert!(r.condition.message.len() <= MAX_MESSAGE, "{}", r.condition.message.len());
+    assert!(r.condition.message.contains("and 8 other reasons"), "{}", r.condition.message);
+    assert_eq!(r.links_missing, MAX_ROUTERS * (MAX_ROUTERS - 1) / 2);
+    assert_eq!(r.missing_links.len(), MAX_NAMED);
+    // Split into singletons that all answered: every group counted, 32 named.
+    let obs: BTreeMap<String, Observation> =
+        (0..100).map(|i| (format!("r{i:03}"), linked(&format!("r{i:03}"), &[]))).collect();
+    let r = assess(Mode::Interior, &obs);
+    assert_eq!(r.condition.reason, "Partitioned");
+    assert!(r.condition.message.starts_with("the interior routers are split into 100 groups"));
+    assert!(r.condition.message.ends_with(" and 68 more"), "{}", r.condition.message);
 }
 
 #[test]
@@ -308,33 +411,44 @@ fn no_router_pods_is_unknown() {
 }
 
 #[test]
-fn amqp_values_become_json_as_the_management_answers_use_them() {
+fn answers_decode_into_bounded_tables() {
     use fe2o3_amqp::types::primitives::{OrderedMap, Symbol, Value as Amqp};
+    let encode = |v: Amqp| serde_amqp::to_vec(&v).unwrap();
+    let long = "x".repeat(100_000);
     let map = OrderedMap::from_iter([
-        (Amqp::from("attributeNames"), Amqp::List(vec![Amqp::from("id"), Amqp::from("cost")])),
+        (
+            Amqp::from("attributeNames"),
+            Amqp::List(vec![Amqp::from("id"), Amqp::from("cost"), Amqp::from("p")]),
+        ),
         (
             Amqp::from("results"),
             Amqp::List(vec![
-                Amqp::List(vec![Amqp::from("mesh-0"), Amqp::Null]),
-                Amqp::List(vec![Amqp::Symbol(Symbol::from("mesh-1")), Amqp::Int(1)]),
+                Amqp::List(vec![Amqp::from("mesh-0"), Amqp::Null, Amqp::List(vec![Amqp::Int(1)])]),
+                Amqp::List(vec![Amqp::Symbol(Symbol::from("mesh-1")), Amqp::Int(1), Amqp::Ulong(u64::MAX)]),
+                Amqp::List(vec![Amqp::from(long.as_str()), Amqp::Bool(true), Amqp::Double(1.5.into())]),
             ]),
         ),
-        (Amqp::Symbol(Symbol::from("big")), Amqp::Ulong(u64::MAX)),
-        (Amqp::Int(7), Amqp::Bool(true)),
-        (Amqp::from("nan"), Amqp::Double(f64::NAN.into())),
-        (Amqp::from("bytes"), Amqp::Binary(vec![1u8, 2].into())),
+        (Amqp::Symbol(Symbol::from("other")), Amqp::Map(OrderedMap::new())),
     ]);
-    assert_eq!(
-        reader::to_json(&Amqp::Map(map)),
-        json!({
-            "attributeNames": ["id", "cost"],
-            "results": [["mesh-0", null], ["mesh-1", 1]],
-            "big": u64::MAX,
-            "7": true,
-            "nan": null,
-            "bytes": [1, 2],
-        })
-    );
+    let t: Table = serde_amqp::from_slice(&encode(Amqp::Map(map))).unwrap();
+    assert_eq!(t.names, Some(vec!["id".to_string(), "cost".into(), "p".into()]));
+    let rows = t.rows.unwrap();
+    assert_eq!(rows[0], vec![Cell::Text("mesh-0".into()), Cell::Null, Cell::Other]);
+    assert_eq!(rows[1], vec![Cell::Text("mesh-1".into()), Cell::Int(1), Cell::Int(i64::MAX)]);
+    let Cell::Text(cut) = &rows[2][0] else { panic!("{:?}", rows[2][0]) };
+    assert!(cut.len() <= MAX_TEXT && cut.ends_with('…'), "{} bytes", cut.len());
+    assert_eq!(rows[2][1..], [Cell::Bool(true), Cell::Other]);
+
+    // More rows than a page, names that are not strings: errors, not tables.
+    let rows = Amqp::List((0..=answer::MAX_ROWS).map(|_| Amqp::List(vec![Amqp::Null])).collect());
+    let too_many = OrderedMap::from_iter([(Amqp::from("results"), rows)]);
+    let e = serde_amqp::from_slice::<Table>(&encode(Amqp::Map(too_many))).unwrap_err();
+    assert!(e.to_string().contains("more than 256 rows"), "{e}");
+    let numbers = OrderedMap::from_iter([(Amqp::from("attributeNames"), Amqp::List(vec![Amqp::Int(1)]))]);
+    let e = serde_amqp::from_slice::<Table>(&encode(Amqp::Map(numbers))).unwrap_err();
+    assert!(e.to_string().contains("not a string"), "{e}");
+    // Anything but a map is an empty table (an error answer's body).
+    assert_eq!(serde_amqp::from_slice::<Table>(&encode(Amqp::from("oops"))).unwrap(), Table::default());
 }
 
 /// A local TCP listener that accepts and then says nothing: a router that hangs. Counts the
@@ -368,15 +482,26 @@ async fn silent_listener()
 async fn observe_bounds_connections_times_out_and_reports_pods_without_an_ip() {
     use std::sync::atomic::Ordering::SeqCst;
     let (port, counts) = silent_listener().await;
-    let mut targets: Vec<reader::Target> =
-        (0..5).map(|i| reader::Target { pod: format!("r{i}"), ip: Some("127.0.0.1".into()) }).collect();
-    targets.push(reader::Target { pod: "pending".into(), ip: None });
-    let limit = tokio::sync::Semaphore::new(2);
+    let mut targets: Vec<reader::Target> = (0..5)
+        .map(|i| reader::Target { pod: format!("r{i}"), ip: Some("127.0.0.1".into()), ready: true })
+        .collect();
+    targets.push(reader::Target { pod: "pending".into(), ip: None, ready: false });
+    targets.push(reader::Target { pod: "starting".into(), ip: Some("127.0.0.1".into()), ready: false });
+    let pool = pool::Pool::new(2, 2);
     let timeout = std::time::Duration::from_millis(300);
     let started = std::time::Instant::now();
-    let seen = reader::observe(&targets, port, &limit, timeout, None).await;
-    assert_eq!(seen.len(), 6);
-    assert_eq!(seen["pending"], Observation::Unreachable("no pod IP yet".into()));
+    let plan = reader::Plan {
+        port,
+        namespace: "ns",
+        pool: &pool,
+        timeout,
+        deadline: tokio::time::Instant::now() + std::time::Duration::from_secs(30),
+        tls: None,
+    };
+    let seen = reader::observe(&targets, &plan).await;
+    assert_eq!(seen.len(), 7);
+    assert_eq!(seen["pending"], Observation::Pending("no pod IP yet".into()));
+    assert_eq!(seen["starting"], Observation::Pending("not Ready yet".into()));
     for i in 0..5 {
         assert_eq!(seen[&format!("r{i}")], Observation::Unreachable("no answer within 300ms".into()));
     }
@@ -390,15 +515,17 @@ async fn observe_bounds_connections_times_out_and_reports_pods_without_an_ip() {
 async fn observe_reports_a_refused_connection_with_the_address() {
     // A port nobody listens on: bind, note it, close.
     let port = std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port();
-    let targets = [reader::Target { pod: "r0".into(), ip: Some("127.0.0.1".into()) }];
-    let seen = reader::observe(
-        &targets,
+    let targets = [reader::Target { pod: "r0".into(), ip: Some("127.0.0.1".into()), ready: true }];
+    let pool = pool::Pool::new(1, 1);
+    let plan = reader::Plan {
         port,
-        &tokio::sync::Semaphore::new(1),
-        std::time::Duration::from_secs(5),
-        None,
-    )
-    .await;
+        namespace: "ns",
+        pool: &pool,
+        timeout: std::time::Duration::from_secs(5),
+        deadline: tokio::time::Instant::now() + std::time::Duration::from_secs(5),
+        tls: None,
+    };
+    let seen = reader::observe(&targets, &plan).await;
     let Observation::Unreachable(why) = &seen["r0"] else { panic!("{seen:?}") };
     assert!(why.contains(&format!("connecting to 127.0.0.1:{port}")) && why.contains("refused"), "{why}");
 }

@@ -250,7 +250,7 @@ impl Pass {
                 });
                 let next = until_renewal.map_or(RESYNC, |d| d.min(RESYNC));
                 // The next read of the routers, when they are read.
-                let next = r.mesh.as_ref().map_or(next, |m| next.min(m.next));
+                let next = r.mesh.as_ref().and_then(|m| m.next).map_or(next, |m| next.min(m));
                 Action::requeue(next)
             }
         }
@@ -411,7 +411,7 @@ async fn stages(
     }
     let applied = applied?;
     let mesh = match management {
-        Some(m) => Some(ctx.mesh.read(&valid, &observed, m, &ctx.metrics).await),
+        Some(m) => Some(ctx.mesh.read(&valid, &observed, m, &ctx.metrics)),
         None => None,
     };
     Ok(Pass::Reconciled(Box::new(Reconciled { ic: valid, observed, report, applied, mesh })))

@@ -127,13 +127,41 @@ pub struct RouterPod {
     pub node: Option<String>,
     /// Whether its `Ready` condition is `True`.
     pub ready: bool,
+    /// When its `Ready` condition last changed, when it has one.
+    pub ready_since: Option<SystemTime>,
     /// The name of the router configuration ConfigMap it mounts, if any.
     pub config_map: Option<String>,
+    /// Whether the Interconnect's own workload controls it ([`owned_by_workload`]): only
+    /// such pods are read and listed in `status.routers`; the labels alone prove nothing
+    /// (any pod can carry them).
+    pub owned: bool,
+}
+
+/// Whether pod `p`'s controller is the workload `workload` of an Interconnect: its
+/// DaemonSet of that name (placement `Every`), or a ReplicaSet of its Deployment of that
+/// name (`<workload>-<pod-template-hash>`, the name the Deployment controller gives the
+/// ReplicaSets it makes, which no other object can hold while it exists). A pod that
+/// copies the real ReplicaSet's reference is adopted by the ReplicaSet controller and
+/// deleted as a surplus replica.
+pub fn owned_by_workload(p: &Pod, workload: &str, every: bool) -> bool {
+    let Some(r) = (p.metadata.owner_references.iter().flatten()).find(|r| r.controller == Some(true)) else {
+        return false;
+    };
+    match (every, r.kind.as_str(), r.api_version.as_str()) {
+        (true, "DaemonSet", "apps/v1") => r.name == workload,
+        (false, "ReplicaSet", "apps/v1") => r
+            .name
+            .strip_prefix(workload)
+            .and_then(|rest| rest.strip_prefix('-'))
+            .is_some_and(|hash| !hash.is_empty() && hash.bytes().all(|b| b.is_ascii_alphanumeric())),
+        _ => false,
+    }
 }
 
 impl RouterPod {
-    /// What `p` shows of itself.
-    pub fn of(p: &Pod) -> RouterPod {
+    /// What `p` shows of itself, and whether the Interconnect's workload `workload` (a
+    /// DaemonSet when `every`, else a Deployment) controls it.
+    pub fn of(p: &Pod, workload: &str, every: bool) -> RouterPod {
         let status = p.status.as_ref();
         let spec = p.spec.as_ref();
         RouterPod {
@@ -143,12 +171,17 @@ impl RouterPod {
             ready: status
                 .and_then(|s| s.conditions.as_ref())
                 .is_some_and(|cs| cs.iter().any(|c| c.type_ == "Ready" && c.status == "True")),
+            ready_since: (status.and_then(|s| s.conditions.as_ref()).into_iter().flatten())
+                .find(|c| c.type_ == "Ready")
+                .and_then(|c| c.last_transition_time.as_ref())
+                .map(|t| SystemTime::from(t.0)),
             config_map: spec
                 .and_then(|s| s.volumes.as_ref())
                 .into_iter()
                 .flatten()
                 .filter_map(|v| v.config_map.as_ref().map(|c| c.name.clone()))
                 .find(|n| n.contains("-router-config")),
+            owned: owned_by_workload(p, workload, every),
         }
     }
 }
@@ -324,8 +357,12 @@ pub async fn observe(
     let terminating = listed.iter().filter(|p| p.meta().deletion_timestamp.is_some()).count();
     let terminating = i32::try_from(terminating).unwrap_or(i32::MAX);
     let unschedulable = Unschedulable::of(listed.iter().map(AsRef::as_ref));
-    let mut routers: Vec<RouterPod> =
-        listed.iter().filter(|p| p.meta().deletion_timestamp.is_none()).map(|p| RouterPod::of(p)).collect();
+    let every = o.plan().placement == Some(Placement::Every);
+    let mut routers: Vec<RouterPod> = listed
+        .iter()
+        .filter(|p| p.meta().deletion_timestamp.is_none())
+        .map(|p| RouterPod::of(p, o.name(), every))
+        .collect();
     routers.sort_by(|a, b| a.name.cmp(&b.name));
     Ok(Observed { now: SystemTime::now(), secrets, workload, pods, terminating, unschedulable, routers })
 }

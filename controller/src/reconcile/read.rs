@@ -2,28 +2,39 @@
 //! the operator's management listener ([`crate::mesh::management`], docs/mesh-status.md)
 //! and judged by [`crate::mesh::assess`].
 //!
-//! Reads are driven by the passes, never by a loop of their own, and a pass reads only
-//! when its answer could have changed or is due:
+//! A pass never waits on a router. It takes the latest answers the [`Reader`] holds and, when
+//! a new read is due, starts one in the background; when that read ends, the Interconnect
+//! is reconciled again ([`Reader::subscribe`]) and that pass takes the new answers. A read
+//! is due when:
 //! * the router pods changed (a pod came or went, got its IP, became Ready or not);
 //! * [`MESH_RESYNC`] passed since the last read of a connected mesh;
 //! * a mesh that was not connected (links still forming after a start, a router that did
-//!   not answer) is read again after [`MESH_RECHECK`], doubling with each read that finds
-//!   it still so while the pods stay the same, up to [`MESH_RESYNC`].
+//!   not answer) was last read [`MESH_RECHECK`] ago, doubling with each read that finds it
+//!   still so while the pods stay the same, up to [`MESH_RESYNC`].
 //!
-//! Otherwise the pass reuses the last answers. Every connection holds one permit of a
-//! bound shared by the whole controller ([`MAX_CONNECTIONS`]) and gets [`READ_TIMEOUT`]; a
-//! router that does not answer is reported, and asked again only at the next read.
+//! One read of an Interconnect runs at a time. Its connections take slots of one
+//! [`Pool`] shared by the whole controller and fair across namespaces
+//! ([`MAX_CONNECTIONS`], [`MAX_PER_NAMESPACE`]): a router waits at most [`SLOT_WAIT`] for a
+//! slot, then gets [`READ_TIMEOUT`]. Only the Interconnect's own routers are read (pods its
+//! workload owns: [`super::observe`]), only with the management CA it generated and owns,
+//! and only up to [`MAX_ROUTERS`] of them; otherwise the mesh is not read, with why, and
+//! not tried again until something it depends on changes.
 
 use std::collections::{BTreeMap, HashMap};
 use std::hash::{Hash, Hasher};
-use std::sync::Mutex;
+use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
+
+use k8s_openapi::api::core::v1::Secret;
+use kube::runtime::reflector::ObjectRef;
+use qdr_api::Interconnect;
 
 use super::observe::Observed;
 use crate::credentials::Data;
 use crate::mesh::management::{self, Clients, MANAGEMENT_PORT};
-use crate::mesh::reader::{Target, observe};
-use crate::mesh::{MeshReport, Mode, Observation, assess};
+use crate::mesh::pool::Pool;
+use crate::mesh::reader::{Plan, Target, observe};
+use crate::mesh::{MAX_ROUTERS, MeshReport, Mode, Observation, assess};
 use crate::validated::ValidatedInterconnect;
 
 /// Longest wait between two reads of a connected mesh.
@@ -33,22 +44,34 @@ pub const MESH_RESYNC: Duration = Duration::from_secs(60);
 pub const MESH_RECHECK: Duration = Duration::from_secs(2);
 /// Router connections open at once across the controller.
 pub const MAX_CONNECTIONS: usize = 8;
-/// Time allowed for one router (connecting, TLS, three queries).
+/// Router connections of one namespace open at once: half, so routers of one namespace
+/// that never answer leave the other half to every other namespace.
+pub const MAX_PER_NAMESPACE: usize = MAX_CONNECTIONS / 2;
+/// Time allowed for one router once it has a slot (connecting, TLS, queries).
 pub const READ_TIMEOUT: Duration = Duration::from_secs(5);
+/// How long after its pod became Ready a router with no link yet is taken as joining the
+/// mesh (pending) rather than cut off from it: a replacement router is Ready before its
+/// links are open (about 3 s on the real node), and must not read as a partition.
+pub const JOIN_GRACE: Duration = Duration::from_secs(30);
+/// Longest wait of one router for a connection slot; a router still waiting then is
+/// reported as not read (its namespace's other routers are slow to answer).
+pub const SLOT_WAIT: Duration = Duration::from_secs(30);
 
 /// What one pass knows of the mesh.
 #[derive(Debug, Clone)]
 pub struct MeshRead {
     /// Why the routers cannot be read at all (the management port or profile name is taken
-    /// by the spec, the management CA does not exist yet or cannot sign); the observations
-    /// are then empty.
+    /// by the spec, the management CA does not exist yet, is not this Interconnect's own or
+    /// cannot sign, too many routers); the observations are then empty.
     pub blocked: Option<String>,
-    /// Every router pod's answer, by pod name.
+    /// Every router pod's answer, by pod name (pods not read yet are
+    /// [`Observation::Pending`]).
     pub observations: BTreeMap<String, Observation>,
     /// The judgement of the answers.
     pub report: MeshReport,
-    /// When to read again at the latest.
-    pub next: Duration,
+    /// When to look again at the latest; `None` when a read is under way (its end wakes
+    /// the Interconnect) or the routers cannot be read (what they depend on wakes it).
+    pub next: Option<Duration>,
 }
 
 impl MeshRead {
@@ -57,7 +80,7 @@ impl MeshRead {
         (self.observations.values())
             .filter_map(|o| match o {
                 Observation::Answered(v) => Some(f(v)),
-                Observation::Unreachable(_) => None,
+                Observation::Unreachable(_) | Observation::Pending(_) => None,
             })
             .sum()
     }
@@ -71,7 +94,7 @@ impl MeshRead {
             routers_expected: n(self.observations.len()),
             routers_connected: n(r.interiors_connected + r.edges_uplinked),
             routers_unreachable: n(r.unreachable.len()),
-            links_missing: n(r.missing_links.len()),
+            links_missing: n(r.links_missing),
             deliveries_stuck: sum(|v| v.deliveries_stuck),
             links_blocked: sum(|v| v.links_blocked),
             connected: i64::from(r.condition.status == "True"),
@@ -79,31 +102,33 @@ impl MeshRead {
     }
 }
 
+#[derive(Default)]
 struct Memo {
-    pods: u64,
-    at: Instant,
-    observations: BTreeMap<String, Observation>,
+    /// The pods' fingerprint at the last read that ended, when it ended, and its answers.
+    done: Option<(u64, Instant, Arc<BTreeMap<String, Observation>>)>,
     /// Reads in a row that found the mesh not connected.
     unsettled: u32,
+    /// Whether a read is under way.
+    reading: bool,
 }
 
-/// The reader's state across passes: the connection bound, the TLS clients and the last
-/// answers of each Interconnect.
+type Wake = futures::channel::mpsc::UnboundedSender<ObjectRef<Interconnect>>;
+
+/// The reader's state across passes and leadership terms: the connection slots, the TLS
+/// clients, the last answers of each Interconnect and who to wake when a read ends.
 pub struct Reader {
-    limit: tokio::sync::Semaphore,
+    pool: Pool,
     timeout: Duration,
+    slot_wait: Duration,
     clients: Clients,
     memo: Mutex<HashMap<String, Memo>>,
+    /// Controllers to wake, each with the namespace it serves (empty: all).
+    wakes: Mutex<Vec<(String, Wake)>>,
 }
 
 impl Default for Reader {
     fn default() -> Self {
-        Reader {
-            limit: tokio::sync::Semaphore::new(MAX_CONNECTIONS),
-            timeout: READ_TIMEOUT,
-            clients: Clients::default(),
-            memo: Mutex::default(),
-        }
+        Reader::new(Pool::new(MAX_CONNECTIONS, MAX_PER_NAMESPACE), READ_TIMEOUT, SLOT_WAIT)
     }
 }
 
@@ -118,81 +143,233 @@ pub fn recheck(unsettled: u32) -> Duration {
 
 fn pods_fingerprint(observed: &Observed) -> u64 {
     let mut h = std::collections::hash_map::DefaultHasher::new();
-    for p in &observed.routers {
+    for p in observed.routers.iter().filter(|p| p.owned) {
         (&p.name, &p.ip, p.ready).hash(&mut h);
     }
     h.finish()
 }
 
+/// Whether `secret` is the one generated for `o`: controlled by it (its uid).
+fn generated_for(secret: &Secret, o: &ValidatedInterconnect) -> bool {
+    let uid = o.ic().metadata.uid.as_deref();
+    (secret.metadata.owner_references.iter().flatten())
+        .any(|r| r.controller == Some(true) && r.kind == "Interconnect" && Some(r.uid.as_str()) == uid)
+}
+
 impl Reader {
-    /// Forgets Interconnect `key` (deleted).
+    /// A reader with its own `pool`, giving each router `timeout` once it has a slot and at
+    /// most `slot_wait` to get one.
+    pub fn new(pool: Pool, timeout: Duration, slot_wait: Duration) -> Self {
+        Reader {
+            pool,
+            timeout,
+            slot_wait,
+            clients: Clients::default(),
+            memo: Mutex::default(),
+            wakes: Mutex::default(),
+        }
+    }
+
+    /// The Interconnects of `namespace` (empty: all) whose read ended, for the
+    /// controller of that namespace to reconcile ([`kube::runtime::Controller::reconcile_on`]).
+    pub fn subscribe(
+        &self,
+        namespace: &str,
+    ) -> futures::channel::mpsc::UnboundedReceiver<ObjectRef<Interconnect>> {
+        let (tx, rx) = futures::channel::mpsc::unbounded();
+        let mut wakes = self.wakes.lock().unwrap_or_else(|e| e.into_inner());
+        wakes.retain(|(_, w)| !w.is_closed());
+        wakes.push((namespace.to_string(), tx));
+        rx
+    }
+
+    fn wake(&self, namespace: &str, name: &str) {
+        let mut wakes = self.wakes.lock().unwrap_or_else(|e| e.into_inner());
+        wakes.retain(|(scope, w)| {
+            if scope.is_empty() || scope == namespace {
+                w.unbounded_send(ObjectRef::new(name).within(namespace)).is_ok()
+            } else {
+                !w.is_closed()
+            }
+        });
+    }
+
+    /// Forgets Interconnect `key` (deleted); a read under way keeps nothing.
     pub fn forget(&self, key: &str) {
         self.memo.lock().unwrap_or_else(|e| e.into_inner()).remove(key);
         self.clients.forget(key);
     }
 
-    /// The mesh of `o` for this pass: read now, or the last answers when nothing changed
-    /// and no read is due (see the module docs). `management` is `Err` with why when the
-    /// routers have no management listener.
-    pub async fn read(
-        &self,
+    /// The mesh of `o` for this pass: the latest answers (pods not read yet are
+    /// [`Observation::Pending`]), after starting a read in the background when one is due
+    /// (see the module docs). `management` is `Err` with why when the routers have no
+    /// management listener. Never waits on a router.
+    pub fn read(
+        self: &Arc<Self>,
         o: &ValidatedInterconnect,
         observed: &Observed,
         management: Result<(), String>,
-        metrics: &crate::metrics::Metrics,
+        metrics: &Arc<crate::metrics::Metrics>,
     ) -> MeshRead {
         let mode = if o.spec().role() == qdr_api::Role::Edge { Mode::Edge } else { Mode::Interior };
         let key = o.namespaced_name();
-        let ca_name = management::ca_secret(o.name());
-        let ca: Option<Data> = observed.secrets.get(&ca_name).and_then(|s| s.as_ref()?.data.clone());
         let blocked = |why: String| MeshRead {
             blocked: Some(why),
             observations: BTreeMap::new(),
             report: assess(mode, &BTreeMap::new()),
-            next: MESH_RESYNC,
+            next: None,
         };
-        let ca = match (management, ca) {
-            (Err(why), _) => {
-                self.forget(&key);
-                return blocked(why);
-            }
-            (Ok(()), None) => {
+        if let Err(why) = management {
+            self.forget(&key);
+            return blocked(why);
+        }
+        let ca_name = management::ca_secret(o.name());
+        let ca: Data = match observed.secrets.get(&ca_name) {
+            None | Some(None) => {
                 return blocked(format!("the management CA Secret {ca_name} does not exist yet"));
             }
-            (Ok(()), Some(ca)) => ca,
+            Some(Some(s)) if !generated_for(s, o) => {
+                self.forget(&key);
+                return blocked(format!(
+                    "the Secret {ca_name} is not the management CA this Interconnect generated (it is not controlled by it): delete it to have one generated"
+                ));
+            }
+            Some(Some(s)) => s.data.clone().unwrap_or_default(),
         };
-        let pods = pods_fingerprint(observed);
-        let reuse = {
-            let memo = self.memo.lock().unwrap_or_else(|e| e.into_inner());
-            memo.get(&key).and_then(|m| {
-                let due = recheck(m.unsettled);
-                // A requeue for the due time may wake a moment early.
-                let elapsed = m.at.elapsed() + Duration::from_millis(200);
-                (m.pods == pods && elapsed < due).then(|| (m.observations.clone(), due - elapsed))
-            })
-        };
-        if let Some((observations, left)) = reuse {
-            return MeshRead { blocked: None, report: assess(mode, &observations), observations, next: left };
+        let credentials = management::credentials_secret(o.name());
+        if let Some(Some(s)) = observed.secrets.get(&credentials)
+            && !generated_for(s, o)
+        {
+            self.forget(&key);
+            return blocked(format!(
+                "the Secret {credentials} is not the management certificate this Interconnect generated (it is not controlled by it): delete it to have one generated"
+            ));
         }
-        let server_name = format!("{}.{}.svc", o.name(), o.namespace());
-        let tls = match self.clients.tls(&key, &server_name, &ca, observed.now) {
-            Ok(t) => t,
-            Err(why) => return blocked(why),
+        let routers: Vec<&super::observe::RouterPod> = observed.routers.iter().filter(|p| p.owned).collect();
+        if routers.len() > MAX_ROUTERS {
+            return blocked(format!(
+                "{} router pods, more than the {MAX_ROUTERS} the controller reads",
+                routers.len()
+            ));
+        }
+        let pods = pods_fingerprint(observed);
+        let (latest, start, next) = {
+            let mut memos = self.memo.lock().unwrap_or_else(|e| e.into_inner());
+            let memo = memos.entry(key.clone()).or_default();
+            // A requeue for the due time may wake a moment early.
+            let due = recheck(memo.unsettled);
+            let left = match &memo.done {
+                Some((fp, at, _)) if *fp == pods => {
+                    due.checked_sub(at.elapsed() + Duration::from_millis(200))
+                }
+                _ => None,
+            };
+            let start = left.is_none() && !memo.reading;
+            if start {
+                memo.reading = true;
+            }
+            let next = if memo.reading { None } else { left };
+            (memo.done.as_ref().map(|d| d.2.clone()), start, next)
         };
-        let targets: Vec<Target> =
-            observed.routers.iter().map(|p| Target { pod: p.name.clone(), ip: p.ip.clone() }).collect();
-        let port = u16::try_from(MANAGEMENT_PORT).expect("a port");
+        if start {
+            let targets: Vec<Target> = (routers.iter())
+                .map(|p| Target { pod: p.name.clone(), ip: p.ip.clone(), ready: p.ready })
+                .collect();
+            let server_name = format!("{}.{}.svc", o.name(), o.namespace());
+            match self.clients.tls(&key, &server_name, &ca, observed.now) {
+                Ok(tls) => {
+                    let (reader, metrics) = (self.clone(), metrics.clone());
+                    let (namespace, name) = (o.namespace().to_string(), o.name().to_string());
+                    tokio::spawn(async move {
+                        reader.read_now(key, namespace, name, pods, mode, targets, tls, metrics).await;
+                    });
+                }
+                Err(why) => {
+                    if let Some(m) = self.memo.lock().unwrap_or_else(|e| e.into_inner()).get_mut(&key) {
+                        m.reading = false;
+                    }
+                    return blocked(why);
+                }
+            }
+        }
+        // The latest answers for the pods there are now; a pod not read yet is pending, and
+        // so is a router Ready for less than JOIN_GRACE with no link yet.
+        let joining = |p: &super::observe::RouterPod| {
+            p.ready_since.and_then(|t| observed.now.duration_since(t).ok()).is_none_or(|d| d < JOIN_GRACE)
+        };
+        let mut joins = false;
+        let observations: BTreeMap<String, Observation> = (routers.iter())
+            .map(|p| {
+                let latest = latest.as_ref().and_then(|l| l.get(&p.name)).cloned();
+                let o = match (latest, &p.ip, p.ready) {
+                    (_, None, _) => Observation::Pending("no pod IP yet".into()),
+                    (_, Some(_), false) => Observation::Pending("not Ready yet".into()),
+                    (Some(Observation::Answered(v)), Some(_), true)
+                        if v.inter_router.is_empty() && v.edge.is_empty() && joining(p) =>
+                    {
+                        joins = true;
+                        Observation::Pending("joining the mesh: no link open yet".into())
+                    }
+                    (Some(o), Some(_), true) => o,
+                    (None, Some(_), true) => Observation::Pending("not read yet".into()),
+                };
+                (p.name.clone(), o)
+            })
+            .collect();
+        // A joining router is read again soon (the recheck of an unsettled mesh) and
+        // judged once the grace is over.
+        let next = if joins { next.map(|n| n.min(JOIN_GRACE)) } else { next };
+        MeshRead { blocked: None, report: assess(mode, &observations), observations, next }
+    }
+
+    /// Reads `targets` now, keeps the answers for Interconnect `key` (unless it was
+    /// forgotten meanwhile) and wakes it.
+    #[allow(clippy::too_many_arguments)]
+    async fn read_now(
+        &self,
+        key: String,
+        namespace: String,
+        name: String,
+        pods: u64,
+        mode: Mode,
+        targets: Vec<Target>,
+        tls: management::Tls,
+        metrics: Arc<crate::metrics::Metrics>,
+    ) {
         let started = Instant::now();
-        let observations = observe(&targets, port, &self.limit, self.timeout, Some(&tls)).await;
-        metrics.mesh_read(targets.iter().filter(|t| t.ip.is_some()).count(), started.elapsed());
-        let report = assess(mode, &observations);
-        let mut memo = self.memo.lock().unwrap_or_else(|e| e.into_inner());
-        // Counted since the pods last changed: the reads while routers start (each pod event
-        // a read, none connected yet) must not push the next read out to the resync.
-        let previous = memo.get(&key).filter(|m| m.pods == pods).map_or(0, |m| m.unsettled);
-        let unsettled = if report.condition.reason == "Connected" { 0 } else { previous + 1 };
-        let next = recheck(unsettled);
-        memo.insert(key, Memo { pods, at: Instant::now(), observations: observations.clone(), unsettled });
-        MeshRead { blocked: None, observations, report, next }
+        let plan = Plan {
+            port: u16::try_from(MANAGEMENT_PORT).expect("a port"),
+            namespace: &namespace,
+            pool: &self.pool,
+            timeout: self.timeout,
+            deadline: tokio::time::Instant::now() + self.slot_wait,
+            tls: Some(&tls),
+        };
+        let observations = observe(&targets, &plan).await;
+        metrics.mesh_read(
+            observations.values().filter(|o| !matches!(o, Observation::Pending(_))).count(),
+            started.elapsed(),
+        );
+        // A router with no link yet (joining) leaves the mesh unsettled, so it is read
+        // again soon; the pass judges it once JOIN_GRACE is over.
+        let connected = assess(mode, &observations).condition.reason == "Connected";
+        {
+            let mut memos = self.memo.lock().unwrap_or_else(|e| e.into_inner());
+            let Some(memo) = memos.get_mut(&key) else { return };
+            // Counted since the pods last changed: the reads while routers start (each pod
+            // event a read, none connected yet) must not push the next read out to the
+            // resync.
+            let same_pods = memo.done.as_ref().is_some_and(|d| d.0 == pods);
+            memo.unsettled = if connected {
+                0
+            } else if same_pods {
+                memo.unsettled + 1
+            } else {
+                1
+            };
+            memo.done = Some((pods, Instant::now(), Arc::new(observations)));
+            memo.reading = false;
+        }
+        self.wake(&namespace, &name);
     }
 }

@@ -472,6 +472,7 @@ pub(crate) fn with_mesh(
                     r.deliveries_stuck = Some(i64::try_from(v.deliveries_stuck).unwrap_or(i64::MAX));
                 }
                 Some(Observation::Unreachable(why)) => r.error = Some(why.clone()),
+                Some(Observation::Pending(_)) => {}
                 None => r.error = read.blocked.clone(),
             }
             r

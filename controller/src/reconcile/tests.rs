@@ -488,7 +488,9 @@ mod mesh {
                 ip: Some("10.88.0.9".into()),
                 node: Some("real-0".into()),
                 ready: true,
+                ready_since: None,
                 config_map: Some(format!("mesh-router-config-{config}")),
+                owned: true,
             })
             .collect();
         Observed { pods: names.iter().map(|n| n.to_string()).collect(), routers, ..observed() }
@@ -514,7 +516,7 @@ mod mesh {
         let observations: BTreeMap<String, Observation> =
             observations.iter().map(|(p, o)| (p.to_string(), o.clone())).collect();
         let report: MeshReport = assess(Mode::Interior, &observations);
-        MeshRead { blocked: None, observations, report, next: MESH_RESYNC }
+        MeshRead { blocked: None, observations, report, next: Some(MESH_RESYNC) }
     }
 
     fn status(o: &Observed, r: &MeshRead) -> InterconnectStatus {
@@ -606,7 +608,7 @@ mod mesh {
             ),
             observations: BTreeMap::new(),
             report: assess(Mode::Interior, &BTreeMap::new()),
-            next: MESH_RESYNC,
+            next: Some(MESH_RESYNC),
         };
         let s = status(&o, &r);
         let (mesh, reason, message) = cond(&s, "MeshConnected");

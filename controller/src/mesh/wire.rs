@@ -1,0 +1,665 @@
+//! The bytes a router sends, checked before the AMQP client decodes any of them.
+//!
+//! A tenant chooses the router image, so a tenant chooses every byte the controller reads
+//! from a router. fe2o3-amqp decodes performatives and messages recursively (one stack frame
+//! per nesting level: about 5,000 nested lists, 45 KB, overflow a 2 MiB worker stack and
+//! abort the process), takes a peer's unlimited message size as its own, and keeps reading
+//! for as long as the peer sends. [`Guarded`] sits between the socket (or TLS) and the
+//! client and passes on only what is proven bounded:
+//!
+//! * the protocol header is exactly AMQP 1.0 (`AMQP 0 1 0 0`: no SASL is spoken, see
+//!   [`super::reader`]);
+//! * every frame is at most [`MAX_FRAME_SIZE`] bytes (the size the reader advertises in its
+//!   `open`) and an AMQP frame (type 0);
+//! * every performative, and every message once all its transfer frames are in, is walked
+//!   by [`value_end`] without recursion: well-formed encodings only, nesting at most
+//!   [`MAX_DEPTH`] levels (management answers use 3), no compound values inside arrays;
+//! * a message's payload is at most [`MAX_MESSAGE_SIZE`] bytes (held here until complete,
+//!   so at most that much is buffered);
+//! * at most [`READ_BUDGET`] bytes in all per connection, and nothing after the deadline:
+//!   a connection the client forgets (a read that timed out) ends there instead of living on.
+//!
+//! A refusal is an I/O error for the client, and its reason is kept in the [`Verdict`]
+//! shared with the reader, so the condition says what the router did wrong rather than how
+//! the client failed.
+
+use std::io;
+use std::pin::Pin;
+use std::sync::{Arc, Mutex};
+use std::task::{Context, Poll, ready};
+
+use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
+
+/// The largest frame the reader accepts, in bytes: the `max-frame-size` it sends in its
+/// `open`, the qdrouterd default (`maxFrameSize` of a listener, 16384) so a router never
+/// needs smaller frames than it uses anyway.
+pub const MAX_FRAME_SIZE: u32 = 16 * 1024;
+/// The largest message (all transfer frames of one delivery) accepted, in bytes: the
+/// reply link's `max-message-size`. A page of [`super::reader::PAGE_ROWS`] connections of
+/// an honest router takes about 20 KB (container ids of 36 characters); this leaves room
+/// for client container ids of up to 4 KB on every row.
+pub const MAX_MESSAGE_SIZE: usize = 1024 * 1024;
+/// Bytes accepted from one connection in all, whatever they are: enough for the pages of
+/// [`super::reader::MAX_CONNECTION_ROWS`] connections of honest routers.
+pub const READ_BUDGET: u64 = 16 * 1024 * 1024;
+/// Deepest nesting of compound values accepted in a performative or a message. A
+/// management answer nests 3 (map → list of rows → row), a connection's `properties` 4.
+pub const MAX_DEPTH: usize = 16;
+
+const AMQP_HEADER: &[u8; 8] = b"AMQP\x00\x01\x00\x00";
+/// Descriptor code of the `transfer` performative.
+const TRANSFER: u64 = 0x14;
+
+/// Why bytes were refused.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum Malformed {
+    /// The bytes end inside a value.
+    #[error("a value is cut short")]
+    Truncated,
+    /// A constructor that AMQP 1.0 does not define.
+    #[error("unknown type code 0x{0:02x}")]
+    UnknownType(u8),
+    /// A compound value's size or count that does not add up.
+    #[error("a compound value's size does not match its contents")]
+    SizeMismatch,
+    /// Nesting deeper than allowed.
+    #[error("values nested deeper than {0} levels")]
+    TooDeep(usize),
+    /// A descriptor that is not a number or a symbol, or a described descriptor.
+    #[error("a descriptor that is not a number or a symbol")]
+    BadDescriptor,
+    /// An array of lists, maps or arrays (AMQP allows it; nothing a router sends uses it).
+    #[error("an array of compound values")]
+    CompoundArray,
+    /// A map with an odd number of entries.
+    #[error("a map with an odd number of keys and values")]
+    OddMap,
+}
+
+/// How many bytes the fixed-width type with constructor `code` takes after it, or `None`
+/// for a code of another kind (or none at all).
+fn fixed_width(code: u8) -> Option<usize> {
+    Some(match code {
+        0x40..=0x45 => 0,
+        0x50..=0x56 => 1,
+        0x60 | 0x61 => 2,
+        0x70..=0x74 => 4,
+        0x80..=0x84 => 8,
+        0x94 | 0x98 => 16,
+        _ => return None,
+    })
+}
+
+fn take(buf: &[u8], pos: usize, n: usize, end: usize) -> Result<&[u8], Malformed> {
+    let stop = pos.checked_add(n).ok_or(Malformed::Truncated)?;
+    if stop > end {
+        return Err(Malformed::Truncated);
+    }
+    Ok(&buf[pos..stop])
+}
+
+fn uint(bytes: &[u8]) -> usize {
+    bytes.iter().fold(0usize, |n, b| (n << 8) | usize::from(*b))
+}
+
+/// The end of a scalar (fixed or variable width, no compound) whose constructor `code` was
+/// read, starting at `pos`; `None` when `code` is not a scalar's.
+fn scalar_end(buf: &[u8], code: u8, pos: usize, end: usize) -> Result<Option<usize>, Malformed> {
+    if let Some(n) = fixed_width(code) {
+        take(buf, pos, n, end)?;
+        return Ok(Some(pos + n));
+    }
+    let width = match code {
+        0xa0 | 0xa1 | 0xa3 => 1,
+        0xb0 | 0xb1 | 0xb3 => 4,
+        _ => return Ok(None),
+    };
+    let len = uint(take(buf, pos, width, end)?);
+    take(buf, pos + width, len, end)?;
+    Ok(Some(pos + width + len))
+}
+
+/// Reads a constructor at `pos`: the type code, and the position after it (after the
+/// descriptor, for a described type). Descriptors must be scalars.
+fn constructor(buf: &[u8], pos: usize, end: usize) -> Result<(u8, usize), Malformed> {
+    let code = take(buf, pos, 1, end)?[0];
+    if code != 0x00 {
+        return Ok((code, pos + 1));
+    }
+    let d = take(buf, pos + 1, 1, end)?[0];
+    if !matches!(d, 0x44 | 0x53 | 0x80 | 0xa3 | 0xb3) {
+        return Err(Malformed::BadDescriptor);
+    }
+    let after = scalar_end(buf, d, pos + 2, end)?.ok_or(Malformed::BadDescriptor)?;
+    let code = take(buf, after, 1, end)?[0];
+    if code == 0x00 {
+        return Err(Malformed::BadDescriptor);
+    }
+    Ok((code, after + 1))
+}
+
+/// The end of the one AMQP value that starts `buf[start..]`, walked without recursion:
+/// every constructor known to AMQP 1.0, every size within its container and matching its
+/// contents, nesting at most `max_depth` compound levels, arrays only of scalars. Work and
+/// memory are linear in the bytes walked (one stack entry per open level).
+///
+/// # Errors
+/// [`Malformed`]: what is wrong first.
+pub fn value_end(buf: &[u8], start: usize, max_depth: usize) -> Result<usize, Malformed> {
+    struct Open {
+        end: usize,
+        left: usize,
+    }
+    let mut stack: Vec<Open> = Vec::new();
+    let mut pos = start;
+    let mut first = true;
+    loop {
+        while let Some(top) = stack.last() {
+            if top.left > 0 {
+                break;
+            }
+            if pos != top.end {
+                return Err(Malformed::SizeMismatch);
+            }
+            stack.pop();
+        }
+        if stack.is_empty() && !first {
+            return Ok(pos);
+        }
+        first = false;
+        let end = stack.last().map_or(buf.len(), |t| t.end);
+        if let Some(top) = stack.last_mut() {
+            top.left -= 1;
+        }
+        let (code, at) = constructor(buf, pos, end)?;
+        if let Some(after) = scalar_end(buf, code, at, end)? {
+            pos = after;
+            continue;
+        }
+        let width = match code {
+            0xc0 | 0xc1 | 0xe0 => 1,
+            0xd0 | 0xd1 | 0xf0 => 4,
+            other => return Err(Malformed::UnknownType(other)),
+        };
+        let size = uint(take(buf, at, width, end)?);
+        let content_end = at.checked_add(width + size).ok_or(Malformed::Truncated)?;
+        if content_end > end {
+            return Err(Malformed::Truncated);
+        }
+        let count = uint(take(buf, at + width, width, content_end)?);
+        let items_at = at + 2 * width;
+        if matches!(code, 0xe0 | 0xf0) {
+            // An array: one element constructor, then the elements without theirs.
+            if count == 0 {
+                pos = content_end;
+                continue;
+            }
+            let (element, _) = constructor(buf, items_at, content_end)?;
+            if fixed_width(element).is_none() && !matches!(element, 0xa0 | 0xa1 | 0xa3 | 0xb0 | 0xb1 | 0xb3) {
+                return Err(if matches!(element, 0xc0 | 0xc1 | 0xd0 | 0xd1 | 0xe0 | 0xf0) {
+                    Malformed::CompoundArray
+                } else {
+                    Malformed::UnknownType(element)
+                });
+            }
+            pos = content_end;
+            continue;
+        }
+        if matches!(code, 0xc1 | 0xd1) && count % 2 == 1 {
+            return Err(Malformed::OddMap);
+        }
+        // Every item takes at least one byte: a count beyond the bytes cannot be right.
+        if count > content_end - items_at {
+            return Err(Malformed::SizeMismatch);
+        }
+        if stack.len() >= max_depth {
+            return Err(Malformed::TooDeep(max_depth));
+        }
+        stack.push(Open { end: content_end, left: count });
+        pos = items_at;
+    }
+}
+
+/// Checks that `bytes` is a sequence of whole values (a message's sections), each within
+/// [`MAX_DEPTH`].
+///
+/// # Errors
+/// [`Malformed`] of the first value that is not.
+pub fn check_values(bytes: &[u8]) -> Result<(), Malformed> {
+    let mut pos = 0;
+    while pos < bytes.len() {
+        pos = value_end(bytes, pos, MAX_DEPTH)?;
+    }
+    Ok(())
+}
+
+/// What a [`Guarded`] stream refused, if anything: shared with whoever reads through it.
+#[derive(Debug, Clone, Default)]
+pub struct Verdict(Arc<Mutex<Option<String>>>);
+
+impl Verdict {
+    /// Why the stream was refused, if it was.
+    pub fn refused(&self) -> Option<String> {
+        self.0.lock().unwrap_or_else(|e| e.into_inner()).clone()
+    }
+
+    fn refuse(&self, why: String) -> io::Error {
+        let mut slot = self.0.lock().unwrap_or_else(|e| e.into_inner());
+        slot.get_or_insert(why.clone());
+        io::Error::new(io::ErrorKind::InvalidData, why)
+    }
+}
+
+/// The performative of an AMQP frame body: whether it is a `transfer` and, for one, its
+/// `more` and `aborted` flags.
+fn transfer_flags(body: &[u8], performative_end: usize) -> Result<Option<(bool, bool)>, String> {
+    let code = match body.get(1) {
+        Some(0x53) => body.get(2).map(|c| u64::from(*c)),
+        Some(0x80) => body.get(2..10).map(|b| b.iter().fold(0, |n, x| (n << 8) | u64::from(*x))),
+        Some(0xa3) => {
+            body.get(3..3 + uint(&body[2..3])).map(|s| u64::from(s == b"amqp:transfer:list") * TRANSFER)
+        }
+        _ => None,
+    };
+    if code != Some(TRANSFER) {
+        return Ok(None);
+    }
+    let t: fe2o3_amqp::types::performatives::Transfer =
+        serde_amqp::from_slice(&body[..performative_end]).map_err(|e| format!("a transfer frame: {e}"))?;
+    Ok(Some((t.more, t.aborted)))
+}
+
+/// A stream whose incoming bytes are checked before they are read (see the module docs);
+/// what is written passes unchanged.
+pub struct Guarded<S> {
+    inner: S,
+    verdict: Verdict,
+    deadline: Pin<Box<tokio::time::Sleep>>,
+    /// Bytes read from `inner`, not yet checked.
+    raw: Vec<u8>,
+    /// Checked bytes not yet handed on, from `ready_at`.
+    ready: Vec<u8>,
+    ready_at: usize,
+    /// The frames of a delivery still arriving, and its payload so far.
+    held: Vec<u8>,
+    payload: Vec<u8>,
+    header_seen: bool,
+    total: u64,
+    failed: Option<io::ErrorKind>,
+}
+
+impl<S> std::fmt::Debug for Guarded<S> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Guarded").field("total", &self.total).finish_non_exhaustive()
+    }
+}
+
+impl<S> Guarded<S> {
+    /// `inner` guarded until `deadline`; refusals are recorded in `verdict`.
+    pub fn new(inner: S, deadline: tokio::time::Instant, verdict: Verdict) -> Self {
+        Guarded {
+            inner,
+            verdict,
+            deadline: Box::pin(tokio::time::sleep_until(deadline)),
+            raw: Vec::new(),
+            ready: Vec::new(),
+            ready_at: 0,
+            held: Vec::new(),
+            payload: Vec::new(),
+            header_seen: false,
+            total: 0,
+            failed: None,
+        }
+    }
+
+    /// Moves whole, checked units from `raw` to `ready`.
+    fn check(&mut self) -> Result<(), String> {
+        let mut pos = 0;
+        if !self.header_seen {
+            let n = self.raw.len().min(AMQP_HEADER.len());
+            if self.raw[..n] != AMQP_HEADER[..n] {
+                return Err("not an AMQP 1.0 protocol header".into());
+            }
+            if n < AMQP_HEADER.len() {
+                return Ok(());
+            }
+            self.ready.extend_from_slice(AMQP_HEADER);
+            self.header_seen = true;
+            pos = AMQP_HEADER.len();
+        }
+        while self.raw.len() - pos >= 8 {
+            let frame = &self.raw[pos..];
+            let size = uint(&frame[..4]);
+            if size < 8 || size > MAX_FRAME_SIZE as usize {
+                return Err(format!("a frame of {size} bytes (at most {MAX_FRAME_SIZE})"));
+            }
+            let doff = usize::from(frame[4]) * 4;
+            if frame[5] != 0 {
+                return Err(format!("a frame of type {} (not AMQP)", frame[5]));
+            }
+            if doff < 8 || doff > size {
+                return Err(format!("a frame's data offset {doff} outside its {size} bytes"));
+            }
+            if frame.len() < size {
+                break;
+            }
+            let body = &frame[doff..size];
+            let mut transfer = None;
+            if !body.is_empty() {
+                let end = value_end(body, 0, MAX_DEPTH).map_err(|e| format!("a frame: {e}"))?;
+                if body[0] != 0x00 {
+                    return Err("a frame that holds no performative".into());
+                }
+                transfer = transfer_flags(body, end)?;
+                match transfer {
+                    Some(_) => {
+                        let payload = &body[end..];
+                        if self.payload.len() + payload.len() > MAX_MESSAGE_SIZE {
+                            return Err(format!("a message larger than {MAX_MESSAGE_SIZE} bytes"));
+                        }
+                        self.payload.extend_from_slice(payload);
+                    }
+                    None if end != body.len() => return Err("bytes after a performative".into()),
+                    None => {}
+                }
+            }
+            match transfer {
+                Some((true, false)) => {
+                    // Frames of tiny payloads must not hold more than the message could.
+                    if self.held.len() + size > 2 * MAX_MESSAGE_SIZE {
+                        return Err(format!("a message in more frames than {MAX_MESSAGE_SIZE} bytes need"));
+                    }
+                    self.held.extend_from_slice(&frame[..size]);
+                }
+                Some((_, aborted)) => {
+                    if !aborted {
+                        check_values(&self.payload).map_err(|e| format!("a message: {e}"))?;
+                    }
+                    self.ready.append(&mut self.held);
+                    self.ready.extend_from_slice(&frame[..size]);
+                    self.payload.clear();
+                }
+                None => self.ready.extend_from_slice(&frame[..size]),
+            }
+            pos += size;
+        }
+        self.raw.drain(..pos);
+        Ok(())
+    }
+}
+
+impl<S: AsyncRead + Unpin> AsyncRead for Guarded<S> {
+    fn poll_read(self: Pin<&mut Self>, cx: &mut Context<'_>, buf: &mut ReadBuf<'_>) -> Poll<io::Result<()>> {
+        let this = self.get_mut();
+        loop {
+            if let Some(kind) = this.failed {
+                return Poll::Ready(Err(io::Error::new(kind, "refused earlier")));
+            }
+            if this.ready_at < this.ready.len() {
+                let n = buf.remaining().min(this.ready.len() - this.ready_at);
+                buf.put_slice(&this.ready[this.ready_at..this.ready_at + n]);
+                this.ready_at += n;
+                if this.ready_at == this.ready.len() {
+                    this.ready.clear();
+                    this.ready_at = 0;
+                }
+                return Poll::Ready(Ok(()));
+            }
+            if this.deadline.as_mut().poll(cx).is_ready() {
+                this.failed = Some(io::ErrorKind::TimedOut);
+                return Poll::Ready(Err(this
+                    .verdict
+                    .refuse("no complete answer before the deadline".into())));
+            }
+            let mut chunk = [0u8; 8192];
+            let mut read = ReadBuf::new(&mut chunk);
+            ready!(Pin::new(&mut this.inner).poll_read(cx, &mut read))?;
+            let got = read.filled();
+            if got.is_empty() {
+                if this.raw.is_empty() && this.held.is_empty() {
+                    return Poll::Ready(Ok(())); // a clean end of stream
+                }
+                this.failed = Some(io::ErrorKind::UnexpectedEof);
+                return Poll::Ready(Err(this
+                    .verdict
+                    .refuse("the router closed the connection mid-frame".into())));
+            }
+            this.total += got.len() as u64;
+            if this.total > READ_BUDGET {
+                this.failed = Some(io::ErrorKind::InvalidData);
+                return Poll::Ready(Err(this
+                    .verdict
+                    .refuse(format!("more than {READ_BUDGET} bytes in one read"))));
+            }
+            this.raw.extend_from_slice(got);
+            if let Err(why) = this.check() {
+                this.failed = Some(io::ErrorKind::InvalidData);
+                return Poll::Ready(Err(this.verdict.refuse(why)));
+            }
+        }
+    }
+}
+
+impl<S: AsyncWrite + Unpin> AsyncWrite for Guarded<S> {
+    fn poll_write(self: Pin<&mut Self>, cx: &mut Context<'_>, buf: &[u8]) -> Poll<io::Result<usize>> {
+        let this = self.get_mut();
+        if this.deadline.as_mut().poll(cx).is_ready() {
+            return Poll::Ready(Err(io::Error::new(io::ErrorKind::TimedOut, "past the read's deadline")));
+        }
+        Pin::new(&mut this.inner).poll_write(cx, buf)
+    }
+
+    fn poll_flush(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+        Pin::new(&mut self.get_mut().inner).poll_flush(cx)
+    }
+
+    fn poll_shutdown(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+        Pin::new(&mut self.get_mut().inner).poll_shutdown(cx)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use fe2o3_amqp::types::performatives::{Open, Transfer};
+    use fe2o3_amqp::types::primitives::{OrderedMap, Symbol, Value};
+    use proptest::prelude::*;
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+
+    use super::*;
+
+    /// `depth` lists nested in each other (list32 each), innermost empty.
+    fn nested(depth: usize) -> Vec<u8> {
+        let mut v = vec![0x45];
+        for _ in 0..depth {
+            let size = u32::try_from(v.len() + 4).unwrap();
+            let mut outer = vec![0xd0];
+            outer.extend_from_slice(&size.to_be_bytes());
+            outer.extend_from_slice(&1u32.to_be_bytes());
+            outer.extend_from_slice(&v);
+            v = outer;
+        }
+        v
+    }
+
+    #[test]
+    fn values_as_amqp_encodes_them_are_walked_to_their_end() {
+        let map = Value::Map(OrderedMap::from_iter([
+            (Value::from("attributeNames"), Value::List(vec![Value::from("id")])),
+            (Value::from("results"), Value::List(vec![Value::List(vec![Value::from("r"), Value::Long(-1)])])),
+            (Value::from("binary"), Value::Binary(vec![0u8; 300].into())),
+            (Value::from("array"), Value::Array(vec![Value::Int(1), Value::Int(2)].into())),
+        ]));
+        for v in [map, Value::Null, Value::from("x".repeat(70_000)), Value::Double(1.0.into())] {
+            let bytes = serde_amqp::to_vec(&v).unwrap();
+            assert_eq!(value_end(&bytes, 0, MAX_DEPTH), Ok(bytes.len()), "{v:?}");
+        }
+        let open = Open {
+            container_id: "c".into(),
+            hostname: None,
+            max_frame_size: 512.into(),
+            channel_max: 1.into(),
+            idle_time_out: None,
+            outgoing_locales: None,
+            incoming_locales: None,
+            offered_capabilities: Some(vec![Symbol::from("ANONYMOUS-RELAY")].into()),
+            desired_capabilities: None,
+            properties: Some(OrderedMap::from_iter([(Symbol::from("product"), Value::from("x"))])),
+        };
+        let open = serde_amqp::to_vec(&open).unwrap();
+        assert_eq!(value_end(&open, 0, MAX_DEPTH), Ok(open.len()));
+    }
+
+    #[test]
+    fn deep_nesting_is_refused_without_recursion() {
+        let deep = nested(100_000);
+        assert_eq!(value_end(&deep, 0, MAX_DEPTH), Err(Malformed::TooDeep(MAX_DEPTH)));
+        assert_eq!(value_end(&nested(MAX_DEPTH), 0, MAX_DEPTH), Ok(nested(MAX_DEPTH).len()));
+        assert_eq!(value_end(&nested(MAX_DEPTH + 1), 0, MAX_DEPTH), Err(Malformed::TooDeep(MAX_DEPTH)));
+    }
+
+    #[test]
+    fn sizes_counts_and_codes_that_do_not_add_up_are_refused() {
+        // A list8 that claims more bytes than there are; a count beyond its bytes; a size
+        // that leaves bytes unread; an unknown code; an odd map; an array of lists.
+        assert_eq!(value_end(&[0xc0, 10, 1, 0x40], 0, 4), Err(Malformed::Truncated));
+        assert_eq!(value_end(&[0xc0, 2, 5, 0x40], 0, 4), Err(Malformed::SizeMismatch));
+        assert_eq!(value_end(&[0xc0, 3, 1, 0x40, 0x40], 0, 4), Err(Malformed::SizeMismatch));
+        assert_eq!(value_end(&[0x1f], 0, 4), Err(Malformed::UnknownType(0x1f)));
+        assert_eq!(value_end(&[0xc1, 2, 1, 0x40], 0, 4), Err(Malformed::OddMap));
+        assert_eq!(value_end(&[0xe0, 3, 1, 0xc0, 0x00], 0, 4), Err(Malformed::CompoundArray));
+        assert_eq!(value_end(&[0x00, 0xc0, 1, 0, 0x40], 0, 4), Err(Malformed::BadDescriptor));
+        assert_eq!(value_end(&[0x00, 0x53, 0x10, 0x00, 0x53], 0, 4), Err(Malformed::BadDescriptor));
+    }
+
+    proptest! {
+        #![proptest_config(ProptestConfig { cases: 2000, ..ProptestConfig::default() })]
+
+        /// Arbitrary bytes never panic, and an end is never past them.
+        #[test]
+        fn arbitrary_bytes_never_panic(bytes in proptest::collection::vec(any::<u8>(), 0..512)) {
+            if let Ok(end) = value_end(&bytes, 0, MAX_DEPTH) {
+                prop_assert!(end <= bytes.len());
+            }
+            let _ = check_values(&bytes);
+        }
+
+        /// Whatever passes the walk decodes (as an AMQP value) without panicking or
+        /// overflowing the stack, and answers decode into tables or errors.
+        #[test]
+        fn what_passes_decodes(bytes in proptest::collection::vec(any::<u8>(), 0..256)) {
+            if value_end(&bytes, 0, MAX_DEPTH).is_ok() {
+                let _ = serde_amqp::from_slice::<Value>(&bytes);
+                let _ = serde_amqp::from_slice::<super::super::answer::Table>(&bytes);
+            }
+        }
+    }
+
+    fn frame(body: &[u8]) -> Vec<u8> {
+        let size = u32::try_from(8 + body.len()).unwrap();
+        let mut f = size.to_be_bytes().to_vec();
+        f.extend_from_slice(&[2, 0, 0, 0]);
+        f.extend_from_slice(body);
+        f
+    }
+
+    fn transfer(more: bool, payload: &[u8]) -> Vec<u8> {
+        let t = Transfer {
+            handle: 0.into(),
+            delivery_id: Some(0),
+            delivery_tag: Some(vec![0u8].into()),
+            message_format: Some(0),
+            settled: Some(true),
+            more,
+            rcv_settle_mode: None,
+            state: None,
+            resume: false,
+            aborted: false,
+            batchable: false,
+        };
+        let mut body = serde_amqp::to_vec(&t).unwrap();
+        body.extend_from_slice(payload);
+        frame(&body)
+    }
+
+    /// What a reader gets through [`Guarded`] of `sent`, and the verdict.
+    async fn through(sent: Vec<u8>) -> (Vec<u8>, std::io::Result<()>, Option<String>) {
+        let (mut peer, ours) = tokio::io::duplex(1 << 20);
+        tokio::spawn(async move {
+            let _ = peer.write_all(&sent).await;
+            let _ = peer.shutdown().await;
+        });
+        let verdict = Verdict::default();
+        let deadline = tokio::time::Instant::now() + std::time::Duration::from_secs(5);
+        let mut guarded = Guarded::new(ours, deadline, verdict.clone());
+        let mut got = Vec::new();
+        let result = guarded.read_to_end(&mut got).await.map(drop);
+        (got, result, verdict.refused())
+    }
+
+    #[tokio::test]
+    async fn well_formed_frames_pass_unchanged_and_a_message_passes_once_whole() {
+        let value = serde_amqp::to_vec(&Value::List(vec![Value::from("a"); 3])).unwrap();
+        // amqp-value section: descriptor 0x77.
+        let mut payload = vec![0x00, 0x53, 0x77];
+        payload.extend_from_slice(&value);
+        let (first, second) = payload.split_at(4);
+        let mut sent = AMQP_HEADER.to_vec();
+        sent.extend(frame(&[])); // a heartbeat
+        sent.extend(transfer(true, first));
+        sent.extend(transfer(false, second));
+        let (got, result, refused) = through(sent.clone()).await;
+        assert!(result.is_ok(), "{result:?} {refused:?}");
+        assert_eq!(got, sent);
+    }
+
+    #[tokio::test]
+    async fn a_deep_message_split_over_frames_is_refused_before_any_of_it_is_read() {
+        let mut payload = vec![0x00, 0x53, 0x77];
+        payload.extend(nested(100));
+        let mut sent = AMQP_HEADER.to_vec();
+        for (i, chunk) in payload.chunks(200).enumerate() {
+            sent.extend(transfer(i + 1 < payload.len().div_ceil(200), chunk));
+        }
+        let (got, result, refused) = through(sent).await;
+        assert!(result.is_err());
+        assert!(got.len() <= AMQP_HEADER.len(), "more than the header was handed on");
+        assert!(refused.unwrap().contains("nested deeper than 16"));
+    }
+
+    #[tokio::test]
+    async fn garbage_big_frames_big_messages_and_a_cut_frame_are_refused() {
+        let mut big_frame = AMQP_HEADER.to_vec();
+        big_frame.extend_from_slice(&(MAX_FRAME_SIZE + 1).to_be_bytes());
+        big_frame.extend_from_slice(&[2, 0, 0, 0]);
+        let mut big_message = AMQP_HEADER.to_vec();
+        let chunk = vec![0x40; 16_000];
+        for _ in 0..(MAX_MESSAGE_SIZE / chunk.len() + 1) {
+            big_message.extend(transfer(true, &chunk));
+        }
+        let mut cut = AMQP_HEADER.to_vec();
+        cut.extend(&transfer(false, &[0x40])[..12]);
+        let cases = [
+            (b"HTTP/1.1 200 OK\r\n".to_vec(), "not an AMQP 1.0 protocol header"),
+            (big_frame, "a frame of 16385 bytes"),
+            (big_message, "a message larger than"),
+            (cut, "closed the connection mid-frame"),
+        ];
+        for (sent, why) in cases {
+            let (_, result, refused) = through(sent).await;
+            assert!(result.is_err());
+            let refused = refused.unwrap();
+            assert!(refused.contains(why), "{refused} does not say {why}");
+        }
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn nothing_is_read_after_the_deadline() {
+        let (_peer, ours) = tokio::io::duplex(64);
+        let verdict = Verdict::default();
+        let deadline = tokio::time::Instant::now() + std::time::Duration::from_secs(1);
+        let mut guarded = Guarded::new(ours, deadline, verdict.clone());
+        let mut buf = [0u8; 8];
+        assert!(guarded.read(&mut buf).await.is_err());
+        assert!(verdict.refused().unwrap().contains("deadline"));
+    }
+}
