@@ -16,6 +16,7 @@
 //! Child processes are killed when the test process ends, however it ends, and their
 //! logs are printed when a test fails while holding a [`TestNamespace`].
 
+pub mod amqp_peer;
 pub mod components;
 mod control_plane;
 pub mod day_two;

@@ -318,6 +318,8 @@ pub async fn observe(
             let stream = tokio::net::TcpStream::connect((ip.as_str(), port))
                 .await
                 .map_err(|e| ReadError::Amqp(format!("connecting to {ip}:{port}: {e}")))?;
+            // Requests and answers alternate: no waiting for delayed acknowledgements.
+            let _ = stream.set_nodelay(true);
             match plan.tls {
                 Some(tls) => {
                     let connector = tokio_rustls::TlsConnector::from(tls.config.clone());

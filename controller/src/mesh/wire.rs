@@ -413,7 +413,14 @@ impl<S: AsyncRead + Unpin> AsyncRead for Guarded<S> {
             }
             let mut chunk = [0u8; 8192];
             let mut read = ReadBuf::new(&mut chunk);
-            ready!(Pin::new(&mut this.inner).poll_read(cx, &mut read))?;
+            if let Err(e) = ready!(Pin::new(&mut this.inner).poll_read(cx, &mut read)) {
+                if this.raw.is_empty() && this.held.is_empty() {
+                    return Poll::Ready(Err(e));
+                }
+                this.failed = Some(e.kind());
+                let why = format!("the connection ended mid-frame: {e}");
+                return Poll::Ready(Err(this.verdict.refuse(why)));
+            }
             let got = read.filled();
             if got.is_empty() {
                 if this.raw.is_empty() && this.held.is_empty() {

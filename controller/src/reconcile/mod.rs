@@ -34,7 +34,9 @@ pub(crate) mod build;
 pub(crate) mod events;
 pub(crate) mod observe;
 pub(crate) mod read;
-pub use read::MESH_RESYNC;
+pub use read::{
+    JOIN_GRACE, MAX_CONNECTIONS, MAX_PER_NAMESPACE, MESH_RECHECK, MESH_RESYNC, READ_TIMEOUT, SLOT_WAIT,
+};
 pub(crate) mod status;
 pub(crate) mod types;
 

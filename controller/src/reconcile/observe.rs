@@ -132,24 +132,26 @@ pub struct RouterPod {
     /// The name of the router configuration ConfigMap it mounts, if any.
     pub config_map: Option<String>,
     /// Whether the Interconnect's own workload controls it ([`owned_by_workload`]): only
-    /// such pods are read and listed in `status.routers`; the labels alone prove nothing
-    /// (any pod can carry them).
+    /// such pods are observed at all (read, counted, listed in `status.routers`); the
+    /// labels alone prove nothing (any pod can carry them).
     pub owned: bool,
 }
 
-/// Whether pod `p`'s controller is the workload `workload` of an Interconnect: its
-/// DaemonSet of that name (placement `Every`), or a ReplicaSet of its Deployment of that
-/// name (`<workload>-<pod-template-hash>`, the name the Deployment controller gives the
-/// ReplicaSets it makes, which no other object can hold while it exists). A pod that
-/// copies the real ReplicaSet's reference is adopted by the ReplicaSet controller and
-/// deleted as a surplus replica.
-pub fn owned_by_workload(p: &Pod, workload: &str, every: bool) -> bool {
+/// Whether pod `p`'s controller is a workload of the Interconnect whose workloads are
+/// named `workload`: its DaemonSet of that name (placement `Every`), or a ReplicaSet of its
+/// Deployment of that name (`<workload>-<pod-template-hash>`, the name the Deployment
+/// controller gives the ReplicaSets it makes, which no other ReplicaSet can hold while that
+/// one exists). Either kind, so the routers of the old kind still count while a placement
+/// change replaces them. A pod that copies the real ReplicaSet's reference is adopted by
+/// the ReplicaSet controller and deleted as a surplus replica; one with the labels alone
+/// is not a router.
+pub fn owned_by_workload(p: &Pod, workload: &str) -> bool {
     let Some(r) = (p.metadata.owner_references.iter().flatten()).find(|r| r.controller == Some(true)) else {
         return false;
     };
-    match (every, r.kind.as_str(), r.api_version.as_str()) {
-        (true, "DaemonSet", "apps/v1") => r.name == workload,
-        (false, "ReplicaSet", "apps/v1") => r
+    match (r.kind.as_str(), r.api_version.as_str()) {
+        ("DaemonSet", "apps/v1") => r.name == workload,
+        ("ReplicaSet", "apps/v1") => r
             .name
             .strip_prefix(workload)
             .and_then(|rest| rest.strip_prefix('-'))
@@ -159,9 +161,9 @@ pub fn owned_by_workload(p: &Pod, workload: &str, every: bool) -> bool {
 }
 
 impl RouterPod {
-    /// What `p` shows of itself, and whether the Interconnect's workload `workload` (a
-    /// DaemonSet when `every`, else a Deployment) controls it.
-    pub fn of(p: &Pod, workload: &str, every: bool) -> RouterPod {
+    /// What `p` shows of itself, and whether a workload of the Interconnect whose workloads
+    /// are named `workload` controls it.
+    pub fn of(p: &Pod, workload: &str) -> RouterPod {
         let status = p.status.as_ref();
         let spec = p.spec.as_ref();
         RouterPod {
@@ -181,7 +183,7 @@ impl RouterPod {
                 .flatten()
                 .filter_map(|v| v.config_map.as_ref().map(|c| c.name.clone()))
                 .find(|n| n.contains("-router-config")),
-            owned: owned_by_workload(p, workload, every),
+            owned: owned_by_workload(p, workload),
         }
     }
 }
@@ -350,18 +352,20 @@ pub async fn observe(
     let workload = workload(client, cache, o, false).await?;
     let selector = o.selector();
     let selector: Vec<(&str, &str)> = selector.iter().map(|(k, v)| (k.as_str(), v.as_str())).collect();
-    let listed = cache.pods(ns, &selector);
+    // The pods the selector finds that the Interconnect's own workloads control: a pod with
+    // the labels alone is not a router of it.
+    let mut listed = cache.pods(ns, &selector);
+    listed.retain(|p| owned_by_workload(p, o.name()));
     let mut pods: Vec<String> =
         listed.iter().filter(|p| p.meta().deletion_timestamp.is_none()).map(|p| p.name_any()).collect();
     pods.sort();
     let terminating = listed.iter().filter(|p| p.meta().deletion_timestamp.is_some()).count();
     let terminating = i32::try_from(terminating).unwrap_or(i32::MAX);
     let unschedulable = Unschedulable::of(listed.iter().map(AsRef::as_ref));
-    let every = o.plan().placement == Some(Placement::Every);
     let mut routers: Vec<RouterPod> = listed
         .iter()
         .filter(|p| p.meta().deletion_timestamp.is_none())
-        .map(|p| RouterPod::of(p, o.name(), every))
+        .map(|p| RouterPod::of(p, o.name()))
         .collect();
     routers.sort_by(|a, b| a.name.cmp(&b.name));
     Ok(Observed { now: SystemTime::now(), secrets, workload, pods, terminating, unschedulable, routers })

@@ -1,0 +1,455 @@
+//! The mesh reader against routers that misbehave on purpose (`qdr_tests::amqp_peer`): every
+//! hostile answer ends as a short reason within the read's timeout, and an honest router
+//! with 10,000 clients is read whole, a page at a time. The controller process under the
+//! same routers, with its memory and health, is in `tests/tests/hostile_routers.rs`.
+
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use qdr_controller::mesh::reader::{Plan, Target, observe, read_router};
+use qdr_controller::mesh::{Observation, pool::Pool};
+use qdr_tests::amqp_peer::{self, Script};
+
+/// The read timeout these tests give: short, so the slow cases are quick.
+const TIMEOUT: Duration = Duration::from_secs(2);
+/// Longest a reason may be: the reader cuts router text to 256 bytes, and adds its own words.
+const MAX_REASON: usize = 600;
+
+async fn peer(script: Script) -> (std::net::SocketAddr, tokio::task::JoinHandle<()>) {
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    (addr, amqp_peer::serve(listener, None, script))
+}
+
+/// What reading the peer of `script` ends with, and how long it took.
+async fn read(script: Script) -> (Result<qdr_controller::mesh::RouterView, String>, Duration) {
+    let (addr, task) = peer(script).await;
+    let started = Instant::now();
+    let stream = tokio::net::TcpStream::connect(addr).await.unwrap();
+    stream.set_nodelay(true).unwrap();
+    let result = read_router(stream, "hostile-test", TIMEOUT).await.map_err(|e| e.to_string());
+    let took = started.elapsed();
+    task.abort();
+    (result, took)
+}
+
+fn honest_mesh_router(clients: usize) -> Arc<amqp_peer::Answers> {
+    Arc::new(amqp_peer::honest("router-b", "interior", &["router-a", "router-c"], clients))
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_honest_router_is_read_with_its_links_and_clients() {
+    let (view, took) = read(Script::Honest(honest_mesh_router(2))).await;
+    let view = view.unwrap();
+    println!("honest router read in {took:.1?}");
+    assert_eq!(view.id, "router-b");
+    let peers: Vec<&str> = view.inter_router.iter().map(|l| l.peer.as_str()).collect();
+    assert_eq!(peers, ["router-a", "router-c"]);
+    assert_eq!(view.clients, 2);
+    assert_eq!(view.reaches.len(), 2);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn ten_thousand_clients_are_read_a_page_at_a_time() {
+    let (view, took) = read(Script::Honest(honest_mesh_router(10_000))).await;
+    let view = view.unwrap();
+    println!("router with 10,000 clients read in {took:.1?} ({} pages)", 10_002usize.div_ceil(256));
+    assert_eq!(view.clients, 10_000);
+    assert_eq!(view.inter_router.len(), 2);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn every_hostile_answer_ends_as_a_short_reason_within_the_timeout() {
+    let cases: Vec<(&str, Script, &[&str])> = vec![
+        (
+            "10,000 connections in one answer",
+            Script::IgnoresCount(honest_mesh_router(10_000)),
+            &["more than 256 rows", "larger than"],
+        ),
+        ("a 100,000-deep list", Script::DeepList(100_000), &["nested deeper than 16"]),
+        ("a 1,500-deep map in a detach", Script::DeepPerformative(1_500), &["nested deeper than 16"]),
+        ("a 100,000-deep map in a detach", Script::DeepPerformative(100_000), &["a frame of"]),
+        ("a 512 MiB body", Script::Huge(512 << 20), &["a message larger than 1048576 bytes"]),
+        ("a body trickled a byte a second", Script::Trickle(honest_mesh_router(0)), &["no answer within 2s"]),
+        ("a peer that accepts and never speaks", Script::Silent, &["no answer within 2s"]),
+        ("a peer that closes mid-frame", Script::CloseMidFrame, &["closed the connection mid-frame"]),
+        ("garbage bytes", Script::Garbage, &["not an AMQP 1.0 protocol header"]),
+        ("a non-200 status with a 1 MiB description", Script::Status(1 << 20), &["larger than"]),
+        ("a non-200 status with a 100 KB description", Script::Status(100_000), &["answered 500: xxxx"]),
+    ];
+    for (what, script, says) in cases {
+        let (result, took) = read(script).await;
+        let why = result.expect_err(what);
+        println!("{what}: {:.1?}: {why}", took);
+        assert!(says.iter().any(|s| why.contains(s)), "{what}: {why}");
+        assert!(why.len() <= MAX_REASON, "{what}: a reason of {} bytes", why.len());
+        // The deadline is the read's timeout; closing takes at most a moment more.
+        assert!(took <= TIMEOUT + Duration::from_secs(1), "{what}: took {took:?}");
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn silent_routers_of_one_namespace_do_not_delay_another_namespace() {
+    // 40 silent routers in one namespace, one honest router in another, read at once with
+    // the controller's pool (8 slots, 4 a namespace).
+    let (silent, silent_task) = peer(Script::Silent).await;
+    let (honest, honest_task) = peer(Script::Honest(honest_mesh_router(0))).await;
+    let pool = Pool::new(8, 4);
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(60);
+    let plan = |namespace, port| Plan { port, namespace, pool: &pool, timeout: TIMEOUT, deadline, tls: None };
+    let silent_targets: Vec<Target> = (0..40)
+        .map(|i| Target { pod: format!("silent-{i}"), ip: Some(silent.ip().to_string()), ready: true })
+        .collect();
+    let honest_target = [Target { pod: "router-b".into(), ip: Some(honest.ip().to_string()), ready: true }];
+    let (silent_plan, honest_plan) = (plan("tenant-a", silent.port()), plan("tenant-b", honest.port()));
+    let silent_read = observe(&silent_targets, &silent_plan);
+    let honest_read = async {
+        // Start once the silent routers hold their share.
+        tokio::time::sleep(Duration::from_millis(200)).await;
+        let started = Instant::now();
+        let seen = observe(&honest_target, &honest_plan).await;
+        (seen, started.elapsed())
+    };
+    let started = Instant::now();
+    let (silent_seen, (honest_seen, honest_took)) = tokio::join!(silent_read, honest_read);
+    let silent_took = started.elapsed();
+    println!("honest router read in {honest_took:.1?} beside 40 silent ones (those took {silent_took:.1?})");
+    assert!(matches!(honest_seen["router-b"], Observation::Answered(_)), "{honest_seen:?}");
+    // Read without waiting for any silent router's timeout.
+    assert!(honest_took < TIMEOUT, "the honest router waited {honest_took:?}");
+    // The silent ones, 4 at a time: 10 rounds of the timeout.
+    assert!(silent_took >= 10 * TIMEOUT, "{silent_took:?}: more than 4 slots for one namespace");
+    assert!(silent_seen.values().all(|o| matches!(o, Observation::Unreachable(_))));
+    silent_task.abort();
+    honest_task.abort();
+}
+
+mod common;
+
+use k8s_openapi::api::core::v1::{Pod, Secret};
+use kube::api::{Api, ListParams, Patch, PatchParams};
+use qdr_tests::ControlPlane;
+use serde_json::json;
+
+/// The management port every router pod is read on.
+const MANAGEMENT_PORT: u16 = 55670;
+/// The controller's own read timeout (`qdr_controller::reconcile::READ_TIMEOUT`).
+const READ_TIMEOUT: Duration = qdr_controller::reconcile::READ_TIMEOUT;
+
+/// A controller process that reads the routers (`--observe-mesh=on`), as
+/// `common::controller_command_for` starts one otherwise.
+fn start_reading_controller(cp: &ControlPlane, system: &str, health: u16) -> qdr_tests::Process {
+    let install =
+        qdr_tests::rbac::Install { lease: "hostile".into(), ..qdr_tests::rbac::Install::new(system) };
+    let ids = cp.install_rbac(&install).expect("installing deploy/'s RBAC");
+    let mut cmd = std::process::Command::new(env!("CARGO_BIN_EXE_qdr-controller"));
+    cmd.env("KUBECONFIG", ids.controller).env("RUST_LOG", "info,kube=warn").args([
+        &format!("--lease-namespace={system}"),
+        "--lease-name=hostile",
+        "--identity=hostile-0",
+        "--lease-duration=4s",
+        "--renew-deadline=3s",
+        "--retry-period=500ms",
+        &format!("--health-listen=127.0.0.1:{health}"),
+        "--default-image=quay.io/interconnectedcloud/qdrouterd:1.19.0",
+        "--observe-mesh=on",
+    ]);
+    qdr_tests::Process::spawn("hostile-0", cmd, &cp.dir().join("hostile-0.log")).expect("start controller")
+}
+
+/// The pods of Interconnect `name` once there are `n`, by name.
+async fn pods_of(ns: &qdr_tests::TestNamespace, name: &str, n: usize) -> Vec<String> {
+    let pods: Api<Pod> = ns.api();
+    common::eventually(&format!("{n} pods of {name}"), Duration::from_secs(60), || async {
+        let list = pods.list(&ListParams::default().labels(&format!("interconnect_cr={name}"))).await.ok()?;
+        let mut names: Vec<String> = list.items.into_iter().filter_map(|p| p.metadata.name).collect();
+        names.sort();
+        (names.len() == n).then_some(names)
+    })
+    .await
+}
+
+/// Makes pod `name` look running, with address `ip`, as a kubelet would: Ready for an hour.
+async fn run_pod(ns: &qdr_tests::TestNamespace, name: &str, ip: &str) {
+    let pods: Api<Pod> = ns.api();
+    let since = k8s_openapi::jiff::Timestamp::now() - k8s_openapi::jiff::SignedDuration::from_hours(1);
+    let status = json!({"status": {
+        "phase": "Running", "podIP": ip, "podIPs": [{"ip": ip}],
+        "conditions": [{"type": "Ready", "status": "True", "lastTransitionTime": since.to_string()},
+                       {"type": "PodScheduled", "status": "True", "lastTransitionTime": since.to_string()}]}});
+    pods.patch_status(name, &PatchParams::default(), &Patch::Merge(&status)).await.unwrap();
+}
+
+/// A TLS server configuration with Interconnect `name`'s generated management certificate,
+/// once it exists: what its routers present.
+async fn router_tls(ns: &qdr_tests::TestNamespace, name: &str) -> Arc<rustls::ServerConfig> {
+    use rustls::pki_types::{CertificateDer, PrivateKeyDer, pem::PemObject};
+    let secrets: Api<Secret> = ns.api();
+    let secret_name = format!("{name}-qdr-operator-management-credentials");
+    let s = common::eventually(&secret_name, Duration::from_secs(30), || async {
+        secrets.get(&secret_name).await.ok()
+    })
+    .await;
+    let chain: Vec<CertificateDer<'static>> =
+        CertificateDer::pem_slice_iter(common::secret_text(&s, "tls.crt").as_bytes())
+            .collect::<Result<_, _>>()
+            .unwrap();
+    let key = PrivateKeyDer::from_pem_slice(common::secret_text(&s, "tls.key").as_bytes()).unwrap();
+    let provider = Arc::new(rustls::crypto::ring::default_provider());
+    let config = rustls::ServerConfig::builder_with_provider(provider)
+        .with_safe_default_protocol_versions()
+        .unwrap()
+        .with_no_client_auth()
+        .with_single_cert(chain, key)
+        .unwrap();
+    Arc::new(config)
+}
+
+/// A peer at `ip`:55670 with `tls`, running `script`.
+async fn router_at(ip: &str, tls: &Arc<rustls::ServerConfig>, script: Script) -> tokio::task::JoinHandle<()> {
+    let listener = tokio::net::TcpListener::bind((ip, MANAGEMENT_PORT)).await.unwrap();
+    amqp_peer::serve(listener, Some(tls.clone()), script)
+}
+
+/// `MeshConnected` of Interconnect `name`: (status, reason, message).
+async fn mesh_connected(ns: &qdr_tests::TestNamespace, name: &str) -> Option<(String, String, String)> {
+    let ic = common::interconnects(&ns.client, &ns.name).get(name).await.ok()?;
+    let c =
+        ic.data["status"]["conditions"].as_array()?.iter().find(|c| c["type"] == "MeshConnected")?.clone();
+    let s = |k: &str| c[k].as_str().unwrap_or_default().to_string();
+    Some((s("status"), s("reason"), s("message")))
+}
+
+/// The controller's peak resident memory (`VmHWM`), in MiB.
+fn peak_rss_mib(pid: u32) -> f64 {
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap_or_default();
+    let kb: f64 = status
+        .lines()
+        .find_map(|l| l.strip_prefix("VmHWM:"))
+        .and_then(|v| v.split_whitespace().next()?.parse().ok())
+        .unwrap_or(0.0);
+    kb / 1024.0
+}
+
+/// Peak RSS the controller (a debug build) may reach while it reads the hostile routers
+/// below: its resting size (about 30 MiB) plus 8 reads at once at their bound (about 3 MiB
+/// each: a message held by the guard, the client's copy, a page of rows), with room for
+/// the allocator.
+const RSS_BOUND_MIB: f64 = 96.0;
+
+/// A controller process reading routers that misbehave in every way at once (one pod per
+/// way), 200 silent routers in another namespace, and honest routers in a third: the
+/// hostile ones end as `RouterUnreachable` with short reasons, the honest mesh is read
+/// within its timeout and an Interconnect created meanwhile becomes Ready, `/livez` stays
+/// 200 and the process stays up, within its memory bound. A look-alike pod with a router's
+/// labels is not read, and a foreign Secret in the management CA's place stops the reads.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_controller_process_survives_hostile_routers_and_serves_every_other_namespace() {
+    let cp = qdr_tests::shared_with_controller_manager().await;
+    cp.install_crd().await;
+    let system = cp.namespace("hostile-system").await;
+    let health = common::free_port();
+    let controller = start_reading_controller(cp, &system.name, health);
+    let pid = controller.pid();
+    common::eventually("/readyz", Duration::from_secs(30), || async {
+        (common::http_get(health, "/readyz").await?.0 == 200).then_some(())
+    })
+    .await;
+    // /livez is sampled all along from here.
+    let livez_failures = Arc::new(std::sync::atomic::AtomicUsize::new(0));
+    let sampler = {
+        let failures = livez_failures.clone();
+        tokio::spawn(async move {
+            loop {
+                if common::http_get(health, "/livez").await.map(|r| r.0) != Some(200) {
+                    failures.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+                }
+                tokio::time::sleep(Duration::from_millis(250)).await;
+            }
+        })
+    };
+    let mut tasks = Vec::new();
+
+    // One router per way of misbehaving.
+    let evil = cp.namespace("hostile-evil").await;
+    let scripts: Vec<(&str, Script)> = vec![
+        ("a 100,000-deep list", Script::DeepList(100_000)),
+        ("a deep map in a detach", Script::DeepPerformative(1_500)),
+        ("a 512 MiB body", Script::Huge(512 << 20)),
+        ("a body trickled", Script::Trickle(honest_mesh_router(0))),
+        ("accepts and never speaks", Script::Silent),
+        ("closes mid-frame", Script::CloseMidFrame),
+        ("garbage", Script::Garbage),
+        ("a 500 with a 1 MiB description", Script::Status(1 << 20)),
+        ("10,000 connections at once", Script::IgnoresCount(honest_mesh_router(10_000))),
+    ];
+    common::create_interconnect(
+        &evil,
+        "evil",
+        json!({"deploymentPlan": {"role": "interior", "size": scripts.len()}}),
+    )
+    .await;
+    let evil_pods = pods_of(&evil, "evil", scripts.len()).await;
+    let tls = router_tls(&evil, "evil").await;
+    let started = Instant::now();
+    for (i, (pod, (_, script))) in evil_pods.iter().zip(scripts.iter()).enumerate() {
+        let ip = format!("127.1.0.{}", i + 1);
+        tasks.push(router_at(&ip, &tls, script.clone()).await);
+        run_pod(&evil, pod, &ip).await;
+    }
+
+    // 200 silent routers in another namespace: 12 Interconnects of 16 and one of 8.
+    let quiet = cp.namespace("hostile-quiet").await;
+    let sizes: Vec<usize> = [16; 12].into_iter().chain([8]).collect();
+    for (i, size) in sizes.iter().enumerate() {
+        common::create_interconnect(
+            &quiet,
+            &format!("quiet-{i}"),
+            json!({"deploymentPlan": {"role": "interior", "size": size}}),
+        )
+        .await;
+    }
+    let mut silent = 0;
+    for (i, size) in sizes.iter().enumerate() {
+        let name = format!("quiet-{i}");
+        let _ = router_tls(&quiet, &name).await;
+        for pod in pods_of(&quiet, &name, *size).await {
+            silent += 1;
+            let ip = format!("127.2.{}.{}", silent / 200, silent % 200 + 1);
+            let listener = tokio::net::TcpListener::bind((ip.as_str(), MANAGEMENT_PORT)).await.unwrap();
+            tasks.push(amqp_peer::serve(listener, None, Script::Silent));
+            run_pod(&quiet, &pod, &ip).await;
+        }
+    }
+    assert_eq!(silent, 200);
+
+    // An honest mesh of three in a third namespace, and a look-alike pod beside it.
+    let good = cp.namespace("hostile-good").await;
+    common::create_interconnect(&good, "good", json!({"deploymentPlan": {"role": "interior", "size": 3}}))
+        .await;
+    let good_pods = pods_of(&good, "good", 3).await;
+    let good_tls = router_tls(&good, "good").await;
+    let pods: Api<Pod> = good.api();
+    let lookalike: Pod = serde_json::from_value(json!({
+        "metadata": {"name": "good-lookalike", "labels": {"application": "good", "interconnect_cr": "good"}},
+        "spec": {"containers": [{"name": "sleep", "image": "busybox", "command": ["sleep", "infinity"]}]}}))
+    .unwrap();
+    pods.create(&Default::default(), &lookalike).await.unwrap();
+    run_pod(&good, "good-lookalike", "127.3.0.100").await;
+    tasks.push(
+        router_at(
+            "127.3.0.100",
+            &good_tls,
+            Script::Honest(Arc::new(amqp_peer::honest("good-lookalike", "interior", &[], 0))),
+        )
+        .await,
+    );
+    let honest_at = Instant::now();
+    for (i, pod) in good_pods.iter().enumerate() {
+        let ip = format!("127.3.0.{}", i + 1);
+        let peers: Vec<&str> = good_pods.iter().filter(|p| *p != pod).map(String::as_str).collect();
+        let answers = Arc::new(amqp_peer::honest(pod, "interior", &peers, 1));
+        tasks.push(router_at(&ip, &good_tls, Script::Honest(answers)).await);
+        run_pod(&good, pod, &ip).await;
+    }
+    // Read within its timeout, though 4 slots are held by silent routers and the others by
+    // the hostile ones: at most one read's time for a slot, then its own.
+    let connected = common::eventually("the honest mesh read", 3 * READ_TIMEOUT, || async {
+        let m = mesh_connected(&good, "good").await?;
+        (m.1 == "Connected").then_some(m)
+    })
+    .await;
+    println!("honest mesh Connected {:.1?} after its pods ran: {}", honest_at.elapsed(), connected.2);
+    assert_eq!(connected.2, "3/3 interior routers linked to each other");
+    let ic = common::interconnects(&good.client, &good.name).get("good").await.unwrap();
+    let listed: Vec<&str> =
+        ic.data["status"]["routers"].as_array().unwrap().iter().filter_map(|r| r["pod"].as_str()).collect();
+    assert_eq!(
+        listed,
+        good_pods.iter().map(String::as_str).collect::<Vec<_>>(),
+        "the look-alike is not listed"
+    );
+
+    // A new Interconnect elsewhere becomes Ready in normal time.
+    let fresh = cp.namespace("hostile-fresh").await;
+    let created = Instant::now();
+    common::create_interconnect(&fresh, "fresh", json!({"deploymentPlan": {"role": "interior", "size": 1}}))
+        .await;
+    let fresh_pod = pods_of(&fresh, "fresh", 1).await.remove(0);
+    let fresh_tls = router_tls(&fresh, "fresh").await;
+    tasks.push(
+        router_at(
+            "127.4.0.1",
+            &fresh_tls,
+            Script::Honest(Arc::new(amqp_peer::honest(&fresh_pod, "interior", &[], 0))),
+        )
+        .await,
+    );
+    run_pod(&fresh, &fresh_pod, "127.4.0.1").await;
+    common::condition_with_reason(&fresh, "fresh", "Ready", "RoutersReady").await;
+    println!("a new Interconnect Ready {:.1?} after it was created", created.elapsed());
+
+    // Every hostile router ends as not answering, each with a short reason.
+    let (status, reason, message) =
+        common::eventually("the hostile routers judged", 4 * READ_TIMEOUT, || async {
+            let m = mesh_connected(&evil, "evil").await?;
+            let ic = common::interconnects(&evil.client, &evil.name).get("evil").await.ok()?;
+            let errors =
+                ic.data["status"]["routers"].as_array()?.iter().filter(|r| r["error"].is_string()).count();
+            (m.1 == "RouterUnreachable" && errors == scripts.len()).then_some(m)
+        })
+        .await;
+    println!(
+        "hostile routers: MeshConnected {status} {reason} {:.1?} after they ran: {message}",
+        started.elapsed()
+    );
+    assert_eq!(status, "Unknown");
+    let ic = common::interconnects(&evil.client, &evil.name).get("evil").await.unwrap();
+    for (r, (what, _)) in ic.data["status"]["routers"].as_array().unwrap().iter().zip(&scripts) {
+        let error = r["error"].as_str().unwrap();
+        println!("  {what}: {error}");
+        assert!(error.len() <= MAX_REASON, "{what}: {} bytes", error.len());
+    }
+    assert!(message.len() <= qdr_controller::mesh::MAX_MESSAGE, "{} bytes", message.len());
+    let (_, reason, message) = common::eventually("the silent routers judged", 60 * READ_TIMEOUT, || async {
+        mesh_connected(&quiet, "quiet-12").await.filter(|m| m.1 == "RouterUnreachable")
+    })
+    .await;
+    println!("200 silent routers: {reason}: {:.200}", message);
+
+    // A foreign Secret in the management CA's place: not used, and said so.
+    let foreign = cp.namespace("hostile-foreign").await;
+    let secrets: Api<Secret> = foreign.api();
+    let planted: Secret =
+        serde_json::from_value(json!({"metadata": {"name": "planted-qdr-operator-management-ca"},
+        "stringData": {"tls.crt": "not a certificate", "tls.key": "not a key"}}))
+        .unwrap();
+    secrets.create(&Default::default(), &planted).await.unwrap();
+    common::create_interconnect(
+        &foreign,
+        "planted",
+        json!({"deploymentPlan": {"role": "interior", "size": 1}}),
+    )
+    .await;
+    let (status, reason, message) =
+        common::eventually("the foreign CA refused", Duration::from_secs(60), || async {
+            mesh_connected(&foreign, "planted").await
+        })
+        .await;
+    println!("a foreign management CA Secret: MeshConnected {status} {reason}: {message}");
+    assert_eq!((status.as_str(), reason.as_str()), ("Unknown", "NotObserved"));
+    assert!(message.contains("not the management CA this Interconnect generated"), "{message}");
+
+    // Alive, live all along, ready, within its memory bound.
+    assert!(controller.exited().is_none(), "the controller process exited");
+    assert_eq!(common::http_get(health, "/readyz").await.map(|r| r.0), Some(200));
+    sampler.abort();
+    let failures = livez_failures.load(std::sync::atomic::Ordering::SeqCst);
+    assert_eq!(failures, 0, "/livez failed {failures} times");
+    let peak = peak_rss_mib(pid);
+    println!("controller peak RSS {peak:.1} MiB (bound {RSS_BOUND_MIB} MiB)");
+    assert!(peak > 0.0 && peak < RSS_BOUND_MIB, "peak RSS {peak:.1} MiB");
+    for t in tasks {
+        t.abort();
+    }
+}

@@ -1,0 +1,552 @@
+//! A router that misbehaves on purpose: a scripted AMQP 1.0 peer for the mesh reader's
+//! tests (`controller/tests/hostile.rs`) and benchmarks.
+//!
+//! It speaks just enough of the protocol, from the server's side, for the controller's
+//! reader to get as far as its `QUERY`s (header, `open`, `begin`, the two `attach`es, credit
+//! for the requests), then answers per its [`Script`]: honestly, as qdrouterd 1.19 does
+//! (`attributeNames`, `count` and `offset` honoured), or with what a hostile router could
+//! send. Frames are written by hand where the hostile bytes could not be made by an
+//! encoder (a 100,000-deep list would overflow the peer's own stack), so the peer never
+//! holds more than one frame of them.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use fe2o3_amqp::types::definitions::Role;
+use fe2o3_amqp::types::messaging::{Accepted, DeliveryState};
+use fe2o3_amqp::types::performatives::{
+    Attach, Begin, Close, Detach, Disposition, End, Flow, Open, Transfer,
+};
+use fe2o3_amqp::types::primitives::{OrderedMap, Value};
+use serde_json::Value as Json;
+use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
+use tokio::net::TcpListener;
+
+const HEADER: &[u8; 8] = b"AMQP\x00\x01\x00\x00";
+/// Payload bytes per transfer frame: within the reader's 16 KiB frames.
+const CHUNK: usize = 16_000;
+
+/// Answers of one router, by entity short name (`router`, `router.node`, `connection`):
+/// each `{attributeNames: [..], results: [[..], ..]}` with every attribute.
+pub type Answers = std::collections::BTreeMap<String, Json>;
+
+/// What the peer does once the reader connected.
+#[derive(Debug, Clone)]
+pub enum Script {
+    /// Answers as qdrouterd 1.19 does: the attributes asked for, `count` rows from `offset`.
+    Honest(Arc<Answers>),
+    /// Like [`Script::Honest`], but every row at once whatever `count` says.
+    IgnoresCount(Arc<Answers>),
+    /// The first answer's body: an amqp-value of lists nested this deep.
+    DeepList(usize),
+    /// The replies link refused with a `detach` whose error info nests maps this deep (in
+    /// one frame, so it is checked before any message).
+    DeepPerformative(usize),
+    /// The first answer's body is this many bytes, sent as fast as the reader takes them.
+    Huge(u64),
+    /// An honest first answer, one byte a second.
+    Trickle(Arc<Answers>),
+    /// Accepts the TCP connection (and the TLS handshake is never started) and says nothing.
+    Silent,
+    /// Half an answer frame, then the connection closed.
+    CloseMidFrame,
+    /// Bytes that are not AMQP instead of the protocol header.
+    Garbage,
+    /// Every answer is `statusCode` 500 with a description of this many bytes.
+    Status(usize),
+}
+
+/// One honest router's answers: router `id` (mode `interior` or `edge`), open
+/// inter-router connections to `peers` (opened by the router whose id sorts later), and
+/// `clients` client connections.
+pub fn honest(id: &str, mode: &str, peers: &[&str], clients: usize) -> Answers {
+    let mut a = Answers::new();
+    a.insert(
+        "router".into(),
+        serde_json::json!({"attributeNames": ["id", "mode", "linksBlocked", "deliveriesStuck", "connectionCount"],
+                           "results": [[id, mode, 0, 0, peers.len() + clients]]}),
+    );
+    let mut nodes = vec![serde_json::json!([id, "(self)"])];
+    nodes.extend(peers.iter().map(|p| serde_json::json!([p, null])));
+    a.insert(
+        "router.node".into(),
+        serde_json::json!({"attributeNames": ["id", "nextHop"], "results": nodes}),
+    );
+    let names = ["name", "container", "role", "dir", "opened", "isEncrypted", "host", "properties"];
+    let mut rows: Vec<Json> = peers
+        .iter()
+        .map(|p| {
+            let role = if mode == "edge" { "edge" } else { "inter-router" };
+            let dir = if id > *p { "out" } else { "in" };
+            serde_json::json!([format!("connection/{p}"), p, role, dir, true, true, "10.0.0.1:55671",
+                               {"product": "qpid-dispatch-router", "version": "1.19.0"}])
+        })
+        .collect();
+    rows.extend((0..clients).map(|i| {
+        serde_json::json!([
+            format!("connection/c{i}"),
+            format!("client-{i:08}-5c1d-4b6e-9a0e-7f3b2c1d0e9f"),
+            "normal",
+            "in",
+            true,
+            false,
+            "10.0.0.2:40000",
+            {}
+        ])
+    }));
+    a.insert("connection".into(), serde_json::json!({"attributeNames": names, "results": rows}));
+    a
+}
+
+/// A peer listening on `listener` (over TLS with `tls`), running `script` for every
+/// connection, until the returned task is aborted.
+pub fn serve(
+    listener: TcpListener,
+    tls: Option<Arc<rustls::ServerConfig>>,
+    script: Script,
+) -> tokio::task::JoinHandle<()> {
+    tokio::spawn(async move {
+        loop {
+            let Ok((socket, _)) = listener.accept().await else { return };
+            let _ = socket.set_nodelay(true);
+            let (tls, script) = (tls.clone(), script.clone());
+            tokio::spawn(async move {
+                if matches!(script, Script::Silent) {
+                    let mut socket = socket;
+                    let mut sink = [0u8; 1024];
+                    while socket.read(&mut sink).await.is_ok_and(|n| n > 0) {}
+                    return;
+                }
+                match tls {
+                    Some(config) => {
+                        let Ok(stream) = tokio_rustls::TlsAcceptor::from(config).accept(socket).await else {
+                            return;
+                        };
+                        let _ = run(stream, &script).await;
+                    }
+                    None => {
+                        let _ = run(socket, &script).await;
+                    }
+                }
+            });
+        }
+    })
+}
+
+/// `value`'s AMQP encoding, for the peer's answers: strings, booleans, integers (as longs),
+/// `null`, lists and maps with string keys.
+fn amqp(value: &Json) -> Value {
+    match value {
+        Json::Null => Value::Null,
+        Json::Bool(b) => Value::Bool(*b),
+        Json::Number(n) => n.as_i64().map_or(Value::Null, Value::Long),
+        Json::String(s) => Value::String(s.clone()),
+        Json::Array(items) => Value::List(items.iter().map(amqp).collect()),
+        Json::Object(m) => Value::Map(m.iter().map(|(k, v)| (Value::String(k.clone()), amqp(v))).collect()),
+    }
+}
+
+/// `answer` projected as qdrouterd does: `attributes` (all when empty), rows from `offset`,
+/// at most `count` (all when negative).
+fn project(answer: &Json, attributes: &[String], offset: usize, count: Option<usize>) -> Value {
+    let names: Vec<&str> =
+        answer["attributeNames"].as_array().into_iter().flatten().filter_map(Json::as_str).collect();
+    let wanted: Vec<&str> =
+        if attributes.is_empty() { names.clone() } else { attributes.iter().map(String::as_str).collect() };
+    let rows = answer["results"].as_array().cloned().unwrap_or_default();
+    let rows: Vec<Value> = (rows.iter().skip(offset).take(count.unwrap_or(usize::MAX)))
+        .map(|row| {
+            Value::List(
+                wanted
+                    .iter()
+                    .map(|w| {
+                        names.iter().position(|n| n == w).and_then(|i| row.get(i)).map_or(Value::Null, amqp)
+                    })
+                    .collect(),
+            )
+        })
+        .collect();
+    Value::Map(OrderedMap::from_iter([
+        (Value::from("attributeNames"), Value::List(wanted.iter().map(|w| Value::from(*w)).collect())),
+        (Value::from("results"), Value::List(rows)),
+    ]))
+}
+
+fn frame(channel: u16, body: &[u8]) -> Vec<u8> {
+    let size = u32::try_from(8 + body.len()).expect("a frame");
+    let mut f = size.to_be_bytes().to_vec();
+    f.extend_from_slice(&[2, 0]);
+    f.extend_from_slice(&channel.to_be_bytes());
+    f.extend_from_slice(body);
+    f
+}
+
+fn performative(p: &impl serde::Serialize) -> Vec<u8> {
+    serde_amqp::to_vec(p).expect("a performative encodes")
+}
+
+/// A described section (`0x00 0x53 code`) holding `value`'s bytes.
+fn section(code: u8, value: &[u8]) -> Vec<u8> {
+    let mut s = vec![0x00, 0x53, code];
+    s.extend_from_slice(value);
+    s
+}
+
+/// `depth` lists nested in each other (list32 each).
+pub fn nested_lists(depth: usize) -> Vec<u8> {
+    let mut v = vec![0x45];
+    for _ in 0..depth {
+        let size = u32::try_from(v.len() + 4).expect("small enough");
+        let mut outer = vec![0xd0];
+        outer.extend_from_slice(&size.to_be_bytes());
+        outer.extend_from_slice(&1u32.to_be_bytes());
+        outer.extend_from_slice(&v);
+        v = outer;
+    }
+    v
+}
+
+/// `items` as one list32.
+fn list32(items: &[Vec<u8>]) -> Vec<u8> {
+    let body: Vec<u8> = items.concat();
+    let mut l = vec![0xd0];
+    l.extend_from_slice(&u32::try_from(body.len() + 4).expect("small").to_be_bytes());
+    l.extend_from_slice(&u32::try_from(items.len()).expect("small").to_be_bytes());
+    l.extend(body);
+    l
+}
+
+/// A detach of `handle` whose error's info is a map holding `depth` nested lists.
+fn deep_detach(handle: u32, depth: usize) -> Vec<u8> {
+    let mut info = vec![0xd1];
+    let key = performative(&fe2o3_amqp::types::primitives::Symbol::from("x"));
+    let value = nested_lists(depth);
+    info.extend_from_slice(&u32::try_from(key.len() + value.len() + 4).expect("small").to_be_bytes());
+    info.extend_from_slice(&2u32.to_be_bytes());
+    info.extend(key);
+    info.extend(value);
+    let condition = performative(&fe2o3_amqp::types::primitives::Symbol::from("amqp:internal-error"));
+    let mut error = vec![0x00, 0x53, 0x1d];
+    error.extend(list32(&[condition, vec![0x40], info]));
+    let mut detach = vec![0x00, 0x53, 0x16];
+    detach.extend(list32(&[performative(&handle), vec![0x41], error]));
+    detach
+}
+
+struct Io<S> {
+    s: S,
+    buf: Vec<u8>,
+}
+
+impl<S: AsyncRead + AsyncWrite + Unpin> Io<S> {
+    async fn fill(&mut self, n: usize) -> std::io::Result<()> {
+        while self.buf.len() < n {
+            let mut chunk = [0u8; 8192];
+            let got = self.s.read(&mut chunk).await?;
+            if got == 0 {
+                return Err(std::io::ErrorKind::UnexpectedEof.into());
+            }
+            self.buf.extend_from_slice(&chunk[..got]);
+        }
+        Ok(())
+    }
+
+    /// The next frame's channel and body (empty for a heartbeat).
+    async fn frame(&mut self) -> std::io::Result<(u16, Vec<u8>)> {
+        self.fill(8).await?;
+        let size = u32::from_be_bytes(self.buf[..4].try_into().expect("4 bytes")) as usize;
+        let doff = usize::from(self.buf[4]) * 4;
+        let channel = u16::from_be_bytes([self.buf[6], self.buf[7]]);
+        self.fill(size).await?;
+        let body = self.buf[doff..size].to_vec();
+        self.buf.drain(..size);
+        Ok((channel, body))
+    }
+
+    async fn send(&mut self, bytes: &[u8]) -> std::io::Result<()> {
+        self.s.write_all(bytes).await?;
+        self.s.flush().await
+    }
+
+    /// Sends one message (`payload`, its sections) on `handle` as delivery `id`, split in
+    /// frames of [`CHUNK`] bytes.
+    async fn deliver(&mut self, handle: u32, id: u32, payload: &[u8]) -> std::io::Result<()> {
+        let chunks: Vec<&[u8]> = payload.chunks(CHUNK).collect();
+        for (i, chunk) in chunks.iter().enumerate() {
+            let mut body = performative(&transfer(handle, id, i + 1 < chunks.len()));
+            body.extend_from_slice(chunk);
+            self.send(&frame(0, &body)).await?;
+        }
+        Ok(())
+    }
+}
+
+fn transfer(handle: u32, id: u32, more: bool) -> Transfer {
+    Transfer {
+        handle: handle.into(),
+        delivery_id: Some(id),
+        delivery_tag: Some(id.to_be_bytes().to_vec().into()),
+        message_format: Some(0),
+        settled: Some(true),
+        more,
+        rcv_settle_mode: None,
+        state: None,
+        resume: false,
+        aborted: false,
+        batchable: false,
+    }
+}
+
+/// What a request asked: its correlation id, `entityType`'s last part, the attribute
+/// names, `offset` and `count`.
+struct Request {
+    correlation: Value,
+    entity: String,
+    attributes: Vec<String>,
+    offset: usize,
+    count: Option<usize>,
+}
+
+fn request(payload: &[u8]) -> Option<Request> {
+    let mut pos = 0;
+    let mut r = Request {
+        correlation: Value::Null,
+        entity: String::new(),
+        attributes: vec![],
+        offset: 0,
+        count: None,
+    };
+    while pos < payload.len() {
+        let end = qdr_controller::mesh::wire::value_end(payload, pos, 16).ok()?;
+        let code = *payload.get(pos + 2)?;
+        let value: Value = serde_amqp::from_slice(&payload[pos + 3..end]).ok()?;
+        match (code, value) {
+            (0x73, Value::List(props)) => r.correlation = props.get(5).cloned().unwrap_or(Value::Null),
+            (0x74, Value::Map(m)) => {
+                for (k, v) in m {
+                    match (k, v) {
+                        (Value::String(k), Value::String(v)) if k == "entityType" => {
+                            r.entity = v.rsplit("dispatch.").next().unwrap_or_default().to_string();
+                        }
+                        (Value::String(k), Value::Long(v)) if k == "count" => {
+                            r.count = usize::try_from(v).ok()
+                        }
+                        (Value::String(k), Value::Long(v)) if k == "offset" => {
+                            r.offset = usize::try_from(v).unwrap_or(0);
+                        }
+                        _ => {}
+                    }
+                }
+            }
+            (0x77, Value::Map(m)) => {
+                for (k, v) in m {
+                    if let (Value::String(k), Value::List(names)) = (k, v)
+                        && k == "attributeNames"
+                    {
+                        r.attributes = (names.into_iter())
+                            .filter_map(|n| if let Value::String(s) = n { Some(s) } else { None })
+                            .collect();
+                    }
+                }
+            }
+            _ => {}
+        }
+        pos = end;
+    }
+    Some(r)
+}
+
+/// The sections of an answer: properties (the correlation id), application properties
+/// (`statusCode`, `statusDescription`) and an amqp-value `body`.
+fn answer(correlation: &Value, status: i32, description: &str, body: &[u8]) -> Vec<u8> {
+    let props = Value::List(vec![
+        Value::Null,
+        Value::Null,
+        Value::Null,
+        Value::Null,
+        Value::Null,
+        correlation.clone(),
+    ]);
+    let app = Value::Map(OrderedMap::from_iter([
+        (Value::from("statusCode"), Value::Int(status)),
+        (Value::from("statusDescription"), Value::from(description)),
+    ]));
+    let mut out = section(0x73, &serde_amqp::to_vec(&props).expect("encodes"));
+    out.extend(section(0x74, &serde_amqp::to_vec(&app).expect("encodes")));
+    out.extend(section(0x77, body));
+    out
+}
+
+async fn run<S: AsyncRead + AsyncWrite + Unpin>(s: S, script: &Script) -> std::io::Result<()> {
+    let mut io = Io { s, buf: Vec::new() };
+    if matches!(script, Script::Garbage) {
+        io.send(b"HTTP/1.1 400 Bad Request\r\nContent-Length: 0\r\n\r\n").await?;
+        return io.fill(usize::MAX).await;
+    }
+    io.fill(8).await?;
+    io.buf.drain(..8);
+    io.send(HEADER).await?;
+    let mut next_delivery = 0u32;
+    // Our handle for the replies link (we send on it) and for the requests link.
+    let (replies, requests) = (0u32, 1u32);
+    loop {
+        let (channel, body) = io.frame().await?;
+        if body.is_empty() {
+            continue;
+        }
+        let end = qdr_controller::mesh::wire::value_end(&body, 0, 16).map_err(std::io::Error::other)?;
+        let p: fe2o3_amqp::types::performatives::Performative =
+            serde_amqp::from_slice(&body[..end]).map_err(std::io::Error::other)?;
+        use fe2o3_amqp::types::performatives::Performative as P;
+        match p {
+            P::Open(_) => {
+                let open = Open {
+                    container_id: "hostile-router".into(),
+                    hostname: None,
+                    max_frame_size: 16384.into(),
+                    channel_max: 0.into(),
+                    idle_time_out: None,
+                    outgoing_locales: None,
+                    incoming_locales: None,
+                    offered_capabilities: None,
+                    desired_capabilities: None,
+                    properties: None,
+                };
+                io.send(&frame(0, &performative(&open))).await?;
+            }
+            P::Begin(b) => {
+                let begin = Begin {
+                    remote_channel: Some(channel),
+                    next_outgoing_id: 0,
+                    incoming_window: 2048,
+                    outgoing_window: b.incoming_window.max(1),
+                    handle_max: 255.into(),
+                    offered_capabilities: None,
+                    desired_capabilities: None,
+                    properties: None,
+                };
+                io.send(&frame(0, &performative(&begin))).await?;
+            }
+            P::Attach(a) if a.role == Role::Receiver => {
+                if let Script::DeepPerformative(depth) = script {
+                    let mut echo = a.clone();
+                    echo.handle = replies.into();
+                    echo.role = Role::Sender;
+                    echo.initial_delivery_count = Some(0);
+                    io.send(&frame(0, &performative(&echo))).await?;
+                    io.send(&frame(0, &deep_detach(replies, *depth))).await?;
+                    continue;
+                }
+                let mut echo: Attach = a.clone();
+                echo.handle = replies.into();
+                echo.role = Role::Sender;
+                echo.initial_delivery_count = Some(0);
+                if let Some(source) = echo.source.as_mut() {
+                    source.address = Some("amqp:/_topo/0/hostile-router/temp.reply".into());
+                }
+                io.send(&frame(0, &performative(&echo))).await?;
+            }
+            P::Attach(a) => {
+                let mut echo: Attach = a.clone();
+                echo.handle = requests.into();
+                echo.role = Role::Receiver;
+                echo.initial_delivery_count = None;
+                io.send(&frame(0, &performative(&echo))).await?;
+                let flow = Flow {
+                    next_incoming_id: Some(0),
+                    incoming_window: 2048,
+                    next_outgoing_id: 0,
+                    outgoing_window: 2048,
+                    handle: Some(requests.into()),
+                    delivery_count: Some(0),
+                    link_credit: Some(100),
+                    available: None,
+                    drain: false,
+                    echo: false,
+                    properties: None,
+                };
+                io.send(&frame(0, &performative(&flow))).await?;
+            }
+            P::Transfer(t) => {
+                // Settle the request as a router does (the sender waits for it).
+                if t.settled != Some(true)
+                    && let Some(first) = t.delivery_id
+                {
+                    let disposition = Disposition {
+                        role: Role::Receiver,
+                        first,
+                        last: None,
+                        settled: true,
+                        state: Some(DeliveryState::Accepted(Accepted {})),
+                        batchable: false,
+                    };
+                    io.send(&frame(0, &performative(&disposition))).await?;
+                }
+                let Some(req) = request(&body[end..]) else { continue };
+                let id = next_delivery;
+                next_delivery += 1;
+                let honest_answer = |answers: &Answers, count: Option<usize>| {
+                    let a = answers.get(&req.entity).cloned().unwrap_or(Json::Null);
+                    let body = serde_amqp::to_vec(&project(&a, &req.attributes, req.offset, count))
+                        .expect("encodes");
+                    answer(&req.correlation, 200, "OK", &body)
+                };
+                match script {
+                    Script::Honest(answers) => {
+                        io.deliver(replies, id, &honest_answer(answers, req.count)).await?
+                    }
+                    Script::IgnoresCount(answers) => {
+                        io.deliver(replies, id, &honest_answer(answers, None)).await?
+                    }
+                    Script::DeepList(depth) => {
+                        let body = nested_lists(*depth);
+                        io.deliver(replies, id, &answer(&req.correlation, 200, "OK", &body)).await?;
+                    }
+                    Script::Huge(bytes) => {
+                        // Sections of nulls, frame after frame, never the last one.
+                        let chunk = vec![0x40u8; CHUNK];
+                        let mut sent = 0u64;
+                        while sent < *bytes {
+                            let mut body = performative(&transfer(replies, id, true));
+                            body.extend_from_slice(&chunk);
+                            io.send(&frame(0, &body)).await?;
+                            sent += CHUNK as u64;
+                        }
+                    }
+                    Script::Trickle(answers) => {
+                        let payload = honest_answer(answers, req.count);
+                        let mut body = performative(&transfer(replies, id, false));
+                        body.extend(payload);
+                        for b in frame(0, &body) {
+                            io.send(&[b]).await?;
+                            tokio::time::sleep(Duration::from_secs(1)).await;
+                        }
+                    }
+                    Script::CloseMidFrame => {
+                        let mut body = performative(&transfer(replies, id, false));
+                        body.extend(answer(&req.correlation, 200, "OK", &[0x40]));
+                        let f = frame(0, &body);
+                        io.send(&f[..f.len() / 2]).await?;
+                        return Ok(());
+                    }
+                    Script::Status(bytes) => {
+                        let description = "x".repeat(*bytes);
+                        io.deliver(replies, id, &answer(&req.correlation, 500, &description, &[0x40]))
+                            .await?;
+                    }
+                    Script::Silent | Script::Garbage | Script::DeepPerformative(_) => {}
+                }
+            }
+            P::Detach(d) => {
+                let detach = Detach { handle: d.handle, closed: d.closed, error: None };
+                io.send(&frame(0, &performative(&detach))).await?;
+            }
+            P::End(_) => io.send(&frame(0, &performative(&End { error: None }))).await?,
+            P::Close(_) => {
+                io.send(&frame(0, &performative(&Close { error: None }))).await?;
+                return Ok(());
+            }
+            P::Flow(_) | P::Disposition(_) => {}
+        }
+    }
+}
