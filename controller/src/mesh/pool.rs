@@ -145,7 +145,9 @@ impl Pool {
             Err(_) => {
                 // Handed a slot at the last moment: give it back.
                 rx.close();
-                rx.try_recv().is_ok().then(slot).map(drop);
+                if rx.try_recv().is_ok() {
+                    drop(slot());
+                }
                 let mut s = self.0.lock();
                 if let Some(q) = s.waiting.get_mut(namespace) {
                     q.retain(|(_, w)| !w.is_closed());

@@ -261,7 +261,9 @@ fn a_killed_router_that_no_peer_links_is_unreachable_not_a_partition() {
 fn verdicts_for_pending_unreachable_and_split_routers() {
     let unreachable = |why: &str| Observation::Unreachable(why.into());
     let pending = |why: &str| Observation::Pending(why.into());
-    let cases: Vec<(&str, Vec<(&str, Observation)>, (&str, &str), &str)> = vec![
+    /// What, the observations, the expected (status, reason), the expected message.
+    type Case<'a> = (&'a str, Vec<(&'a str, Observation)>, (&'a str, &'a str), &'a str);
+    let cases: Vec<Case<'_>> = vec![
         (
             "every router silent (a default-deny NetworkPolicy on the management port)",
             vec![("a", unreachable("no answer within 5s")), ("b", unreachable("no answer within 5s"))],

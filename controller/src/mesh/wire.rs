@@ -375,9 +375,16 @@ impl<S> Guarded<S> {
                     if !aborted {
                         check_values(&self.payload).map_err(|e| format!("a message: {e}"))?;
                     }
-                    self.ready.append(&mut self.held);
+                    // Handed on without a copy when nothing else waits; nothing of a large
+                    // message is kept once it is.
+                    if self.ready.is_empty() {
+                        self.ready = std::mem::take(&mut self.held);
+                    } else {
+                        self.ready.append(&mut self.held);
+                        self.held = Vec::new();
+                    }
                     self.ready.extend_from_slice(&frame[..size]);
-                    self.payload.clear();
+                    self.payload = Vec::new();
                 }
                 None => self.ready.extend_from_slice(&frame[..size]),
             }
@@ -400,7 +407,12 @@ impl<S: AsyncRead + Unpin> AsyncRead for Guarded<S> {
                 buf.put_slice(&this.ready[this.ready_at..this.ready_at + n]);
                 this.ready_at += n;
                 if this.ready_at == this.ready.len() {
-                    this.ready.clear();
+                    // A large message's buffer is not kept for the frames after it.
+                    if this.ready.capacity() > 64 * 1024 {
+                        this.ready = Vec::new();
+                    } else {
+                        this.ready.clear();
+                    }
                     this.ready_at = 0;
                 }
                 return Poll::Ready(Ok(()));

@@ -412,10 +412,7 @@ async fn stages(
         notices.extend(changed.cloned());
     }
     let applied = applied?;
-    let mesh = match management {
-        Some(m) => Some(ctx.mesh.read(&valid, &observed, m, &ctx.metrics)),
-        None => None,
-    };
+    let mesh = management.map(|m| ctx.mesh.read(&valid, &observed, m, &ctx.metrics));
     Ok(Pass::Reconciled(Box::new(Reconciled { ic: valid, observed, report, applied, mesh })))
 }
 

@@ -102,10 +102,13 @@ impl MeshRead {
     }
 }
 
+/// What a read that ended found: the pods' fingerprint then, when it ended, the answers.
+type Done = (u64, Instant, Arc<BTreeMap<String, Observation>>);
+
 #[derive(Default)]
 struct Memo {
-    /// The pods' fingerprint at the last read that ended, when it ended, and its answers.
-    done: Option<(u64, Instant, Arc<BTreeMap<String, Observation>>)>,
+    /// The last read that ended.
+    done: Option<Done>,
     /// Reads in a row that found the mesh not connected.
     unsettled: u32,
     /// Whether a read is under way.
@@ -294,8 +297,13 @@ impl Reader {
         }
         // The latest answers for the pods there are now; a pod not read yet is pending, and
         // so is a router Ready for less than JOIN_GRACE with no link yet.
+        // (An interior router alone has nothing to link to.)
+        let alone = mode == Mode::Interior && routers.len() < 2;
         let joining = |p: &super::observe::RouterPod| {
-            p.ready_since.and_then(|t| observed.now.duration_since(t).ok()).is_none_or(|d| d < JOIN_GRACE)
+            !alone
+                && p.ready_since
+                    .and_then(|t| observed.now.duration_since(t).ok())
+                    .is_none_or(|d| d < JOIN_GRACE)
         };
         let mut joins = false;
         let observations: BTreeMap<String, Observation> = (routers.iter())
