@@ -277,6 +277,18 @@ pub const MANAGEMENT_PORT: i32 = 55670;
 /// generated like any mutual-auth profile's: Secrets `<name>-qdr-operator-management-ca`
 /// and `<name>-qdr-operator-management-credentials`.
 pub const MANAGEMENT_PROFILE: &str = "qdr-operator-management";
+
+/// The generated CA Secret of the management profile of Interconnect `name`
+/// (`<name>-qdr-operator-management-ca`).
+pub fn management_ca_secret(name: &str) -> String {
+    format!("{name}-{MANAGEMENT_PROFILE}-ca")
+}
+
+/// The generated credentials Secret (the routers' certificate) of the management profile of
+/// Interconnect `name` (`<name>-qdr-operator-management-credentials`).
+pub fn management_credentials_secret(name: &str) -> String {
+    format!("{name}-{MANAGEMENT_PROFILE}-credentials")
+}
 /// Name of the operator's management listener. qdrouterd 1.19 wants names unique across
 /// every entity, and a user's listener name has at most 15 characters, so it takes no
 /// user's name.

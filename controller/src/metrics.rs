@@ -27,6 +27,11 @@ struct Mesh {
     interconnect: String,
 }
 
+/// Every value of the `category` label of `qdr_controller_reconcile_errors_total`, one per
+/// stage a reconcile can fail in (`reconcile::Error::category`); each series exists from
+/// the start at 0.
+pub const ERROR_CATEGORIES: [&str; 5] = ["owner", "observe", "build", "apply", "status"];
+
 /// What the routers of one Interconnect report, as the `qdr_mesh_*` gauges give it.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct MeshSample {
@@ -126,7 +131,7 @@ impl Default for Metrics {
         registry.register("qdr_controller_reconciles", "Reconciles run", reconciles.clone());
         // Every stage's series exists from the start at 0 (a rate or alert on it has a series
         // before the first failure).
-        for category in crate::reconcile::ERROR_CATEGORIES {
+        for category in ERROR_CATEGORIES {
             let _ = errors.get_or_create(&Category { category });
         }
         registry.register("qdr_controller_reconcile_errors", "Reconcile failures by stage", errors.clone());

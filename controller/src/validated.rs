@@ -103,9 +103,9 @@ impl ValidatedInterconnect {
         spec.ssl_profiles.get_or_insert_with(Vec::new).push(qdr_api::SslProfile {
             name: MANAGEMENT_PROFILE.into(),
             mutual_auth: Some(true),
-            credentials: Some(crate::mesh::management::credentials_secret(name)),
+            credentials: Some(qdr_api::router_config::management_credentials_secret(name)),
             generate_credentials: Some(true),
-            ca_cert: Some(crate::mesh::management::ca_secret(name)),
+            ca_cert: Some(qdr_api::router_config::management_ca_secret(name)),
             generate_ca_cert: Some(true),
             ..Default::default()
         });
@@ -288,8 +288,11 @@ mod tests {
             (p.mutual_auth, p.generate_credentials, p.generate_ca_cert),
             (Some(true), Some(true), Some(true))
         );
-        assert_eq!(crate::mesh::management::ca_secret("mesh"), "mesh-qdr-operator-management-ca");
-        assert_eq!(crate::mesh::management::credentials_secret("mesh"), p.credentials.clone().unwrap());
+        assert_eq!(qdr_api::router_config::management_ca_secret("mesh"), "mesh-qdr-operator-management-ca");
+        assert_eq!(
+            qdr_api::router_config::management_credentials_secret("mesh"),
+            p.credentials.clone().unwrap()
+        );
     }
 
     #[test]

@@ -83,8 +83,9 @@ async fn every_hostile_answer_ends_as_a_short_reason_within_the_timeout() {
         println!("{what}: {:.1?}: {why}", took);
         assert!(says.iter().any(|s| why.contains(s)), "{what}: {why}");
         assert!(why.len() <= MAX_REASON, "{what}: a reason of {} bytes", why.len());
-        // The deadline is the read's timeout; closing takes at most a moment more.
-        assert!(took <= TIMEOUT + Duration::from_secs(1), "{what}: took {took:?}");
+        // The deadline is the read's timeout, and nothing is read after it: twice the
+        // timeout is ample on a loaded machine, and a reader that hung would pass it.
+        assert!(took <= 2 * TIMEOUT, "{what}: took {took:?}");
     }
 }
 

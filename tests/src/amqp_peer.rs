@@ -172,7 +172,8 @@ fn project(answer: &Json, attributes: &[String], offset: usize, count: Option<us
     ]))
 }
 
-fn frame(channel: u16, body: &[u8]) -> Vec<u8> {
+/// An AMQP frame on `channel` holding `body` (a performative and any payload).
+pub fn frame(channel: u16, body: &[u8]) -> Vec<u8> {
     let size = u32::try_from(8 + body.len()).expect("a frame");
     let mut f = size.to_be_bytes().to_vec();
     f.extend_from_slice(&[2, 0]);
@@ -192,17 +193,18 @@ fn section(code: u8, value: &[u8]) -> Vec<u8> {
     s
 }
 
-/// `depth` lists nested in each other (list32 each).
+/// `depth` lists nested in each other (list32 each, 9 bytes a level), the innermost empty,
+/// written outermost first in one pass.
 pub fn nested_lists(depth: usize) -> Vec<u8> {
-    let mut v = vec![0x45];
-    for _ in 0..depth {
-        let size = u32::try_from(v.len() + 4).expect("small enough");
-        let mut outer = vec![0xd0];
-        outer.extend_from_slice(&size.to_be_bytes());
-        outer.extend_from_slice(&1u32.to_be_bytes());
-        outer.extend_from_slice(&v);
-        v = outer;
+    let mut v = Vec::with_capacity(9 * depth + 1);
+    for level in (1..=depth).rev() {
+        // Level k's value is 9k + 1 bytes; its size field counts all but its code and size.
+        let size = u32::try_from(9 * level - 4).expect("small enough");
+        v.push(0xd0);
+        v.extend_from_slice(&size.to_be_bytes());
+        v.extend_from_slice(&1u32.to_be_bytes());
     }
+    v.push(0x45);
     v
 }
 
@@ -281,7 +283,9 @@ impl<S: AsyncRead + AsyncWrite + Unpin> Io<S> {
     }
 }
 
-fn transfer(handle: u32, id: u32, more: bool) -> Transfer {
+/// A pre-settled `transfer` of delivery `id` on link `handle`, with `more` frames to come or
+/// not.
+pub fn transfer(handle: u32, id: u32, more: bool) -> Transfer {
     Transfer {
         handle: handle.into(),
         delivery_id: Some(id),

@@ -348,3 +348,43 @@ impl Table {
         Ok(Table { names: names.map(|_| only.iter().map(|a| a.to_string()).collect()), rows })
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The amqp-value body of a `router.node` answer as qdrouterd 1.19's Python agent
+    /// encodes it (Proton 0.37: a map32 of a list32 of str8 and a list32 of list32 rows).
+    const PYTHON_AGENT_BODY: &str = "005377d10000005500000004a10e6174747269627574654e616d6573d00000000800000001a1026964a107726573756c7473d00000002600000002d00000000c00000001a1066d6573682d30d00000000c00000001a1066d6573682d31";
+
+    fn hex(s: &str) -> Vec<u8> {
+        (0..s.len()).step_by(2).map(|i| u8::from_str_radix(&s[i..i + 2], 16).unwrap()).collect()
+    }
+
+    #[test]
+    fn the_python_agents_answer_decodes() {
+        let bytes = hex(PYTHON_AGENT_BODY);
+        let body: fe2o3_amqp::types::messaging::AmqpValue<Table> = serde_amqp::from_slice(&bytes).unwrap();
+        assert_eq!(body.0.names, Some(vec!["id".to_string()]));
+        assert_eq!(
+            body.0.rows,
+            Some(vec![vec![Cell::Text("mesh-0".into())], vec![Cell::Text("mesh-1".into())]])
+        );
+        let table: Table = serde_amqp::from_slice(&bytes[3..]).unwrap();
+        assert_eq!(table, body.0);
+    }
+
+    /// The whole message as Proton 0.37's Python binding encodes the agent's answer.
+    const PYTHON_AGENT_MESSAGE: &str = "00537045005373c01f064040a116616d71703a2f5f746f706f2f302f782f74656d702e3140405301005374d10000003000000004a10a737461747573436f64658100000000000000c8a1117374617475734465736372697074696f6ea1024f4b";
+
+    #[test]
+    fn the_python_agents_whole_message_decodes() {
+        use fe2o3_amqp::types::messaging::message::__private::Deserializable;
+        use fe2o3_amqp::types::messaging::{Body, Message};
+        let mut bytes = hex(PYTHON_AGENT_MESSAGE);
+        bytes.extend(hex(PYTHON_AGENT_BODY));
+        let m: Deserializable<Message<Body<Table>>> = serde_amqp::from_slice(&bytes).unwrap();
+        let Body::Value(v) = m.0.body else { panic!("{:?}", m.0.body) };
+        assert_eq!(v.0.names, Some(vec!["id".to_string()]));
+    }
+}

@@ -27,16 +27,9 @@ pub const CLIENT_LIFETIME: Duration = Duration::from_secs(3600);
 /// The client certificate's name (its CN and only DNS name).
 pub const CLIENT_NAME: &str = "qdr-operator";
 
-/// The generated CA Secret of the management profile of Interconnect `name`.
-pub fn ca_secret(name: &str) -> String {
-    format!("{name}-{MANAGEMENT_PROFILE}-ca")
-}
-
-/// The generated credentials Secret (the routers' certificate) of the management profile
-/// of Interconnect `name`.
-pub fn credentials_secret(name: &str) -> String {
-    format!("{name}-{MANAGEMENT_PROFILE}-credentials")
-}
+pub use qdr_api::router_config::{
+    management_ca_secret as ca_secret, management_credentials_secret as credentials_secret,
+};
 
 /// How to reach one Interconnect's routers over TLS.
 #[derive(Clone)]

@@ -136,7 +136,10 @@ impl Links {
                 Properties::builder()
                     .reply_to(self.reply_to.clone())
                     .message_id(id)
-                    .correlation_id(id)
+                    // A string: qdrouterd's C agent copies the correlation id as it is, and
+                    // its Python agent (router.node) echoes it through Proton's Python
+                    // binding, which turns a ulong into an int, which is no valid id.
+                    .correlation_id(format!("q{id}"))
                     .build(),
             )
             .application_properties(
@@ -159,7 +162,7 @@ impl Links {
         self.replies.accept(&answer).await.map_err(amqp)?;
         let entity = q.entity.rsplit('.').next().unwrap_or(q.entity);
         let correlation = answer.message().properties.as_ref().and_then(|p| p.correlation_id.as_ref());
-        if correlation != Some(&MessageId::from(id)) {
+        if correlation != Some(&MessageId::String(format!("q{id}"))) {
             return Err(AnswerError::new(entity, "an answer to another request").into());
         }
         let props = answer.message().application_properties.as_ref();

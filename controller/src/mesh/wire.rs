@@ -479,26 +479,14 @@ impl<S: AsyncWrite + Unpin> AsyncWrite for Guarded<S> {
 
 #[cfg(test)]
 mod tests {
-    use fe2o3_amqp::types::performatives::{Open, Transfer};
+    use fe2o3_amqp::types::performatives::Open;
     use fe2o3_amqp::types::primitives::{OrderedMap, Symbol, Value};
     use proptest::prelude::*;
     use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
     use super::*;
 
-    /// `depth` lists nested in each other (list32 each), innermost empty.
-    fn nested(depth: usize) -> Vec<u8> {
-        let mut v = vec![0x45];
-        for _ in 0..depth {
-            let size = u32::try_from(v.len() + 4).unwrap();
-            let mut outer = vec![0xd0];
-            outer.extend_from_slice(&size.to_be_bytes());
-            outer.extend_from_slice(&1u32.to_be_bytes());
-            outer.extend_from_slice(&v);
-            v = outer;
-        }
-        v
-    }
+    use qdr_tests::amqp_peer::{frame, nested_lists as nested};
 
     #[test]
     fn values_as_amqp_encodes_them_are_walked_to_their_end() {
@@ -573,31 +561,11 @@ mod tests {
         }
     }
 
-    fn frame(body: &[u8]) -> Vec<u8> {
-        let size = u32::try_from(8 + body.len()).unwrap();
-        let mut f = size.to_be_bytes().to_vec();
-        f.extend_from_slice(&[2, 0, 0, 0]);
-        f.extend_from_slice(body);
-        f
-    }
-
+    /// A transfer frame of `payload`, with `more` to come or not.
     fn transfer(more: bool, payload: &[u8]) -> Vec<u8> {
-        let t = Transfer {
-            handle: 0.into(),
-            delivery_id: Some(0),
-            delivery_tag: Some(vec![0u8].into()),
-            message_format: Some(0),
-            settled: Some(true),
-            more,
-            rcv_settle_mode: None,
-            state: None,
-            resume: false,
-            aborted: false,
-            batchable: false,
-        };
-        let mut body = serde_amqp::to_vec(&t).unwrap();
+        let mut body = serde_amqp::to_vec(&qdr_tests::amqp_peer::transfer(0, 0, more)).unwrap();
         body.extend_from_slice(payload);
-        frame(&body)
+        frame(0, &body)
     }
 
     /// What a reader gets through [`Guarded`] of `sent`, and the verdict.
@@ -623,7 +591,7 @@ mod tests {
         payload.extend_from_slice(&value);
         let (first, second) = payload.split_at(4);
         let mut sent = AMQP_HEADER.to_vec();
-        sent.extend(frame(&[])); // a heartbeat
+        sent.extend(frame(0, &[])); // a heartbeat
         sent.extend(transfer(true, first));
         sent.extend(transfer(false, second));
         let (got, result, refused) = through(sent.clone()).await;

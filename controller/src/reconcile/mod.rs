@@ -183,9 +183,7 @@ pub(crate) enum Error {
     Status(#[from] status::Error),
 }
 
-/// Every value of [`Error::category`], the `category` label of
-/// `qdr_controller_reconcile_errors_total` (each series exists from the start at 0).
-pub const ERROR_CATEGORIES: [&str; 5] = ["owner", "observe", "build", "apply", "status"];
+pub use crate::metrics::ERROR_CATEGORIES;
 
 impl Error {
     /// Whether the API server refused because the Interconnect or its namespace is being

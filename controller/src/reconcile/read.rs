@@ -344,6 +344,19 @@ impl Reader {
         tls: management::Tls,
         metrics: Arc<crate::metrics::Metrics>,
     ) {
+        /// Clears the read's mark should the task panic (nothing it runs panics on what a
+        /// router sends: proptested), so the Interconnect is read again.
+        struct Unmark<'a>(&'a Reader, &'a str);
+        impl Drop for Unmark<'_> {
+            fn drop(&mut self) {
+                if std::thread::panicking()
+                    && let Some(m) = self.0.memo.lock().unwrap_or_else(|e| e.into_inner()).get_mut(self.1)
+                {
+                    m.reading = false;
+                }
+            }
+        }
+        let _unmark = Unmark(self, &key);
         let started = Instant::now();
         let plan = Plan {
             port: u16::try_from(MANAGEMENT_PORT).expect("a port"),
