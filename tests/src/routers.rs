@@ -507,6 +507,19 @@ pub fn interconnect(name: &str, spec: Value) -> Value {
     })
 }
 
+/// `iptables <args>` in the network namespace of process `pid` (a router's: [`router_pid`]).
+///
+/// # Panics
+/// When `nsenter` or `iptables` fails.
+pub fn iptables_in(pid: u32, args: &[&str]) {
+    let out = Command::new("nsenter")
+        .args([format!("--net=/proc/{pid}/ns/net"), "iptables".into()])
+        .args(args)
+        .output()
+        .expect("nsenter runs");
+    assert!(out.status.success(), "iptables {args:?} in {pid}: {}", String::from_utf8_lossy(&out.stderr));
+}
+
 /// The host PID of the `qdrouterd` of router pod `pod` (its `HOSTNAME`), found in `/proc`.
 pub fn router_pid(pod: &str) -> Option<u32> {
     let want = format!("HOSTNAME={pod}");

@@ -1166,16 +1166,6 @@ async fn the_status_reports_the_mesh_the_routers_see() {
     shown(cp, &["get", "interconnect", "-n", &ns.name, "-o", "wide"]);
 }
 
-/// `iptables <args>` in the network namespace of process `pid`.
-fn iptables_in(pid: u32, args: &[&str]) {
-    let out = std::process::Command::new("nsenter")
-        .args([format!("--net=/proc/{pid}/ns/net"), "iptables".into()])
-        .args(args)
-        .output()
-        .expect("nsenter runs");
-    assert!(out.status.success(), "iptables {args:?} in {pid}: {}", String::from_utf8_lossy(&out.stderr));
-}
-
 /// Traffic between two routers of a mesh of 3 blocked in one router's network namespace
 /// (every TCP segment to or from the other refused with a reset): the link between them is
 /// named as missing while they still reach each other through the third, and the mesh is
@@ -1209,7 +1199,7 @@ async fn a_link_blocked_between_two_routers_is_named_until_it_is_back() {
         let mut args = vec!["-I", chain];
         args.extend(rule.iter().copied());
         args.extend(["--comment", "qdr-operator test"]);
-        iptables_in(pid, &args);
+        routers::iptables_in(pid, &args);
     }
     let (x, y) = if a < b { (a, b) } else { (b, a) };
     let named = qdr_tests::eventually("the blocked link to be named", Duration::from_secs(90), || async {
@@ -1234,7 +1224,7 @@ async fn a_link_blocked_between_two_routers_is_named_until_it_is_back() {
         let mut args = vec!["-D", chain];
         args.extend(rule.iter().copied());
         args.extend(["--comment", "qdr-operator test"]);
-        iptables_in(pid, &args);
+        routers::iptables_in(pid, &args);
     }
     let lifted = Instant::now();
     qdr_tests::eventually("the link to come back", Duration::from_secs(120), || async {
@@ -1254,7 +1244,7 @@ async fn a_link_blocked_between_two_routers_is_named_until_it_is_back() {
     for pid in &pids {
         let mut args = vec!["-I", "INPUT"];
         args.extend(management);
-        iptables_in(*pid, &args);
+        routers::iptables_in(*pid, &args);
     }
     let refused = Instant::now();
     let (unknown, ready) =
@@ -1278,7 +1268,7 @@ async fn a_link_blocked_between_two_routers_is_named_until_it_is_back() {
     for pid in &pids {
         let mut args = vec!["-D", "INPUT"];
         args.extend(management);
-        iptables_in(*pid, &args);
+        routers::iptables_in(*pid, &args);
     }
     qdr_tests::eventually("the routers read again", Duration::from_secs(120), || async {
         (condition_of(&get_ic(cp, &ns.name, "blocked"), "MeshConnected").1 == "Connected").then_some(())
