@@ -432,15 +432,6 @@ async fn run<S: AsyncRead + AsyncWrite + Unpin>(s: S, script: &Script) -> std::i
                 io.send(&frame(0, &performative(&begin))).await?;
             }
             P::Attach(a) if a.role == Role::Receiver => {
-                if let Script::DeepPerformative(depth) = script {
-                    let mut echo = a.clone();
-                    echo.handle = replies.into();
-                    echo.role = Role::Sender;
-                    echo.initial_delivery_count = Some(0);
-                    io.send(&frame(0, &performative(&echo))).await?;
-                    io.send(&frame(0, &deep_detach(replies, *depth))).await?;
-                    continue;
-                }
                 let mut echo: Attach = a.clone();
                 echo.handle = replies.into();
                 echo.role = Role::Sender;
@@ -449,6 +440,9 @@ async fn run<S: AsyncRead + AsyncWrite + Unpin>(s: S, script: &Script) -> std::i
                     source.address = Some("amqp:/_topo/0/hostile-router/temp.reply".into());
                 }
                 io.send(&frame(0, &performative(&echo))).await?;
+                if let Script::DeepPerformative(depth) = script {
+                    io.send(&frame(0, &deep_detach(replies, *depth))).await?;
+                }
             }
             P::Attach(a) => {
                 let mut echo: Attach = a.clone();

@@ -265,6 +265,11 @@ where
     view
 }
 
+/// Why a pod without an IP is not asked ([`Observation::Pending`](super::Observation::Pending)).
+pub const NO_IP: &str = "no pod IP yet";
+/// Why a pod that is not Ready is not asked.
+pub const NOT_READY: &str = "not Ready yet";
+
 /// One router pod to read.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Target {
@@ -306,8 +311,8 @@ pub async fn observe(
     use super::Observation;
     let reads = targets.iter().map(|t| async move {
         let ip = match (&t.ip, t.ready) {
-            (None, _) => return (t.pod.clone(), Observation::Pending("no pod IP yet".into())),
-            (Some(_), false) => return (t.pod.clone(), Observation::Pending("not Ready yet".into())),
+            (None, _) => return (t.pod.clone(), Observation::Pending(NO_IP.into())),
+            (Some(_), false) => return (t.pod.clone(), Observation::Pending(NOT_READY.into())),
             (Some(ip), true) => ip,
         };
         let Some(_slot) = plan.pool.acquire(plan.namespace, plan.deadline).await else {

@@ -33,7 +33,7 @@ use super::observe::Observed;
 use crate::credentials::Data;
 use crate::mesh::management::{self, Clients, MANAGEMENT_PORT};
 use crate::mesh::pool::Pool;
-use crate::mesh::reader::{Plan, Target, observe};
+use crate::mesh::reader::{NO_IP, NOT_READY, Plan, Target, observe};
 use crate::mesh::{MAX_ROUTERS, MeshReport, Mode, Observation, assess};
 use crate::validated::ValidatedInterconnect;
 
@@ -310,8 +310,8 @@ impl Reader {
             .map(|p| {
                 let latest = latest.as_ref().and_then(|l| l.get(&p.name)).cloned();
                 let o = match (latest, &p.ip, p.ready) {
-                    (_, None, _) => Observation::Pending("no pod IP yet".into()),
-                    (_, Some(_), false) => Observation::Pending("not Ready yet".into()),
+                    (_, None, _) => Observation::Pending(NO_IP.into()),
+                    (_, Some(_), false) => Observation::Pending(NOT_READY.into()),
                     (Some(Observation::Answered(v)), Some(_), true)
                         if v.inter_router.is_empty() && v.edge.is_empty() && joining(p) =>
                     {
