@@ -3,11 +3,15 @@
 //! docs/mesh-status.md) as text, a Mermaid flowchart or a Graphviz DOT graph. Pure: the
 //! `kubectl-qdr topology` command reads the object and prints this.
 //!
-//! Each link is drawn once, from the router that opened it (its connector, `direction:
-//! out`) to its peer, whichever end reported it; a peer that is not one of the
-//! Interconnect's routers (an interior router another Interconnect runs, for an edge's
-//! uplink) is drawn as an outside node. Missing links are drawn dashed, routers that did
-//! not answer are marked.
+//! The status holds counts, not each router's links (its size must not grow with the
+//! square of the routers), so the links are drawn from what it implies: every pair of
+//! interior routers that answered is linked unless `status.mesh.missingLinks` names it
+//! (auto-mesh links every pair), and each edge router to its `uplink`. An uplink to a router
+//! that is not one of the Interconnect's (an interior router another Interconnect runs) is
+//! drawn as an outside node. Missing links are drawn dashed, routers that did not answer
+//! are marked. When more pairs miss a link than the status lists
+//! (`missingLinkCount` > its 32 names), the interior links are not drawn at all, and the
+//! text says so, rather than drawn wrong.
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::fmt::Write as _;
@@ -37,34 +41,45 @@ impl std::str::FromStr for Format {
     }
 }
 
-/// A link drawn once: the router that opened it, its peer, and its role.
+/// A link drawn once: from the lesser router id to the greater (inter-router) or from an
+/// edge router to its uplink, and its role.
 #[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord)]
 struct Drawn {
     from: String,
     to: String,
-    role: String,
-    encrypted: bool,
+    role: &'static str,
+}
+
+/// Whether every pair of interior routers that misses a link is named in `status`.
+fn missing_all_listed(status: &InterconnectStatus) -> bool {
+    status
+        .mesh
+        .as_ref()
+        .is_none_or(|m| usize::try_from(m.missing_link_count).unwrap_or(0) <= m.missing_links.len())
 }
 
 /// The links of `status`, each once (see the module docs).
 fn links(status: &InterconnectStatus) -> BTreeSet<Drawn> {
     let mut out = BTreeSet::new();
-    let mut seen: BTreeSet<(String, String)> = BTreeSet::new();
-    // Links as their opener reports them first, then those only the other end reported.
-    for outgoing in [true, false] {
-        for r in &status.routers {
-            let me = r.id.clone().unwrap_or_else(|| r.pod.clone());
-            for l in &r.links {
-                if (l.direction == "out") != outgoing {
-                    continue;
-                }
-                let (from, to) =
-                    if outgoing { (me.clone(), l.peer.clone()) } else { (l.peer.clone(), me.clone()) };
-                let pair = if from < to { (from.clone(), to.clone()) } else { (to.clone(), from.clone()) };
-                if seen.insert(pair) {
-                    out.insert(Drawn { from, to, role: l.role.clone(), encrypted: l.encrypted });
+    let missing: BTreeSet<(&str, &str)> = (status.mesh.iter().flat_map(|m| &m.missing_links))
+        .map(|l| (l.from.as_str(), l.to.as_str()))
+        .collect();
+    let interiors: BTreeSet<&str> = (status.routers.iter())
+        .filter(|r| r.error.is_none() && r.mode.as_deref() == Some("interior"))
+        .filter_map(|r| r.id.as_deref())
+        .collect();
+    if missing_all_listed(status) {
+        for (i, a) in interiors.iter().enumerate() {
+            for b in interiors.iter().skip(i + 1) {
+                if !missing.contains(&(a, b)) && !missing.contains(&(b, a)) {
+                    out.insert(Drawn { from: a.to_string(), to: b.to_string(), role: "inter-router" });
                 }
             }
+        }
+    }
+    for r in &status.routers {
+        if let (Some(me), Some(up)) = (&r.id, &r.uplink) {
+            out.insert(Drawn { from: me.clone(), to: up.clone(), role: "edge" });
         }
     }
     out
@@ -118,21 +133,32 @@ pub fn render(name: &str, status: &InterconnectStatus, format: Format) -> String
                 if let Some(hash) = &r.config_hash {
                     let _ = write!(out, "  config {hash}");
                 }
-                if let Some(c) = r.client_connections {
-                    let _ = write!(out, "  clients {c}");
+                if let (Some(i), Some(e)) = (r.inter_router_links, r.edge_links) {
+                    let _ = write!(out, "  links {i} inter-router, {e} edge");
                 }
                 if let Some(why) = &r.error {
                     let _ = write!(out, "  NOT ANSWERING: {why}");
                 }
                 out.push('\n');
                 for d in drawn.iter().filter(|d| d.from == me || d.to == me) {
-                    let (arrow, peer) = if d.from == me { ("──>", &d.to) } else { ("<──", &d.from) };
-                    let tls = if d.encrypted { "TLS" } else { "plain" };
-                    let _ = writeln!(out, "    {arrow} {peer}  {} {tls}", d.role);
+                    let (arrow, peer) = match (d.role, d.from == me) {
+                        ("edge", true) => ("──>", &d.to),
+                        ("edge", false) => ("<──", &d.from),
+                        (_, true) => ("───", &d.to),
+                        (_, false) => ("───", &d.from),
+                    };
+                    let _ = writeln!(out, "    {arrow} {peer}  {}", d.role);
                 }
             }
             for m in &missing {
                 let _ = writeln!(out, "  missing link: {} – {}", m.from, m.to);
+            }
+            if !missing_all_listed(status) {
+                let count = status.mesh.as_ref().map_or(0, |m| m.missing_link_count);
+                let _ = writeln!(
+                    out,
+                    "  {count} pairs of interior routers miss a link, more than the status names: interior links not drawn"
+                );
             }
         }
         Format::Mermaid => {
@@ -150,7 +176,8 @@ pub fn render(name: &str, status: &InterconnectStatus, format: Format) -> String
                 let _ = writeln!(out, "  {}([{}]):::outside", node_id(n), quoted(n));
             }
             for d in &drawn {
-                let _ = writeln!(out, "  {} -->|{}| {}", node_id(&d.from), d.role, node_id(&d.to));
+                let arrow = if d.role == "edge" { "-->" } else { "---" };
+                let _ = writeln!(out, "  {} {arrow}|{}| {}", node_id(&d.from), d.role, node_id(&d.to));
             }
             for m in &missing {
                 let _ = writeln!(out, "  {} -.-x|missing| {}", node_id(&m.from), node_id(&m.to));
@@ -174,8 +201,14 @@ pub fn render(name: &str, status: &InterconnectStatus, format: Format) -> String
                 let _ = writeln!(out, "  {} [shape=ellipse, style=filled, fillcolor=lightgray];", quoted(n));
             }
             for d in &drawn {
-                let _ =
-                    writeln!(out, "  {} -> {} [label={}];", quoted(&d.from), quoted(&d.to), quoted(&d.role));
+                let dir = if d.role == "edge" { "" } else { ", dir=none" };
+                let _ = writeln!(
+                    out,
+                    "  {} -> {} [label={}{dir}];",
+                    quoted(&d.from),
+                    quoted(&d.to),
+                    quoted(d.role)
+                );
             }
             for m in &missing {
                 let _ = writeln!(
@@ -194,25 +227,17 @@ pub fn render(name: &str, status: &InterconnectStatus, format: Format) -> String
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::{MeshStatus, MissingLink, RouterLink, RouterStatus};
+    use crate::{MeshStatus, MissingLink, RouterStatus};
 
-    fn router(id: &str, links: &[(&str, &str, &str)]) -> RouterStatus {
+    fn router(id: &str, mode: &str, links: i32) -> RouterStatus {
         RouterStatus {
             pod: id.into(),
             id: Some(id.into()),
-            mode: Some("interior".into()),
+            mode: Some(mode.into()),
             node: Some("real-0".into()),
             config_hash: Some("0123456789".into()),
-            client_connections: Some(1),
-            links: links
-                .iter()
-                .map(|(role, peer, dir)| RouterLink {
-                    role: role.to_string(),
-                    peer: peer.to_string(),
-                    direction: dir.to_string(),
-                    encrypted: true,
-                })
-                .collect(),
+            inter_router_links: Some(links),
+            edge_links: Some(0),
             ..Default::default()
         }
     }
@@ -220,8 +245,8 @@ mod tests {
     fn split_mesh() -> InterconnectStatus {
         InterconnectStatus {
             routers: vec![
-                router("mesh-a", &[("inter-router", "mesh-b", "out")]),
-                router("mesh-b", &[("inter-router", "mesh-a", "in")]),
+                router("mesh-a", "interior", 1),
+                router("mesh-b", "interior", 1),
                 RouterStatus {
                     pod: "mesh-c".into(),
                     error: Some("no answer within 5s".into()),
@@ -234,6 +259,7 @@ mod tests {
                     MissingLink { from: "mesh-a".into(), to: "mesh-c".into() },
                     MissingLink { from: "mesh-b".into(), to: "mesh-c".into() },
                 ],
+                missing_link_count: 2,
                 ..Default::default()
             }),
             ..Default::default()
@@ -241,33 +267,75 @@ mod tests {
     }
 
     #[test]
-    fn each_link_is_drawn_once_from_its_opener() {
-        let s = split_mesh();
-        let d = links(&s);
-        assert_eq!(d.len(), 1, "{d:?}");
-        let only = d.iter().next().unwrap();
-        assert_eq!((only.from.as_str(), only.to.as_str()), ("mesh-a", "mesh-b"));
-        // Reported by the other end only: still drawn from the opener.
-        let mut s = split_mesh();
-        s.routers[0].links.clear();
-        let d = links(&s);
+    fn every_pair_of_answering_interiors_is_linked_but_the_missing() {
+        let d = links(&split_mesh());
         assert_eq!(
-            d.iter().map(|d| (d.from.as_str(), d.to.as_str())).collect::<Vec<_>>(),
-            [("mesh-a", "mesh-b")]
+            d.iter().map(|d| (d.from.as_str(), d.to.as_str(), d.role)).collect::<Vec<_>>(),
+            [("mesh-a", "mesh-b", "inter-router")]
+        );
+        // A third answering router with one missing pair: two more links.
+        let mut s = split_mesh();
+        s.routers[2] = router("mesh-c", "interior", 1);
+        s.mesh.as_mut().unwrap().missing_links.truncate(1);
+        s.mesh.as_mut().unwrap().missing_link_count = 1;
+        let d: Vec<_> = links(&s).into_iter().map(|d| (d.from, d.to)).collect();
+        assert_eq!(d, [("mesh-a".into(), "mesh-b".into()), ("mesh-b".into(), "mesh-c".into())]);
+    }
+
+    #[test]
+    fn more_missing_links_than_listed_draws_no_interior_link() {
+        let mut s = split_mesh();
+        s.mesh.as_mut().unwrap().missing_link_count = 40;
+        assert!(links(&s).is_empty());
+        let text = render("mesh", &s, Format::Text);
+        assert!(
+            text.contains("  40 pairs of interior routers miss a link, more than the status names: interior links not drawn
+"),
+            "{text}"
         );
     }
 
     #[test]
     fn text_names_routers_links_and_what_is_missing() {
         let text = render("mesh", &split_mesh(), Format::Text);
-        assert!(text.starts_with("Interconnect mesh: 2/3 connected, 1 not answering\n"), "{text}");
-        assert!(text.contains("  mesh-a  interior  node real-0  config 0123456789  clients 1\n    ──> mesh-b  inter-router TLS\n"), "{text}");
-        assert!(text.contains("    <── mesh-a  inter-router TLS\n"), "{text}");
-        assert!(text.contains("  mesh-c  ?  NOT ANSWERING: no answer within 5s\n"), "{text}");
         assert!(
-            text.contains("  missing link: mesh-a – mesh-c\n  missing link: mesh-b – mesh-c\n"),
+            text.starts_with(
+                "Interconnect mesh: 2/3 connected, 1 not answering
+"
+            ),
             "{text}"
         );
+        assert!(
+            text.contains(
+                "  mesh-a  interior  node real-0  config 0123456789  links 1 inter-router, 0 edge
+    ─── mesh-b  inter-router
+"
+            ),
+            "{text}"
+        );
+        assert!(
+            text.contains(
+                "    ─── mesh-a  inter-router
+"
+            ),
+            "{text}"
+        );
+        assert!(
+            text.contains(
+                "  mesh-c  ?  NOT ANSWERING: no answer within 5s
+"
+            ),
+            "{text}"
+        );
+        assert!(
+            text.contains(
+                "  missing link: mesh-a – mesh-c
+  missing link: mesh-b – mesh-c
+"
+            ),
+            "{text}"
+        );
+        assert!(!text.contains("interior links not drawn"), "{text}");
     }
 
     #[test]
@@ -276,11 +344,11 @@ mod tests {
         assert!(m.starts_with("graph LR\n"), "{m}");
         assert!(m.contains("  n_mesh_a[\"mesh-a<br/>interior\"]\n"), "{m}");
         assert!(m.contains("  n_mesh_c[\"mesh-c\"]:::unreachable\n"), "{m}");
-        assert!(m.contains("  n_mesh_a -->|inter-router| n_mesh_b\n"), "{m}");
+        assert!(m.contains("  n_mesh_a ---|inter-router| n_mesh_b\n"), "{m}");
         assert!(m.contains("  n_mesh_a -.-x|missing| n_mesh_c\n"), "{m}");
         let d = render("mesh", &split_mesh(), Format::Dot);
         assert!(d.starts_with("digraph \"mesh\" {\n"), "{d}");
-        assert!(d.contains("  \"mesh-a\" -> \"mesh-b\" [label=\"inter-router\"];\n"), "{d}");
+        assert!(d.contains("  \"mesh-a\" -> \"mesh-b\" [label=\"inter-router\", dir=none];\n"), "{d}");
         assert!(d.contains("  \"mesh-c\" [label=\"mesh-c\\n?\", style=dashed, color=red];\n"), "{d}");
         assert!(
             d.contains(
@@ -293,11 +361,10 @@ mod tests {
 
     #[test]
     fn an_uplink_to_another_interconnect_is_an_outside_node() {
-        let mut s = InterconnectStatus {
-            routers: vec![router("leaf-a", &[("edge", "hub-0", "out")])],
-            ..Default::default()
-        };
-        s.routers[0].mode = Some("edge".into());
+        let mut leaf = router("leaf-a", "edge", 0);
+        leaf.edge_links = Some(1);
+        leaf.uplink = Some("hub-0".into());
+        let s = InterconnectStatus { routers: vec![leaf], ..Default::default() };
         let m = render("leaf", &s, Format::Mermaid);
         assert!(
             m.contains("  n_hub_0([\"hub-0\"]):::outside\n") && m.contains("  n_leaf_a -->|edge| n_hub_0\n"),
@@ -305,6 +372,9 @@ mod tests {
         );
         let d = render("leaf", &s, Format::Dot);
         assert!(d.contains("\"hub-0\" [shape=ellipse"), "{d}");
+        assert!(d.contains("  \"leaf-a\" -> \"hub-0\" [label=\"edge\"];\n"), "{d}");
+        let text = render("leaf", &s, Format::Text);
+        assert!(text.contains("    ──> hub-0  edge\n"), "{text}");
     }
 
     #[test]

@@ -75,13 +75,6 @@ use crate::enums::string_enum;
         priority = 1
     ),
     printcolumn(
-        name = "Connections",
-        type_ = "integer",
-        json_path = ".status.mesh.clientConnections",
-        description = "Open client connections across the routers",
-        priority = 1
-    ),
-    printcolumn(
         name = "Config",
         type_ = "string",
         json_path = ".status.conditions[?(@.type==\"ConfigApplied\")].status",
@@ -646,25 +639,36 @@ pub struct InterconnectStatus {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub mesh: Option<MeshStatus>,
 
-    /// What each router pod reports of itself, in pod name order (the first 1,024), when the
-    /// controller reads them.
+    /// What each router pod reports of itself, in pod name order (the first 256: the most
+    /// routers the controller reads), when the controller reads them.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
-    #[schemars(length(max = MAX_STATUS_PODS))]
+    #[schemars(length(max = MAX_STATUS_ROUTERS))]
     pub routers: Vec<RouterStatus>,
 }
 
-/// Most links listed per router, and most missing links listed in `status.mesh`: beyond
-/// this the lists are cut (the counts stay whole), so a status never outgrows the API
-/// server's limits.
-pub const MAX_STATUS_LINKS: usize = 256;
+/// Most router pods one Interconnect's routers are read from, and listed in
+/// `status.routers`: a larger mesh is not read (`MeshConnected` `Unknown`/`NotObserved`).
+pub const MAX_STATUS_ROUTERS: usize = 256;
 
-/// The mesh of one Interconnect as its routers report it (`status.mesh`).
+/// Most entries of a list of named problems in `status.mesh` (`missingLinks`,
+/// `unreachable`): beyond this the lists are cut and the rest counted, so a status never
+/// grows with the square of the routers (docs/mesh-status.md, "A status of bounded size").
+pub const MAX_STATUS_NAMED: usize = 32;
+/// Most bytes of a reason in the status (`routers[].error`, each `mesh.unreachable` reason):
+/// longer reasons are cut at a character boundary.
+pub const MAX_STATUS_REASON: usize = 128;
+
+/// The mesh of one Interconnect as its routers report it (`status.mesh`). Only what
+/// changes when the mesh does: client and delivery counts, which change all the time, are
+/// metrics (`qdr_mesh_client_connections`, …), not status, so a busy mesh causes no status
+/// writes.
 #[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, JsonSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct MeshStatus {
     /// One line for `kubectl get`: `3/3 connected`, `2/3 connected` (interior routers in
     /// the largest group that reach each other / interior router pods), `2/2 uplinked`
     /// (edge routers), with `, 1 not answering` when some router did not answer.
+    #[schemars(length(max = 256))]
     pub summary: String,
     /// Interior router pods (0 for edge routers).
     pub interiors_expected: i32,
@@ -674,31 +678,39 @@ pub struct MeshStatus {
     pub edges_expected: i32,
     /// Edge routers with an open uplink to an interior router.
     pub edges_uplinked: i32,
-    /// Open client connections (roles `normal` and `route-container`) across the routers
-    /// that answered, the controller's own left out.
-    pub client_connections: i64,
     /// Pairs of interior routers with no open link between them (auto-mesh links every
-    /// pair), by router id, at most 256 listed.
+    /// pair), by router id: the first 32 (`missingLinkCount` counts them all).
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
-    #[schemars(length(max = MAX_STATUS_LINKS))]
+    #[schemars(length(max = MAX_STATUS_NAMED))]
     pub missing_links: Vec<MissingLink>,
-    /// Router pods that did not answer, each with why (`mesh-0: no answer within 5s`), at
-    /// most 256 listed.
+    /// How many pairs of interior routers have no open link between them (`missingLinks`
+    /// lists at most 32).
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub missing_link_count: i32,
+    /// Router pods that did not answer, each with why (`mesh-0: no answer within 5s`): the
+    /// first 32, then `and N more`.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
-    #[schemars(length(max = MAX_STATUS_LINKS))]
+    #[schemars(length(max = 33), inner(length(max = 512)))]
     pub unreachable: Vec<String>,
+}
+
+fn is_zero(v: &i32) -> bool {
+    *v == 0
 }
 
 /// Two interior routers with no open link between them.
 #[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, Eq, PartialOrd, Ord, JsonSchema)]
 pub struct MissingLink {
     /// One router id (a pod name), the lesser of the two.
+    #[schemars(length(max = 256))]
     pub from: String,
     /// The other.
+    #[schemars(length(max = 256))]
     pub to: String,
 }
 
-/// What one router pod reports of itself (`status.routers[]`).
+/// What one router pod reports of itself (`status.routers[]`): counts, not lists, so that
+/// the status grows with the routers and not with their pairs.
 #[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, JsonSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct RouterStatus {
@@ -710,51 +722,37 @@ pub struct RouterStatus {
     /// Its router id, as it reports it (the pod name: the operator renders `id: ${HOSTNAME}`);
     /// absent when it did not answer.
     #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(length(max = 256))]
     pub id: Option<String>,
     /// `interior` or `edge`, as it reports it.
     #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(length(max = 16))]
     pub mode: Option<String>,
     /// The router configuration it runs: the 10-digit hash of the configuration ConfigMap
     /// its pod mounts (compare with `status.configHash`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub config_hash: Option<String>,
-    /// Other routers in its routing table (`router.node`), by id, at most 256. Lags behind
-    /// a router's death by up to a minute: links are judged by `links`, not by this.
-    #[serde(default, skip_serializing_if = "Vec::is_empty")]
-    #[schemars(length(max = MAX_STATUS_LINKS))]
-    pub reaches: Vec<String>,
-    /// Its open inter-router and edge connections, at most 256.
-    #[serde(default, skip_serializing_if = "Vec::is_empty")]
-    #[schemars(length(max = MAX_STATUS_LINKS))]
-    pub links: Vec<RouterLink>,
-    /// Open client connections (roles `normal` and `route-container`), the controller's
-    /// own left out.
+    /// How many other routers are in its routing table (`router.node`). Lags behind a
+    /// router's death by up to a minute: links are judged by the open connections.
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub client_connections: Option<i64>,
-    /// Links blocked by flow control (the router's `linksBlocked`).
+    pub reached: Option<i32>,
+    /// Its open inter-router connections (to this Interconnect's routers and to others'
+    /// through `interRouterConnectors`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub links_blocked: Option<i64>,
-    /// Deliveries unsettled for more than 10 seconds (the router's `deliveriesStuck`).
+    pub inter_router_links: Option<i32>,
+    /// Its open edge connections: an edge router's uplinks, an interior router's edge routers.
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub deliveries_stuck: Option<i64>,
-    /// Why it did not answer (`no pod IP yet`, `no answer within 5s`, a refused
-    /// connection); absent when it answered.
+    pub edge_links: Option<i32>,
+    /// An edge router's open uplink: the id of the interior router it opened it to (the
+    /// least, should it have several).
     #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(length(max = 256))]
+    pub uplink: Option<String>,
+    /// Why it did not answer (`no answer within 5s`, a refused connection), at most 128
+    /// bytes; absent when it answered or was not asked.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(length(max = MAX_STATUS_REASON))]
     pub error: Option<String>,
-}
-
-/// One open connection of a router to another router.
-#[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, Eq, PartialOrd, Ord, JsonSchema)]
-#[serde(rename_all = "camelCase")]
-pub struct RouterLink {
-    /// `inter-router` (between interior routers) or `edge` (an edge router's uplink).
-    pub role: String,
-    /// The other router's id.
-    pub peer: String,
-    /// `out` when this router opened it (its connector), `in` when the peer did.
-    pub direction: String,
-    /// Whether it runs over TLS.
-    pub encrypted: bool,
 }
 
 /// Reads `conditions`, dropping entries that are not `metav1.Condition`s: the Go operator

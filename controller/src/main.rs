@@ -104,11 +104,11 @@ struct Args {
     #[arg(long, env = "QDR_ROUTER_RUN_AS_USER", default_value = "10001", value_parser = parse_run_as_user)]
     router_run_as_user: RunAsUser,
 
-    /// Read the routers themselves (`on`): every router gets the operator's management
-    /// listener (port 55670, mutual TLS), and the status reports the mesh they see
+    /// Read the routers themselves (`on`): the status reports the mesh they see
     /// (`MeshConnected`, `ConfigApplied`, `status.mesh`, `status.routers`; docs/mesh-status.md).
-    /// `off` for routers nobody can reach (simulated nodes): no listener, no reads, and
-    /// `Ready` means the pods are ready.
+    /// `off` for routers nobody can reach (simulated nodes): no reads, and `Ready` means the
+    /// pods are ready. Every router has the operator's management listener (port 55670,
+    /// mutual TLS) either way, so changing this restarts no router.
     #[arg(long, env = "QDR_OBSERVE_MESH", value_enum, default_value = "on")]
     observe_mesh: OnOff,
 

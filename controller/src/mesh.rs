@@ -35,13 +35,15 @@ pub const ROUTER_ATTRIBUTES: [&str; 4] = ["id", "mode", "linksBlocked", "deliver
 pub const NODE_ATTRIBUTES: [&str; 1] = ["id"];
 /// The attributes asked of `connection`.
 pub const CONNECTION_ATTRIBUTES: [&str; 5] = ["container", "role", "dir", "opened", "isEncrypted"];
-/// Router pods of one Interconnect that are read: the largest mesh the controller judges
-/// (an Interconnect with more is not read, and says so). Also the most routers kept in one
-/// view's `reaches` and links of each role: what one read keeps grows with the square of
-/// the routers (each interior router links to every other), about 4 MB at this bound.
-pub const MAX_ROUTERS: usize = 256;
-/// Groups, pairs and routers named in one message or list at most; the rest are counted.
-pub const MAX_NAMED: usize = 32;
+/// Router pods of one Interconnect that are read ([`qdr_api::MAX_STATUS_ROUTERS`]): the
+/// largest mesh the controller judges (an Interconnect with more is not read, and says
+/// so). Also the most routers kept in one view's `reaches` and links of each role: what
+/// one read keeps in memory grows with the square of the routers (each interior router
+/// links to every other), about 4 MB at this bound; the status keeps counts only.
+pub const MAX_ROUTERS: usize = qdr_api::MAX_STATUS_ROUTERS;
+/// Groups, pairs and routers named in one message or list at most; the rest are counted
+/// ([`qdr_api::MAX_STATUS_NAMED`]).
+pub const MAX_NAMED: usize = qdr_api::MAX_STATUS_NAMED;
 /// Bytes of a condition message at most (the API allows 32768).
 pub const MAX_MESSAGE: usize = 4096;
 

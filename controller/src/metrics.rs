@@ -48,12 +48,15 @@ pub struct MeshSample {
     pub deliveries_stuck: i64,
     /// Links blocked, summed over the routers that answered.
     pub links_blocked: i64,
+    /// Open client connections (roles `normal` and `route-container`, the controller's own
+    /// left out), summed over the routers that answered.
+    pub client_connections: i64,
     /// 1 when `MeshConnected` is `True`, else 0.
     pub connected: i64,
 }
 
 /// The `qdr_mesh_*` gauge families, by name and help, in [`MeshSample`] field order.
-const MESH_GAUGES: [(&str, &str); 7] = [
+const MESH_GAUGES: [(&str, &str); 8] = [
     ("qdr_mesh_routers_expected", "Router pods of an Interconnect"),
     (
         "qdr_mesh_routers_connected",
@@ -63,11 +66,12 @@ const MESH_GAUGES: [(&str, &str); 7] = [
     ("qdr_mesh_links_missing", "Pairs of interior routers without a link of their own"),
     ("qdr_mesh_deliveries_stuck", "Deliveries stuck for more than 10 s, summed over the routers"),
     ("qdr_mesh_links_blocked", "Links blocked by flow control, summed over the routers"),
+    ("qdr_mesh_client_connections", "Open client connections, summed over the routers"),
     ("qdr_mesh_connected", "1 when MeshConnected is True, else 0"),
 ];
 
 impl MeshSample {
-    fn values(&self) -> [i64; 7] {
+    fn values(&self) -> [i64; 8] {
         [
             self.routers_expected,
             self.routers_connected,
@@ -75,6 +79,7 @@ impl MeshSample {
             self.links_missing,
             self.deliveries_stuck,
             self.links_blocked,
+            self.client_connections,
             self.connected,
         ]
     }
@@ -95,8 +100,9 @@ impl MeshSample {
 /// * with the routers read (`--observe-mesh=on`), gauges `{namespace,interconnect}` of what
 ///   they reported at the last read: `qdr_mesh_routers_expected`,
 ///   `qdr_mesh_routers_connected`, `qdr_mesh_routers_unreachable`, `qdr_mesh_links_missing`,
-///   `qdr_mesh_deliveries_stuck`, `qdr_mesh_links_blocked`, `qdr_mesh_connected`
-///   ([`MeshSample`]). Every per-Interconnect series is removed with the Interconnect and at
+///   `qdr_mesh_deliveries_stuck`, `qdr_mesh_links_blocked`, `qdr_mesh_client_connections`,
+///   `qdr_mesh_connected` ([`MeshSample`]): the counts that change all the time are here
+///   and not in the status. Every per-Interconnect series is removed with the Interconnect and at
 ///   the end of a leadership term;
 /// * `qdr_mesh_router_reads_total`: routers asked (one TLS connection, three management
 ///   queries each); `qdr_mesh_read_duration_seconds`: time per read of one Interconnect's
@@ -109,7 +115,7 @@ pub struct Metrics {
     /// 1 while this replica leads.
     pub leader: Gauge<i64, AtomicI64>,
     expiry: Family<Object, Gauge<f64, AtomicU64>>,
-    mesh: [Family<Mesh, Gauge<i64, AtomicI64>>; 7],
+    mesh: [Family<Mesh, Gauge<i64, AtomicI64>>; 8],
     routers: [Family<Mesh, Gauge<i64, AtomicI64>>; 2],
     router_reads: Counter<u64, AtomicU64>,
     read_duration: Histogram,
@@ -147,7 +153,7 @@ impl Default for Metrics {
             "Seconds until the earliest router certificate of an Interconnect expires",
             expiry.clone(),
         );
-        let mesh: [Family<Mesh, Gauge<i64, AtomicI64>>; 7] = Default::default();
+        let mesh: [Family<Mesh, Gauge<i64, AtomicI64>>; 8] = Default::default();
         for ((name, help), family) in MESH_GAUGES.iter().zip(&mesh) {
             registry.register(*name, *help, family.clone());
         }
@@ -300,7 +306,7 @@ impl Drop for LeadingGuard {
 #[derive(Debug)]
 pub struct SeriesGuard(
     Family<Object, Gauge<f64, AtomicU64>>,
-    [Family<Mesh, Gauge<i64, AtomicI64>>; 7],
+    [Family<Mesh, Gauge<i64, AtomicI64>>; 8],
     [Family<Mesh, Gauge<i64, AtomicI64>>; 2],
 );
 

@@ -35,9 +35,9 @@ fn interconnect() -> String {
         "spec": {"deploymentPlan": {"role": "edge"}},
         "status": {
             "mesh": {"summary": "1/1 uplinked", "interiorsExpected": 0, "interiorsConnected": 0,
-                     "edgesExpected": 1, "edgesUplinked": 1, "clientConnections": 0},
-            "routers": [{"pod": "leaf-0", "id": "leaf-0", "mode": "edge",
-                         "links": [{"role": "edge", "peer": "hub-0", "direction": "out", "encrypted": false}]}]
+                     "edgesExpected": 1, "edgesUplinked": 1},
+            "routers": [{"pod": "leaf-0", "id": "leaf-0", "mode": "edge", "reached": 0,
+                         "interRouterLinks": 0, "edgeLinks": 1, "uplink": "hub-0"}]
         }
     })
     .to_string()
@@ -47,7 +47,10 @@ fn interconnect() -> String {
 fn the_topology_of_an_interconnect_read_from_standard_input() {
     let (ok, out, err) = run(&["topology", "-f", "-"], &interconnect());
     assert!(ok, "{err}");
-    assert_eq!(out, "Interconnect leaf: 1/1 uplinked\n  leaf-0  edge\n    ──> hub-0  edge plain\n");
+    assert_eq!(
+        out,
+        "Interconnect leaf: 1/1 uplinked\n  leaf-0  edge  links 0 inter-router, 1 edge\n    ──> hub-0  edge\n"
+    );
     let (ok, out, err) = run(&["topology", "leaf", "-f", "-", "-o", "dot"], &interconnect());
     assert!(ok, "{err}");
     assert!(out.contains("\"leaf-0\" -> \"hub-0\" [label=\"edge\"];"), "{out}");

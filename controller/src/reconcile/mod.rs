@@ -380,14 +380,11 @@ async fn stages(
         Err(ValidationError::Invalid(errors)) => return Ok(Pass::Invalid(summary(&errors))),
         Err(e) => return Err(Error::NotStored(e)),
     };
-    // With the mesh observed, the routers get the operator's management listener (or, when
-    // the spec is in its way, are left unread with why).
-    let (valid, management) = if ctx.settings.observe_mesh {
-        let (valid, management) = valid.with_management();
-        (valid, Some(management))
-    } else {
-        (valid, None)
-    };
+    // The routers get the operator's management listener whether or not the mesh is
+    // observed (or, when the spec is in its way, are left without it, with why), so turning
+    // `--observe-mesh` on or off changes no router's configuration and restarts none.
+    let (valid, management) = valid.with_management();
+    let management = ctx.settings.observe_mesh.then_some(management);
     let Some(cache) = &ctx.cache else { return Ok(Pass::Wait(Action::await_change())) };
     if !cache.is_ready() {
         return Ok(Pass::Wait(Action::requeue(STORES_SYNCING_RETRY)));

@@ -97,6 +97,7 @@ impl MeshRead {
             links_missing: n(r.links_missing),
             deliveries_stuck: sum(|v| v.deliveries_stuck),
             links_blocked: sum(|v| v.links_blocked),
+            client_connections: sum(|v| v.clients),
             connected: i64::from(r.condition.status == "True"),
         }
     }

@@ -366,7 +366,8 @@ pub(crate) fn equal_ignoring_times(a: &InterconnectStatus, b: &InterconnectStatu
 /// `status` as a JSON merge patch (RFC 7386) that leaves nothing of the stored status
 /// behind: a merge patch keeps every key it does not name, inside objects too, so the
 /// fields the types leave out when absent or empty are named as `null` (removed): `mesh`,
-/// `routers`, `configHash`, and `mesh.missingLinks` and `mesh.unreachable`. Lists are
+/// `routers`, `configHash`, and `mesh.missingLinks`, `mesh.missingLinkCount` and
+/// `mesh.unreachable`. Lists are
 /// replaced whole.
 pub(crate) fn merge_patch(status: &InterconnectStatus) -> serde_json::Value {
     let mut v = serde_json::to_value(status).unwrap_or_default();
@@ -375,7 +376,7 @@ pub(crate) fn merge_patch(status: &InterconnectStatus) -> serde_json::Value {
             o.entry(k).or_insert(serde_json::Value::Null);
         }
         if let Some(mesh) = o.get_mut("mesh").and_then(|m| m.as_object_mut()) {
-            for k in ["missingLinks", "unreachable"] {
+            for k in ["missingLinks", "missingLinkCount", "unreachable"] {
                 mesh.entry(k).or_insert(serde_json::Value::Null);
             }
         }
@@ -433,54 +434,50 @@ pub(crate) fn with_mesh(
     read: &MeshRead,
     config_hash: &str,
 ) -> InterconnectStatus {
-    use qdr_api::{MAX_STATUS_LINKS, MeshStatus, MissingLink, RouterLink, RouterStatus};
+    use qdr_api::{
+        MAX_STATUS_NAMED, MAX_STATUS_REASON, MAX_STATUS_ROUTERS, MeshStatus, MissingLink, RouterStatus,
+    };
     let generation = o.generation();
     let prev = o.ic().status.clone().unwrap_or_default().conditions;
     let current = short(config_hash);
     let prefix = o.router_config_prefix();
-    let routers: Vec<RouterStatus> = observed
-        .routers
-        .iter()
-        .take(MAX_STATUS_PODS)
+    let hash_of = |p: &super::observe::RouterPod| {
+        p.config_map.as_deref().and_then(|m| m.strip_prefix(&prefix)).map(String::from)
+    };
+    let n = |v: usize| i32::try_from(v).unwrap_or(i32::MAX);
+    let reason = |why: &str| crate::mesh::answer::cut(why.to_string(), MAX_STATUS_REASON);
+    // Counts only (no per-pair lists, no client or delivery counts: docs/mesh-status.md, "A
+    // status of bounded size"), so the status changes when the mesh does and no more often.
+    let routers: Vec<RouterStatus> = (observed.routers.iter().take(MAX_STATUS_ROUTERS))
         .map(|p| {
             let mut r = RouterStatus {
                 pod: p.name.clone(),
                 node: p.node.clone(),
-                config_hash: p.config_map.as_deref().and_then(|m| m.strip_prefix(&prefix)).map(String::from),
+                config_hash: hash_of(p),
                 ..Default::default()
             };
             match read.observations.get(&p.name) {
                 Some(Observation::Answered(v)) => {
-                    let link = |role: &str, l: &crate::mesh::Link| RouterLink {
-                        role: role.into(),
-                        peer: l.peer.clone(),
-                        direction: if l.outgoing { "out" } else { "in" }.into(),
-                        encrypted: l.encrypted,
-                    };
                     r.id = Some(v.id.clone());
                     r.mode = Some(match v.mode {
                         Mode::Interior => "interior".into(),
                         Mode::Edge => "edge".into(),
                     });
-                    r.reaches = v.reaches.iter().take(MAX_STATUS_LINKS).cloned().collect();
-                    r.links = (v.inter_router.iter().map(|l| link("inter-router", l)))
-                        .chain(v.edge.iter().map(|l| link("edge", l)))
-                        .take(MAX_STATUS_LINKS)
-                        .collect();
-                    r.client_connections = Some(i64::try_from(v.clients).unwrap_or(i64::MAX));
-                    r.links_blocked = Some(i64::try_from(v.links_blocked).unwrap_or(i64::MAX));
-                    r.deliveries_stuck = Some(i64::try_from(v.deliveries_stuck).unwrap_or(i64::MAX));
+                    r.reached = Some(n(v.reaches.len()));
+                    r.inter_router_links = Some(n(v.inter_router.len()));
+                    r.edge_links = Some(n(v.edge.len()));
+                    if v.mode == Mode::Edge {
+                        r.uplink = v.edge.iter().filter(|l| l.outgoing).map(|l| l.peer.clone()).min();
+                    }
                 }
-                Some(Observation::Unreachable(why)) => r.error = Some(why.clone()),
-                Some(Observation::Pending(_)) => {}
-                None => r.error = read.blocked.clone(),
+                Some(Observation::Unreachable(why)) => r.error = Some(reason(why)),
+                // Not asked yet; or not read at all, which the condition says once.
+                Some(Observation::Pending(_)) | None => {}
             }
             r
         })
         .collect();
     let rep = &read.report;
-    let n = |v: usize| i32::try_from(v).unwrap_or(i32::MAX);
-    let clients = read.total(|v| v.clients);
     let edge = o.spec().role() == qdr_api::Role::Edge;
     let mut summary = match (&read.blocked, edge) {
         (Some(_), _) => "not read".to_string(),
@@ -490,6 +487,13 @@ pub(crate) fn with_mesh(
     if !rep.unreachable.is_empty() {
         summary.push_str(&format!(", {} not answering", rep.unreachable.len()));
     }
+    let mut unreachable: Vec<String> = (rep.unreachable.iter())
+        .take(MAX_STATUS_NAMED)
+        .map(|(p, why)| format!("{p}: {}", reason(why)))
+        .collect();
+    if rep.unreachable.len() > MAX_STATUS_NAMED {
+        unreachable.push(format!("and {} more", rep.unreachable.len() - MAX_STATUS_NAMED));
+    }
     status.config_hash = Some(current.to_string());
     status.mesh = Some(MeshStatus {
         summary,
@@ -497,15 +501,12 @@ pub(crate) fn with_mesh(
         interiors_connected: n(rep.interiors_connected),
         edges_expected: n(rep.edges_expected),
         edges_uplinked: n(rep.edges_uplinked),
-        client_connections: i64::try_from(clients).unwrap_or(i64::MAX),
         missing_links: (rep.missing_links.iter())
-            .take(MAX_STATUS_LINKS)
+            .take(MAX_STATUS_NAMED)
             .map(|(a, b)| MissingLink { from: a.clone(), to: b.clone() })
             .collect(),
-        unreachable: (rep.unreachable.iter())
-            .take(MAX_STATUS_LINKS)
-            .map(|(p, why)| format!("{p}: {why}"))
-            .collect(),
+        missing_link_count: n(rep.links_missing),
+        unreachable,
     });
     status.routers = routers;
 
@@ -513,13 +514,16 @@ pub(crate) fn with_mesh(
         Some(why) => ("Unknown", NOT_OBSERVED, format!("the routers are not read: {why}")),
         None => (rep.condition.status, rep.condition.reason, rep.condition.message.clone()),
     };
-    // Whether every router runs the current configuration (and no old one still runs).
-    let total = status.routers.len();
-    let running = status.routers.iter().filter(|r| r.config_hash.as_deref() == Some(current)).count();
-    let others: Vec<String> = (status.routers.iter())
-        .filter(|r| r.config_hash.as_deref() != Some(current))
+    // Whether every router runs the current configuration (and no old one still runs):
+    // every pod, not only those listed.
+    let total = observed.routers.len();
+    let hashes: Vec<(&str, Option<String>)> =
+        observed.routers.iter().map(|p| (p.name.as_str(), hash_of(p))).collect();
+    let running = hashes.iter().filter(|(_, h)| h.as_deref() == Some(current)).count();
+    let others: Vec<String> = (hashes.iter())
+        .filter(|(_, h)| h.as_deref() != Some(current))
         .take(8)
-        .map(|r| format!("{} runs {}", r.pod, r.config_hash.as_deref().unwrap_or("another")))
+        .map(|(pod, h)| format!("{pod} runs {}", h.as_deref().unwrap_or("another")))
         .collect();
     let applied = total > 0 && running == total && observed.terminating == 0;
     let mut config_message = format!("{running}/{total} routers run configuration {current}");

@@ -540,7 +540,7 @@ mod mesh {
         assert_eq!((cond(&s, "ConfigApplied").0, cond(&s, "ConfigApplied").1), ("True", "Applied"));
         let mesh = s.mesh.as_ref().unwrap();
         assert_eq!(mesh.summary, "3/3 connected");
-        assert_eq!((mesh.interiors_expected, mesh.interiors_connected, mesh.client_connections), (3, 3, 6));
+        assert_eq!((mesh.interiors_expected, mesh.interiors_connected, mesh.missing_link_count), (3, 3, 0));
         assert!(mesh.missing_links.is_empty() && mesh.unreachable.is_empty());
         assert_eq!(s.config_hash.as_deref(), Some("0123456789"));
         assert_eq!(s.routers.len(), 3);
@@ -550,10 +550,109 @@ mod mesh {
             ("mesh-a", Some("mesh-a"), Some("interior"))
         );
         assert_eq!((a.node.as_deref(), a.config_hash.as_deref()), (Some("real-0"), Some("0123456789")));
-        let peers: Vec<(&str, &str, &str)> =
-            a.links.iter().map(|l| (l.role.as_str(), l.peer.as_str(), l.direction.as_str())).collect();
-        assert_eq!(peers, [("inter-router", "mesh-b", "out"), ("inter-router", "mesh-c", "out")]);
-        assert_eq!((a.client_connections, a.links_blocked, a.deliveries_stuck), (Some(2), Some(1), Some(0)));
+        assert_eq!(
+            (a.reached, a.inter_router_links, a.edge_links, a.uplink.as_deref()),
+            (Some(2), Some(2), Some(0), None)
+        );
+    }
+
+    /// A router that answered with `clients`, `blocked` and `stuck` (the counts that change
+    /// all the time on a busy mesh) and the same links as [`router`].
+    fn busy(id: &str, peers: &[&str], (clients, blocked, stuck): (u64, u64, u64)) -> Observation {
+        let Observation::Answered(mut v) = router(id, peers) else { unreachable!() };
+        (v.clients, v.links_blocked, v.deliveries_stuck) = (clients, blocked, stuck);
+        Observation::Answered(v)
+    }
+
+    #[test]
+    fn counts_that_change_all_the_time_are_metrics_and_write_no_status() {
+        use crate::reconcile::status::equal_ignoring_times;
+        let o = pods(&["mesh-a", "mesh-b"], "0123456789");
+        let at = |counts| {
+            read(&[
+                ("mesh-a", busy("mesh-a", &["mesh-b"], counts)),
+                ("mesh-b", busy("mesh-b", &["mesh-a"], counts)),
+            ])
+        };
+        let (quiet, loaded) = (at((0, 0, 0)), at((9000, 12, 40)));
+        let stored = status(&o, &quiet);
+        assert!(equal_ignoring_times(&stored, &status(&o, &loaded)), "the status is the same: no write");
+        assert_eq!(loaded.sample().client_connections, 18000);
+        assert_eq!((loaded.sample().links_blocked, loaded.sample().deliveries_stuck), (24, 80));
+        // A link that goes is a change of the mesh: written.
+        let broken =
+            read(&[("mesh-a", busy("mesh-a", &[], (0, 0, 0))), ("mesh-b", busy("mesh-b", &[], (0, 0, 0)))]);
+        assert!(!equal_ignoring_times(&stored, &status(&o, &broken)));
+    }
+
+    /// `n` router pods named as a DaemonSet names them on nodes named as a cloud names
+    /// them: the status's size at `n` routers.
+    fn every_on(n: usize) -> Observed {
+        let names: Vec<String> = (0..n).map(|i| format!("router-mesh-production-{i:05x}")).collect();
+        let mut o = pods(&names.iter().map(String::as_str).collect::<Vec<_>>(), "0123456789");
+        for (i, r) in o.routers.iter_mut().enumerate() {
+            r.node = Some(format!("ip-10-0-{}-{}.eu-west-1.compute.internal", i / 250, i % 250));
+        }
+        o
+    }
+
+    #[test]
+    fn the_status_of_128_routers_stays_under_64_kib_whatever_they_answer() {
+        let o = every_on(128);
+        let names: Vec<String> = o.routers.iter().map(|r| r.name.clone()).collect();
+        let bytes = |r: &MeshRead| serde_json::to_vec(&status(&o, r)).unwrap().len();
+        // Fully linked: 128 × 127 links, none of them listed.
+        let full: Vec<(&str, Observation)> = (names.iter())
+            .map(|me| {
+                let peers: Vec<&str> = names.iter().filter(|p| *p != me).map(String::as_str).collect();
+                (me.as_str(), router(me, &peers))
+            })
+            .collect();
+        let full = read(&full);
+        assert_eq!(full.report.condition.reason, "Connected");
+        // No link at all: 8,128 missing pairs, 128 groups.
+        let none: Vec<(&str, Observation)> = names.iter().map(|me| (me.as_str(), router(me, &[]))).collect();
+        let none = read(&none);
+        assert_eq!(none.report.links_missing, 128 * 127 / 2);
+        // Nobody answers, each with the longest reason a router can cause.
+        let long = format!("refused what the router sent: {}", "x".repeat(400));
+        let mute: Vec<(&str, Observation)> =
+            names.iter().map(|me| (me.as_str(), Observation::Unreachable(long.clone()))).collect();
+        let mute = read(&mute);
+        for (what, r) in [("connected", &full), ("no links", &none), ("not answering", &mute)] {
+            let b = bytes(r);
+            eprintln!("status of 128 routers, {what}: {b} bytes");
+            assert!(b < 64 * 1024, "{what}: {b} bytes");
+        }
+        let s = status(&o, &none);
+        let mesh = s.mesh.as_ref().unwrap();
+        assert_eq!((mesh.missing_links.len(), mesh.missing_link_count), (32, 8128));
+        let s = status(&o, &mute);
+        let mesh = s.mesh.as_ref().unwrap();
+        assert_eq!(mesh.unreachable.len(), 33);
+        assert_eq!(mesh.unreachable[32], "and 96 more");
+        assert!(
+            s.routers.iter().all(|r| r.error.as_ref().is_some_and(|e| e.len() <= qdr_api::MAX_STATUS_REASON))
+        );
+    }
+
+    #[test]
+    fn routers_past_the_read_bound_are_counted_not_listed() {
+        let o = every_on(300);
+        let r = MeshRead {
+            blocked: Some("300 router pods, more than the 256 the controller reads".into()),
+            observations: BTreeMap::new(),
+            report: assess(Mode::Interior, &BTreeMap::new()),
+            next: None,
+        };
+        let s = status(&o, &r);
+        assert_eq!(s.routers.len(), qdr_api::MAX_STATUS_ROUTERS);
+        assert!(s.routers.iter().all(|r| r.error.is_none()), "the condition says why, once");
+        // Every pod counts for ConfigApplied, listed or not.
+        assert_eq!(cond(&s, "ConfigApplied").2, "300/300 routers run configuration 0123456789");
+        let b = serde_json::to_vec(&s).unwrap().len();
+        eprintln!("status of 300 routers, not read: {b} bytes");
+        assert!(b < 128 * 1024, "{b} bytes");
     }
 
     #[test]
@@ -616,7 +715,7 @@ mod mesh {
         assert!(message.contains("does not exist yet"), "{message}");
         assert_eq!(cond(&s, "Ready").0, "True");
         assert_eq!(s.mesh.as_ref().unwrap().summary, "not read");
-        assert_eq!(s.routers[0].error.as_deref(), r.blocked.as_deref());
+        assert_eq!(s.routers[0].error, None, "the condition says why");
     }
 
     #[test]
@@ -709,6 +808,7 @@ mod mesh {
                 links_missing: 2,
                 deliveries_stuck: 0,
                 links_blocked: 2,
+                client_connections: 4,
                 connected: 0,
             }
         );
