@@ -93,6 +93,21 @@ async fn interior_example_reconciles_to_the_go_operators_object_graph() {
     assert!(
         mounted_config(&ns, &d).await.contains(r#"["router", {"mode": "interior", "id": "${HOSTNAME}"}]"#)
     );
+    // The operator's management listener is there though this controller does not read the
+    // routers (`--observe-mesh=off`): turning reading on or off changes no router's
+    // configuration, so it restarts none.
+    let config = mounted_config(&ns, &d).await;
+    assert!(
+        config.contains(r#""name": "qdr-operator-management-listener""#)
+            && config.contains(r#""port": 55670"#),
+        "{config}"
+    );
+    let management = format!("{name}-qdr-operator-management-credentials");
+    assert!(
+        c.volume_mounts.iter().flatten().any(|m| m.mount_path.ends_with(&management)),
+        "{:?}",
+        c.volume_mounts
+    );
     assert_eq!(env(&d, "DOLLAR"), Some("$"));
     assert_eq!(env(&d, "QDROUTERD_AUTO_MESH_DISCOVERY"), Some("QUERY"));
     assert_eq!(env(&d, "APPLICATION_NAME"), Some(name.as_str()));
@@ -404,8 +419,17 @@ async fn every_go_operator_example_reconciles_to_its_objects() {
             .collect();
         let ports: Vec<i32> = c.ports.iter().flatten().map(|p| p.container_port).collect();
         assert_eq!(ports, want_ports, "{file}");
+        // What the spec renders to, with the operator's management listener (added whether
+        // or not the routers are read) unless the spec is in its way.
+        let mut stored = ic.clone();
+        stored.metadata.namespace = Some(ns.name.clone());
+        stored.metadata.uid = Some("uid".into());
+        let valid = qdr_controller::validated::ValidatedInterconnect::new(&stored).expect(&file);
+        let (valid, management) = valid.with_management();
+        let want = qdr_api::router_config::router_config(valid.spec());
+        let want = if management.is_ok() { want.with_management_listener() } else { want };
         let conf = mounted_config(&ns, &d).await;
-        assert_eq!(conf, qdr_api::router_config::router_config(&effective.spec).render(), "{file}");
+        assert_eq!(conf, want.render(), "{file}");
         let svc: Service = eventually(&format!("{file}: Service"), Duration::from_secs(20), || async {
             ns.api::<Service>().get_opt(&name).await.ok().flatten()
         })
