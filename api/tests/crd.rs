@@ -42,7 +42,6 @@ fn crd_has_status_subresource_printer_columns_and_short_name() {
             ("Status", 0),
             ("Age", 0),
             ("Edges", 1),
-            ("Connections", 1),
             ("Config", 1)
         ]
     );

@@ -118,6 +118,14 @@ impl ValidatedInterconnect {
         self.management
     }
 
+    /// The router configuration of the effective spec, with the operator's management
+    /// listener when [`Self::with_management`] added its profile: what the routers run.
+    pub fn rendered_config(&self) -> qdr_api::router_config::Rendered {
+        let config = qdr_api::router_config::router_config(self.spec());
+        let config = if self.management { config.with_management_listener() } else { config };
+        qdr_api::router_config::Rendered::from_config(&config)
+    }
+
     /// The Interconnect with its effective (defaulted) spec; metadata and status as stored.
     pub fn ic(&self) -> &Interconnect {
         &self.ic

@@ -59,7 +59,10 @@ fn start_controller(cp: &ControlPlane, install: &qdr_tests::rbac::Install, id: &
 
 /// The children `ic` must have, as `Kind` → names: what the builders make for its spec.
 fn expected(ic: &Interconnect) -> BTreeMap<&'static str, BTreeSet<String>> {
-    let o = ValidatedInterconnect::new(ic).unwrap();
+    // The controller adds its management profile and listener whether or not it reads the
+    // routers.
+    let (o, management) = ValidatedInterconnect::new(ic).unwrap().with_management();
+    management.unwrap();
     let one = |n: &str| BTreeSet::from([n.to_string()]);
     let mut m = BTreeMap::from([
         ("ServiceAccount", one(o.name())),
@@ -70,7 +73,7 @@ fn expected(ic: &Interconnect) -> BTreeMap<&'static str, BTreeSet<String>> {
         ("Secret", o.ic().secret_names()),
         ("Ingress", builders::ingresses(&o).iter().filter_map(|i| i.metadata.name.clone()).collect()),
     ]);
-    let mut config_maps = one(&o.router_config_name(&qdr_api::router_config::Rendered::of(o.spec()).hash));
+    let mut config_maps = one(&o.router_config_name(&o.rendered_config().hash));
     config_maps.extend(builders::sasl_config_map(&o).and_then(|cm| cm.metadata.name));
     m.insert("ConfigMap", config_maps);
     m

@@ -105,11 +105,26 @@ pub fn serve(
     tls: Option<Arc<rustls::ServerConfig>>,
     script: Script,
 ) -> tokio::task::JoinHandle<()> {
+    serve_by_address(listener, Arc::new(move |_| Some((tls.clone(), script.clone()))))
+}
+
+/// Who answers at a local address: its TLS configuration (`None`: plain) and script, or
+/// `None` to close connections made to that address at once.
+pub type ByAddress =
+    Arc<dyn Fn(std::net::IpAddr) -> Option<(Option<Arc<rustls::ServerConfig>>, Script)> + Send + Sync>;
+
+/// Many peers on one listener: each connection is answered as `pick` says for the local
+/// address it was made to. One wildcard listener (`0.0.0.0:port`) so stands in for a
+/// router at every loopback address (`127.0.0.0/8`), thousands of them, without a socket
+/// each (the mesh benchmark).
+pub fn serve_by_address(listener: TcpListener, pick: ByAddress) -> tokio::task::JoinHandle<()> {
     tokio::spawn(async move {
         loop {
             let Ok((socket, _)) = listener.accept().await else { return };
             let _ = socket.set_nodelay(true);
-            let (tls, script) = (tls.clone(), script.clone());
+            let Some((tls, script)) = socket.local_addr().ok().and_then(|a| pick(a.ip())) else {
+                continue;
+            };
             tokio::spawn(async move {
                 if matches!(script, Script::Silent) {
                     let mut socket = socket;

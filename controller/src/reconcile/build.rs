@@ -184,11 +184,7 @@ fn password() -> String {
 /// # Errors
 /// [`Error::Credentials`] when a certificate cannot be generated.
 pub fn build(o: &ValidatedInterconnect, settings: &Settings, observed: &Observed) -> Result<Built, Error> {
-    let router_config = if o.management() {
-        Rendered::from_config(&qdr_api::router_config::router_config(o.spec()).with_management_listener())
-    } else {
-        Rendered::of(o.spec())
-    };
+    let router_config = o.rendered_config();
     let existing = observed.existing_secrets();
     let running = observed.workload.ours().filter(|w| w.rolled_out).and_then(|w| w.credentials_hash.clone());
     let bundles = trusted_bundles(o, &existing);
