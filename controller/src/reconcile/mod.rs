@@ -35,7 +35,8 @@ pub(crate) mod events;
 pub(crate) mod observe;
 pub(crate) mod read;
 pub use read::{
-    JOIN_GRACE, MAX_CONNECTIONS, MAX_PER_NAMESPACE, MESH_RECHECK, MESH_RESYNC, READ_TIMEOUT, SLOT_WAIT,
+    JOIN_GRACE, MAX_CONNECTIONS, MAX_PER_NAMESPACE, MESH_READ_RATE, MESH_RECHECK, MESH_RESYNC, READ_TIMEOUT,
+    SLOT_WAIT,
 };
 pub(crate) mod status;
 pub(crate) mod types;

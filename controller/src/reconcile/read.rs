@@ -7,7 +7,8 @@
 //! is reconciled again ([`Reader::subscribe`]) and that pass takes the new answers. A read
 //! is due when:
 //! * the router pods changed (a pod came or went, got its IP, became Ready or not);
-//! * [`MESH_RESYNC`] passed since the last read of a connected mesh;
+//! * [`MESH_RESYNC`] passed since the last read of a connected mesh (longer when the
+//!   controller reads more than `MESH_READ_RATE × MESH_RESYNC` routers: [`resync`]);
 //! * a mesh that was not connected (links still forming after a start, a router that did
 //!   not answer) was last read [`MESH_RECHECK`] ago, doubling with each read that finds it
 //!   still so while the pods stay the same, up to [`MESH_RESYNC`].
@@ -37,8 +38,16 @@ use crate::mesh::reader::{NO_IP, NOT_READY, Plan, Target, observe};
 use crate::mesh::{MAX_ROUTERS, MeshReport, Mode, Observation, assess};
 use crate::validated::ValidatedInterconnect;
 
-/// Longest wait between two reads of a connected mesh.
+/// Wait between two reads of a connected mesh whose pods did not change, while the
+/// controller reads at most [`MESH_READ_RATE`] × this many routers in all; longer beyond
+/// (see [`resync`]).
 pub const MESH_RESYNC: Duration = Duration::from_secs(60);
+/// Routers asked per second at rest across the controller, at most: with more than
+/// `MESH_READ_RATE × MESH_RESYNC` routers (1,200) the resync of a connected mesh stretches
+/// so that all of them are asked once per `routers ÷ MESH_READ_RATE` seconds (5 minutes at
+/// 6,000 routers). One router asked costs the controller about a millisecond of CPU (a TLS
+/// handshake and three queries), so reads at rest stay near 0.02 core at any scale.
+pub const MESH_READ_RATE: u32 = 20;
 /// First wait before reading again a mesh that was not connected; doubles with each read
 /// that finds it still so, up to [`MESH_RESYNC`].
 pub const MESH_RECHECK: Duration = Duration::from_secs(2);
@@ -70,7 +79,9 @@ pub struct MeshRead {
     /// The judgement of the answers.
     pub report: MeshReport,
     /// When to look again at the latest; `None` when a read is under way (its end wakes
-    /// the Interconnect) or the routers cannot be read (what they depend on wakes it).
+    /// the Interconnect) or the routers cannot be read (what they depend on wakes it), but
+    /// [`MESH_RECHECK`] when the management CA does not exist yet (the pass that reports it
+    /// creates it, and the controller's own writes wake nothing).
     pub next: Option<Duration>,
 }
 
@@ -114,6 +125,8 @@ struct Memo {
     unsettled: u32,
     /// Whether a read is under way.
     reading: bool,
+    /// Routers of the last read that ended (counted in [`Reader::routers`]).
+    routers: usize,
 }
 
 type Wake = futures::channel::mpsc::UnboundedSender<ObjectRef<Interconnect>>;
@@ -126,6 +139,8 @@ pub struct Reader {
     slot_wait: Duration,
     clients: Clients,
     memo: Mutex<HashMap<String, Memo>>,
+    /// Routers of every Interconnect's last read, summed (what [`resync`] spreads).
+    routers: std::sync::atomic::AtomicUsize,
     /// Controllers to wake, each with the namespace it serves (empty: all).
     wakes: Mutex<Vec<(String, Wake)>>,
 }
@@ -136,11 +151,20 @@ impl Default for Reader {
     }
 }
 
+/// The wait between reads of a connected mesh when the controller reads `routers` routers
+/// in all: [`MESH_RESYNC`], or the time [`MESH_READ_RATE`] takes to ask them all when that
+/// is longer.
+pub fn resync(routers: usize) -> Duration {
+    let all = Duration::from_secs(u64::try_from(routers).unwrap_or(u64::MAX)) / MESH_READ_RATE;
+    all.max(MESH_RESYNC)
+}
+
 /// The wait before reading again a mesh found not connected `unsettled` reads in a row
-/// ([`MESH_RESYNC`] for a connected one, `unsettled` 0).
-pub fn recheck(unsettled: u32) -> Duration {
+/// (`resync` for a connected one, `unsettled` 0): [`MESH_RECHECK`] doubling up to
+/// [`MESH_RESYNC`], whatever the scale (a mesh not connected is what the reads are for).
+pub fn recheck(unsettled: u32, resync: Duration) -> Duration {
     if unsettled == 0 {
-        return MESH_RESYNC;
+        return resync;
     }
     MESH_RECHECK.saturating_mul(1 << (unsettled - 1).min(10)).min(MESH_RESYNC)
 }
@@ -170,6 +194,7 @@ impl Reader {
             slot_wait,
             clients: Clients::default(),
             memo: Mutex::default(),
+            routers: std::sync::atomic::AtomicUsize::new(0),
             wakes: Mutex::default(),
         }
     }
@@ -200,8 +225,15 @@ impl Reader {
 
     /// Forgets Interconnect `key` (deleted); a read under way keeps nothing.
     pub fn forget(&self, key: &str) {
-        self.memo.lock().unwrap_or_else(|e| e.into_inner()).remove(key);
+        if let Some(m) = self.memo.lock().unwrap_or_else(|e| e.into_inner()).remove(key) {
+            self.routers.fetch_sub(m.routers, std::sync::atomic::Ordering::Relaxed);
+        }
         self.clients.forget(key);
+    }
+
+    /// The wait between reads of a connected mesh now ([`resync`] of the routers read).
+    pub fn resync(&self) -> Duration {
+        resync(self.routers.load(std::sync::atomic::Ordering::Relaxed))
     }
 
     /// The mesh of `o` for this pass: the latest answers (pods not read yet are
@@ -230,7 +262,10 @@ impl Reader {
         let ca_name = management::ca_secret(o.name());
         let ca: Data = match observed.secrets.get(&ca_name) {
             None | Some(None) => {
-                return blocked(format!("the management CA Secret {ca_name} does not exist yet"));
+                // This pass generates it, and the controller's own writes wake nothing: the
+                // next pass, soon, reads the routers with it.
+                let why = format!("the management CA Secret {ca_name} does not exist yet");
+                return MeshRead { next: Some(MESH_RECHECK), ..blocked(why) };
             }
             Some(Some(s)) if !generated_for(s, o) => {
                 self.forget(&key);
@@ -257,11 +292,12 @@ impl Reader {
             ));
         }
         let pods = pods_fingerprint(observed);
+        let resync = self.resync();
         let (latest, start, next) = {
             let mut memos = self.memo.lock().unwrap_or_else(|e| e.into_inner());
             let memo = memos.entry(key.clone()).or_default();
             // A requeue for the due time may wake a moment early.
-            let due = recheck(memo.unsettled);
+            let due = recheck(memo.unsettled, resync);
             let left = match &memo.done {
                 Some((fp, at, _)) if *fp == pods => {
                     due.checked_sub(at.elapsed() + Duration::from_millis(200))
@@ -391,6 +427,9 @@ impl Reader {
             };
             memo.done = Some((pods, Instant::now(), Arc::new(observations)));
             memo.reading = false;
+            self.routers.fetch_sub(memo.routers, std::sync::atomic::Ordering::Relaxed);
+            memo.routers = targets.len();
+            self.routers.fetch_add(memo.routers, std::sync::atomic::Ordering::Relaxed);
         }
         self.wake(&namespace, &name);
     }

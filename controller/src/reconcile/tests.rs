@@ -473,7 +473,7 @@ mod mesh {
     use crate::mesh::{Link, MeshReport, Mode, Observation, RouterView, assess};
     use crate::reconcile::build::CredentialsReport;
     use crate::reconcile::observe::{Observed, RouterPod};
-    use crate::reconcile::read::{MESH_RECHECK, MESH_RESYNC, MeshRead, recheck};
+    use crate::reconcile::read::{MESH_RECHECK, MESH_RESYNC, MeshRead, recheck, resync};
     use crate::reconcile::status::{desired, with_mesh};
     use crate::reconcile::types::Applied;
     use qdr_api::InterconnectStatus;
@@ -718,6 +718,26 @@ mod mesh {
         assert_eq!(s.routers[0].error, None, "the condition says why");
     }
 
+    #[tokio::test]
+    async fn a_management_ca_not_created_yet_is_looked_at_again_soon_not_at_the_resync() {
+        use crate::reconcile::read::Reader;
+        let reader = std::sync::Arc::new(Reader::default());
+        let metrics = std::sync::Arc::new(crate::metrics::Metrics::default());
+        let (o, added) = owner().with_management();
+        added.unwrap();
+        // The pass that finds it missing creates it; its own write wakes nothing.
+        let r = reader.read(&o, &pods(&["mesh-a"], "0123456789"), Ok(()), &metrics);
+        assert!(r.blocked.as_deref().is_some_and(|b| b.contains("does not exist yet")), "{r:?}");
+        assert_eq!(r.next, Some(MESH_RECHECK));
+        // Not ours: not looked at again until it changes.
+        let mut foreign = pods(&["mesh-a"], "0123456789");
+        let ca = crate::mesh::management::ca_secret("mesh");
+        foreign.secrets.insert(ca.clone(), Some(k8s_openapi::api::core::v1::Secret::default()));
+        let r = reader.read(&o, &foreign, Ok(()), &metrics);
+        assert!(r.blocked.as_deref().is_some_and(|b| b.contains("not the management CA")), "{r:?}");
+        assert_eq!(r.next, None);
+    }
+
     #[test]
     fn a_router_on_another_configuration_is_not_applied_and_is_named() {
         let mut o = pods(&["mesh-a", "mesh-b"], "0123456789");
@@ -737,11 +757,30 @@ mod mesh {
 
     #[test]
     fn an_unsettled_mesh_is_read_again_sooner_never_in_a_tight_loop() {
-        assert_eq!(recheck(1), MESH_RECHECK);
-        assert_eq!(recheck(2), MESH_RECHECK * 2);
-        assert_eq!(recheck(3), MESH_RECHECK * 4);
-        assert_eq!(recheck(100), MESH_RESYNC);
-        assert!((1..50).all(|n| recheck(n) >= MESH_RECHECK && recheck(n) <= recheck(n + 1)));
+        let r = |n| recheck(n, MESH_RESYNC);
+        assert_eq!(r(1), MESH_RECHECK);
+        assert_eq!(r(2), MESH_RECHECK * 2);
+        assert_eq!(r(3), MESH_RECHECK * 4);
+        assert_eq!(r(100), MESH_RESYNC);
+        assert!((1..50).all(|n| r(n) >= MESH_RECHECK && r(n) <= r(n + 1)));
+        // A mesh not connected is read again as soon at any scale; a connected one waits
+        // the resync of the scale.
+        assert_eq!(recheck(3, resync(6000)), MESH_RECHECK * 4);
+        assert_eq!(recheck(0, resync(6000)), resync(6000));
+    }
+
+    #[test]
+    fn the_resync_spreads_reads_at_rest_over_the_routers_at_the_read_rate() {
+        use crate::reconcile::read::MESH_READ_RATE;
+        assert_eq!(resync(0), MESH_RESYNC);
+        assert_eq!(resync(3), MESH_RESYNC);
+        let knee = usize::try_from(MESH_READ_RATE).unwrap() * usize::try_from(MESH_RESYNC.as_secs()).unwrap();
+        assert_eq!(resync(knee), MESH_RESYNC);
+        assert!(resync(knee + 100) > MESH_RESYNC);
+        // 2,000 Interconnects of 3 routers: each asked every 5 minutes, 20 a second in all.
+        assert_eq!(resync(6000), Duration::from_secs(300));
+        let rate = 6000.0 / resync(6000).as_secs_f64();
+        assert!(rate <= f64::from(MESH_READ_RATE), "{rate}");
         assert!(MESH_RECHECK >= Duration::from_secs(1));
     }
 
