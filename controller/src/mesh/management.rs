@@ -7,13 +7,11 @@
 //! ([`qdr_api::router_config::RouterConfig::with_management_listener`]).
 //!
 //! The controller's client certificate is issued in memory from that CA (never stored),
-//! for [`CLIENT_LIFETIME`], and made again at two thirds of it or when the CA's trust
-//! bundle changes. It verifies the routers' certificates against the same bundle, for the
-//! Service name `<name>.<namespace>.svc` (a name every generated router certificate holds),
-//! while it connects to each pod's IP.
+//! for [`CLIENT_LIFETIME`], for each read ([`tls`]). It verifies the routers' certificates
+//! against the same bundle, for the Service name `<name>.<namespace>.svc` (a name every
+//! generated router certificate holds), while it connects to each pod's IP.
 
-use std::collections::HashMap;
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 use std::time::{Duration, SystemTime};
 
 use qdr_certs::pki::{CertInfo, CertKey, new_leaf};
@@ -80,46 +78,19 @@ pub fn client_config(
     Ok((config, renew_at))
 }
 
-struct Client {
-    /// The CA Secret's data the configuration was made from.
-    ca: Data,
-    tls: Tls,
-    renew_at: SystemTime,
-}
-
-/// The client configurations of every Interconnect read, by `namespace/name`: made once
-/// and kept until the CA changes or the certificate reaches its renewal point.
-#[derive(Default)]
-pub struct Clients {
-    by_ic: Mutex<HashMap<String, Client>>,
-}
-
-impl Clients {
-    /// The TLS client for Interconnect `key` (`namespace/name`), whose routers' certificates
-    /// hold `server_name`, from its management CA Secret's data `ca`, at `now`.
-    ///
-    /// # Errors
-    /// Why there is none: the CA cannot sign now (it is being recovered), or
-    /// [`client_config`] failed.
-    pub fn tls(&self, key: &str, server_name: &str, ca: &Data, now: SystemTime) -> Result<Tls, String> {
-        let mut by_ic = self.by_ic.lock().unwrap_or_else(|e| e.into_inner());
-        if let Some(c) = by_ic.get(key)
-            && c.ca == *ca
-            && now < c.renew_at
-        {
-            return Ok(c.tls.clone());
-        }
-        let (signer, trust) = signer_and_trust(ca, now)
-            .ok_or_else(|| "the management CA cannot sign now (it is being replaced)".to_string())?;
-        let (config, renew_at) = client_config(&signer, &trust, now)?;
-        let server_name = ServerName::try_from(server_name.to_string()).map_err(|e| e.to_string())?;
-        let tls = Tls { config: Arc::new(config), server_name };
-        by_ic.insert(key.to_string(), Client { ca: ca.clone(), tls: tls.clone(), renew_at });
-        Ok(tls)
-    }
-
-    /// Forgets Interconnect `key` (deleted).
-    pub fn forget(&self, key: &str) {
-        self.by_ic.lock().unwrap_or_else(|e| e.into_inner()).remove(key);
-    }
+/// The TLS client for one read of an Interconnect's routers, whose certificates hold
+/// `server_name`, from its management CA Secret's data `ca`, at `now`. Made for each read
+/// (a key pair and a signature, about a tenth of a millisecond) and dropped after it: kept
+/// for every Interconnect they took about 11 KB each, 23 MB at 2,000 Interconnects, to save
+/// work that reads at rest do a few times a second (docs/mesh-status.md, "Cost at scale").
+///
+/// # Errors
+/// Why there is none: the CA cannot sign now (it is being recovered), or [`client_config`]
+/// failed.
+pub fn tls(server_name: &str, ca: &Data, now: SystemTime) -> Result<Tls, String> {
+    let (signer, trust) = signer_and_trust(ca, now)
+        .ok_or_else(|| "the management CA cannot sign now (it is being replaced)".to_string())?;
+    let (config, _) = client_config(&signer, &trust, now)?;
+    let server_name = ServerName::try_from(server_name.to_string()).map_err(|e| e.to_string())?;
+    Ok(Tls { config: Arc::new(config), server_name })
 }

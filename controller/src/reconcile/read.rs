@@ -32,7 +32,7 @@ use qdr_api::Interconnect;
 
 use super::observe::Observed;
 use crate::credentials::Data;
-use crate::mesh::management::{self, Clients, MANAGEMENT_PORT};
+use crate::mesh::management::{self, MANAGEMENT_PORT};
 use crate::mesh::pool::Pool;
 use crate::mesh::reader::{NO_IP, NOT_READY, Plan, Target, observe};
 use crate::mesh::{MAX_ROUTERS, MeshReport, Mode, Observation, assess};
@@ -131,13 +131,12 @@ struct Memo {
 
 type Wake = futures::channel::mpsc::UnboundedSender<ObjectRef<Interconnect>>;
 
-/// The reader's state across passes and leadership terms: the connection slots, the TLS
-/// clients, the last answers of each Interconnect and who to wake when a read ends.
+/// The reader's state across passes and leadership terms: the connection slots, the last
+/// answers of each Interconnect and who to wake when a read ends.
 pub struct Reader {
     pool: Pool,
     timeout: Duration,
     slot_wait: Duration,
-    clients: Clients,
     memo: Mutex<HashMap<String, Memo>>,
     /// Routers of every Interconnect's last read, summed (what [`resync`] spreads).
     routers: std::sync::atomic::AtomicUsize,
@@ -192,7 +191,6 @@ impl Reader {
             pool,
             timeout,
             slot_wait,
-            clients: Clients::default(),
             memo: Mutex::default(),
             routers: std::sync::atomic::AtomicUsize::new(0),
             wakes: Mutex::default(),
@@ -228,7 +226,6 @@ impl Reader {
         if let Some(m) = self.memo.lock().unwrap_or_else(|e| e.into_inner()).remove(key) {
             self.routers.fetch_sub(m.routers, std::sync::atomic::Ordering::Relaxed);
         }
-        self.clients.forget(key);
     }
 
     /// The wait between reads of a connected mesh now ([`resync`] of the routers read).
@@ -316,7 +313,7 @@ impl Reader {
                 .map(|p| Target { pod: p.name.clone(), ip: p.ip.clone(), ready: p.ready })
                 .collect();
             let server_name = format!("{}.{}.svc", o.name(), o.namespace());
-            match self.clients.tls(&key, &server_name, &ca, observed.now) {
+            match management::tls(&server_name, &ca, observed.now) {
                 Ok(tls) => {
                     let (reader, metrics) = (self.clone(), metrics.clone());
                     let (namespace, name) = (o.namespace().to_string(), o.name().to_string());
