@@ -365,10 +365,12 @@ impl Reader {
     }
 
     /// Reads `targets` now, keeps the answers for Interconnect `key` (unless it was
-    /// forgotten meanwhile) and wakes it.
+    /// forgotten meanwhile) and wakes it; or, when the mesh is connected and the same as at
+    /// the last read ([`same_mesh`]: a pass would write nothing), only updates its gauges and
+    /// wakes it when the next read is due, so a mesh at rest costs one pass per read, not two.
     #[allow(clippy::too_many_arguments)]
     async fn read_now(
-        &self,
+        self: Arc<Self>,
         key: String,
         namespace: String,
         name: String,
@@ -390,7 +392,7 @@ impl Reader {
                 }
             }
         }
-        let _unmark = Unmark(self, &key);
+        let _unmark = Unmark(&self, &key);
         let started = Instant::now();
         let plan = Plan {
             port: u16::try_from(MANAGEMENT_PORT).expect("a port"),
@@ -407,14 +409,20 @@ impl Reader {
         );
         // A router with no link yet (joining) leaves the mesh unsettled, so it is read
         // again soon; the pass judges it once JOIN_GRACE is over.
-        let connected = assess(mode, &observations).condition.reason == "Connected";
-        {
+        let report = assess(mode, &observations);
+        let connected = report.condition.reason == "Connected";
+        let observations = Arc::new(observations);
+        let unchanged = {
             let mut memos = self.memo.lock().unwrap_or_else(|e| e.into_inner());
             let Some(memo) = memos.get_mut(&key) else { return };
             // Counted since the pods last changed: the reads while routers start (each pod
             // event a read, none connected yet) must not push the next read out to the
             // resync.
             let same_pods = memo.done.as_ref().is_some_and(|d| d.0 == pods);
+            let unchanged = connected
+                && memo.unsettled == 0
+                && same_pods
+                && memo.done.as_ref().is_some_and(|d| same_mesh(&d.2, &observations));
             memo.unsettled = if connected {
                 0
             } else if same_pods {
@@ -422,12 +430,51 @@ impl Reader {
             } else {
                 1
             };
-            memo.done = Some((pods, Instant::now(), Arc::new(observations)));
+            memo.done = Some((pods, Instant::now(), observations.clone()));
             memo.reading = false;
             self.routers.fetch_sub(memo.routers, std::sync::atomic::Ordering::Relaxed);
             memo.routers = targets.len();
             self.routers.fetch_add(memo.routers, std::sync::atomic::Ordering::Relaxed);
+            unchanged
+        };
+        if !unchanged {
+            self.wake(&namespace, &name);
+            return;
         }
-        self.wake(&namespace, &name);
+        // Only while a controller serves the namespace (leads): the gauges go with a term.
+        if !self.listened(&namespace) {
+            return;
+        }
+        let read =
+            MeshRead { blocked: None, observations: Arc::unwrap_or_clone(observations), report, next: None };
+        metrics.mesh(&namespace, &name, Some(read.sample()));
+        let (due, reader) = (self.resync(), self.clone());
+        tokio::spawn(async move {
+            tokio::time::sleep(due).await;
+            reader.wake(&namespace, &name);
+        });
     }
+
+    /// Whether a controller of `namespace` listens for its wake-ups.
+    fn listened(&self, namespace: &str) -> bool {
+        let wakes = self.wakes.lock().unwrap_or_else(|e| e.into_inner());
+        wakes.iter().any(|(scope, w)| (scope.is_empty() || scope == namespace) && !w.is_closed())
+    }
+}
+
+/// Whether two reads found the same mesh: the same pods, each with the same answer but for
+/// the counts that change all the time (clients, blocked links, stuck deliveries), which the
+/// status leaves to metrics. A pass on either writes the same status.
+pub fn same_mesh(a: &BTreeMap<String, Observation>, b: &BTreeMap<String, Observation>) -> bool {
+    a.len() == b.len()
+        && a.iter().zip(b).all(|((pa, a), (pb, b))| {
+            pa == pb
+                && match (a, b) {
+                    (Observation::Answered(a), Observation::Answered(b)) => {
+                        (&a.id, a.mode, &a.reaches, &a.inter_router, &a.edge)
+                            == (&b.id, b.mode, &b.reaches, &b.inter_router, &b.edge)
+                    }
+                    (a, b) => a == b,
+                }
+        })
 }

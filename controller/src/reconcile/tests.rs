@@ -583,6 +583,13 @@ mod mesh {
         let broken =
             read(&[("mesh-a", busy("mesh-a", &[], (0, 0, 0))), ("mesh-b", busy("mesh-b", &[], (0, 0, 0)))]);
         assert!(!equal_ignoring_times(&stored, &status(&o, &broken)));
+        // The reader wakes no pass for a read that found the same mesh, and one for a change.
+        use crate::reconcile::read::same_mesh;
+        assert!(same_mesh(&quiet.observations, &loaded.observations));
+        assert!(!same_mesh(&quiet.observations, &broken.observations));
+        let mut fewer = quiet.observations.clone();
+        fewer.pop_last();
+        assert!(!same_mesh(&quiet.observations, &fewer));
     }
 
     /// `n` router pods named as a DaemonSet names them on nodes named as a cloud names
