@@ -48,8 +48,8 @@ test: lint images router-image ## Everything CI runs: lint, unit tests and integ
 images: ## Build the operator's images as deploy/docker/*.Dockerfile define them: the release binaries (qdr-controller, qdr-webhook) and each image's root filesystem (deploy/docker/rootfs.sh) in target/images/
 	$(CARGO) build --locked --release -p qdr-controller -p qdr-webhook --bin qdr-controller --bin qdr-webhook
 	rm -rf $(CARGO_TARGET_DIR_OR_DEFAULT)/images/controller $(CARGO_TARGET_DIR_OR_DEFAULT)/images/webhook
-	deploy/docker/rootfs.sh target/release/qdr-controller $(CARGO_TARGET_DIR_OR_DEFAULT)/images/controller
-	deploy/docker/rootfs.sh target/release/qdr-webhook $(CARGO_TARGET_DIR_OR_DEFAULT)/images/webhook
+	deploy/docker/rootfs.sh $(CARGO_TARGET_DIR_OR_DEFAULT)/release/qdr-controller $(CARGO_TARGET_DIR_OR_DEFAULT)/images/controller
+	deploy/docker/rootfs.sh $(CARGO_TARGET_DIR_OR_DEFAULT)/release/qdr-webhook $(CARGO_TARGET_DIR_OR_DEFAULT)/images/webhook
 
 bench: router-image ## Benchmarks: per-object cost, the admission handler alone, webhook over HTTPS, API server, controller convergence, day two on real routers, the cost of reading the routers (one table)
 	$(CARGO) bench --locked -p qdr-controller --bench per_object
