@@ -85,6 +85,15 @@ fn links(status: &InterconnectStatus) -> BTreeSet<Drawn> {
     out
 }
 
+/// `, N edge` for an interior router with `N` edge routers attached (the edge routers are
+/// another Interconnect's, and the status counts them only), else nothing.
+fn edges(r: &crate::RouterStatus) -> String {
+    match (r.mode.as_deref(), r.edge_links) {
+        (Some("interior"), Some(n)) if n > 0 => format!(", {n} edge"),
+        _ => String::new(),
+    }
+}
+
 /// A Mermaid node id for `name` (letters, digits and `_`).
 fn node_id(name: &str) -> String {
     let id: String = name.chars().map(|c| if c.is_ascii_alphanumeric() { c } else { '_' }).collect();
@@ -166,7 +175,7 @@ pub fn render(name: &str, status: &InterconnectStatus, format: Format) -> String
             for r in &status.routers {
                 let me = r.id.clone().unwrap_or_else(|| r.pod.clone());
                 let label = match r.mode.as_deref() {
-                    Some(mode) => format!("{me}<br/>{mode}"),
+                    Some(mode) => format!("{me}<br/>{mode}{}", edges(r)),
                     None => me.clone(),
                 };
                 let class = if unreachable.contains_key(r.pod.as_str()) { ":::unreachable" } else { "" };
@@ -191,7 +200,7 @@ pub fn render(name: &str, status: &InterconnectStatus, format: Format) -> String
             for r in &status.routers {
                 let me = r.id.clone().unwrap_or_else(|| r.pod.clone());
                 // DOT's own `\n` between the id and the mode.
-                let mode = escaped(r.mode.as_deref().unwrap_or("?"));
+                let mode = escaped(&format!("{}{}", r.mode.as_deref().unwrap_or("?"), edges(r)));
                 let label = format!("\"{}\\n{mode}\"", escaped(&me));
                 let style =
                     if unreachable.contains_key(r.pod.as_str()) { ", style=dashed, color=red" } else { "" };
@@ -375,6 +384,16 @@ mod tests {
         assert!(d.contains("  \"leaf-a\" -> \"hub-0\" [label=\"edge\"];\n"), "{d}");
         let text = render("leaf", &s, Format::Text);
         assert!(text.contains("    ──> hub-0  edge\n"), "{text}");
+    }
+
+    #[test]
+    fn an_interior_router_counts_its_edge_routers() {
+        let mut s = split_mesh();
+        s.routers[0].edge_links = Some(2);
+        let d = render("mesh", &s, Format::Dot);
+        assert!(d.contains("[label=\"mesh-a\\ninterior, 2 edge\"];"), "{d}");
+        let m = render("mesh", &s, Format::Mermaid);
+        assert!(m.contains("[\"mesh-a<br/>interior, 2 edge\"]"), "{m}");
     }
 
     #[test]
