@@ -1,7 +1,7 @@
 //! The mesh as the routers see it (design: `docs/mesh-status.md`, issue 39): management
 //! answers of each router ([`reader`] asks one router) → a [`RouterView`] → the
-//! [`MeshReport`] of one Interconnect, with the `MeshConnected` condition it implies. Not
-//! wired into the controller yet: the listener, the read schedule and the status come next.
+//! [`MeshReport`] of one Interconnect, with the `MeshConnected` condition it implies. The
+//! read schedule is `reconcile/read.rs`'s, the status `reconcile/status.rs`'s.
 //!
 //! A management `QUERY` answer of qdrouterd 1.19 is `{attributeNames: [..], results: [[..],
 //! ..]}` (one row per entity, values in the order of the names), decoded into a bounded
