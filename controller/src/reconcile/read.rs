@@ -127,6 +127,9 @@ struct Memo {
     reading: bool,
     /// Routers of the last read that ended (counted in [`Reader::routers`]).
     routers: usize,
+    /// The pods' fingerprint the latest pass saw: a read that ends after the pods changed
+    /// under it wakes the Interconnect, whatever it found, so a new read starts.
+    seen: u64,
 }
 
 type Wake = futures::channel::mpsc::UnboundedSender<ObjectRef<Interconnect>>;
@@ -293,6 +296,7 @@ impl Reader {
         let (latest, start, next) = {
             let mut memos = self.memo.lock().unwrap_or_else(|e| e.into_inner());
             let memo = memos.entry(key.clone()).or_default();
+            memo.seen = pods;
             // A requeue for the due time may wake a moment early.
             let due = recheck(memo.unsettled, resync);
             let left = match &memo.done {
@@ -422,6 +426,7 @@ impl Reader {
             let unchanged = connected
                 && memo.unsettled == 0
                 && same_pods
+                && memo.seen == pods
                 && memo.done.as_ref().is_some_and(|d| same_mesh(&d.2, &observations));
             memo.unsettled = if connected {
                 0
