@@ -993,14 +993,15 @@ async fn the_status_reports_the_mesh_the_routers_see() {
     say!("Connected {:.1?} after Ready", t.elapsed());
     assert_eq!(ic["status"]["mesh"]["summary"], "3/3 connected", "{}", ic["status"]);
     // Each router is read on its own, a moment apart: a pair's link can be counted by one
-    // side's read and not yet by the other's (the pair is linked either way). Each router
-    // counts both of its own links by the next read (due MESH_RESYNC after the last).
+    // side's read and not yet by the other's (the pair is linked either way), and a routing
+    // table (`reached`) fills a moment after the links open. Each router counts both of its
+    // own links and both other routers by the next read (due MESH_RESYNC after the last).
     let next_read = 2 * qdr_controller::reconcile::MESH_RESYNC;
     let ic = qdr_tests::eventually("every router to count its two links", next_read, || async {
         let ic = get_ic(cp, &ns.name, "seen");
-        let full = ic["status"]["routers"]
-            .as_array()
-            .is_some_and(|rs| rs.len() == 3 && rs.iter().all(|r| r["interRouterLinks"] == 2));
+        let full = ic["status"]["routers"].as_array().is_some_and(|rs| {
+            rs.len() == 3 && rs.iter().all(|r| r["interRouterLinks"] == 2 && r["reached"] == 2)
+        });
         full.then_some(ic)
     })
     .await;
