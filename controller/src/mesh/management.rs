@@ -14,7 +14,7 @@
 use std::sync::Arc;
 use std::time::{Duration, SystemTime};
 
-use qdr_certs::pki::{CertInfo, CertKey, new_leaf};
+use qdr_certs::pki::{CertKey, new_leaf};
 use rustls::pki_types::{CertificateDer, PrivateKeyDer, ServerName, pem::PemObject};
 
 use crate::credentials::{Data, signer_and_trust};
@@ -45,22 +45,14 @@ impl std::fmt::Debug for Tls {
 }
 
 /// A client configuration with a certificate signed by `signer` (valid from `now` for
-/// [`CLIENT_LIFETIME`]) that trusts the CAs of `trust` (PEM): the configuration and when to
-/// make it again (2/3 of the certificate's life).
+/// [`CLIENT_LIFETIME`]) that trusts the CAs of `trust` (PEM).
 ///
 /// # Errors
 /// Why it could not be made (a CA that does not parse, a key rustls refuses), as text for
 /// the condition's message.
-pub fn client_config(
-    signer: &CertKey,
-    trust: &str,
-    now: SystemTime,
-) -> Result<(rustls::ClientConfig, SystemTime), String> {
+pub fn client_config(signer: &CertKey, trust: &str, now: SystemTime) -> Result<rustls::ClientConfig, String> {
     let leaf = new_leaf(signer, &[CLIENT_NAME.to_string()], now, CLIENT_LIFETIME)
         .map_err(|e| format!("issuing the client certificate: {e}"))?;
-    let renew_at = CertInfo::parse(&leaf.cert_pem)
-        .map_err(|e| format!("reading the client certificate: {e}"))?
-        .point(crate::credentials::RENEW_FRACTION);
     let mut roots = rustls::RootCertStore::empty();
     for der in CertificateDer::pem_slice_iter(trust.as_bytes()) {
         let der = der.map_err(|e| format!("the management CA bundle: {e}"))?;
@@ -75,12 +67,12 @@ pub fn client_config(
         .with_root_certificates(roots)
         .with_client_auth_cert(chain, key)
         .map_err(|e| format!("the client certificate: {e}"))?;
-    Ok((config, renew_at))
+    Ok(config)
 }
 
 /// The TLS client for one read of an Interconnect's routers, whose certificates hold
 /// `server_name`, from its management CA Secret's data `ca`, at `now`. Made for each read
-/// (a key pair and a signature, about a tenth of a millisecond) and dropped after it: kept
+/// (a key pair and a signature) and dropped after it: kept
 /// for every Interconnect they took about 11 KB each, 23 MB at 2,000 Interconnects, to save
 /// work that reads at rest do a few times a second (docs/mesh-status.md, "Cost at scale").
 ///
@@ -90,7 +82,7 @@ pub fn client_config(
 pub fn tls(server_name: &str, ca: &Data, now: SystemTime) -> Result<Tls, String> {
     let (signer, trust) = signer_and_trust(ca, now)
         .ok_or_else(|| "the management CA cannot sign now (it is being replaced)".to_string())?;
-    let (config, _) = client_config(&signer, &trust, now)?;
+    let config = client_config(&signer, &trust, now)?;
     let server_name = ServerName::try_from(server_name.to_string()).map_err(|e| e.to_string())?;
     Ok(Tls { config: Arc::new(config), server_name })
 }
