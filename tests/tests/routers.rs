@@ -810,7 +810,9 @@ async fn edge_routers_uplink_through_the_service_name_and_carry_messages_between
     // The controller reports the same: both edges uplinked, each to the hub's router.
     let leaf = qdr_tests::eventually("leaf MeshConnected Connected", Duration::from_secs(60), || async {
         let ic = get_ic(cp, &ns.name, "leaf");
-        (condition_of(&ic, "MeshConnected").1 == "Connected").then_some(ic)
+        // `Connected` may still count an edge as starting (Ready, no uplink yet: JOIN_GRACE).
+        let (_, reason, message) = condition_of(&ic, "MeshConnected");
+        (reason == "Connected" && !message.contains("starting")).then_some(ic)
     })
     .await;
     assert_eq!(leaf["status"]["mesh"]["summary"], "2/2 uplinked", "{}", leaf["status"]);
