@@ -9,7 +9,7 @@ CARGO_TARGET_DIR_OR_DEFAULT := $(or $(CARGO_TARGET_DIR),target)
 help: ## List the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  %-16s %s\n", $$1, $$2}'
 
-testbin: ## Build (once, cached) etcd, kube-apiserver, kube-controller-manager, kube-scheduler, kubectl, kwok, kubelet, kube-proxy, pause, helm and CoreDNS; print where
+testbin: ## Build (once, cached) every Go test tool: the control plane and kwok (core), the real node's kubelet, kube-proxy, pause and CoreDNS (node), helm, Prometheus with its operator (monitoring), OLM (olm); print where
 	@tools/testbin/build.sh
 
 router-image: ## Build (once, cached) the router image from source: qpid-proton 0.37.0 and qpid-dispatch 1.19.0 from $$QDR_ROUTER_SOURCES (unset: the pinned git tags); print the archive
@@ -40,10 +40,87 @@ monitoring: ## Copy the monitoring component's files (deploy/components/monitori
 	cp deploy/components/monitoring/pod-monitors.yaml deploy/components/monitoring/prometheus-rule.yaml \
 	  deploy/components/monitoring/dashboard.json deploy/helm/qdr-operator/files/
 
-# The install tests run the operator's images on the real node: they are built from the
-# release binaries, so those are built first; the router tests run the router image.
-test: lint images router-image ## Everything CI runs: lint, unit tests and integration tests on a real control plane (and a real node with real routers)
-	testbin="$$(tools/testbin/build.sh)"; QDR_TESTBIN="$$testbin" $(CARGO) test --workspace --locked
+# `make test` runs as a graph (make's own parallelism, TEST_JOBS jobs at once), so the builds
+# and the tests overlap on a 2-core machine:
+#   - one Rust build (`cargo test --no-run`: every test executable and every binary, in the
+#     dev profile; the tests' images and `make run` use those same binaries), then lint;
+#   - the Go test tools by group (tools/testbin/build.sh core, node, helm, monitoring, olm),
+#     one group after another, beside the Rust build; the router image beside both;
+#   - each test executable as soon as what it runs is built: those that need no real node in
+#     two lanes, those that run the real node (one per machine, tests/src/real_node.rs) in a
+#     third, one after another.
+# Builds run at a lower CPU priority than tests (nice), so a test's timing is not squeezed by
+# a compile. `make -k`: every executable runs even after one fails; the exit status says
+# whether all passed, and the last lines list each executable's time and result.
+TEST_JOBS ?= 6
+T := $(CARGO_TARGET_DIR_OR_DEFAULT)
+NICE := nice -n 10
+TESTBIN = $$(tools/testbin/build.sh --print)
+# The test sources, by lane. Those that start a real node say so in their source.
+IT_ALL := $(sort $(wildcard api/tests/*.rs certs/tests/*.rs controller/tests/*.rs webhook/tests/*.rs tests/tests/*.rs))
+IT_REAL := tests/tests/real_node.rs tests/tests/routers.rs tests/tests/install.rs tests/tests/day_two.rs \
+  tests/tests/local_run.rs tests/tests/monitoring.rs tests/tests/olm.rs
+IT_REAL_FOUND := $(sort $(shell grep -l 'real_node' $(IT_ALL) 2>/dev/null))
+IT_PLAIN := $(filter-out $(IT_REAL),$(IT_ALL))
+# Two lanes for the others, about equally long; the chart tests last (they wait for helm).
+IT_LANE_A := controller/tests/hostile.rs controller/tests/faults.rs controller/tests/edits.rs \
+  controller/tests/rbac.rs tests/tests/docs.rs webhook/tests/e2e.rs controller/tests/lease.rs
+IT_LANE_B := $(filter-out $(IT_LANE_A) tests/tests/deploy.rs,$(IT_PLAIN)) tests/tests/deploy.rs
+
+test: ## Everything CI runs: lint, unit tests and integration tests on a real control plane (and a real node with real routers); builds and tests overlap (TEST_JOBS)
+	@rm -f $(T)/test-results.txt
+	@mkdir -p $(T)
+	@[[ "$(sort $(IT_REAL))" == "$(IT_REAL_FOUND)" ]] || { echo "Makefile: IT_REAL ($(IT_REAL)) must list exactly the test sources that start a real node ($(IT_REAL_FOUND))" >&2; exit 1; }
+	@start=$$(date +%s); rc=0; \
+	  $(MAKE) --no-print-directory -k -j$(TEST_JOBS) --output-sync=target test-graph || rc=$$?; \
+	  echo "== test executables (seconds, result, source):"; sort -k3 $(T)/test-results.txt 2>/dev/null | sed 's/^/   /'; \
+	  echo "== make test: $$( ((rc)) && echo FAILED || echo passed) in $$(( $$(date +%s) - start ))s"; exit $$rc
+
+.PHONY: test-graph test-build test-lint test-unit test-doc testbin-core testbin-node testbin-helm testbin-monitoring testbin-olm test-router-image
+test-graph: test-lint test-doc test-unit $(addprefix test-run/,$(IT_ALL))
+
+# The one Rust build: cargo prints where each test executable is (run by tools/test/run.sh).
+test-build:
+	$(NICE) $(CARGO) test --workspace --locked --no-run --message-format=json-render-diagnostics > $(T)/test-executables.json.tmp
+	mv $(T)/test-executables.json.tmp $(T)/test-executables.json
+# Lint after the build (cargo takes one build at a time): the tests are running by then.
+test-lint: test-build
+	$(CARGO) fmt --all --check
+	$(NICE) $(CARGO) clippy --workspace --all-targets --locked -- -D warnings
+test-doc: test-lint
+	$(NICE) $(CARGO) test --workspace --locked --doc
+test-unit: test-build
+	@tools/test/run.sh $(T)/test-executables.json $(T)/test-results.txt unit
+
+# The Go tools, a group at a time (each group reuses the Go build cache the one before filled).
+testbin-core:
+	@$(NICE) tools/testbin/build.sh core >/dev/null
+testbin-node: testbin-core
+	@$(NICE) tools/testbin/build.sh node >/dev/null
+testbin-helm: testbin-node
+	@$(NICE) tools/testbin/build.sh helm >/dev/null
+testbin-monitoring: testbin-helm
+	@$(NICE) tools/testbin/build.sh monitoring >/dev/null
+testbin-olm: testbin-monitoring
+	@$(NICE) tools/testbin/build.sh olm >/dev/null
+test-router-image:
+	@$(NICE) tools/router-image/build.sh >/dev/null
+
+# One target per test source; each waits for what it runs, and the one before it in its lane.
+test-run/%: test-build testbin-core
+	@QDR_TESTBIN="$(TESTBIN)" tools/test/run.sh $(T)/test-executables.json $(T)/test-results.txt $*
+test-run/tests/tests/deploy.rs: testbin-helm
+test-run/tests/tests/real_node.rs: testbin-node
+test-run/tests/tests/routers.rs: testbin-node test-router-image | test-run/tests/tests/real_node.rs
+test-run/tests/tests/install.rs: testbin-helm test-router-image | test-run/tests/tests/routers.rs
+test-run/tests/tests/day_two.rs: test-router-image | test-run/tests/tests/install.rs
+test-run/tests/tests/local_run.rs: test-router-image | test-run/tests/tests/day_two.rs
+test-run/tests/tests/monitoring.rs: testbin-monitoring test-router-image | test-run/tests/tests/local_run.rs
+test-run/tests/tests/olm.rs: testbin-olm | test-run/tests/tests/monitoring.rs
+# chain(sources): each source's run after the run of the one before it.
+chain = $(if $(word 2,$(1)),$(eval test-run/$(word 2,$(1)): | test-run/$(word 1,$(1)))$(call chain,$(wordlist 2,$(words $(1)),$(1))))
+$(call chain,$(IT_LANE_A))
+$(call chain,$(IT_LANE_B))
 
 images: ## Build the operator's images as deploy/docker/*.Dockerfile define them: the release binaries (qdr-controller, qdr-webhook) and each image's root filesystem (deploy/docker/rootfs.sh) in target/images/
 	$(CARGO) build --locked --release -p qdr-controller -p qdr-webhook --bin qdr-controller --bin qdr-webhook
@@ -61,19 +138,20 @@ validate-command: ## Build qdr-validate (offline manifest checks) into the relea
 	$(CARGO) build --locked --release -p qdr-webhook --features validate-command --bin qdr-validate
 	@echo "$(CARGO_TARGET_DIR_OR_DEFAULT)/release/qdr-validate"
 
-run: ## Run the whole system on a local control plane with the examples, until Ctrl-C
+run: ## Run the whole system on a local control plane with the examples, until Ctrl-C (builds the binaries and, once, the control plane: nothing else)
 	$(CARGO) build --locked --bins
-	testbin="$$(tools/testbin/build.sh)"; QDR_TESTBIN="$$testbin" $(CARGO_TARGET_DIR_OR_DEFAULT)/debug/local-run
+	testbin="$$(tools/testbin/build.sh core)"; QDR_TESTBIN="$$testbin" $(CARGO_TARGET_DIR_OR_DEFAULT)/debug/local-run
 
-run-real: images router-image ## Like `run`, on a real node (kubelet, containerd; as root): the operator installed from deploy/ as pods, and real routers from the image built from source, with the mesh they see and messages through it
-	$(CARGO) build --locked -p qdr-tests --bin local-run
-	testbin="$$(tools/testbin/build.sh)"; QDR_TESTBIN="$$testbin" $(CARGO_TARGET_DIR_OR_DEFAULT)/debug/local-run --real
+run-real: router-image ## Like `run`, on a real node (kubelet, containerd; as root): the operator installed from deploy/ as pods (images of the binaries `run` builds), and real routers from the image built from source, with the mesh they see and messages through it
+	$(CARGO) build --locked --bins
+	testbin="$$(tools/testbin/build.sh core node)"; QDR_TESTBIN="$$testbin" $(CARGO_TARGET_DIR_OR_DEFAULT)/debug/local-run --real
 
 deploy: ## Install deploy/ into the cluster of the current kubeconfig (kubectl apply -k)
 	kubectl apply -k deploy/
 
 dev-cluster: ## Run the local control plane (kube-controller-manager, kube-scheduler, 3 kwok nodes) until Ctrl-C
-	testbin="$$(tools/testbin/build.sh)"; QDR_TESTBIN="$$testbin" $(CARGO) run --locked -p qdr-tests --bin dev-cluster
+	$(CARGO) build --locked --bins
+	testbin="$$(tools/testbin/build.sh core)"; QDR_TESTBIN="$$testbin" $(CARGO_TARGET_DIR_OR_DEFAULT)/debug/dev-cluster
 
 clean-testbin: ## Remove the cached control-plane binaries
 	rm -rf "$$(dirname "$$(tools/testbin/build.sh --print)")"

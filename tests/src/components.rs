@@ -127,8 +127,8 @@ pub fn start_replica(cp: &ControlPlane, ns: &str, reg: &Registration, port: u16,
     start_replica_of(&binary("qdr-webhook"), cp, ns, reg, port, extra)
 }
 
-/// [`start_replica`] of the webhook binary at `program` (for example the release binary the
-/// image holds, [`crate::images::release_binary`]).
+/// [`start_replica`] of the webhook binary at `program` (for example the binary the image
+/// holds, [`crate::images::operator_binary`]).
 pub fn start_replica_of(
     program: &std::path::Path,
     cp: &ControlPlane,

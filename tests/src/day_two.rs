@@ -1,6 +1,6 @@
 //! Day two with live traffic on real routers, shared by the test `tests/tests/day_two.rs`
 //! (which fails on a lost acknowledged message) and `qdr-bench` (which prints the figures):
-//! a mesh of 3 interior routers on the real node, made by two release `qdr-controller`
+//! a mesh of 3 interior routers on the real node, made by two `qdr-controller`
 //! replicas (one leads) with short credential lifetimes, while a client sends through the
 //! mesh's Service at [`RATE`] messages a second with acknowledgements and a receiver reads,
 //! both reconnecting as clients do ([`crate::routers::Steady`]).
@@ -56,7 +56,7 @@ impl std::fmt::Display for Step {
 }
 
 /// Prepares `cp` (a control plane with a real node): the AMQP client is checked, the real
-/// node opened to routers, the router image imported, the CRD installed, and two release
+/// node opened to routers, the router image imported, the CRD installed, and two
 /// controllers (`day-two-0`, `day-two-1`) started with [`CERT`], [`CA`] and [`OVERLAP`].
 ///
 /// # Panics

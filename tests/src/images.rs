@@ -4,7 +4,7 @@
 //! `ctr images import` takes.
 //!
 //! - [`operator_image`]: the controller or the webhook, from the root filesystem that
-//!   `deploy/docker/rootfs.sh` lays out from the workspace's release binary (the binary and
+//!   `deploy/docker/rootfs.sh` lays out from the operator binary built with the tests ([`operator_binary`]; the binary and
 //!   exactly the shared libraries it loads), with the user and entrypoint of
 //!   `deploy/docker/<name>.Dockerfile`, whose build stage runs the same script: one definition
 //!   for the published images and the tested ones.
@@ -34,7 +34,7 @@ pub const PAUSE_IMAGE: &str = "qdr-operator.test/pause:1";
 pub struct OperatorImage {
     /// `controller` or `webhook`: the Dockerfile's and the image's short name.
     pub name: &'static str,
-    /// The cargo binary (`target/release/<binary>`), stored at `/<binary>` in the image.
+    /// The cargo binary (`target/<profile>/<binary>`), stored at `/<binary>` in the image.
     pub binary: &'static str,
 }
 
@@ -174,29 +174,45 @@ fn parse_dockerfile(text: &str) -> Result<Dockerfile, String> {
     Ok(d)
 }
 
-/// The release binary of `image` (`<target dir>/release/<binary>`).
-///
-/// # Errors
-/// [`Error::MissingBinary`] naming `make images` when it has not been built.
-pub fn release_binary(image: &OperatorImage) -> Result<PathBuf, Error> {
-    let target = std::env::var_os("CARGO_TARGET_DIR")
-        .map(PathBuf::from)
-        .unwrap_or_else(|| crate::workspace_root().join("target"));
-    let path = target.join("release").join(image.binary);
-    if path.is_file() { Ok(path) } else { Err(Error::MissingBinary { path, hint: "make images" }) }
+/// The directory of the binaries cargo built together with the running program:
+/// `<target dir>/<profile>`, the running program's own directory, or its parent when that is
+/// `deps/` (where test executables live). `cargo test --workspace` builds every binary of the
+/// workspace there, `make run` (`cargo build --bins`) the same ones in the same profile, and
+/// `make bench` the release ones, so a test, `local-run` and the bench each find the operator
+/// built as they were.
+pub fn bin_dir() -> PathBuf {
+    let exe = std::env::current_exe().unwrap_or_default();
+    let dir = exe.parent().map(Path::to_path_buf).unwrap_or_default();
+    if dir.file_name().is_some_and(|n| n == "deps") {
+        dir.parent().map(Path::to_path_buf).unwrap_or(dir)
+    } else {
+        dir
+    }
 }
 
-/// The spec of `image`: the root filesystem [`rootfs_script`] lays out from its release
-/// binary into `rootfs` (a directory that must not exist or be empty; the spec's files are
+/// The operator binary of `image` in [`bin_dir`] (`<target dir>/<profile>/<binary>`): the
+/// program the tests' images hold and the tests run. `make images` packs the release one
+/// for publishing with the same script and the same cargo flags as the Dockerfile (a test
+/// compares them).
+///
+/// # Errors
+/// [`Error::MissingBinary`] naming `cargo build --bins` when it has not been built.
+pub fn operator_binary(image: &OperatorImage) -> Result<PathBuf, Error> {
+    let path = bin_dir().join(image.binary);
+    if path.is_file() { Ok(path) } else { Err(Error::MissingBinary { path, hint: "cargo build --bins" }) }
+}
+
+/// The spec of `image`: the root filesystem [`rootfs_script`] lays out from its
+/// [`operator_binary`] into `rootfs` (a directory that must not exist or be empty; the spec's files are
 /// read from it, so keep it until the archive is written), with the `USER` and `ENTRYPOINT`
 /// of its Dockerfile.
 ///
 /// # Errors
-/// As [`release_binary`] and [`dockerfile`]; [`Error::Startup`] with the script's output
+/// As [`operator_binary`] and [`dockerfile`]; [`Error::Startup`] with the script's output
 /// when it fails (a library the binary needs is missing); [`Error::Io`] when `rootfs` cannot
 /// be read.
 pub fn operator_image(image: &OperatorImage, rootfs: &Path) -> Result<ImageSpec, Error> {
-    let binary = release_binary(image)?;
+    let binary = operator_binary(image)?;
     let dockerfile = dockerfile(image)?;
     let out = Command::new(rootfs_script())
         .arg(&binary)

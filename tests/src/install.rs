@@ -1,4 +1,4 @@
-//! The operator installed for real on the real node: its images built from the release
+//! The operator installed for real on the real node: its images built from the
 //! binaries and imported into the node's containerd, and `deploy/` (or an overlay of it, or
 //! the Helm chart) applied with only what the node needs changed: the image names, the pull
 //! policy `Never` (there is no registry), and the placement on [`crate::real_node::NODE`]
@@ -11,12 +11,12 @@ use crate::images::{CONTROLLER, OperatorImage, TAG, WEBHOOK};
 use crate::real_node::{NODE, TAINT};
 use crate::{ControlPlane, Error};
 
-/// Builds the controller and webhook images from the release binaries, as their Dockerfiles
+/// Builds the controller and webhook images from the operator binaries built with the tests, as their Dockerfiles
 /// define them ([`crate::images::operator_image`]), into `<control plane dir>/images` and imports them
 /// into the real node.
 ///
 /// # Errors
-/// [`Error::MissingBinary`] when the release binaries are not built or there is no real
+/// [`Error::MissingBinary`] when the operator binaries are not built or there is no real
 /// node; [`Error::Startup`] when an import fails.
 pub fn import_operator_images(cp: &ControlPlane) -> Result<(), Error> {
     import_operator_images_as(cp, OperatorImage::reference)

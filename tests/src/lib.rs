@@ -41,7 +41,7 @@ pub use control_plane::{
 };
 pub use pki::{CertPair, Pki};
 pub use process::{Process, at_exit};
-pub use testbin::{BUILD_HINT, KWOK_STAGES, TESTBIN_ENV, Testbin, workspace_root};
+pub use testbin::{BUILD_HINT, CORE, KWOK_STAGES, TESTBIN_ENV, Testbin, workspace_root};
 
 /// Polls `check` every 100 ms until it returns `Some`, and returns that value.
 ///

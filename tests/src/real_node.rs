@@ -300,6 +300,10 @@ impl RealNode {
         client: kube::Client,
     ) -> Result<RealNode, Error> {
         let began = Instant::now();
+        // The `node` group of the test binaries is built after the control plane's.
+        let [pause, kubelet, kube_proxy, coredns] =
+            ["pause", "kubelet", "kube-proxy", "coredns"].map(|b| testbin.require(b));
+        let (pause, kubelet, kube_proxy, coredns) = (pause?, kubelet?, kube_proxy?, coredns?);
         let dir = host.record.dir.clone();
         let d = |p: &str| dir.join(p).display().to_string();
         write(&dir.join("cni/net.d/10-qdr-real-node.conflist"), &cni_config(&d("cni/ipam")))?;
@@ -328,14 +332,14 @@ impl RealNode {
             }
             tokio::time::sleep(Duration::from_millis(50)).await;
         }
-        let pause = dir.join("pause.oci.tar");
-        crate::images::write_archive(&crate::images::pause_image(&testbin.path("pause")), &pause)?;
-        import(&host.record.socket(), &pause)?;
+        let pause_archive = dir.join("pause.oci.tar");
+        crate::images::write_archive(&crate::images::pause_image(&pause), &pause_archive)?;
+        import(&host.record.socket(), &pause_archive)?;
 
         create_cgroup_root()?;
         let (healthz, proxy_healthz, proxy_metrics) = (free_port()?, free_port()?, free_port()?);
         write(&dir.join("kubelet.yaml"), &kubelet_config(&dir, ca_file, healthz))?;
-        let mut cmd = Command::new(testbin.path("kubelet"));
+        let mut cmd = Command::new(kubelet);
         cmd.args([
             format!("--config={}", d("kubelet.yaml")),
             format!("--kubeconfig={}", node_kubeconfig.display()),
@@ -349,13 +353,13 @@ impl RealNode {
         let kubelet = Process::spawn("kubelet", cmd, &dir.join("kubelet.log"))?;
 
         write(&dir.join("kube-proxy.yaml"), &kube_proxy_config(kubeconfig, proxy_healthz, proxy_metrics))?;
-        let mut cmd = Command::new(testbin.path("kube-proxy"));
+        let mut cmd = Command::new(kube_proxy);
         cmd.args([format!("--config={}", d("kube-proxy.yaml")), "--v=1".into()]);
         let kube_proxy = Process::spawn("kube-proxy", cmd, &dir.join("kube-proxy.log"))?;
 
         let dns_ready = free_port()?;
         write(&dir.join("Corefile"), &corefile(kubeconfig, dns_ready))?;
-        let mut cmd = Command::new(testbin.path("coredns"));
+        let mut cmd = Command::new(coredns);
         cmd.arg("-conf").arg(dir.join("Corefile"));
         let coredns = Process::spawn("coredns", cmd, &dir.join("coredns.log"))?;
 

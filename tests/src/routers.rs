@@ -92,12 +92,12 @@ pub fn routers_on_real_node(cp: &ControlPlane) -> Result<(), Error> {
     }
 }
 
-/// Starts the release `qdr-controller` on this machine as ServiceAccount
+/// Starts `qdr-controller` (built with the tests, [`crate::images::operator_binary`]) on this machine as ServiceAccount
 /// `qdr-operator/qdr-controller` (deploy/'s RBAC), with [`ROUTER_IMAGE`] as the default
 /// router image and `extra` arguments; its log is `<control plane dir>/<name>.log`.
 ///
 /// # Errors
-/// [`Error::MissingBinary`] when the release binary is not built; as
+/// [`Error::MissingBinary`] when the binary is not built; as
 /// [`ControlPlane::install_rbac`]; [`Error::Io`] when it cannot start.
 pub fn start_controller(cp: &ControlPlane, name: &str, extra: &[&str]) -> Result<Process, Error> {
     start_controller_on(cp, name, crate::components::free_port(), extra)
@@ -113,7 +113,7 @@ pub fn start_controller_on(
     health: u16,
     extra: &[&str],
 ) -> Result<Process, Error> {
-    let binary = crate::images::release_binary(&crate::images::CONTROLLER)?;
+    let binary = crate::images::operator_binary(&crate::images::CONTROLLER)?;
     let ids = cp.install_rbac(&crate::rbac::Install::new("qdr-operator"))?;
     let mut cmd = Command::new(binary);
     cmd.env("KUBECONFIG", &ids.controller).args([

@@ -1,5 +1,5 @@
 //! Day two with live traffic on real routers (`qdr_tests::day_two`): a mesh of 3 made by two
-//! release `qdr-controller` replicas with short credential lifetimes, under a client sending
+//! `qdr-controller` replicas with short credential lifetimes, under a client sending
 //! with acknowledgements through the mesh's Service, through scale 3 → 5 → 3, a configuration
 //! roll, the leading controller killed, a router certificate renewal and a full CA rotation.
 //! No acknowledged message may be lost, and something must go through in each; the counts and

@@ -416,7 +416,7 @@ async fn every_console_command_runs_against_a_local_control_plane() {
     for w in &webhooks {
         components::wait_ready(w, Duration::from_secs(60)).await;
     }
-    // The release controllers (`make test` builds them first), as deploy/'s ServiceAccount.
+    // The controllers built with the tests, as deploy/'s ServiceAccount.
     // Simulated nodes: no router answers at its pod's address, so the mesh is not read.
     let _controllers: Vec<qdr_tests::Process> = ["docs-0", "docs-1"]
         .iter()

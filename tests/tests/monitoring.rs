@@ -667,7 +667,7 @@ fn shorten_mesh_for(text: &str) -> String {
 
 /// A binary of the pinned test tools (`tools/testbin/build.sh`).
 fn testbin(name: &str) -> PathBuf {
-    qdr_tests::Testbin::locate().expect("the test binaries (make testbin)").path(name)
+    qdr_tests::Testbin::locate().and_then(|t| t.require(name)).expect("the test binaries (make testbin)")
 }
 
 /// `X.Y.Z` of the test's Prometheus, as the Prometheus resource's `version` (`vX.Y.Z`), so

@@ -68,7 +68,7 @@ fn root() -> PathBuf {
 
 /// A binary of the pinned test tools (`tools/testbin/build.sh`).
 fn testbin(name: &str) -> PathBuf {
-    qdr_tests::Testbin::locate().expect("the test binaries (make testbin)").path(name)
+    qdr_tests::Testbin::locate().and_then(|t| t.require(name)).expect("the test binaries (make testbin)")
 }
 
 use qdr_tests::routers::{kubectl, ok};

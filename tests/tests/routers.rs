@@ -1,6 +1,6 @@
 //! Real routers through the operator: the router image built from source
 //! (`tools/router-image/build.sh`) runs as pods on the real node (`qdr_tests::routers`), made
-//! by the release `qdr-controller` from Interconnects, and real AMQP clients
+//! by `qdr-controller` from Interconnects, and real AMQP clients
 //! (`tests/amqp/client.py`, Debian's Proton) and the image's own `qdmanage` talk to them.
 //!
 //! One real node runs here, so every router of a test shares it: placement `Any` and `Every`

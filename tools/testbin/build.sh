@@ -12,8 +12,9 @@
 # Lease, pod-ready, pod-complete, pod-delete, from its module) into kwok-stages.yaml. Reuses
 # the cache when every file is present. Prints the directory on its last line of stdout.
 #
-#   tools/testbin/build.sh            build if needed, print the directory
-#   tools/testbin/build.sh --print    print the directory without building
+#   tools/testbin/build.sh [GROUP...]  build the groups (all when none is named) if needed,
+#                                      print the directory
+#   tools/testbin/build.sh --print     print the directory without building
 set -euo pipefail
 here="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
 # The pins live in the go.mod files; read them back (tidy may put them in a require block).
@@ -34,7 +35,6 @@ cache_root="${QDR_TESTBIN_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/qdr-operator/te
 key="$(cat "$here/k8s/go.mod" "$here/etcd/go.mod" "$here/kwok/go.mod" "$here/pause/go.mod" "$here/pause/main.go" \
   | sha256sum | cut -c1-8)"
 out="$cache_root/k8s-$K8S_VERSION-etcd-$ETCD_VERSION-kwok-$KWOK_VERSION-$GO_VERSION-$key"
-bins=(etcd kube-apiserver kube-controller-manager kube-scheduler kubectl kwok kubelet kube-proxy pause)
 
 if [[ "${1:-}" == "--print" ]]; then echo "$out"; exit 0; fi
 
@@ -128,61 +128,91 @@ build_prometheus() {
   echo "testbin: prometheus took $(( $(date +%s) - t ))s" >&2
 }
 
-complete=1
-for b in "${bins[@]}"; do [[ -x "$out/$b" ]] || complete=0; done
-[[ -s "$out/kwok-stages.yaml" ]] || complete=0
-if [[ $complete == 1 ]]; then
-  build_helm
-  build_coredns
-  build_monitoring
-  build_prometheus
-  build_olm
-  echo "testbin: cached (k8s $K8S_VERSION, etcd $ETCD_VERSION, kwok $KWOK_VERSION, helm $HELM_VERSION, coredns $COREDNS_VERSION, $GO_VERSION)" >&2
-  echo "$out"; exit 0
-fi
-
-mkdir -p "$out.tmp"
+# The groups, each built (and checked) on its own, so a target builds only what it runs
+# (`make run`: core; `make run-real`: core and node; `make test`: all, the groups as the
+# tests that need them come up):
+#   core        etcd, kube-apiserver, kube-controller-manager, kube-scheduler, kubectl, kwok
+#               and kwok-stages.yaml (every control plane)
+#   node        kubelet, kube-proxy, pause, coredns (the real node)
+#   helm        helm (the chart tests)
+#   monitoring  prometheus-operator with monitoring-crds/, prometheus, promtool
+#   olm         olm, catalog, cpb, opm, olm-validate with olm-crds/
+# Each binary is written beside its final name and moved into place, so a build that is
+# stopped leaves no half binary and the next one resumes where it stopped.
+groups=("${@}")
+(( ${#groups[@]} )) || groups=(core node helm monitoring olm)
+mkdir -p "$out"
 start=$(date +%s)
 
 minor="$(echo "$K8S_VERSION" | cut -d. -f2)"
-ld="-s -w"
+k8s_ld="-s -w"
 for p in k8s.io/component-base/version k8s.io/client-go/pkg/version; do
-  ld="$ld -X $p.gitVersion=$K8S_VERSION -X $p.gitMajor=1 -X $p.gitMinor=$minor -X $p.gitTreeState=clean -X $p.buildDate=1970-01-01T00:00:00Z"
+  k8s_ld="$k8s_ld -X $p.gitVersion=$K8S_VERSION -X $p.gitMajor=1 -X $p.gitMinor=$minor -X $p.gitTreeState=clean -X $p.buildDate=1970-01-01T00:00:00Z"
 done
 
-step=$(date +%s)
-took() { echo "testbin: $1 took $(( $(date +%s) - step ))s" >&2; step=$(date +%s); }
-echo "testbin: building etcd $ETCD_VERSION" >&2
-(cd "$here/etcd" && go build -trimpath -ldflags "-s -w" -o "$out.tmp/etcd" go.etcd.io/etcd/server/v3)
-took etcd
-for b in kube-apiserver kube-controller-manager kube-scheduler kubectl kubelet kube-proxy; do
-  echo "testbin: building $b $K8S_VERSION (a cold build takes many minutes)" >&2
-  (cd "$here/k8s" && go build -trimpath -tags selinux,notest -ldflags "$ld" -o "$out.tmp/$b" "k8s.io/kubernetes/cmd/$b")
-  took "$b"
-done
-echo "testbin: building pause" >&2
-(cd "$here/pause" && go build -trimpath -ldflags "-s -w" -o "$out.tmp/pause" .)
-took pause
-echo "testbin: building kwok $KWOK_VERSION" >&2
-(cd "$here/kwok" && go build -trimpath -ldflags "-s -w" -o "$out.tmp/kwok" sigs.k8s.io/kwok/cmd/kwok)
-took kwok
-# kwok runs only what its stages say; these are the ones `kwokctl` installs by default.
-kwok_dir="$(cd "$here/kwok" && go list -m -f '{{.Dir}}' sigs.k8s.io/kwok)"
-for f in node/fast/node-initialize node/heartbeat-with-lease/node-heartbeat-with-lease \
-         pod/fast/pod-ready pod/fast/pod-complete pod/fast/pod-delete; do
-  echo "---"; cat "$kwok_dir/kustomize/stage/$f.yaml"
-done > "$out.tmp/kwok-stages.yaml"
+# build_k8s NAME...: the named k8s.io/kubernetes commands that are not built yet, in one `go
+# build` (the packages they share are compiled once, the links run side by side).
+build_k8s() {
+  local todo=() b t
+  for b in "$@"; do [[ -x "$out/$b" ]] || todo+=("$b"); done
+  (( ${#todo[@]} )) || return 0
+  t=$(date +%s)
+  echo "testbin: building ${todo[*]} $K8S_VERSION (a cold build takes many minutes)" >&2
+  rm -rf "$out/k8s.tmp" && mkdir -p "$out/k8s.tmp"
+  (cd "$here/k8s" && go build -trimpath -tags selinux,notest -ldflags "$k8s_ld" -o "$out/k8s.tmp/" \
+    "${todo[@]/#/k8s.io/kubernetes/cmd/}")
+  for b in "${todo[@]}"; do mv "$out/k8s.tmp/$b" "$out/$b"; done
+  rm -rf "$out/k8s.tmp"
+  echo "testbin: ${todo[*]} took $(( $(date +%s) - t ))s" >&2
+}
 
-"$out.tmp/kube-apiserver" --version >&2
-# sed reads all of it: `head -1` would close the pipe early, etcd would die of SIGPIPE,
-# and pipefail would end this script before the directory is moved into place.
-"$out.tmp/etcd" --version | sed -n 1p >&2
-"$out.tmp/kwok" --version >&2
-rm -rf "$out" && mv "$out.tmp" "$out"
-build_helm
-build_coredns
-build_monitoring
-build_prometheus
-build_olm
-echo "testbin: built in $(( $(date +%s) - start ))s" >&2
+build_core() {
+  if [[ ! -x "$out/etcd" ]]; then
+    local t; t=$(date +%s)
+    echo "testbin: building etcd $ETCD_VERSION" >&2
+    (cd "$here/etcd" && go build -trimpath -ldflags "-s -w" -o "$out/etcd.tmp" go.etcd.io/etcd/server/v3)
+    mv "$out/etcd.tmp" "$out/etcd"
+    echo "testbin: etcd took $(( $(date +%s) - t ))s" >&2
+  fi
+  build_k8s kube-apiserver kube-controller-manager kube-scheduler kubectl
+  if [[ ! -x "$out/kwok" || ! -s "$out/kwok-stages.yaml" ]]; then
+    local t; t=$(date +%s)
+    echo "testbin: building kwok $KWOK_VERSION" >&2
+    (cd "$here/kwok" && go build -trimpath -ldflags "-s -w" -o "$out/kwok.tmp" sigs.k8s.io/kwok/cmd/kwok)
+    # kwok runs only what its stages say; these are the ones `kwokctl` installs by default.
+    local kwok_dir f; kwok_dir="$(cd "$here/kwok" && go list -m -f '{{.Dir}}' sigs.k8s.io/kwok)"
+    for f in node/fast/node-initialize node/heartbeat-with-lease/node-heartbeat-with-lease \
+             pod/fast/pod-ready pod/fast/pod-complete pod/fast/pod-delete; do
+      echo "---"; cat "$kwok_dir/kustomize/stage/$f.yaml"
+    done > "$out/kwok-stages.yaml.tmp"
+    mv "$out/kwok-stages.yaml.tmp" "$out/kwok-stages.yaml" && mv "$out/kwok.tmp" "$out/kwok"
+    "$out/kube-apiserver" --version >&2
+    # sed reads all of it: `head -1` would close the pipe early, etcd would die of SIGPIPE,
+    # and pipefail would end this script.
+    "$out/etcd" --version | sed -n 1p >&2
+    "$out/kwok" --version >&2
+    echo "testbin: kwok took $(( $(date +%s) - t ))s" >&2
+  fi
+}
+
+build_node() {
+  build_k8s kubelet kube-proxy
+  if [[ ! -x "$out/pause" ]]; then
+    (cd "$here/pause" && go build -trimpath -ldflags "-s -w" -o "$out/pause.tmp" .)
+    mv "$out/pause.tmp" "$out/pause"
+  fi
+  build_coredns
+}
+
+for g in "${groups[@]}"; do
+  case "$g" in
+    core) build_core ;;
+    node) build_node ;;
+    helm) build_helm ;;
+    monitoring) build_monitoring; build_prometheus ;;
+    olm) build_olm ;;
+    *) echo "build.sh: unknown group $g (core, node, helm, monitoring, olm)" >&2; exit 2 ;;
+  esac
+done
+echo "testbin: ${groups[*]} ready in $(( $(date +%s) - start ))s (k8s $K8S_VERSION, etcd $ETCD_VERSION, kwok $KWOK_VERSION, $GO_VERSION)" >&2
 echo "$out"

@@ -228,10 +228,10 @@ fn quantile(latencies: &[Duration], p: f64) -> Option<Duration> {
     (n > 0).then(|| latencies[((n as f64 * p).ceil() as usize).clamp(1, n) - 1])
 }
 
-/// The webhook as the image holds it: the release binary (`make images`, which `make test`
-/// runs first), so the memory figures are the published image's.
+/// The webhook as the tests' image holds it: the binary built with the tests
+/// ([`qdr_tests::images::operator_binary`]; `make bench` measures the release one).
 fn image_binary() -> std::path::PathBuf {
-    qdr_tests::images::release_binary(&qdr_tests::images::WEBHOOK).expect("the release webhook: make images")
+    qdr_tests::images::operator_binary(&qdr_tests::images::WEBHOOK).expect("qdr-webhook built with the tests")
 }
 
 /// The floods of this binary take turns: each measures the webhook's memory alone.

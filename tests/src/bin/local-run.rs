@@ -13,7 +13,7 @@
 //! With `--real` (`make run-real`) the webhook and the controllers run instead as pods on a
 //! real node (`qdr_tests::real_node`: containerd, runc, the kubelet as node `real-0`,
 //! kube-proxy), installed exactly as a cluster admin installs them: `kubectl apply -k` of an
-//! overlay of `deploy/` that changes only the images (built from the release binaries and
+//! overlay of `deploy/` that changes only the images (built from the binaries beside it and
 //! imported into the node), their pull policy and the placement on `real-0`. The API server
 //! then calls the webhook through its Service, and the controller pods elect their leader.
 //!
@@ -64,9 +64,8 @@ fn show(title: &str, out: &std::process::Output) {
 fn main() -> Result<(), Box<dyn std::error::Error>> {
     let mut args = std::env::args().skip(1);
     let root = qdr_tests::workspace_root();
-    let target =
-        std::env::var_os("CARGO_TARGET_DIR").map(PathBuf::from).unwrap_or_else(|| root.join("target"));
-    let mut bin_dir = target.join("debug");
+    // The operator built with this program (`make run`: `cargo build --bins`).
+    let mut bin_dir = qdr_tests::images::bin_dir();
     let mut once = false;
     let mut real = false;
     let mut state_override = None;
@@ -86,9 +85,9 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         }
     }
     if real {
-        // The images are made of the release binaries.
+        // The images are made of the binaries beside this one.
         for image in [qdr_tests::images::WEBHOOK, qdr_tests::images::CONTROLLER] {
-            qdr_tests::images::release_binary(&image)?;
+            qdr_tests::images::operator_binary(&image)?;
         }
     } else {
         for b in ["qdr-webhook", "qdr-controller"] {
@@ -101,7 +100,13 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
             }
         }
     }
-    let state = state_override.unwrap_or_else(|| target.join("dev-cluster"));
+    let state = state_override.unwrap_or_else(|| {
+        // `<target dir>/dev-cluster`, beside the profile's directory.
+        qdr_tests::images::bin_dir()
+            .parent()
+            .map_or_else(|| root.join("target"), PathBuf::from)
+            .join("dev-cluster")
+    });
     let _ = std::fs::remove_dir_all(&state);
     let rt = tokio::runtime::Runtime::new()?;
     rt.block_on(async move {
@@ -282,7 +287,7 @@ fn install_real(cp: &ControlPlane, root: &std::path::Path) -> Result<(), Box<dyn
     let t = Instant::now();
     qdr_tests::install::import_operator_images(cp)?;
     println!(
-        "\nimages built from the release binaries and imported into {} in {:.1?}",
+        "\nimages built from the operator binaries and imported into {} in {:.1?}",
         qdr_tests::real_node::NODE,
         t.elapsed()
     );

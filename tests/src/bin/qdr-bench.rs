@@ -1352,10 +1352,8 @@ async fn unrelated_rows(
 fn main() -> Result<(), Box<dyn std::error::Error>> {
     let _ = rustls::crypto::ring::default_provider().install_default();
     let runs: usize = std::env::var("QDR_BENCH_RUNS").ok().and_then(|v| v.parse().ok()).unwrap_or(3).max(1);
-    let target = std::env::var_os("CARGO_TARGET_DIR")
-        .map(PathBuf::from)
-        .unwrap_or_else(|| qdr_tests::workspace_root().join("target"));
-    let bin_dir = std::env::args().nth(1).map(PathBuf::from).unwrap_or_else(|| target.join("release"));
+    // The release binaries `make bench` builds beside this one.
+    let bin_dir = std::env::args().nth(1).map(PathBuf::from).unwrap_or_else(qdr_tests::images::bin_dir);
     let mut rows = Vec::new();
 
     for (label, ic) in [("small (3-router example)", small()), ("large (every list near maxItems)", large())]

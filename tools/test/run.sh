@@ -1,0 +1,41 @@
+#!/usr/bin/env bash
+# Runs the test executables cargo built from the named sources, as `cargo test` would (in the
+# package's directory), one after another, and records each one's time and result.
+#
+#   tools/test/run.sh EXECUTABLES RESULTS SOURCE...
+#
+# EXECUTABLES is the JSON that `cargo test --no-run --message-format=json` printed (the
+# compiler-artifact messages give each test executable and the source it was built from).
+# SOURCE is a path from the repository root (`controller/tests/ha.rs`), or `unit` for every
+# unit-test executable (the tests inside each crate's lib and binaries). One line
+# `<seconds> <ok|FAILED> <source>` per source is appended to RESULTS. Exits non-zero when a
+# source has no executable or an executable fails (after the others of this call ran).
+set -euo pipefail
+json="$1" results="$2"; shift 2
+root="$(pwd)"
+status=0
+for src in "$@"; do
+  if [[ "$src" == unit ]]; then
+    filter='.target.kind[0] == "lib" or .target.kind[0] == "bin"'
+  else
+    filter='.target.src_path == $root + "/" + $src'
+  fi
+  # executable, then the package's directory (its id is path+file:///<dir>#<name>@<version>).
+  mapfile -t exes < <(jq -r --arg root "$root" --arg src "$src" "
+    select(.reason == \"compiler-artifact\" and .profile.test and .executable != null)
+    | select($filter)
+    | .executable + \" \" + (.package_id | sub(\"^path\\\\+file://\"; \"\") | sub(\"#.*\"; \"\"))" "$json" | sort -u)
+  if (( ${#exes[@]} == 0 )); then
+    echo "tools/test/run.sh: no test executable was built from $src" >&2
+    echo "0 FAILED $src" >> "$results"; status=1; continue
+  fi
+  t=$(date +%s) result=ok
+  for line in "${exes[@]}"; do
+    exe="${line%% *}" dir="${line#* }"
+    echo "== $src: ${exe#"$root"/}"
+    (cd "$dir" && "$exe") || { result=FAILED; status=1; }
+  done
+  echo "$(( $(date +%s) - t )) $result $src" >> "$results"
+  echo "== $src: $result in $(( $(date +%s) - t ))s"
+done
+exit "$status"
