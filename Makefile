@@ -54,7 +54,9 @@ monitoring: ## Copy the monitoring component's files (deploy/components/monitori
 # whether all passed, and the last lines list each executable's time and result.
 TEST_JOBS ?= 6
 T := $(CARGO_TARGET_DIR_OR_DEFAULT)
-NICE := nice -n 10
+# Builds under make -j: cargo and rustc would read make's jobserver from MAKEFLAGS, whose
+# descriptors they are not given (only $(MAKE) lines get them); they run on their own.
+NICE := env -u MAKEFLAGS -u MFLAGS nice -n 10
 TESTBIN = $$(tools/testbin/build.sh --print)
 # The test sources, by lane. Those that start a real node say so in their source.
 IT_ALL := $(sort $(wildcard api/tests/*.rs certs/tests/*.rs controller/tests/*.rs webhook/tests/*.rs tests/tests/*.rs))
@@ -74,6 +76,9 @@ test: ## Everything CI runs: lint, unit tests and integration tests on a real co
 	@start=$$(date +%s); rc=0; \
 	  $(MAKE) --no-print-directory -k -j$(TEST_JOBS) --output-sync=target test-graph || rc=$$?; \
 	  echo "== test executables (seconds, result, source):"; sort -k3 $(T)/test-results.txt 2>/dev/null | sed 's/^/   /'; \
+	  for src in unit $(IT_ALL); do \
+	    grep -qx "[0-9]* ok $$src" $(T)/test-results.txt 2>/dev/null || { echo "== did not pass: $$src"; rc=1; }; \
+	  done; \
 	  echo "== make test: $$( ((rc)) && echo FAILED || echo passed) in $$(( $$(date +%s) - start ))s"; exit $$rc
 
 .PHONY: test-graph test-build test-lint test-unit test-doc testbin-core testbin-node testbin-helm testbin-monitoring testbin-olm test-router-image
@@ -85,7 +90,7 @@ test-build:
 	mv $(T)/test-executables.json.tmp $(T)/test-executables.json
 # Lint after the build (cargo takes one build at a time): the tests are running by then.
 test-lint: test-build
-	$(CARGO) fmt --all --check
+	env -u MAKEFLAGS -u MFLAGS $(CARGO) fmt --all --check
 	$(NICE) $(CARGO) clippy --workspace --all-targets --locked -- -D warnings
 test-doc: test-lint
 	$(NICE) $(CARGO) test --workspace --locked --doc

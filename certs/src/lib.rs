@@ -3,6 +3,7 @@
 //! resolver, and the `caBundle` of the webhook configurations kept right by server-side
 //! apply.
 //!
+//! * [`Error`] (`error`): why a certificate operation failed, shared by all of them.
 //! * [`pki`]: making, parsing and verifying certificates.
 //! * [`rotation`]: the pure state machine (create, stage, promote, retire, renew).
 //! * [`store`]: the Secret and its encoding, written with optimistic concurrency.
@@ -11,29 +12,14 @@
 //!
 //! The router credentials of the controller reuse [`pki`].
 
+mod error;
 pub mod manager;
 pub mod pki;
 pub mod rotation;
 pub mod serving;
 pub mod store;
 
+pub use error::Error;
 pub use manager::{CA_BUNDLE_MANAGER, CertManager, WebhookConfiguration};
 pub use rotation::{Material, Policy, Step};
 pub use serving::CertResolver;
-
-/// Why a certificate operation failed.
-#[derive(Debug, thiserror::Error)]
-pub enum Error {
-    /// A certificate or key could not be made, parsed or verified.
-    #[error("certificate: {0}")]
-    Certificate(String),
-    /// An API request failed.
-    #[error("kubernetes API: {0}")]
-    Kube(#[from] kube::Error),
-}
-
-impl From<rcgen::Error> for Error {
-    fn from(e: rcgen::Error) -> Self {
-        Error::Certificate(e.to_string())
-    }
-}

@@ -15,7 +15,7 @@ use kube::api::{Api, Patch, PatchParams};
 use kube::runtime::watcher;
 use serde_json::json;
 
-use crate::Error;
+use crate::error::Error;
 use crate::pki::{split_bundle, verify_leaf};
 use crate::rotation::{Material, Policy, Step, plan};
 use crate::serving::CertResolver;

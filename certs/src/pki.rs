@@ -9,7 +9,7 @@ use rcgen::{
 };
 use time::OffsetDateTime;
 
-use crate::Error;
+use crate::error::Error;
 
 /// A certificate and its private key, PEM (the key PKCS#8).
 #[derive(Clone, PartialEq, Eq)]

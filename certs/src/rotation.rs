@@ -24,7 +24,7 @@
 
 use std::time::{Duration, SystemTime};
 
-use crate::Error;
+use crate::error::Error;
 use crate::pki::{CertInfo, CertKey, new_ca, new_leaf, split_bundle};
 
 /// Default CA lifetime: one year.

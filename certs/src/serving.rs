@@ -7,7 +7,7 @@ use rustls::pki_types::{CertificateDer, PrivateKeyDer, pem::PemObject};
 use rustls::server::{ClientHello, ResolvesServerCert};
 use rustls::sign::CertifiedKey;
 
-use crate::Error;
+use crate::error::Error;
 use crate::pki::{CertInfo, certs_der};
 
 #[derive(Debug)]

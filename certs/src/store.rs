@@ -13,7 +13,7 @@ use k8s_openapi::api::core::v1::Secret;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::OwnerReference;
 use kube::api::{Api, PostParams};
 
-use crate::Error;
+use crate::error::Error;
 use crate::pki::{CertKey, der_to_pem, first_der, split_bundle};
 use crate::rotation::Material;
 

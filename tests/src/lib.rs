@@ -23,6 +23,7 @@ pub mod day_two;
 pub mod images;
 pub mod install;
 pub mod keys;
+pub mod modules;
 mod pki;
 mod process;
 pub mod rbac;

@@ -31,12 +31,12 @@ use kube::Resource;
 use kube::core::PartialObjectMeta;
 use kube::runtime::watcher;
 
-use super::wake::SELECTED_LABELS;
+use super::slim::SELECTED_LABELS;
 
 /// `(namespace, name)`.
 pub(crate) type Key = (Box<str>, Box<str>);
 
-/// What [`MetaStore`] keeps of one object: what [`super::wake::slim_meta`] keeps, in
+/// What [`MetaStore`] keeps of one object: what [`super::slim::slim_meta`] keeps, in
 /// boxed slices and with only the controller's owner reference (the one every lookup
 /// reads: who controls it).
 #[derive(Debug, Clone, PartialEq)]

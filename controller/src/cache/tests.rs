@@ -3,8 +3,10 @@
 use std::sync::Arc;
 
 use super::memo::Seen;
-use super::wake::{Listed, Relist, pod_state, slim_pod};
-use super::{Drift, Outside, OwnWrites, Written};
+use super::memo::{Drift, Outside, OwnWrites};
+use super::slim::slim_pod;
+use super::wake::{Listed, Relist, pod_state};
+use super::written::Written;
 use k8s_openapi::api::apps::v1::Deployment;
 use k8s_openapi::api::core::v1::Service;
 use k8s_openapi::api::core::v1::{Pod, Secret};

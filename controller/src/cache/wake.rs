@@ -1,11 +1,11 @@
-//! Which watch events wake a reconcile, and what is dropped before an object is stored.
+//! Which watch events wake a reconcile. What a store keeps of an object is [`super::slim`]'s;
+//! this module only judges events, before they reach a store.
 
 use std::collections::{HashMap, HashSet};
 use std::hash::{Hash, Hasher};
 use std::sync::Arc;
 
-use k8s_openapi::api::apps::v1::{DaemonSet, Deployment};
-use k8s_openapi::api::core::v1::{ConfigMapVolumeSource, Pod, PodSpec, Secret, Volume};
+use k8s_openapi::api::core::v1::{Pod, Secret};
 use kube::Resource;
 use kube::core::PartialObjectMeta;
 use kube::runtime::reflector::{ObjectRef, Store};
@@ -183,66 +183,6 @@ pub(crate) fn interconnect_controller(s: &PartialObjectMeta<Secret>) -> Option<S
         .map(|r| r.name.clone())
 }
 
-/// Drops `managedFields` before an object is stored (wake-ups are decided before).
-pub(crate) fn slim<K: Resource>(o: &mut K) {
-    o.meta_mut().managed_fields = None;
-}
-
-/// The labels the stores keep: the ones their lookups select by (children by
-/// `interconnect_cr` and the managed-by label, router pods also by `application`, generated
-/// Secrets by [`crate::credentials::GENERATED_LABEL`]).
-pub(crate) const SELECTED_LABELS: &[&str] =
-    &[labels::INTERCONNECT, labels::MANAGED_BY_KEY, labels::APPLICATION, crate::credentials::GENERATED_LABEL];
-
-/// What is kept of the metadata of a router pod in its store, and of a workload the
-/// controller just wrote (read-your-writes): name, namespace, the [`SELECTED_LABELS`],
-/// owner references (whose it is), `resourceVersion` and `generation` (read-your-writes,
-/// rollouts) and `deletionTimestamp`. Annotations, `uid`, `creationTimestamp`, finalizers
-/// and `managedFields` are dropped. The compact stores ([`super::meta_store`]) keep the
-/// same from each event by themselves. Wake-ups judge the event as it came, before this.
-pub(crate) fn slim_meta<K: Resource>(o: &mut K) {
-    let m = o.meta_mut();
-    m.managed_fields = None;
-    m.annotations = None;
-    m.uid = None;
-    m.creation_timestamp = None;
-    m.finalizers = None;
-    m.generate_name = None;
-    if let Some(l) = m.labels.as_mut() {
-        l.retain(|k, _| SELECTED_LABELS.contains(&k.as_str()));
-    }
-}
-
-/// [`slim_meta`], and the pod template's `spec` of a workload: a pass reads only its
-/// replicas, the template's annotations (config and credentials hashes), generation and
-/// status.
-pub(crate) fn slim_workload<K: Resource + PodTemplated>(o: &mut K) {
-    slim_meta(o);
-    o.drop_pod_spec();
-}
-
-/// Workloads whose stored pod template can lose its `spec`.
-pub(crate) trait PodTemplated {
-    /// Removes `spec.template.spec`.
-    fn drop_pod_spec(&mut self);
-}
-
-impl PodTemplated for Deployment {
-    fn drop_pod_spec(&mut self) {
-        if let Some(s) = self.spec.as_mut() {
-            s.template.spec = None;
-        }
-    }
-}
-
-impl PodTemplated for DaemonSet {
-    fn drop_pod_spec(&mut self) {
-        if let Some(s) = self.spec.as_mut() {
-            s.template.spec = None;
-        }
-    }
-}
-
 /// What of a router pod the status reports: whether it is being deleted, its phase, and its
 /// `Ready` and `PodScheduled` conditions (status and message). A pod event that changes none
 /// of these (an IP assigned, a probe time) wakes nothing. For
@@ -259,28 +199,4 @@ pub(crate) fn pod_state(p: &Pod) -> Option<u64> {
         }
     }
     Some(h.finish())
-}
-
-/// Drops what a cached router pod does not need: the spec but the names of the ConfigMaps
-/// it mounts and its node, and the metadata [`slim_meta`] drops.
-pub(crate) fn slim_pod(p: &mut Pod) {
-    // Of the spec, only the ConfigMaps it mounts (by name): an old router configuration is
-    // kept while a router mounts it; and its node (`status.routers[].node`).
-    let config_maps: Vec<Volume> = (p.spec.as_ref().and_then(|s| s.volumes.clone()).into_iter().flatten())
-        .filter_map(|v| {
-            let name = v.config_map?.name;
-            Some(Volume {
-                name: v.name,
-                config_map: Some(ConfigMapVolumeSource { name, ..Default::default() }),
-                ..Default::default()
-            })
-        })
-        .collect();
-    let node_name = p.spec.as_ref().and_then(|s| s.node_name.clone());
-    p.spec = (!config_maps.is_empty() || node_name.is_some()).then(|| PodSpec {
-        volumes: (!config_maps.is_empty()).then_some(config_maps),
-        node_name,
-        ..Default::default()
-    });
-    slim_meta(p);
 }

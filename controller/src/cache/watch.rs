@@ -15,14 +15,12 @@ use kube::runtime::reflector::{self, ObjectRef, Store};
 use kube::runtime::{Controller, PredicateConfig, WatchStreamExt, predicates, watcher};
 use qdr_api::Interconnect;
 
-use super::Cache;
 use super::memo::{AppliedMemo, Drift, OwnWrites, SecretReferences};
 use super::meta_store::{Compact, Entry, SecretStore};
 use super::names::SecretNames;
-use super::wake::{
-    Listed, Relist, Versions, interconnect_controller, owned_wake, pod_wake, slim, slim_pod, slim_workload,
-    user_secret,
-};
+use super::slim::{slim, slim_pod, slim_workload};
+use super::stores::Cache;
+use super::wake::{Listed, Relist, Versions, interconnect_controller, owned_wake, pod_wake, user_secret};
 use super::written::Written;
 use crate::health::Health;
 use crate::labels;

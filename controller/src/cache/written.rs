@@ -35,7 +35,7 @@ pub(crate) struct Written<K> {
 
 impl<K: Resource> Default for Written<K> {
     fn default() -> Self {
-        Written::slimmed(super::wake::slim)
+        Written::slimmed(super::slim::slim)
     }
 }
 
@@ -50,7 +50,7 @@ impl<K: Resource> Written<K> {
     /// only a stored copy with the same `resourceVersion`, or a greater generation, has
     /// caught up.
     pub(crate) fn status_writes() -> Self {
-        Written { entries: Mutex::default(), same_generation_caught_up: false, slim: super::wake::slim }
+        Written { entries: Mutex::default(), same_generation_caught_up: false, slim: super::slim::slim }
     }
 
     /// Records `obj`, just written (the API server's answer), slimmed like its store's

@@ -1,0 +1,195 @@
+//! The in-memory stores observe and apply read instead of the API server ([`Cache`]), and
+//! the kinds that have one ([`Cached`]). It owns the lookups; it does not watch (that is
+//! [`super::watch`], which fills these stores) and does not decide wake-ups ([`super::wake`]).
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+
+use k8s_openapi::NamespaceResourceScope;
+use k8s_openapi::api::apps::v1::{DaemonSet, Deployment};
+use k8s_openapi::api::core::v1::{ConfigMap, Pod, Secret, Service, ServiceAccount};
+use k8s_openapi::api::networking::v1::Ingress;
+use k8s_openapi::api::rbac::v1::{Role, RoleBinding};
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
+use kube::Resource;
+use kube::runtime::reflector::Store;
+use qdr_api::Interconnect;
+
+use super::memo::{AppliedMemo, Drift, Outside, OwnWrites};
+use super::meta_store::{DaemonSetStore, DeploymentStore, MetaStore, SecretStore};
+use super::names::SecretNames;
+use super::written::Written;
+
+#[derive(Clone)]
+pub(crate) struct Cache {
+    pub(super) deployments: DeploymentStore,
+    pub(super) daemon_sets: DaemonSetStore,
+    /// Router pods (label `interconnect_cr`), with `spec` dropped.
+    pub(super) pods: Store<Pod>,
+    /// Secrets labelled ours (generated ones): metadata, type and data ([`meta_store`]).
+    pub(super) secrets: SecretStore,
+    pub(super) secret_names: Arc<SecretNames>,
+    pub(super) service_accounts: MetaStore<ServiceAccount>,
+    pub(super) roles: MetaStore<Role>,
+    pub(super) role_bindings: MetaStore<RoleBinding>,
+    pub(super) services: MetaStore<Service>,
+    pub(super) config_maps: MetaStore<ConfigMap>,
+    pub(super) ingresses: MetaStore<Ingress>,
+    /// Deployments written in this term, until the store catches up.
+    pub(crate) written_deployments: Arc<Written<Deployment>>,
+    /// DaemonSets written in this term, until the store catches up.
+    pub(crate) written_daemon_sets: Arc<Written<DaemonSet>>,
+    /// Secrets created or replaced in this term, until the store catches up.
+    pub(crate) written_secrets: Arc<Written<Secret>>,
+    /// Interconnects whose status was written in this term, until the store catches up.
+    pub(crate) written_interconnects: Arc<Written<Interconnect>>,
+    /// The `resourceVersion` of the controller's last write of each child (echo detection).
+    pub(crate) own: Arc<OwnWrites>,
+    /// Interconnects whose children changed under them since their last full apply.
+    pub(crate) drift: Arc<Drift>,
+    /// The last full apply of each Interconnect in this term.
+    pub(crate) applied: Arc<AppliedMemo>,
+    /// Children's names held by objects the stores do not show: read by name before a
+    /// write (a create found them taken).
+    pub(crate) outside: Arc<Outside>,
+    /// Set once every store has listed ([`Cache::is_ready`]).
+    pub(super) listed: Arc<AtomicBool>,
+}
+
+impl std::fmt::Debug for Cache {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Cache").finish_non_exhaustive()
+    }
+}
+
+/// A child kind the controller keeps a labelled store of: the typed lookup of
+/// [`Cache::meta`] and [`Cache::labelled`]. A kind without an implementation has no store,
+/// so code that would look one up does not compile.
+pub(crate) trait Cached: Resource<DynamicType = (), Scope = NamespaceResourceScope> {
+    /// The metadata of the stored `ns/name`.
+    fn stored_meta(cache: &Cache, ns: &str, name: &str) -> Option<ObjectMeta>;
+    /// The metadata of every stored object in `ns` carrying every `selector` label.
+    fn stored_labelled(cache: &Cache, ns: &str, selector: &[(&str, &str)]) -> Vec<ObjectMeta>;
+}
+
+macro_rules! cached {
+    ($($kind:ty => $field:ident),* $(,)?) => {
+        $(
+            impl Cached for $kind {
+                fn stored_meta(cache: &Cache, ns: &str, name: &str) -> Option<ObjectMeta> {
+                    cache.$field.get(ns, name)
+                }
+                fn stored_labelled(cache: &Cache, ns: &str, selector: &[(&str, &str)]) -> Vec<ObjectMeta> {
+                    cache.$field.labelled(ns, selector)
+                }
+            }
+        )*
+    };
+}
+
+cached! {
+    Deployment => deployments,
+    DaemonSet => daemon_sets,
+    Secret => secrets,
+    ServiceAccount => service_accounts,
+    Role => roles,
+    RoleBinding => role_bindings,
+    Service => services,
+    ConfigMap => config_maps,
+    Ingress => ingresses,
+}
+
+/// What the stores know of a Secret.
+#[derive(Debug, Clone)]
+pub(crate) enum SecretLookup {
+    /// Labelled ours: the whole object.
+    Ours(Arc<Secret>),
+    /// It exists without our label (user-provided): read it to use it.
+    Other,
+    /// No Secret of that name exists.
+    Missing,
+}
+
+/// Whether `meta` is in namespace `ns` and carries every `selector` label.
+fn selected(meta: &ObjectMeta, ns: &str, selector: &[(&str, &str)]) -> bool {
+    meta.namespace.as_deref() == Some(ns)
+        && selector.iter().all(|(k, v)| meta.labels.as_ref().and_then(|l| l.get(*k)).is_some_and(|x| x == v))
+}
+
+impl Cache {
+    /// Whether every store holds its first complete list (a reconcile before that could
+    /// take a missing entry for a missing object). Not awaited by reconciles: the stores
+    /// fill only while the controller polls its watches, which it stops doing while every
+    /// reconcile slot is taken.
+    pub(crate) fn is_ready(&self) -> bool {
+        if self.listed.load(Ordering::Relaxed) {
+            return true; // a store, once listed, stays complete (relists swap in whole)
+        }
+        let compact = self.deployments.is_ready()
+            && self.daemon_sets.is_ready()
+            && self.secrets.is_ready()
+            && self.service_accounts.is_ready()
+            && self.roles.is_ready()
+            && self.role_bindings.is_ready()
+            && self.services.is_ready()
+            && self.config_maps.is_ready()
+            && self.ingresses.is_ready();
+        let ready = compact
+            && self.secret_names.is_ready()
+            && futures::FutureExt::now_or_never(self.pods.wait_until_ready()).is_some();
+        if ready {
+            self.listed.store(true, Ordering::Relaxed);
+        }
+        ready
+    }
+
+    /// Secret `ns/name` as far as the stores know it.
+    pub(crate) fn secret(&self, ns: &str, name: &str) -> SecretLookup {
+        if let Some(s) = self.written_secrets.pick(ns, name, self.secrets.object(ns, name).map(Arc::new)) {
+            return SecretLookup::Ours(s);
+        }
+        if self.secret_names.contains(ns, name) { SecretLookup::Other } else { SecretLookup::Missing }
+    }
+
+    /// The metadata of the labelled child `ns/name` of kind `K`, or `None` when it is not
+    /// in the store (it may still exist without our label).
+    pub(crate) fn meta<K: Cached>(&self, ns: &str, name: &str) -> Option<ObjectMeta> {
+        K::stored_meta(self, ns, name)
+    }
+
+    /// The metadata of every stored object of kind `K` in `ns` carrying all the `selector`
+    /// labels.
+    pub(crate) fn labelled<K: Cached>(&self, ns: &str, selector: &[(&str, &str)]) -> Vec<ObjectMeta> {
+        K::stored_labelled(self, ns, selector)
+    }
+
+    /// Deployment `ns/name` labelled ours: the store's copy, or the one just written.
+    pub(crate) fn deployment(&self, ns: &str, name: &str) -> Option<Arc<Deployment>> {
+        self.written_deployments.pick(ns, name, self.deployments.object(ns, name).map(Arc::new))
+    }
+
+    /// DaemonSet `ns/name` labelled ours: the store's copy, or the one just written.
+    pub(crate) fn daemon_set(&self, ns: &str, name: &str) -> Option<Arc<DaemonSet>> {
+        self.written_daemon_sets.pick(ns, name, self.daemon_sets.object(ns, name).map(Arc::new))
+    }
+
+    /// The router pods in `ns` carrying every `selector` label.
+    pub(crate) fn pods(&self, ns: &str, selector: &[(&str, &str)]) -> Vec<Arc<Pod>> {
+        self.pods.state_filter(|p| selected(&p.metadata, ns, selector))
+    }
+
+    /// The ConfigMaps the pods of `selector` in `ns` mount (terminating pods too: they still
+    /// run), by name.
+    pub(crate) fn mounted_config_maps(
+        &self,
+        ns: &str,
+        selector: &[(&str, &str)],
+    ) -> std::collections::BTreeSet<String> {
+        self.pods(ns, selector)
+            .iter()
+            .filter_map(|p| p.spec.as_ref()?.volumes.as_ref())
+            .flatten()
+            .filter_map(|v| Some(v.config_map.as_ref()?.name.clone()))
+            .collect()
+    }
+}
