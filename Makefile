@@ -53,6 +53,8 @@ monitoring: ## Copy the monitoring component's files (deploy/components/monitori
 # a compile. `make -k`: every executable runs even after one fails; the exit status says
 # whether all passed, and the last lines list each executable's time and result.
 TEST_JOBS ?= 6
+# `make -n test` (the docs test dry-runs every target the docs name) only prints the graph.
+DRY_RUN := $(findstring n,$(firstword -$(MAKEFLAGS)))
 T := $(CARGO_TARGET_DIR_OR_DEFAULT)
 # Builds under make -j: cargo and rustc would read make's jobserver from MAKEFLAGS, whose
 # descriptors they are not given (only $(MAKE) lines get them); they run on their own.
@@ -73,7 +75,8 @@ test: ## Everything CI runs: lint, unit tests and integration tests on a real co
 	@rm -f $(T)/test-results.txt
 	@mkdir -p $(T)
 	@[[ "$(sort $(IT_REAL))" == "$(IT_REAL_FOUND)" ]] || { echo "Makefile: IT_REAL ($(IT_REAL)) must list exactly the test sources that start a real node ($(IT_REAL_FOUND))" >&2; exit 1; }
-	@start=$$(date +%s); rc=0; \
+	@if [[ -n "$(DRY_RUN)" ]]; then $(MAKE) --no-print-directory test-graph; exit 0; fi; \
+	  start=$$(date +%s); rc=0; \
 	  $(MAKE) --no-print-directory -k -j$(TEST_JOBS) --output-sync=target test-graph || rc=$$?; \
 	  echo "== test executables (seconds, result, source):"; sort -k3 $(T)/test-results.txt 2>/dev/null | sed 's/^/   /'; \
 	  for src in unit $(IT_ALL); do \
