@@ -60,7 +60,8 @@ T := $(CARGO_TARGET_DIR_OR_DEFAULT)
 # descriptors they are not given (only $(MAKE) lines get them); they run on their own.
 NICE := env -u MAKEFLAGS -u MFLAGS nice -n 10
 TESTBIN = $$(tools/testbin/build.sh --print)
-# The test sources, by lane. Those that start a real node say so in their source.
+# The test sources, by lane. Those that start a real node say so in their source; IT_REAL
+# lists them in the order their lane runs them.
 IT_ALL := $(sort $(wildcard api/tests/*.rs certs/tests/*.rs controller/tests/*.rs webhook/tests/*.rs tests/tests/*.rs))
 IT_REAL := tests/tests/real_node.rs tests/tests/routers.rs tests/tests/install.rs tests/tests/day_two.rs \
   tests/tests/local_run.rs tests/tests/monitoring.rs tests/tests/olm.rs
@@ -84,7 +85,7 @@ test: ## Everything CI runs: lint, unit tests and integration tests on a real co
 	  done; \
 	  echo "== make test: $$( ((rc)) && echo FAILED || echo passed) in $$(( $$(date +%s) - start ))s"; exit $$rc
 
-.PHONY: test-graph test-build test-lint test-unit test-doc testbin-core testbin-node testbin-helm testbin-monitoring testbin-olm test-router-image
+.PHONY: test-graph test-build test-lint test-unit test-doc test-router-image
 test-graph: test-lint test-doc test-unit $(addprefix test-run/,$(IT_ALL))
 
 # The one Rust build: cargo prints where each test executable is (run by tools/test/run.sh).
@@ -101,16 +102,12 @@ test-unit: test-build
 	@tools/test/run.sh $(T)/test-executables.json $(T)/test-results.txt unit
 
 # The Go tools, a group at a time (each group reuses the Go build cache the one before filled).
-testbin-core:
-	@$(NICE) tools/testbin/build.sh core >/dev/null
+testbin-%:
+	@$(NICE) tools/testbin/build.sh $* >/dev/null
 testbin-node: testbin-core
-	@$(NICE) tools/testbin/build.sh node >/dev/null
 testbin-helm: testbin-node
-	@$(NICE) tools/testbin/build.sh helm >/dev/null
 testbin-monitoring: testbin-helm
-	@$(NICE) tools/testbin/build.sh monitoring >/dev/null
 testbin-olm: testbin-monitoring
-	@$(NICE) tools/testbin/build.sh olm >/dev/null
 test-router-image:
 	@$(NICE) tools/router-image/build.sh >/dev/null
 
@@ -119,14 +116,15 @@ test-run/%: test-build testbin-core
 	@QDR_TESTBIN="$(TESTBIN)" tools/test/run.sh $(T)/test-executables.json $(T)/test-results.txt $*
 test-run/tests/tests/deploy.rs: testbin-helm
 test-run/tests/tests/real_node.rs: testbin-node
-test-run/tests/tests/routers.rs: testbin-node test-router-image | test-run/tests/tests/real_node.rs
-test-run/tests/tests/install.rs: testbin-helm test-router-image | test-run/tests/tests/routers.rs
-test-run/tests/tests/day_two.rs: test-router-image | test-run/tests/tests/install.rs
-test-run/tests/tests/local_run.rs: test-router-image | test-run/tests/tests/day_two.rs
-test-run/tests/tests/monitoring.rs: testbin-monitoring test-router-image | test-run/tests/tests/local_run.rs
-test-run/tests/tests/olm.rs: testbin-olm | test-run/tests/tests/monitoring.rs
+test-run/tests/tests/routers.rs: testbin-node test-router-image
+test-run/tests/tests/install.rs: testbin-helm test-router-image
+test-run/tests/tests/day_two.rs: test-router-image
+test-run/tests/tests/local_run.rs: test-router-image
+test-run/tests/tests/monitoring.rs: testbin-monitoring test-router-image
+test-run/tests/tests/olm.rs: testbin-olm
 # chain(sources): each source's run after the run of the one before it.
 chain = $(if $(word 2,$(1)),$(eval test-run/$(word 2,$(1)): | test-run/$(word 1,$(1)))$(call chain,$(wordlist 2,$(words $(1)),$(1))))
+$(call chain,$(IT_REAL))
 $(call chain,$(IT_LANE_A))
 $(call chain,$(IT_LANE_B))
 

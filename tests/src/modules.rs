@@ -49,16 +49,15 @@ pub fn graph(src: &Path) -> BTreeMap<String, Module> {
             parts.pop();
         }
         let text = std::fs::read_to_string(&f).unwrap();
-        texts.insert(parts.join("::"), (f, text));
+        texts.insert(parts.join("::"), (f, code_of(&text), text));
     }
     let known: BTreeSet<String> = texts.keys().cloned().collect();
     let mut defined: BTreeMap<String, BTreeSet<String>> = BTreeMap::new();
     let mut exports: BTreeMap<(String, String), String> = BTreeMap::new();
     let mut globs: BTreeMap<String, Vec<String>> = BTreeMap::new();
-    for (m, (_, text)) in &texts {
-        let code = code_of(text);
-        defined.insert(m.clone(), definitions(&code));
-        for stmt in statements(&code, true) {
+    for (m, (_, code, _)) in &texts {
+        defined.insert(m.clone(), definitions(code));
+        for stmt in statements(code, true) {
             for (path, alias) in expand(&stmt) {
                 let Some(target) = resolve(m, &path, &known) else { continue };
                 let name = alias.unwrap_or_else(|| path.rsplit("::").next().unwrap_or_default().to_string());
@@ -92,12 +91,11 @@ pub fn graph(src: &Path) -> BTreeMap<String, Module> {
         at
     };
     let mut out = BTreeMap::new();
-    for (m, (file, text)) in &texts {
-        let code = code_of(text);
+    for (m, (file, code, text)) in &texts {
         let mut refers = BTreeMap::new();
         let mut paths: Vec<String> =
-            statements(&code, false).iter().flat_map(|s| expand(s)).map(|(p, _)| p).collect();
-        paths.extend(inline_paths(&code));
+            statements(code, false).iter().flat_map(|s| expand(s)).map(|(p, _)| p).collect();
+        paths.extend(inline_paths(code));
         for path in paths {
             let Some(target) = resolve(m, &path, &known) else { continue };
             let rest = path.rsplit("::").next().unwrap_or_default();
@@ -336,27 +334,11 @@ fn definitions(code: &str) -> BTreeSet<String> {
         if let Some((_, kind)) = line.split_once("kind = \"") {
             out.insert(kind.split('"').next().unwrap_or_default().to_string());
         }
-        let mut words = line.split_whitespace().peekable();
-        let Some(first) = words.next() else { continue };
-        if !first.starts_with("pub") {
+        const ITEMS: [&str; 9] = ["struct", "enum", "fn", "const", "static", "type", "trait", "mod", "union"];
+        if !line.trim_start().starts_with("pub") {
             continue;
         }
-        for w in words.by_ref() {
-            if matches!(w, "struct" | "enum" | "fn" | "const" | "static" | "type" | "trait" | "mod" | "union")
-            {
-                break;
-            }
-        }
-        if let Some(name) = line
-            .split_whitespace()
-            .skip_while(|w| {
-                !matches!(
-                    *w,
-                    "struct" | "enum" | "fn" | "const" | "static" | "type" | "trait" | "mod" | "union"
-                )
-            })
-            .nth(1)
-        {
+        if let Some(name) = line.split_whitespace().skip_while(|w| !ITEMS.contains(w)).nth(1) {
             let name: String = name.chars().take_while(|c| c.is_alphanumeric() || *c == '_').collect();
             if !name.is_empty() {
                 out.insert(name);

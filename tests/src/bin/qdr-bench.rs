@@ -26,6 +26,11 @@ impl Row {
         Row { what, runs: vec![seconds * 1000.0], unit: "ms", target: String::new() }
     }
 
+    /// A one-run row of `value` in `unit`, with no target.
+    fn once(what: impl Into<String>, value: f64, unit: &'static str) -> Row {
+        Row { what: what.into(), runs: vec![value], unit, target: String::new() }
+    }
+
     fn stats(&self) -> (f64, f64, f64) {
         let mut v = self.runs.clone();
         v.sort_by(|a, b| a.partial_cmp(b).unwrap());
@@ -1314,12 +1319,7 @@ async fn unrelated_rows(
             .await?;
     }
     let (first_with, rss_with) = measure("controller-unrelated-1.log").await?;
-    rows.push(Row {
-        what: format!("controller peak RSS, {N} Interconnects alone"),
-        runs: vec![rss_without],
-        unit: "MiB",
-        target: String::new(),
-    });
+    rows.push(Row::once(format!("controller peak RSS, {N} Interconnects alone"), rss_without, "MiB"));
     rows.push(Row {
         what: format!(
             "controller peak RSS, {N} Interconnects + {EACH} Secrets + {EACH} ConfigMaps (4 KiB, unrelated)"
@@ -1340,12 +1340,11 @@ async fn unrelated_rows(
         unit: "ms",
         target: String::new(),
     });
-    rows.push(Row {
-        what: "controller start → first Interconnect reconciled, with the unrelated objects".into(),
-        runs: vec![first_with],
-        unit: "ms",
-        target: String::new(),
-    });
+    rows.push(Row::once(
+        "controller start → first Interconnect reconciled, with the unrelated objects",
+        first_with,
+        "ms",
+    ));
     Ok(())
 }
 
@@ -1730,12 +1729,11 @@ async fn mesh_rows(rows: &mut Vec<Row>, runs: usize) -> Result<(), Box<dyn std::
         unit: "s",
         target: String::new(),
     });
-    rows.push(Row {
-        what: "apply → first message across the 3-router mesh (router 0 → router 1)".into(),
-        runs: vec![first_message.as_secs_f64()],
-        unit: "s",
-        target: String::new(),
-    });
+    rows.push(Row::once(
+        "apply → first message across the 3-router mesh (router 0 → router 1)",
+        first_message.as_secs_f64(),
+        "s",
+    ));
     let reason = || {
         let out = qdr_tests::routers::kubectl(
             cp,
@@ -1817,12 +1815,11 @@ async fn mesh_rows(rows: &mut Vec<Row>, runs: usize) -> Result<(), Box<dyn std::
         unit: "ms CPU/min",
         target: String::new(),
     });
-    rows.push(Row {
-        what: "controller resident memory with 1 Interconnect of 3 real routers read".into(),
-        runs: vec![rss_mib(controller.pid())],
-        unit: "MiB",
-        target: String::new(),
-    });
+    rows.push(Row::once(
+        "controller resident memory with 1 Interconnect of 3 real routers read",
+        rss_mib(controller.pid()),
+        "MiB",
+    ));
     let (mut noticed, mut recovered) = (Vec::new(), Vec::new());
     let pods: Api<k8s_openapi::api::core::v1::Pod> = Api::namespaced(cp.client().await?, &ns.name);
     for _ in 0..runs {
@@ -2103,24 +2100,17 @@ async fn mesh_scale_rows(
         unit: "s",
         target: String::new(),
     });
-    rows.push(Row {
-        what: "mesh at scale: start → every mesh MeshConnected".into(),
-        runs: vec![all_connected.as_secs_f64()],
-        unit: "s",
-        target: String::new(),
-    });
-    rows.push(Row {
-        what: format!("mesh at scale, at rest ({:.0} s): reads of an Interconnect per second", window),
-        runs: vec![delta("qdr_mesh_read_duration_seconds_count") / window],
-        unit: "reads/s",
-        target: String::new(),
-    });
-    rows.push(Row {
-        what: "mesh at scale, at rest: routers asked per second".into(),
-        runs: vec![delta("qdr_mesh_router_reads_total") / window],
-        unit: "routers/s",
-        target: String::new(),
-    });
+    rows.push(Row::once("mesh at scale: start → every mesh MeshConnected", all_connected.as_secs_f64(), "s"));
+    rows.push(Row::once(
+        format!("mesh at scale, at rest ({:.0} s): reads of an Interconnect per second", window),
+        delta("qdr_mesh_read_duration_seconds_count") / window,
+        "reads/s",
+    ));
+    rows.push(Row::once(
+        "mesh at scale, at rest: routers asked per second",
+        delta("qdr_mesh_router_reads_total") / window,
+        "routers/s",
+    ));
     rows.push(Row {
         what: "mesh at scale, at rest: controller CPU".into(),
         runs: vec![(cpu_after - cpu_before) / window],
@@ -2140,24 +2130,17 @@ async fn mesh_scale_rows(
         unit: "passes/s",
         target: String::new(),
     });
-    rows.push(Row {
-        what: "mesh at scale, at rest: mean reconcile pass".into(),
-        runs: vec![1000.0 * delta("qdr_controller_reconcile_duration_seconds_sum") / passes.max(1.0)],
-        unit: "ms",
-        target: String::new(),
-    });
-    rows.push(Row {
-        what: "mesh at scale, at rest: controller CPU per router asked (all of it: reads and passes)".into(),
-        runs: vec![1000.0 * (cpu_after - cpu_before) / delta("qdr_mesh_router_reads_total").max(1.0)],
-        unit: "ms",
-        target: String::new(),
-    });
-    rows.push(Row {
-        what: "mesh at scale, at rest: controller RSS at the end".into(),
-        runs: vec![rss_now],
-        unit: "MiB",
-        target: String::new(),
-    });
+    rows.push(Row::once(
+        "mesh at scale, at rest: mean reconcile pass",
+        1000.0 * delta("qdr_controller_reconcile_duration_seconds_sum") / passes.max(1.0),
+        "ms",
+    ));
+    rows.push(Row::once(
+        "mesh at scale, at rest: controller CPU per router asked (all of it: reads and passes)",
+        1000.0 * (cpu_after - cpu_before) / delta("qdr_mesh_router_reads_total").max(1.0),
+        "ms",
+    ));
+    rows.push(Row::once("mesh at scale, at rest: controller RSS at the end", rss_now, "MiB"));
     rows.push(Row {
         what: "mesh at scale, at rest: status writes per minute".into(),
         runs: vec![status_writes as f64 * 60.0 / window],
