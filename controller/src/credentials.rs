@@ -277,7 +277,7 @@ fn secret(o: &ValidatedInterconnect, name: &str, d: Data, step_at: Option<System
 /// if someone removed them. `old` is the store's copy, which holds only what a pass decides
 /// from: the labels, annotations and finalizers others added (a backup tool, a policy
 /// engine) are taken from the Secret as read just before the `PUT`
-/// ([`crate::reconcile::apply`]'s `keeping_others`), so they survive renewals.
+/// (`crate::reconcile::apply::secrets::keeping_others`), so they survive renewals.
 fn rewritten(o: &ValidatedInterconnect, old: &Secret, d: Data, step_at: Option<SystemTime>) -> Secret {
     let mut s = old.clone();
     s.metadata.managed_fields = None;

@@ -10,7 +10,7 @@ use qdr_api::Interconnect;
 
 /// Interconnects (`namespace/name`) whose children someone else changed or deleted since
 /// their last successful full apply: their next pass applies everything again. See
-/// [`crate::reconcile::apply::fingerprint`].
+/// `crate::reconcile::apply::fingerprint`.
 ///
 /// A mark is a counter: [`Drift::marked`] reads it before a full apply, and
 /// [`Drift::clear`] removes it after the apply succeeded, only when no new mark arrived
@@ -279,7 +279,7 @@ impl OwnWrites {
 }
 
 /// The last full apply of each Interconnect (`namespace/name`): its uid, generation, the
-/// [`crate::reconcile::apply::fingerprint`] of what was applied, and when.
+/// `crate::reconcile::apply::fingerprint` of what was applied, and when.
 #[derive(Debug, Default)]
 pub(crate) struct AppliedMemo {
     entries: Mutex<HashMap<String, (String, i64, u64, std::time::Instant)>>,

@@ -319,7 +319,17 @@ fn stages_import_only_earlier_stages() {
     let stages = [
         ("observe", include_str!("observe.rs")),
         ("build", include_str!("build.rs")),
-        ("apply", include_str!("apply.rs")),
+        (
+            "apply",
+            concat!(
+                include_str!("apply/mod.rs"),
+                include_str!("apply/write.rs"),
+                include_str!("apply/secrets.rs"),
+                include_str!("apply/workload.rs"),
+                include_str!("apply/exposure.rs"),
+                include_str!("apply/prune.rs")
+            ),
+        ),
         ("status", include_str!("status.rs")),
         ("events", include_str!("events.rs")),
     ];
@@ -911,7 +921,7 @@ fn a_rewritten_secret_keeps_what_others_added_to_its_metadata() {
             "labels": {"interconnect_cr": "mesh", "qdr-operator.io/credentials": "true"}},
         "data": {"tls.crt": "bmV3"}}))
     .unwrap();
-    let out = super::apply::keeping_others(current.clone(), &ours);
+    let out = super::apply::secrets::keeping_others(current.clone(), &ours);
     assert_eq!(out.data, ours.data);
     assert_eq!(
         out.metadata.resource_version.as_deref(),
@@ -929,7 +939,7 @@ fn a_rewritten_secret_keeps_what_others_added_to_its_metadata() {
     // Set when the controller sets it.
     let mut stepping = ours.clone();
     stepping.metadata.annotations = Some([(STEP_AT.to_string(), "2026-02-01T00:00:00Z".to_string())].into());
-    let out = super::apply::keeping_others(current, &stepping);
+    let out = super::apply::secrets::keeping_others(current, &stepping);
     assert_eq!(
         out.metadata.annotations.unwrap().get(STEP_AT).map(String::as_str),
         Some("2026-02-01T00:00:00Z")
