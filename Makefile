@@ -49,8 +49,10 @@ monitoring: ## Copy the monitoring component's files (deploy/components/monitori
 #   - each test executable as soon as what it runs is built: those that need no real node in
 #     two lanes, those that run the real node (one per machine, tests/src/real_node.rs) in a
 #     third, one after another.
-# Builds run at a lower CPU priority than tests (nice), so a test's timing is not squeezed by
-# a compile. `make -k`: every executable runs even after one fails; the exit status says
+# Builds run at the lowest CPU priority (nice 19), so a compile does not squeeze a test's
+# timing; the two control-plane lanes run at nice 5, below the real node's lane, whose
+# kubelet, probes and routers are the most timing-sensitive (a router that misses its
+# liveness probe under load is restarted). `make -k`: every executable runs even after one fails; the exit status says
 # whether all passed, and the last lines list each executable's time and result.
 TEST_JOBS ?= 6
 # `make -n test` (the docs test dry-runs every target the docs name) only prints the graph.
@@ -58,7 +60,7 @@ DRY_RUN := $(findstring n,$(firstword -$(MAKEFLAGS)))
 T := $(CARGO_TARGET_DIR_OR_DEFAULT)
 # Builds under make -j: cargo and rustc would read make's jobserver from MAKEFLAGS, whose
 # descriptors they are not given (only $(MAKE) lines get them); they run on their own.
-NICE := env -u MAKEFLAGS -u MFLAGS nice -n 10
+NICE := env -u MAKEFLAGS -u MFLAGS nice -n 19
 TESTBIN = $$(tools/testbin/build.sh --print)
 # The test sources, by lane. Those that start a real node say so in their source; IT_REAL
 # lists them in the order their lane runs them.
@@ -113,7 +115,7 @@ test-router-image:
 
 # One target per test source; each waits for what it runs, and the one before it in its lane.
 test-run/%: test-build testbin-core
-	@QDR_TESTBIN="$(TESTBIN)" tools/test/run.sh $(T)/test-executables.json $(T)/test-results.txt $*
+	@QDR_TESTBIN="$(TESTBIN)" $(if $(filter $(IT_REAL),$*),,nice -n 5) tools/test/run.sh $(T)/test-executables.json $(T)/test-results.txt $*
 test-run/tests/tests/deploy.rs: testbin-helm
 test-run/tests/tests/real_node.rs: testbin-node
 test-run/tests/tests/routers.rs: testbin-node test-router-image
