@@ -1125,6 +1125,11 @@ async fn the_status_reports_the_mesh_the_routers_see() {
         applied["status"]
     );
     shown(cp, &["describe", "interconnect", "seen", "-n", &ns.name]);
+    // The rolled routers are read once they have joined (a read before says "N starting").
+    qdr_tests::eventually("the rolled mesh settled", Duration::from_secs(90), || async {
+        mesh_settled(&get_ic(cp, &ns.name, "seen")).then_some(())
+    })
+    .await;
 
     // The topology, through the real kubectl's plugin lookup (`kubectl-qdr` on the PATH).
     let bin_dir = qdr_tests::components::binary("kubectl-qdr").parent().unwrap().to_path_buf();
