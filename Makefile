@@ -47,10 +47,11 @@ monitoring: ## Copy the monitoring component's files (deploy/components/monitori
 #   - the Go test tools by group (tools/testbin/build.sh core, node, helm, monitoring, olm),
 #     one group after another, beside the Rust build; the router image beside both;
 #   - each test executable as soon as what it runs is built: those that need no real node in
-#     two lanes, those that run the real node (one per machine, tests/src/real_node.rs) in a
-#     third, one after another.
+#     one lane, those that run the real node (one per machine, tests/src/real_node.rs) in a
+#     second, each lane one executable after another (more lanes made the slowest tests no
+#     faster and the timing-sensitive ones flaky on 2 cores).
 # Builds run at the lowest CPU priority (nice 19), so a compile does not squeeze a test's
-# timing; the two control-plane lanes run at nice 5, below the real node's lane, whose
+# timing; the control-plane lane runs at nice 5, below the real node's lane, whose
 # kubelet, probes and routers are the most timing-sensitive (a router that misses its
 # liveness probe under load is restarted). `make -k`: every executable runs even after one fails; the exit status says
 # whether all passed, and the last lines list each executable's time and result.
@@ -69,7 +70,7 @@ IT_REAL := tests/tests/real_node.rs tests/tests/routers.rs tests/tests/install.r
   tests/tests/local_run.rs tests/tests/monitoring.rs tests/tests/olm.rs
 IT_REAL_FOUND := $(sort $(shell grep -l 'real_node' $(IT_ALL) 2>/dev/null))
 IT_PLAIN := $(filter-out $(IT_REAL),$(IT_ALL))
-# Two lanes for the others, about equally long; the chart tests last (they wait for helm).
+# The others, in one lane (A then B: the longest first); the chart tests last (they wait for helm).
 IT_LANE_A := controller/tests/hostile.rs controller/tests/faults.rs controller/tests/edits.rs \
   controller/tests/rbac.rs tests/tests/docs.rs webhook/tests/e2e.rs controller/tests/lease.rs
 IT_LANE_B := $(filter-out $(IT_LANE_A) tests/tests/deploy.rs,$(IT_PLAIN)) tests/tests/deploy.rs
@@ -127,8 +128,7 @@ test-run/tests/tests/olm.rs: testbin-olm
 # chain(sources): each source's run after the run of the one before it.
 chain = $(if $(word 2,$(1)),$(eval test-run/$(word 2,$(1)): | test-run/$(word 1,$(1)))$(call chain,$(wordlist 2,$(words $(1)),$(1))))
 $(call chain,$(IT_REAL))
-$(call chain,$(IT_LANE_A))
-$(call chain,$(IT_LANE_B))
+$(call chain,$(IT_LANE_A) $(IT_LANE_B))
 
 images: ## Build the operator's images as deploy/docker/*.Dockerfile define them: the release binaries (qdr-controller, qdr-webhook) and each image's root filesystem (deploy/docker/rootfs.sh) in target/images/
 	$(CARGO) build --locked --release -p qdr-controller -p qdr-webhook --bin qdr-controller --bin qdr-webhook
