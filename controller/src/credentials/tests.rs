@@ -6,7 +6,9 @@
 use std::collections::BTreeMap;
 use std::time::{Duration, SystemTime};
 
-use crate::credentials::{CredentialChange, Existing, Lifetimes, Plan, Routers, STEP_AT, plan, text};
+use super::secrets::text;
+use super::work::Plan;
+use crate::credentials::{CredentialChange, Existing, Lifetimes, Routers, STEP_AT, plan};
 use crate::references::{fingerprint, references, unmet};
 use crate::validated::ValidatedInterconnect;
 use k8s_openapi::ByteString;

@@ -1,0 +1,88 @@
+//! One router certificate (a `generateCredentials` profile's leaf) per pass: issued when
+//! missing, re-issued when its signer, key or names changed or its renew point passed, and
+//! given its signer's current trust bundle. It writes only the leaf's Secret, never a CA.
+
+use std::time::SystemTime;
+
+use k8s_openapi::ByteString;
+use qdr_certs::pki::{CertInfo, new_leaf};
+
+use super::change::CredentialChange;
+use super::inspect::{bundle, ca_pair, is_signed_by, key_of, signing_pair};
+use super::lifetimes::{Lifetimes, RENEW_FRACTION};
+use super::secrets::{NEXT_CRT, NEXT_KEY, data, text};
+use super::work::{CredentialsError, Leaf, Work};
+use crate::validated::ValidatedInterconnect;
+
+/// The DNS names of router certificates.
+fn dns_names(o: &ValidatedInterconnect) -> Vec<String> {
+    let (n, ns) = (o.name(), o.namespace());
+    vec![n.to_string(), format!("{n}.{ns}"), format!("{n}.{ns}.svc"), format!("{n}.{ns}.svc.cluster.local")]
+}
+
+pub(super) fn leaf_step(
+    w: &mut Work<'_>,
+    leaf: &Leaf,
+    now: SystemTime,
+    lifetimes: Lifetimes,
+) -> Result<(), CredentialsError> {
+    let Some(signer_data) = w.get(&leaf.signer).cloned() else { return Ok(()) };
+    let Some(trust) = bundle(&signer_data) else { return Ok(()) };
+    let signer = signing_pair(&signer_data, now);
+    let sans = dns_names(w.o);
+    let current = w.get(&leaf.secret).cloned();
+    let cert = current.as_ref().and_then(|d| text(d, "tls.crt"));
+    let old = cert.as_deref().and_then(|c| CertInfo::parse(c).ok());
+    let reissue: Option<Option<&'static str>> = match (&cert, &old, &signer) {
+        (None, _, _) => Some(None),
+        (Some(_), None, _) => Some(Some("tls.crt is not a certificate")),
+        // A signer that cannot sign (a CA being recovered) keeps the leaves it signed.
+        (_, _, None) => None,
+        (Some(c), Some(i), Some(s)) => {
+            let key = current.as_ref().and_then(|d| text(d, "tls.key")).unwrap_or_default();
+            if !is_signed_by(c, &s.cert_pem) {
+                Some(Some("signer's key changed"))
+            } else if key_of(c, &key).is_err() {
+                Some(Some("tls.key does not belong to tls.crt"))
+            } else if i.sans != sans {
+                Some(Some("names changed"))
+            } else if now >= i.point(RENEW_FRACTION) {
+                Some(Some("renew point reached"))
+            } else {
+                None
+            }
+        }
+    };
+    // A missing leaf of a CA being recovered is signed by the staged CA: the bundle it
+    // comes with trusts it, and nothing else could start the routers.
+    let signing = signer.or_else(|| {
+        (cert.is_none()).then(|| ca_pair(&signer_data, NEXT_CRT, NEXT_KEY, now).ok().flatten()).flatten()
+    });
+    if let (Some(why), Some(signing)) = (reissue, &signing) {
+        let new = new_leaf(signing, &sans, now, lifetimes.cert)?;
+        w.due(CertInfo::parse(&new.cert_pem)?.point(RENEW_FRACTION));
+        w.write(
+            &leaf.secret,
+            data(&[("tls.crt", &new.cert_pem), ("tls.key", &new.key_pem), ("ca.crt", &trust)]),
+            None,
+        );
+        if let Some(why) = why {
+            w.plan.changes.push(CredentialChange::Renewed {
+                secret: leaf.secret.clone(),
+                why,
+                until: old.as_ref().map(|i| i.not_after),
+            });
+        }
+        return Ok(());
+    }
+    if let Some(i) = &old {
+        w.due(i.point(RENEW_FRACTION));
+    }
+    if let Some(mut d) = current
+        && text(&d, "ca.crt").as_deref() != Some(trust.as_str())
+    {
+        d.insert("ca.crt".into(), ByteString(trust.into_bytes()));
+        w.write(&leaf.secret, d, None);
+    }
+    Ok(())
+}
