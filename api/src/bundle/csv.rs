@@ -1,0 +1,48 @@
+//! The ClusterServiceVersion: `deploy/olm/csv.yaml` (the hand-written part) completed with
+//! the version, description, icon, examples (`alm-examples`), owned CRD, install strategy,
+//! webhook definitions and related images. It assembles; the install strategy is
+//! [`super::install`]'s and the descriptors are [`super::descriptors`]'.
+
+use base64::prelude::{BASE64_STANDARD, Engine as _};
+use serde_json::{Value, json};
+
+use super::descriptors::owned_crd;
+use super::install::install;
+use super::metadata::PACKAGE;
+use super::sources::Sources;
+
+/// The CSV of `s`.
+///
+/// # Errors
+/// A message when `deploy/olm/csv.yaml` has no `metadata` or `spec`, or the install strategy
+/// or the descriptors cannot be made (see [`install`], [`owned_crd`]).
+pub(super) fn csv(s: &Sources) -> Result<Value, String> {
+    let mut csv = s.csv_base.clone();
+    let install = install(s)?;
+    let meta = csv["metadata"].as_object_mut().ok_or("deploy/olm/csv.yaml has no metadata")?;
+    meta.insert("name".into(), json!(format!("{PACKAGE}.v{}", s.version)));
+    let examples: Vec<&Value> = s.examples.iter().filter(|e| e["kind"] == "Interconnect").collect();
+    let annotations = meta.entry("annotations").or_insert(json!({}));
+    annotations["alm-examples"] = json!(serde_json::to_string_pretty(&examples).expect("JSON serializes"));
+    annotations["containerImage"] = json!(install.controller_image);
+
+    let spec = csv["spec"].as_object_mut().ok_or("deploy/olm/csv.yaml has no spec")?;
+    spec.insert("version".into(), json!(s.version));
+    spec.insert("description".into(), json!(s.description));
+    spec.insert(
+        "icon".into(),
+        json!([{"base64data": BASE64_STANDARD.encode(s.icon_svg.as_bytes()), "mediatype": "image/svg+xml"}]),
+    );
+    spec.insert("customresourcedefinitions".into(), json!({"owned": [owned_crd(s)?]}));
+    spec.insert("install".into(), install.strategy);
+    spec.insert("webhookdefinitions".into(), json!(install.webhooks));
+    spec.insert(
+        "relatedImages".into(),
+        json!([
+            {"name": "controller", "image": install.controller_image},
+            {"name": "webhook", "image": install.webhook_image},
+            {"name": "router", "image": crate::images::DEFAULT_ROUTER_IMAGE},
+        ]),
+    );
+    Ok(csv)
+}
