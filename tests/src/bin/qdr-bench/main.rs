@@ -1,0 +1,85 @@
+//! `make bench`: every benchmark of the project, one table with the figures and the targets.
+//! Each figure is the median of several runs (`QDR_BENCH_RUNS`, default 3) with min and max.
+//! Absolute figures on a shared 2-core machine are noisy: the load generator, the webhook,
+//! the API server and etcd all share the same cores.
+//!
+//! One module per measured thing, each adding its rows: [`pure`] (library calls),
+//! [`admission`] (the webhook alone), [`api_server`] (admission through the API server),
+//! [`convergence`] and [`memory`] (the controller), [`day_two`] (real routers with traffic),
+//! [`mesh`] and [`mesh_scale`] (reading the routers); `QDR_BENCH_ONLY` picks one. Beside
+//! them [`table`] (the one printer), [`measure`] (reading figures) and [`fixtures`] (what is
+//! sent).
+
+use std::path::PathBuf;
+
+use qdr_tests::{ControlPlane, Options};
+
+mod admission;
+mod api_server;
+mod convergence;
+mod day_two;
+mod fixtures;
+mod measure;
+mod memory;
+mod mesh;
+mod mesh_scale;
+mod pure;
+mod table;
+
+fn main() -> Result<(), Box<dyn std::error::Error>> {
+    let _ = rustls::crypto::ring::default_provider().install_default();
+    let runs: usize = std::env::var("QDR_BENCH_RUNS").ok().and_then(|v| v.parse().ok()).unwrap_or(3).max(1);
+    // The release binaries `make bench` builds beside this one.
+    let bin_dir = std::env::args().nth(1).map(PathBuf::from).unwrap_or_else(qdr_tests::images::bin_dir);
+    let mut rows = Vec::new();
+
+    pure::pure_rows(&mut rows, runs);
+
+    let rt = tokio::runtime::Runtime::new()?;
+    rt.block_on(async {
+        let only = std::env::var("QDR_BENCH_ONLY").unwrap_or_default();
+        if only.is_empty() || only == "webhook" {
+            admission::webhook_rows(&mut rows, runs, &bin_dir).await?;
+        }
+        if only == "webhook" {
+            return Ok(());
+        }
+        let cp: &'static ControlPlane = Box::leak(Box::new(
+            ControlPlane::start(Options {
+                state_dir: None,
+                controller_manager: false,
+                nodes: 0,
+                audit: true,
+                webhook_client_cert: false,
+                real_nodes: 0,
+            })
+            .await?,
+        ));
+        cp.install_crd().await;
+        if only.is_empty() || only == "apiserver" {
+            api_server::api_server_rows(&mut rows, runs, &bin_dir, cp).await?;
+        }
+        if only.is_empty() || only == "controller" {
+            convergence::convergence_rows(&mut rows, runs, &bin_dir, cp).await?;
+        }
+        if only == "controller-2000" {
+            convergence::big_convergence_rows(&mut rows, &bin_dir, cp).await?;
+        }
+        if only.is_empty() || only == "unrelated" {
+            memory::unrelated_rows(&mut rows, &bin_dir, cp).await?;
+        }
+        if only.is_empty() || only == "day-two" {
+            day_two::day_two_rows(&mut rows).await?;
+        }
+        if only.is_empty() || only == "mesh-2000" {
+            mesh_scale::mesh_scale_rows(&mut rows, &bin_dir, cp).await?;
+        }
+        if only.is_empty() || only == "mesh" {
+            mesh::mesh_rows(&mut rows, runs).await?;
+        }
+        Ok::<_, Box<dyn std::error::Error>>(())
+    })?;
+
+    table::print(&rows, runs);
+    Ok(())
+}

@@ -1,0 +1,178 @@
+//! Reading the routers (`QDR_BENCH_ONLY=mesh`): one Interconnect of real routers on the
+//! real node read by one release controller, at rest and through a router pod's deletion.
+
+use std::time::{Duration, Instant};
+
+use kube::api::Api;
+use qdr_tests::{ControlPlane, Options};
+use serde_json::json;
+
+use crate::measure::{cpu_seconds, metric, rss_mib};
+use crate::table::Row;
+
+/// What reading the routers costs (`docs/mesh-status.md`), on real routers on the real node
+/// (root and the router image, as [`crate::day_two::day_two_rows`]): one Interconnect of 3 interior routers
+/// read by one release controller. At rest for [`MESH_REST`]: routers asked per minute, the
+/// controller's CPU (ms per minute) and resident memory; per read, its duration; and `runs`
+/// times, a router pod deleted: the time until `MeshConnected` leaves `Connected`, and
+/// until it is `Connected` again.
+pub(crate) async fn mesh_rows(rows: &mut Vec<Row>, runs: usize) -> Result<(), Box<dyn std::error::Error>> {
+    let cp: &'static ControlPlane = Box::leak(Box::new(
+        ControlPlane::start(Options { audit: false, real_nodes: 1, ..Options::default() }).await?,
+    ));
+    qdr_tests::routers::routers_on_real_node(cp)?;
+    qdr_tests::routers::import_router_image(cp)?;
+    cp.install_crd().await;
+    let health = qdr_tests::components::free_port();
+    let controller = qdr_tests::routers::start_controller_on(cp, "qdr-controller-mesh", health, &[])?;
+    let ns: &'static qdr_tests::TestNamespace = Box::leak(Box::new(cp.namespace("cost").await));
+    let ic = qdr_tests::routers::interconnect(
+        "cost",
+        json!({"deploymentPlan": {"role": "interior", "size": 3, "placement": "Any"}}),
+    );
+    qdr_tests::routers::check_client()?;
+    let applied = Instant::now();
+    qdr_tests::routers::apply(cp, &ns.name, &ic);
+    let ready = qdr_tests::routers::wait_ready(cp, &ns.name, "cost", &[&controller]);
+    // The first message across the mesh: anycast from router 0 to a receiver on router 1,
+    // sent as soon as the routers are Ready (the sender retries until the address has a
+    // route, as a client would).
+    let pods = qdr_tests::routers::router_pods(ns, "cost").await;
+    let url = |i: usize| qdr_tests::routers::url(&pods[i].1, 5672);
+    let receiver = qdr_tests::routers::Receiver::attach(&url(1), "closest/first", 1, &[]);
+    qdr_tests::routers::send(&url(0), "closest/first", 0..1, "first-", Duration::from_secs(60), &[]);
+    let first_message = applied.elapsed();
+    if receiver.bodies() != ["first-0"] {
+        return Err("the first message did not arrive".into());
+    }
+    rows.push(Row {
+        what: "apply → 3 real interior routers Ready".into(),
+        runs: vec![ready.as_secs_f64()],
+        unit: "s",
+        target: String::new(),
+    });
+    rows.push(Row::once(
+        "apply → first message across the 3-router mesh (router 0 → router 1)",
+        first_message.as_secs_f64(),
+        "s",
+    ));
+    let reason = || {
+        let out = qdr_tests::routers::kubectl(
+            cp,
+            &[
+                "get",
+                "interconnect",
+                "cost",
+                "-n",
+                &ns.name,
+                "-o",
+                "jsonpath={.status.conditions[?(@.type==\"MeshConnected\")].reason}",
+            ],
+        );
+        String::from_utf8_lossy(&out.stdout).into_owned()
+    };
+    let until = |want: fn(&str) -> bool, limit: Duration| async move {
+        let t = Instant::now();
+        while !want(&reason()) && t.elapsed() < limit {
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+        t.elapsed()
+    };
+    until(|r| r == "Connected", Duration::from_secs(120)).await;
+    let scrape = || qdr_tests::components::http_get(health, "/metrics").map(|(_, b)| b).unwrap_or_default();
+    let (before, cpu_before) = (scrape(), cpu_seconds(controller.pid()));
+    // The moments reads end (the read counter moves), polled every 250 ms: the period
+    // between reads, free of where the window's edges fall.
+    let started = Instant::now();
+    let mut last = metric(&before, "qdr_mesh_read_duration_seconds_count").unwrap_or(0.0);
+    let mut ends = Vec::new();
+    while started.elapsed() < MESH_REST {
+        tokio::time::sleep(Duration::from_millis(250)).await;
+        let now = metric(&scrape(), "qdr_mesh_read_duration_seconds_count").unwrap_or(last);
+        if now > last {
+            ends.push(started.elapsed().as_secs_f64());
+            last = now;
+        }
+    }
+    let (after, cpu_after) = (scrape(), cpu_seconds(controller.pid()));
+    let minutes = MESH_REST.as_secs_f64() / 60.0;
+    let delta = |name: &str| metric(&after, name).unwrap_or(0.0) - metric(&before, name).unwrap_or(0.0);
+    let periods: Vec<f64> = ends.windows(2).map(|w| w[1] - w[0]).collect();
+    if periods.is_empty() {
+        return Err(format!("{} reads in {MESH_REST:?} at rest: too few to time", ends.len()).into());
+    }
+    let per_read =
+        delta("qdr_mesh_router_reads_total") / delta("qdr_mesh_read_duration_seconds_count").max(1.0);
+    rows.push(Row {
+        what: format!(
+            "mesh reads at rest, 1 Interconnect of 3 real routers: time between reads ({} reads in {:.0} s)",
+            ends.len(),
+            MESH_REST.as_secs_f64()
+        ),
+        runs: periods.clone(),
+        unit: "s",
+        target: "60 (the resync)".into(),
+    });
+    rows.push(Row {
+        what: "mesh reads at rest: routers asked per minute (routers per read × 60 s ÷ time between reads)"
+            .into(),
+        runs: periods.iter().map(|p| per_read * 60.0 / p).collect(),
+        unit: "routers/min",
+        target: "≤ 3".into(),
+    });
+    let reads = delta("qdr_mesh_read_duration_seconds_count");
+    rows.push(Row {
+        what: "mesh read of 3 real routers (TLS connect + 3 QUERYs each, concurrently): mean duration".into(),
+        runs: vec![if reads > 0.0 {
+            1000.0 * delta("qdr_mesh_read_duration_seconds_sum") / reads
+        } else {
+            0.0
+        }],
+        unit: "ms",
+        target: String::new(),
+    });
+    rows.push(Row {
+        what: "controller CPU at rest with 1 Interconnect of 3 real routers read".into(),
+        runs: vec![1000.0 * (cpu_after - cpu_before) / minutes],
+        unit: "ms CPU/min",
+        target: String::new(),
+    });
+    rows.push(Row::once(
+        "controller resident memory with 1 Interconnect of 3 real routers read",
+        rss_mib(controller.pid()),
+        "MiB",
+    ));
+    let (mut noticed, mut recovered) = (Vec::new(), Vec::new());
+    let pods: Api<k8s_openapi::api::core::v1::Pod> = Api::namespaced(cp.client().await?, &ns.name);
+    for _ in 0..runs {
+        let list = pods.list(&kube::api::ListParams::default().labels("application=cost")).await?;
+        let victim = list
+            .items
+            .iter()
+            .find(|p| p.metadata.deletion_timestamp.is_none())
+            .and_then(|p| p.metadata.name.clone());
+        let Some(victim) = victim else { break };
+        pods.delete(&victim, &kube::api::DeleteParams::default()).await?;
+        let t = Instant::now();
+        until(|r| r != "Connected", Duration::from_secs(60)).await;
+        noticed.push(t.elapsed().as_secs_f64());
+        until(|r| r == "Connected", Duration::from_secs(180)).await;
+        recovered.push(t.elapsed().as_secs_f64());
+    }
+    rows.push(Row {
+        what: "a router pod deleted → MeshConnected no longer Connected".into(),
+        runs: noticed,
+        unit: "s",
+        target: String::new(),
+    });
+    rows.push(Row {
+        what: "a router pod deleted → MeshConnected Connected again (replacement started and linked)".into(),
+        runs: recovered,
+        unit: "s",
+        target: String::new(),
+    });
+    Ok(())
+}
+
+/// How long the mesh benchmark leaves a connected mesh at rest.
+pub(crate) const MESH_REST: Duration = Duration::from_secs(200);
