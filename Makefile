@@ -65,8 +65,9 @@ NICE := env -u MAKEFLAGS -u MFLAGS nice -n 19
 TESTBIN = $$(tools/testbin/build.sh --print)
 # The test sources, by lane. Those that start a real node say so in their source; IT_REAL
 # lists them in the order their lane runs them.
-IT_ALL := $(sort $(wildcard api/tests/*.rs certs/tests/*.rs controller/tests/*.rs webhook/tests/*.rs tests/tests/*.rs))
-IT_REAL := tests/tests/real_node.rs tests/tests/routers.rs tests/tests/install.rs tests/tests/day_two.rs \
+# A test program is a file in a crate's tests/, or a folder there with a main.rs.
+IT_ALL := $(sort $(wildcard $(foreach c,api certs controller webhook tests,$(c)/tests/*.rs $(c)/tests/*/main.rs)))
+IT_REAL := tests/tests/real_node.rs tests/tests/routers/main.rs tests/tests/install.rs tests/tests/day_two.rs \
   tests/tests/local_run.rs tests/tests/monitoring.rs tests/tests/olm.rs
 IT_REAL_FOUND := $(sort $(shell grep -l 'real_node' $(IT_ALL) 2>/dev/null))
 IT_PLAIN := $(filter-out $(IT_REAL),$(IT_ALL))
@@ -119,7 +120,7 @@ test-run/%: test-build testbin-core
 	@QDR_TESTBIN="$(TESTBIN)" $(if $(filter $(IT_REAL),$*),,nice -n 5) tools/test/run.sh $(T)/test-executables.json $(T)/test-results.txt $*
 test-run/tests/tests/deploy.rs: testbin-helm
 test-run/tests/tests/real_node.rs: testbin-node
-test-run/tests/tests/routers.rs: testbin-node test-router-image
+test-run/tests/tests/routers/main.rs: testbin-node test-router-image
 test-run/tests/tests/install.rs: testbin-helm test-router-image
 test-run/tests/tests/day_two.rs: test-router-image
 test-run/tests/tests/local_run.rs: test-router-image

@@ -1,7 +1,8 @@
 //! The mesh reader against routers that misbehave on purpose (`qdr_tests::amqp_peer`): every
 //! hostile answer ends as a short reason within the read's timeout, and an honest router
-//! with 10,000 clients is read whole, a page at a time. The controller process under the
-//! same routers, with its memory and health, is in `tests/tests/hostile_routers.rs`.
+//! with 10,000 clients is read whole, a page at a time. The last test runs the controller
+//! process under the same routers (on pods of a control plane, at loopback addresses) and
+//! checks its memory, its health and that every other namespace is still served.
 
 use std::sync::Arc;
 use std::time::{Duration, Instant};

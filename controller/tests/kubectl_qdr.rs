@@ -1,5 +1,5 @@
 //! `kubectl-qdr topology -f`: the plugin on an Interconnect read from standard input (the
-//! cluster path runs against real routers in `tests/tests/routers.rs`).
+//! cluster path runs against real routers in `tests/tests/routers/`).
 
 use std::io::Write as _;
 use std::process::{Command, Stdio};

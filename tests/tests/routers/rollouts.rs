@@ -1,0 +1,259 @@
+//! Routers through rollouts: a single router serving throughout a roll, a placement change
+//! held while a Secret is missing, and an old-revision router restarted mid-rollout keeping
+//! its configuration.
+
+use std::sync::atomic::Ordering;
+use std::time::{Duration, Instant};
+
+use k8s_openapi::api::core::v1::Secret;
+use kube::api::{Api, PostParams};
+use qdr_tests::routers::{
+    self, Steady, apply, client, json_lines, qdmanage, rolled_out, router_pods, service_ip, url, watch_ready,
+};
+use qdr_tests::{ControlPlane, TestNamespace};
+use serde_json::json;
+
+use crate::{cluster, controllers};
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_single_anti_affinity_router_serves_throughout_a_roll() {
+    let cp = cluster().await;
+    let ns: &'static TestNamespace = Box::leak(Box::new(cp.namespace("solo").await));
+    let spec = |extra: &str| {
+        routers::interconnect(
+            "solo",
+            json!({
+                "deploymentPlan": {"size": 1, "placement": "AntiAffinity"},
+                "listeners": [{"port": 5672}],
+                "addresses": [{"prefix": "closest", "distribution": "closest"}, {"prefix": extra}],
+            }),
+        )
+    };
+    apply(cp, &ns.name, &spec("before"));
+    routers::wait_ready(cp, &ns.name, "solo", &controllers());
+    let ip = service_ip(ns, "solo").await;
+    let steady =
+        Steady::start(&url(&ip, 5672), "closest/solo", 20, &cp.dir().join(format!("{}-steady.log", ns.name)));
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    let (stop, fewest) = watch_ready(ns, "solo");
+    // A configuration change rolls the router.
+    apply(cp, &ns.name, &spec("after"));
+    rolled_out(cp, ns, "solo", 1).await;
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    stop.store(true, Ordering::SeqCst);
+    let fewest = fewest.await.unwrap();
+    let traffic = steady.finish();
+    say!("AntiAffinity size 1, config roll through Service solo: {traffic}; fewest Ready routers {fewest}");
+    assert!(fewest >= 1, "no router was Ready during the roll");
+    assert_eq!(traffic.lost, 0, "acknowledged messages lost: {traffic}");
+    assert!(traffic.acknowledged >= 20, "too little went through: {traffic}");
+}
+
+/// The reasons of Interconnect `name`'s conditions.
+fn reasons(cp: &ControlPlane, ns: &str, name: &str) -> String {
+    let out = routers::kubectl(
+        cp,
+        &["get", "interconnect", name, "-n", ns, "-o", "jsonpath={.status.conditions[*].reason}"],
+    );
+    String::from_utf8_lossy(&out.stdout).into_owned()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_placement_change_while_a_secret_is_missing_keeps_the_running_routers() {
+    let cp = cluster().await;
+    let ns: &'static TestNamespace = Box::leak(Box::new(cp.namespace("held").await));
+    let key = openssl::pkey::PKey::from_ec_key(
+        openssl::ec::EcKey::generate(
+            &openssl::ec::EcGroup::from_curve_name(openssl::nid::Nid::X9_62_PRIME256V1).unwrap(),
+        )
+        .unwrap(),
+    )
+    .unwrap();
+    let cert = qdr_tests::keys::certificate(&key, None, "held");
+    let tls = Secret {
+        metadata: kube::api::ObjectMeta { name: Some("held-tls".into()), ..Default::default() },
+        string_data: Some(
+            [
+                ("tls.crt".to_string(), cert),
+                ("tls.key".to_string(), String::from_utf8(key.private_key_to_pem_pkcs8().unwrap()).unwrap()),
+            ]
+            .into(),
+        ),
+        ..Default::default()
+    };
+    let secrets: Api<Secret> = ns.api();
+    secrets.create(&PostParams::default(), &tls).await.unwrap();
+    let spec = |placement: &str| {
+        routers::interconnect(
+            "held",
+            json!({
+                "deploymentPlan": {"placement": placement, "size": 1},
+                "listeners": [{"port": 5672}, {"name": "amqps", "port": 5671, "sslProfile": "user-tls"}],
+                "sslProfiles": [{"name": "user-tls", "credentials": "held-tls"}],
+            }),
+        )
+    };
+    apply(cp, &ns.name, &spec("Any"));
+    routers::wait_ready(cp, &ns.name, "held", &controllers());
+    let before = router_pods(ns, "held").await;
+    assert_eq!(before.len(), 1);
+
+    // The Secret goes, then the placement changes: the running router stays.
+    secrets.delete("held-tls", &Default::default()).await.unwrap();
+    apply(cp, &ns.name, &spec("Every"));
+    qdr_tests::eventually("MissingSecret reported", Duration::from_secs(60), || async {
+        reasons(cp, &ns.name, "held").contains("MissingSecret").then_some(())
+    })
+    .await;
+    let deployments: Api<k8s_openapi::api::apps::v1::Deployment> = ns.api();
+    let daemon_sets: Api<k8s_openapi::api::apps::v1::DaemonSet> = ns.api();
+    // Two readiness periods: a pruned Deployment or a new DaemonSet would show by then.
+    for _ in 0..20 {
+        assert!(deployments.get_opt("held").await.unwrap().is_some(), "the running Deployment was pruned");
+        assert!(
+            daemon_sets.get_opt("held").await.unwrap().is_none(),
+            "a DaemonSet that cannot mount its Secret"
+        );
+        assert_eq!(router_pods(ns, "held").await, before, "the running router changed");
+        tokio::time::sleep(Duration::from_millis(500)).await;
+    }
+    let ip = &before[0].1;
+    let alive = client("query", &url(ip, 5672), "org.apache.qpid.dispatch.router", &[]).output().unwrap();
+    assert!(alive.status.success(), "the held router answers: {:?}", json_lines(&alive));
+    assert_eq!(routers::ready_routers(ns, "held").await, 1);
+
+    // The Secret is back: the DaemonSet replaces the Deployment.
+    let mut again = tls.clone();
+    again.metadata.resource_version = None;
+    secrets.create(&PostParams::default(), &again).await.unwrap();
+    let deadline = Instant::now() + routers::READY_WAIT;
+    loop {
+        let gone = deployments.get_opt("held").await.unwrap().is_none();
+        let ds = daemon_sets.get_opt("held").await.unwrap();
+        let ready = ds.and_then(|d| d.status).map(|s| s.number_ready).unwrap_or(0);
+        if gone && ready == 1 {
+            break;
+        }
+        if Instant::now() > deadline {
+            let show =
+                |args: &[&str]| String::from_utf8_lossy(&routers::kubectl(cp, args).stdout).into_owned();
+            panic!(
+                "the DaemonSet's router not Ready or the Deployment not gone:\n{}\n{}\n{}",
+                show(&["get", "all", "-n", &ns.name, "-o", "wide"]),
+                show(&["get", "interconnect", "held", "-n", &ns.name, "-o", "yaml"]),
+                controllers().iter().map(|p| p.log_tail(30)).collect::<Vec<_>>().join("\n")
+            );
+        }
+        tokio::time::sleep(Duration::from_millis(500)).await;
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_router_of_the_old_revision_restarted_mid_rollout_keeps_its_configuration() {
+    let cp = cluster().await;
+    let ns: &'static TestNamespace = Box::leak(Box::new(cp.namespace("revisions").await));
+    let spec = |prefix: &str, memory: &str| {
+        routers::interconnect(
+            "rev",
+            json!({
+                "deploymentPlan": {"size": 1, "placement": "Any",
+                                   "resources": {"requests": {"memory": memory}, "limits": {"memory": memory}}},
+                "listeners": [{"port": 5672}],
+                "addresses": [{"prefix": "closest", "distribution": "closest"}, {"prefix": prefix}],
+            }),
+        )
+    };
+    apply(cp, &ns.name, &spec("old-revision", "256Mi"));
+    routers::wait_ready(cp, &ns.name, "rev", &controllers());
+    let old = router_pods(ns, "rev").await;
+    assert_eq!(old.len(), 1);
+    let old_pod = old[0].0.clone();
+
+    // A new revision whose router cannot start (4 MiB of memory): the rollout stays half-way,
+    // the old router keeps running. (Not an unschedulable one: the image's auto_mesh.py waits
+    // for every router pod to have an address before the router starts, so an old router
+    // restarted beside a Pending one would never start.)
+    apply(cp, &ns.name, &spec("new-revision", "4Mi"));
+    let pods: Api<k8s_openapi::api::core::v1::Pod> = ns.api();
+    qdr_tests::eventually(
+        "a failing router of the new revision with an address",
+        Duration::from_secs(90),
+        || async {
+            let list = pods.list(&kube::api::ListParams::default().labels("application=rev")).await.ok()?;
+            list.items
+                .iter()
+                .filter(|p| p.metadata.name.as_deref() != Some(old_pod.as_str()))
+                .any(|p| p.status.as_ref().is_some_and(|s| s.pod_ip.is_some()))
+                .then_some(())
+        },
+    )
+    .await;
+
+    // What the old router mounts still holds its own configuration (an in-place update of a
+    // shared ConfigMap would reach it within the kubelet's sync period).
+    let mounted = pods.get(&old_pod).await.unwrap().spec.unwrap().volumes.unwrap_or_default();
+    let mounted =
+        mounted.iter().find(|v| v.name == "router-config").and_then(|v| v.config_map.clone()).unwrap().name;
+    let config_maps: Api<k8s_openapi::api::core::v1::ConfigMap> = ns.api();
+    let cm = config_maps.get(&mounted).await.expect("the old router's ConfigMap is kept");
+    let text = cm.data.unwrap_or_default().into_values().collect::<String>();
+    assert!(text.contains("old-revision") && !text.contains("new-revision"), "{mounted}: {text}");
+    assert_eq!(cm.immutable, Some(true), "{mounted} is not immutable");
+
+    // The old router stops and its container starts again in the same pod.
+    let out = routers::kubectl(cp, &["exec", "-n", &ns.name, &old_pod, "--", "kill", "-TERM", "1"]);
+    assert!(out.status.success(), "kill: {}", String::from_utf8_lossy(&out.stderr));
+    let deadline = Instant::now() + routers::READY_WAIT;
+    loop {
+        let status = pods.get(&old_pod).await.unwrap().status.unwrap_or_default();
+        let restarted = status.container_statuses.iter().flatten().any(|c| c.restart_count >= 1);
+        let ready = status.conditions.iter().flatten().any(|c| c.type_ == "Ready" && c.status == "True");
+        if restarted && ready {
+            break;
+        }
+        if Instant::now() > deadline {
+            let show = |args: &[&str]| {
+                let out = routers::kubectl(cp, args);
+                format!("{}{}", String::from_utf8_lossy(&out.stdout), String::from_utf8_lossy(&out.stderr))
+            };
+            panic!(
+                "the old router did not restart and become Ready:\n{}\n{}\n{}\n{}",
+                show(&["describe", "pod", "-n", &ns.name, &old_pod]),
+                show(&["logs", "-n", &ns.name, &old_pod, "--previous", "--tail=20"]),
+                show(&["get", "cm,pods", "-n", &ns.name, "-o", "wide"]),
+                controllers().iter().map(|p| p.log_tail(20)).collect::<Vec<_>>().join("\n")
+            );
+        }
+        tokio::time::sleep(Duration::from_millis(500)).await;
+    }
+    let prefixes =
+        qdmanage(cp, &ns.name, &old_pod, &["query", "--type=org.apache.qpid.dispatch.router.config.address"])
+            .expect("qdmanage");
+    let prefixes: Vec<&str> =
+        prefixes.as_array().unwrap().iter().filter_map(|a| a["prefix"].as_str()).collect();
+    assert!(
+        prefixes.contains(&"old-revision"),
+        "the restarted old router lost its configuration: {prefixes:?}"
+    );
+    assert!(
+        !prefixes.contains(&"new-revision"),
+        "the restarted old router read the new configuration: {prefixes:?}"
+    );
+
+    // A revision that starts: once its rollout is over, only its ConfigMap (and the SASL
+    // one) is left; the earlier ones are pruned.
+    apply(cp, &ns.name, &spec("third-revision", "256Mi"));
+    rolled_out(cp, ns, "rev", 1).await;
+    qdr_tests::eventually("the earlier router configurations pruned", Duration::from_secs(60), || async {
+        let names: Vec<String> = config_maps
+            .list(&kube::api::ListParams::default().labels("interconnect_cr=rev"))
+            .await
+            .ok()?
+            .items
+            .into_iter()
+            .filter_map(|c| c.metadata.name)
+            .collect();
+        (names.len() == 2 && names.iter().any(|n| n == "rev-sasl-config")).then_some(())
+    })
+    .await;
+}
