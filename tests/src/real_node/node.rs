@@ -1,0 +1,129 @@
+//! The running node: its four processes started in order (containerd, then the kubelet,
+//! kube-proxy and CoreDNS) on a prepared [`Host`], the wait until the Node is Ready and the
+//! Services and names answer, and stopping them. How each process is configured is its own
+//! module's.
+
+use std::path::Path;
+use std::time::{Duration, Instant};
+
+use super::host::{Host, Record, create_cgroup_root};
+use super::kubelet::NODE;
+use super::{containerd, coredns, kube_proxy, kubelet};
+use crate::Error;
+use crate::control_plane::node_ready;
+use crate::process::Process;
+use crate::testbin::Testbin;
+
+/// The running node's processes.
+#[derive(Debug)]
+pub struct RealNode {
+    host: Host,
+    containerd: Process,
+    kubelet: Process,
+    kube_proxy: Process,
+    coredns: Process,
+    /// From spawning containerd until the Node reported Ready.
+    pub startup: Duration,
+}
+
+impl RealNode {
+    /// Starts containerd (own config, root, state and socket under the record's directory),
+    /// imports the pause image, starts the kubelet as [`NODE`] and kube-proxy, and waits
+    /// until the Node is Ready.
+    ///
+    /// `kubeconfig` is the admin's (kube-proxy's identity); `node_kubeconfig` the kubelet's.
+    ///
+    /// # Errors
+    /// [`Error::Startup`] with the logs when a part exits or the Node is not Ready within
+    /// [`crate::READY_TIMEOUT`].
+    pub async fn start(
+        host: Host,
+        testbin: &Testbin,
+        ca_file: &Path,
+        kubeconfig: &Path,
+        node_kubeconfig: &Path,
+        client: kube::Client,
+    ) -> Result<RealNode, Error> {
+        let began = Instant::now();
+        // The `node` group of the test binaries is built after the control plane's.
+        let [pause, kubelet, kube_proxy, coredns] =
+            ["pause", "kubelet", "kube-proxy", "coredns"].map(|b| testbin.require(b));
+        let (pause, kubelet, kube_proxy, coredns) = (pause?, kubelet?, kube_proxy?, coredns?);
+        let dir = host.record().dir.clone();
+        let socket = host.record().socket();
+        let containerd = containerd::start(&dir, &socket).await?;
+        let pause_archive = dir.join("pause.oci.tar");
+        crate::images::write_archive(&crate::images::pause_image(&pause), &pause_archive)?;
+        containerd::import(&socket, &pause_archive)?;
+
+        create_cgroup_root()?;
+        let kubelet = kubelet::start(&kubelet, &dir, ca_file, node_kubeconfig)?;
+        let (kube_proxy, proxy_healthz) = kube_proxy::start(&kube_proxy, &dir, kubeconfig)?;
+        let (coredns, dns_ready) = coredns::start(&coredns, &dir, kubeconfig)?;
+
+        let node = RealNode { host, containerd, kubelet, kube_proxy, coredns, startup: Duration::ZERO };
+        let nodes: kube::Api<k8s_openapi::api::core::v1::Node> = kube::Api::all(client);
+        let deadline = Instant::now() + crate::READY_TIMEOUT;
+        loop {
+            for p in [&node.containerd, &node.kubelet, &node.kube_proxy, &node.coredns] {
+                if let Some(s) = p.exited() {
+                    return Err(Error::Startup {
+                        what: format!("{} exited ({s})", p.name()),
+                        logs: node.logs_tail(40),
+                    });
+                }
+            }
+            if node_ready(&nodes, NODE).await
+                && kube_proxy::healthy(proxy_healthz)
+                && coredns::ready(dns_ready)
+            {
+                break;
+            }
+            if Instant::now() > deadline {
+                return Err(Error::Startup {
+                    what: format!(
+                        "node {NODE} not Ready (or kube-proxy unhealthy, or CoreDNS not ready) after {:?}",
+                        crate::READY_TIMEOUT
+                    ),
+                    logs: node.logs_tail(40),
+                });
+            }
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+        Ok(RealNode { startup: began.elapsed(), ..node })
+    }
+
+    /// Imports an OCI image archive into the node's containerd (namespace `k8s.io`, which
+    /// the kubelet sees); pods then use it with `imagePullPolicy: Never` or `IfNotPresent`.
+    ///
+    /// # Errors
+    /// [`Error::Startup`] with ctr's output when the import fails.
+    pub fn import(&self, archive: &Path) -> Result<(), Error> {
+        containerd::import(&self.host.record().socket(), archive)
+    }
+
+    /// The last `lines` lines of containerd's, the kubelet's, kube-proxy's and CoreDNS's logs.
+    pub fn logs_tail(&self, lines: usize) -> String {
+        [&self.containerd, &self.kubelet, &self.kube_proxy, &self.coredns]
+            .iter()
+            .map(|p| {
+                format!("----- {} ({}) -----\n{}\n", p.name(), p.log_path().display(), p.log_tail(lines))
+            })
+            .collect()
+    }
+
+    /// The record of what this node changed on the host.
+    pub fn record(&self) -> &Record {
+        self.host.record()
+    }
+
+    /// Stops CoreDNS, kube-proxy, the kubelet and containerd, then [`super::cleanup()`]: nothing of
+    /// the node is left on the host afterwards. Later calls do nothing.
+    pub fn stop(&self) {
+        self.coredns.stop(Duration::from_secs(5));
+        self.kube_proxy.stop(Duration::from_secs(5));
+        self.kubelet.stop(Duration::from_secs(5));
+        self.containerd.stop(Duration::from_secs(5));
+        self.host.cleanup();
+    }
+}
