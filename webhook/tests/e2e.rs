@@ -238,6 +238,8 @@ async fn hold(
     let mut buf = [0u8; 256];
     let closed = loop {
         tokio::select! {
+            // A close that is already there wins over a deadline that passed meanwhile.
+            biased;
             r = stream.read(&mut buf) => match r {
                 Ok(0) | Err(_) => break true,
                 Ok(_) => {}
@@ -261,7 +263,11 @@ impl<T: tokio::io::AsyncRead + tokio::io::AsyncWrite + Unpin + Send> AsyncStream
 /// loris) are held open against the admission port while a real admission request goes
 /// through the API server: it succeeds (within the configuration's `timeoutSeconds`), and
 /// the server closes every held connection at its handshake or header-read limit.
-#[tokio::test]
+///
+/// The connections are watched on a runtime of two threads, and kubectl runs off it
+/// (`spawn_blocking`): a kubectl slowed by a loaded machine must not freeze the watch, or a
+/// close that happened in time would be seen after the test's own deadline.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn slow_and_idle_connections_do_not_stop_admission() {
     use std::sync::Arc;
     use std::sync::atomic::{AtomicUsize, Ordering::SeqCst};
@@ -283,11 +289,16 @@ async fn slow_and_idle_connections_do_not_stop_admission() {
     let held = open.load(SeqCst);
     let obj = r#"{"apiVersion":"interconnectedcloud.github.io/v1alpha1","kind":"Interconnect","metadata":{"name":"held"},"spec":{}}"#;
     let started = std::time::Instant::now();
-    let out = kubectl_stdin(
-        cp,
-        &["create", "--dry-run=server", "-o", "jsonpath={.spec.users}", "-n", &s.ns, "-f", "-"],
-        obj,
-    );
+    let ns = s.ns.clone();
+    let out = tokio::task::spawn_blocking(move || {
+        kubectl_stdin(
+            cp,
+            &["create", "--dry-run=server", "-o", "jsonpath={.spec.users}", "-n", &ns, "-f", "-"],
+            obj,
+        )
+    })
+    .await
+    .unwrap();
     let took = started.elapsed();
     let still = open.load(SeqCst);
     assert!(
