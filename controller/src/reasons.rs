@@ -30,7 +30,17 @@ pub const CONDITIONS: &[(&str, &[&str])] = &[
         ],
     ),
     ("Available", &["MinimumRoutersAvailable", "RoutersUnavailable", "Unschedulable", "ConflictingObject"]),
-    ("Progressing", &["RollingOut", "Complete", "MissingSecret", "InvalidSecret", "ConflictingObject"]),
+    (
+        "Progressing",
+        &[
+            "RollingOut",
+            "Complete",
+            "MissingSecret",
+            "InvalidSecret",
+            "ConflictingObject",
+            "ProgressDeadlineExceeded",
+        ],
+    ),
     ("Degraded", &["ReconcileSucceeded", "ReconcileFailed", "ConflictingObject"]),
     (
         "MeshConnected",

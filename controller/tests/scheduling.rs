@@ -185,3 +185,60 @@ async fn resources_that_fit_no_node_are_reported() {
     eventually("a Scheduled event", SETTLE, || async { (events(&ns, "Scheduled").await >= 1).then_some(()) })
         .await;
 }
+
+/// Make before break: `Any` → `Every` whose new routers cannot be scheduled keeps the
+/// Deployment's routers running, and the status says why both exist; once the new routers
+/// are Ready, the Deployment goes.
+#[tokio::test]
+async fn a_placement_change_keeps_the_old_routers_until_the_new_ones_are_ready() {
+    let cp = setup().await;
+    let ns = cp.namespace("sched-move").await;
+    common::create_interconnect(&ns, "move", json!({"deploymentPlan": {"size": 2, "placement": "Any"}}))
+        .await;
+    settled(&ns, "move", 2, true).await;
+    let ics = interconnects(&ns.client, &ns.name);
+    let cpus = qdr_tests::NODE_CAPACITY.0.parse::<u32>().unwrap() * 4;
+    let patch = json!({"spec": {"deploymentPlan": {"placement": "Every", "size": null,
+                                                   "resources": {"requests": {"cpu": cpus.to_string()}}}}});
+    ics.patch("move", &PatchParams::default(), &Patch::Merge(&patch)).await.unwrap();
+    let want = "placement change: Deployment move keeps its 2 ready routers until DaemonSet move has all its routers ready";
+    let message = eventually("Progressing names the placement change", SETTLE, || async {
+        let o = ics.get("move").await.ok()?;
+        let conds = o.data["status"]["conditions"].as_array()?.clone();
+        let c = conds.into_iter().find(|c| c["type"] == "Progressing" && c["status"] == "True")?;
+        c["message"].as_str().filter(|m| m.contains(want) && m.contains("cannot be scheduled")).map(str::to_string)
+    })
+    .await;
+    assert!(message.contains("Insufficient cpu"), "{message}");
+    let ds: Api<DaemonSet> = ns.api();
+    assert!(ds.get_opt("move").await.unwrap().is_some(), "the DaemonSet is made first");
+    let deployments: Api<k8s_openapi::api::apps::v1::Deployment> = ns.api();
+    // Several passes (the DaemonSet's status and pods wake them): the Deployment stays.
+    for _ in 0..10 {
+        let d = deployments.get_opt("move").await.unwrap().expect("the running Deployment was deleted");
+        assert!(d.metadata.deletion_timestamp.is_none(), "the running Deployment is being deleted");
+        tokio::time::sleep(Duration::from_millis(500)).await;
+    }
+    let pods: Api<Pod> = ns.api();
+    let ready = |p: &Pod| {
+        p.status
+            .as_ref()
+            .and_then(|s| s.conditions.as_ref())
+            .is_some_and(|c| c.iter().any(|c| c.type_ == "Ready" && c.status == "True"))
+    };
+    let running = pods.list(&ListParams::default().labels("application=move")).await.unwrap();
+    assert_eq!(running.items.iter().filter(|p| ready(p)).count(), 2, "the old routers serve meanwhile");
+
+    // Requests that fit: the DaemonSet's routers come up, then the Deployment goes.
+    let patch = json!({"spec": {"deploymentPlan": {"resources": {"requests": {"cpu": "100m"}}}}});
+    ics.patch("move", &PatchParams::default(), &Patch::Merge(&patch)).await.unwrap();
+    eventually("the Deployment gone and Ready", SETTLE, || async {
+        let gone = deployments.get_opt("move").await.ok()?.is_none();
+        let o = ics.get("move").await.ok()?;
+        let conds = o.data["status"]["conditions"].as_array()?.clone();
+        let ready = conds.iter().any(|c| c["type"] == "Ready" && c["status"] == "True");
+        (gone && ready).then_some(())
+    })
+    .await;
+    assert!(events(&ns, "Pruned").await >= 1, "a Pruned event names the Deployment");
+}

@@ -238,7 +238,8 @@ impl Pass {
     /// When to look at the Interconnect again: at the next generation for an invalid spec,
     /// after [`CONFLICT_RECHECK`] while a name is taken, at once when a child was changed by
     /// someone else while it was written ([`types::Applied::again`]), else at the next certificate
-    /// renewal point or after [`RESYNC`], whichever is sooner.
+    /// renewal point, a placement change's deadline ([`types::PLACEMENT_DEADLINE`]) or after
+    /// [`RESYNC`], whichever is sooner.
     fn next(&self) -> Action {
         match self {
             Pass::Wait(action) => action.clone(),
@@ -252,6 +253,11 @@ impl Pass {
                 let next = until_renewal.map_or(RESYNC, |d| d.min(RESYNC));
                 // The next read of the routers, when they are read.
                 let next = r.mesh.as_ref().and_then(|m| m.next).map_or(next, |m| next.min(m));
+                // A placement change's deadline, so the condition turns when it passes.
+                let deadline = r.applied.previous.as_ref().and_then(|p| {
+                    types::PLACEMENT_DEADLINE.checked_sub(p.waiting).map(|d| d + Duration::from_secs(1))
+                });
+                let next = deadline.map_or(next, |d| next.min(d));
                 Action::requeue(next)
             }
         }

@@ -10,7 +10,7 @@
 //! | `SpecValid` | the effective spec passed [`qdr_api::validate`] |
 //! | `Ready` | every desired router is ready and none is being rolled |
 //! | `Available` | every desired router is available |
-//! | `Progressing` | a rollout is under way or a Secret the routers need is missing (`True`), or complete (`False`) |
+//! | `Progressing` | a rollout or placement change is under way or a Secret the routers need is missing (`True`), or complete (`False`); `False` `ProgressDeadlineExceeded` when a placement change's new routers are not all Ready within [`PLACEMENT_DEADLINE`] |
 //! | `Degraded` | the last reconcile failed, or a child's name is taken by a foreign object |
 //! | `MeshConnected` | (routers read) every router reaches every other, edges uplinked ([`with_mesh`]) |
 //! | `ConfigApplied` | (routers read) every router runs the current configuration |
@@ -31,7 +31,8 @@ use super::build::CredentialsReport;
 use super::observe::{Observed, Unschedulable};
 use super::types::{
     AVAILABLE, Applied, CERTIFICATE_EXPIRED, CONFLICTING_OBJECT, DEGRADED, Generation, INVALID_SECRET,
-    INVALID_SPEC, MISSING_SECRET, PROGRESSING, READY, RECONCILE_FAILED, SPEC_VALID, UNSCHEDULABLE,
+    INVALID_SPEC, MISSING_SECRET, PLACEMENT_DEADLINE, PROGRESS_DEADLINE_EXCEEDED, PROGRESSING, Previous,
+    READY, RECONCILE_FAILED, SPEC_VALID, UNSCHEDULABLE,
 };
 use super::{Error as PassError, Pass};
 use crate::references::Problem;
@@ -194,6 +195,32 @@ pub(crate) fn unschedulable_message(u: &Unschedulable, desired: i32) -> String {
     format!("{pods} of {of} {noun} cannot be scheduled: {}", u.reasons.join("; "))
 }
 
+/// What the status messages add while a placement change's replaced workload runs, such as
+/// `; placement change: DaemonSet mesh keeps its 1 ready router until Deployment mesh has
+/// all its routers ready (waiting 2m 5s)`, and past [`PLACEMENT_DEADLINE`] `...; the
+/// deadline of 10m passed: see why the new routers are not ready (Events, pods)`.
+pub(crate) fn previous_message(p: &Previous) -> String {
+    let new = if p.kind == "Deployment" { "DaemonSet" } else { "Deployment" };
+    let noun = if p.ready == 1 { "router" } else { "routers" };
+    let secs = p.waiting.as_secs();
+    let mut m = format!(
+        "; placement change: {} {} keeps its {} ready {noun} until {new} {} has all its routers ready (waiting {}m {}s)",
+        p.kind,
+        p.name,
+        p.ready,
+        p.name,
+        secs / 60,
+        secs % 60
+    );
+    if p.waiting >= PLACEMENT_DEADLINE {
+        m.push_str(&format!(
+            "; the deadline of {}m passed: see why the new routers are not ready (Events, pods)",
+            PLACEMENT_DEADLINE.as_secs() / 60
+        ));
+    }
+    m
+}
+
 /// The status of a reconciled Interconnect.
 pub(crate) fn desired(
     o: &ValidatedInterconnect,
@@ -234,7 +261,8 @@ pub(crate) fn desired(
     // A rollout is pending until every wanted router runs the current template and is
     // available, and no old router remains (never "Complete" with routers unavailable or
     // with an old pod still terminating).
-    let rolling = !w.current || w.updated < w.desired || !is_available || old > 0;
+    let rolling =
+        !w.current || w.updated < w.desired || !is_available || old > 0 || applied.previous.is_some();
     let is_ready = is_available
         && !rolling
         && w.ready >= w.desired
@@ -263,7 +291,12 @@ pub(crate) fn desired(
     };
     // A router that cannot be scheduled is never ready, whatever the workload counts say.
     let is_ready = is_ready && unschedulable.is_none();
-    let detail = missing.as_ref().map(|(_, m)| m.as_str()).or(unschedulable.as_deref()).unwrap_or(&msg);
+    let mut detail =
+        missing.as_ref().map(|(_, m)| m.as_str()).or(unschedulable.as_deref()).unwrap_or(&msg).to_string();
+    if let Some(p) = &applied.previous {
+        detail.push_str(&previous_message(p));
+    }
+    let detail = detail.as_str();
     // An expired certificate is served: nothing is held or waits for it.
     let blocked = missing.as_ref().is_some_and(|(r, _)| *r != CERTIFICATE_EXPIRED);
     let (available_reason, available_message) = match (is_available, &unschedulable) {
@@ -271,12 +304,20 @@ pub(crate) fn desired(
         (false, Some(u)) => (UNSCHEDULABLE, u.as_str()),
         (false, None) => ("RoutersUnavailable", msg.as_str()),
     };
+    // A placement change whose new routers have not all come up in time: the replaced ones
+    // keep running, and Progressing says the change is stuck (as a Deployment past its
+    // progressDeadlineSeconds does).
+    let stalled = !blocked && applied.previous.as_ref().is_some_and(|p| p.waiting >= PLACEMENT_DEADLINE);
+    let progressing = match stalled {
+        true => condition(PROGRESSING, false, PROGRESS_DEADLINE_EXCEEDED, detail, generation, pc),
+        false => condition(PROGRESSING, rolling || blocked, progressing_reason, detail, generation, pc),
+    };
     InterconnectStatus {
         conditions: vec![
             condition(SPEC_VALID, true, "Valid", "the spec passed validation", generation, pc),
             condition(READY, is_ready, ready_reason, detail, generation, pc),
             condition(AVAILABLE, is_available, available_reason, available_message, generation, pc),
-            condition(PROGRESSING, rolling || blocked, progressing_reason, detail, generation, pc),
+            progressing,
             condition(DEGRADED, false, "ReconcileSucceeded", "all children applied", generation, pc),
         ],
         observed_generation: Some(generation),

@@ -8,7 +8,7 @@ use super::build::CredentialsReport;
 use super::events::scheduling;
 use super::observe::{Observed, Unschedulable};
 use super::status::{desired, generation, unschedulable_message};
-use super::types::{Applied, Conflict, Generation, Ownership, WorkloadStatus};
+use super::types::{Applied, Conflict, Generation, Ownership, PLACEMENT_DEADLINE, Previous, WorkloadStatus};
 use crate::references::{Reference, Unmet};
 use crate::validated::ValidatedInterconnect;
 use qdr_api::{Interconnect, InterconnectStatus};
@@ -50,6 +50,49 @@ fn a_complete_rollout_is_ready_and_not_progressing() {
     assert_eq!(cond(&s, "Progressing").1, "Complete");
     assert_eq!(cond(&s, "Progressing").0, "False");
     assert_eq!(s.observed_generation, Some(3));
+}
+
+/// Make before break: while the workload a placement change replaces still runs, the change
+/// is in progress even when the new routers are all up (the old one is deleted by the next
+/// pass), and past the deadline Progressing turns False with the Deployment controller's
+/// reason while both keep running.
+#[test]
+fn a_placement_change_is_in_progress_while_the_replaced_workload_runs() {
+    let previous =
+        Previous { kind: "Deployment", name: "mesh".into(), ready: 3, waiting: Duration::from_secs(65) };
+    let applied =
+        Applied { workload: workload(1, 0, 1, 0), previous: Some(previous.clone()), ..Default::default() };
+    let s = desired(&owner(), &observed(), &applied, &CredentialsReport::default());
+    let (status, reason, message) = cond(&s, "Progressing");
+    assert_eq!((status, reason), ("True", "RollingOut"));
+    assert!(
+        message.contains(
+            "placement change: Deployment mesh keeps its 3 ready routers until DaemonSet mesh has all its routers ready (waiting 1m 5s)"
+        ),
+        "{message}"
+    );
+    assert_eq!(cond(&s, "Ready").0, "False");
+
+    let whole = Applied { workload: workload(1, 1, 1, 1), ..applied.clone() };
+    let s = desired(&owner(), &observed(), &whole, &CredentialsReport::default());
+    assert_eq!(cond(&s, "Progressing").0, "True", "not Complete while the old routers run");
+    assert_eq!(cond(&s, "Ready").0, "False");
+
+    let late = Previous { waiting: PLACEMENT_DEADLINE, ..previous };
+    let stalled = Applied { previous: Some(late), ..applied };
+    let s = desired(&owner(), &observed(), &stalled, &CredentialsReport::default());
+    let (status, reason, message) = cond(&s, "Progressing");
+    assert_eq!((status, reason), ("False", "ProgressDeadlineExceeded"));
+    assert!(message.contains("the deadline of 10m passed"), "{message}");
+}
+
+#[test]
+fn a_workload_is_complete_only_with_every_router_ready_on_the_current_template() {
+    assert!(workload(3, 3, 3, 3).complete());
+    assert!(!workload(3, 2, 3, 2).complete(), "a router not ready");
+    assert!(!workload(3, 3, 2, 3).complete(), "a router on the old template");
+    assert!(!workload(0, 0, 0, 0).complete(), "a DaemonSet no node takes");
+    assert!(!WorkloadStatus { current: false, ..workload(1, 1, 1, 1) }.complete(), "not observed yet");
 }
 
 #[test]

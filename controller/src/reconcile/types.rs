@@ -36,6 +36,17 @@ pub(crate) const CERTIFICATE_EXPIRED: &str = "CertificateExpired";
 pub(crate) const INVALID_SECRET: &str = "InvalidSecret";
 /// Reason: router pods the scheduler cannot place (their `PodScheduled=False` condition).
 pub(crate) const UNSCHEDULABLE: &str = "Unschedulable";
+/// Reason (`Progressing=False`): the workload a placement change made has not had all its
+/// routers Ready within [`PLACEMENT_DEADLINE`]; the one it replaces keeps running. The name
+/// is the Deployment controller's for the same state (`progressDeadlineSeconds`).
+pub(crate) const PROGRESS_DEADLINE_EXCEEDED: &str = "ProgressDeadlineExceeded";
+
+/// How long the workload a placement change made (`Any` ↔ `Every`: a Deployment replaced by a
+/// DaemonSet or back) may take to have all its routers Ready before `Progressing` turns
+/// `False` with [`PROGRESS_DEADLINE_EXCEEDED`]. The replaced workload is never deleted
+/// before then, nor after: both run until the new one is whole (make before break). Ten
+/// minutes, the Deployment controller's default `progressDeadlineSeconds`.
+pub const PLACEMENT_DEADLINE: std::time::Duration = std::time::Duration::from_secs(600);
 
 /// The API server's own words for a failed request, as `kubectl` prints them: the
 /// `Status` message (which names the object and, for a refused write, the field, such as
@@ -156,6 +167,31 @@ pub struct WorkloadStatus {
     pub current: bool,
 }
 
+impl WorkloadStatus {
+    /// Whether every wanted router (at least one) runs the current template and is Ready,
+    /// as the workload controller reports it for the applied generation: what a placement
+    /// change waits for before the replaced workload is deleted. A DaemonSet that no node
+    /// takes (`desired` 0) is never complete: deleting the routers it replaces would leave none.
+    pub fn complete(&self) -> bool {
+        self.current && self.desired >= 1 && self.ready >= self.desired && self.updated >= self.desired
+    }
+}
+
+/// The workload of the other kind that still runs routers after a placement change, kept
+/// until the new one is [`WorkloadStatus::complete`] (make before break).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Previous {
+    /// `Deployment` or `DaemonSet`.
+    pub kind: &'static str,
+    /// Its name (the Interconnect's).
+    pub name: String,
+    /// Its Ready routers, from its status.
+    pub ready: i32,
+    /// How long the new workload has existed (from its `creationTimestamp`; zero when not
+    /// known), against [`PLACEMENT_DEADLINE`].
+    pub waiting: std::time::Duration,
+}
+
 /// What applying did.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct Applied {
@@ -163,6 +199,9 @@ pub struct Applied {
     pub workload: WorkloadStatus,
     /// Orphans deleted, as `Kind name`.
     pub pruned: Vec<String>,
+    /// The workload a placement change replaces, while it still runs (`None` once pruned,
+    /// and while the new workload is held).
+    pub previous: Option<Previous>,
     /// Objects in the way: when not empty, nothing was written after the write that found
     /// one, and what the pass created for the routers was deleted again; nothing at all was
     /// written when the look-up before the writes found one.

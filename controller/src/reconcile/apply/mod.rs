@@ -30,7 +30,10 @@
 //!   compile;
 //! * pruning is one generic function over (kind, names to keep): it takes the kind's
 //!   objects with the children's labels from the store (Routes: a metadata LIST), and
-//!   deletes what this Interconnect controls and no longer wants. A 404 on delete means someone was faster, for every kind alike.
+//!   deletes what this Interconnect controls and no longer wants;
+//! * **make before break**: after a placement change the workload of the other kind keeps
+//!   its routers until the new one has all of them Ready ([`workload::retire_previous`], in
+//!   every pass), whatever the generation. A 404 on delete means someone was faster, for every kind alike.
 
 mod exposure;
 mod prune;
@@ -55,7 +58,7 @@ use crate::validated::ValidatedInterconnect;
 use exposure::apply_service;
 use prune::{Keep, prune};
 use secrets::{create_if_missing, replace_secret};
-use workload::{stored_status, write_workload};
+use workload::{retire_previous, stored_status, write_workload};
 pub(crate) use write::Error;
 use write::{Found, Put, Writer, conflicts_among, look_up};
 
@@ -158,6 +161,7 @@ pub(crate) async fn apply_or_reuse(
         }
         _ => false,
     };
+    let deployment = matches!(children.workload.built(), Workload::Deployment(_));
     let mut applied = match reusable.then(|| unchanged(cache, o, &children)).flatten() {
         Some(applied) => applied,
         None => {
@@ -174,6 +178,13 @@ pub(crate) async fn apply_or_reuse(
             applied
         }
     };
+    // The workload a placement change replaces goes once the new one is whole, in whichever
+    // pass sees that (make before break); a held pass touches neither.
+    if !applied.held {
+        let (pruned, previous) = retire_previous(client, cache, o, deployment, applied.workload).await?;
+        applied.pruned.extend(pruned);
+        applied.previous = previous;
+    }
     // ConfigMaps are pruned in every pass, not only a new generation's: a router
     // configuration of an earlier revision goes once no router mounts it, in whichever pass
     // sees that (the last old router's deletion wakes one).
@@ -283,7 +294,7 @@ async fn apply(
         cache.written_secrets.record(replace_secret(client, cache, ns, s).await?);
         secrets_written.insert(s.name_any());
     }
-    let workload = put!(write_workload(&mut w, &mut keep, workload, held));
+    let workload = put!(write_workload(&mut w, workload, held));
     put!(apply_service(&mut w, &service));
     match exposure {
         Exposure::Ingresses(list) => {
@@ -304,5 +315,13 @@ async fn apply(
         Generation::New => keep.prune(client, cache, o).await?,
         Generation::Reconciled => Vec::new(),
     };
-    Ok(Applied { workload, pruned, conflicts: Vec::new(), adopted: w.adopted, held, again: false })
+    Ok(Applied {
+        workload,
+        pruned,
+        previous: None,
+        conflicts: Vec::new(),
+        adopted: w.adopted,
+        held,
+        again: false,
+    })
 }

@@ -5,7 +5,6 @@
 use std::collections::BTreeSet;
 use std::fmt::Debug;
 
-use k8s_openapi::api::apps::v1::{DaemonSet, Deployment};
 use k8s_openapi::api::core::v1::Secret;
 use k8s_openapi::api::networking::v1::Ingress;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
@@ -73,8 +72,6 @@ pub(super) async fn prune_routes(
 /// The names of the children applied, by the kinds that can become orphans.
 #[derive(Debug, Default)]
 pub(super) struct Keep {
-    pub(super) deployments: BTreeSet<String>,
-    pub(super) daemon_sets: BTreeSet<String>,
     pub(super) ingresses: BTreeSet<String>,
     pub(super) secrets: BTreeSet<String>,
     /// `None` when Routes are not served (Ingresses are used): nothing to prune.
@@ -82,17 +79,17 @@ pub(super) struct Keep {
 }
 
 impl Keep {
-    /// Deletes every child of `o` that is not kept (the Deployment after `Any` → `Every`,
-    /// the Ingress of a listener no longer exposed, ...).
+    /// Deletes every child of `o` that is not kept (the Ingress of a listener no longer
+    /// exposed, a generated Secret no longer used, ...). The workload of the other kind after
+    /// a placement change is not pruned here, but once the new one is whole
+    /// ([`super::workload::retire_previous`]).
     pub(super) async fn prune(
         &self,
         client: &kube::Client,
         cache: &Cache,
         o: &ValidatedInterconnect,
     ) -> Result<Vec<String>, Error> {
-        let mut pruned = prune::<Deployment>(client, cache, o, &self.deployments).await?;
-        pruned.extend(prune::<DaemonSet>(client, cache, o, &self.daemon_sets).await?);
-        pruned.extend(prune::<Ingress>(client, cache, o, &self.ingresses).await?);
+        let mut pruned = prune::<Ingress>(client, cache, o, &self.ingresses).await?;
         // Only what the controller generates: credentials (labelled) and the default users
         // Secret. A users Secret the user named, created and owned by an earlier release, is
         // theirs and never deleted here.

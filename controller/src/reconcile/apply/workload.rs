@@ -1,15 +1,20 @@
 //! The router workload: writing the Deployment or DaemonSet (or keeping it as it is while a
-//! placement change is held), and its counts from the API server's answer or the stores. It
-//! does not build the workload (build does) and does not delete the other kind ([`super::prune`]).
+//! placement change is held), its counts from the API server's answer or the stores, and,
+//! after a placement change, deleting the workload of the other kind only once the new one
+//! has all its routers Ready ([`retire_previous`]: make before break). It does not build the
+//! workload (build does).
+
+use std::collections::BTreeSet;
+use std::time::Duration;
 
 use k8s_openapi::api::apps::v1::{DaemonSet, Deployment};
-use kube::ResourceExt;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ObjectMeta, Time};
 
-use super::prune::Keep;
+use super::prune::delete_orphans;
 use super::write::{Error, Put, Writer};
 use crate::builders::Workload;
 use crate::cache::Cache;
-use crate::reconcile::types::WorkloadStatus;
+use crate::reconcile::types::{Previous, WorkloadStatus};
 use crate::validated::ValidatedInterconnect;
 
 impl WorkloadStatus {
@@ -63,25 +68,19 @@ pub(super) fn running_status(cache: &Cache, o: &ValidatedInterconnect) -> Option
     cache.daemon_set(ns, name).map(|d| WorkloadStatus::of_daemon_set(&d))
 }
 
-/// Writes the workload `w` (unless `held`: then it is kept from pruning as it is), and
+/// Writes the workload `w` (unless `held`: then whichever kind runs is left as it is), and
 /// returns its counts.
 pub(super) async fn write_workload(
     writer: &mut Writer<'_>,
-    keep: &mut Keep,
     w: Workload,
     held: bool,
 ) -> Result<Put<WorkloadStatus>, Error> {
     let (cache, o) = (writer.cache, writer.o);
     Ok(Put::Written(match w {
-        w if held => {
-            // Whichever kind runs the routers is kept: after a placement change it is the
-            // other kind (the spec's is not written while held).
-            keep.deployments.insert(o.name().to_string());
-            keep.daemon_sets.insert(o.name().to_string());
-            stored_status(cache, o, &w).or_else(|| running_status(cache, o)).unwrap_or_default()
-        }
+        // After a placement change the routers may run in the other kind (the spec's is not
+        // written while held); neither is pruned in a held pass.
+        w if held => stored_status(cache, o, &w).or_else(|| running_status(cache, o)).unwrap_or_default(),
         Workload::Deployment(d) => {
-            keep.deployments.insert(d.name_any());
             let applied = match writer.put(d.as_ref(), true).await? {
                 Put::Written(applied) => applied,
                 Put::Taken(c) => return Ok(Put::Taken(c)),
@@ -91,7 +90,6 @@ pub(super) async fn write_workload(
             status
         }
         Workload::DaemonSet(d) => {
-            keep.daemon_sets.insert(d.name_any());
             let applied = match writer.put(d.as_ref(), true).await? {
                 Put::Written(applied) => applied,
                 Put::Taken(c) => return Ok(Put::Taken(c)),
@@ -101,4 +99,66 @@ pub(super) async fn write_workload(
             status
         }
     }))
+}
+
+/// How long ago `created` (a `creationTimestamp`) was; zero when not known or in the future.
+fn age(created: Option<&Time>) -> Duration {
+    created
+        .and_then(|t| {
+            let ms = k8s_openapi::jiff::Timestamp::now().duration_since(t.0).as_millis();
+            u64::try_from(ms).ok()
+        })
+        .map_or(Duration::ZERO, Duration::from_millis)
+}
+
+/// After a placement change (`Any` ↔ `Every`; the workload's kind changes, its name stays the
+/// Interconnect's): deletes the workloads of the other kind that `o` controls once `status`,
+/// the counts of the one built (a Deployment when `deployment`, else a DaemonSet), is [`WorkloadStatus::complete`]; until then keeps them and
+/// reports the one that runs as [`Previous`]. Called in every pass that applied or reused
+/// the workload (not a held one): the new workload's status change wakes the pass that
+/// prunes. Returns the deleted ones as `Kind name`.
+///
+/// The routers of both run meanwhile under the same labels, so the Service sends clients to
+/// either and new interior routers mesh with the old ones.
+///
+/// # Errors
+/// [`Error::Delete`] when a delete is refused (a 404 is someone being faster).
+pub(super) async fn retire_previous(
+    client: &kube::Client,
+    cache: &Cache,
+    o: &ValidatedInterconnect,
+    deployment: bool,
+    status: WorkloadStatus,
+) -> Result<(Vec<String>, Option<Previous>), Error> {
+    let (ns, name, labels) = (o.namespace(), o.name(), o.children_labels());
+    let controlled = |m: &ObjectMeta| o.controls(m.owner_references.as_deref().unwrap_or_default());
+    let others: Vec<ObjectMeta> = match deployment {
+        true => cache.labelled::<DaemonSet>(ns, &labels),
+        false => cache.labelled::<Deployment>(ns, &labels),
+    };
+    let others: Vec<ObjectMeta> = others.into_iter().filter(controlled).collect();
+    let Some(first) = others.first() else { return Ok((Vec::new(), None)) };
+    if status.complete() {
+        let keep = BTreeSet::new();
+        let pruned = match deployment {
+            true => delete_orphans::<DaemonSet>(client, o, others, &keep).await?,
+            false => delete_orphans::<Deployment>(client, o, others, &keep).await?,
+        };
+        return Ok((pruned, None));
+    }
+    let other = first.name.clone().unwrap_or_default();
+    let (kind, ready, created) = match deployment {
+        true => (
+            "DaemonSet",
+            cache.daemon_set(ns, &other).and_then(|d| d.status.as_ref().map(|s| s.number_ready)),
+            cache.deployment(ns, name).and_then(|d| d.metadata.creation_timestamp.clone()),
+        ),
+        false => (
+            "Deployment",
+            cache.deployment(ns, &other).and_then(|d| d.status.as_ref().and_then(|s| s.ready_replicas)),
+            cache.daemon_set(ns, name).and_then(|d| d.metadata.creation_timestamp.clone()),
+        ),
+    };
+    let waiting = age(created.as_ref());
+    Ok((Vec::new(), Some(Previous { kind, name: other, ready: ready.unwrap_or(0), waiting })))
 }
