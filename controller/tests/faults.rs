@@ -72,6 +72,10 @@ fn expected(ic: &Interconnect) -> BTreeMap<&'static str, BTreeSet<String>> {
         ("Service", one(o.name())),
         ("Secret", o.ic().secret_names()),
         ("Ingress", builders::ingresses(&o).iter().filter_map(|i| i.metadata.name.clone()).collect()),
+        (
+            "PodDisruptionBudget",
+            builders::disruption_budget(&o).and_then(|p| p.metadata.name).into_iter().collect(),
+        ),
     ]);
     let mut config_maps = one(&o.router_config_name(&o.rendered_config().hash));
     config_maps.extend(builders::sasl_config_map(&o).and_then(|cm| cm.metadata.name));
@@ -99,6 +103,7 @@ fn resource(kind: &str) -> ApiResource {
         "Role" => ("rbac.authorization.k8s.io", "v1", "roles"),
         "RoleBinding" => ("rbac.authorization.k8s.io", "v1", "rolebindings"),
         "Ingress" => ("networking.k8s.io", "v1", "ingresses"),
+        "PodDisruptionBudget" => ("policy", "v1", "poddisruptionbudgets"),
         "ServiceAccount" => ("", "v1", "serviceaccounts"),
         "Service" => ("", "v1", "services"),
         "ConfigMap" => ("", "v1", "configmaps"),
@@ -286,6 +291,7 @@ async fn three_hundred_interconnects_survive_restarts_a_killed_leader_and_a_dele
         "DaemonSet",
         "Service",
         "Ingress",
+        "PodDisruptionBudget",
     ] {
         by_kind.insert(kind, children(&client, &ns.name, &resource(kind)).await);
     }

@@ -17,6 +17,7 @@ use common::{eventually, interconnects};
 use k8s_openapi::api::apps::v1::{DaemonSet, Deployment};
 use k8s_openapi::api::core::v1::{Secret, ServiceAccount};
 use k8s_openapi::api::networking::v1::Ingress;
+use k8s_openapi::api::policy::v1::PodDisruptionBudget;
 use kube::api::{Api, ApiResource, DynamicObject, Patch, PatchParams, PostParams};
 use qdr_controller::route::Route;
 use qdr_tests::rbac::{DEPLOY_LEASE, Install, Permission, deploy_rbac, granted, permissions, used};
@@ -68,7 +69,9 @@ static SERIAL: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_controller_uses_every_permission_it_is_granted() {
     let _serial = SERIAL.lock().await;
-    let cp = qdr_tests::shared().await;
+    // A node, so that a placement change's new workload has its router Ready and the old one
+    // is pruned (make before break).
+    let cp = qdr_tests::shared_with_nodes(1).await;
     cp.install_crd().await;
     let system = cp.namespace("rbac-system").await;
     let ns = cp.namespace("rbac").await;
@@ -103,23 +106,38 @@ async fn the_controller_uses_every_permission_it_is_granted() {
     // A renewal replaces a generated certificate (at 2/3 of 24 s).
     uses(cp, &user, "update core/secrets").await;
 
-    // Everything optional removed: the Deployment, Ingresses, generated Secrets, the SASL
+    // Two routers: a PodDisruptionBudget.
+    let two = json!({"spec": {"deploymentPlan": {"size": 2}}});
+    ics.patch("full", &PatchParams::default(), &Patch::Merge(two)).await.unwrap();
+    converged(&ns, "full", &a).await;
+    let budgets: Api<PodDisruptionBudget> = ns.api();
+    assert!(budgets.get_opt("full").await.unwrap().is_some(), "no PodDisruptionBudget");
+
+    // Everything optional removed: the Deployment, PodDisruptionBudget, Ingresses, generated Secrets, the SASL
     // ConfigMap and the users Secret are pruned.
     let fewer = json!({"spec": {"deploymentPlan": {"size": null, "placement": "Every"}, "users": "none",
         "listeners": [{"port": 5672}], "sslProfiles": null}});
     ics.patch("full", &PatchParams::default(), &Patch::Merge(fewer)).await.unwrap();
     converged(&ns, "full", &a).await;
     assert!(ns.api::<DaemonSet>().get_opt("full").await.unwrap().is_some());
-    assert!(ns.api::<Deployment>().get_opt("full").await.unwrap().is_none(), "Deployment not pruned");
+    assert!(budgets.get_opt("full").await.unwrap().is_none(), "PodDisruptionBudget not pruned");
+    // The Deployment goes once the DaemonSet's router is Ready, and back.
+    eventually("the Deployment pruned once the new router runs", Duration::from_secs(60), || async {
+        ns.api::<Deployment>().get_opt("full").await.ok()?.is_none().then_some(())
+    })
+    .await;
     let back = json!({"spec": {"deploymentPlan": {"placement": "Any"}}});
     ics.patch("full", &PatchParams::default(), &Patch::Merge(back)).await.unwrap();
     converged(&ns, "full", &a).await;
-    assert!(ns.api::<DaemonSet>().get_opt("full").await.unwrap().is_none(), "DaemonSet not pruned");
+    eventually("the DaemonSet pruned once the new router runs", Duration::from_secs(60), || async {
+        ns.api::<DaemonSet>().get_opt("full").await.ok()?.is_none().then_some(())
+    })
+    .await;
 
     // A child's name held by a user's ServiceAccount: the create is refused, and the
     // controller reads who holds it and every other name (the condition lists every
     // conflict), for the workload of either kind.
-    for (name, plan) in [("clash-any", json!({})), ("clash-every", json!({"placement": "Every"}))] {
+    for (name, plan) in [("clash-any", json!({"size": 2})), ("clash-every", json!({"placement": "Every"}))] {
         let sa: ServiceAccount = serde_json::from_value(json!({"metadata": {"name": name}})).unwrap();
         ns.api::<ServiceAccount>().create(&PostParams::default(), &sa).await.unwrap();
         ics.create(&PostParams::default(), &ic(name, json!({"deploymentPlan": plan}))).await.unwrap();
@@ -133,6 +151,7 @@ async fn the_controller_uses_every_permission_it_is_granted() {
         "get apps/daemonsets",
         "get core/services",
         "get networking.k8s.io/ingresses",
+        "get policy/poddisruptionbudgets",
     ] {
         uses(cp, &user, read).await;
     }

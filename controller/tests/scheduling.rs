@@ -4,8 +4,12 @@
 //! per change) until a node is added; resources that fit no node are reported the same way;
 //! scaling down and `Any` are followed by `status.pods` and `kubectl wait`.
 //!
+//! A placement change keeps the old routers until the new ones are Ready (make before break),
+//! and evictions through the PodDisruptionBudget take one router at a time.
+//!
 //! This binary has its own control plane with [`NODES`] nodes. Only
 //! [`placement_follows_the_nodes`] adds a node; the other tests do not depend on the count.
+//! [`evictions_take_one_router_at_a_time`] cordons every node for the moment of two requests.
 
 mod common;
 
@@ -58,6 +62,11 @@ async fn settled(ns: &TestNamespace, name: &str, ready: usize, want_ready: bool)
             .then_some(status)
     })
     .await
+}
+
+/// The names of `list`.
+fn names_of<K: kube::Resource>(list: Vec<K>) -> Vec<String> {
+    list.into_iter().filter_map(|o| o.meta().name.clone()).collect()
 }
 
 /// The node of every running router pod of `name`.
@@ -206,7 +215,10 @@ async fn a_placement_change_keeps_the_old_routers_until_the_new_ones_are_ready()
         let o = ics.get("move").await.ok()?;
         let conds = o.data["status"]["conditions"].as_array()?.clone();
         let c = conds.into_iter().find(|c| c["type"] == "Progressing" && c["status"] == "True")?;
-        c["message"].as_str().filter(|m| m.contains(want) && m.contains("cannot be scheduled")).map(str::to_string)
+        c["message"]
+            .as_str()
+            .filter(|m| m.contains(want) && m.contains("cannot be scheduled"))
+            .map(str::to_string)
     })
     .await;
     assert!(message.contains("Insufficient cpu"), "{message}");
@@ -241,4 +253,73 @@ async fn a_placement_change_keeps_the_old_routers_until_the_new_ones_are_ready()
     })
     .await;
     assert!(events(&ns, "Pruned").await >= 1, "a Pruned event names the Deployment");
+}
+
+/// A node drain evicts one router at a time: the PodDisruptionBudget the controller owns
+/// (`maxUnavailable: 1`) makes the API server refuse a second eviction (429) until the first
+/// router's replacement is Ready; with one router the budget is pruned.
+#[tokio::test]
+async fn evictions_take_one_router_at_a_time() {
+    use k8s_openapi::api::policy::v1::PodDisruptionBudget;
+    let cp = setup().await;
+    let ns = cp.namespace("sched-evict").await;
+    common::create_interconnect(&ns, "drain", json!({"deploymentPlan": {"size": 3, "placement": "Any"}})).await;
+    settled(&ns, "drain", 3, true).await;
+    let budgets: Api<PodDisruptionBudget> = ns.api();
+    let pdb = eventually("the PodDisruptionBudget allows one disruption", SETTLE, || async {
+        let p = budgets.get_opt("drain").await.ok()??;
+        (p.status.as_ref()?.disruptions_allowed == 1).then_some(p)
+    })
+    .await;
+    let spec = pdb.spec.clone().unwrap();
+    assert_eq!(spec.max_unavailable, Some(k8s_openapi::apimachinery::pkg::util::intstr::IntOrString::Int(1)));
+    let owner = &pdb.metadata.owner_references.as_ref().unwrap()[0];
+    assert_eq!((owner.kind.as_str(), owner.controller), ("Interconnect", Some(true)));
+
+    let pods: Api<Pod> = Api::namespaced(cp.client_without_retries().await.unwrap(), &ns.name);
+    let routers = names_of(pods.list(&ListParams::default().labels("application=drain")).await.unwrap().items);
+    let evict = |name: String| {
+        let pods = pods.clone();
+        async move { pods.evict(&name, &Default::default()).await }
+    };
+    // Every node cordoned first, as a drain does (kwok would otherwise make a replacement
+    // Ready within milliseconds, before the second request). Then two evictions at once, as
+    // `kubectl drain` sends them: the API server lets one through and refuses the other
+    // (429), whose router is needed until the first one's replacement is Ready. (A client
+    // without kube's retry layer, which would resend the refused eviction until allowed.)
+    let nodes: Api<k8s_openapi::api::core::v1::Node> = Api::all(ns.client.clone());
+    let all_nodes = names_of(nodes.list(&ListParams::default()).await.unwrap().items);
+    let cordon = |on: bool| {
+        let (nodes, all_nodes) = (nodes.clone(), all_nodes.clone());
+        async move {
+            for n in &all_nodes {
+                let patch = json!({"spec": {"unschedulable": on}});
+                nodes.patch(n, &PatchParams::default(), &Patch::Merge(&patch)).await.unwrap();
+            }
+        }
+    };
+    cordon(true).await;
+    let (first, second) = futures::join!(evict(routers[0].clone()), evict(routers[1].clone()));
+    cordon(false).await;
+    let refused = |r: &Result<_, kube::Error>| matches!(r, Err(kube::Error::Api(s)) if s.code == 429);
+    assert!(
+        (first.is_ok() && refused(&second)) || (refused(&first) && second.is_ok()),
+        "one eviction allowed, one refused with 429: {first:?}, {second:?}"
+    );
+    let left = if first.is_ok() { routers[1].clone() } else { routers[0].clone() };
+    // Once the first router's replacement is Ready, the next eviction goes through.
+    settled(&ns, "drain", 3, true).await;
+    eventually("the second eviction, once the first router is back", SETTLE, || async {
+        evict(left.clone()).await.ok()
+    })
+    .await;
+
+    // One router: no budget (it would block every drain).
+    let ics = interconnects(&ns.client, &ns.name);
+    let patch = json!({"spec": {"deploymentPlan": {"size": 1}}});
+    ics.patch("drain", &PatchParams::default(), &Patch::Merge(&patch)).await.unwrap();
+    eventually("the PodDisruptionBudget pruned", SETTLE, || async {
+        budgets.get_opt("drain").await.ok()?.is_none().then_some(())
+    })
+    .await;
 }

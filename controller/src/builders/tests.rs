@@ -314,3 +314,22 @@ fn the_metrics_port_is_declared_and_never_named_twice() {
     assert_eq!(taken.iter().filter(|(n, _)| n.as_deref() == Some("metrics")).count(), 1, "{taken:?}");
     assert!(taken.contains(&(None, 8888)), "{taken:?}");
 }
+
+/// Drains evict one router at a time: a budget for a Deployment of two or more routers,
+/// none for one router (it would block every drain) or a DaemonSet.
+#[test]
+fn a_disruption_budget_guards_deployments_of_two_or_more_routers() {
+    let budget = |plan: serde_json::Value| builders::disruption_budget(&ic(json!({"deploymentPlan": plan})));
+    let pdb = budget(json!({"placement": "AntiAffinity", "size": 3})).expect("a budget for 3 routers");
+    let v = serde_json::to_value(&pdb).unwrap();
+    assert_eq!(v["metadata"]["name"], "mesh");
+    assert_eq!(v["metadata"]["ownerReferences"][0]["controller"], true);
+    assert_eq!(
+        v["spec"],
+        json!({"maxUnavailable": 1, "unhealthyPodEvictionPolicy": "AlwaysAllow",
+               "selector": {"matchLabels": {"application": "mesh", "interconnect_cr": "mesh"}}})
+    );
+    assert!(budget(json!({"placement": "Any", "size": 2})).is_some());
+    assert!(budget(json!({"placement": "Any", "size": 1})).is_none(), "one router");
+    assert!(budget(json!({"placement": "Every"})).is_none(), "a DaemonSet");
+}

@@ -6,7 +6,8 @@
 //! however few they are) and a key of four strings: about 1.6 KB per metadata object once
 //! the strings are counted, 20 MB for the six metadata kinds at 2,000 Interconnects. The
 //! entries here keep the same answers in boxed slices:
-//! * [`MetaStore`] (ServiceAccounts, Roles, RoleBindings, Services, ConfigMaps, Ingresses):
+//! * [`MetaStore`] (ServiceAccounts, Roles, RoleBindings, Services, ConfigMaps, Ingresses,
+//!   PodDisruptionBudgets):
 //!   a [`Slim`], about 300 bytes;
 //! * [`SecretStore`] (Secrets labelled ours): a [`StoredSecret`], the [`Slim`] metadata with
 //!   every owner reference, the [`crate::credentials::STEP_AT`] annotation, the type and

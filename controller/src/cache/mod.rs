@@ -11,7 +11,7 @@
 //! | Secret | labelled ours | data, type, owner references, the labels lookups select by, the rotation-step annotation ([`meta_store`]; a rewrite reads the rest first) |
 //! | Secret | all, metadata only | name only (user-provided Secrets a spec names: existence, and a wake-up when one appears or is renewed) |
 //! | Pod | label `interconnect_cr` | metadata and status (routers' readiness and scheduling) |
-//! | ServiceAccount, Role, RoleBinding, Service, ConfigMap, Ingress | labelled ours, metadata only | name, the labels lookups select by, controller owner reference, `resourceVersion`, `generation`, `deletionTimestamp` ([`meta_store`]) |
+//! | ServiceAccount, Role, RoleBinding, Service, ConfigMap, Ingress, PodDisruptionBudget | labelled ours, metadata only | name, the labels lookups select by, controller owner reference, `resourceVersion`, `generation`, `deletionTimestamp` ([`meta_store`]) |
 //!
 //! No store keeps `managedFields`; only the Interconnects keep annotations (and the Secrets
 //! their CA rotation-step annotation: replacing a generated Secret reads it first, to keep

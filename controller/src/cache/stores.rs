@@ -9,6 +9,7 @@ use k8s_openapi::NamespaceResourceScope;
 use k8s_openapi::api::apps::v1::{DaemonSet, Deployment};
 use k8s_openapi::api::core::v1::{ConfigMap, Pod, Secret, Service, ServiceAccount};
 use k8s_openapi::api::networking::v1::Ingress;
+use k8s_openapi::api::policy::v1::PodDisruptionBudget;
 use k8s_openapi::api::rbac::v1::{Role, RoleBinding};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use kube::Resource;
@@ -35,6 +36,7 @@ pub(crate) struct Cache {
     pub(super) services: MetaStore<Service>,
     pub(super) config_maps: MetaStore<ConfigMap>,
     pub(super) ingresses: MetaStore<Ingress>,
+    pub(super) disruption_budgets: MetaStore<PodDisruptionBudget>,
     /// Deployments written in this term, until the store catches up.
     pub(crate) written_deployments: Arc<Written<Deployment>>,
     /// DaemonSets written in this term, until the store catches up.
@@ -97,6 +99,7 @@ cached! {
     Service => services,
     ConfigMap => config_maps,
     Ingress => ingresses,
+    PodDisruptionBudget => disruption_budgets,
 }
 
 /// What the stores know of a Secret.
@@ -133,7 +136,8 @@ impl Cache {
             && self.role_bindings.is_ready()
             && self.services.is_ready()
             && self.config_maps.is_ready()
-            && self.ingresses.is_ready();
+            && self.ingresses.is_ready()
+            && self.disruption_budgets.is_ready();
         let ready = compact
             && self.secret_names.is_ready()
             && futures::FutureExt::now_or_never(self.pods.wait_until_ready()).is_some();

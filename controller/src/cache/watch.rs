@@ -7,6 +7,7 @@ use futures::{Stream, StreamExt, TryStreamExt};
 use k8s_openapi::api::apps::v1::{DaemonSet, Deployment};
 use k8s_openapi::api::core::v1::{ConfigMap, Pod, Secret, Service, ServiceAccount};
 use k8s_openapi::api::networking::v1::Ingress;
+use k8s_openapi::api::policy::v1::PodDisruptionBudget;
 use k8s_openapi::api::rbac::v1::{Role, RoleBinding};
 use kube::ResourceExt;
 use kube::api::Api;
@@ -268,6 +269,7 @@ pub(crate) fn watch(
     let (services, service_events) = reflect_meta::<Service>(c, ns, &ours, &own, &drift);
     let (config_maps, cm_events) = reflect_meta::<ConfigMap>(c, ns, &ours, &own, &drift);
     let (ingresses, ingress_events) = reflect_meta::<Ingress>(c, ns, &ours, &own, &drift);
+    let (disruption_budgets, pdb_events) = reflect_meta::<PodDisruptionBudget>(c, ns, &ours, &own, &drift);
     let (pods, pod_events) =
         reflect::<Pod>(c, ns, &all.clone().labels(labels::INTERCONNECT), slim_pod, pod_wake());
     // A Secret appearing, changing or going wakes the Interconnects whose spec names it:
@@ -302,6 +304,7 @@ pub(crate) fn watch(
         services,
         config_maps,
         ingresses,
+        disruption_budgets,
         written_deployments,
         written_daemon_sets,
         written_secrets,
@@ -323,6 +326,7 @@ pub(crate) fn watch(
         .owns_stream(service_events)
         .owns_stream(cm_events)
         .owns_stream(ingress_events)
+        .owns_stream(pdb_events)
         .watches_stream(any_secret, move |secret: PartialObjectMeta<Secret>| {
             let ns = secret.metadata.namespace.clone().unwrap_or_default();
             let name = secret.metadata.name.clone().unwrap_or_default();

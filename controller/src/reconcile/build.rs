@@ -13,6 +13,7 @@ use std::collections::{BTreeMap, BTreeSet};
 use std::time::SystemTime;
 
 use k8s_openapi::api::core::v1::{ConfigMap, Secret, Service, ServiceAccount};
+use k8s_openapi::api::policy::v1::PodDisruptionBudget;
 use k8s_openapi::api::rbac::v1::{Role, RoleBinding};
 
 use super::observe::{Observed, named_secrets};
@@ -67,6 +68,9 @@ pub struct Children {
     pub secrets: Secrets,
     /// Deployment or DaemonSet `<name>`, to apply or to leave as it is.
     pub workload: WorkloadChange,
+    /// PodDisruptionBudget `<name>` for a Deployment of two or more routers
+    /// ([`builders::disruption_budget`]).
+    pub disruption_budget: Option<PodDisruptionBudget>,
     /// Service `<name>`.
     pub service: Service,
     /// Ingresses or Routes of exposed listeners.
@@ -292,6 +296,7 @@ pub fn build(o: &ValidatedInterconnect, settings: &Settings, observed: &Observed
         sasl_config_map: builders::sasl_config_map(o),
         secrets: Secrets { create, update: plan.update, keep: named_secrets(o), conflicts },
         workload: if hold { WorkloadChange::Hold(workload) } else { WorkloadChange::Apply(workload) },
+        disruption_budget: builders::disruption_budget(o),
         service: builders::service(o),
         exposure: builders::exposure(o, settings),
     };

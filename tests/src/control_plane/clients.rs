@@ -17,10 +17,25 @@ impl ControlPlane {
     /// # Errors
     /// [`Error::Kube`] if the kubeconfig cannot be read.
     pub async fn client(&self) -> Result<kube::Client, Error> {
+        self.client_with(true).await
+    }
+
+    /// [`Self::client`] without kube's default retry layer, which resends a request answered
+    /// 429, 503 or 504 up to 15 times with a backoff of up to 1,000 s: for tests that must see
+    /// such an answer (an eviction a PodDisruptionBudget refuses).
+    ///
+    /// # Errors
+    /// As [`Self::client`].
+    pub async fn client_without_retries(&self) -> Result<kube::Client, Error> {
+        self.client_with(false).await
+    }
+
+    async fn client_with(&self, retries: bool) -> Result<kube::Client, Error> {
         let kc = Kubeconfig::read_from(&self.kubeconfig).map_err(|e| Error::Kube(Box::new(e.into())))?;
-        let cfg = kube::Config::from_custom_kubeconfig(kc, &KubeConfigOptions::default())
+        let mut cfg = kube::Config::from_custom_kubeconfig(kc, &KubeConfigOptions::default())
             .await
             .map_err(|e| Error::Kube(Box::new(e.into())))?;
+        cfg.default_retry = retries;
         kube::Client::try_from(cfg).map_err(|e| Error::Kube(Box::new(e)))
     }
 

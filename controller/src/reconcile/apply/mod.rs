@@ -17,7 +17,8 @@
 //!   ([`write::Writer::undo`]), so nothing routers would run with is left. Either way every name not yet written is then read, so the condition
 //!   lists every conflict;
 //! * **order**: ServiceAccount, Role, RoleBinding, the ConfigMaps and Secrets, the workload
-//!   (its new pods read the new files), the Service and the Ingresses or Routes;
+//!   (its new pods read the new files), the PodDisruptionBudget, the Service and the
+//!   Ingresses or Routes;
 //! * **adoption**: a child of ours that the Go operator wrote (an `Update` entry of its
 //!   manager in `managedFields`) has those fields moved to this controller's `Apply` entry
 //!   first ([`crate::managed_fields`]), so the apply removes the ones it does not set;
@@ -45,6 +46,7 @@ use std::collections::BTreeSet;
 
 use k8s_openapi::api::core::v1::{ConfigMap, Secret, Service, ServiceAccount};
 use k8s_openapi::api::networking::v1::Ingress;
+use k8s_openapi::api::policy::v1::PodDisruptionBudget;
 use k8s_openapi::api::rbac::v1::{Role, RoleBinding};
 use kube::ResourceExt;
 use kube::api::ApiResource;
@@ -89,6 +91,7 @@ fn fingerprint(children: &Children) -> Option<u64> {
         Workload::Deployment(d) => add(serde_json::to_vec(d)),
         Workload::DaemonSet(d) => add(serde_json::to_vec(d)),
     }
+    add(serde_json::to_vec(&children.disruption_budget));
     add(serde_json::to_vec(&children.service));
     match &children.exposure {
         Exposure::Ingresses(list) => add(serde_json::to_vec(list)),
@@ -109,6 +112,8 @@ fn unchanged(cache: &Cache, o: &ValidatedInterconnect, children: &Children) -> O
         && cache.meta::<ConfigMap>(ns, &children.router_config_map.name_any()).is_some()
         && (children.sasl_config_map.iter()).all(|cm| cache.meta::<ConfigMap>(ns, &cm.name_any()).is_some())
         && cache.meta::<Service>(ns, &children.service.name_any()).is_some()
+        && (children.disruption_budget.iter())
+            .all(|p| cache.meta::<PodDisruptionBudget>(ns, &p.name_any()).is_some())
         && match &children.exposure {
             Exposure::Ingresses(list) => {
                 list.iter().all(|i| cache.meta::<Ingress>(ns, &i.name_any()).is_some())
@@ -249,6 +254,7 @@ async fn apply(
         sasl_config_map,
         secrets: Secrets { create, update, keep: keep_secrets, conflicts: _ },
         workload,
+        disruption_budget,
         service,
         exposure,
     } = children;
@@ -295,6 +301,10 @@ async fn apply(
         secrets_written.insert(s.name_any());
     }
     let workload = put!(write_workload(&mut w, workload, held));
+    if let Some(pdb) = &disruption_budget {
+        keep.disruption_budgets.insert(pdb.name_any());
+        put!(w.put(pdb, false));
+    }
     put!(apply_service(&mut w, &service));
     match exposure {
         Exposure::Ingresses(list) => {

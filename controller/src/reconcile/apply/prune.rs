@@ -7,6 +7,7 @@ use std::fmt::Debug;
 
 use k8s_openapi::api::core::v1::Secret;
 use k8s_openapi::api::networking::v1::Ingress;
+use k8s_openapi::api::policy::v1::PodDisruptionBudget;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use kube::api::{Api, DeleteParams, ListParams};
 
@@ -73,6 +74,7 @@ pub(super) async fn prune_routes(
 #[derive(Debug, Default)]
 pub(super) struct Keep {
     pub(super) ingresses: BTreeSet<String>,
+    pub(super) disruption_budgets: BTreeSet<String>,
     pub(super) secrets: BTreeSet<String>,
     /// `None` when Routes are not served (Ingresses are used): nothing to prune.
     pub(super) routes: Option<BTreeSet<String>>,
@@ -90,6 +92,7 @@ impl Keep {
         o: &ValidatedInterconnect,
     ) -> Result<Vec<String>, Error> {
         let mut pruned = prune::<Ingress>(client, cache, o, &self.ingresses).await?;
+        pruned.extend(prune::<PodDisruptionBudget>(client, cache, o, &self.disruption_budgets).await?);
         // Only what the controller generates: credentials (labelled) and the default users
         // Secret. A users Secret the user named, created and owned by an earlier release, is
         // theirs and never deleted here.

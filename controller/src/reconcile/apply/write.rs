@@ -9,6 +9,7 @@ use std::fmt::Debug;
 use k8s_openapi::api::apps::v1::{DaemonSet, Deployment};
 use k8s_openapi::api::core::v1::{ConfigMap, Service, ServiceAccount};
 use k8s_openapi::api::networking::v1::Ingress;
+use k8s_openapi::api::policy::v1::PodDisruptionBudget;
 use k8s_openapi::api::rbac::v1::{Role, RoleBinding};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use kube::api::{Api, ApiResource, DeleteParams, DynamicObject, Patch, PatchParams, Preconditions};
@@ -252,6 +253,9 @@ pub(super) async fn look_up(
         found.look::<ConfigMap>(client, cache, o, &cm.name_any()).await?;
     }
     found.look::<Service>(client, cache, o, &children.service.name_any()).await?;
+    if let Some(pdb) = &children.disruption_budget {
+        found.look::<PodDisruptionBudget>(client, cache, o, &pdb.name_any()).await?;
+    }
     match &children.exposure {
         Exposure::Ingresses(list) => {
             for i in list {

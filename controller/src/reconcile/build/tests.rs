@@ -184,6 +184,7 @@ fn every_child_of_every_example_is_labelled_owned_and_consistent() {
                 sasl_config_map,
                 secrets,
                 workload,
+                disruption_budget,
                 service,
                 exposure,
             } = &children;
@@ -200,6 +201,7 @@ fn every_child_of_every_example_is_labelled_owned_and_consistent() {
                 serde_json::to_value(&router_config_map.metadata).unwrap(),
             ];
             metas.extend(sasl_config_map.iter().map(|c| serde_json::to_value(&c.metadata).unwrap()));
+            metas.extend(disruption_budget.iter().map(|p| serde_json::to_value(&p.metadata).unwrap()));
             metas.extend(secrets.create.iter().map(|s| serde_json::to_value(&s.metadata).unwrap()));
             metas.push(match workload {
                 Workload::Deployment(d) => serde_json::to_value(&d.metadata).unwrap(),

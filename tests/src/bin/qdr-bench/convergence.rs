@@ -253,6 +253,7 @@ pub(crate) const CHILD_KINDS: &[(&str, &str, &str, &str)] = &[
     ("apps", "v1", "Deployment", "deployments"),
     ("", "v1", "Service", "services"),
     ("networking.k8s.io", "v1", "Ingress", "ingresses"),
+    ("policy", "v1", "PodDisruptionBudget", "poddisruptionbudgets"),
 ];
 
 /// The API server's own write throughput for the controller's mix: every child the
