@@ -21,9 +21,9 @@ use k8s_openapi::api::apps::v1::{
 };
 use k8s_openapi::api::core::v1::{
     Affinity, Capabilities, ConfigMap, ConfigMapVolumeSource, Container, ContainerPort, EnvVar, EnvVarSource,
-    HTTPGetAction, ObjectFieldSelector, PodAffinityTerm, PodAntiAffinity, PodSecurityContext, PodSpec,
-    PodTemplateSpec, Probe, SeccompProfile, Secret, SecretVolumeSource, SecurityContext, Service,
-    ServicePort, ServiceSpec, Volume, VolumeMount,
+    HTTPGetAction, Lifecycle, LifecycleHandler, ObjectFieldSelector, PodAffinityTerm, PodAntiAffinity,
+    PodSecurityContext, PodSpec, PodTemplateSpec, Probe, SeccompProfile, Secret, SecretVolumeSource,
+    SecurityContext, Service, ServicePort, ServiceSpec, SleepAction, Volume, VolumeMount,
 };
 use k8s_openapi::api::networking::v1::{
     HTTPIngressPath, HTTPIngressRuleValue, Ingress, IngressBackend, IngressRule, IngressServiceBackend,
@@ -343,6 +343,16 @@ pub fn pod_template(
         }),
         volume_mounts: Some(mounts),
         resources: plan.resources.clone(),
+        // A stopping router keeps serving for a moment while the endpoints controller and
+        // kube-proxy take it out of the Service: new connections go to the other routers
+        // before this one closes the ones it has.
+        lifecycle: Some(Lifecycle {
+            pre_stop: Some(LifecycleHandler {
+                sleep: Some(SleepAction { seconds: PRE_STOP_PAUSE }),
+                ..Default::default()
+            }),
+            ..Default::default()
+        }),
         ..Default::default()
     };
     let affinity = (plan.placement == Some(Placement::AntiAffinity)).then(|| Affinity {
@@ -379,10 +389,21 @@ pub fn pod_template(
             volumes: Some(volumes),
             affinity,
             security_context: Some(pod_security(s)),
+            termination_grace_period_seconds: Some(TERMINATION_GRACE),
             ..Default::default()
         }),
     }
 }
+
+/// Seconds a stopping router keeps running before it is sent `SIGTERM` (the `preStop`
+/// `sleep` action, Kubernetes 1.30+): the time the endpoints controller and kube-proxy take to
+/// stop sending new connections to it, a few seconds on a busy cluster.
+pub const PRE_STOP_PAUSE: i64 = 5;
+
+/// The pod's termination grace, in seconds: [`PRE_STOP_PAUSE`], then `SIGTERM`, after which
+/// qdrouterd closes its connections and exits within a second; `SIGKILL` only after this.
+/// The Kubernetes default, set so that it shows in the pod template.
+pub const TERMINATION_GRACE: i64 = 30;
 
 /// A probe of the router's health listener: `GET /healthz` on `port` (the liveness port).
 fn healthz(port: i32) -> Probe {

@@ -263,7 +263,8 @@ async fn evictions_take_one_router_at_a_time() {
     use k8s_openapi::api::policy::v1::PodDisruptionBudget;
     let cp = setup().await;
     let ns = cp.namespace("sched-evict").await;
-    common::create_interconnect(&ns, "drain", json!({"deploymentPlan": {"size": 3, "placement": "Any"}})).await;
+    common::create_interconnect(&ns, "drain", json!({"deploymentPlan": {"size": 3, "placement": "Any"}}))
+        .await;
     settled(&ns, "drain", 3, true).await;
     let budgets: Api<PodDisruptionBudget> = ns.api();
     let pdb = eventually("the PodDisruptionBudget allows one disruption", SETTLE, || async {
@@ -277,7 +278,8 @@ async fn evictions_take_one_router_at_a_time() {
     assert_eq!((owner.kind.as_str(), owner.controller), ("Interconnect", Some(true)));
 
     let pods: Api<Pod> = Api::namespaced(cp.client_without_retries().await.unwrap(), &ns.name);
-    let routers = names_of(pods.list(&ListParams::default().labels("application=drain")).await.unwrap().items);
+    let routers =
+        names_of(pods.list(&ListParams::default().labels("application=drain")).await.unwrap().items);
     let evict = |name: String| {
         let pods = pods.clone();
         async move { pods.evict(&name, &Default::default()).await }

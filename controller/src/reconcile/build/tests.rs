@@ -134,6 +134,7 @@ fn golden_json(o: &ValidatedInterconnect, Built { children, report, .. }: &Built
         "saslConfigMap": children.sasl_config_map,
         "credentials": credentials,
         "workload": workload,
+        "disruptionBudget": children.disruption_budget,
         "service": children.service,
         "ingresses": ingresses,
         "routes": builders::routes(o),
@@ -158,12 +159,51 @@ fn every_example_builds_its_golden_children() {
         let want: Value = serde_json::from_str(&std::fs::read_to_string(&golden).unwrap()).unwrap();
         if got != want {
             panic!(
-                "{name}: the built children differ from {}:\n--- got\n{}",
+                "{name}: the built children differ from {}. A change of a pod template rolls every router \
+                 of every cluster when the operator is upgraded: if it is meant, bless the files \
+                 (QDR_BLESS=1) and name it in CHANGELOG.md.\n--- got\n{}",
                 golden.display(),
                 serde_json::to_string_pretty(&got).unwrap()
             );
         }
     }
+}
+
+/// The routers' pod templates of every example, as one fingerprint (the first 12 hex
+/// digits of a SHA-256 over them, credentials fingerprint left out): what decides whether
+/// an operator upgrade rolls the routers.
+fn pod_templates_fingerprint() -> String {
+    use sha2::Digest;
+    let mut h = sha2::Sha256::new();
+    for (name, o) in owners() {
+        let users: Vec<String> = o.users_secret().into_iter().collect();
+        let children = build(&o, &settings(false), &observed(&o, &users)).unwrap();
+        let mut template = golden_json(&o, &children)["workload"]["spec"]["template"].clone();
+        template["metadata"]["annotations"].as_object_mut().map(|a| a.remove(CREDENTIALS_HASH));
+        h.update(name.as_bytes());
+        h.update(serde_json::to_vec(&template).unwrap());
+    }
+    h.finalize().iter().take(6).map(|b| format!("{b:02x}")).collect()
+}
+
+/// An operator upgrade rolls no router unless it must: the examples' pod templates are
+/// fingerprinted, and the newest release in CHANGELOG.md names the fingerprint it ships
+/// (`Router pod templates: <fingerprint>`). A change of any template (a new field, a changed
+/// default, a different configuration file) fails here until the changelog says so, and its
+/// entry says that upgrading rolls the routers.
+#[test]
+fn the_changelog_names_the_pod_templates_of_its_newest_release() {
+    let path = Path::new(env!("CARGO_MANIFEST_DIR")).join("../CHANGELOG.md");
+    let text = std::fs::read_to_string(&path).unwrap();
+    let newest = text.split("\n## ").nth(1).expect("a release section in CHANGELOG.md");
+    let line = newest.lines().find(|l| l.contains("Router pod templates:")).unwrap_or_default();
+    let want = pod_templates_fingerprint();
+    assert!(
+        line.contains(&format!("`{want}`")),
+        "the routers' pod templates changed (fingerprint {want}; the newest release in CHANGELOG.md says \
+         {line:?}): upgrading the operator will roll every router of every cluster. If that is meant, say so \
+         in the release's entry and set its line to `Router pod templates: `{want}``."
+    );
 }
 
 fn env<'a>(w: &'a Workload, name: &str) -> Option<&'a str> {
