@@ -9,6 +9,9 @@
 //! leading controller killed (the other takes over and reconciles a scale); a router
 //! certificate renewal (at 2/3 of [`CERT`], then a roll); a full CA rotation (stage at 2/3 of
 //! [`CA`], promote, retire, each step a roll, at least [`OVERLAP`] apart).
+//!
+//! And, on its own mesh ([`placements`]): `Any` → `Every` → `AntiAffinity` → `Any` under the
+//! same traffic, each change make before break.
 
 use std::sync::atomic::Ordering;
 use std::time::{Duration, Instant};
@@ -224,5 +227,112 @@ pub async fn run(
         })
         .await,
     );
+    steps
+}
+
+/// Waits until [`NAME`] runs only in a `kind` (`Deployment` or `DaemonSet`), the other kind
+/// gone, with `size` routers, all Ready, no other router pod left (not even a terminating
+/// one: its clients' reconnects belong to this step), and `Ready` for its current generation.
+async fn only_in(cp: &ControlPlane, ns: &TestNamespace, kind: &str, size: usize) {
+    use k8s_openapi::api::apps::v1::{DaemonSet, Deployment};
+    use k8s_openapi::api::core::v1::Pod;
+    let (deployments, daemon_sets): (Api<Deployment>, Api<DaemonSet>) = (ns.api(), ns.api());
+    let pods: Api<Pod> = ns.api();
+    let ready_now = || {
+        let jsonpath = r#"jsonpath={.metadata.generation} {.status.conditions[?(@.type=="Ready")].observedGeneration} {.status.conditions[?(@.type=="Ready")].status}"#;
+        let out = routers::kubectl(cp, &["get", "interconnect", NAME, "-n", &ns.name, "-o", jsonpath]);
+        let text = String::from_utf8_lossy(&out.stdout).into_owned();
+        let f: Vec<&str> = text.split_whitespace().collect();
+        f.len() == 3 && f[0] == f[1] && f[2] == "True"
+    };
+    let what = format!("{NAME} only in a {kind} with {size} Ready routers");
+    let deadline = Instant::now() + READY_WAIT;
+    loop {
+        let deployment = deployments.get_opt(NAME).await.ok().flatten().is_some();
+        let daemon_set = daemon_sets.get_opt(NAME).await.ok().flatten().is_some();
+        let kinds_ok = match kind {
+            "Deployment" => deployment && !daemon_set,
+            _ => daemon_set && !deployment,
+        };
+        let all = pods
+            .list(&kube::api::ListParams::default().labels(&format!("application={NAME}")))
+            .await
+            .map_or(usize::MAX, |l| l.items.len());
+        if kinds_ok && all == size && routers::ready_routers(ns, NAME).await == size && ready_now() {
+            return;
+        }
+        if Instant::now() > deadline {
+            let show =
+                |args: &[&str]| String::from_utf8_lossy(&routers::kubectl(cp, args).stdout).into_owned();
+            panic!(
+                "timed out waiting for {what}:\n{}\n{}",
+                show(&["get", "deploy,ds,pods", "-n", &ns.name, "-o", "wide"]),
+                show(&["get", "interconnect", NAME, "-n", &ns.name, "-o", "jsonpath={.status.conditions}"])
+            );
+        }
+        tokio::time::sleep(Duration::from_millis(500)).await;
+    }
+}
+
+/// Placement changes under traffic, one after the other on a mesh of interior routers
+/// [`NAME`] made in `ns`: `Any` (2 routers) → `Every` (a DaemonSet: one router on the one
+/// node) → `AntiAffinity` (1) → `Any` (1). Each replaces the workload or rolls it; the old
+/// routers must serve until the new ones are Ready (make before break), so a test asserts
+/// that the fewest Ready routers seen is at least 1 and nothing acknowledged is lost.
+/// `each` is called with every [`Step`] as it ends. About 3 minutes.
+///
+/// # Panics
+/// When the mesh is not Ready, a change does not complete within [`READY_WAIT`], or `each`
+/// panics.
+pub async fn placements(
+    cp: &'static ControlPlane,
+    ns: &'static TestNamespace,
+    controllers: &[&Process],
+    mut each: impl FnMut(&Step),
+) -> Vec<Step> {
+    let spec = |plan: serde_json::Value| {
+        routers::interconnect(
+            NAME,
+            json!({
+                "deploymentPlan": plan,
+                "listeners": [{"port": 5672}],
+                "addresses": [{"prefix": "closest", "distribution": "closest"}],
+            }),
+        )
+    };
+    let any = json!({"role": "interior", "size": 2, "placement": "Any"});
+    apply(cp, &ns.name, &spec(any));
+    routers::wait_ready(cp, &ns.name, NAME, controllers);
+    only_in(cp, ns, "Deployment", 2).await;
+    let mut steps = Vec::new();
+    let changes: [(&'static str, serde_json::Value, &str, usize); 3] = [
+        ("placement Any (2) to Every", json!({"role": "interior", "placement": "Every"}), "DaemonSet", 1),
+        (
+            "placement Every to AntiAffinity (1)",
+            json!({"role": "interior", "size": 1, "placement": "AntiAffinity"}),
+            "Deployment",
+            1,
+        ),
+        // Any (1), not (2): scaling up with the template, the Deployment controller first
+        // scales the AntiAffinity ReplicaSet, whose second router cannot be scheduled on the
+        // one node; the image's auto_mesh.py then keeps every new router waiting for that
+        // Pending pod's address.
+        (
+            "placement AntiAffinity (1) to Any (1)",
+            json!({"role": "interior", "size": 1, "placement": "Any"}),
+            "Deployment",
+            1,
+        ),
+    ];
+    for (what, plan, kind, size) in changes {
+        let step = under_traffic(cp, ns, what, || async {
+            apply(cp, &ns.name, &spec(plan));
+            only_in(cp, ns, kind, size).await;
+        })
+        .await;
+        eprintln!("placements: {step}");
+        each(&step);
+        steps.push(step);
+    }
     steps
 }

@@ -1,6 +1,6 @@
-//! Routers through rollouts: a single router serving throughout a roll, a placement change
-//! held while a Secret is missing, and an old-revision router restarted mid-rollout keeping
-//! its configuration.
+//! Routers through rollouts: a single router serving throughout a roll, placement changes
+//! under traffic (make before break), a placement change held while a Secret is missing, and
+//! an old-revision router restarted mid-rollout keeping its configuration.
 
 use std::sync::atomic::Ordering;
 use std::time::{Duration, Instant};
@@ -47,6 +47,23 @@ async fn a_single_anti_affinity_router_serves_throughout_a_roll() {
     assert!(fewest >= 1, "no router was Ready during the roll");
     assert_eq!(traffic.lost, 0, "acknowledged messages lost: {traffic}");
     assert!(traffic.acknowledged >= 20, "too little went through: {traffic}");
+}
+
+/// `Any` → `Every` → `AntiAffinity` → `Any` under steady acknowledged traffic
+/// (`qdr_tests::day_two::placements`): at every sample (every 200 ms) at least one router
+/// of the Interconnect is Ready, and nothing acknowledged is lost.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn placement_changes_keep_a_router_ready_and_lose_nothing() {
+    let cp = cluster().await;
+    let ns: &'static TestNamespace = Box::leak(Box::new(cp.namespace("placements").await));
+    let steps = qdr_tests::day_two::placements(cp, ns, &controllers(), |step| {
+        say!("{step}");
+        assert!(step.fewest_ready >= 1, "{}: no router was Ready at some moment: {step}", step.what);
+        assert_eq!(step.traffic.lost, 0, "{}: acknowledged messages lost: {}", step.what, step.traffic);
+        assert!(step.traffic.acknowledged > 0, "{}: nothing went through: {}", step.what, step.traffic);
+    })
+    .await;
+    assert_eq!(steps.len(), 3);
 }
 
 /// The reasons of Interconnect `name`'s conditions.

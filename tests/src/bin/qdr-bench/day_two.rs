@@ -1,6 +1,6 @@
 //! Day-two operations on real routers with live traffic (`QDR_BENCH_ONLY=day-two`): for
-//! every step of `qdr_tests::day_two`, the longest gap between acknowledgements and the
-//! acknowledged messages lost.
+//! every step of `qdr_tests::day_two` (its `run`, then its `placements`), the longest gap
+//! between acknowledgements, the acknowledged messages lost and the clients' reconnects.
 
 use qdr_tests::{ControlPlane, Options};
 
@@ -8,7 +8,8 @@ use crate::table::Row;
 
 /// Day two with live traffic on real routers (`qdr_tests::day_two`, the scenario of
 /// `tests/tests/day_two.rs`), once (about 4 minutes): for each operation the longest gap
-/// between two acknowledgements (s) and the acknowledged messages lost (must be 0). Needs a
+/// between two acknowledgements (s), the acknowledged messages lost (must be 0) and the
+/// clients' reconnects; then the placement changes. Needs a
 /// real node (root) and the router image (`make router-image`).
 pub(crate) async fn day_two_rows(rows: &mut Vec<Row>) -> Result<(), Box<dyn std::error::Error>> {
     let cp: &'static ControlPlane = Box::leak(Box::new(
@@ -18,7 +19,16 @@ pub(crate) async fn day_two_rows(rows: &mut Vec<Row>) -> Result<(), Box<dyn std:
     let controllers: Vec<&qdr_tests::Process> = controllers.iter().collect();
     let ns: &'static qdr_tests::TestNamespace = Box::leak(Box::new(cp.namespace("live").await));
     let rate = qdr_tests::day_two::RATE;
-    for step in qdr_tests::day_two::run(cp, ns, &controllers, |_| ()).await {
+    let mut steps = qdr_tests::day_two::run(cp, ns, &controllers, |_| ()).await;
+    // The placement changes with controllers of the default certificate lifetimes: the short
+    // ones above would add a renewal's roll in the middle.
+    for c in &controllers {
+        c.stop(std::time::Duration::from_secs(10));
+    }
+    let placement = qdr_tests::routers::start_controller(cp, "placements-0", &[])?;
+    let moved: &'static qdr_tests::TestNamespace = Box::leak(Box::new(cp.namespace("moves").await));
+    steps.extend(qdr_tests::day_two::placements(cp, moved, &[&placement], |_| ()).await);
+    for step in steps {
         let t = &step.traffic;
         rows.push(Row {
             what: format!(
@@ -34,6 +44,15 @@ pub(crate) async fn day_two_rows(rows: &mut Vec<Row>) -> Result<(), Box<dyn std:
             runs: vec![t.lost as f64],
             unit: "messages",
             target: "0".into(),
+        });
+        rows.push(Row {
+            what: format!(
+                "day two at {rate} msg/s, {}: client reconnects (sender + receiver; fewest Ready routers {})",
+                step.what, step.fewest_ready
+            ),
+            runs: vec![(t.sender_reconnects + t.receiver_reconnects) as f64],
+            unit: "reconnects",
+            target: String::new(),
         });
     }
     Ok(())
