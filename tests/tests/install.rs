@@ -620,14 +620,29 @@ async fn the_namespaced_overlay_installs_for_real() {
     };
     ok(kubectl(cp, &["apply", "-k", &overlay]));
     check_running_install(cp, "qdr-operator", "qdr-apps-a").await;
-    // Outside the watched namespaces: not admitted by the webhook (no defaults), not reconciled.
+    // Outside the watched namespaces: admitted by the webhooks all the same (a bad object is
+    // refused, a good one stored with its defaults), and not reconciled.
+    let bad = json!({"apiVersion": "interconnectedcloud.github.io/v1alpha1", "kind": "Interconnect",
+        "metadata": {"name": "bad"},
+        // Invalid only to the webhook (the schema cannot say it): a listener name twice.
+        "spec": {"listeners": [{"port": 5672}, {"name": "port-5672", "port": 5673}]}});
+    let refused = qdr_tests::components::kubectl_stdin(
+        cp,
+        &["apply", "-n", "install-unwatched", "-f", "-"],
+        &bad.to_string(),
+    );
+    let why = String::from_utf8_lossy(&refused.stderr);
+    assert!(
+        !refused.status.success() && why.contains("admission webhook"),
+        "not refused by the webhook: {why}"
+    );
     let example = root().join("deploy/examples/interior-mesh.yaml").display().to_string();
     ok(kubectl(cp, &["apply", "-n", "install-unwatched", "-f", &example]));
     let users = ok(kubectl(
         cp,
         &["get", "interconnect", "router-mesh", "-n", "install-unwatched", "-o", "jsonpath={.spec.users}"],
     ));
-    assert_eq!(users, "", "the webhooks do not select this namespace");
+    assert_ne!(users, "", "the webhooks defaulted the Interconnect of an unwatched namespace");
     tokio::time::sleep(Duration::from_secs(3)).await;
     let deploys = ok(kubectl(cp, &["get", "deploy", "-n", "install-unwatched", "-o", "name"]));
     assert_eq!(deploys, "", "not reconciled outside the watched namespaces");

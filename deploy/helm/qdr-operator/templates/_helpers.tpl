@@ -76,15 +76,6 @@ deploy/base/rbac.yaml for the reason of each rule; controller/tests/rbac.rs prov
   verbs: [create, patch]
 {{- end }}
 
-{{/* The webhooks' namespaceSelector: the watched namespaces; none (every namespace, as the controller) otherwise. */}}
-{{- define "qdr-operator.namespaceSelector" -}}
-{{- if .Values.watchNamespaces }}
-namespaceSelector:
-  matchExpressions:
-    - {key: kubernetes.io/metadata.name, operator: In, values: {{ toJson .Values.watchNamespaces }}}
-{{- end }}
-{{- end }}
-
 {{/* cert-manager mode: the CA injector annotation of the webhook configurations. */}}
 {{- define "qdr-operator.webhookAnnotations" -}}
 {{- if not (include "qdr-operator.selfManaged" .) }}
