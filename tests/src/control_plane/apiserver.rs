@@ -33,6 +33,12 @@ pub(super) struct Flags {
     pub(super) audit: bool,
 }
 
+/// The admission plugin OpenShift enables by default (upstream, off by default there): a
+/// change of an object's `ownerReferences` needs `delete` on that object, and setting
+/// `blockOwnerDeletion` needs `update` on the owner's `finalizers`. On in every test control
+/// plane, so the controller's RBAC is tested as OpenShift enforces it.
+const OWNER_REFERENCES: &str = "OwnerReferencesPermissionEnforcement";
+
 /// Spawns kube-apiserver with the certificates in `<dir>/pki` (written by the caller) and
 /// `flags`; waiting for it to be ready is [`ControlPlane::wait_ready`]'s.
 ///
@@ -67,12 +73,16 @@ pub(super) fn start(testbin: &Testbin, dir: &Path, pki: &Pki, flags: &Flags) -> 
     ]);
     if flags.real_node {
         api_cmd.args([
-            "--endpoint-reconciler-type=lease",
-            "--kubelet-preferred-address-types=InternalIP",
-            "--enable-admission-plugins=ServiceAccount",
+            "--endpoint-reconciler-type=lease".into(),
+            "--kubelet-preferred-address-types=InternalIP".into(),
+            format!("--enable-admission-plugins=ServiceAccount,{OWNER_REFERENCES}"),
         ]);
     } else {
-        api_cmd.args(["--endpoint-reconciler-type=none", "--disable-admission-plugins=ServiceAccount"]);
+        api_cmd.args([
+            "--endpoint-reconciler-type=none".into(),
+            "--disable-admission-plugins=ServiceAccount".into(),
+            format!("--enable-admission-plugins={OWNER_REFERENCES}"),
+        ]);
     }
     if flags.webhook_client_cert {
         let client = pki.client("kube-apiserver-webhook-client", &[])?;
