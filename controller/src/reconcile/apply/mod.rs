@@ -31,10 +31,11 @@
 //!   compile;
 //! * pruning is one generic function over (kind, names to keep): it takes the kind's
 //!   objects with the children's labels from the store (Routes: a metadata LIST), and
-//!   deletes what this Interconnect controls and no longer wants;
+//!   deletes what this Interconnect controls and no longer wants. A 404 on delete means
+//!   someone was faster, for every kind alike;
 //! * **make before break**: after a placement change the workload of the other kind keeps
 //!   its routers until the new one has all of them Ready ([`workload::retire_previous`], in
-//!   every pass), whatever the generation. A 404 on delete means someone was faster, for every kind alike.
+//!   every pass), whatever the generation.
 
 mod exposure;
 mod prune;

@@ -113,8 +113,9 @@ fn age(created: Option<&Time>) -> Duration {
 
 /// After a placement change (`Any` ↔ `Every`; the workload's kind changes, its name stays the
 /// Interconnect's): deletes the workloads of the other kind that `o` controls once `status`,
-/// the counts of the one built (a Deployment when `deployment`, else a DaemonSet), is [`WorkloadStatus::complete`]; until then keeps them and
-/// reports the one that runs as [`Previous`]. Called in every pass that applied or reused
+/// the counts of the one built (a Deployment when `deployment`, else a DaemonSet), is
+/// [`WorkloadStatus::complete`]; until then keeps them and reports the one that runs as
+/// [`Previous`]. Called in every pass that applied or reused
 /// the workload (not a held one): the new workload's status change wakes the pass that
 /// prunes. Returns the deleted ones as `Kind name`.
 ///
