@@ -231,15 +231,7 @@ async fn a_placement_change_keeps_the_old_routers_until_the_new_ones_are_ready()
         assert!(d.metadata.deletion_timestamp.is_none(), "the running Deployment is being deleted");
         tokio::time::sleep(Duration::from_millis(500)).await;
     }
-    let pods: Api<Pod> = ns.api();
-    let ready = |p: &Pod| {
-        p.status
-            .as_ref()
-            .and_then(|s| s.conditions.as_ref())
-            .is_some_and(|c| c.iter().any(|c| c.type_ == "Ready" && c.status == "True"))
-    };
-    let running = pods.list(&ListParams::default().labels("application=move")).await.unwrap();
-    assert_eq!(running.items.iter().filter(|p| ready(p)).count(), 2, "the old routers serve meanwhile");
+    assert_eq!(qdr_tests::routers::ready_routers(&ns, "move").await, 2, "the old routers serve meanwhile");
 
     // Requests that fit: the DaemonSet's routers come up, then the Deployment goes.
     let patch = json!({"spec": {"deploymentPlan": {"resources": {"requests": {"cpu": "100m"}}}}});
