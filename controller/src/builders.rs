@@ -78,7 +78,9 @@ pub struct Settings {
 /// non-root UID works; this one is outside the range of system accounts.
 pub const DEFAULT_RUN_AS_USER: i64 = 10001;
 
-/// ServiceAccount `<name>` for the router pods (auto-mesh reads the pod list with it).
+/// ServiceAccount `<name>` for the router pods. Its token is mounted only where the image's
+/// auto-mesh reads the pod list with it ([`discovers_peers`]); the Role and RoleBinding are
+/// kept for those routers, and because the Go operator made them (adopted, not deleted).
 pub fn service_account(o: &ValidatedInterconnect) -> k8s_openapi::api::core::v1::ServiceAccount {
     k8s_openapi::api::core::v1::ServiceAccount { metadata: o.meta(o.name()), ..Default::default() }
 }
@@ -221,14 +223,25 @@ fn bundle_volume(name: &str, secret: &str) -> Volume {
     v
 }
 
+/// Whether the routers of `o` find their peers with the image's `auto_mesh.py`
+/// (`QDROUTERD_AUTO_MESH_DISCOVERY=QUERY`, which lists the namespace's pods with the pod's
+/// ServiceAccount token and waits for every router pod to have an IP): only interior
+/// routers without the operator's management listener (the spec took its port or name,
+/// [`ValidatedInterconnect::with_management`]). Every other interior router is linked by
+/// the controller ([`crate::mesh::links`]), starts without waiting on a peer and mounts no
+/// API token.
+pub fn discovers_peers(o: &ValidatedInterconnect) -> bool {
+    o.spec().role() != RouterRole::Edge && !o.management()
+}
+
 /// The router container's environment: what the image's start scripts read
 /// (`QDROUTERD_CONF`, the path of the mounted configuration, with `QDROUTERD_CONF_TYPE=json`;
-/// the SASL database source and path; `QDROUTERD_AUTO_MESH_DISCOVERY`), `DOLLAR=$` for the
-/// literal `$` of the configuration ([`qdr_api::router_config::LITERAL_DOLLAR`]), and what
-/// auto-mesh needs to find its peers (`POD_NAMESPACE`, `POD_IP`). Nothing here depends on
-/// `size`: the Go operator's `POD_COUNT` (never read by the image) made every scale a
-/// rolling restart; nor on the configuration itself (its hash in the pod template rolls the
-/// routers).
+/// the SASL database source and path), `DOLLAR=$` for the literal `$` of the configuration
+/// ([`qdr_api::router_config::LITERAL_DOLLAR`]), and, only when [`discovers_peers`],
+/// `QDROUTERD_AUTO_MESH_DISCOVERY` with what it reads (`POD_NAMESPACE`, `POD_IP`). Nothing
+/// here depends on `size`: the Go operator's `POD_COUNT` (never read by the image) made
+/// every scale a rolling restart; nor on the configuration itself (its hash in the pod
+/// template rolls the routers).
 fn router_env(o: &ValidatedInterconnect) -> Vec<EnvVar> {
     let mut env_vars = vec![
         env("APPLICATION_NAME", o.name()),
@@ -240,9 +253,9 @@ fn router_env(o: &ValidatedInterconnect) -> Vec<EnvVar> {
         env_vars.push(env("QDROUTERD_AUTO_CREATE_SASLDB_SOURCE", format!("{SASL_USERS_DIR}/")));
         env_vars.push(env("QDROUTERD_AUTO_CREATE_SASLDB_PATH", "/tmp/qdrouterd.sasldb"));
     }
-    env_vars.push(env_field("POD_NAMESPACE", "metadata.namespace"));
-    env_vars.push(env_field("POD_IP", "status.podIP"));
-    if o.spec().role() != RouterRole::Edge {
+    if discovers_peers(o) {
+        env_vars.push(env_field("POD_NAMESPACE", "metadata.namespace"));
+        env_vars.push(env_field("POD_IP", "status.podIP"));
         env_vars.push(env("QDROUTERD_AUTO_MESH_DISCOVERY", "QUERY"));
     }
     env_vars
@@ -385,6 +398,8 @@ pub fn pod_template(
         }),
         spec: Some(PodSpec {
             service_account_name: Some(o.name().into()),
+            // Only the image's auto-mesh discovery calls the API server from a router pod.
+            automount_service_account_token: (!discovers_peers(o)).then_some(false),
             containers: vec![container],
             volumes: Some(volumes),
             affinity,

@@ -14,6 +14,7 @@
 //! ids are pod names: the operator renders `id: ${HOSTNAME}`.
 
 pub mod answer;
+pub mod links;
 pub mod management;
 pub mod pool;
 pub mod reader;
@@ -308,7 +309,7 @@ pub struct MeshReport {
 /// 4. `Unknown`/`NoRouters`: no router pods, or none ready to be asked yet;
 /// 5. `True`/`LinksMissing`: every router reaches every other, but some pairs only
 ///    through a third (the pairs named);
-/// 6. `True`/`Connected` (routers still starting are counted in the message).
+/// 6. `True`/`Connected` (routers still starting are counted and named in the message).
 pub fn assess(mode: Mode, observations: &BTreeMap<String, Observation>) -> MeshReport {
     let mut unreachable = BTreeMap::new();
     let mut pending = BTreeMap::new();
@@ -427,7 +428,9 @@ pub fn assess(mode: Mode, observations: &BTreeMap<String, Observation>) -> MeshR
             Mode::Edge => format!("{edges_uplinked}/{edges_expected} edge routers uplinked"),
         };
         if !pending.is_empty() {
-            message.push_str(&format!("; {} starting", pending.len()));
+            // Named, with why: a router that cannot be scheduled is seen here as well as in
+            // `Ready` (issue 57: the others link without it).
+            message.push_str(&format!("; {} starting: {}", pending.len(), listed(&pending)));
         }
         Verdict { status: "True", reason: "Connected", message }
     };

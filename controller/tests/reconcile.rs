@@ -109,7 +109,12 @@ async fn interior_example_reconciles_to_the_go_operators_object_graph() {
         c.volume_mounts
     );
     assert_eq!(env(&d, "DOLLAR"), Some("$"));
-    assert_eq!(env(&d, "QDROUTERD_AUTO_MESH_DISCOVERY"), Some("QUERY"));
+    // The controller links the routers (issue 57): no discovery that waits for every peer,
+    // and no API token in the router pods.
+    assert_eq!(env(&d, "QDROUTERD_AUTO_MESH_DISCOVERY"), None);
+    assert_eq!(env(&d, "POD_IP"), None);
+    let pod_spec = d.spec.as_ref().unwrap().template.spec.as_ref().unwrap();
+    assert_eq!(pod_spec.automount_service_account_token, Some(false));
     assert_eq!(env(&d, "APPLICATION_NAME"), Some(name.as_str()));
     assert_eq!(env(&d, "POD_COUNT"), None, "a size-dependent value would roll the routers on every scale");
     let probe = c.liveness_probe.as_ref().unwrap().http_get.as_ref().unwrap();

@@ -23,7 +23,6 @@ const POD_ENV: &[(&str, &str)] = &[
     ("DOLLAR", "$"),
     ("HOSTNAME", "mesh-7d9f-abcde"),
     ("HOME", "/"),
-    ("POD_NAMESPACE", "ns"),
     ("USD", "1.08"),
 ];
 

@@ -241,14 +241,27 @@ fn the_pod_template_does_not_depend_on_the_size() {
     assert!(!env_names(&template(3)).contains(&"POD_COUNT".to_string()));
 }
 
-/// Edge routers do not auto-mesh; interior routers do.
+/// Issue 57: interior routers with the operator's management listener are linked by the
+/// controller, so they run no auto-mesh discovery (which waited for every router pod to have
+/// an IP) and mount no API token; only an interior router whose spec took the management
+/// port keeps the image's discovery, with its token. Edge routers never discover peers.
 #[test]
-fn auto_mesh_only_for_interior_routers() {
-    assert!(env_names(&pod(&ic(json!({})))).contains(&"QDROUTERD_AUTO_MESH_DISCOVERY".to_string()));
-    assert!(
-        !env_names(&pod(&ic(json!({"deploymentPlan": {"role": "edge"}}))))
-            .contains(&"QDROUTERD_AUTO_MESH_DISCOVERY".to_string())
-    );
+fn auto_mesh_only_where_the_controller_cannot_link() {
+    let discovery = |o: &ValidatedInterconnect| {
+        let p = pod(o);
+        let names = env_names(&p);
+        let token = p["spec"]["automountServiceAccountToken"].as_bool();
+        (names.contains(&"QDROUTERD_AUTO_MESH_DISCOVERY".to_string()), names.contains(&"POD_IP".to_string()), token)
+    };
+    let linked = ic(json!({})).with_management();
+    assert!(linked.1.is_ok());
+    assert_eq!(discovery(&linked.0), (false, false, Some(false)));
+    let edge = ic(json!({"deploymentPlan": {"role": "edge"}})).with_management().0;
+    assert_eq!(discovery(&edge), (false, false, Some(false)));
+    let taken = ic(json!({"listeners": [{"port": qdr_api::router_config::MANAGEMENT_PORT}]})).with_management();
+    assert!(taken.1.is_err());
+    assert_eq!(discovery(&taken.0), (true, true, None));
+    assert!(builders::discovers_peers(&taken.0) && !builders::discovers_peers(&linked.0));
 }
 
 /// Bug 14: `status.pods` serialized as null.

@@ -21,7 +21,8 @@ use fe2o3_amqp::{Connection, Receiver, Sender, Session};
 use tokio::io::{AsyncRead, AsyncWrite};
 use tokio::time::Instant;
 
-use super::answer::{MAX_ROWS, MAX_TEXT, Table, cut};
+use super::answer::{Cell, MAX_ROWS, MAX_TEXT, Table, cut};
+use super::links::{self as linking, Attribute, Connector};
 use super::wire::{Guarded, MAX_FRAME_SIZE, MAX_MESSAGE_SIZE, Verdict};
 use super::{
     AnswerError, CONNECTION_ATTRIBUTES, MAX_ROUTERS, NODE_ATTRIBUTES, READER_CONTAINER_PREFIX,
@@ -65,6 +66,19 @@ pub enum ReadError {
         /// `statusDescription`, cut to [`MAX_TEXT`] bytes.
         description: String,
     },
+    /// The router refused a write of the operator's connectors ([`super::links`]): a status
+    /// other than 201 (`CREATE`) or 204 (`DELETE`).
+    #[error("{operation} connector {name} answered {status}: {description}")]
+    Write {
+        /// `CREATE` or `DELETE`.
+        operation: &'static str,
+        /// The connector's name.
+        name: String,
+        /// `statusCode`.
+        status: i64,
+        /// `statusDescription`, cut to [`MAX_TEXT`] bytes.
+        description: String,
+    },
     /// An answer that is not what qdrouterd 1.19 sends.
     #[error(transparent)]
     Answer(#[from] AnswerError),
@@ -74,19 +88,25 @@ fn amqp(e: impl std::fmt::Debug) -> ReadError {
     ReadError::Amqp(cut(format!("{e:?}"), MAX_TEXT))
 }
 
-/// Reads one router over `stream` within `timeout` (connection, queries and close): its
-/// [`RouterView`]. `reader` tells the connection apart in the router's own list
-/// (container id `<READER_CONTAINER_PREFIX>-<reader>`), so it is not counted as a client.
+/// Reads one router over `stream` within `timeout` (connection, queries, the writes of
+/// `linking` when given, and close): its [`RouterView`]. `reader` tells the connection
+/// apart in the router's own list (container id `<READER_CONTAINER_PREFIX>-<reader>`), so
+/// it is not counted as a client.
 ///
 /// # Errors
 /// [`ReadError`]: the time ran out, the AMQP exchange failed, what the router sent was
-/// refused, a query was refused, or an answer was malformed.
-pub async fn read_router<S>(stream: S, reader: &str, timeout: Duration) -> Result<RouterView, ReadError>
+/// refused, a query or a write was refused, or an answer was malformed.
+pub async fn read_router<S>(
+    stream: S,
+    reader: &str,
+    timeout: Duration,
+    linking: Option<&Linking>,
+) -> Result<RouterView, ReadError>
 where
     S: AsyncRead + AsyncWrite + std::fmt::Debug + Send + Unpin + 'static,
 {
     let deadline = Instant::now() + timeout;
-    tokio::time::timeout_at(deadline, read(stream, reader, deadline, timeout))
+    tokio::time::timeout_at(deadline, read(stream, reader, deadline, timeout, linking))
         .await
         .map_err(|_| ReadError::Timeout(timeout))?
 }
@@ -97,12 +117,13 @@ async fn read<S>(
     reader: &str,
     deadline: Instant,
     timeout: Duration,
+    linking: Option<&Linking>,
 ) -> Result<RouterView, ReadError>
 where
     S: AsyncRead + AsyncWrite + std::fmt::Debug + Send + Unpin + 'static,
 {
     let verdict = Verdict::default();
-    let result = exchange(Guarded::new(stream, deadline, verdict.clone()), reader).await;
+    let result = exchange(Guarded::new(stream, deadline, verdict.clone()), reader, linking).await;
     match (result, verdict.refused()) {
         (Err(_), _) if Instant::now() >= deadline => Err(ReadError::Timeout(timeout)),
         (Err(_), Some(why)) => Err(ReadError::Refused(why)),
@@ -125,23 +146,58 @@ struct Links {
     next_id: u64,
 }
 
+/// The `statusCode` and `statusDescription` (cut to [`MAX_TEXT`] bytes) of an answer.
+fn status_of<T>(answer: &Delivery<T>) -> (i64, String) {
+    let props = answer.message().application_properties.as_ref();
+    let get = |k: &str| props.and_then(|p| p.0.get(k));
+    let status = match get("statusCode") {
+        Some(SimpleValue::Int(v)) => i64::from(*v),
+        Some(SimpleValue::Long(v)) => *v,
+        Some(SimpleValue::Uint(v)) => i64::from(*v),
+        _ => 0,
+    };
+    let description = match get("statusDescription") {
+        Some(SimpleValue::String(s)) => s.clone(),
+        Some(_) => "a statusDescription that is not a string".into(),
+        None => "no statusDescription".into(),
+    };
+    (status, cut(description, MAX_TEXT))
+}
+
 impl Links {
-    async fn ask(&mut self, q: &Query) -> Result<Table, ReadError> {
+    /// Sends `request` (its properties are set here) and takes the answer, checked to be
+    /// the answer to it; `what` names the request in an error.
+    async fn send<T>(&mut self, request: Message<fe2o3_amqp::types::messaging::AmqpValue<Value>>, what: &'static str) -> Result<Delivery<T>, ReadError>
+    where
+        T: for<'de> fe2o3_amqp::types::messaging::FromBody<'de> + Send,
+    {
         let id = self.next_id;
         self.next_id += 1;
+        let mut request = request;
+        request.properties = Some(
+            Properties::builder()
+                .reply_to(self.reply_to.clone())
+                .message_id(id)
+                // A string: qdrouterd's C agent copies the correlation id as it is, and its
+                // Python agent (router.node) echoes it through Proton's Python binding,
+                // which turns a ulong into an int, which is no valid id.
+                .correlation_id(format!("q{id}"))
+                .build(),
+        );
+        self.requests.send(request).await.map_err(amqp)?;
+        let answer: Delivery<T> = self.replies.recv().await.map_err(amqp)?;
+        self.replies.accept(&answer).await.map_err(amqp)?;
+        let correlation = answer.message().properties.as_ref().and_then(|p| p.correlation_id.as_ref());
+        if correlation != Some(&MessageId::String(format!("q{id}"))) {
+            return Err(AnswerError::new(what, "an answer to another request").into());
+        }
+        Ok(answer)
+    }
+
+    async fn ask(&mut self, q: &Query) -> Result<Table, ReadError> {
         let count = i64::try_from(q.count).unwrap_or(i64::MAX);
         let offset = i64::try_from(q.offset).unwrap_or(i64::MAX);
         let request = Message::builder()
-            .properties(
-                Properties::builder()
-                    .reply_to(self.reply_to.clone())
-                    .message_id(id)
-                    // A string: qdrouterd's C agent copies the correlation id as it is, and
-                    // its Python agent (router.node) echoes it through Proton's Python
-                    // binding, which turns a ulong into an int, which is no valid id.
-                    .correlation_id(format!("q{id}"))
-                    .build(),
-            )
             .application_properties(
                 ApplicationProperties::builder()
                     .insert("operation", "QUERY")
@@ -157,38 +213,53 @@ impl Links {
                 Value::List(q.attributes.iter().map(|a| Value::from(*a)).collect()),
             )])))
             .build();
-        self.requests.send(request).await.map_err(amqp)?;
-        let answer: Delivery<Body<Table>> = self.replies.recv().await.map_err(amqp)?;
-        self.replies.accept(&answer).await.map_err(amqp)?;
         let entity = q.entity.rsplit('.').next().unwrap_or(q.entity);
-        let correlation = answer.message().properties.as_ref().and_then(|p| p.correlation_id.as_ref());
-        if correlation != Some(&MessageId::String(format!("q{id}"))) {
-            return Err(AnswerError::new(entity, "an answer to another request").into());
-        }
-        let props = answer.message().application_properties.as_ref();
-        let get = |k: &str| props.and_then(|p| p.0.get(k));
-        let status = match get("statusCode") {
-            Some(SimpleValue::Int(v)) => i64::from(*v),
-            Some(SimpleValue::Long(v)) => *v,
-            Some(SimpleValue::Uint(v)) => i64::from(*v),
-            _ => 0,
-        };
+        let answer: Delivery<Body<Table>> = self.send(request, entity).await?;
+        let (status, description) = status_of(&answer);
         if status != 200 {
-            let description = match get("statusDescription") {
-                Some(SimpleValue::String(s)) => s.clone(),
-                Some(_) => "a statusDescription that is not a string".into(),
-                None => "no statusDescription".into(),
-            };
-            return Err(ReadError::Status {
-                entity: q.entity,
-                status,
-                description: cut(description, MAX_TEXT),
-            });
+            return Err(ReadError::Status { entity: q.entity, status, description });
         }
         match answer.into_body() {
             Body::Value(v) => Ok(v.0),
             _ => Err(AnswerError::new(entity, "the answer is not an amqp-value").into()),
         }
+    }
+
+    /// `CREATE`s connector `c` (answered 201) on the router.
+    async fn create(&mut self, c: &Connector) -> Result<(), ReadError> {
+        let attributes = c.attributes().into_iter().map(|(k, v)| {
+            let v = match v {
+                Attribute::Text(t) => Value::from(t),
+                Attribute::Bool(b) => Value::Bool(b),
+            };
+            (Value::from(k), v)
+        });
+        self.write("CREATE", &c.name, Value::Map(OrderedMap::from_iter(attributes)), 201).await
+    }
+
+    /// `DELETE`s connector `name` (answered 204) on the router.
+    async fn delete(&mut self, name: &str) -> Result<(), ReadError> {
+        self.write("DELETE", name, Value::Null, 204).await
+    }
+
+    async fn write(&mut self, operation: &'static str, name: &str, body: Value, ok: i64) -> Result<(), ReadError> {
+        let request = Message::builder()
+            .application_properties(
+                ApplicationProperties::builder()
+                    .insert("operation", operation)
+                    .insert("type", linking::ENTITY)
+                    .insert("name", name)
+                    .build(),
+            )
+            .value(body)
+            .build();
+        // The answer's body (the entity's attributes) is read as one bounded cell and dropped.
+        let answer: Delivery<Body<Cell>> = self.send(request, "connector").await?;
+        let (status, description) = status_of(&answer);
+        if status != ok {
+            return Err(ReadError::Write { operation, name: cut(name.to_string(), MAX_TEXT), status, description });
+        }
+        Ok(())
     }
 
     /// Every page of `entity` (up to `max_rows` rows), each handed to `add`, which returns
@@ -218,7 +289,7 @@ impl Links {
     }
 }
 
-async fn exchange<S>(stream: S, reader: &str) -> Result<RouterView, ReadError>
+async fn exchange<S>(stream: S, reader: &str, linking: Option<&Linking>) -> Result<RouterView, ReadError>
 where
     S: AsyncRead + AsyncWrite + std::fmt::Debug + Send + Unpin + 'static,
 {
@@ -251,6 +322,24 @@ where
         links
             .pages(ENTITIES[2], &CONNECTION_ATTRIBUTES, MAX_CONNECTION_ROWS, |t| view.add_connections(t))
             .await?;
+        if let Some(wanted) = linking {
+            let mut held = Vec::new();
+            links
+                .pages(linking::ENTITY, &linking::ATTRIBUTES, linking::MAX_CONNECTOR_ROWS, |t| {
+                    linking::add_connectors(t, &mut held)
+                })
+                .await?;
+            let (deletes, creates) = linking::changes(&wanted.connectors, &held, &wanted.keep);
+            for name in &deletes {
+                links.delete(name).await?;
+            }
+            for c in &creates {
+                links.create(c).await?;
+            }
+            if !deletes.is_empty() || !creates.is_empty() {
+                tracing::info!(router = %view.id, created = creates.len(), deleted = deletes.len(), "inter-router connectors written");
+            }
+        }
         let Links { requests, replies, .. } = links;
         let _ = tokio::time::timeout(CLOSE_GRACE, async {
             let _ = requests.close().await;
@@ -280,6 +369,19 @@ pub struct Target {
     /// Whether the pod is Ready. A pod that is not is not read: it is
     /// [`Observation::Pending`](super::Observation::Pending).
     pub ready: bool,
+    /// The operator's inter-router connectors it should hold, written in the same visit
+    /// ([`super::links`]); `None`: its connectors are not touched (an edge router, or a
+    /// configuration with no inter-router listener).
+    pub linking: Option<Linking>,
+}
+
+/// The operator's connectors one router should hold ([`super::links`]).
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Linking {
+    /// The connectors ([`super::links::desired`]).
+    pub connectors: Vec<Connector>,
+    /// Connector names of the configuration itself, never deleted whatever their name.
+    pub keep: Vec<String>,
 }
 
 /// How to read the routers of one Interconnect.
@@ -335,9 +437,9 @@ pub async fn observe(
                         .connect(tls.server_name.clone(), stream)
                         .await
                         .map_err(|e| ReadError::Amqp(cut(format!("TLS with {ip}:{port}: {e}"), MAX_TEXT)))?;
-                    read(stream, &t.pod, deadline, plan.timeout).await
+                    read(stream, &t.pod, deadline, plan.timeout, t.linking.as_ref()).await
                 }
-                None => read(stream, &t.pod, deadline, plan.timeout).await,
+                None => read(stream, &t.pod, deadline, plan.timeout, t.linking.as_ref()).await,
             }
         };
         let o = match tokio::time::timeout_at(deadline, attempt).await {

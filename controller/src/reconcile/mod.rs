@@ -232,6 +232,9 @@ pub(crate) struct Reconciled {
     pub(crate) applied: types::Applied,
     /// The mesh as the routers report it (`--observe-mesh=on`).
     pub(crate) mesh: Option<read::MeshRead>,
+    /// With `--observe-mesh=off`, when to visit the routers again to link them
+    /// ([`crate::mesh::links`]); the read itself is not reported.
+    pub(crate) relink: Option<Duration>,
 }
 
 impl Pass {
@@ -253,6 +256,7 @@ impl Pass {
                 let next = until_renewal.map_or(RESYNC, |d| d.min(RESYNC));
                 // The next read of the routers, when they are read.
                 let next = r.mesh.as_ref().and_then(|m| m.next).map_or(next, |m| next.min(m));
+                let next = r.relink.map_or(next, |m| next.min(m));
                 // A placement change's deadline, so the condition turns when it passes.
                 let deadline = r.applied.previous.as_ref().and_then(|p| {
                     types::PLACEMENT_DEADLINE.checked_sub(p.waiting).map(|d| d + Duration::from_secs(1))
@@ -391,6 +395,10 @@ async fn stages(
     // observed (or, when the spec is in its way, are left without it, with why), so turning
     // `--observe-mesh` on or off changes no router's configuration and restarts none.
     let (valid, management) = valid.with_management();
+    // Interior routers are linked by the controller over the same connection as it reads
+    // them (`mesh::links`), whether or not the mesh is observed: with `--observe-mesh=off`
+    // the routers are still visited, to link them, and what they answer is not reported.
+    let links = management.is_ok() && crate::mesh::links::template(valid.spec()).is_some();
     let management = ctx.settings.observe_mesh.then_some(management);
     let Some(cache) = &ctx.cache else { return Ok(Pass::Wait(Action::await_change())) };
     if !cache.is_ready() {
@@ -415,7 +423,11 @@ async fn stages(
     }
     let applied = applied?;
     let mesh = management.map(|m| ctx.mesh.read(&valid, &observed, m, &ctx.metrics));
-    Ok(Pass::Reconciled(Box::new(Reconciled { ic: valid, observed, report, applied, mesh })))
+    let relink = match &mesh {
+        None if links => ctx.mesh.read(&valid, &observed, Ok(()), &ctx.metrics).next,
+        _ => None,
+    };
+    Ok(Pass::Reconciled(Box::new(Reconciled { ic: valid, observed, report, applied, mesh, relink })))
 }
 
 /// What to do after a failed reconcile: retry after [`backoff`] of the object's failures in

@@ -34,7 +34,7 @@ use super::observe::Observed;
 use crate::credentials::Data;
 use crate::mesh::management::{self, MANAGEMENT_PORT};
 use crate::mesh::pool::Pool;
-use crate::mesh::reader::{NO_IP, NOT_READY, Plan, Target, observe};
+use crate::mesh::reader::{Linking, NO_IP, NOT_READY, Plan, Target, observe};
 use crate::mesh::{MAX_ROUTERS, MeshReport, Mode, Observation, assess};
 use crate::validated::ValidatedInterconnect;
 
@@ -314,8 +314,20 @@ impl Reader {
             (memo.done.as_ref().map(|d| d.2.clone()), start, next)
         };
         if start {
+            let template = crate::mesh::links::template(o.spec());
+            let peers: Vec<(String, String)> =
+                (routers.iter()).filter_map(|p| Some((p.name.clone(), p.ip.clone()?))).collect();
+            let keep: Vec<String> = (o.spec().every_connector()).filter_map(|(_, _, c)| c.name.clone()).collect();
             let targets: Vec<Target> = (routers.iter())
-                .map(|p| Target { pod: p.name.clone(), ip: p.ip.clone(), ready: p.ready })
+                .map(|p| Target {
+                    pod: p.name.clone(),
+                    ip: p.ip.clone(),
+                    ready: p.ready,
+                    linking: template.as_ref().map(|t| Linking {
+                        connectors: crate::mesh::links::desired(&p.name, &peers, t),
+                        keep: keep.clone(),
+                    }),
+                })
                 .collect();
             let server_name = format!("{}.{}.svc", o.name(), o.namespace());
             match management::tls(&server_name, &ca, observed.now) {

@@ -113,7 +113,7 @@ async fn an_interior_mesh_of_three_routes_anycast_and_multicast_authenticates_an
     assert_eq!(report.groups.len(), 1);
     // A listener that authenticates its peers refuses the reader (no SASL): reported, not hung.
     let stream = tokio::net::TcpStream::connect((pods[0].1.as_str(), 5673)).await.unwrap();
-    match mesh::reader::read_router(stream, "test", Duration::from_secs(10)).await {
+    match mesh::reader::read_router(stream, "test", Duration::from_secs(10), None).await {
         Err(mesh::reader::ReadError::Amqp(e)) => say!("mesh reader on the PLAIN listener: refused ({e:.80})"),
         other => panic!("the reader got through an authenticating listener: {other:?}"),
     }
@@ -218,4 +218,149 @@ async fn an_interior_mesh_of_three_routes_anycast_and_multicast_authenticates_an
             assert!(prefixes.contains(&want), "{pod}: {want:?} not among {prefixes:?}");
         }
     }
+}
+
+/// The operator's inter-router connectors of `pod`'s router (`qdr-operator-mesh-<peer>`):
+/// (name, host), by name.
+fn operator_connectors(cp: &qdr_tests::ControlPlane, ns: &str, pod: &str) -> Vec<(String, String)> {
+    let all = qdmanage(cp, ns, pod, &["query", "--type=connector"]).unwrap_or(Value::Null);
+    let mut out: Vec<(String, String)> = (all.as_array().into_iter().flatten())
+        .filter(|c| c["role"] == "inter-router")
+        .filter_map(|c| Some((c["name"].as_str()?.to_string(), c["host"].as_str()?.to_string())))
+        .filter(|(n, _)| n.starts_with(mesh::links::PREFIX))
+        .collect();
+    out.sort();
+    out
+}
+
+/// (uid, restart count) of each router pod of `name` that is not terminating, by name.
+async fn incarnations(ns: &qdr_tests::TestNamespace, name: &str) -> Vec<(String, String, i32)> {
+    use k8s_openapi::api::core::v1::Pod;
+    let pods: Api<Pod> = ns.api();
+    let list = pods.list(&kube::api::ListParams::default().labels(&format!("application={name}"))).await.unwrap();
+    let mut out: Vec<(String, String, i32)> = (list.items.iter())
+        .filter(|p| p.metadata.deletion_timestamp.is_none())
+        .map(|p| {
+            let restarts = (p.status.as_ref().and_then(|s| s.container_statuses.as_ref()))
+                .map_or(0, |c| c.iter().map(|c| c.restart_count).sum());
+            (p.metadata.name.clone().unwrap_or_default(), p.metadata.uid.clone().unwrap_or_default(), restarts)
+        })
+        .collect();
+    out.sort();
+    out
+}
+
+/// Issue 57: a router that cannot be scheduled keeps no other from starting. The image's
+/// auto-mesh discovery waited until every pod labelled as a router had an IP; the
+/// controller now links the routers that run. On the one real node, an `AntiAffinity` mesh
+/// of two has one router Ready and the other named as starting; scaled to one, the mesh is
+/// whole without a restart. A mesh of two beside a look-alike Pending pod (the label alone)
+/// links at once, each pair by one operator connector, which follows a replaced router.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn routers_start_and_link_without_their_pending_peers() {
+    let cp = cluster().await;
+    let ns = cp.namespace("apart").await;
+    let spec = |placement: &str, size: i32| {
+        json!({"deploymentPlan": {"role": "interior", "size": size, "placement": placement}})
+    };
+    let t = Instant::now();
+    apply(cp, &ns.name, &routers::interconnect("apart", spec("AntiAffinity", 2)));
+    // One router fits the node; the other stays Pending. The one that runs starts and
+    // is Ready (before, it waited in auto_mesh.py until its liveness probe killed it).
+    qdr_tests::eventually("the scheduled router Ready", Duration::from_secs(120), || async {
+        (routers::ready_routers(&ns, "apart").await == 1).then_some(())
+    })
+    .await;
+    say!("AntiAffinity(2) on one node: one router Ready {:.1?} after apply", t.elapsed());
+    let pods = router_pods(&ns, "apart").await;
+    assert_eq!(pods.len(), 1, "{pods:?}");
+    let (ic, message) =
+        qdr_tests::eventually("MeshConnected naming the router not running", Duration::from_secs(120), || async {
+            let ic = crate::get_ic(cp, &ns.name, "apart");
+            let (_, reason, message) = crate::condition_of(&ic, "MeshConnected");
+            (reason == "Connected" && message.contains("1 starting") && message.contains("no pod IP yet"))
+                .then_some((ic, message))
+        })
+        .await;
+    say!("MeshConnected: {message}; Ready: {:?}", crate::condition_of(&ic, "Ready"));
+    // The pending pod is named: it is the one of the two that has no IP.
+    let all = routers::kubectl(cp, &["get", "pods", "-n", &ns.name, "-l", "application=apart", "-o", "name"]);
+    let pending: Vec<String> = String::from_utf8_lossy(&all.stdout)
+        .lines()
+        .map(|l| l.trim_start_matches("pod/").to_string())
+        .filter(|p| *p != pods[0].0)
+        .collect();
+    assert_eq!(pending.len(), 1, "{pending:?}");
+    assert!(message.contains(&pending[0]), "{message}");
+    // No API token in a router pod.
+    let pod = routers::kubectl(cp, &["get", "pod", &pods[0].0, "-n", &ns.name, "-o", "json"]);
+    let pod: Value = serde_json::from_slice(&pod.stdout).unwrap();
+    assert_eq!(pod["spec"]["automountServiceAccountToken"], false, "{}", pod["spec"]);
+    let mounts = pod["spec"]["containers"][0]["volumeMounts"].to_string();
+    assert!(!mounts.contains("serviceaccount"), "{mounts}");
+    let before = incarnations(&ns, "apart").await;
+
+    // Scaled to the number of nodes: whole, with the router that ran untouched.
+    apply(cp, &ns.name, &routers::interconnect("apart", spec("AntiAffinity", 1)));
+    let ic = qdr_tests::eventually("one router, mesh whole", Duration::from_secs(120), || async {
+        let ic = crate::get_ic(cp, &ns.name, "apart");
+        let (status, reason, message) = crate::condition_of(&ic, "MeshConnected");
+        let whole = status == "True" && reason == "Connected" && !message.contains("starting");
+        (whole && crate::condition_of(&ic, "Ready").0 == "True").then_some(ic)
+    })
+    .await;
+    say!("scaled to 1: MeshConnected {:?}", crate::condition_of(&ic, "MeshConnected"));
+    assert_eq!(incarnations(&ns, "apart").await, before, "the router that ran was restarted or replaced");
+
+    // Two routers beside a Pending look-alike (the label alone): both start and link.
+    let look_alike = json!({
+        "apiVersion": "v1", "kind": "Pod",
+        "metadata": {"name": "look-alike", "labels": {"application": "twins"}},
+        "spec": {"nodeSelector": {"no-such-label": "x"},
+                 "securityContext": {"runAsNonRoot": true, "seccompProfile": {"type": "RuntimeDefault"}},
+                 "containers": [{"name": "c", "image": "registry.invalid/none:1",
+                                 "securityContext": {"allowPrivilegeEscalation": false,
+                                                     "capabilities": {"drop": ["ALL"]}}}]},
+    });
+    apply(cp, &ns.name, &look_alike);
+    apply(cp, &ns.name, &routers::interconnect("twins", spec("Any", 2)));
+    let ready = routers::wait_ready(cp, &ns.name, "twins", &controllers());
+    let ic = qdr_tests::eventually("twins linked", Duration::from_secs(120), || async {
+        let ic = crate::get_ic(cp, &ns.name, "twins");
+        (crate::mesh_settled(&ic) && ic["status"]["mesh"]["summary"] == "2/2 connected").then_some(ic)
+    })
+    .await;
+    say!("Any(2) beside a Pending look-alike: Ready in {ready:.1?}, {}", ic["status"]["mesh"]["summary"]);
+    let pods = router_pods(&ns, "twins").await;
+    let pods: Vec<(String, String)> = pods.into_iter().filter(|(p, _)| p != "look-alike").collect();
+    assert_eq!(pods.len(), 2, "{pods:?}");
+    // One connector per pair, on the router whose name sorts later, to the other's IP.
+    let (first, second) = (&pods[0], &pods[1]);
+    assert_eq!(operator_connectors(cp, &ns.name, &first.0), []);
+    let want = vec![(format!("{}{}", mesh::links::PREFIX, first.0), first.1.clone())];
+    assert_eq!(operator_connectors(cp, &ns.name, &second.0), want);
+
+    // The earlier router replaced: the later one dials the new one, and no longer the old.
+    let out = routers::kubectl(cp, &["delete", "pod", &first.0, "-n", &ns.name, "--wait=false"]);
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let replaced = Instant::now();
+    let (now, held) = qdr_tests::eventually("the replacement linked", Duration::from_secs(120), || async {
+        let now: Vec<(String, String)> =
+            router_pods(&ns, "twins").await.into_iter().filter(|(p, _)| p != "look-alike").collect();
+        if now.len() != 2 || now.iter().any(|(p, _)| *p == first.0) {
+            return None;
+        }
+        let ic = crate::get_ic(cp, &ns.name, "twins");
+        let linked = crate::mesh_settled(&ic) && ic["status"]["mesh"]["summary"] == "2/2 connected";
+        let mut held = Vec::new();
+        for (p, _) in &now {
+            held.extend(operator_connectors(cp, &ns.name, p));
+        }
+        (linked && held.len() == 1).then_some((now, held))
+    })
+    .await;
+    say!("replacement linked {:.1?} after the deletion: {held:?}", replaced.elapsed());
+    let (earlier, later) = (&now[0], &now[1]);
+    assert_eq!(held, [(format!("{}{}", mesh::links::PREFIX, earlier.0), earlier.1.clone())], "{now:?}");
+    assert_eq!(operator_connectors(cp, &ns.name, &later.0).len(), 1, "held by the later name");
 }
