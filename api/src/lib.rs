@@ -24,6 +24,7 @@ mod images;
 pub mod messages;
 #[cfg(feature = "offline")]
 pub mod offline;
+pub mod owned_keys;
 mod quantity;
 pub mod router_config;
 pub mod rules;
@@ -38,8 +39,9 @@ pub use images::{DEFAULT_ROUTER_IMAGE, ImagePattern, ImagePolicy};
 pub use spec::{DEFAULT_LIVENESS_PORT, LinkRole, SecretUse};
 pub use types::*;
 pub use validate::{
-    ErrorType, FieldError, MAX_CONFIG_BYTES, MAX_SHOWN_VALUE, MAX_SPEC_BYTES, RESERVED_NAMES, validate,
-    validate_defaulted, validate_spec,
+    ErrorType, FieldError, MAX_ANNOTATION_BYTES, MAX_CONFIG_BYTES, MAX_METADATA_ENTRIES, MAX_SHOWN_VALUE,
+    MAX_SPEC_BYTES, MAX_SPREAD_CONSTRAINTS, MAX_TOLERATIONS, RESERVED_NAMES, validate, validate_defaulted,
+    validate_spec,
 };
 pub use warnings::warnings;
 

@@ -315,6 +315,11 @@ pub fn apply(schema: &mut Value) {
         map["maxProperties"] = json!(MAX_RESOURCES);
         map["additionalProperties"]["pattern"] = json!(QUANTITY_PATTERN);
     }
+    // The scheduling and metadata maps (issue 57): bounded like every list of the spec.
+    for m in ["nodeSelector", "podLabels", "podAnnotations", "serviceAnnotations"] {
+        node(schema, &format!("spec.deploymentPlan.{m}"))["maxProperties"] =
+            json!(crate::validate::MAX_METADATA_ENTRIES);
+    }
     for (loc, fields) in required_fields() {
         let n = node(schema, &loc);
         let req = n.as_object_mut().expect("object schema").entry("required").or_insert_with(|| json!([]));

@@ -5,7 +5,9 @@
 //! absent field from an explicit one; the API server's schema marks required what the
 //! router needs.
 
-use k8s_openapi::api::core::v1::ResourceRequirements;
+use std::collections::BTreeMap;
+
+use k8s_openapi::api::core::v1::{ResourceRequirements, Toleration, TopologySpreadConstraint};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Condition;
 use kube::CustomResource;
 use schemars::JsonSchema;
@@ -281,6 +283,65 @@ pub struct DeploymentPlan {
     /// `LoadBalancer`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub service_type: Option<ServiceType>,
+
+    /// Tolerations of the router pods, as in a pod's `spec.tolerations` (Kubernetes' own
+    /// type): lets routers run on tainted nodes. At most 32. Validated as the API server
+    /// validates a pod's: `operator` `Equal` (default) or `Exists`; `Exists` with no
+    /// `value`; an empty `key` only with `Exists`; `effect` `NoSchedule`,
+    /// `PreferNoSchedule` or `NoExecute` (empty: all); `tolerationSeconds` only with
+    /// `NoExecute`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(length(max = 32))]
+    pub tolerations: Option<Vec<Toleration>>,
+
+    /// Node labels a router pod's node must have, as in a pod's `spec.nodeSelector`: label
+    /// keys (an optional DNS-subdomain prefix and `/`, then a name of at most 63
+    /// characters) and label values (at most 63). At most 64 entries.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub node_selector: Option<BTreeMap<String, String>>,
+
+    /// How the routers spread across topology domains (zones, nodes), as in a pod's
+    /// `spec.topologySpreadConstraints`. A constraint without a `labelSelector` counts
+    /// this Interconnect's routers (the operator fills in their selector). At most 8;
+    /// not with placement `Every` (a DaemonSet already runs one router per node, and a
+    /// `DoNotSchedule` constraint could only keep some from running). Beside, never
+    /// instead of, the operator's own anti-affinity of placement `AntiAffinity`.
+    /// `maxSkew` ≥ 1; `whenUnsatisfiable` `DoNotSchedule` or `ScheduleAnyway`; `minDomains`
+    /// ≥ 1 and only with `DoNotSchedule`; `nodeAffinityPolicy` and `nodeTaintsPolicy`
+    /// `Honor` or `Ignore`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(length(max = 8))]
+    pub topology_spread_constraints: Option<Vec<TopologySpreadConstraint>>,
+
+    /// PriorityClass of the router pods (`spec.priorityClassName`): a DNS subdomain of at
+    /// most 253 characters. The class must exist when the pods are created (the API
+    /// server's Priority admission refuses them otherwise; the workload's condition says
+    /// so).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(length(min = 1, max = 253))]
+    pub priority_class_name: Option<String>,
+
+    /// Extra labels of the router pods, beside the operator's own. Label keys and values
+    /// as for `nodeSelector`; the operator's keys (`application`, `interconnect_cr`,
+    /// `app.kubernetes.io/name`, `instance`, `component`, `managed-by`, the workload
+    /// controllers' `pod-template-hash`, `controller-revision-hash`,
+    /// `pod-template-generation`, and any key under `qdr-operator.io/`) are refused. At
+    /// most 64. A change rolls the routers (it is in the pod template).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub pod_labels: Option<BTreeMap<String, String>>,
+
+    /// Extra annotations of the router pods, beside the operator's own. Keys as label
+    /// keys; the operator's (`prometheus.io/port`, `prometheus.io/scrape`, any key under
+    /// `qdr-operator.io/`) are refused. At most 64, 256 KiB in all (the API server's limit
+    /// for an object's annotations). A change rolls the routers (it is in the pod template).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub pod_annotations: Option<BTreeMap<String, String>>,
+
+    /// Annotations of the router Service, such as those a cloud load balancer reads (with
+    /// `serviceType: LoadBalancer`). Keys as label keys; any key under `qdr-operator.io/`
+    /// is refused. At most 64, 256 KiB in all. A change restarts no router.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub service_annotations: Option<BTreeMap<String, String>>,
 }
 
 /// A port the router listens on. The same shape serves `listeners`,

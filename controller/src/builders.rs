@@ -23,7 +23,8 @@ use k8s_openapi::api::core::v1::{
     Affinity, Capabilities, ConfigMap, ConfigMapVolumeSource, Container, ContainerPort, EnvVar, EnvVarSource,
     HTTPGetAction, Lifecycle, LifecycleHandler, ObjectFieldSelector, PodAffinityTerm, PodAntiAffinity,
     PodSecurityContext, PodSpec, PodTemplateSpec, Probe, SeccompProfile, Secret, SecretVolumeSource,
-    SecurityContext, Service, ServicePort, ServiceSpec, SleepAction, Volume, VolumeMount,
+    SecurityContext, Service, ServicePort, ServiceSpec, SleepAction, TopologySpreadConstraint, Volume,
+    VolumeMount,
 };
 use k8s_openapi::api::networking::v1::{
     HTTPIngressPath, HTTPIngressRuleValue, Ingress, IngressBackend, IngressRule, IngressServiceBackend,
@@ -385,15 +386,21 @@ pub fn pod_template(
         }),
         ..Default::default()
     });
+    // The user's labels and annotations first, the operator's over them (validation
+    // refuses the operator's keys, so none is lost: `qdr_api::owned_keys`).
+    let mut labels = plan.pod_labels.clone().unwrap_or_default();
+    labels.extend(o.labels());
+    let mut annotations = plan.pod_annotations.clone().unwrap_or_default();
+    annotations.extend([
+        ("prometheus.io/port".into(), liveness.to_string()),
+        ("prometheus.io/scrape".into(), "true".into()),
+        (CONFIG_HASH.into(), config.hash.clone()),
+        (CREDENTIALS_HASH.into(), credentials_hash.into()),
+    ]);
     PodTemplateSpec {
         metadata: Some(ObjectMeta {
-            labels: Some(o.labels()),
-            annotations: Some(BTreeMap::from([
-                ("prometheus.io/port".into(), liveness.to_string()),
-                ("prometheus.io/scrape".into(), "true".into()),
-                (CONFIG_HASH.into(), config.hash.clone()),
-                (CREDENTIALS_HASH.into(), credentials_hash.into()),
-            ])),
+            labels: Some(labels),
+            annotations: Some(annotations),
             ..Default::default()
         }),
         spec: Some(PodSpec {
@@ -403,11 +410,32 @@ pub fn pod_template(
             containers: vec![container],
             volumes: Some(volumes),
             affinity,
+            tolerations: plan.tolerations.clone(),
+            node_selector: plan.node_selector.clone(),
+            topology_spread_constraints: spread_constraints(o),
+            priority_class_name: plan.priority_class_name.clone(),
             security_context: Some(pod_security(s)),
             termination_grace_period_seconds: Some(TERMINATION_GRACE),
             ..Default::default()
         }),
     }
+}
+
+/// The pods' `topologySpreadConstraints`: `deploymentPlan.topologySpreadConstraints` as
+/// written, each without a `labelSelector` given this Interconnect's router selector (so a
+/// constraint of only `maxSkew`, `topologyKey` and `whenUnsatisfiable` spreads its routers,
+/// not nothing: without a selector the scheduler counts no pod). `None` when there are none.
+pub fn spread_constraints(o: &ValidatedInterconnect) -> Option<Vec<TopologySpreadConstraint>> {
+    let given = o.plan().topology_spread_constraints.filter(|c| !c.is_empty())?;
+    let selector = LabelSelector { match_labels: Some(o.selector()), ..Default::default() };
+    Some(
+        (given.iter())
+            .map(|c| TopologySpreadConstraint {
+                label_selector: c.label_selector.clone().or_else(|| Some(selector.clone())),
+                ..c.clone()
+            })
+            .collect(),
+    )
 }
 
 /// Seconds a stopping router keeps running before it is sent `SIGTERM` (the `preStop`
@@ -556,8 +584,10 @@ pub fn service(o: &ValidatedInterconnect) -> Service {
             ..Default::default()
         })
         .collect();
+    let mut metadata = o.meta(o.name());
+    metadata.annotations = o.plan().service_annotations.clone().filter(|a| !a.is_empty());
     Service {
-        metadata: o.meta(o.name()),
+        metadata,
         spec: Some(ServiceSpec {
             selector: Some(o.selector()),
             ports: Some(ports),

@@ -100,9 +100,15 @@ async fn silent_routers_of_one_namespace_do_not_delay_another_namespace() {
     let deadline = tokio::time::Instant::now() + Duration::from_secs(60);
     let plan = |namespace, port| Plan { port, namespace, pool: &pool, timeout: TIMEOUT, deadline, tls: None };
     let silent_targets: Vec<Target> = (0..40)
-        .map(|i| Target { pod: format!("silent-{i}"), ip: Some(silent.ip().to_string()), ready: true, linking: None })
+        .map(|i| Target {
+            pod: format!("silent-{i}"),
+            ip: Some(silent.ip().to_string()),
+            ready: true,
+            linking: None,
+        })
         .collect();
-    let honest_target = [Target { pod: "router-b".into(), ip: Some(honest.ip().to_string()), ready: true, linking: None }];
+    let honest_target =
+        [Target { pod: "router-b".into(), ip: Some(honest.ip().to_string()), ready: true, linking: None }];
     let (silent_plan, honest_plan) = (plan("tenant-a", silent.port()), plan("tenant-b", honest.port()));
     let silent_read = observe(&silent_targets, &silent_plan);
     let honest_read = async {

@@ -19,12 +19,8 @@ type Parsed = Vec<(String, BTreeMap<String, Value>)>;
 
 /// The router container's environment as the image's scripts see it: what the controller
 /// sets that a configuration could name, and what the image and the kubelet set.
-const POD_ENV: &[(&str, &str)] = &[
-    ("DOLLAR", "$"),
-    ("HOSTNAME", "mesh-7d9f-abcde"),
-    ("HOME", "/"),
-    ("USD", "1.08"),
-];
+const POD_ENV: &[(&str, &str)] =
+    &[("DOLLAR", "$"), ("HOSTNAME", "mesh-7d9f-abcde"), ("HOME", "/"), ("USD", "1.08")];
 
 /// Python's `os.path.expandvars` (posixpath): `$name` (`name` = `[A-Za-z0-9_]+`) and
 /// `${name}` (`name` = anything but `}`) become the variable's value when it is set and

@@ -7,8 +7,13 @@
 //! A placement change keeps the old routers until the new ones are Ready (make before break),
 //! and evictions through the PodDisruptionBudget take one router at a time.
 //!
-//! This binary has its own control plane with [`NODES`] nodes. Only
-//! [`placement_follows_the_nodes`] adds a node; the other tests do not depend on the count.
+//! The scheduling fields of `deploymentPlan` put routers where they say: on a tainted node
+//! with a toleration and a node selector, and spread over zones with a topology spread
+//! constraint beside the operator's anti-affinity.
+//!
+//! This binary has its own control plane with [`NODES`] nodes in two zones and one tainted
+//! node ([`setup`]). Only [`placement_follows_the_nodes`] adds a node later; the other tests
+//! do not depend on the count.
 //! [`evictions_take_one_router_at_a_time`] cordons every node for the moment of two requests.
 
 mod common;
@@ -30,8 +35,33 @@ const SETTLE: Duration = Duration::from_secs(60);
 
 static CONTROLLER: common::SharedController = common::SharedController::new();
 
+/// A node beside the [`NODES`], tainted `qdr-test/dedicated=messaging:NoSchedule` and
+/// labelled `qdr-test/pool: messaging`: only pods that tolerate the taint run there.
+const TAINTED: &str = "dedicated-0";
+/// The zone label of `node-0` (`zone-a`) and of `node-1` and `node-2` (`zone-b`).
+const ZONE: &str = "topology.kubernetes.io/zone";
+
+static LAYOUT: tokio::sync::OnceCell<()> = tokio::sync::OnceCell::const_new();
+
+/// The control plane, with the node layout every test of this binary sees from its
+/// start: [`NODES`] nodes in two zones and the [`TAINTED`] node.
 async fn setup() -> &'static qdr_tests::ControlPlane {
-    CONTROLLER.start(NODES, "scheduling-system", "scheduling-0").await
+    let cp = CONTROLLER.start(NODES, "scheduling-system", "scheduling-0").await;
+    LAYOUT
+        .get_or_init(|| async {
+            cp.add_node(TAINTED).await.unwrap();
+            let nodes: Api<k8s_openapi::api::core::v1::Node> = Api::all(cp.client().await.unwrap());
+            let taint = json!({"metadata": {"labels": {"qdr-test/pool": "messaging"}},
+                               "spec": {"taints": [{"key": "qdr-test/dedicated", "value": "messaging",
+                                                    "effect": "NoSchedule"}]}});
+            nodes.patch(TAINTED, &PatchParams::default(), &Patch::Merge(&taint)).await.unwrap();
+            for (node, zone) in [("node-0", "zone-a"), ("node-1", "zone-b"), ("node-2", "zone-b")] {
+                let label = json!({"metadata": {"labels": {ZONE: zone}}});
+                nodes.patch(node, &PatchParams::default(), &Patch::Merge(&label)).await.unwrap();
+            }
+        })
+        .await;
+    cp
 }
 
 /// Waits until Interconnect `name` reports `ready` routers Ready out of `ready` wanted,
@@ -106,9 +136,9 @@ async fn placement_follows_the_nodes() {
     let cond = condition_with_reason(&ns, "spread", "Ready", "Unschedulable").await;
     let message = cond["message"].as_str().unwrap();
     assert!(
-        message.starts_with(
-            "1 of 4 routers cannot be scheduled: 0/3 nodes are available: 3 node(s) didn't match pod anti-affinity rules"
-        ),
+        message.starts_with("1 of 4 routers cannot be scheduled: 0/4 nodes are available: ")
+            && message.contains("1 node(s) had untolerated taint {qdr-test/dedicated: messaging}")
+            && message.contains("3 node(s) didn't match pod anti-affinity rules"),
         "{message}"
     );
     assert_eq!(cond["status"], "False");
@@ -316,4 +346,74 @@ async fn evictions_take_one_router_at_a_time() {
         budgets.get_opt("drain").await.ok()?.is_none().then_some(())
     })
     .await;
+}
+
+/// Issue 57: tolerations and a node selector take routers to a tainted node (and without
+/// the toleration they stay Pending, with the scheduler's reason); a zone spread beside
+/// `AntiAffinity` puts them in both zones, one per node.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn scheduling_fields_put_routers_where_they_say() {
+    let _cp = setup().await;
+    let ns = _cp.namespace("sched-fields").await;
+    let pool = json!({"qdr-test/pool": "messaging"});
+    // The node selector alone: the only matching node is tainted.
+    common::create_interconnect(
+        &ns,
+        "dedicated",
+        json!({"deploymentPlan": {"size": 2, "nodeSelector": pool, "priorityClassName": "system-cluster-critical"}}),
+    )
+    .await;
+    let cond = condition_with_reason(&ns, "dedicated", "Ready", "Unschedulable").await;
+    let message = cond["message"].as_str().unwrap();
+    assert!(message.contains("untolerated taint {qdr-test/dedicated: messaging}"), "{message}");
+    // With the toleration: both routers there, Ready.
+    let patch = json!({"spec": {"deploymentPlan": {"tolerations": [
+        {"key": "qdr-test/dedicated", "operator": "Equal", "value": "messaging", "effect": "NoSchedule"}]}}});
+    interconnects(&ns.client, &ns.name)
+        .patch("dedicated", &PatchParams::default(), &Patch::Merge(&patch))
+        .await
+        .unwrap();
+    settled(&ns, "dedicated", 2, true).await;
+    assert_eq!(nodes_of(&ns, "dedicated").await, [TAINTED, TAINTED]);
+    let pods: Api<Pod> = ns.api();
+    let list = pods.list(&ListParams::default().labels("application=dedicated")).await.unwrap();
+    for p in list.items.iter().filter(|p| p.metadata.deletion_timestamp.is_none()) {
+        let spec = p.spec.as_ref().unwrap();
+        assert_eq!(spec.priority_class_name.as_deref(), Some("system-cluster-critical"));
+        assert!(spec.priority.is_some_and(|v| v > 1_000_000), "the class was resolved: {:?}", spec.priority);
+    }
+
+    // A zone spread beside AntiAffinity: 3 routers, one per node, in both zones (without the
+    // spread both could not be told apart; with maxSkew 1 over zone-a (1 node) and zone-b
+    // (2 nodes) a fourth would stay Pending).
+    common::create_interconnect(
+        &ns,
+        "zones",
+        json!({"deploymentPlan": {"size": 3, "placement": "AntiAffinity",
+               "podLabels": {"team": "payments"},
+               "topologySpreadConstraints": [
+                   {"maxSkew": 1, "topologyKey": ZONE, "whenUnsatisfiable": "DoNotSchedule"}]}}),
+    )
+    .await;
+    settled(&ns, "zones", 3, true).await;
+    let nodes = nodes_of(&ns, "zones").await;
+    assert_eq!(nodes, ["node-0", "node-1", "node-2"], "one per node");
+    let list = pods.list(&ListParams::default().labels("application=zones,team=payments")).await.unwrap();
+    assert_eq!(list.items.iter().filter(|p| p.metadata.deletion_timestamp.is_none()).count(), 3);
+    // A fourth: zone-a would hold 2 against zone-b's 2 (skew 0), but anti-affinity leaves
+    // no node in zone-a, and zone-b would hold 3 against 1 (skew 2 > 1): Pending, both
+    // rules named by the scheduler.
+    let patch = json!({"spec": {"deploymentPlan": {"size": 4}}});
+    interconnects(&ns.client, &ns.name)
+        .patch("zones", &PatchParams::default(), &Patch::Merge(&patch))
+        .await
+        .unwrap();
+    let cond = condition_with_reason(&ns, "zones", "Ready", "Unschedulable").await;
+    let message = cond["message"].as_str().unwrap();
+    assert!(
+        message.contains("didn't match pod anti-affinity rules")
+            && message.contains("didn't match pod topology spread constraints"),
+        "{message}"
+    );
+    settled(&ns, "zones", 3, false).await;
 }

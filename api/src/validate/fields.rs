@@ -22,6 +22,7 @@ impl Validator {
             self.opt_string("spec.deploymentPlan.image", &plan.image, 1024, false);
             self.range("spec.deploymentPlan.size", plan.size, 1, 16);
             self.resources(plan.resources.as_ref());
+            self.scheduling(plan);
             if let Some(r) = &plan.role {
                 self.enumeration(
                     "spec.deploymentPlan.role",

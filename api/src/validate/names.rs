@@ -36,3 +36,28 @@ pub fn is_iana_svc_name(s: &str) -> bool {
 pub fn is_config_safe(s: &str) -> bool {
     !s.contains('\0')
 }
+
+/// The name part of a qualified name: at most 63 characters, alphanumerics, '-', '_' and
+/// '.', starting and ending with an alphanumeric (apimachinery's `qualifiedNameFmt`).
+fn is_qualified_part(s: &str) -> bool {
+    let alnum = |c: char| c.is_ascii_alphanumeric();
+    s.len() <= 63
+        && s.starts_with(alnum)
+        && s.ends_with(alnum)
+        && s.chars().all(|c| alnum(c) || matches!(c, '-' | '_' | '.'))
+}
+
+/// A label or annotation key (apimachinery's `IsQualifiedName`): a name part (see
+/// [`is_qualified_part`]), optionally after a DNS-1123 subdomain prefix and `/`.
+pub fn is_qualified_name(s: &str) -> bool {
+    match s.split_once('/') {
+        Some((prefix, name)) => !prefix.is_empty() && is_dns_subdomain(prefix) && is_qualified_part(name),
+        None => is_qualified_part(s),
+    }
+}
+
+/// A label value (apimachinery's `IsValidLabelValue`): empty, or a name part of at most 63
+/// characters.
+pub fn is_label_value(s: &str) -> bool {
+    s.is_empty() || is_qualified_part(s)
+}

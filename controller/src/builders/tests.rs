@@ -251,14 +251,19 @@ fn auto_mesh_only_where_the_controller_cannot_link() {
         let p = pod(o);
         let names = env_names(&p);
         let token = p["spec"]["automountServiceAccountToken"].as_bool();
-        (names.contains(&"QDROUTERD_AUTO_MESH_DISCOVERY".to_string()), names.contains(&"POD_IP".to_string()), token)
+        (
+            names.contains(&"QDROUTERD_AUTO_MESH_DISCOVERY".to_string()),
+            names.contains(&"POD_IP".to_string()),
+            token,
+        )
     };
     let linked = ic(json!({})).with_management();
     assert!(linked.1.is_ok());
     assert_eq!(discovery(&linked.0), (false, false, Some(false)));
     let edge = ic(json!({"deploymentPlan": {"role": "edge"}})).with_management().0;
     assert_eq!(discovery(&edge), (false, false, Some(false)));
-    let taken = ic(json!({"listeners": [{"port": qdr_api::router_config::MANAGEMENT_PORT}]})).with_management();
+    let taken =
+        ic(json!({"listeners": [{"port": qdr_api::router_config::MANAGEMENT_PORT}]})).with_management();
     assert!(taken.1.is_err());
     assert_eq!(discovery(&taken.0), (true, true, None));
     assert!(builders::discovers_peers(&taken.0) && !builders::discovers_peers(&linked.0));
@@ -345,4 +350,89 @@ fn a_disruption_budget_guards_deployments_of_two_or_more_routers() {
     assert!(budget(json!({"placement": "Any", "size": 2})).is_some());
     assert!(budget(json!({"placement": "Any", "size": 1})).is_none(), "one router");
     assert!(budget(json!({"placement": "Every"})).is_none(), "a DaemonSet");
+}
+
+/// Issue 57: the scheduling and metadata fields reach the pods and the Service as written,
+/// beside the operator's own: its labels, annotations and anti-affinity are all kept, and a
+/// spread constraint without a selector counts this Interconnect's routers.
+#[test]
+fn scheduling_and_metadata_fields_are_merged_with_the_operators_own() {
+    let o = ic(json!({"deploymentPlan": {
+        "placement": "AntiAffinity", "size": 3,
+        "tolerations": [{"key": "dedicated", "operator": "Equal", "value": "messaging", "effect": "NoSchedule"}],
+        "nodeSelector": {"kubernetes.io/os": "linux"},
+        "topologySpreadConstraints": [
+            {"maxSkew": 1, "topologyKey": "topology.kubernetes.io/zone", "whenUnsatisfiable": "DoNotSchedule"},
+            {"maxSkew": 1, "topologyKey": "kubernetes.io/hostname", "whenUnsatisfiable": "ScheduleAnyway",
+             "labelSelector": {"matchLabels": {"tier": "edge"}}},
+        ],
+        "priorityClassName": "messaging-critical",
+        "podLabels": {"team": "payments"},
+        "podAnnotations": {"sidecar.istio.io/inject": "false"},
+        "serviceAnnotations": {"service.beta.kubernetes.io/aws-load-balancer-type": "nlb"},
+    }}));
+    let p = pod(&o);
+    let spec = &p["spec"];
+    assert_eq!(spec["tolerations"][0]["key"], "dedicated");
+    assert_eq!(spec["nodeSelector"], json!({"kubernetes.io/os": "linux"}));
+    assert_eq!(spec["priorityClassName"], "messaging-critical");
+    // The operator's anti-affinity is still there beside the spread.
+    let anti = &spec["affinity"]["podAntiAffinity"]["requiredDuringSchedulingIgnoredDuringExecution"][0];
+    assert_eq!(anti["topologyKey"], "kubernetes.io/hostname");
+    let spread = spec["topologySpreadConstraints"].as_array().unwrap();
+    assert_eq!(spread[0]["labelSelector"]["matchLabels"], serde_json::to_value(o.selector()).unwrap());
+    assert_eq!(spread[0]["topologyKey"], "topology.kubernetes.io/zone");
+    assert_eq!(
+        spread[1]["labelSelector"]["matchLabels"],
+        json!({"tier": "edge"}),
+        "a given selector is kept"
+    );
+    // Labels and annotations: the user's beside every one of the operator's.
+    let labels = p["metadata"]["labels"].as_object().unwrap();
+    assert_eq!(labels["team"], "payments");
+    for (k, v) in o.labels() {
+        assert_eq!(labels[&k], v.as_str(), "{k}");
+    }
+    let annotations = p["metadata"]["annotations"].as_object().unwrap();
+    assert_eq!(annotations["sidecar.istio.io/inject"], "false");
+    assert_eq!(annotations["prometheus.io/scrape"], "true");
+    assert!(
+        annotations.contains_key(builders::CONFIG_HASH)
+            && annotations.contains_key(builders::CREDENTIALS_HASH)
+    );
+    let service = serde_json::to_value(builders::service(&o)).unwrap();
+    assert_eq!(
+        service["metadata"]["annotations"],
+        json!({"service.beta.kubernetes.io/aws-load-balancer-type": "nlb"})
+    );
+    // Without the fields nothing is added: objects written for the Go operator build the
+    // same pods as before.
+    let plain = pod(&ic(json!({})));
+    for f in ["tolerations", "nodeSelector", "topologySpreadConstraints", "priorityClassName"] {
+        assert!(plain["spec"].get(f).is_none(), "{f}");
+    }
+    assert!(
+        serde_json::to_value(builders::service(&ic(json!({})))).unwrap()["metadata"]
+            .get("annotations")
+            .is_none()
+    );
+}
+
+/// Every label and annotation key the operator puts on a router pod or Service is one that
+/// `qdr_api::owned_keys` lists, so validation refuses a user's value for it.
+#[test]
+fn every_key_the_operator_writes_is_refused_to_users() {
+    for o in [ic(json!({})), ic(json!({"deploymentPlan": {"placement": "Every"}}))] {
+        let p = pod(&o);
+        for k in p["metadata"]["labels"].as_object().unwrap().keys() {
+            assert!(qdr_api::owned_keys::owned_pod_label(k), "pod label {k}");
+        }
+        for k in p["metadata"]["annotations"].as_object().unwrap().keys() {
+            assert!(qdr_api::owned_keys::owned_pod_annotation(k), "pod annotation {k}");
+        }
+        let service = serde_json::to_value(builders::service(&o)).unwrap();
+        for k in service["metadata"]["annotations"].as_object().into_iter().flatten().map(|(k, _)| k) {
+            assert!(qdr_api::owned_keys::owned_service_annotation(k), "Service annotation {k}");
+        }
+    }
 }

@@ -118,7 +118,11 @@ pub fn desired(pod: &str, peers: &[(String, String)], template: &Template) -> Ve
 /// the configuration's own), then the connectors to `CREATE`. At most [`MAX_WRITES`] in
 /// all, deletes first (a changed connector is deleted, then created again on a later visit
 /// when the bound cut it).
-pub fn changes(desired: &[Connector], existing: &[Connector], keep: &[String]) -> (Vec<String>, Vec<Connector>) {
+pub fn changes(
+    desired: &[Connector],
+    existing: &[Connector],
+    keep: &[String],
+) -> (Vec<String>, Vec<Connector>) {
     let ours = |c: &&Connector| c.name.starts_with(PREFIX) && !keep.contains(&c.name);
     let deletes: Vec<String> = (existing.iter().filter(ours))
         .filter(|c| !desired.contains(c))
@@ -236,7 +240,9 @@ mod tests {
     #[test]
     fn a_query_page_keeps_only_the_operators_inter_router_connectors() {
         let text = |s: &str| Cell::Text(s.into());
-        let row = |name: &str, role: &str, port: Cell| vec![text(name), text(role), text("10.0.0.1"), port, Cell::Null];
+        let row = |name: &str, role: &str, port: Cell| {
+            vec![text(name), text(role), text("10.0.0.1"), port, Cell::Null]
+        };
         let table = Table {
             names: Some(ATTRIBUTES.iter().map(|s| s.to_string()).collect()),
             rows: Some(vec![

@@ -167,7 +167,11 @@ fn status_of<T>(answer: &Delivery<T>) -> (i64, String) {
 impl Links {
     /// Sends `request` (its properties are set here) and takes the answer, checked to be
     /// the answer to it; `what` names the request in an error.
-    async fn send<T>(&mut self, request: Message<fe2o3_amqp::types::messaging::AmqpValue<Value>>, what: &'static str) -> Result<Delivery<T>, ReadError>
+    async fn send<T>(
+        &mut self,
+        request: Message<fe2o3_amqp::types::messaging::AmqpValue<Value>>,
+        what: &'static str,
+    ) -> Result<Delivery<T>, ReadError>
     where
         T: for<'de> fe2o3_amqp::types::messaging::FromBody<'de> + Send,
     {
@@ -242,7 +246,13 @@ impl Links {
         self.write("DELETE", name, Value::Null, 204).await
     }
 
-    async fn write(&mut self, operation: &'static str, name: &str, body: Value, ok: i64) -> Result<(), ReadError> {
+    async fn write(
+        &mut self,
+        operation: &'static str,
+        name: &str,
+        body: Value,
+        ok: i64,
+    ) -> Result<(), ReadError> {
         let request = Message::builder()
             .application_properties(
                 ApplicationProperties::builder()
@@ -257,7 +267,12 @@ impl Links {
         let answer: Delivery<Body<Cell>> = self.send(request, "connector").await?;
         let (status, description) = status_of(&answer);
         if status != ok {
-            return Err(ReadError::Write { operation, name: cut(name.to_string(), MAX_TEXT), status, description });
+            return Err(ReadError::Write {
+                operation,
+                name: cut(name.to_string(), MAX_TEXT),
+                status,
+                description,
+            });
         }
         Ok(())
     }

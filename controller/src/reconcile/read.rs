@@ -317,7 +317,8 @@ impl Reader {
             let template = crate::mesh::links::template(o.spec());
             let peers: Vec<(String, String)> =
                 (routers.iter()).filter_map(|p| Some((p.name.clone(), p.ip.clone()?))).collect();
-            let keep: Vec<String> = (o.spec().every_connector()).filter_map(|(_, _, c)| c.name.clone()).collect();
+            let keep: Vec<String> =
+                (o.spec().every_connector()).filter_map(|(_, _, c)| c.name.clone()).collect();
             let targets: Vec<Target> = (routers.iter())
                 .map(|p| Target {
                     pod: p.name.clone(),

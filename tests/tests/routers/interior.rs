@@ -233,17 +233,24 @@ fn operator_connectors(cp: &qdr_tests::ControlPlane, ns: &str, pod: &str) -> Vec
     out
 }
 
-/// (uid, restart count) of each router pod of `name` that is not terminating, by name.
+/// (name, uid, restart count) of each router pod of `name` that runs (has an IP) and is
+/// not terminating, by name.
 async fn incarnations(ns: &qdr_tests::TestNamespace, name: &str) -> Vec<(String, String, i32)> {
     use k8s_openapi::api::core::v1::Pod;
     let pods: Api<Pod> = ns.api();
-    let list = pods.list(&kube::api::ListParams::default().labels(&format!("application={name}"))).await.unwrap();
+    let list =
+        pods.list(&kube::api::ListParams::default().labels(&format!("application={name}"))).await.unwrap();
     let mut out: Vec<(String, String, i32)> = (list.items.iter())
         .filter(|p| p.metadata.deletion_timestamp.is_none())
+        .filter(|p| p.status.as_ref().is_some_and(|s| s.pod_ip.is_some()))
         .map(|p| {
             let restarts = (p.status.as_ref().and_then(|s| s.container_statuses.as_ref()))
                 .map_or(0, |c| c.iter().map(|c| c.restart_count).sum());
-            (p.metadata.name.clone().unwrap_or_default(), p.metadata.uid.clone().unwrap_or_default(), restarts)
+            (
+                p.metadata.name.clone().unwrap_or_default(),
+                p.metadata.uid.clone().unwrap_or_default(),
+                restarts,
+            )
         })
         .collect();
     out.sort();
@@ -260,9 +267,7 @@ async fn incarnations(ns: &qdr_tests::TestNamespace, name: &str) -> Vec<(String,
 async fn routers_start_and_link_without_their_pending_peers() {
     let cp = cluster().await;
     let ns = cp.namespace("apart").await;
-    let spec = |placement: &str, size: i32| {
-        json!({"deploymentPlan": {"role": "interior", "size": size, "placement": placement}})
-    };
+    let spec = |placement: &str, size: i32| json!({"deploymentPlan": {"role": "interior", "size": size, "placement": placement}});
     let t = Instant::now();
     apply(cp, &ns.name, &routers::interconnect("apart", spec("AntiAffinity", 2)));
     // One router fits the node; the other stays Pending. The one that runs starts and
@@ -274,14 +279,17 @@ async fn routers_start_and_link_without_their_pending_peers() {
     say!("AntiAffinity(2) on one node: one router Ready {:.1?} after apply", t.elapsed());
     let pods = router_pods(&ns, "apart").await;
     assert_eq!(pods.len(), 1, "{pods:?}");
-    let (ic, message) =
-        qdr_tests::eventually("MeshConnected naming the router not running", Duration::from_secs(120), || async {
+    let (ic, message) = qdr_tests::eventually(
+        "MeshConnected naming the router not running",
+        Duration::from_secs(120),
+        || async {
             let ic = crate::get_ic(cp, &ns.name, "apart");
             let (_, reason, message) = crate::condition_of(&ic, "MeshConnected");
             (reason == "Connected" && message.contains("1 starting") && message.contains("no pod IP yet"))
                 .then_some((ic, message))
-        })
-        .await;
+        },
+    )
+    .await;
     say!("MeshConnected: {message}; Ready: {:?}", crate::condition_of(&ic, "Ready"));
     // The pending pod is named: it is the one of the two that has no IP.
     let all = routers::kubectl(cp, &["get", "pods", "-n", &ns.name, "-l", "application=apart", "-o", "name"]);

@@ -98,7 +98,12 @@ fn shown(cp: &ControlPlane, args: &[&str]) -> String {
 async fn observe(pods: &[(String, String)]) -> std::collections::BTreeMap<String, mesh::Observation> {
     let targets: Vec<mesh::reader::Target> = pods
         .iter()
-        .map(|(pod, ip)| mesh::reader::Target { pod: pod.clone(), ip: Some(ip.clone()), ready: true, linking: None })
+        .map(|(pod, ip)| mesh::reader::Target {
+            pod: pod.clone(),
+            ip: Some(ip.clone()),
+            ready: true,
+            linking: None,
+        })
         .collect();
     let pool = mesh::pool::Pool::new(2, 2);
     let plan = mesh::reader::Plan {
