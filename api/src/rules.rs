@@ -320,6 +320,14 @@ pub fn apply(schema: &mut Value) {
         node(schema, &format!("spec.deploymentPlan.{m}"))["maxProperties"] =
             json!(crate::validate::MAX_METADATA_ENTRIES);
     }
+    let spread = "spec.deploymentPlan.topologySpreadConstraints[]";
+    for (loc, max) in [
+        (format!("{spread}.matchLabelKeys"), crate::validate::MAX_SELECTOR_TERMS),
+        (format!("{spread}.labelSelector.matchExpressions"), crate::validate::MAX_SELECTOR_TERMS),
+        (format!("{spread}.labelSelector.matchExpressions[].values"), crate::validate::MAX_SELECTOR_VALUES),
+    ] {
+        node(schema, &loc)["maxItems"] = json!(max);
+    }
     for (loc, fields) in required_fields() {
         let n = node(schema, &loc);
         let req = n.as_object_mut().expect("object schema").entry("required").or_insert_with(|| json!([]));

@@ -27,7 +27,10 @@ use checks::Validator;
 pub(crate) use field_error::At;
 pub use field_error::{ErrorType, FieldError, MAX_SHOWN_VALUE};
 use names::is_dns1035_label;
-pub use scheduling::{MAX_ANNOTATION_BYTES, MAX_METADATA_ENTRIES, MAX_SPREAD_CONSTRAINTS, MAX_TOLERATIONS};
+pub use scheduling::{
+    MAX_ANNOTATION_BYTES, MAX_METADATA_ENTRIES, MAX_SELECTOR_TERMS, MAX_SELECTOR_VALUES,
+    MAX_SPREAD_CONSTRAINTS, MAX_TOLERATIONS,
+};
 pub use sizes::{MAX_CONFIG_BYTES, MAX_SPEC_BYTES};
 
 /// Validates an Interconnect (its `metadata.name` and `spec`) and returns every violation,

@@ -24,6 +24,11 @@ pub const MAX_SPREAD_CONSTRAINTS: usize = 8;
 /// Entries of `nodeSelector`, `podLabels`, `podAnnotations` and `serviceAnnotations` at
 /// most (the schema's `maxProperties`).
 pub const MAX_METADATA_ENTRIES: usize = 64;
+/// Items of a spread constraint's `matchLabelKeys` and of its selector's
+/// `matchExpressions` at most (the schema's `maxItems`).
+pub const MAX_SELECTOR_TERMS: usize = 16;
+/// Values of one selector expression at most (the schema's `maxItems`).
+pub const MAX_SELECTOR_VALUES: usize = 64;
 /// Bytes of one object's annotations at most, keys and values (apimachinery's
 /// `TotalAnnotationSizeLimitB`).
 pub const MAX_ANNOTATION_BYTES: usize = 256 * 1024;
@@ -213,6 +218,7 @@ impl Validator {
                 );
             }
         }
+        self.max_items(format_args!("{path}.matchLabelKeys"), &c.match_label_keys, MAX_SELECTOR_TERMS);
         for (i, k) in c.match_label_keys.iter().flatten().enumerate() {
             if !is_qualified_name(k) {
                 self.push(
@@ -232,8 +238,14 @@ impl Validator {
                     self.push(&at, ErrorType::Invalid, Some(v.as_str().into()), VALUE_FORMAT);
                 }
             }
+            self.max_items(
+                format_args!("{path}.labelSelector.matchExpressions"),
+                &selector.match_expressions,
+                MAX_SELECTOR_TERMS,
+            );
             for (i, e) in selector.match_expressions.iter().flatten().enumerate() {
                 let at = format!("{path}.labelSelector.matchExpressions[{i}]");
+                self.max_items(format_args!("{at}.values"), &e.values, MAX_SELECTOR_VALUES);
                 if !is_qualified_name(&e.key) {
                     self.push(
                         format_args!("{at}.key"),

@@ -26,7 +26,7 @@ use crate::reconcile::observe::{Observed, named_secrets};
 use crate::reconcile::types::Ownership;
 use crate::validated::ValidatedInterconnect;
 use qdr_api::Interconnect;
-use qdr_api::router_config::{Rendered, router_config};
+use qdr_api::router_config::router_config;
 use serde_json::{Value, json};
 
 const UID: &str = "0f1e2d3c-aaaa-bbbb-cccc-000000000001";
