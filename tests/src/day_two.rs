@@ -313,10 +313,10 @@ pub async fn placements(
             "Deployment",
             1,
         ),
-        // Any (1), not (2): scaling up with the template, the Deployment controller first
-        // scales the AntiAffinity ReplicaSet, whose second router cannot be scheduled on the
-        // one node; the image's auto_mesh.py then keeps every new router waiting for that
-        // Pending pod's address.
+        // Any (1), as the figures have been measured since: scaling up with the template,
+        // the Deployment controller first scales the AntiAffinity ReplicaSet, whose second
+        // router cannot be scheduled on the one node (with the image's auto_mesh.py, which
+        // the controller no longer uses, that Pending pod kept every new router waiting).
         (
             "placement AntiAffinity (1) to Any (1)",
             json!({"role": "interior", "size": 1, "placement": "Any"}),

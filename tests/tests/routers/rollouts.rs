@@ -187,9 +187,9 @@ async fn a_router_of_the_old_revision_restarted_mid_rollout_keeps_its_configurat
     let old_pod = old[0].0.clone();
 
     // A new revision whose router cannot start (4 MiB of memory): the rollout stays half-way,
-    // the old router keeps running. (Not an unschedulable one: the image's auto_mesh.py waits
-    // for every router pod to have an address before the router starts, so an old router
-    // restarted beside a Pending one would never start.)
+    // the old router keeps running. (A router that cannot start, rather than one that cannot
+    // be scheduled: the unschedulable case is `interior.rs`'s
+    // `routers_start_and_link_without_their_pending_peers`.)
     apply(cp, &ns.name, &spec("new-revision", "4Mi"));
     let pods: Api<k8s_openapi::api::core::v1::Pod> = ns.api();
     qdr_tests::eventually(
