@@ -65,8 +65,25 @@ fn type_of(s: &Value) -> String {
     }
 }
 
+/// `d` on one line, with `|` escaped for a table cell, and `<` and `>` outside code spans
+/// as HTML entities: Kubernetes' own descriptions (e.g. a toleration's `<key,value,effect>`)
+/// would otherwise be read as HTML tags by the book.
 fn one_line(d: &str) -> String {
-    d.split_whitespace().collect::<Vec<_>>().join(" ").replace('|', "\\|")
+    let line = d.split_whitespace().collect::<Vec<_>>().join(" ").replace('|', "\\|");
+    let mut out = String::with_capacity(line.len());
+    let mut code = false;
+    for c in line.chars() {
+        match c {
+            '`' => {
+                code = !code;
+                out.push(c);
+            }
+            '<' if !code => out.push_str("&lt;"),
+            '>' if !code => out.push_str("&gt;"),
+            _ => out.push(c),
+        }
+    }
+    out
 }
 
 /// The default of the field at `path` (e.g. `spec.deploymentPlan.role`) for an Interconnect

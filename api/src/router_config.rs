@@ -8,7 +8,8 @@
 //! What goes in follows what the Go operator rendered, with its gaps fixed: `ciphers` and
 //! `protocols` are rendered, auto-links use `address` (not the deprecated `addr`), and a
 //! connector's `verifyHostname` is written only when set (the router's default, true,
-//! otherwise). Every string is JSON-escaped, so any character but NUL arrives as written
+//! otherwise). Every string is JSON-escaped (in ASCII: `\uXXXX` for every other
+//! character, which the router's Python could not read raw), so any character but NUL arrives as written
 //! (the `qdrouterd.conf` text format has no escaping: it cut values at `#`, quotes,
 //! backslashes, braces and line breaks). The one rewrite is `$`: the image's
 //! `expandvars.py` expands environment variables on every line that has one, so a literal
@@ -76,9 +77,30 @@ impl Value<'_> {
     }
 }
 
-/// `s` as a JSON string (serde_json's escaping) written to `out`.
+/// `s` as a JSON string written to `out`, in ASCII: serde_json's escaping, and every
+/// character outside ASCII as `\uXXXX` escapes (two, a surrogate pair, above U+FFFF).
+/// qdrouterd's Python reads the file with the locale's codec, ASCII in the image
+/// (`'ascii' codec can't decode byte 0xc3`: the router does not start); the image's
+/// `auto_mesh.py` hid this while it rewrote the file with Python's `json.dump`, which
+/// escapes the same way.
 fn json_string<W: std::io::Write>(out: &mut W, s: &str) -> std::io::Result<()> {
-    serde::Serialize::serialize(s, &mut serde_json::Serializer::new(out)).map_err(std::io::Error::other)
+    if s.is_ascii() {
+        return serde::Serialize::serialize(s, &mut serde_json::Serializer::new(out))
+            .map_err(std::io::Error::other);
+    }
+    // serde_json escapes only ASCII characters, so every other one stands alone in its output.
+    let json = serde_json::to_string(s).map_err(std::io::Error::other)?;
+    let mut units = [0u16; 2];
+    for c in json.chars() {
+        if c.is_ascii() {
+            out.write_all(&[c as u8])?;
+        } else {
+            for u in c.encode_utf16(&mut units) {
+                write!(out, "\\u{u:04x}")?;
+            }
+        }
+    }
+    Ok(())
 }
 
 impl std::fmt::Display for Value<'_> {
@@ -470,4 +492,22 @@ pub fn router_config(spec: &InterconnectSpec) -> RouterConfig<'_> {
     }
     sections.extend(spec.every_connector().map(|(role, _, c)| connector(c, role)));
     RouterConfig { sections }
+}
+
+#[cfg(test)]
+mod ascii_tests {
+    /// Every character outside ASCII is escaped, and the JSON reads back as written.
+    #[test]
+    fn strings_are_written_in_ascii_and_read_back_as_written() {
+        for s in ["grüße/日本", "😀 and $HOME", "plain", "tab\tquote\"back\\slash\u{7f}é"] {
+            let mut out = Vec::new();
+            super::json_string(&mut out, s).unwrap();
+            assert!(out.is_ascii(), "{}", String::from_utf8_lossy(&out));
+            let back: String = serde_json::from_slice(&out).unwrap();
+            assert_eq!(back, s);
+        }
+        let mut out = Vec::new();
+        super::json_string(&mut out, "😀").unwrap();
+        assert_eq!(out, br#""\ud83d\ude00""#, "a surrogate pair above U+FFFF");
+    }
 }

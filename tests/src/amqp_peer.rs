@@ -4,7 +4,9 @@
 //! It speaks just enough of the protocol, from the server's side, for the controller's
 //! reader to get as far as its `QUERY`s (header, `open`, `begin`, the two `attach`es, credit
 //! for the requests), then answers per its [`Script`]: honestly, as qdrouterd 1.19 does
-//! (`attributeNames`, `count` and `offset` honoured), or with what a hostile router could
+//! (`attributeNames`, `count` and `offset` honoured; the `connector`s the controller
+//! creates, answered 201, and deletes, answered 204, kept per router id across
+//! connections), or with what a hostile router could
 //! send. Frames are written by hand where the hostile bytes could not be made by an
 //! encoder (a 100,000-deep list would overflow the peer's own stack), so the peer never
 //! holds more than one frame of them.
@@ -23,6 +25,12 @@ use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
 use tokio::net::TcpListener;
 
 const HEADER: &[u8; 8] = b"AMQP\x00\x01\x00\x00";
+
+/// The connectors the controller created on each honest router (by router id), kept across
+/// its connections as a router keeps them: `name` → `[name, role, host, port, sslProfile]`.
+static CONNECTORS: std::sync::Mutex<
+    std::collections::BTreeMap<String, std::collections::BTreeMap<String, Json>>,
+> = std::sync::Mutex::new(std::collections::BTreeMap::new());
 /// Payload bytes per transfer frame: within the reader's 16 KiB frames.
 const CHUNK: usize = 16_000;
 
@@ -324,6 +332,12 @@ struct Request {
     attributes: Vec<String>,
     offset: usize,
     count: Option<usize>,
+    /// `operation` (`QUERY`, `CREATE`, `DELETE`).
+    operation: String,
+    /// `name` (the entity a `CREATE` or `DELETE` names).
+    name: String,
+    /// A `CREATE`'s string attributes.
+    attributes_given: std::collections::BTreeMap<String, String>,
 }
 
 fn request(payload: &[u8]) -> Option<Request> {
@@ -334,6 +348,9 @@ fn request(payload: &[u8]) -> Option<Request> {
         attributes: vec![],
         offset: 0,
         count: None,
+        operation: String::new(),
+        name: String::new(),
+        attributes_given: std::collections::BTreeMap::new(),
     };
     while pos < payload.len() {
         let end = qdr_controller::mesh::wire::value_end(payload, pos, 16).ok()?;
@@ -347,6 +364,8 @@ fn request(payload: &[u8]) -> Option<Request> {
                         (Value::String(k), Value::String(v)) if k == "entityType" => {
                             r.entity = v.rsplit("dispatch.").next().unwrap_or_default().to_string();
                         }
+                        (Value::String(k), Value::String(v)) if k == "operation" => r.operation = v,
+                        (Value::String(k), Value::String(v)) if k == "name" => r.name = v,
                         (Value::String(k), Value::Long(v)) if k == "count" => {
                             r.count = usize::try_from(v).ok()
                         }
@@ -359,12 +378,16 @@ fn request(payload: &[u8]) -> Option<Request> {
             }
             (0x77, Value::Map(m)) => {
                 for (k, v) in m {
-                    if let (Value::String(k), Value::List(names)) = (k, v)
-                        && k == "attributeNames"
-                    {
-                        r.attributes = (names.into_iter())
-                            .filter_map(|n| if let Value::String(s) = n { Some(s) } else { None })
-                            .collect();
+                    match (k, v) {
+                        (Value::String(k), Value::List(names)) if k == "attributeNames" => {
+                            r.attributes = (names.into_iter())
+                                .filter_map(|n| if let Value::String(s) = n { Some(s) } else { None })
+                                .collect();
+                        }
+                        (Value::String(k), Value::String(v)) => {
+                            r.attributes_given.insert(k, v);
+                        }
+                        _ => {}
                     }
                 }
             }
@@ -499,7 +522,31 @@ async fn run<S: AsyncRead + AsyncWrite + Unpin>(s: S, script: &Script) -> std::i
                 let id = next_delivery;
                 next_delivery += 1;
                 let honest_answer = |answers: &Answers, count: Option<usize>| {
-                    let a = answers.get(&req.entity).cloned().unwrap_or(Json::Null);
+                    // Connectors as qdrouterd keeps them: what the controller created and
+                    // did not delete, per router id (each read is a new connection).
+                    let id = answers["router"]["results"][0][0].as_str().unwrap_or_default().to_string();
+                    let mut held = CONNECTORS.lock().unwrap_or_else(|e| e.into_inner());
+                    let mine = held.entry(id).or_default();
+                    match req.operation.as_str() {
+                        "CREATE" => {
+                            let row = ["name", "role", "host", "port", "sslProfile"].map(|a| {
+                                req.attributes_given.get(a).map_or(Json::Null, |v| Json::from(v.as_str()))
+                            });
+                            mine.insert(req.name.clone(), Json::from(row.to_vec()));
+                            return answer(&req.correlation, 201, "Created", &[0x40]);
+                        }
+                        "DELETE" => {
+                            mine.remove(&req.name);
+                            return answer(&req.correlation, 204, "No Content", &[0x40]);
+                        }
+                        _ => {}
+                    }
+                    let a = if req.entity == "connector" {
+                        serde_json::json!({"attributeNames": ["name", "role", "host", "port", "sslProfile"],
+                                           "results": mine.values().cloned().collect::<Vec<_>>()})
+                    } else {
+                        answers.get(&req.entity).cloned().unwrap_or(Json::Null)
+                    };
                     let body = serde_amqp::to_vec(&project(&a, &req.attributes, req.offset, count))
                         .expect("encodes");
                     answer(&req.correlation, 200, "OK", &body)
