@@ -653,7 +653,7 @@ pub struct InterconnectStatus {
     /// Latest observations: `Ready`, `Available`, `Progressing`, `Degraded` and
     /// `SpecValid` (Kubernetes API conventions; one entry per type).
     #[serde(default, deserialize_with = "lenient_conditions")]
-    #[schemars(extend("x-kubernetes-list-type" = "map", "x-kubernetes-list-map-keys" = ["type"]), length(max = 16))]
+    #[schemars(schema_with = "conditions_schema")]
     pub conditions: Vec<Condition>,
 
     /// `metadata.generation` of the spec this status describes.
@@ -814,6 +814,39 @@ pub struct RouterStatus {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     #[schemars(length(max = MAX_STATUS_REASON))]
     pub error: Option<String>,
+}
+
+/// The schema of `status.conditions`: at most 16 `metav1.Condition`s, of which only `type`
+/// is required, as an atomic list. The Go operator wrote an append-only log of `{type,
+/// reason, transitionTime}` entries (the same type again on each change), and OLM validates
+/// every stored object against a new CRD before it replaces the old one: with
+/// `metav1.Condition`'s required fields, or a list keyed by `type`, the upgrade from
+/// `qdr-operator.v0.4.0` would be refused. The controller writes full conditions, one per
+/// type, replacing the list as a whole (a merge patch of the status).
+fn conditions_schema(_: &mut schemars::SchemaGenerator) -> schemars::Schema {
+    schemars::json_schema!({
+        "type": "array",
+        "maxItems": 16,
+        "x-kubernetes-list-type": "atomic",
+        "items": {
+            "type": "object",
+            "required": ["type"],
+            "properties": {
+                "type": {"type": "string", "maxLength": 316,
+                         "description": "The condition's type, e.g. `Ready`."},
+                "status": {"type": "string", "maxLength": 16,
+                           "description": "`True`, `False` or `Unknown`."},
+                "reason": {"type": "string", "maxLength": 1024,
+                           "description": "One CamelCase word: why the condition is in its status."},
+                "message": {"type": "string", "maxLength": 32768,
+                            "description": "What a person needs to know, in words."},
+                "lastTransitionTime": {"type": "string", "format": "date-time",
+                                       "description": "When the status last changed."},
+                "observedGeneration": {"type": "integer", "format": "int64", "minimum": 0,
+                                       "description": "The `metadata.generation` the condition was set for."}
+            }
+        }
+    })
 }
 
 /// Reads `conditions`, dropping entries that are not `metav1.Condition`s: the Go operator

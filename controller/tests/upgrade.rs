@@ -179,6 +179,22 @@ async fn setup() -> &'static Setup {
             let crd = qdr_tests::workspace_root().join(qdr_api::CRD_PATH).display().to_string();
             kubectl_ok(cp, &["apply", "--server-side", "--force-conflicts", "-f", &crd], None);
             crd_served(cp).await;
+            // What OLM checks before it replaces a CRD (the upgrade from qdr-operator.v0.4.0):
+            // every stored object valid under the new schema, its status as the Go operator
+            // wrote it included. Written back unchanged, each is validated by the API server.
+            for e in &examples {
+                let ics = go_operator::interconnects(&client, &e.ns);
+                let stored = ics.get(&e.name).await.unwrap();
+                assert_eq!(
+                    stored.data["status"]["conditions"].as_array().map(Vec::len),
+                    Some(3),
+                    "{}: the Go operator's status log",
+                    e.file
+                );
+                if let Err(err) = ics.replace_status(&e.name, &Default::default(), &stored).await {
+                    panic!("{}: the Go operator's status is not valid under our CRD: {err}", e.file);
+                }
+            }
             let webhook_ns = cp.namespace("upgrade-system").await.name.clone();
             let spare_ns = cp.namespace("upgrade-new").await.name.clone();
             common::label_namespace(cp, &spare_ns, "upgrade");

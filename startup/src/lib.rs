@@ -27,7 +27,7 @@ pub fn init(format: LogFormat) {
 }
 
 /// A client for the cluster `kube::Config::infer` finds (in-cluster ServiceAccount, or
-/// `KUBECONFIG`), sending `user_agent` (such as `qdr-controller/0.1.0`) on every request.
+/// `KUBECONFIG`), sending `user_agent` (such as `qdr-controller/0.5.0`) on every request.
 ///
 /// # Errors
 /// When no configuration can be inferred or the client cannot be built from it.

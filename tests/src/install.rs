@@ -23,7 +23,7 @@ pub fn import_operator_images(cp: &ControlPlane) -> Result<(), Error> {
 }
 
 /// [`import_operator_images`], each image named `reference(image)` (for example the name a
-/// manifest gives it, `docker.io/qdr-operator/controller:0.1.0`, so that manifest runs
+/// manifest gives it, `docker.io/qdr-operator/controller:0.5.0`, so that manifest runs
 /// unchanged: a tag other than `latest` is not pulled when present).
 ///
 /// # Errors

@@ -1,5 +1,6 @@
 //! The CSV's install strategy, from `deploy/base`: the two Deployments with the
-//! kustomization's image tags (the webhook switched to OLM's serving certificate), the RBAC as
+//! kustomization's image tags (the webhook switched to OLM's serving certificate, the
+//! controller given OLM's target namespaces to watch), the RBAC as
 //! `clusterPermissions` and `permissions` less what only the self-managed webhook TLS needs,
 //! and the webhook configurations as `webhookdefinitions`. It must not add anything
 //! `deploy/` does not have: every other install runs `deploy/` as it is.
@@ -14,6 +15,10 @@ use super::sources::{Sources, find, tagged};
 /// Deployment named by a `webhookdefinitions` entry (OLM's `install/webhook.go`, the
 /// controller-runtime convention).
 pub const OLM_CERT_DIR: &str = "/tmp/k8s-webhook-server/serving-certs";
+
+/// The pod template annotation in which OLM gives an operator its OperatorGroup's target
+/// namespaces, comma-separated (empty for `AllNamespaces`).
+pub const OLM_TARGET_NAMESPACES: &str = "olm.targetNamespaces";
 
 /// What the CSV takes from `deploy/base`'s Deployments, RBAC and webhook configurations.
 pub(super) struct Install {
@@ -44,6 +49,15 @@ pub(super) fn install(s: &Sources) -> Result<Install, String> {
     for (d, image) in [(controller, &controller_image), (webhook, &webhook_image)] {
         let mut spec = d["spec"].clone();
         spec["template"]["spec"]["containers"][0]["image"] = json!(image);
+        if d == controller {
+            // The OperatorGroup's target namespaces, which OLM writes on the pod template
+            // (empty for AllNamespaces): what the controller watches.
+            let env = spec["template"]["spec"]["containers"][0]["env"]
+                .as_array_mut()
+                .ok_or("the controller has no env")?;
+            env.push(json!({"name": "WATCH_NAMESPACE", "valueFrom": {"fieldRef": {
+                "fieldPath": format!("metadata.annotations['{OLM_TARGET_NAMESPACES}']")}}}));
+        }
         if d == webhook {
             let args = spec["template"]["spec"]["containers"][0]["args"]
                 .as_array_mut()

@@ -10,6 +10,10 @@
 //!   `install.spec.deployments`, with the image tags of `deploy/base/kustomization.yaml`. The
 //!   webhook's `--tls-mode=secret` becomes `--tls-mode=files --tls-dir=`[`OLM_CERT_DIR`]: under
 //!   OLM the serving certificate is OLM's, mounted there, and the `caBundle` is OLM's to write.
+//!   The controller gains `WATCH_NAMESPACE` from the pod template annotation
+//!   [`OLM_TARGET_NAMESPACES`]: every install mode is offered (the Go operator's
+//!   `qdr-operator.v0.4.0` was `OwnNamespace`), and the controller watches the
+//!   OperatorGroup's target namespaces (all of them for `AllNamespaces`).
 //! - **RBAC** (`deploy/base/rbac.yaml`): each ClusterRole bound to a ServiceAccount becomes a
 //!   `clusterPermissions` entry and each Role a `permissions` entry, except what only the
 //!   self-managed TLS needs (the webhook's Role on its Secret, its rules on the webhook
@@ -39,7 +43,7 @@ mod sources;
 #[cfg(test)]
 mod tests;
 
-pub use install::OLM_CERT_DIR;
+pub use install::{OLM_CERT_DIR, OLM_TARGET_NAMESPACES};
 pub use metadata::{CHANNEL, PACKAGE};
 pub use render::{BUNDLE_DIR, CSV_FILE, render};
 pub use sources::Sources;

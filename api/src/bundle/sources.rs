@@ -11,7 +11,7 @@ use serde_json::Value;
 /// Everything [`super::render()`] reads, loaded by [`Sources::read`].
 #[derive(Debug, Clone)]
 pub struct Sources {
-    /// The workspace version (`0.1.0`): the CSV is `qdr-operator.v<version>`.
+    /// The workspace version (`0.5.0`): the CSV is `qdr-operator.v<version>`.
     pub version: String,
     /// `deploy/olm/csv.yaml`.
     pub csv_base: Value,

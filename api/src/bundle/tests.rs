@@ -51,6 +51,23 @@ fn the_csv_carries_deploy_with_olm_owning_the_webhook_certificate() {
             && args.contains(&"--tls-dir=/tmp/k8s-webhook-server/serving-certs")
     );
     assert!(!args.contains(&"--tls-mode=secret"));
+    // Every install mode, the controller watching OLM's target namespaces.
+    let modes: Vec<(&str, bool)> = (csv["spec"]["installModes"].as_array().unwrap().iter())
+        .map(|m| (m["type"].as_str().unwrap(), m["supported"].as_bool().unwrap()))
+        .collect();
+    assert_eq!(
+        modes,
+        [
+            ("OwnNamespace", true),
+            ("SingleNamespace", true),
+            ("MultiNamespace", true),
+            ("AllNamespaces", true)
+        ]
+    );
+    let watch = (container(0)["env"].as_array().unwrap().iter())
+        .find(|e| e["name"] == "WATCH_NAMESPACE")
+        .expect("WATCH_NAMESPACE");
+    assert_eq!(watch["valueFrom"]["fieldRef"]["fieldPath"], "metadata.annotations['olm.targetNamespaces']");
     // The self-managed TLS's rights are gone; everything else of deploy/base's RBAC stays.
     let text = serde_json::to_string(&csv["spec"]["install"]).unwrap();
     assert!(!text.contains("admissionregistration") && !text.contains("qdr-webhook-tls"), "{text}");
@@ -102,6 +119,9 @@ fn the_csv_carries_deploy_with_olm_owning_the_webhook_certificate() {
         .collect();
     assert_eq!(related, ["controller", "webhook", "router"]);
     assert_eq!(csv["spec"]["replaces"], "qdr-operator.v0.4.0");
+    // The version continues the Go operator's line (0.4.0 is the one replaced).
+    let version: Vec<u64> = s.version.split('.').map(|p| p.parse().unwrap()).collect();
+    assert!(version > vec![0, 4, 0], "{} does not come after 0.4.0", s.version);
 }
 
 #[test]

@@ -242,7 +242,10 @@ pub async fn deploy(client: &kube::Client, ns: &str, manifest: &Value) -> Dynami
     let status = json!({"status": {"revNumber": ic.metadata.resource_version, "pods": [],
         "conditions": [{"type": "Provisioning", "reason": "provision spec to desired state",
                         "transitionTime": "2020-04-16T10:00:00Z"},
-                       {"type": "Deployed", "reason": "deployment created", "transitionTime": "2020-04-16T10:00:01Z"}]}});
+                       {"type": "Deployed", "reason": "deployment created", "transitionTime": "2020-04-16T10:00:01Z"},
+                       // Its log is append-only: a type comes again on each change.
+                       {"type": "Provisioning", "reason": "Configuration changed",
+                        "transitionTime": "2020-04-17T08:30:00Z"}]}});
     ics.patch_status(
         &name,
         &PatchParams { field_manager: Some(MANAGER.into()), ..Default::default() },
