@@ -832,17 +832,17 @@ fn conditions_schema(_: &mut schemars::SchemaGenerator) -> schemars::Schema {
             "type": "object",
             "required": ["type"],
             "properties": {
-                "type": {"type": "string", "maxLength": 316,
+                "type": {"type": "string",
                          "description": "The condition's type, e.g. `Ready`."},
-                "status": {"type": "string", "maxLength": 16,
+                "status": {"type": "string",
                            "description": "`True`, `False` or `Unknown`."},
-                "reason": {"type": "string", "maxLength": 1024,
+                "reason": {"type": "string",
                            "description": "One CamelCase word: why the condition is in its status."},
-                "message": {"type": "string", "maxLength": 32768,
+                "message": {"type": "string",
                             "description": "What a person needs to know, in words."},
                 "lastTransitionTime": {"type": "string", "format": "date-time",
                                        "description": "When the status last changed."},
-                "observedGeneration": {"type": "integer", "format": "int64", "minimum": 0,
+                "observedGeneration": {"type": "integer", "format": "int64",
                                        "description": "The `metadata.generation` the condition was set for."}
             }
         }
