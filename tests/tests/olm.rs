@@ -3,20 +3,28 @@
 //! - The operator-framework validators (`operator-framework/api`, pinned in
 //!   `tools/testbin/olm`): the default and OperatorHub suites pass with no error, and every
 //!   warning left is one of [`EXPLAINED_WARNINGS`] (or names only [`EXPLAINED_MIGRATIONS`]).
-//! - A real OLM installs it: OLM's own `olm` and `catalog` operators (built from the pinned
-//!   module) run against the test control plane, `opm` serves a file-based catalog holding
-//!   the bundle (a `CatalogSource` with `spec.address`), and a `Subscription` in an
-//!   `AllNamespaces` OperatorGroup installs it. OLM unpacks the bundle the way it does in any
-//!   cluster: a Job on the real node (its test taint lifted meanwhile: the Job tolerates
-//!   none) runs the bundle image (`bundle/` as OLM's
-//!   `bundle.Dockerfile` lays it out, referenced by digest), OLM's `cpb` and `opm`. The
-//!   operator's images are imported under the names the CSV gives them, so the CSV runs
+//! - A real OLM upgrades the Go operator to it: OLM's own `olm` and `catalog` operators (built
+//!   from the pinned module) run against the test control plane, and `opm` serves a file-based
+//!   catalog (a `CatalogSource` with `spec.address`). First the catalog holds only a bundle
+//!   shaped like the Go operator's last, `qdr-operator.v0.4.0` ([`go_bundle`]: its CRD, the
+//!   `OwnNamespace` install mode only, an image that does nothing), installed by a
+//!   `Subscription` in an `OwnNamespace` OperatorGroup; an Interconnect is stored with the
+//!   status the Go operator wrote, beside a router Deployment as the Go operator made it.
+//!   Then the catalog gains this bundle (`replaces: qdr-operator.v0.4.0`) and the Subscription
+//!   upgrades: OLM checks the stored Interconnect against the new CRD, replaces the CRD and
+//!   the CSV, and the new controller adopts the Interconnect (its Go status rewritten, its
+//!   router Deployment kept, not deleted) and makes it `Ready`.
+//!   OLM unpacks each bundle the way it does in any cluster: a Job on the real node (its test
+//!   taint lifted meanwhile: the Job tolerates none) runs the bundle image (its files as
+//!   OLM's `bundle.Dockerfile` lays them out, referenced by digest), OLM's `cpb` and `opm`.
+//!   The operator's images are imported under the names the CSV gives them, so the CSV runs
 //!   unchanged; the Subscription's `config` puts the pods on the real node (its toleration and
 //!   node selector) and turns mesh observation off (the routers run on a simulated node), as a
-//!   cluster admin configures any OLM operator. The CSV reaches `Succeeded`,
-//!   the webhook serves the certificate OLM mounted (the API server, trusting OLM's
-//!   `caBundle`, calls it: a bad Interconnect is refused with its field path, a good one stored
-//!   with its defaults and reconciled to `Ready` on a simulated node), the controllers elect a
+//!   cluster admin configures any OLM operator. The CSV reaches `Succeeded`, the controller
+//!   watches the OperatorGroup's namespace (OLM's `olm.targetNamespaces`), the webhook
+//!   serves the certificate OLM mounted (the API server, trusting OLM's `caBundle`, calls
+//!   it: a bad Interconnect is refused with its field path, a good one stored with its
+//!   defaults and reconciled to `Ready` on a simulated node), the controllers elect a
 //!   leader, and deleting the Subscription and the CSV removes the operator.
 
 use std::path::{Path, PathBuf};
@@ -40,8 +48,8 @@ macro_rules! say {
 const OLM_NS: &str = "olm";
 /// Where the operator is installed (the CSV's suggested namespace).
 const OPERATOR_NS: &str = "qdr-operator";
-/// Where the Interconnects of the test are.
-const APP_NS: &str = "olm-apps";
+/// The Go operator's last CSV, which this bundle's `replaces`.
+const GO_CSV: &str = "qdr-operator.v0.4.0";
 /// The CatalogSource's name.
 const CATALOG: &str = "qdr-test-catalog";
 
@@ -181,34 +189,129 @@ fn the_bundle_passes_the_operator_framework_validators() {
     assert!(!text.contains("ERROR "), "{text}");
 }
 
-/// The file-based catalog: package, channel `beta` (this CSV replacing the Go operator's last),
-/// and the bundle by its image, with the properties OLM resolves by (package and version, the
-/// API it provides).
-fn catalog(csv: &Value, bundle_image: &str) -> String {
-    let name = csv["metadata"]["name"].as_str().unwrap();
-    let version = csv["spec"]["version"].as_str().unwrap();
-    let owned = &csv["spec"]["customresourcedefinitions"]["owned"][0];
-    let group = owned["name"].as_str().unwrap().split_once('.').unwrap().1;
-    let related: Vec<Value> = csv["spec"]["relatedImages"].as_array().unwrap().clone();
-    let docs = [
+/// The file-based catalog: package, channel `beta` with the Go operator's last bundle
+/// (`go_image`) and, when `csv` is given, this one replacing it, each with the properties OLM
+/// resolves by (package and version, the API it provides).
+fn catalog(csv: Option<(&Value, &str)>, go_image: &str) -> String {
+    let gvk = json!({"type": "olm.gvk", "value": {"group": "interconnectedcloud.github.io", "kind": "Interconnect",
+                                               "version": "v1alpha1"}});
+    let package = |version: &str| json!({"type": "olm.package", "value": {"packageName": qdr_api::bundle::PACKAGE, "version": version}});
+    let mut entries = vec![json!({"name": GO_CSV})];
+    let mut docs = vec![
         json!({"schema": "olm.package", "name": qdr_api::bundle::PACKAGE, "defaultChannel": qdr_api::bundle::CHANNEL}),
-        json!({"schema": "olm.channel", "package": qdr_api::bundle::PACKAGE, "name": qdr_api::bundle::CHANNEL,
-               "entries": [{"name": name, "replaces": csv["spec"]["replaces"]}]}),
-        json!({"schema": "olm.bundle", "name": name, "package": qdr_api::bundle::PACKAGE, "image": bundle_image,
-               "properties": [
-                   {"type": "olm.package", "value": {"packageName": qdr_api::bundle::PACKAGE, "version": version}},
-                   {"type": "olm.gvk", "value": {"group": group, "kind": owned["kind"], "version": owned["version"]}},
-               ],
-               "relatedImages": related}),
+        json!({"schema": "olm.bundle", "name": GO_CSV, "package": qdr_api::bundle::PACKAGE, "image": go_image,
+               "properties": [package("0.4.0"), gvk.clone()]}),
     ];
+    if let Some((csv, bundle_image)) = csv {
+        let name = csv["metadata"]["name"].as_str().unwrap();
+        let version = csv["spec"]["version"].as_str().unwrap();
+        assert_eq!(csv["spec"]["replaces"], GO_CSV);
+        entries.push(json!({"name": name, "replaces": GO_CSV}));
+        docs.push(json!({"schema": "olm.bundle", "name": name, "package": qdr_api::bundle::PACKAGE,
+               "image": bundle_image, "properties": [package(version), gvk],
+               "relatedImages": csv["spec"]["relatedImages"]}));
+    }
+    docs.insert(
+        1,
+        json!({"schema": "olm.channel", "package": qdr_api::bundle::PACKAGE, "name": qdr_api::bundle::CHANNEL,
+               "entries": entries}),
+    );
     docs.iter().map(|d| d.to_string() + "\n").collect()
 }
 
+/// A bundle shaped like the Go operator's last, `qdr-operator.v0.4.0`: its CRD (the Go
+/// operator's group, names and status subresource, a schema that checks types only), a CSV
+/// offering `OwnNamespace` only (as v0.4.0 did) whose one Deployment runs an image that does
+/// nothing ([`qdr_tests::images::PAUSE_IMAGE`]: the real Go operator cannot be built here), and
+/// the bundle metadata. Written under `dir`; returns the image's files.
+fn go_bundle(dir: &Path) -> Vec<(PathBuf, String, u32)> {
+    let crd = json!({
+        "apiVersion": "apiextensions.k8s.io/v1", "kind": "CustomResourceDefinition",
+        "metadata": {"name": "interconnects.interconnectedcloud.github.io"},
+        "spec": {
+            "group": "interconnectedcloud.github.io", "scope": "Namespaced",
+            "names": {"kind": "Interconnect", "listKind": "InterconnectList", "plural": "interconnects",
+                      "singular": "interconnect"},
+            "versions": [{"name": "v1alpha1", "served": true, "storage": true, "subresources": {"status": {}},
+                "schema": {"openAPIV3Schema": {"type": "object", "properties": {
+                    "spec": {"type": "object", "x-kubernetes-preserve-unknown-fields": true},
+                    "status": {"type": "object", "x-kubernetes-preserve-unknown-fields": true}}}}}]
+        }
+    });
+    let restricted = json!({"allowPrivilegeEscalation": false, "capabilities": {"drop": ["ALL"]}});
+    let csv = json!({
+        "apiVersion": "operators.coreos.com/v1alpha1", "kind": "ClusterServiceVersion",
+        "metadata": {"name": GO_CSV, "annotations": {"capabilities": "Basic Install"}},
+        "spec": {
+            "displayName": "Qpid Dispatch Router Operator", "version": "0.4.0",
+            "description": "The Go operator's last release, as its users have it installed.",
+            "installModes": [
+                {"type": "OwnNamespace", "supported": true}, {"type": "SingleNamespace", "supported": false},
+                {"type": "MultiNamespace", "supported": false}, {"type": "AllNamespaces", "supported": false}],
+            "customresourcedefinitions": {"owned": [{"name": "interconnects.interconnectedcloud.github.io",
+                "version": "v1alpha1", "kind": "Interconnect", "displayName": "Interconnect",
+                "description": "A Qpid Dispatch Router network"}]},
+            "install": {"strategy": "deployment", "spec": {
+                "permissions": [{"serviceAccountName": "qdr-operator",
+                                 "rules": [{"apiGroups": [""], "resources": ["pods"], "verbs": ["get", "list"]}]}],
+                "deployments": [{"name": "qdr-operator", "spec": {
+                    "replicas": 1,
+                    "selector": {"matchLabels": {"name": "qdr-operator"}},
+                    "template": {"metadata": {"labels": {"name": "qdr-operator"}}, "spec": {
+                        "serviceAccountName": "qdr-operator",
+                        "securityContext": {"runAsNonRoot": true, "runAsUser": 65535,
+                                            "seccompProfile": {"type": "RuntimeDefault"}},
+                        "containers": [{"name": "qdr-operator", "image": qdr_tests::images::PAUSE_IMAGE,
+                                        "imagePullPolicy": "IfNotPresent", "securityContext": restricted}]}}}}]}},
+        }
+    });
+    let annotations = format!(
+        "annotations:\n  operators.operatorframework.io.bundle.mediatype.v1: registry+v1\n  \
+         operators.operatorframework.io.bundle.manifests.v1: manifests/\n  \
+         operators.operatorframework.io.bundle.metadata.v1: metadata/\n  \
+         operators.operatorframework.io.bundle.package.v1: {}\n  \
+         operators.operatorframework.io.bundle.channels.v1: {}\n  \
+         operators.operatorframework.io.bundle.channel.default.v1: {}\n",
+        qdr_api::bundle::PACKAGE,
+        qdr_api::bundle::CHANNEL,
+        qdr_api::bundle::CHANNEL
+    );
+    let root = dir.join("go-bundle");
+    std::fs::create_dir_all(root.join("manifests")).unwrap();
+    std::fs::create_dir_all(root.join("metadata")).unwrap();
+    std::fs::write(root.join("manifests/interconnects.crd.json"), crd.to_string()).unwrap();
+    std::fs::write(root.join(format!("manifests/{GO_CSV}.clusterserviceversion.json")), csv.to_string())
+        .unwrap();
+    std::fs::write(root.join("metadata/annotations.yaml"), annotations).unwrap();
+    tree_files(&root).unwrap().into_iter().map(|(src, p, _)| (src, p, 0o644)).collect()
+}
+
+/// Writes `files` as image `reference` and imports it into the real node under its tag and
+/// under `<repository>@<digest>` (OLM runs a bundle image by digest when the catalog names it
+/// so, and the kubelet finds a digest reference only under that name); returns the latter.
+fn import_by_digest(
+    cp: &ControlPlane,
+    dir: &Path,
+    reference: &str,
+    files: Vec<(PathBuf, String, u32)>,
+) -> String {
+    let node = cp.real_node().unwrap();
+    let image = ImageSpec { reference: reference.into(), files, ..ImageSpec::default() };
+    let archive = dir.join("bundle.oci.tar");
+    let digest = write_archive(&image, &archive).unwrap();
+    node.import(&archive).unwrap();
+    let repository = reference.rsplit_once(':').map_or(reference, |(r, _)| r);
+    let by_digest = ImageSpec { reference: format!("{repository}@{digest}"), ..image };
+    assert_eq!(write_archive(&by_digest, &archive).unwrap(), digest);
+    node.import(&archive).unwrap();
+    by_digest.reference
+}
+
 /// The images OLM's unpack Job runs, written and imported into the real node: the bundle
-/// image (`bundle/`'s manifests, metadata and scorecard config at `/`, as `bundle.Dockerfile`
-/// copies them), `opm` (on `PATH`) and OLM's util image (`/bin/cpb`, and `/bin/cp` that copies
-/// it). Returns `(bundle by digest, opm, util)`.
-fn import_olm_images(cp: &ControlPlane, dir: &Path, version: &str) -> (String, String, String) {
+/// images (`bundle/`'s manifests, metadata and scorecard config at `/`, as `bundle.Dockerfile`
+/// copies them; and [`go_bundle`]), `opm` (on `PATH`) and OLM's util image (`/bin/cpb`, and
+/// `/bin/cp` that copies it). Returns `(bundle by digest, Go bundle by digest, opm, util)`.
+fn import_olm_images(cp: &ControlPlane, dir: &Path, version: &str) -> (String, String, String, String) {
     let node = cp.real_node().unwrap();
     let bundle_dir = root().join("bundle");
     let files = tree_files(&bundle_dir)
@@ -217,17 +320,8 @@ fn import_olm_images(cp: &ControlPlane, dir: &Path, version: &str) -> (String, S
         .filter(|(_, p, _)| p != "/bundle.Dockerfile")
         .map(|(src, p, _)| (src, p, 0o644))
         .collect();
-    let bundle =
-        ImageSpec { reference: format!("qdr-operator.test/bundle:{version}"), files, ..ImageSpec::default() };
-    // Under its tag, and under `<repository>@<digest>`: OLM runs a bundle image by digest
-    // when the catalog names it so, and the kubelet finds a digest reference only under that
-    // name (the digest is the manifest's, the same in both archives).
-    let archive = dir.join("bundle.oci.tar");
-    let digest = write_archive(&bundle, &archive).unwrap();
-    node.import(&archive).unwrap();
-    let by_digest = ImageSpec { reference: format!("qdr-operator.test/bundle@{digest}"), ..bundle };
-    assert_eq!(write_archive(&by_digest, &archive).unwrap(), digest);
-    node.import(&archive).unwrap();
+    let bundle = import_by_digest(cp, dir, &format!("qdr-operator.test/bundle:{version}"), files);
+    let go = import_by_digest(cp, dir, "qdr-operator.test/go-bundle:0.4.0", go_bundle(dir));
 
     let opm = ImageSpec {
         reference: "qdr-operator.test/opm:dev".into(),
@@ -260,7 +354,7 @@ fn import_olm_images(cp: &ControlPlane, dir: &Path, version: &str) -> (String, S
     let archive = dir.join("olm-util.oci.tar");
     write_archive(&util, &archive).unwrap();
     node.import(&archive).unwrap();
-    (by_digest.reference, opm.reference, util.reference)
+    (bundle, go, opm.reference, util.reference)
 }
 
 /// What OLM, the catalog and the install look like, for a failure message.
@@ -287,14 +381,64 @@ fn olm_state(cp: &ControlPlane, processes: &[&qdr_tests::Process]) -> String {
     out + &cp.real_node().unwrap().logs_tail(20)
 }
 
+/// Serves the file-based catalog `content` with `opm` from `dir` on a free port: the process
+/// and its address.
+fn serve_catalog(dir: &Path, content: &str) -> (qdr_tests::Process, String) {
+    let fbc = dir.join("catalog/qdr-operator");
+    std::fs::create_dir_all(&fbc).unwrap();
+    std::fs::write(fbc.join("catalog.json"), content).unwrap();
+    let validated = Command::new(testbin("opm")).arg("validate").arg(dir.join("catalog")).output().unwrap();
+    assert!(validated.status.success(), "opm validate: {}", String::from_utf8_lossy(&validated.stderr));
+    let port = qdr_tests::components::free_port();
+    let mut serve = Command::new(testbin("opm"));
+    serve
+        .arg("serve")
+        .arg(dir.join("catalog"))
+        .args(["--port", &port.to_string()])
+        .arg(format!("--pprof-addr=127.0.0.1:{}", qdr_tests::components::free_port()))
+        .arg(format!("--termination-log={}", dir.join("opm.termination").display()));
+    let opm = qdr_tests::Process::spawn("opm", serve, &dir.join("opm.log")).unwrap();
+    (opm, format!("127.0.0.1:{port}"))
+}
+
+/// Points the CatalogSource at `address` and waits until OLM has connected to it.
+async fn catalog_ready(cp: &ControlPlane, address: &str, processes: &[&qdr_tests::Process]) {
+    apply(
+        cp,
+        &json!({"apiVersion": "operators.coreos.com/v1alpha1", "kind": "CatalogSource",
+                "metadata": {"name": CATALOG, "namespace": OLM_NS},
+                "spec": {"sourceType": "grpc", "address": address,
+                         "displayName": "qdr-operator test catalog", "publisher": "qdr-operator tests"}}),
+    );
+    let ready = wait_until(processes, Duration::from_secs(120), || {
+        get(cp, &["catalogsource", CATALOG, "-n", OLM_NS]).is_some_and(|cs| {
+            cs["status"]["connectionState"]["lastObservedState"] == "READY"
+                && cs["status"]["connectionState"]["address"] == address
+        })
+    });
+    if !ready.await {
+        panic!("the catalog at {address} is not READY:\n{}", olm_state(cp, processes));
+    }
+}
+
+/// Waits until CSV `name` has succeeded in the operator's namespace.
+async fn csv_succeeded(cp: &ControlPlane, name: &str, processes: &[&qdr_tests::Process]) {
+    let succeeded = wait_until(processes, Duration::from_secs(300), || {
+        get(cp, &["csv", name, "-n", OPERATOR_NS]).is_some_and(|c| c["status"]["phase"] == "Succeeded")
+    });
+    if !succeeded.await {
+        panic!("the CSV {name} did not succeed:\n{}", olm_state(cp, processes));
+    }
+}
+
 #[tokio::test(flavor = "multi_thread")]
-async fn olm_installs_the_bundle_from_a_catalog_and_removes_it() {
+async fn olm_upgrades_the_go_operator_to_this_bundle_and_removes_it() {
     say!("starting the control plane with the real node");
     let cp = qdr_tests::shared_with_real_node().await;
     let dir = cp.dir().join("olm");
     std::fs::create_dir_all(&dir).unwrap();
 
-    // The operator's images under the CSV's names; OLM's unpack images.
+    // The operator's images under the CSV's names; the bundles and OLM's unpack images.
     let t = Instant::now();
     let csv = csv();
     let related = |name: &str| -> String {
@@ -302,7 +446,7 @@ async fn olm_installs_the_bundle_from_a_catalog_and_removes_it() {
         images.iter().find(|i| i["name"] == name).unwrap()["image"].as_str().unwrap().to_string()
     };
     qdr_tests::install::import_operator_images_as(cp, |image| normalized(&related(image.name))).unwrap();
-    let (bundle_image, opm_image, util_image) =
+    let (bundle_image, go_image, opm_image, util_image) =
         import_olm_images(cp, &dir, csv["spec"]["version"].as_str().unwrap());
     say!("images imported in {:.1?}; bundle image {bundle_image}", t.elapsed());
 
@@ -335,41 +479,15 @@ async fn olm_installs_the_bundle_from_a_catalog_and_removes_it() {
     let catalog_op =
         qdr_tests::Process::spawn("catalog-operator", catalog_op, &dir.join("catalog-operator.log")).unwrap();
 
-    // The catalog: opm validates and serves it; a CatalogSource points OLM at it.
-    let fbc = dir.join("catalog/qdr-operator");
-    std::fs::create_dir_all(&fbc).unwrap();
-    std::fs::write(fbc.join("catalog.json"), catalog(&csv, &bundle_image)).unwrap();
-    let validated = Command::new(testbin("opm")).arg("validate").arg(dir.join("catalog")).output().unwrap();
-    assert!(validated.status.success(), "opm validate: {}", String::from_utf8_lossy(&validated.stderr));
-    let port = qdr_tests::components::free_port();
-    let mut serve = Command::new(testbin("opm"));
-    serve
-        .arg("serve")
-        .arg(dir.join("catalog"))
-        .args(["--port", &port.to_string()])
-        .arg(format!("--pprof-addr=127.0.0.1:{}", qdr_tests::components::free_port()))
-        .arg(format!("--termination-log={}", dir.join("opm.termination").display()));
-    let opm = qdr_tests::Process::spawn("opm", serve, &dir.join("opm.log")).unwrap();
-    let processes = [&olm, &catalog_op, &opm];
-    apply(
-        cp,
-        &json!({"apiVersion": "operators.coreos.com/v1alpha1", "kind": "CatalogSource",
-                "metadata": {"name": CATALOG, "namespace": OLM_NS},
-                "spec": {"sourceType": "grpc", "address": format!("127.0.0.1:{port}"),
-                         "displayName": "qdr-operator test catalog", "publisher": "qdr-operator tests"}}),
-    );
+    // The catalog as a cluster of the Go operator's users has it: its last bundle only.
+    let (go_opm, go_address) = serve_catalog(&dir.join("v0.4.0"), &catalog(None, &go_image));
     let t = Instant::now();
-    let ready = wait_until(&processes, Duration::from_secs(120), || {
-        get(cp, &["catalogsource", CATALOG, "-n", OLM_NS])
-            .is_some_and(|cs| cs["status"]["connectionState"]["lastObservedState"] == "READY")
-    });
-    if !ready.await {
-        panic!("the catalog is not READY:\n{}", olm_state(cp, &processes));
-    }
+    catalog_ready(cp, &go_address, &[&olm, &catalog_op, &go_opm]).await;
     say!("catalog READY {:.1?} after the CatalogSource", t.elapsed());
 
-    // The install: namespace (Pod Security restricted), an AllNamespaces OperatorGroup, a
-    // Subscription placing the pods on the real node.
+    // The Go operator's install: namespace (Pod Security restricted), an OwnNamespace
+    // OperatorGroup (v0.4.0 offered no other mode), a Subscription placing the pods on the
+    // real node.
     let t = Instant::now();
     apply(
         cp,
@@ -379,9 +497,11 @@ async fn olm_installs_the_bundle_from_a_catalog_and_removes_it() {
     apply(
         cp,
         &json!({"apiVersion": "operators.coreos.com/v1", "kind": "OperatorGroup",
-                "metadata": {"name": "qdr-operator", "namespace": OPERATOR_NS}, "spec": {}}),
+                "metadata": {"name": "qdr-operator", "namespace": OPERATOR_NS},
+                "spec": {"targetNamespaces": [OPERATOR_NS]}}),
     );
     let (taint_key, taint_value, taint_effect) = qdr_tests::real_node::TAINT;
+    let taint = format!("{taint_key}={taint_value}:{taint_effect}");
     // OLM's unpack Job tolerates no taint: the real node's test taint is lifted while OLM
     // installs (and no simulated node exists yet, so the Job runs for real on the real node).
     ok(kubectl(cp, &["taint", "node", qdr_tests::real_node::NODE, &format!("{taint_key}-")]));
@@ -398,28 +518,125 @@ async fn olm_installs_the_bundle_from_a_catalog_and_removes_it() {
                              "tolerations": [{"key": taint_key, "operator": "Exists", "effect": taint_effect}],
                              "nodeSelector": {"kubernetes.io/hostname": qdr_tests::real_node::NODE}}}}),
     );
-    let csv_name = csv["metadata"]["name"].as_str().unwrap().to_string();
-    let succeeded = wait_until(&processes, Duration::from_secs(300), || {
-        get(cp, &["csv", &csv_name, "-n", OPERATOR_NS]).is_some_and(|c| c["status"]["phase"] == "Succeeded")
-    });
-    if !succeeded.await {
-        panic!("the CSV did not succeed:\n{}", olm_state(cp, &processes));
-    }
-    let install_time = t.elapsed();
-    say!("OLM install: Subscription → CSV Succeeded in {install_time:.1?}");
-    // The taint back (running pods stay), and a simulated node for the routers.
-    let taint = format!("{taint_key}={taint_value}:{taint_effect}");
+    csv_succeeded(cp, GO_CSV, &[&olm, &catalog_op, &go_opm]).await;
+    say!("the Go operator's bundle installed: CSV {GO_CSV} Succeeded in {:.1?}", t.elapsed());
     ok(kubectl(cp, &["taint", "node", qdr_tests::real_node::NODE, &taint]));
     cp.add_node("node-0").await.expect("a simulated node for the routers");
 
-    // The operator's pods, on the real node, as the CSV describes them.
-    let pods = get(cp, &["pods", "-n", OPERATOR_NS]).unwrap();
+    // What the Go operator left: an Interconnect with its status log, and its routers (a
+    // Deployment it controls, unlabelled, on the simulated node).
+    ok(kubectl(
+        cp,
+        &["wait", "--for=condition=Established", "crd/interconnects.interconnectedcloud.github.io"],
+    ));
+    apply(
+        cp,
+        &json!({"apiVersion": "interconnectedcloud.github.io/v1alpha1", "kind": "Interconnect",
+                "metadata": {"name": "legacy", "namespace": OPERATOR_NS},
+                // On the simulated node: the real node's taint is lifted again while OLM
+                // unpacks the new bundle (the Go CRD keeps any field; this one is ours).
+                "spec": {"deploymentPlan": {"role": "interior", "size": 1, "placement": "Any",
+                                            "nodeSelector": {"kubernetes.io/hostname": "node-0"}}}}),
+    );
+    let ic = get(cp, &["interconnect", "legacy", "-n", OPERATOR_NS]).unwrap();
+    let go_status = json!({"status": {"revNumber": ic["metadata"]["resourceVersion"], "pods": [],
+        "conditions": [{"type": "Provisioning", "reason": "provision spec to desired state",
+                        "transitionTime": "2020-04-16T10:00:00Z"},
+                       {"type": "Deployed", "reason": "deployment created", "transitionTime": "2020-04-16T10:00:01Z"},
+                       {"type": "Provisioning", "reason": "Configuration changed",
+                        "transitionTime": "2020-04-17T08:30:00Z"}]}});
+    ok(kubectl(
+        cp,
+        &[
+            "patch",
+            "interconnect",
+            "legacy",
+            "-n",
+            OPERATOR_NS,
+            "--subresource=status",
+            "--type=merge",
+            "-p",
+            &go_status.to_string(),
+        ],
+    ));
+    let owner = json!([{"apiVersion": "interconnectedcloud.github.io/v1alpha1", "kind": "Interconnect",
+                        "name": "legacy", "uid": ic["metadata"]["uid"], "controller": true,
+                        "blockOwnerDeletion": true}]);
+    let labels = json!({"application": "legacy", "interconnect_cr": "legacy"});
+    apply(
+        cp,
+        &json!({"apiVersion": "apps/v1", "kind": "Deployment",
+                "metadata": {"name": "legacy", "namespace": OPERATOR_NS, "ownerReferences": owner},
+                "spec": {"replicas": 1, "selector": {"matchLabels": labels},
+                         "template": {"metadata": {"labels": labels}, "spec": {
+                             "nodeSelector": {"kubernetes.io/hostname": "node-0"},
+                             "securityContext": {"runAsNonRoot": true, "runAsUser": 65535,
+                                                 "seccompProfile": {"type": "RuntimeDefault"}},
+                             "containers": [{"name": "legacy", "image": qdr_tests::images::PAUSE_IMAGE,
+                                             "securityContext": {"allowPrivilegeEscalation": false,
+                                                                 "capabilities": {"drop": ["ALL"]}}}]}}}}),
+    );
+    let go_routers = get(cp, &["deploy", "legacy", "-n", OPERATOR_NS]).unwrap()["metadata"]["uid"].clone();
+
+    // The catalog gains this bundle, replacing the Go operator's: the Subscription upgrades.
+    // The unpack Job must run for real: on the real node (its taint lifted), not on the
+    // simulated one (cordoned meanwhile), where kwok would "complete" it without running it.
+    let t = Instant::now();
+    ok(kubectl(cp, &["cordon", "node-0"]));
+    ok(kubectl(cp, &["taint", "node", qdr_tests::real_node::NODE, &format!("{taint_key}-")]));
+    let (opm, address) = serve_catalog(&dir.join("v0.5.0"), &catalog(Some((&csv, &bundle_image)), &go_image));
+    let processes = [&olm, &catalog_op, &opm];
+    catalog_ready(cp, &address, &processes).await;
+    drop(go_opm);
+    let csv_name = csv["metadata"]["name"].as_str().unwrap().to_string();
+    csv_succeeded(cp, &csv_name, &processes).await;
+    let install_time = t.elapsed();
+    say!("OLM upgrade: {GO_CSV} → CSV {csv_name} Succeeded in {install_time:.1?}");
+    ok(kubectl(cp, &["taint", "node", qdr_tests::real_node::NODE, &taint]));
+    ok(kubectl(cp, &["uncordon", "node-0"]));
+    let replaced = wait_until(&processes, Duration::from_secs(120), || {
+        get(cp, &["csv", GO_CSV, "-n", OPERATOR_NS]).is_none()
+    });
+    assert!(replaced.await, "the Go operator's CSV was not replaced:\n{}", olm_state(cp, &processes));
+
+    // The operator's pods, on the real node, as the CSV describes them, watching OLM's
+    // target namespace.
+    let pods = get(cp, &["pods", "-n", OPERATOR_NS, "-l", "app.kubernetes.io/part-of=qdr-operator"]).unwrap();
     let pods = pods["items"].as_array().unwrap();
     assert_eq!(pods.len(), 4, "two controller and two webhook pods: {}", olm_state(cp, &processes));
     for p in pods {
         assert_eq!(p["spec"]["nodeName"], qdr_tests::real_node::NODE);
         assert_eq!(p["status"]["phase"], "Running", "{p}");
+        if p["metadata"]["name"].as_str().is_some_and(|n| n.starts_with("qdr-controller")) {
+            assert_eq!(
+                p["metadata"]["annotations"][qdr_api::bundle::OLM_TARGET_NAMESPACES],
+                OPERATOR_NS,
+                "{p}"
+            );
+        }
     }
+
+    // The Interconnect adopted: Ready, its Go status replaced by the controller's, its
+    // routers' Deployment kept (the same object, now the controller's).
+    let t = Instant::now();
+    let waited = kubectl(
+        cp,
+        &["wait", "--for=condition=Ready", "interconnect/legacy", "-n", OPERATOR_NS, "--timeout=180s"],
+    );
+    assert!(
+        waited.status.success(),
+        "the Go operator's Interconnect not Ready: {}\n{}",
+        String::from_utf8_lossy(&waited.stderr),
+        olm_state(cp, &processes)
+    );
+    say!("the Go operator's Interconnect Ready {:.1?} after the upgrade", t.elapsed());
+    let ic = get(cp, &["interconnect", "legacy", "-n", OPERATOR_NS]).unwrap();
+    let types: Vec<&str> =
+        ic["status"]["conditions"].as_array().unwrap().iter().filter_map(|c| c["type"].as_str()).collect();
+    assert!(types.contains(&"Ready") && !types.contains(&"Provisioning"), "{}", ic["status"]);
+    let routers = get(cp, &["deploy", "legacy", "-n", OPERATOR_NS]).unwrap();
+    assert_eq!(routers["metadata"]["uid"], go_routers, "the Go operator's router Deployment was replaced");
+
     // The webhook serves OLM's certificate: OLM mounted its Secret where the bundle's
     // --tls-dir points, and wrote the configurations (with its caBundle) itself.
     let webhook = get(cp, &["deploy", "qdr-webhook", "-n", OPERATOR_NS]).unwrap();
@@ -454,20 +671,19 @@ async fn olm_installs_the_bundle_from_a_catalog_and_removes_it() {
 
     // The API server calls the webhook (trusting OLM's caBundle): a bad Interconnect is refused
     // with its field path; a good one is stored with its defaults and reconciled.
-    let _ = kubectl(cp, &["create", "namespace", APP_NS]);
-    let refused = qdr_tests::install::refused_by_webhook(cp, APP_NS).await;
+    let refused = qdr_tests::install::refused_by_webhook(cp, OPERATOR_NS).await;
     assert!(refused.contains("spec.listeners[0].sslProfile"), "{refused}");
     let example = root().join("deploy/examples/interior-mesh.yaml").display().to_string();
-    ok(kubectl(cp, &["apply", "-n", APP_NS, "-f", &example]));
+    ok(kubectl(cp, &["apply", "-n", OPERATOR_NS, "-f", &example]));
     let users = ok(kubectl(
         cp,
-        &["get", "interconnect", "router-mesh", "-n", APP_NS, "-o", "jsonpath={.spec.users}"],
+        &["get", "interconnect", "router-mesh", "-n", OPERATOR_NS, "-o", "jsonpath={.spec.users}"],
     ));
     assert_eq!(users, "router-mesh-users", "the mutating webhook's default");
     let t = Instant::now();
     let waited = kubectl(
         cp,
-        &["wait", "--for=condition=Ready", "interconnect/router-mesh", "-n", APP_NS, "--timeout=180s"],
+        &["wait", "--for=condition=Ready", "interconnect/router-mesh", "-n", OPERATOR_NS, "--timeout=180s"],
     );
     assert!(
         waited.status.success(),
@@ -501,13 +717,13 @@ async fn olm_installs_the_bundle_from_a_catalog_and_removes_it() {
     let gone = wait_until(&processes, Duration::from_secs(120), || {
         let empty =
             |args: &[&str]| get(cp, args).is_some_and(|v| v["items"].as_array().is_some_and(Vec::is_empty));
-        empty(&["deploy", "-n", OPERATOR_NS])
-            && empty(&["pods", "-n", OPERATOR_NS])
+        let operator = ["-n", OPERATOR_NS, "-l", "app.kubernetes.io/part-of=qdr-operator"];
+        empty(&[&["deploy"][..], &operator[..]].concat())
+            && empty(&[&["pods"][..], &operator[..]].concat())
             && empty(&["validatingwebhookconfiguration,mutatingwebhookconfiguration", "-l", &owner])
     });
     if !gone.await {
         panic!("the operator was not removed:\n{}", olm_state(cp, &processes));
     }
     say!("removed {:.1?} after deleting the Subscription and the CSV", t.elapsed());
-    let _ = kubectl(cp, &["delete", "namespace", APP_NS, "--wait=false"]);
 }
