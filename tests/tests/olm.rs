@@ -421,6 +421,22 @@ async fn catalog_ready(cp: &ControlPlane, address: &str, processes: &[&qdr_tests
     }
 }
 
+/// Waits (`kubectl wait`, up to 180 s) until Interconnect `name` in the operator's namespace
+/// is `Ready`; returns how long that took.
+fn wait_ready(cp: &ControlPlane, name: &str, processes: &[&qdr_tests::Process]) -> Duration {
+    let t = Instant::now();
+    let target = format!("interconnect/{name}");
+    let waited =
+        kubectl(cp, &["wait", "--for=condition=Ready", &target, "-n", OPERATOR_NS, "--timeout=180s"]);
+    assert!(
+        waited.status.success(),
+        "{name} not Ready: {}\n{}",
+        String::from_utf8_lossy(&waited.stderr),
+        olm_state(cp, processes)
+    );
+    t.elapsed()
+}
+
 /// Waits until CSV `name` has succeeded in the operator's namespace.
 async fn csv_succeeded(cp: &ControlPlane, name: &str, processes: &[&qdr_tests::Process]) {
     let succeeded = wait_until(processes, Duration::from_secs(300), || {
@@ -618,18 +634,8 @@ async fn olm_upgrades_the_go_operator_to_this_bundle_and_removes_it() {
 
     // The Interconnect adopted: Ready, its Go status replaced by the controller's, its
     // routers' Deployment kept (the same object, now the controller's).
-    let t = Instant::now();
-    let waited = kubectl(
-        cp,
-        &["wait", "--for=condition=Ready", "interconnect/legacy", "-n", OPERATOR_NS, "--timeout=180s"],
-    );
-    assert!(
-        waited.status.success(),
-        "the Go operator's Interconnect not Ready: {}\n{}",
-        String::from_utf8_lossy(&waited.stderr),
-        olm_state(cp, &processes)
-    );
-    say!("the Go operator's Interconnect Ready {:.1?} after the upgrade", t.elapsed());
+    let waited = wait_ready(cp, "legacy", &processes);
+    say!("the Go operator's Interconnect Ready {waited:.1?} after the upgrade");
     let ic = get(cp, &["interconnect", "legacy", "-n", OPERATOR_NS]).unwrap();
     let types: Vec<&str> =
         ic["status"]["conditions"].as_array().unwrap().iter().filter_map(|c| c["type"].as_str()).collect();
@@ -680,18 +686,8 @@ async fn olm_upgrades_the_go_operator_to_this_bundle_and_removes_it() {
         &["get", "interconnect", "router-mesh", "-n", OPERATOR_NS, "-o", "jsonpath={.spec.users}"],
     ));
     assert_eq!(users, "router-mesh-users", "the mutating webhook's default");
-    let t = Instant::now();
-    let waited = kubectl(
-        cp,
-        &["wait", "--for=condition=Ready", "interconnect/router-mesh", "-n", OPERATOR_NS, "--timeout=180s"],
-    );
-    assert!(
-        waited.status.success(),
-        "router-mesh not Ready: {}\n{}",
-        String::from_utf8_lossy(&waited.stderr),
-        olm_state(cp, &processes)
-    );
-    say!("router-mesh Ready {:.1?} after the apply", t.elapsed());
+    let waited = wait_ready(cp, "router-mesh", &processes);
+    say!("router-mesh Ready {waited:.1?} after the apply");
     let holder = ok(kubectl(
         cp,
         &[
