@@ -13,7 +13,24 @@ use crate::{Interconnect, crd, defaults};
 /// Path of the committed reference, relative to the repository root.
 pub const DOCS_PATH: &str = "docs/api-reference.md";
 
+/// A schema bound as written for a reader: a whole number without `.0` (schemars writes an
+/// integer field's bounds as floats, `1.0`), any other number as JSON has it.
+fn number(v: &Value) -> String {
+    match v.as_f64() {
+        Some(f) if f.fract() == 0.0 && f.abs() < 1e15 => format!("{}", f as i64),
+        _ => v.to_string(),
+    }
+}
+
+/// `s`'s constraints, as one table cell.
 fn constraints(s: &Value) -> String {
+    constraint_list(s).join("; ").replace('|', "\\|")
+}
+
+/// `s`'s constraints, one phrase each: enum values, bounds, lengths, entries, items,
+/// pattern, the constraints of a map's values, and the CEL rules of a field that is not an
+/// object.
+fn constraint_list(s: &Value) -> Vec<String> {
     let mut c = Vec::new();
     if let Some(e) = s.get("enum").and_then(Value::as_array) {
         let vals: Vec<String> = e
@@ -23,7 +40,7 @@ fn constraints(s: &Value) -> String {
             .collect();
         c.push(format!("one of {}", vals.join(", ")));
     }
-    match (s.get("minimum"), s.get("maximum")) {
+    match (s.get("minimum").map(number), s.get("maximum").map(number)) {
         (Some(a), Some(b)) => c.push(format!("{a}–{b}")),
         (Some(a), None) => c.push(format!("≥ {a}")),
         (None, Some(b)) => c.push(format!("≤ {b}")),
@@ -34,6 +51,18 @@ fn constraints(s: &Value) -> String {
     }
     if let Some(n) = s.get("maxLength") {
         c.push(format!("max length {n}"));
+    }
+    if let Some(n) = s.get("minProperties") {
+        c.push(format!("min entries {n}"));
+    }
+    if let Some(n) = s.get("maxProperties") {
+        c.push(format!("max entries {n}"));
+    }
+    if let Some(v) = s.get("additionalProperties").filter(|v| v.is_object()) {
+        let each = constraint_list(v);
+        if !each.is_empty() {
+            c.push(format!("each value: {}", each.join(", ")));
+        }
     }
     if let Some(n) = s.get("minItems") {
         c.push(format!("min items {n}"));
@@ -51,14 +80,17 @@ fn constraints(s: &Value) -> String {
             c.push(format!("rule: {}", r["message"].as_str().unwrap_or_default()));
         }
     }
-    c.join("; ").replace('|', "\\|")
+    c
 }
 
 fn type_of(s: &Value) -> String {
     match s.get("type").and_then(Value::as_str) {
         Some("array") => format!("[]{}", s.get("items").map(type_of).unwrap_or_default()),
         Some("object") if s.get("properties").is_some() => "object".into(),
-        Some("object") => "map".into(),
+        Some("object") => match s.get("additionalProperties").filter(|v| v.is_object()).map(type_of) {
+            Some(t) if t != "any" => format!("map[string]{t}"),
+            _ => "map".into(),
+        },
         Some(t) => t.into(),
         None if s.get("x-kubernetes-int-or-string").is_some() => "int-or-string".into(),
         None => "any".into(),
@@ -241,4 +273,28 @@ pub fn repository_examples() -> Vec<(String, String)> {
         }
     }
     out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Integer bounds read as integers, and a map's value rules are said at the map
+    /// (`resources.limits` and `requests`: a quantity's pattern).
+    #[test]
+    fn bounds_and_map_values_are_written_for_a_reader() {
+        let port = serde_json::json!({"type": "integer", "minimum": 1.0, "maximum": 65535.0});
+        assert_eq!(constraints(&port), "1–65535");
+        assert_eq!(constraints(&serde_json::json!({"minimum": 0.5})), "≥ 0.5");
+        let limits = serde_json::json!({
+            "type": "object", "maxProperties": 16,
+            "additionalProperties": {"x-kubernetes-int-or-string": true, "pattern": "^a|b$"}
+        });
+        assert_eq!(type_of(&limits), "map[string]int-or-string");
+        assert_eq!(constraints(&limits), "max entries 16; each value: pattern `^a\\|b$`");
+        let text = reference(&[]);
+        assert!(!text.contains(".0–"), "a float bound in the reference");
+        let row = text.lines().find(|l| l.starts_with("| `limits` |")).expect("the limits row");
+        assert!(row.contains("each value: pattern"), "{row}");
+    }
 }

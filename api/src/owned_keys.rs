@@ -1,7 +1,7 @@
 //! Label and annotation keys the operator writes on the router pods and Service, which the
-//! `deploymentPlan`'s `podLabels`, `podAnnotations` and `serviceAnnotations` may not set
-//! (issue 57): a user's value would fight the operator's on every apply, or, for the
-//! selector labels, take pods out of their own workload and Service.
+//! `deploymentPlan`'s `podLabels`, `podAnnotations` and `serviceAnnotations` may not set: a
+//! user's value would fight the operator's on every apply, or, for the selector labels,
+//! take pods out of their own workload and Service.
 //!
 //! The controller's builders use these same keys (`controller/src/labels.rs`,
 //! `controller/src/builders.rs`); a controller test holds every key its pod templates and

@@ -16,6 +16,8 @@
 //! `$` is written as [`LITERAL_DOLLAR`] and the container's environment carries
 //! [`DOLLAR_ENV`]` = "$"`.
 
+pub mod live;
+
 use std::borrow::Cow;
 
 use crate::{Connector, InterconnectSpec, LinkRole, Listener, Role, SslProfile};
@@ -392,9 +394,15 @@ const MAX_KEY: usize = 17;
 /// Longest entity name (`sslProfile`).
 const MAX_ENTITY: usize = 10;
 /// Most bytes of an attribute value that are not the spec's own text: a constant or derived
-/// value (a role such as `"route-container"`, an `i32`, `"${HOSTNAME}"`), or what a
-/// certificate path adds to the names in it (quotes, [`CERTS_DIR`], slashes, `/tls.key`).
-const MAX_VALUE_OVERHEAD: usize = CERTS_DIR.len() + 12;
+/// value (a role such as `"route-container"`, an `i32`, `"${HOSTNAME}"`), what a
+/// certificate path adds to the names in it (quotes, [`CERTS_DIR`], slashes, `/tls.key`),
+/// or a generated name ([`live::generated_name`] with its quotes and a repeat's `-NNNN`:
+/// `"qdr-operator-link-route-` and 12 hex digits, 44 bytes at most).
+const MAX_VALUE_OVERHEAD: usize = {
+    let path = CERTS_DIR.len() + 12;
+    let name = 2 + live::NAME_PREFIX.len() + "link-route-".len() + 12 + 5;
+    if path > name { path } else { name }
+};
 /// Most times one string of the spec is written: an sslProfile's name names the section
 /// and is in its three certificate paths.
 const MAX_REPEATS: usize = 4;
@@ -424,7 +432,8 @@ pub fn rendered_len_bound(spec: &InterconnectSpec, spec_json_len: usize) -> usiz
     4 + (items + 2) * section + MAX_REPEATS * LITERAL_DOLLAR.len() * spec_json_len
 }
 
-/// The configuration of the routers of Interconnect `spec` (already defaulted).
+/// The configuration of the routers of Interconnect `spec` (already defaulted), every live
+/// entity named ([`live::named`]).
 pub fn router_config(spec: &InterconnectSpec) -> RouterConfig<'_> {
     let mode = if spec.role() == Role::Edge { "edge" } else { "interior" };
     let mut sections = vec![Section::new("router").s("mode", Some(mode)).env("id", "HOSTNAME")];
@@ -491,7 +500,7 @@ pub fn router_config(spec: &InterconnectSpec) -> RouterConfig<'_> {
         );
     }
     sections.extend(spec.every_connector().map(|(role, _, c)| connector(c, role)));
-    RouterConfig { sections }
+    live::named(RouterConfig { sections })
 }
 
 #[cfg(test)]

@@ -650,8 +650,9 @@ pub const MAX_STATUS_PODS: usize = 1024;
 #[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, JsonSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct InterconnectStatus {
-    /// Latest observations: `Ready`, `Available`, `Progressing`, `Degraded` and
-    /// `SpecValid` (Kubernetes API conventions; one entry per type).
+    /// Latest observations, one entry per type (Kubernetes API conventions): `Ready`,
+    /// `Available`, `Progressing`, `Degraded`, `SpecValid` and, while the controller reads
+    /// the routers, `MeshConnected` and `ConfigApplied`.
     #[serde(default, deserialize_with = "lenient_conditions")]
     #[schemars(schema_with = "conditions_schema")]
     pub conditions: Vec<Condition>,

@@ -1,4 +1,4 @@
-//! The mesh as the routers see it (design: `docs/mesh-status.md`, issue 39): management
+//! The mesh as the routers see it (design: `docs/mesh-status.md`): management
 //! answers of each router ([`reader`] asks one router) → a [`RouterView`] → the
 //! [`MeshReport`] of one Interconnect, with the `MeshConnected` condition it implies. The
 //! read schedule is `reconcile/read.rs`'s, the status `reconcile/status.rs`'s.
@@ -15,6 +15,7 @@
 
 pub mod answer;
 pub mod links;
+pub mod live;
 pub mod management;
 pub mod pool;
 pub mod reader;

@@ -109,4 +109,16 @@ mod tests {
         assert!(is_condition_reason("Ready", "Unschedulable") && !is_condition_reason("Ready", "Applied"));
         assert!(is_event_reason("Warning", "CAReplaced") && !is_event_reason("Normal", "CAReplaced"));
     }
+
+    /// The API reference and `kubectl explain` describe `status.conditions` from the CRD:
+    /// it names every condition type the controller sets.
+    #[test]
+    fn the_crd_names_every_condition_type() {
+        let crd = serde_json::to_value(qdr_api::crd()).unwrap();
+        let status = &crd["spec"]["versions"][0]["schema"]["openAPIV3Schema"]["properties"]["status"];
+        let said = status["properties"]["conditions"]["description"].as_str().unwrap();
+        for (t, _) in CONDITIONS {
+            assert!(said.contains(&format!("`{t}`")), "status.conditions does not name {t}: {said}");
+        }
+    }
 }

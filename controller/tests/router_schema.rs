@@ -334,19 +334,19 @@ fn default_interior_config_is_rendered_exactly() {
     let text = router_config(&defaults(&ic).spec).render();
     let expected = r#"[
   ["router", {"mode": "interior", "id": "${HOSTNAME}"}],
-  ["listener", {"role": "normal", "host": "0.0.0.0", "port": 5672}],
-  ["listener", {"role": "normal", "host": "0.0.0.0", "port": 8080, "http": true, "authenticatePeer": true}],
-  ["listener", {"role": "normal", "host": "0.0.0.0", "port": 5671, "sslProfile": "default"}],
+  ["listener", {"name": "qdr-operator-listener-ce33267aa3af", "role": "normal", "host": "0.0.0.0", "port": 5672}],
+  ["listener", {"name": "qdr-operator-listener-52f91067dcf6", "role": "normal", "host": "0.0.0.0", "port": 8080, "http": true, "authenticatePeer": true}],
+  ["listener", {"name": "qdr-operator-listener-f68a13891d4a", "role": "normal", "host": "0.0.0.0", "port": 5671, "sslProfile": "default"}],
   ["listener", {"name": "health-and-stats", "host": "0.0.0.0", "port": 8888, "http": true, "healthz": true, "metrics": true, "websockets": false, "httpRootDir": "invalid"}],
   ["listener", {"role": "inter-router", "host": "0.0.0.0", "port": 55671, "saslMechanisms": "EXTERNAL", "authenticatePeer": true, "sslProfile": "inter-router"}],
   ["listener", {"role": "edge", "host": "0.0.0.0", "port": 45672}],
   ["sslProfile", {"name": "default", "certFile": "/etc/qpid-dispatch-certs/default/mesh-default-credentials/tls.crt", "privateKeyFile": "/etc/qpid-dispatch-certs/default/mesh-default-credentials/tls.key"}],
   ["sslProfile", {"name": "inter-router", "certFile": "/etc/qpid-dispatch-certs/inter-router/mesh-inter-router-credentials/tls.crt", "privateKeyFile": "/etc/qpid-dispatch-certs/inter-router/mesh-inter-router-credentials/tls.key", "caCertFile": "/etc/qpid-dispatch-certs/inter-router/mesh-inter-router-credentials/ca.crt"}],
-  ["address", {"prefix": "closest", "distribution": "closest"}],
-  ["address", {"prefix": "multicast", "distribution": "multicast"}],
-  ["address", {"prefix": "unicast", "distribution": "closest"}],
-  ["address", {"prefix": "exclusive", "distribution": "closest"}],
-  ["address", {"prefix": "broadcast", "distribution": "multicast"}]
+  ["address", {"name": "qdr-operator-address-10d765bf3089", "prefix": "closest", "distribution": "closest"}],
+  ["address", {"name": "qdr-operator-address-df0ead89b233", "prefix": "multicast", "distribution": "multicast"}],
+  ["address", {"name": "qdr-operator-address-1a3fe2a4f007", "prefix": "unicast", "distribution": "closest"}],
+  ["address", {"name": "qdr-operator-address-80196e6d1bec", "prefix": "exclusive", "distribution": "closest"}],
+  ["address", {"name": "qdr-operator-address-1d1500031e42", "prefix": "broadcast", "distribution": "multicast"}]
 ]
 "#;
     assert_eq!(text, expected);

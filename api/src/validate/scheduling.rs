@@ -1,4 +1,4 @@
-//! The scheduling and metadata fields of `deploymentPlan` (issue 57): `tolerations`,
+//! The scheduling and metadata fields of `deploymentPlan`: `tolerations`,
 //! `nodeSelector`, `topologySpreadConstraints`, `priorityClassName`, `podLabels`,
 //! `podAnnotations` and `serviceAnnotations`. Each is Kubernetes' own type, judged here the
 //! way the API server judges it in a pod or Service (`k8s.io/kubernetes/pkg/apis/core/validation`,

@@ -1,5 +1,5 @@
-//! The inter-router connectors the controller keeps on interior routers (issue 57,
-//! docs/mesh-status.md, "Who links the routers").
+//! The inter-router connectors the controller keeps on interior routers
+//! (docs/mesh-status.md, "Who links the routers").
 //!
 //! The image's `auto_mesh.py` (`QDROUTERD_AUTO_MESH_DISCOVERY=QUERY`) lists the namespace's
 //! pods before the router starts and waits until **every** pod labelled as a router has an
@@ -95,6 +95,8 @@ pub enum Attribute {
     Text(String),
     /// A boolean.
     Bool(bool),
+    /// An integer (a cost, a capacity, a phase).
+    Int(i64),
 }
 
 /// The connectors router pod `pod` should hold: one to each of `peers` (pod name and IP)

@@ -235,6 +235,7 @@ impl Links {
             let v = match v {
                 Attribute::Text(t) => Value::from(t),
                 Attribute::Bool(b) => Value::Bool(b),
+                Attribute::Int(i) => Value::Long(i),
             };
             (Value::from(k), v)
         });

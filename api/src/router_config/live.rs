@@ -1,0 +1,171 @@
+//! Which entities of a router configuration a running qdrouterd 1.19 takes through AMQP
+//! management, and the names they carry (docs/live-configuration.md).
+//!
+//! A configuration splits in two ([`split`]): the **start-up part**, which a router reads
+//! only when it starts (the `router` entity, the health and management listeners, the
+//! `inter-router` and `edge` listeners the mesh dials, every `sslProfile`: its files are
+//! Secrets mounted in the pod), and the **live entities**: `address`, `linkRoute`,
+//! `autoLink`, every connector and the `normal` and `route-container` listeners. Measured on
+//! the router (the page's table): each live type answers `CREATE` with 201 and `DELETE` with
+//! 204, none has `UPDATE` (the schema lists `CREATE` and `DELETE` only; connectors and
+//! listeners answer 501, addresses, link routes and auto-links never answer).
+//!
+//! Every live entity has a name ([`named`]), so that the controller can delete it: the
+//! user's for a named connector or listener, else `qdr-operator-<kind>-<hash>` with
+//! `<hash>` the first 12 hex digits of the SHA-256 of the section's attributes as rendered
+//! (`-2`, `-3`, ... for a repeat). A changed address, link route or auto-link is thus a new
+//! name.
+
+use std::borrow::Cow;
+use std::collections::BTreeMap;
+
+use sha2::Digest;
+
+use super::{MANAGEMENT_LISTENER, RouterConfig, Section, Value};
+use crate::messages::HEALTH_LISTENER;
+
+/// The start of every name [`named`] gives.
+pub const NAME_PREFIX: &str = "qdr-operator-";
+
+/// The live entity types in the order they are created (and the reverse of the order they
+/// are deleted): what a link route or auto-link names in `connection` exists before it and
+/// is gone only after it.
+pub const CREATE_ORDER: [&str; 5] = ["connector", "listener", "address", "linkRoute", "autoLink"];
+
+/// Whether `section` is live: written to running routers through management rather than
+/// read at start ([module docs](self)).
+pub fn is_live(section: &Section<'_>) -> bool {
+    match section.entity {
+        "address" | "linkRoute" | "autoLink" | "connector" => true,
+        "listener" => {
+            let named = |n: &str| section.get("name") == Some(&Value::Str(Cow::Borrowed(n)));
+            let role = section.get("role");
+            let client = |r: &str| role == Some(&Value::Str(Cow::Borrowed(r)));
+            !named(HEALTH_LISTENER)
+                && !named(MANAGEMENT_LISTENER)
+                && (client("normal") || client("route-container"))
+        }
+        _ => false,
+    }
+}
+
+/// The kind word of a generated name: `address`, `link-route`, `auto-link`, `connector`,
+/// `listener`.
+fn kind_word(entity: &str) -> &str {
+    match entity {
+        "linkRoute" => "link-route",
+        "autoLink" => "auto-link",
+        other => other,
+    }
+}
+
+/// The name [`named`] gives an unnamed live section: `qdr-operator-<kind>-<12 hex digits>`,
+/// the digits from the SHA-256 of its attributes as rendered (`"key": value` in emission
+/// order, each followed by a newline).
+pub fn generated_name(section: &Section<'_>) -> String {
+    let mut text = Vec::new();
+    for (k, v) in &section.attrs {
+        text.extend_from_slice(k.as_bytes());
+        text.extend_from_slice(b": ");
+        text.extend_from_slice(v.to_string().as_bytes());
+        text.push(b'\n');
+    }
+    let digest = sha2::Sha256::digest(&text);
+    let hex: String = digest.iter().take(6).map(|b| format!("{b:02x}")).collect();
+    format!("{NAME_PREFIX}{}-{hex}", kind_word(section.entity))
+}
+
+/// `config` with a `name` first in every live section that has none ([`generated_name`],
+/// with `-2`, `-3`, ... for a repeat of the same attributes). Start-up sections and named
+/// ones are left as they are.
+pub fn named(mut config: RouterConfig<'_>) -> RouterConfig<'_> {
+    let mut seen: BTreeMap<String, usize> = BTreeMap::new();
+    for s in &mut config.sections {
+        if !is_live(s) || s.get("name").is_some() {
+            continue;
+        }
+        let base = generated_name(s);
+        let n = seen.entry(base.clone()).or_insert(0);
+        *n += 1;
+        let name = if *n == 1 { base } else { format!("{base}-{n}") };
+        s.attrs.insert(0, ("name", Value::Str(Cow::Owned(name))));
+    }
+    config
+}
+
+/// `config` in its two parts, each in the configuration's order: the start-up part and the
+/// live entities ([`is_live`]).
+pub fn split<'a>(config: &RouterConfig<'a>) -> (RouterConfig<'a>, RouterConfig<'a>) {
+    let (live, start_up): (Vec<_>, Vec<_>) = config.sections.iter().cloned().partition(|s| is_live(s));
+    (RouterConfig { sections: start_up }, RouterConfig { sections: live })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn section(entity: &'static str, attrs: &[(&'static str, Value<'static>)]) -> Section<'static> {
+        Section { entity, attrs: attrs.to_vec() }
+    }
+    fn s(v: &'static str) -> Value<'static> {
+        Value::Str(Cow::Borrowed(v))
+    }
+
+    #[test]
+    fn client_entities_are_live_and_what_a_router_reads_at_start_is_not() {
+        let live = [
+            section("address", &[("prefix", s("a"))]),
+            section("linkRoute", &[("prefix", s("q"))]),
+            section("autoLink", &[("address", s("q"))]),
+            section("connector", &[("name", s("broker")), ("role", s("route-container"))]),
+            section("connector", &[("name", s("up")), ("role", s("inter-router"))]),
+            section("listener", &[("name", s("amqp")), ("role", s("normal"))]),
+            section("listener", &[("role", s("route-container"))]),
+        ];
+        let start_up = [
+            section("router", &[("mode", s("interior"))]),
+            section("listener", &[("name", s(HEALTH_LISTENER)), ("http", Value::Bool(true))]),
+            section("listener", &[("name", s(MANAGEMENT_LISTENER)), ("role", s("normal"))]),
+            section("listener", &[("name", s("mesh")), ("role", s("inter-router"))]),
+            section("listener", &[("name", s("edges")), ("role", s("edge"))]),
+            section("sslProfile", &[("name", s("tls"))]),
+        ];
+        assert!(live.iter().all(is_live));
+        assert!(!start_up.iter().any(is_live));
+        let all = RouterConfig { sections: start_up.iter().chain(&live).cloned().collect() };
+        let (a, b) = split(&all);
+        assert_eq!((a.sections, b.sections), (start_up.to_vec(), live.to_vec()));
+    }
+
+    #[test]
+    fn unnamed_live_sections_get_a_name_from_their_attributes() {
+        let config = RouterConfig {
+            sections: vec![
+                section("router", &[("mode", s("interior"))]),
+                section("address", &[("prefix", s("a")), ("distribution", s("closest"))]),
+                section("address", &[("prefix", s("a")), ("distribution", s("multicast"))]),
+                section("address", &[("prefix", s("a")), ("distribution", s("closest"))]),
+                section("linkRoute", &[("prefix", s("q")), ("direction", s("in"))]),
+                section("connector", &[("name", s("broker")), ("role", s("normal"))]),
+            ],
+        };
+        let named = named(config);
+        let names: Vec<String> =
+            named.sections.iter().map(|s| s.get("name").map(Value::to_string).unwrap_or_default()).collect();
+        assert_eq!(names[0], "", "the router section is not live");
+        assert!(
+            names[1].starts_with("\"qdr-operator-address-")
+                && names[1].len() == 2 + NAME_PREFIX.len() + 8 + 12,
+            "{}",
+            names[1]
+        );
+        assert_ne!(names[1], names[2], "other attributes, another name");
+        assert_eq!(names[3], format!("{}-2\"", names[1].trim_end_matches('"')), "a repeat");
+        assert!(names[4].starts_with("\"qdr-operator-link-route-"));
+        assert_eq!(names[5], "\"broker\"", "the user's name is kept");
+        assert_eq!(named.sections[1].attrs[0].0, "name", "the name comes first");
+        let again =
+            generated_name(&section("address", &[("prefix", s("a")), ("distribution", s("closest"))]));
+        assert_eq!(format!("\"{again}\""), names[1], "the same attributes, the same name, every time");
+    }
+}

@@ -1,0 +1,377 @@
+//! What to write to a running router so that it holds the live entities of the desired
+//! configuration (docs/live-configuration.md, "One visit to a router"): the pure half of
+//! the live apply. The entities come from `qdr_api::router_config::live` (which sections
+//! are live, their names); the reader sends the writes.
+//!
+//! qdrouterd 1.19 has no `UPDATE` for any live type, so a changed entity is deleted and
+//! created again. Every deletion of a visit comes before its creations (a second address
+//! with the same prefix is refused, `400 Already exists`; a second listener on a port in use
+//! is accepted and never listens), deletions from auto-links down to connectors and
+//! creations the other way ([`Kind`]'s order), and a changed connector takes the link
+//! routes and auto-links that name it in `connection` along: none ever names a connector
+//! that is missing.
+
+use std::collections::BTreeSet;
+
+use qdr_api::router_config::{RouterConfig, Value, live};
+
+use super::answer::{Cell, MAX_TEXT, cut};
+use super::links::{Attribute, MAX_WRITES};
+
+/// A live entity type, in creation order (deletion goes the other way).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub enum Kind {
+    /// `connector`.
+    Connector,
+    /// `listener` (roles `normal` and `route-container`).
+    Listener,
+    /// `address`.
+    Address,
+    /// `linkRoute`.
+    LinkRoute,
+    /// `autoLink`.
+    AutoLink,
+}
+
+impl Kind {
+    /// Every kind, in creation order (`qdr_api::router_config::live::CREATE_ORDER`).
+    pub const ALL: [Kind; 5] =
+        [Kind::Connector, Kind::Listener, Kind::Address, Kind::LinkRoute, Kind::AutoLink];
+
+    /// The kind of configuration section `entity` (`address`, ...), if live.
+    pub fn of(entity: &str) -> Option<Kind> {
+        Kind::ALL.into_iter().find(|k| k.entity() == entity)
+    }
+
+    /// The section name in the configuration file.
+    pub fn entity(self) -> &'static str {
+        live::CREATE_ORDER[self as usize]
+    }
+
+    /// The management entity type (qdrouter.json, 1.19.0).
+    pub fn management_type(self) -> &'static str {
+        match self {
+            Kind::Connector => "org.apache.qpid.dispatch.connector",
+            Kind::Listener => "org.apache.qpid.dispatch.listener",
+            Kind::Address => "org.apache.qpid.dispatch.router.config.address",
+            Kind::LinkRoute => "org.apache.qpid.dispatch.router.config.linkRoute",
+            Kind::AutoLink => "org.apache.qpid.dispatch.router.config.autoLink",
+        }
+    }
+
+    /// Whether a held entity of this kind is compared by its attributes as well as its
+    /// name. Addresses, link routes and auto-links carry their attributes' hash in their
+    /// name (and the router reads some back otherwise: a link route's prefix `queue.` as
+    /// `queue`); connectors and listeners keep the user's name, so a changed one is told by
+    /// its attributes.
+    fn compares_attributes(self) -> bool {
+        matches!(self, Kind::Connector | Kind::Listener)
+    }
+}
+
+/// One entity of the desired configuration, as a `CREATE` sends it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Desired {
+    /// Its type.
+    pub kind: Kind,
+    /// Its name (`qdr_api::router_config::live::named`).
+    pub name: String,
+    /// The attributes as rendered, `name` first; `port` as text (the schema's type), other
+    /// integers as integers.
+    pub attributes: Vec<(&'static str, Attribute)>,
+}
+
+impl Desired {
+    /// The value of attribute `key`, if set.
+    pub fn get(&self, key: &str) -> Option<&Attribute> {
+        self.attributes.iter().find(|(k, _)| *k == key).map(|(_, v)| v)
+    }
+}
+
+/// The live entities of `config` (already [`live::named`]), in the configuration's order.
+/// A section without a name (not named first) is left out: it could not be deleted.
+pub fn desired(config: &RouterConfig<'_>) -> Vec<Desired> {
+    let mut out = Vec::new();
+    for s in config.sections.iter().filter(|s| live::is_live(s)) {
+        let (Some(kind), Some(Value::Str(name))) = (Kind::of(s.entity), s.get("name")) else { continue };
+        let attributes = (s.attrs.iter())
+            .map(|(k, v)| {
+                let a = match v {
+                    Value::Str(t) => Attribute::Text(t.to_string()),
+                    Value::Env(var) => Attribute::Text(format!("${{{var}}}")),
+                    Value::Int(i) if *k == "port" => Attribute::Text(i.to_string()),
+                    Value::Int(i) => Attribute::Int(*i),
+                    Value::Bool(b) => Attribute::Bool(*b),
+                };
+                (*k, a)
+            })
+            .collect();
+        out.push(Desired { kind, name: name.to_string(), attributes });
+    }
+    out
+}
+
+/// One entity a router answered it holds.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Held {
+    /// Its type.
+    pub kind: Kind,
+    /// Its name.
+    pub name: String,
+    /// The attributes read (as the router typed them; text cut to [`MAX_TEXT`]).
+    pub attributes: Vec<(String, Cell)>,
+}
+
+impl Held {
+    fn get(&self, key: &str) -> &Cell {
+        self.attributes.iter().find(|(k, _)| k == key).map_or(&Cell::Null, |(_, v)| v)
+    }
+}
+
+/// Whether `held` reads back as `want` wrote it: text equal (as the reader cuts it), an
+/// integer as the same integer or its digits (the router types `port` as text), a boolean
+/// as the same boolean.
+fn same_value(want: &Attribute, held: &Cell) -> bool {
+    match (want, held) {
+        (Attribute::Text(w), Cell::Text(h)) => cut(w.clone(), MAX_TEXT) == *h,
+        (Attribute::Text(w), Cell::Int(h)) => *w == h.to_string(),
+        (Attribute::Int(w), Cell::Int(h)) => w == h,
+        (Attribute::Int(w), Cell::Text(h)) => w.to_string() == *h,
+        (Attribute::Bool(w), Cell::Bool(h)) => w == h,
+        _ => false,
+    }
+}
+
+/// Whether `held` is `want` as far as the router tells: the same name and, for a kind that
+/// [compares attributes](Kind::compares_attributes), every attribute `want` sets.
+fn holds(want: &Desired, held: &Held) -> bool {
+    want.kind == held.kind
+        && want.name == held.name
+        && (!want.kind.compares_attributes()
+            || want.attributes.iter().all(|(k, v)| same_value(v, held.get(k))))
+}
+
+/// The writes that bring a router holding `held` to `desired`.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Plan {
+    /// Entities to `DELETE`, in order (auto-links first, connectors last).
+    pub deletes: Vec<Held>,
+    /// Entities to `CREATE` after the deletes, in order (connectors first).
+    pub creates: Vec<Desired>,
+}
+
+impl Plan {
+    /// Whether there is nothing to write.
+    pub fn is_empty(&self) -> bool {
+        self.deletes.is_empty() && self.creates.is_empty()
+    }
+}
+
+/// What to write to a router that holds `held` so that it holds `desired`, at most
+/// [`MAX_WRITES`] writes (the rest waits for the next visit; deletions are cut from the
+/// connectors' end and creations from the auto-links' end, so what is left undone never
+/// leaves a link naming a missing connector). `keep` says which held entities are not this
+/// plan's to delete: the start-up part's, the controller's mesh connectors.
+///
+/// Deleted: a held entity not desired, a desired one that differs ([`Kind::compares_attributes`]),
+/// and a link route or auto-link whose `connection` names a connector or listener deleted
+/// here. Created: every desired entity not held as it is, or deleted here.
+pub fn plan(desired: &[Desired], held: &[Held], keep: &dyn Fn(Kind, &str) -> bool) -> Plan {
+    let want = |h: &Held| desired.iter().find(|d| d.kind == h.kind && d.name == h.name);
+    let mut deleted: BTreeSet<(Kind, &str)> = BTreeSet::new();
+    for h in held.iter().filter(|h| !keep(h.kind, &h.name)) {
+        if want(h).is_none_or(|d| !holds(d, h)) {
+            deleted.insert((h.kind, &h.name));
+        }
+    }
+    let gone: BTreeSet<&str> = (deleted.iter())
+        .filter(|(k, _)| matches!(k, Kind::Connector | Kind::Listener))
+        .map(|(_, n)| *n)
+        .collect();
+    for h in held.iter().filter(|h| matches!(h.kind, Kind::LinkRoute | Kind::AutoLink)) {
+        if h.get("connection").text().is_some_and(|c| gone.contains(c)) && !keep(h.kind, &h.name) {
+            deleted.insert((h.kind, &h.name));
+        }
+    }
+    let mut deletes: Vec<Held> =
+        held.iter().filter(|h| deleted.contains(&(h.kind, h.name.as_str()))).cloned().collect();
+    deletes.sort_by_key(|h| std::cmp::Reverse(h.kind));
+    deletes.dedup_by(|a, b| a.kind == b.kind && a.name == b.name);
+    let present =
+        |d: &Desired| held.iter().any(|h| holds(d, h)) && !deleted.contains(&(d.kind, d.name.as_str()));
+    let mut creates: Vec<Desired> = desired.iter().filter(|d| !present(d)).cloned().collect();
+    creates.sort_by_key(|d| d.kind);
+    deletes.truncate(MAX_WRITES);
+    creates.truncate(MAX_WRITES - deletes.len());
+    Plan { deletes, creates }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn text(s: &str) -> Attribute {
+        Attribute::Text(s.into())
+    }
+
+    fn want(kind: Kind, name: &str, attrs: &[(&'static str, Attribute)]) -> Desired {
+        let mut attributes = vec![("name", text(name))];
+        attributes.extend(attrs.iter().cloned());
+        Desired { kind, name: name.into(), attributes }
+    }
+
+    /// What a router answers holding `d`, as it types attributes (`port` as text).
+    fn held(d: &Desired) -> Held {
+        let attributes = (d.attributes.iter())
+            .map(|(k, v)| {
+                let cell = match v {
+                    Attribute::Text(t) => Cell::Text(t.clone()),
+                    Attribute::Int(i) => Cell::Int(*i),
+                    Attribute::Bool(b) => Cell::Bool(*b),
+                };
+                (k.to_string(), cell)
+            })
+            .collect();
+        Held { kind: d.kind, name: d.name.clone(), attributes }
+    }
+
+    fn never(_: Kind, _: &str) -> bool {
+        false
+    }
+
+    fn names(p: &Plan) -> (Vec<&str>, Vec<&str>) {
+        (
+            p.deletes.iter().map(|h| h.name.as_str()).collect(),
+            p.creates.iter().map(|d| d.name.as_str()).collect(),
+        )
+    }
+
+    fn network() -> Vec<Desired> {
+        vec![
+            want(
+                Kind::Connector,
+                "broker",
+                &[("host", text("b")), ("port", text("5672")), ("cost", Attribute::Int(1))],
+            ),
+            want(Kind::Listener, "amqp", &[("port", text("5672"))]),
+            want(Kind::Address, "qdr-operator-address-1", &[("prefix", text("a"))]),
+            want(Kind::LinkRoute, "qdr-operator-link-route-1", &[("connection", text("broker"))]),
+            want(Kind::AutoLink, "qdr-operator-auto-link-1", &[("connection", text("broker"))]),
+            want(Kind::LinkRoute, "qdr-operator-link-route-2", &[("connection", text("other"))]),
+        ]
+    }
+
+    #[test]
+    fn a_router_holding_nothing_gets_everything_connectors_first() {
+        let p = plan(&network(), &[], &never);
+        assert!(p.deletes.is_empty());
+        let kinds: Vec<Kind> = p.creates.iter().map(|d| d.kind).collect();
+        assert!(kinds.is_sorted(), "{kinds:?}");
+        assert_eq!(p.creates.len(), 6);
+    }
+
+    #[test]
+    fn a_router_holding_the_configuration_gets_nothing() {
+        let all: Vec<Held> = network().iter().map(held).collect();
+        assert!(plan(&network(), &all, &never).is_empty());
+    }
+
+    #[test]
+    fn a_changed_connector_takes_the_links_that_name_it_along() {
+        let mut old = network();
+        old[0] = want(
+            Kind::Connector,
+            "broker",
+            &[("host", text("old")), ("port", text("5672")), ("cost", Attribute::Int(1))],
+        );
+        let p = plan(&network(), &old.iter().map(held).collect::<Vec<_>>(), &never);
+        assert_eq!(
+            names(&p),
+            (
+                vec!["qdr-operator-auto-link-1", "qdr-operator-link-route-1", "broker"],
+                vec!["broker", "qdr-operator-link-route-1", "qdr-operator-auto-link-1"]
+            ),
+            "links out before the connector goes, back after it is created; link-route-2 names another"
+        );
+    }
+
+    #[test]
+    fn what_is_not_desired_goes_and_what_is_kept_stays() {
+        let mut all: Vec<Held> = network().iter().map(held).collect();
+        all.push(held(&want(Kind::Address, "address/0", &[("prefix", text("old"))])));
+        all.push(held(&want(Kind::Connector, "qdr-operator-mesh-r-a", &[])));
+        all.push(held(&want(Kind::Listener, "health-and-stats", &[])));
+        let keep = |_: Kind, n: &str| n.starts_with("qdr-operator-mesh-") || n == "health-and-stats";
+        assert_eq!(names(&plan(&network(), &all, &keep)), (vec!["address/0"], vec![]));
+    }
+
+    #[test]
+    fn a_connector_changed_by_hand_is_put_back_and_read_back_types_are_the_routers() {
+        let mut all: Vec<Held> = network().iter().map(held).collect();
+        // The router answers the port as text and cost as an integer: the same values.
+        all[0].attributes[2].1 = Cell::Text("5672".into());
+        assert!(plan(&network(), &all, &never).is_empty());
+        all[0].attributes[1].1 = Cell::Text("elsewhere".into());
+        let p = plan(&network(), &all, &never);
+        let (deletes, creates) = names(&p);
+        assert_eq!(deletes.last(), Some(&"broker"));
+        assert_eq!(creates.first(), Some(&"broker"));
+        // An address is told by its name only: the router reads some attributes back otherwise.
+        all = network().iter().map(held).collect();
+        all[2].attributes[1].1 = Cell::Text("a.".into());
+        assert!(plan(&network(), &all, &never).is_empty());
+    }
+
+    #[test]
+    fn long_text_compares_as_the_reader_cuts_it() {
+        let long = "h".repeat(3 * MAX_TEXT);
+        let d = want(Kind::Connector, "c", &[("host", text(&long))]);
+        let mut h = held(&d);
+        h.attributes[1].1 = Cell::Text(cut(long, MAX_TEXT));
+        assert!(plan(std::slice::from_ref(&d), &[h], &never).is_empty());
+    }
+
+    #[test]
+    fn writes_are_bounded_and_cut_where_nothing_dangles() {
+        let many: Vec<Held> =
+            (0..MAX_WRITES).map(|i| held(&want(Kind::Address, &format!("gone-{i}"), &[]))).collect();
+        let mut all = many;
+        all.push(held(&want(Kind::Connector, "old-broker", &[])));
+        let want = network();
+        let p = plan(&want, &all, &never);
+        assert_eq!(p.deletes.len() + p.creates.len(), MAX_WRITES);
+        assert!(p.deletes.iter().all(|h| h.kind == Kind::Address), "the connector's deletion waits");
+        assert!(p.creates.is_empty());
+    }
+
+    #[test]
+    fn desired_entities_come_from_the_named_live_sections() {
+        let mut spec: qdr_api::InterconnectSpec = serde_json::from_value(serde_json::json!({
+            "deploymentPlan": {"role": "interior"},
+            "addresses": [{"prefix": "a$b", "distribution": "multicast"}],
+            "connectors": [{"name": "broker", "host": "b", "port": 5672, "routeContainer": true}],
+            "linkRoutes": [{"prefix": "q.", "direction": "in", "connection": "broker"}]
+        }))
+        .unwrap();
+        qdr_api::apply_defaults("live", &mut spec);
+        let config = live::named(qdr_api::router_config::router_config(&spec));
+        let d = desired(&config);
+        let kinds: Vec<Kind> = d.iter().map(|d| d.kind).collect();
+        assert!(
+            kinds.contains(&Kind::Address)
+                && kinds.contains(&Kind::LinkRoute)
+                && kinds.contains(&Kind::Connector)
+        );
+        let address = d.iter().find(|d| d.kind == Kind::Address).unwrap();
+        assert_eq!(
+            address.get("prefix"),
+            Some(&text("a$b")),
+            "a `$` is sent as it is: no variable expansion here"
+        );
+        assert!(address.name.starts_with("qdr-operator-address-"));
+        let broker = d.iter().find(|d| d.kind == Kind::Connector).unwrap();
+        assert_eq!(broker.get("port"), Some(&text("5672")), "the schema types port as a string");
+        assert_eq!(broker.get("role"), Some(&text("route-container")));
+        assert!(d.iter().all(|d| d.attributes[0] == ("name", text(&d.name))));
+    }
+}
