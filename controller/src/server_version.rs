@@ -42,6 +42,33 @@ pub fn check(info: &Info) -> Result<(), String> {
 mod tests {
     use super::*;
 
+    /// One Kubernetes minimum everywhere an install states one: the chart's `kubeVersion`,
+    /// the CSV's `minKubeVersion` and the install page say [`OLDEST`].
+    #[test]
+    fn every_install_states_the_same_oldest_kubernetes() {
+        let root = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("..");
+        let read = |p: &str| std::fs::read_to_string(root.join(p)).unwrap_or_else(|e| panic!("{p}: {e}"));
+        let (major, minor) = OLDEST;
+        let chart = read("deploy/helm/qdr-operator/Chart.yaml");
+        assert!(
+            chart.contains(&format!("kubeVersion: \">={major}.{minor}.0-0\"")),
+            "Chart.yaml's kubeVersion"
+        );
+        for csv in ["deploy/olm/csv.yaml", "bundle/manifests/qdr-operator.clusterserviceversion.yaml"] {
+            let text = read(csv);
+            let line = text.lines().find(|l| l.trim_start().starts_with("minKubeVersion:")).expect(csv);
+            assert_eq!(
+                line.split(':').nth(1).unwrap().trim().trim_matches('"'),
+                format!("{major}.{minor}.0"),
+                "{csv}"
+            );
+        }
+        assert!(
+            read("docs/install.md").contains(&format!("Kubernetes **{major}.{minor} or newer**")),
+            "docs/install.md"
+        );
+    }
+
     fn info(major: &str, minor: &str) -> Info {
         Info {
             major: major.into(),

@@ -216,6 +216,18 @@ fn troubleshooting_lists_exactly_the_reasons_the_controller_emits() {
     assert_eq!(listed, emitted, "the page's Events table and qdr_controller::reasons::EVENTS differ");
 }
 
+/// The book (mdBook, no preprocessors) shows a Mermaid or other diagram block as its source
+/// text: every picture is a Graphviz `.dot` drawn to SVG instead.
+#[test]
+fn no_page_has_a_diagram_block_the_book_prints_as_text() {
+    for page in pages() {
+        let text = std::fs::read_to_string(root().join("docs").join(&page)).unwrap();
+        for info in ["```mermaid", "```plantuml", "```dot", "```graphviz"] {
+            assert!(!text.contains(info), "docs/{page} has a {info} block, which the book prints as text");
+        }
+    }
+}
+
 /// The committed pictures (`docs/diagrams/*.svg`, shown where the pages are read as plain
 /// Markdown) are what Graphviz draws from their `.dot` sources now (`make docs` redraws them).
 #[test]
