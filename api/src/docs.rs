@@ -97,10 +97,11 @@ fn type_of(s: &Value) -> String {
     }
 }
 
-/// `d` on one line, with `|` escaped for a table cell, and `<` and `>` outside code spans
-/// as HTML entities: Kubernetes' own descriptions (e.g. a toleration's `<key,value,effect>`)
-/// would otherwise be read as HTML tags by the book.
-fn one_line(d: &str) -> String {
+/// `d` as one Markdown table cell: on one line, with `|` escaped, and `<` and `>` outside
+/// code spans as HTML entities: Kubernetes' own descriptions (e.g. a toleration's
+/// `<key,value,effect>`) and help texts (`<svc>`) would otherwise be read as HTML tags by
+/// the book. Also used by the flags reference (`qdr_startup::flags_reference`).
+pub fn table_cell(d: &str) -> String {
     let line = d.split_whitespace().collect::<Vec<_>>().join(" ").replace('|', "\\|");
     let mut out = String::with_capacity(line.len());
     let mut code = false;
@@ -142,7 +143,7 @@ fn section(
 ) {
     let _ = writeln!(out, "### {explain}\n");
     if let Some(d) = s.get("description").and_then(Value::as_str) {
-        let _ = writeln!(out, "{}\n", one_line(d));
+        let _ = writeln!(out, "{}\n", table_cell(d));
     }
     let rules: Vec<&Value> =
         s.get("x-kubernetes-validations").and_then(Value::as_array).into_iter().flatten().collect();
@@ -182,7 +183,7 @@ fn section(
             if required.contains(&name.as_str()) { "yes" } else { "no" },
             default.unwrap_or_default(),
             cons,
-            one_line(p.get("description").and_then(Value::as_str).unwrap_or_default())
+            table_cell(p.get("description").and_then(Value::as_str).unwrap_or_default())
         );
         if nested {
             let inner = p.get("items").filter(|i| i.get("properties").is_some()).unwrap_or(p).clone();

@@ -143,6 +143,7 @@ const USER_AGENT: &str = concat!("qdr-controller/", env!("CARGO_PKG_VERSION"));
 
 #[tokio::main]
 async fn main() -> Result<(), Box<dyn std::error::Error>> {
+    qdr_startup::print_flags_reference_if_asked(<Args as clap::CommandFactory>::command());
     qdr_startup::bound_allocator();
     let args = Args::parse();
     let mut lifetimes = Lifetimes::new(args.router_ca_lifetime, args.router_cert_lifetime);

@@ -2,7 +2,8 @@
 //! [`LogFormat`], the process-wide rustls crypto provider (ring, the only one in the
 //! dependency graph), a Kubernetes client whose requests carry the program's `User-Agent`
 //! (so audit logs and the API server's request metrics name it), the signal that starts
-//! a graceful shutdown, and the bounds of glibc's allocator ([`bound_allocator`]).
+//! a graceful shutdown, the bounds of glibc's allocator ([`bound_allocator`]), and the
+//! reference of the program's flags ([`flags_reference`], `docs/flags.md`).
 
 /// How log lines are written to standard error.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default, clap::ValueEnum)]
@@ -77,5 +78,88 @@ pub fn bound_allocator() {
     unsafe {
         libc::mallopt(libc::M_ARENA_MAX, 2);
         libc::mallopt(libc::M_MMAP_THRESHOLD, 128 * 1024);
+    }
+}
+
+/// The argument that makes a program print its [`flags_reference`] and exit, before any
+/// other argument is parsed or anything is started (`make flags-reference` and the docs test
+/// run it).
+pub const FLAGS_REFERENCE_ARG: &str = "--flags-reference";
+
+/// When the program was started with [`FLAGS_REFERENCE_ARG`] alone: prints the
+/// [`flags_reference`] of `command` (the program's `clap` command, from
+/// `<Args as clap::CommandFactory>::command()`) to standard output and exits 0.
+pub fn print_flags_reference_if_asked(command: clap::Command) {
+    let args: Vec<String> = std::env::args().skip(1).collect();
+    if args.len() == 1 && args[0] == FLAGS_REFERENCE_ARG {
+        print!("{}", flags_reference(&command));
+        std::process::exit(0);
+    }
+}
+
+/// A Markdown table of every option of `command`, in the order the program declares them:
+/// the flag, its environment variable, its default, and its help text on one line, with the
+/// values it accepts when they are a fixed list. Hidden options, `--help` and `--version` are
+/// left out.
+pub fn flags_reference(command: &clap::Command) -> String {
+    let mut out =
+        String::from("| Flag | Environment variable | Default | Description |\n|---|---|---|---|\n");
+    for a in command.get_arguments() {
+        let Some(long) = a.get_long() else { continue };
+        if a.is_hide_set() || long == "help" || long == "version" {
+            continue;
+        }
+        let env = a.get_env().map(|e| format!("`{}`", e.to_string_lossy())).unwrap_or_default();
+        let defaults: Vec<String> =
+            a.get_default_values().iter().map(|v| v.to_string_lossy().into_owned()).collect();
+        let default = if defaults.is_empty() { String::new() } else { format!("`{}`", defaults.join(",")) };
+        let help = a
+            .get_long_help()
+            .or_else(|| a.get_help())
+            .map(|h| qdr_api::docs::table_cell(&h.to_string()))
+            .unwrap_or_default();
+        let values: Vec<String> = a
+            .get_possible_values()
+            .iter()
+            .filter(|v| !v.is_hide_set())
+            .map(|v| format!("`{}`", v.get_name()))
+            .collect();
+        let help = match (values.is_empty(), help.ends_with('.') || help.is_empty()) {
+            (true, _) => help,
+            (false, true) => format!("{help} One of {}.", values.join(", ")).trim_start().to_string(),
+            (false, false) => format!("{help}. One of {}.", values.join(", ")),
+        };
+        out.push_str(&format!("| `--{long}` | {env} | {default} | {help} |\n"));
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[derive(clap::Parser)]
+    struct Example {
+        /// Where it listens: <host>:<port>, `<literal>`; a | b
+        #[arg(long, env = "EXAMPLE_LISTEN", default_value = "0.0.0.0:1")]
+        listen: String,
+        /// Log format
+        #[arg(long, value_enum, default_value = "text")]
+        log_format: LogFormat,
+        #[arg(long, hide = true)]
+        secret: bool,
+    }
+
+    #[test]
+    fn the_reference_is_one_row_per_visible_option() {
+        let text = flags_reference(&<Example as clap::CommandFactory>::command());
+        let rows: Vec<&str> = text.lines().skip(2).collect();
+        assert_eq!(
+            rows,
+            [
+                "| `--listen` | `EXAMPLE_LISTEN` | `0.0.0.0:1` | Where it listens: &lt;host&gt;:&lt;port&gt;, `<literal>`; a \\| b |",
+                "| `--log-format` |  | `text` | Log format. One of `text`, `json`. |",
+            ]
+        );
     }
 }

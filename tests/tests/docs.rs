@@ -216,6 +216,21 @@ fn troubleshooting_lists_exactly_the_reasons_the_controller_emits() {
     assert_eq!(listed, emitted, "the page's Events table and qdr_controller::reasons::EVENTS differ");
 }
 
+/// `docs/flags.md` is what `tools/flags/reference.sh` prints from the binaries built with the
+/// tests: every flag and environment variable as the programs' argument parsers declare them.
+#[test]
+fn the_flags_reference_is_what_the_programs_declare() {
+    let bin = qdr_tests::images::bin_dir();
+    let run = Command::new(root().join("tools/flags/reference.sh")).arg(&bin).output().unwrap();
+    assert!(run.status.success(), "tools/flags/reference.sh: {}", String::from_utf8_lossy(&run.stderr));
+    let printed = String::from_utf8(run.stdout).unwrap();
+    for flag in ["`--observe-mesh`", "`QDR_WEBHOOK_TLS_MODE`", "`--watch-namespaces`"] {
+        assert!(printed.contains(flag), "the reference lacks {flag}");
+    }
+    let committed = std::fs::read_to_string(root().join("docs/flags.md")).unwrap();
+    assert!(committed == printed, "docs/flags.md is stale: run `make flags-reference`");
+}
+
 /// The book (mdBook, no preprocessors) shows a Mermaid or other diagram block as its source
 /// text: every picture is a Graphviz `.dot` drawn to SVG instead.
 #[test]

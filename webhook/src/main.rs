@@ -166,6 +166,7 @@ const USER_AGENT: &str = concat!("qdr-webhook/", env!("CARGO_PKG_VERSION"));
 
 #[tokio::main]
 async fn main() -> Result<(), Box<dyn std::error::Error>> {
+    qdr_startup::print_flags_reference_if_asked(<Args as clap::CommandFactory>::command());
     let args = Args::parse();
     qdr_startup::init(args.log_format);
     qdr_startup::bound_allocator();
