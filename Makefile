@@ -4,7 +4,7 @@ SHELL := bash
 CARGO ?= cargo
 CARGO_TARGET_DIR_OR_DEFAULT := $(or $(CARGO_TARGET_DIR),target)
 
-.PHONY: help testbin router-image test fmt lint flags-reference crd monitoring docs api-reference bench run run-real images bundle deploy dev-cluster clean-testbin validate-command
+.PHONY: help testbin router-image test fmt lint flags-reference helm-values-reference crd monitoring docs api-reference bench run run-real images bundle deploy dev-cluster clean-testbin validate-command
 
 help: ## List the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  %-16s %s\n", $$1, $$2}'
@@ -32,6 +32,9 @@ api-reference: ## Regenerate docs/api-reference.md from the CRD (make test fails
 flags-reference: ## Regenerate docs/flags.md (every flag and environment variable of both programs, from their argument parsers; make test fails when it is stale)
 	$(CARGO) build --locked -p qdr-controller -p qdr-webhook --bin qdr-controller --bin qdr-webhook
 	tools/flags/reference.sh $(CARGO_TARGET_DIR_OR_DEFAULT)/debug > docs/flags.md
+
+helm-values-reference: ## Regenerate docs/helm-values.md (every value of the Helm chart, from the comments of its values.yaml; make test fails when it is stale)
+	$(CARGO) run --locked -q -p qdr-tests --bin helm-values-reference > docs/helm-values.md
 
 crd: ## Regenerate the committed CRD (deploy/ and the Helm chart's copy) from the API types
 	$(CARGO) run --locked -q -p qdr-api --bin crdgen > deploy/crds/interconnects.interconnectedcloud.github.io.yaml

@@ -20,6 +20,7 @@ pub mod amqp_peer;
 pub mod components;
 mod control_plane;
 pub mod day_two;
+pub mod helm_values;
 pub mod images;
 pub mod install;
 pub mod keys;

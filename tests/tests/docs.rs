@@ -4,7 +4,11 @@
 //!   resolves;
 //! - the troubleshooting page lists exactly the condition and Event reasons the controller
 //!   emits (`qdr_controller::reasons`);
-//! - the example topology picture is what `kubectl qdr topology -o dot` draws for its status;
+//! - the example topology picture is what `kubectl qdr topology -o dot` draws for its status,
+//!   every other picture is what Graphviz draws from its `.dot` source, and no page has a
+//!   diagram block the book would print as text;
+//! - the flags reference (`docs/flags.md`) is what both programs' argument parsers declare,
+//!   and the Helm values reference (`docs/helm-values.md`) is the chart's `values.yaml`;
 //! - the first page and the architecture page render in headless Chromium (Debian's) without
 //!   a script error, with screenshots kept in `target/test-artifacts/docs/`;
 //! - every `make` target the book or the README names exists, and every command of a
@@ -229,6 +233,21 @@ fn the_flags_reference_is_what_the_programs_declare() {
     }
     let committed = std::fs::read_to_string(root().join("docs/flags.md")).unwrap();
     assert!(committed == printed, "docs/flags.md is stale: run `make flags-reference`");
+}
+
+/// `docs/helm-values.md` is what `qdr_tests::helm_values` makes of the chart's `values.yaml`
+/// now, and names every top-level value.
+#[test]
+fn the_helm_values_reference_is_the_charts_values() {
+    use qdr_tests::helm_values::{PAGE_PATH, VALUES_PATH, reference};
+    let values = std::fs::read_to_string(root().join(VALUES_PATH)).unwrap();
+    let page = reference(&values);
+    for top in values.lines().filter(|l| !l.starts_with([' ', '#']) && l.contains(':')) {
+        let key = top.split(':').next().unwrap();
+        assert!(page.contains(&format!("| `{key}")), "the reference lacks {key}");
+    }
+    let committed = std::fs::read_to_string(root().join(PAGE_PATH)).unwrap();
+    assert!(committed == page, "{PAGE_PATH} is stale: run `make helm-values-reference`");
 }
 
 /// The book (mdBook, no preprocessors) shows a Mermaid or other diagram block as its source
