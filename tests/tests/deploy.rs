@@ -1,6 +1,7 @@
 //! The cluster-admin install (`deploy/`, a kustomize base) against the real API server: it
 //! applies cleanly with `--dry-run=server`, and both Deployments' pods are admitted under the
-//! Pod Security "restricted" level that the namespace enforces.
+//! Pod Security "restricted" level that the namespace enforces. Also the GitHub Actions
+//! workflows, checked by actionlint (built in the same tool group as helm).
 
 use std::io::Write;
 use std::process::{Command, Output, Stdio};
@@ -602,4 +603,30 @@ async fn the_monitoring_objects_are_accepted_by_the_prometheus_operators_crds() 
         off.iter().all(|d| !kinds[..2].contains(&d["kind"].as_str().unwrap_or_default())),
         "off by default"
     );
+}
+
+/// The GitHub Actions workflows (`.github/workflows/`) pass actionlint (the pinned build,
+/// `tools/testbin/actionlint`), and the CI workflow runs this project's CI entry point,
+/// `.ci/run`, which runs `make test`.
+#[test]
+fn the_workflows_pass_actionlint_and_ci_runs_the_ci_entry_point() {
+    let root = qdr_tests::workspace_root();
+    let actionlint = qdr_tests::Testbin::locate().unwrap().require("actionlint").unwrap();
+    let workflows: Vec<std::path::PathBuf> = std::fs::read_dir(root.join(".github/workflows"))
+        .unwrap()
+        .map(|e| e.unwrap().path())
+        .filter(|p| p.extension().is_some_and(|e| e == "yml" || e == "yaml"))
+        .collect();
+    assert!(!workflows.is_empty(), "no workflow in .github/workflows");
+    let out = Command::new(&actionlint).args(&workflows).current_dir(&root).output().unwrap();
+    assert!(
+        out.status.success(),
+        "actionlint:\n{}{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let ci = std::fs::read_to_string(root.join(".github/workflows/ci.yml")).unwrap();
+    assert!(ci.contains("bash .ci/run"), "the CI workflow does not run .ci/run");
+    let entry = std::fs::read_to_string(root.join(".ci/run")).unwrap();
+    assert!(entry.contains("make test"), ".ci/run does not run make test");
 }

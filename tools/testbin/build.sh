@@ -5,8 +5,8 @@
 # program, tools/testbin/pause), helm (the chart tests), CoreDNS (the real node's cluster
 # DNS, tools/testbin/coredns) and the Prometheus Operator with its CRDs (the monitoring
 # tests, tools/testbin/monitoring: prometheus-operator, monitoring-crds/) and Prometheus with
-# promtool (tools/testbin/prometheus), and Operator Lifecycle Manager with opm and the bundle
-# validators (tools/testbin/olm) from the Go module proxy into a
+# promtool (tools/testbin/prometheus), Operator Lifecycle Manager with opm and the bundle
+# validators (tools/testbin/olm), and actionlint (tools/testbin/actionlint, in the helm group) from the Go module proxy into a
 # cache directory outside the repo, keyed by the pinned versions, the Go version and a hash of
 # the go.mod files and the pause source (so adding a tool rebuilds), and assembles kwok's own stage definitions (node-initialize, node heartbeat with a
 # Lease, pod-ready, pod-complete, pod-delete, from its module) into kwok-stages.yaml. Reuses
@@ -27,7 +27,8 @@ COREDNS_VERSION="$(modver "$here/coredns/go.mod" github.com/coredns/coredns)"
 PROMOP_VERSION="$(modver "$here/monitoring/go.mod" github.com/prometheus-operator/prometheus-operator)"
 PROM_VERSION="$(modver "$here/prometheus/go.mod" github.com/prometheus/prometheus)"
 OLM_VERSION="$(modver "$here/olm/go.mod" github.com/operator-framework/operator-lifecycle-manager)"
-[[ -n "$K8S_VERSION" && -n "$ETCD_VERSION" && -n "$KWOK_VERSION" && -n "$HELM_VERSION" && -n "$COREDNS_VERSION" && -n "$PROMOP_VERSION" && -n "$PROM_VERSION" && -n "$OLM_VERSION" ]] || { echo "build.sh: cannot read pinned versions from go.mod" >&2; exit 1; }
+ACTIONLINT_VERSION="$(modver "$here/actionlint/go.mod" github.com/rhysd/actionlint)"
+[[ -n "$K8S_VERSION" && -n "$ETCD_VERSION" && -n "$KWOK_VERSION" && -n "$HELM_VERSION" && -n "$COREDNS_VERSION" && -n "$PROMOP_VERSION" && -n "$PROM_VERSION" && -n "$OLM_VERSION" && -n "$ACTIONLINT_VERSION" ]] || { echo "build.sh: cannot read pinned versions from go.mod" >&2; exit 1; }
 command -v go >/dev/null || { echo "build.sh: Go is required to build the test control plane (install Go >= 1.26)" >&2; exit 1; }
 GO_VERSION="$(go env GOVERSION)"
 cache_root="${QDR_TESTBIN_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/qdr-operator/testbin}"
@@ -54,6 +55,17 @@ build_helm() {
     -o "$out/helm.tmp" helm.sh/helm/v3/cmd/helm)
   mv "$out/helm.tmp" "$out/helm" && echo "$HELM_VERSION" > "$out/helm.version"
   echo "testbin: helm took $(( $(date +%s) - t ))s" >&2
+}
+
+# actionlint, which checks the GitHub Actions workflows (.github/workflows/), built beside helm
+# and checked on its own (actionlint.version) like it.
+build_actionlint() {
+  if [[ -x "$out/actionlint" && "$(cat "$out/actionlint.version" 2>/dev/null)" == "$ACTIONLINT_VERSION" ]]; then return 0; fi
+  local t; t=$(date +%s)
+  echo "testbin: building actionlint $ACTIONLINT_VERSION" >&2
+  (cd "$here/actionlint" && go build -trimpath -ldflags "-s -w" -o "$out/actionlint.tmp" github.com/rhysd/actionlint/cmd/actionlint)
+  mv "$out/actionlint.tmp" "$out/actionlint" && echo "$ACTIONLINT_VERSION" > "$out/actionlint.version"
+  echo "testbin: actionlint took $(( $(date +%s) - t ))s" >&2
 }
 
 # CoreDNS, the real node's cluster DNS, with the plugins tools/testbin/coredns/main.go names;
@@ -208,7 +220,7 @@ for g in "${groups[@]}"; do
   case "$g" in
     core) build_core ;;
     node) build_node ;;
-    helm) build_helm ;;
+    helm) build_helm; build_actionlint ;;
     monitoring) build_monitoring; build_prometheus ;;
     olm) build_olm ;;
     *) echo "build.sh: unknown group $g (core, node, helm, monitoring, olm)" >&2; exit 2 ;;
