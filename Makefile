@@ -3,6 +3,8 @@ SHELL := bash
 .SHELLFLAGS := -eu -o pipefail -c
 CARGO ?= cargo
 CARGO_TARGET_DIR_OR_DEFAULT := $(or $(CARGO_TARGET_DIR),target)
+# The project's canonical home (image registry, source, chart repository, docs site).
+include deploy/project.env
 
 .PHONY: help testbin router-image test fmt lint flags-reference helm-values-reference crd monitoring docs api-reference bench run run-real images bundle deploy dev-cluster clean-testbin validate-command
 

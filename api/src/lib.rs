@@ -25,6 +25,7 @@ pub mod messages;
 #[cfg(feature = "offline")]
 pub mod offline;
 pub mod owned_keys;
+pub mod project;
 mod quantity;
 pub mod router_config;
 pub mod rules;

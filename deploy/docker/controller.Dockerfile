@@ -2,7 +2,7 @@
 # deploy/docker/rootfs.sh) on an empty base image, run as a non-root user. `make images`
 # builds the images the tests run with the same cargo command and the same script, on the same
 # Debian release (bookworm), so both hold the same files; tests/tests/install.rs checks it.
-# Build from the repository root: docker build -f deploy/docker/controller.Dockerfile -t qdr-operator/controller:0.1.0 .
+# Build from the repository root: docker build -f deploy/docker/controller.Dockerfile -t ghcr.io/qdr-operator/controller:0.5.0 .
 FROM rust:1.95-bookworm AS build
 RUN apt-get update && apt-get install -y --no-install-recommends pkg-config libssl-dev && rm -rf /var/lib/apt/lists/*
 WORKDIR /src

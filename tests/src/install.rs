@@ -23,7 +23,7 @@ pub fn import_operator_images(cp: &ControlPlane) -> Result<(), Error> {
 }
 
 /// [`import_operator_images`], each image named `reference(image)` (for example the name a
-/// manifest gives it, `docker.io/qdr-operator/controller:0.5.0`, so that manifest runs
+/// manifest gives it, `ghcr.io/qdr-operator/controller:0.5.0`, so that manifest runs
 /// unchanged: a tag other than `latest` is not pulled when present).
 ///
 /// # Errors
@@ -94,7 +94,11 @@ const PLACEMENT_PATCH: &str = "\
 ";
 
 fn image_entry(image: &OperatorImage) -> String {
-    format!("  - name: qdr-operator/{}\n    newName: {}\n    newTag: {TAG}\n", image.name, image.repository())
+    format!(
+        "  - name: {}\n    newName: {}\n    newTag: {TAG}\n",
+        qdr_api::project::image_repository(image.name),
+        image.repository()
+    )
 }
 
 /// Writes a kustomize overlay into `dir` whose only resource is `base` (an absolute path:

@@ -42,7 +42,11 @@ fn the_csv_carries_deploy_with_olm_owning_the_webhook_certificate() {
     let container = |i: usize| &deployments[i]["spec"]["template"]["spec"]["containers"][0];
     assert_eq!(
         container(0)["image"],
-        format!("qdr-operator/controller:{}", s.image_tags["qdr-operator/controller"])
+        format!(
+            "{}:{}",
+            crate::project::image_repository("controller"),
+            s.image_tags[&crate::project::image_repository("controller")]
+        )
     );
     let args: Vec<&str> =
         container(1)["args"].as_array().unwrap().iter().map(|a| a.as_str().unwrap()).collect();
