@@ -117,6 +117,7 @@ fn the_places_that_name_the_home_say_what_project_env_says() {
         ("deploy/olm/csv.yaml", format!("repository: {source}")),
         ("deploy/olm/csv.yaml", format!("url: {docs}")),
         ("docs/book.toml", format!("git-repository-url = \"{source}\"")),
+        ("SECURITY.md", format!("<{source}/security/advisories/new>")),
         ("deploy/components/monitoring/prometheus-rule.yaml", format!("runbook_url: {docs}/runbooks.html#")),
         (
             "deploy/helm/qdr-operator/files/prometheus-rule.yaml",
