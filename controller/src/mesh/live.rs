@@ -51,7 +51,7 @@ impl Kind {
     /// The management entity type (qdrouter.json, 1.19.0).
     pub fn management_type(self) -> &'static str {
         match self {
-            Kind::Connector => "org.apache.qpid.dispatch.connector",
+            Kind::Connector => super::links::ENTITY,
             Kind::Listener => "org.apache.qpid.dispatch.listener",
             Kind::Address => "org.apache.qpid.dispatch.router.config.address",
             Kind::LinkRoute => "org.apache.qpid.dispatch.router.config.linkRoute",
