@@ -31,9 +31,20 @@ pub fn binary(name: &str) -> PathBuf {
     bin
 }
 
-/// A free TCP port on 127.0.0.1 (bound once and released).
+/// A free TCP port on 127.0.0.1 (bound once and released), never one this process was given
+/// before: a port is often bound only later, by a child process, and the kernel may hand the
+/// released port out again meanwhile (a webhook's admission and health ports once came out
+/// equal: `Address already in use`).
 pub fn free_port() -> u16 {
-    std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port()
+    static GIVEN: std::sync::Mutex<std::collections::BTreeSet<u16>> =
+        std::sync::Mutex::new(std::collections::BTreeSet::new());
+    let mut given = GIVEN.lock().unwrap_or_else(|e| e.into_inner());
+    loop {
+        let port = std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port();
+        if given.insert(port) {
+            return port;
+        }
+    }
 }
 
 /// `GET http://127.0.0.1:<port><path>` → (status, body).
