@@ -235,14 +235,33 @@ impl<'a> RouterConfig<'a> {
 }
 
 /// A configuration rendered once per reconcile: the JSON text (the [`CONFIG_FILE`] of the
-/// router ConfigMap) and its SHA-256 in lower-case hex (the pod-template annotation that
-/// rolls the routers when the text changes).
+/// router ConfigMap), its SHA-256 in lower-case hex, and the hash of the part that only a
+/// restart changes (docs/live-configuration.md, "Where the configuration lives").
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Rendered {
-    /// The text, as [`RouterConfig::render`] writes it.
+    /// The text, as [`RouterConfig::render`] writes it: the whole configuration.
     pub text: String,
-    /// SHA-256 of `text`, 64 hex digits.
+    /// SHA-256 of `text`, 64 hex digits: the configuration the routers should run
+    /// (`status.configHash` is its first 10 digits).
     pub hash: String,
+    /// The hash that rolls the routers when it changes (the pod-template annotation and
+    /// the ConfigMap's name), 64 hex digits. Without live entities ([`Rendered::live`]
+    /// `false`) it is `hash`. With them, the SHA-256 of `live\n` followed by the text of
+    /// the start-up part ([`live::split`]): a change of the live entities leaves it as it
+    /// is, and it never equals the hash of a whole configuration, so it never names a
+    /// ConfigMap of a release before 0.6.0 (those are immutable).
+    pub startup_hash: String,
+    /// Whether the live entities are written to the running routers through management
+    /// ([`Rendered::with_live`]) rather than read only at start.
+    pub live: bool,
+}
+
+fn sha256_hex(parts: &[&[u8]]) -> String {
+    let mut d = sha2::Sha256::new();
+    for p in parts {
+        d.update(p);
+    }
+    d.finalize().iter().map(|b| format!("{b:02x}")).collect()
 }
 
 impl Rendered {
@@ -251,11 +270,20 @@ impl Rendered {
         Rendered::from_config(&router_config(spec))
     }
 
-    /// Renders `config` and hashes it.
+    /// Renders `config` and hashes it, every entity read at start (`startup_hash` is
+    /// `hash`).
     pub fn from_config(config: &RouterConfig<'_>) -> Self {
         let text = config.render();
-        let hash = sha2::Sha256::digest(text.as_bytes()).iter().map(|b| format!("{b:02x}")).collect();
-        Rendered { text, hash }
+        let hash = sha256_hex(&[text.as_bytes()]);
+        Rendered { text, startup_hash: hash.clone(), hash, live: false }
+    }
+
+    /// Renders `config` and hashes it, its live entities ([`live::is_live`]) written to
+    /// running routers: `startup_hash` covers the start-up part only.
+    pub fn with_live(config: &RouterConfig<'_>) -> Self {
+        let (start_up, _) = live::split(config);
+        let startup_hash = sha256_hex(&[b"live\n", start_up.render().as_bytes()]);
+        Rendered { startup_hash, live: true, ..Rendered::from_config(config) }
     }
 }
 

@@ -40,7 +40,8 @@ use crate::route::{Route, RoutePort, RouteSpec, RouteTargetReference, TlsConfig}
 use crate::validated::ValidatedInterconnect;
 use qdr_api::router_config::{CONFIG_DIR, CONFIG_FILE, DOLLAR_ENV, Rendered, ca_cert_file, cert_dir};
 
-/// Pod-template annotation holding the SHA-256 of the rendered config (a change rolls pods).
+/// Pod-template annotation holding the start-up hash of the rendered config
+/// ([`Rendered::startup_hash`]): a change rolls the routers.
 pub const CONFIG_HASH: &str = "qdr-operator.io/config-hash";
 /// Pod-template annotation holding the fingerprint of every mounted Secret
 /// ([`crate::references::fingerprint`]): a renewed certificate, a rotated CA or a changed
@@ -117,17 +118,20 @@ pub fn role_binding(o: &ValidatedInterconnect) -> RoleBinding {
     }
 }
 
-/// ConfigMap `<name>-router-config-<hash>` ([`ValidatedInterconnect::router_config_name`]):
-/// the rendered router configuration under [`CONFIG_FILE`], mounted read-only at
-/// [`CONFIG_DIR`], and immutable: a configuration change makes a new ConfigMap and a new pod
-/// template, so a router of the old revision that restarts mid-rollout reads the
-/// configuration it was started with. Old ones are pruned once no router mounts them. Its size
-/// is bounded by `qdr_api::validate` (a ConfigMap holds at most 1 MiB).
+/// ConfigMap `<name>-router-config-<start-up hash>` ([`ValidatedInterconnect::router_config_name`]
+/// of [`Rendered::startup_hash`]): the whole rendered router configuration under
+/// [`CONFIG_FILE`], mounted read-only at [`CONFIG_DIR`]. A start-up change makes a new
+/// ConfigMap and a new pod template, so a router of the old revision that restarts
+/// mid-rollout reads a configuration made for its own template. With live entities
+/// ([`Rendered::live`]) it is updated in place when only they change, so that a router that
+/// restarts starts with what the running ones were given (docs/live-configuration.md);
+/// without, it is immutable. Old ones are pruned once no router mounts them. Its size is
+/// bounded by `qdr_api::validate` (a ConfigMap holds at most 1 MiB).
 pub fn router_config_map(o: &ValidatedInterconnect, config: &Rendered) -> ConfigMap {
     ConfigMap {
-        metadata: o.meta(&o.router_config_name(&config.hash)),
+        metadata: o.meta(&o.router_config_name(&config.startup_hash)),
         data: Some(BTreeMap::from([(CONFIG_FILE.into(), config.text.clone())])),
-        immutable: Some(true),
+        immutable: (!config.live).then_some(true),
         ..Default::default()
     }
 }
@@ -275,7 +279,7 @@ fn volumes_and_mounts(
     volumes.push(Volume {
         name: "router-config".into(),
         config_map: Some(ConfigMapVolumeSource {
-            name: o.router_config_name(&config.hash),
+            name: o.router_config_name(&config.startup_hash),
             ..Default::default()
         }),
         ..Default::default()
@@ -316,7 +320,7 @@ fn volumes_and_mounts(
 }
 
 /// The pod template shared by the Deployment and the DaemonSet; `config` is the rendered
-/// router configuration (in `QDROUTERD_CONF`, its hash in [`CONFIG_HASH`]),
+/// router configuration (mounted from its ConfigMap, its start-up hash in [`CONFIG_HASH`]),
 /// `credentials_hash` the fingerprint of the mounted Secrets ([`CREDENTIALS_HASH`]);
 /// `bundles` the `caCert` Secrets that are generated CAs (of this or another Interconnect),
 /// whose trust bundle is mounted instead of the Secret.
@@ -329,8 +333,13 @@ pub fn pod_template(
 ) -> PodTemplateSpec {
     let plan = o.plan();
     let liveness = o.spec().liveness_port();
-    let mut ports: Vec<ContainerPort> = [LinkRole::Normal, LinkRole::InterRouter]
-        .into_iter()
+    // The client listeners of a configuration with live entities are written to running
+    // routers: a port of theirs in the template would roll the routers when one is added.
+    // (Container ports are informational: a router listens on every port its configuration
+    // names, declared or not.)
+    let roles: &[LinkRole] =
+        if config.live { &[LinkRole::InterRouter] } else { &[LinkRole::Normal, LinkRole::InterRouter] };
+    let mut ports: Vec<ContainerPort> = (roles.iter().copied())
         .flat_map(|r| o.spec().listeners_of(r).iter().flatten())
         .map(|l| ContainerPort {
             name: Some(container_port_name(l)),
@@ -394,7 +403,7 @@ pub fn pod_template(
     annotations.extend([
         ("prometheus.io/port".into(), liveness.to_string()),
         ("prometheus.io/scrape".into(), "true".into()),
-        (CONFIG_HASH.into(), config.hash.clone()),
+        (CONFIG_HASH.into(), config.startup_hash.clone()),
         (CREDENTIALS_HASH.into(), credentials_hash.into()),
     ]);
     PodTemplateSpec {

@@ -143,6 +143,8 @@ pub struct RouterView {
     pub links_blocked: u64,
     /// Deliveries stuck for more than 10 s (`router` entity, `deliveriesStuck`).
     pub deliveries_stuck: u64,
+    /// What the visit did to its live entities ([`live`]), when it was given some to hold.
+    pub live: Option<live::Outcome>,
 }
 
 impl RouterView {
@@ -172,6 +174,7 @@ impl RouterView {
             clients: 0,
             links_blocked: me.get("linksBlocked").count().unwrap_or(0),
             deliveries_stuck: me.get("deliveriesStuck").count().unwrap_or(0),
+            live: None,
         })
     }
 

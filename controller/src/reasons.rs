@@ -54,7 +54,7 @@ pub const CONDITIONS: &[(&str, &[&str])] = &[
             "NotObserved",
         ],
     ),
-    ("ConfigApplied", &["Applied", "RollingOut", "NoRouters"]),
+    ("ConfigApplied", &["Applied", "RollingOut", "Applying", "Refused", "NoRouters"]),
 ];
 
 /// Every Event reason, with its type (`Normal` or `Warning`), in the order the
@@ -82,6 +82,8 @@ pub const EVENTS: &[(&str, &str)] = &[
     ("Warning", "Partitioned"),
     ("Warning", "EdgeNotUplinked"),
     ("Normal", "MeshConnected"),
+    ("Normal", "ConfigApplied"),
+    ("Warning", "ConfigRefused"),
 ];
 
 /// Whether `reason` is listed for condition `type_` in [`CONDITIONS`].

@@ -120,10 +120,17 @@ impl ValidatedInterconnect {
 
     /// The router configuration of the effective spec, with the operator's management
     /// listener when [`Self::with_management`] added its profile: what the routers run.
+    /// With it, the controller writes the live entities to the running routers
+    /// ([`Rendered::with_live`](qdr_api::router_config::Rendered::with_live),
+    /// docs/live-configuration.md); without it, every change rolls them.
     pub fn rendered_config(&self) -> qdr_api::router_config::Rendered {
+        use qdr_api::router_config::Rendered;
         let config = qdr_api::router_config::router_config(self.spec());
-        let config = if self.management { config.with_management_listener() } else { config };
-        qdr_api::router_config::Rendered::from_config(&config)
+        if self.management {
+            Rendered::with_live(&config.with_management_listener())
+        } else {
+            Rendered::from_config(&config)
+        }
     }
 
     /// The Interconnect with its effective (defaulted) spec; metadata and status as stored.

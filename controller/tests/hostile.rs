@@ -28,7 +28,7 @@ async fn read(script: Script) -> (Result<qdr_controller::mesh::RouterView, Strin
     let started = Instant::now();
     let stream = tokio::net::TcpStream::connect(addr).await.unwrap();
     stream.set_nodelay(true).unwrap();
-    let result = read_router(stream, "hostile-test", TIMEOUT, None).await.map_err(|e| e.to_string());
+    let result = read_router(stream, "hostile-test", TIMEOUT, None, None).await.map_err(|e| e.to_string());
     let took = started.elapsed();
     task.abort();
     (result, took)
@@ -105,10 +105,16 @@ async fn silent_routers_of_one_namespace_do_not_delay_another_namespace() {
             ip: Some(silent.ip().to_string()),
             ready: true,
             linking: None,
+            live: None,
         })
         .collect();
-    let honest_target =
-        [Target { pod: "router-b".into(), ip: Some(honest.ip().to_string()), ready: true, linking: None }];
+    let honest_target = [Target {
+        pod: "router-b".into(),
+        ip: Some(honest.ip().to_string()),
+        ready: true,
+        linking: None,
+        live: None,
+    }];
     let (silent_plan, honest_plan) = (plan("tenant-a", silent.port()), plan("tenant-b", honest.port()));
     let silent_read = observe(&silent_targets, &silent_plan);
     let honest_read = async {

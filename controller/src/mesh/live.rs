@@ -15,8 +15,9 @@ use std::collections::BTreeSet;
 
 use qdr_api::router_config::{RouterConfig, Value, live};
 
-use super::answer::{Cell, MAX_TEXT, cut};
+use super::answer::{Cell, MAX_TEXT, Table, cut};
 use super::links::{Attribute, MAX_WRITES};
+use super::{AnswerError, rows};
 
 /// A live entity type, in creation order (deletion goes the other way).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
@@ -56,6 +57,62 @@ impl Kind {
             Kind::Address => "org.apache.qpid.dispatch.router.config.address",
             Kind::LinkRoute => "org.apache.qpid.dispatch.router.config.linkRoute",
             Kind::AutoLink => "org.apache.qpid.dispatch.router.config.autoLink",
+        }
+    }
+
+    /// The attributes asked of a held entity of this kind: every one the configuration
+    /// renders for it (`qdr_api::router_config`), so that a held one is compared and, when a
+    /// refused write must put it back, created again as it was. At most
+    /// [`super::answer::MAX_ATTRIBUTES`].
+    pub fn attributes(self) -> &'static [&'static str] {
+        match self {
+            Kind::Connector => {
+                &["name", "role", "host", "port", "cost", "linkCapacity", "sslProfile", "verifyHostname"]
+            }
+            Kind::Listener => &[
+                "name",
+                "role",
+                "host",
+                "port",
+                "cost",
+                "linkCapacity",
+                "http",
+                "saslMechanisms",
+                "authenticatePeer",
+                "requireSsl",
+                "sslProfile",
+            ],
+            Kind::Address => &[
+                "name",
+                "prefix",
+                "pattern",
+                "distribution",
+                "waypoint",
+                "ingressPhase",
+                "egressPhase",
+                "priority",
+                "enableFallback",
+            ],
+            Kind::LinkRoute => &[
+                "name",
+                "prefix",
+                "pattern",
+                "direction",
+                "connection",
+                "containerId",
+                "addExternalPrefix",
+                "delExternalPrefix",
+            ],
+            Kind::AutoLink => &[
+                "name",
+                "address",
+                "direction",
+                "containerId",
+                "connection",
+                "externalAddress",
+                "phase",
+                "fallback",
+            ],
         }
     }
 
@@ -151,6 +208,88 @@ fn holds(want: &Desired, held: &Held) -> bool {
             || want.attributes.iter().all(|(k, v)| same_value(v, held.get(k))))
 }
 
+impl Held {
+    /// The attributes of a `CREATE` that makes this entity again as the router read it
+    /// back: every attribute it answered but `null`s.
+    pub fn attributes(&self) -> Vec<(String, Attribute)> {
+        (self.attributes.iter())
+            .filter_map(|(k, v)| {
+                let a = match v {
+                    Cell::Text(t) => Attribute::Text(t.clone()),
+                    Cell::Int(i) => Attribute::Int(*i),
+                    Cell::Bool(b) => Attribute::Bool(*b),
+                    Cell::Null | Cell::Other => return None,
+                };
+                Some((k.clone(), a))
+            })
+            .collect()
+    }
+}
+
+/// Entities of one kind read of one router at most: more than the largest spec (the
+/// webhook bounds each list) and [`super::MAX_ROUTERS`] mesh connectors.
+pub const MAX_HELD_ROWS: usize = 4096;
+
+/// Adds a page of a `QUERY` answer for `kind` ([`Kind::attributes`]) to `into` (the reader
+/// asks for at most [`MAX_HELD_ROWS`] of one kind); a row without a text `name` is left out
+/// (it could not be deleted by name). Returns the page's rows.
+///
+/// # Errors
+/// [`AnswerError`] when the page is malformed.
+pub fn add_held(kind: Kind, page: &Table, into: &mut Vec<Held>) -> Result<usize, AnswerError> {
+    let rows = rows(kind.entity(), page)?;
+    for r in &rows {
+        let Some(name) = r.get("name").text() else { continue };
+        let attributes = (kind.attributes().iter())
+            .map(|a| (a.to_string(), r.get(a).clone()))
+            .filter(|(_, v)| *v != Cell::Null)
+            .collect();
+        into.push(Held { kind, name: name.to_string(), attributes });
+    }
+    Ok(rows.len())
+}
+
+/// What one visit did to a router's live entities, and what it holds after.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Outcome {
+    /// The desired configuration's hash (64 hex digits) the visit compared with.
+    pub hash: String,
+    /// Whether the router holds the desired live entities after the visit, as read back.
+    pub applied: bool,
+    /// Entities created and deleted by the visit.
+    pub created: usize,
+    /// Entities deleted by the visit.
+    pub deleted: usize,
+    /// The write the router refused (`CREATE address qdr-operator-address-…: 400 Already
+    /// exists`, router text cut to [`MAX_TEXT`] bytes); the visit's other writes stopped
+    /// there and what it had deleted was created again.
+    pub refused: Option<String>,
+}
+
+/// Whether held entity `h` is left alone by the live apply: a name in `start_up` (the
+/// start-up part's entities: the health and management listeners, the user's inter-router
+/// and edge listeners), a listener whose role is neither `normal` nor `route-container`
+/// (a start-up listener without a name of its own, named by the router), or one of the
+/// controller's mesh connectors ([`super::links::PREFIX`]).
+pub fn keeps(start_up: &BTreeSet<String>, h: &Held) -> bool {
+    start_up.contains(&h.name)
+        || (h.kind == Kind::Listener
+            && !matches!(h.get("role").text(), Some("normal" | "route-container") | None))
+        || (h.kind == Kind::Connector && h.name.starts_with(super::links::PREFIX))
+}
+
+/// The names of the start-up part of `config` (its sections that are not live and have a
+/// text name).
+pub fn start_up_names(config: &RouterConfig<'_>) -> BTreeSet<String> {
+    (config.sections.iter())
+        .filter(|s| !live::is_live(s))
+        .filter_map(|s| match s.get("name") {
+            Some(Value::Str(n)) => Some(n.to_string()),
+            _ => None,
+        })
+        .collect()
+}
+
 /// The writes that bring a router holding `held` to `desired`.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct Plan {
@@ -171,15 +310,15 @@ impl Plan {
 /// [`MAX_WRITES`] writes (the rest waits for the next visit; deletions are cut from the
 /// connectors' end and creations from the auto-links' end, so what is left undone never
 /// leaves a link naming a missing connector). `keep` says which held entities are not this
-/// plan's to delete: the start-up part's, the controller's mesh connectors.
+/// plan's to delete ([`keeps`]: the start-up part's, the controller's mesh connectors).
 ///
 /// Deleted: a held entity not desired, a desired one that differs ([`Kind::compares_attributes`]),
 /// and a link route or auto-link whose `connection` names a connector or listener deleted
 /// here. Created: every desired entity not held as it is, or deleted here.
-pub fn plan(desired: &[Desired], held: &[Held], keep: &dyn Fn(Kind, &str) -> bool) -> Plan {
+pub fn plan(desired: &[Desired], held: &[Held], keep: &dyn Fn(&Held) -> bool) -> Plan {
     let want = |h: &Held| desired.iter().find(|d| d.kind == h.kind && d.name == h.name);
     let mut deleted: BTreeSet<(Kind, &str)> = BTreeSet::new();
-    for h in held.iter().filter(|h| !keep(h.kind, &h.name)) {
+    for h in held.iter().filter(|h| !keep(h)) {
         if want(h).is_none_or(|d| !holds(d, h)) {
             deleted.insert((h.kind, &h.name));
         }
@@ -189,7 +328,7 @@ pub fn plan(desired: &[Desired], held: &[Held], keep: &dyn Fn(Kind, &str) -> boo
         .map(|(_, n)| *n)
         .collect();
     for h in held.iter().filter(|h| matches!(h.kind, Kind::LinkRoute | Kind::AutoLink)) {
-        if h.get("connection").text().is_some_and(|c| gone.contains(c)) && !keep(h.kind, &h.name) {
+        if h.get("connection").text().is_some_and(|c| gone.contains(c)) && !keep(h) {
             deleted.insert((h.kind, &h.name));
         }
     }
@@ -235,7 +374,7 @@ mod tests {
         Held { kind: d.kind, name: d.name.clone(), attributes }
     }
 
-    fn never(_: Kind, _: &str) -> bool {
+    fn never(_: &Held) -> bool {
         false
     }
 
@@ -301,7 +440,7 @@ mod tests {
         all.push(held(&want(Kind::Address, "address/0", &[("prefix", text("old"))])));
         all.push(held(&want(Kind::Connector, "qdr-operator-mesh-r-a", &[])));
         all.push(held(&want(Kind::Listener, "health-and-stats", &[])));
-        let keep = |_: Kind, n: &str| n.starts_with("qdr-operator-mesh-") || n == "health-and-stats";
+        let keep = |h: &Held| h.name.starts_with("qdr-operator-mesh-") || h.name == "health-and-stats";
         assert_eq!(names(&plan(&network(), &all, &keep)), (vec!["address/0"], vec![]));
     }
 

@@ -23,6 +23,7 @@ use tokio::time::Instant;
 
 use super::answer::{Cell, MAX_ROWS, MAX_TEXT, Table, cut};
 use super::links::{self as linking, Attribute, Connector};
+use super::live::{self, Desired, Held, Kind, Outcome};
 use super::wire::{Guarded, MAX_FRAME_SIZE, MAX_MESSAGE_SIZE, Verdict};
 use super::{
     AnswerError, CONNECTION_ATTRIBUTES, MAX_ROUTERS, NODE_ATTRIBUTES, READER_CONTAINER_PREFIX,
@@ -66,13 +67,15 @@ pub enum ReadError {
         /// `statusDescription`, cut to [`MAX_TEXT`] bytes.
         description: String,
     },
-    /// The router refused a write of the operator's connectors ([`super::links`]): a status
-    /// other than 201 (`CREATE`) or 204 (`DELETE`).
-    #[error("{operation} connector {name} answered {status}: {description}")]
+    /// The router refused a write ([`super::links`], [`super::live`]): a status other than
+    /// 201 (`CREATE`) or 204 (`DELETE`).
+    #[error("{operation} {entity} {name} answered {status}: {description}")]
     Write {
         /// `CREATE` or `DELETE`.
         operation: &'static str,
-        /// The connector's name.
+        /// The entity's section name (`connector`, `address`, ...).
+        entity: &'static str,
+        /// The entity's name.
         name: String,
         /// `statusCode`.
         status: i64,
@@ -101,12 +104,13 @@ pub async fn read_router<S>(
     reader: &str,
     timeout: Duration,
     linking: Option<&Linking>,
+    live: Option<&Live>,
 ) -> Result<RouterView, ReadError>
 where
     S: AsyncRead + AsyncWrite + std::fmt::Debug + Send + Unpin + 'static,
 {
     let deadline = Instant::now() + timeout;
-    tokio::time::timeout_at(deadline, read(stream, reader, deadline, timeout, linking))
+    tokio::time::timeout_at(deadline, read(stream, reader, deadline, timeout, linking, live))
         .await
         .map_err(|_| ReadError::Timeout(timeout))?
 }
@@ -118,12 +122,13 @@ async fn read<S>(
     deadline: Instant,
     timeout: Duration,
     linking: Option<&Linking>,
+    live: Option<&Live>,
 ) -> Result<RouterView, ReadError>
 where
     S: AsyncRead + AsyncWrite + std::fmt::Debug + Send + Unpin + 'static,
 {
     let verdict = Verdict::default();
-    let result = exchange(Guarded::new(stream, deadline, verdict.clone()), reader, linking).await;
+    let result = exchange(Guarded::new(stream, deadline, verdict.clone()), reader, linking, live).await;
     match (result, verdict.refused()) {
         (Err(_), _) if Instant::now() >= deadline => Err(ReadError::Timeout(timeout)),
         (Err(_), Some(why)) => Err(ReadError::Refused(why)),
@@ -229,26 +234,32 @@ impl Links {
         }
     }
 
-    /// `CREATE`s connector `c` (answered 201) on the router.
-    async fn create(&mut self, c: &Connector) -> Result<(), ReadError> {
-        let attributes = c.attributes().into_iter().map(|(k, v)| {
+    /// `CREATE`s entity `name` of `kind` with `attributes` (answered 201) on the router.
+    async fn create<'k>(
+        &mut self,
+        kind: Kind,
+        name: &str,
+        attributes: impl Iterator<Item = (&'k str, &'k Attribute)>,
+    ) -> Result<(), ReadError> {
+        let attributes = attributes.map(|(k, v)| {
             let v = match v {
-                Attribute::Text(t) => Value::from(t),
-                Attribute::Bool(b) => Value::Bool(b),
-                Attribute::Int(i) => Value::Long(i),
+                Attribute::Text(t) => Value::from(t.as_str()),
+                Attribute::Bool(b) => Value::Bool(*b),
+                Attribute::Int(i) => Value::Long(*i),
             };
             (Value::from(k), v)
         });
-        self.write("CREATE", &c.name, Value::Map(OrderedMap::from_iter(attributes)), 201).await
+        self.write(kind, "CREATE", name, Value::Map(OrderedMap::from_iter(attributes)), 201).await
     }
 
-    /// `DELETE`s connector `name` (answered 204) on the router.
-    async fn delete(&mut self, name: &str) -> Result<(), ReadError> {
-        self.write("DELETE", name, Value::Null, 204).await
+    /// `DELETE`s entity `name` of `kind` (answered 204) on the router.
+    async fn delete(&mut self, kind: Kind, name: &str) -> Result<(), ReadError> {
+        self.write(kind, "DELETE", name, Value::Null, 204).await
     }
 
     async fn write(
         &mut self,
+        kind: Kind,
         operation: &'static str,
         name: &str,
         body: Value,
@@ -258,24 +269,108 @@ impl Links {
             .application_properties(
                 ApplicationProperties::builder()
                     .insert("operation", operation)
-                    .insert("type", linking::ENTITY)
+                    .insert("type", kind.management_type())
                     .insert("name", name)
                     .build(),
             )
             .value(body)
             .build();
         // The answer's body (the entity's attributes) is read as one bounded cell and dropped.
-        let answer: Delivery<Body<Cell>> = self.send(request, "connector").await?;
+        let answer: Delivery<Body<Cell>> = self.send(request, kind.entity()).await?;
         let (status, description) = status_of(&answer);
         if status != ok {
             return Err(ReadError::Write {
                 operation,
+                entity: kind.entity(),
                 name: cut(name.to_string(), MAX_TEXT),
                 status,
                 description,
             });
         }
         Ok(())
+    }
+
+    /// Every live entity the router holds ([`live::Kind::ALL`]), at most
+    /// [`live::MAX_HELD_ROWS`] of each kind.
+    async fn held(&mut self) -> Result<Vec<Held>, ReadError> {
+        let mut held = Vec::new();
+        for kind in Kind::ALL {
+            self.pages(kind.management_type(), kind.attributes(), live::MAX_HELD_ROWS, |t| {
+                live::add_held(kind, t, &mut held)
+            })
+            .await?;
+        }
+        Ok(held)
+    }
+
+    /// Brings the router's live entities to `want` (docs/live-configuration.md, "One visit
+    /// to a router"): reads them, writes the [`live::plan`], reads them back. A refused
+    /// write ends the writes and creates again what the visit had deleted and not yet
+    /// created (as the router read it back), so the router keeps its old entities; the
+    /// refusal is in the [`Outcome`], not an error.
+    ///
+    /// # Errors
+    /// [`ReadError`] when a query fails or a write gets no answer (the visit's time ran
+    /// out, the connection failed).
+    async fn apply(&mut self, want: &Live) -> Result<Outcome, ReadError> {
+        let held = self.held().await?;
+        let keep = |h: &Held| live::keeps(&want.keep, h);
+        let plan = live::plan(&want.desired, &held, &keep);
+        let mut outcome = Outcome {
+            hash: want.hash.clone(),
+            applied: plan.is_empty(),
+            created: 0,
+            deleted: 0,
+            refused: None,
+        };
+        if plan.is_empty() {
+            return Ok(outcome);
+        }
+        let mut deleted: Vec<&Held> = Vec::new();
+        let mut created: Vec<(Kind, &str)> = Vec::new();
+        for h in &plan.deletes {
+            match self.delete(h.kind, &h.name).await {
+                Ok(()) => deleted.push(h),
+                Err(e @ ReadError::Write { .. }) => {
+                    outcome.refused = Some(e.to_string());
+                    break;
+                }
+                Err(e) => return Err(e),
+            }
+        }
+        if outcome.refused.is_none() {
+            for d in &plan.creates {
+                let attributes = d.attributes.iter().map(|(k, v)| (*k, v));
+                match self.create(d.kind, &d.name, attributes).await {
+                    Ok(()) => created.push((d.kind, &d.name)),
+                    Err(e @ ReadError::Write { .. }) => {
+                        outcome.refused = Some(e.to_string());
+                        break;
+                    }
+                    Err(e) => return Err(e),
+                }
+            }
+        }
+        if outcome.refused.is_some() {
+            // What this visit deleted comes back, connectors first.
+            deleted.sort_by_key(|h| h.kind);
+            for h in deleted.iter().filter(|h| !created.contains(&(h.kind, h.name.as_str()))) {
+                let attributes = h.attributes();
+                if let Err(e) =
+                    self.create(h.kind, &h.name, attributes.iter().map(|(k, v)| (k.as_str(), v))).await
+                {
+                    tracing::warn!(entity = h.kind.entity(), name = %h.name, error = %e, "could not put back an entity after a refused write");
+                    if !matches!(e, ReadError::Write { .. }) {
+                        return Err(e);
+                    }
+                }
+            }
+        }
+        outcome.deleted = deleted.len();
+        outcome.created = created.len();
+        let after = self.held().await?;
+        outcome.applied = outcome.refused.is_none() && live::plan(&want.desired, &after, &keep).is_empty();
+        Ok(outcome)
     }
 
     /// Every page of `entity` (up to `max_rows` rows), each handed to `add`, which returns
@@ -305,7 +400,12 @@ impl Links {
     }
 }
 
-async fn exchange<S>(stream: S, reader: &str, linking: Option<&Linking>) -> Result<RouterView, ReadError>
+async fn exchange<S>(
+    stream: S,
+    reader: &str,
+    linking: Option<&Linking>,
+    live: Option<&Live>,
+) -> Result<RouterView, ReadError>
 where
     S: AsyncRead + AsyncWrite + std::fmt::Debug + Send + Unpin + 'static,
 {
@@ -347,14 +447,24 @@ where
                 .await?;
             let (deletes, creates) = linking::changes(&wanted.connectors, &held, &wanted.keep);
             for name in &deletes {
-                links.delete(name).await?;
+                links.delete(Kind::Connector, name).await?;
             }
             for c in &creates {
-                links.create(c).await?;
+                let attributes = c.attributes();
+                links.create(Kind::Connector, &c.name, attributes.iter().map(|(k, v)| (*k, v))).await?;
             }
             if !deletes.is_empty() || !creates.is_empty() {
                 tracing::info!(router = %view.id, created = creates.len(), deleted = deletes.len(), "inter-router connectors written");
             }
+        }
+        if let Some(want) = live {
+            let outcome = links.apply(want).await?;
+            if outcome.created + outcome.deleted > 0 || outcome.refused.is_some() {
+                tracing::info!(router = %view.id, created = outcome.created, deleted = outcome.deleted,
+                    refused = outcome.refused.as_deref().unwrap_or(""), applied = outcome.applied,
+                    "live entities written");
+            }
+            view.live = Some(outcome);
         }
         let Links { requests, replies, .. } = links;
         let _ = tokio::time::timeout(CLOSE_GRACE, async {
@@ -389,6 +499,23 @@ pub struct Target {
     /// ([`super::links`]); `None`: its connectors are not touched (an edge router, or a
     /// configuration with no inter-router listener).
     pub linking: Option<Linking>,
+    /// The live entities it should hold, written in the same visit after the links
+    /// ([`super::live`]); `None`: they are not touched (no live entities, or a pod of
+    /// another template, which a roll replaces).
+    pub live: Option<Live>,
+}
+
+/// The live entities one router should hold (docs/live-configuration.md).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Live {
+    /// The desired entities ([`live::desired`]), shared by every router of the
+    /// Interconnect.
+    pub desired: std::sync::Arc<Vec<Desired>>,
+    /// Names of the start-up part, never deleted ([`live::keeps`]).
+    pub keep: std::sync::Arc<std::collections::BTreeSet<String>>,
+    /// The desired configuration's hash (64 hex digits), reported back in the
+    /// [`Outcome`].
+    pub hash: String,
 }
 
 /// The operator's connectors one router should hold ([`super::links`]).
@@ -453,9 +580,11 @@ pub async fn observe(
                         .connect(tls.server_name.clone(), stream)
                         .await
                         .map_err(|e| ReadError::Amqp(cut(format!("TLS with {ip}:{port}: {e}"), MAX_TEXT)))?;
-                    read(stream, &t.pod, deadline, plan.timeout, t.linking.as_ref()).await
+                    read(stream, &t.pod, deadline, plan.timeout, t.linking.as_ref(), t.live.as_ref()).await
                 }
-                None => read(stream, &t.pod, deadline, plan.timeout, t.linking.as_ref()).await,
+                None => {
+                    read(stream, &t.pod, deadline, plan.timeout, t.linking.as_ref(), t.live.as_ref()).await
+                }
             }
         };
         let o = match tokio::time::timeout_at(deadline, attempt).await {

@@ -78,6 +78,7 @@ fn linked(id: &str, peers: &[&str]) -> Observation {
         clients: 0,
         links_blocked: 0,
         deliveries_stuck: 0,
+        live: None,
     })
 }
 
@@ -490,14 +491,16 @@ async fn observe_bounds_connections_times_out_and_reports_pods_without_an_ip() {
             ip: Some("127.0.0.1".into()),
             ready: true,
             linking: None,
+            live: None,
         })
         .collect();
-    targets.push(reader::Target { pod: "pending".into(), ip: None, ready: false, linking: None });
+    targets.push(reader::Target { pod: "pending".into(), ip: None, ready: false, linking: None, live: None });
     targets.push(reader::Target {
         pod: "starting".into(),
         ip: Some("127.0.0.1".into()),
         ready: false,
         linking: None,
+        live: None,
     });
     let pool = pool::Pool::new(2, 2);
     let timeout = std::time::Duration::from_millis(300);
@@ -527,8 +530,13 @@ async fn observe_bounds_connections_times_out_and_reports_pods_without_an_ip() {
 async fn observe_reports_a_refused_connection_with_the_address() {
     // A port nobody listens on: bind, note it, close.
     let port = std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port();
-    let targets =
-        [reader::Target { pod: "r0".into(), ip: Some("127.0.0.1".into()), ready: true, linking: None }];
+    let targets = [reader::Target {
+        pod: "r0".into(),
+        ip: Some("127.0.0.1".into()),
+        ready: true,
+        linking: None,
+        live: None,
+    }];
     let pool = pool::Pool::new(1, 1);
     let plan = reader::Plan {
         port,

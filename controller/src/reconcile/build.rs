@@ -198,7 +198,7 @@ pub fn build(o: &ValidatedInterconnect, settings: &Settings, observed: &Observed
     let rolled_out = running.is_some_and(|h| h == fingerprint(&settings.hash_key, &refs, &observed_data));
     // Routers running this very configuration mount every Secret it names.
     let routers = match observed.workload.ours() {
-        Some(w) if w.config_hash.as_ref() != Some(&router_config.hash) => Routers::Unknown,
+        Some(w) if w.config_hash.as_ref() != Some(&router_config.startup_hash) => Routers::Unknown,
         None => Routers::Unknown,
         Some(_) if rolled_out => Routers::RolledOut,
         Some(_) => Routers::Rolling,

@@ -14,7 +14,10 @@ use qdr_api::{Interconnect, InterconnectStatus};
 
 use super::build::Report;
 use super::observe::Observed;
-use super::status::{MAX_MESSAGE, MESH_CONNECTED, conflicts_message, missing_message, problem_message};
+use super::status::{
+    APPLYING, CONFIG_APPLIED, CONFIG_REFUSED, MAX_MESSAGE, MESH_CONNECTED, conflicts_message,
+    missing_message, problem_message,
+};
 use super::types::{
     CONFLICTING_OBJECT, DEGRADED, INVALID_SPEC, MISSING_SECRET, READY, RECONCILE_FAILED, SPEC_VALID,
     UNSCHEDULABLE,
@@ -32,8 +35,13 @@ pub(crate) const EXPIRY_WARNING_INTERVAL: Duration = Duration::from_secs(24 * 36
 pub(crate) enum Change {
     /// Warning `InvalidSpec`: the spec of this generation is invalid (every violation).
     InvalidSpec(String),
-    /// `ConfigChanged`: the router configuration changed, so the routers roll.
-    ConfigChanged,
+    /// `ConfigChanged`: the router configuration changed in what a running router cannot
+    /// take, so the routers roll; `live` when the rest is written to running routers (the
+    /// note then says which part forced the roll).
+    ConfigChanged {
+        /// Whether the configuration has live entities ([`qdr_api::router_config::Rendered::live`]).
+        live: bool,
+    },
     /// `Scaled`: the number of routers changed.
     Scaled {
         /// Replicas before.
@@ -73,6 +81,11 @@ pub(crate) enum Change {
     /// `MeshConnected`: the routers report one mesh again after [`Change::MeshBroken`] (or
     /// after the links formed at a start).
     MeshConnected(String),
+    /// `ConfigApplied`: every router runs a new configuration, written to them while they
+    /// run (docs/live-configuration.md); the condition's message.
+    ConfigApplied(String),
+    /// Warning `ConfigRefused`: a router refused a live entity; the condition's message.
+    ConfigRefused(String),
 }
 
 impl Change {
@@ -83,7 +96,7 @@ impl Change {
     pub(crate) fn is_made(&self) -> bool {
         matches!(
             self,
-            Change::ConfigChanged
+            Change::ConfigChanged { .. }
                 | Change::Scaled { .. }
                 | Change::Pruned(_)
                 | Change::CredentialsChanged
@@ -96,10 +109,17 @@ impl Change {
     pub(crate) fn event(&self) -> Event {
         let (type_, reason, note) = match self {
             Change::InvalidSpec(m) => (EventType::Warning, INVALID_SPEC, m.clone()),
-            Change::ConfigChanged => (
+            Change::ConfigChanged { live: false } => (
                 EventType::Normal,
                 "ConfigChanged",
                 "router configuration changed: rolling the routers".into(),
+            ),
+            Change::ConfigChanged { live: true } => (
+                EventType::Normal,
+                "ConfigChanged",
+                "router configuration changed in what a running router cannot take (router mode, the \
+                 inter-router or edge listeners, an sslProfile): rolling the routers"
+                    .into(),
             ),
             Change::Scaled { from, to } => {
                 (EventType::Normal, "Scaled", format!("routers scaled from {from} to {to}"))
@@ -133,6 +153,8 @@ impl Change {
             Change::Scheduled => (EventType::Normal, "Scheduled", "every router is scheduled".into()),
             Change::MeshBroken(reason, m) => (EventType::Warning, reason.as_str(), m.clone()),
             Change::MeshConnected(m) => (EventType::Normal, MESH_CONNECTED, m.clone()),
+            Change::ConfigApplied(m) => (EventType::Normal, CONFIG_APPLIED, m.clone()),
+            Change::ConfigRefused(m) => (EventType::Warning, "ConfigRefused", m.clone()),
             Change::Adopted(objs) => (
                 EventType::Normal,
                 "Adopted",
@@ -184,7 +206,7 @@ pub(crate) fn for_pass(
     if applied.held {
         // Nothing rolled: the workload was left as it was.
         changes.retain(|c| {
-            !matches!(c, Change::ConfigChanged | Change::CredentialsChanged | Change::Scaled { .. })
+            !matches!(c, Change::ConfigChanged { .. } | Change::CredentialsChanged | Change::Scaled { .. })
         });
     }
     if !applied.adopted.is_empty() {
@@ -200,6 +222,7 @@ pub(crate) fn for_pass(
     }
     changes.extend(new.and_then(|new| scheduling(ic, new)));
     changes.extend(new.and_then(|new| mesh(ic, new)));
+    changes.extend(new.and_then(|new| config(ic, new)));
     changes.extend(expiry.due(ic, &report.credentials.expiring));
     changes
 }
@@ -311,6 +334,28 @@ pub(crate) fn mesh(ic: &Interconnect, new: &InterconnectStatus) -> Option<Change
     }
 }
 
+/// The Event of `ConfigApplied` between the stored status and `new`, once per transition:
+/// `ConfigApplied` when every router runs the configuration after live writes (the stored
+/// condition was `False` with reason `Applying` or `Refused`: a roll's end is not one),
+/// Warning `ConfigRefused` when the condition turns `Refused` or names another refusal.
+pub(crate) fn config(ic: &Interconnect, new: &InterconnectStatus) -> Option<Change> {
+    let of = |s: Option<&InterconnectStatus>| {
+        s.into_iter().flat_map(|s| &s.conditions).find(|c| c.type_ == CONFIG_APPLIED).cloned()
+    };
+    let now = of(Some(new))?;
+    let old = of(ic.status.as_ref());
+    let old_reason = old.as_ref().filter(|o| o.status == "False").map(|o| o.reason.as_str());
+    match (now.status.as_str(), now.reason.as_str()) {
+        ("True", _) if matches!(old_reason, Some(APPLYING | CONFIG_REFUSED)) => {
+            Some(Change::ConfigApplied(now.message))
+        }
+        ("False", CONFIG_REFUSED) if old.is_none_or(|o| o.message != now.message) => {
+            Some(Change::ConfigRefused(now.message))
+        }
+        _ => None,
+    }
+}
+
 /// What applying the build over the `observed` workload changes: the config (a new hash),
 /// the mounted credentials (a new fingerprint), the number of replicas (Deployments), and
 /// renewed or rotated credentials.
@@ -318,8 +363,8 @@ fn planned(observed: &Observed, report: &Report) -> Vec<Change> {
     let mut changes: Vec<Change> =
         report.credentials.changes.iter().cloned().map(Change::Credential).collect();
     let Some(old) = observed.workload.ours() else { return changes };
-    if old.config_hash.as_ref().is_some_and(|h| *h != report.config.hash) {
-        changes.push(Change::ConfigChanged);
+    if old.config_hash.as_ref().is_some_and(|h| *h != report.config.startup_hash) {
+        changes.push(Change::ConfigChanged { live: report.config.live });
     }
     if old.credentials_hash.as_ref().is_some_and(|h| *h != report.credentials.fingerprint) {
         changes.push(Change::CredentialsChanged);

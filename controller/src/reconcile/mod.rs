@@ -422,9 +422,14 @@ async fn stages(
         notices.extend(changed.cloned());
     }
     let applied = applied?;
-    let mesh = management.map(|m| ctx.mesh.read(&valid, &observed, m, &ctx.metrics));
+    // The live entities are written with the links, whether or not the mesh is observed;
+    // not while the workload is held (its ConfigMap keeps what its routers started with).
+    let live = (!applied.held).then_some(&report.config);
+    let mesh = management.map(|m| ctx.mesh.read(&valid, &observed, m, live, &ctx.metrics));
     let relink = match &mesh {
-        None if links => ctx.mesh.read(&valid, &observed, Ok(()), &ctx.metrics).next,
+        None if links || report.config.live => {
+            ctx.mesh.read(&valid, &observed, Ok(()), live, &ctx.metrics).next
+        }
         _ => None,
     };
     Ok(Pass::Reconciled(Box::new(Reconciled { ic: valid, observed, report, applied, mesh, relink })))

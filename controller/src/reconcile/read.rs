@@ -34,7 +34,7 @@ use super::observe::Observed;
 use crate::credentials::Data;
 use crate::mesh::management::{self, MANAGEMENT_PORT};
 use crate::mesh::pool::Pool;
-use crate::mesh::reader::{Linking, NO_IP, NOT_READY, Plan, Target, observe};
+use crate::mesh::reader::{Linking, Live, NO_IP, NOT_READY, Plan, Target, observe};
 use crate::mesh::{MAX_ROUTERS, MeshReport, Mode, Observation, assess};
 use crate::validated::ValidatedInterconnect;
 
@@ -172,12 +172,30 @@ pub fn recheck(unsettled: u32, resync: Duration) -> Duration {
     MESH_RECHECK.saturating_mul(1 << (unsettled - 1).min(10)).min(MESH_RESYNC)
 }
 
-fn pods_fingerprint(observed: &Observed) -> u64 {
+/// What a read depends on: the router pods (name, IP, readiness, the ConfigMap each
+/// mounts) and, when live entities are written, the desired configuration's hash. A change
+/// of either starts a read at once.
+fn pods_fingerprint(observed: &Observed, live: Option<&str>) -> u64 {
     let mut h = std::collections::hash_map::DefaultHasher::new();
     for p in observed.routers.iter().filter(|p| p.owned) {
-        (&p.name, &p.ip, p.ready).hash(&mut h);
+        (&p.name, &p.ip, p.ready, &p.config_map).hash(&mut h);
     }
+    live.hash(&mut h);
     h.finish()
+}
+
+/// The live entities the routers of `o` should hold when `config` has them
+/// ([`Rendered::live`](qdr_api::router_config::Rendered::live)).
+fn live_of(o: &ValidatedInterconnect, config: &qdr_api::router_config::Rendered) -> Option<Live> {
+    if !config.live {
+        return None;
+    }
+    let rendered = qdr_api::router_config::router_config(o.spec()).with_management_listener();
+    Some(Live {
+        desired: Arc::new(crate::mesh::live::desired(&rendered)),
+        keep: Arc::new(crate::mesh::live::start_up_names(&rendered)),
+        hash: config.hash.clone(),
+    })
 }
 
 /// Whether `secret` is the one generated for `o`: controlled by it (its uid).
@@ -240,12 +258,16 @@ impl Reader {
     /// The mesh of `o` for this pass: the latest answers (pods not read yet are
     /// [`Observation::Pending`]), after starting a read in the background when one is due
     /// (see the module docs). `management` is `Err` with why when the routers have no
-    /// management listener. Never waits on a router.
+    /// management listener. `config` is the configuration the routers should run when
+    /// its live entities are to be written to the routers of its template (the visit
+    /// writes them: docs/live-configuration.md), `None` when they are not (a held
+    /// workload, no live entities). Never waits on a router.
     pub fn read(
         self: &Arc<Self>,
         o: &ValidatedInterconnect,
         observed: &Observed,
         management: Result<(), String>,
+        config: Option<&qdr_api::router_config::Rendered>,
         metrics: &Arc<crate::metrics::Metrics>,
     ) -> MeshRead {
         let mode = if o.spec().role() == qdr_api::Role::Edge { Mode::Edge } else { Mode::Interior };
@@ -292,7 +314,8 @@ impl Reader {
                 routers.len()
             ));
         }
-        let pods = pods_fingerprint(observed);
+        let config = config.filter(|c| c.live);
+        let pods = pods_fingerprint(observed, config.map(|c| c.hash.as_str()));
         let resync = self.resync();
         let (latest, start, next) = {
             let mut memos = self.memo.lock().unwrap_or_else(|e| e.into_inner());
@@ -319,6 +342,10 @@ impl Reader {
                 (routers.iter()).filter_map(|p| Some((p.name.clone(), p.ip.clone()?))).collect();
             let keep: Vec<String> =
                 (o.spec().every_connector()).filter_map(|(_, _, c)| c.name.clone()).collect();
+            let live = config.and_then(|c| live_of(o, c));
+            // Only routers of the current template take live writes: the others are being
+            // replaced, and their configuration (their own ConfigMap) is another.
+            let current = config.map(|c| o.router_config_name(&c.startup_hash));
             let targets: Vec<Target> = (routers.iter())
                 .map(|p| Target {
                     pod: p.name.clone(),
@@ -328,6 +355,7 @@ impl Reader {
                         connectors: crate::mesh::links::desired(&p.name, &peers, t),
                         keep: keep.clone(),
                     }),
+                    live: live.clone().filter(|_| current.is_some() && p.config_map == current),
                 })
                 .collect();
             let server_name = format!("{}.{}.svc", o.name(), o.namespace());
@@ -428,7 +456,13 @@ impl Reader {
         // A router with no link yet (joining) leaves the mesh unsettled, so it is read
         // again soon; the pass judges it once JOIN_GRACE is over.
         let report = assess(mode, &observations);
-        let connected = report.condition.reason == "Connected";
+        // A router that does not hold its live entities yet (writes bounded per visit, a
+        // refusal) is visited again as soon as an unsettled mesh is.
+        let applied = observations.values().all(|o| match o {
+            Observation::Answered(v) => v.live.as_ref().is_none_or(|l| l.applied),
+            _ => true,
+        });
+        let connected = report.condition.reason == "Connected" && applied;
         let observations = Arc::new(observations);
         let unchanged = {
             let mut memos = self.memo.lock().unwrap_or_else(|e| e.into_inner());
@@ -490,8 +524,11 @@ pub fn same_mesh(a: &BTreeMap<String, Observation>, b: &BTreeMap<String, Observa
             pa == pb
                 && match (a, b) {
                     (Observation::Answered(a), Observation::Answered(b)) => {
-                        (&a.id, a.mode, &a.reaches, &a.inter_router, &a.edge)
-                            == (&b.id, b.mode, &b.reaches, &b.inter_router, &b.edge)
+                        let live = |v: &crate::mesh::RouterView| {
+                            v.live.as_ref().map(|l| (l.hash.clone(), l.applied, l.refused.clone()))
+                        };
+                        (&a.id, a.mode, &a.reaches, &a.inter_router, &a.edge, live(a))
+                            == (&b.id, b.mode, &b.reaches, &b.inter_router, &b.edge, live(b))
                     }
                     (a, b) => a == b,
                 }

@@ -83,7 +83,7 @@ pub(crate) fn of(ic: &Interconnect, pass: &Result<Pass, PassError>) -> Option<In
             let s = desired(&r.ic, &r.observed, &r.applied, &r.report.credentials);
             Some(match &r.mesh {
                 Some(m) if r.applied.conflicts.is_empty() => {
-                    with_mesh(s, &r.ic, &r.observed, m, &r.report.config.hash)
+                    with_mesh(s, &r.ic, &r.observed, m, &r.report.config)
                 }
                 _ => s,
             })
@@ -453,6 +453,11 @@ pub(crate) async fn write(
 pub(crate) const MESH_CONNECTED: &str = "MeshConnected";
 /// Type of the condition that says whether every router runs the current configuration.
 pub(crate) const CONFIG_APPLIED: &str = "ConfigApplied";
+/// `ConfigApplied` reason while live entities are being written to the routers of the
+/// current template, or those not read since are not known to hold them.
+pub(crate) const APPLYING: &str = "Applying";
+/// `ConfigApplied` reason when a router refused a live entity (docs/live-configuration.md).
+pub(crate) const CONFIG_REFUSED: &str = "Refused";
 /// `MeshConnected` reason when the routers are not read (docs/mesh-status.md).
 pub(crate) const NOT_OBSERVED: &str = "NotObserved";
 
@@ -463,7 +468,7 @@ fn short(hash: &str) -> &str {
 }
 
 /// `status` (of [`desired`]) with what the routers report (`read`) and whether they run
-/// the configuration of `config_hash`: `configHash`, `mesh`, `routers`, the conditions
+/// the configuration `config`: `configHash`, `mesh`, `routers`, the conditions
 /// `MeshConnected` and `ConfigApplied`, and `Ready` turned `False` (with the mesh's reason
 /// and message) when the routers' pods are ready but the mesh is not connected
 /// (`MeshConnected=False`). `Unknown` (a router that did not answer, routers not read) does
@@ -473,16 +478,27 @@ pub(crate) fn with_mesh(
     o: &ValidatedInterconnect,
     observed: &Observed,
     read: &MeshRead,
-    config_hash: &str,
+    config: &qdr_api::router_config::Rendered,
 ) -> InterconnectStatus {
     use qdr_api::{
         MAX_STATUS_NAMED, MAX_STATUS_REASON, MAX_STATUS_ROUTERS, MeshStatus, MissingLink, RouterStatus,
     };
     let generation = o.generation();
     let prev = o.ic().status.clone().unwrap_or_default().conditions;
-    let current = short(config_hash);
+    let current = short(&config.hash);
     let prefix = o.router_config_prefix();
+    let current_map = o.router_config_name(&config.startup_hash);
+    let outcome = |p: &super::observe::RouterPod| match read.observations.get(&p.name) {
+        Some(Observation::Answered(v)) => v.live.as_ref(),
+        _ => None,
+    };
+    // The configuration a router runs: that of the ConfigMap its pod mounts; with live
+    // entities, for a pod of the current template, the one whose live entities it answered
+    // it holds (none until it answered).
     let hash_of = |p: &super::observe::RouterPod| {
+        if config.live && p.config_map.as_deref() == Some(current_map.as_str()) {
+            return outcome(p).filter(|l| l.applied).map(|l| short(&l.hash).to_string());
+        }
         p.config_map.as_deref().and_then(|m| m.strip_prefix(&prefix)).map(String::from)
     };
     let n = |v: usize| i32::try_from(v).unwrap_or(i32::MAX);
@@ -561,11 +577,27 @@ pub(crate) fn with_mesh(
     let hashes: Vec<(&str, Option<String>)> =
         observed.routers.iter().map(|p| (p.name.as_str(), hash_of(p))).collect();
     let running = hashes.iter().filter(|(_, h)| h.as_deref() == Some(current)).count();
-    let others: Vec<String> = (hashes.iter())
-        .filter(|(_, h)| h.as_deref() != Some(current))
+    let why_not = |p: &super::observe::RouterPod, h: &Option<String>| {
+        let current_template = p.config_map.as_deref() == Some(current_map.as_str());
+        match (outcome(p), h) {
+            (Some(l), _) if current_template && l.refused.is_some() => {
+                format!("{} refused {}", p.name, reason(l.refused.as_deref().unwrap_or_default()))
+            }
+            (_, None) if config.live && current_template => format!("{} not written yet", p.name),
+            (_, h) => format!("{} runs {}", p.name, h.as_deref().unwrap_or("another")),
+        }
+    };
+    let others: Vec<String> = (observed.routers.iter().zip(&hashes))
+        .filter(|(_, (_, h))| h.as_deref() != Some(current))
         .take(8)
-        .map(|(pod, h)| format!("{pod} runs {}", h.as_deref().unwrap_or("another")))
+        .map(|(p, (_, h))| why_not(p, h))
         .collect();
+    let refused = (observed.routers.iter()).any(|p| {
+        p.config_map.as_deref() == Some(current_map.as_str())
+            && outcome(p).is_some_and(|l| l.refused.is_some())
+    });
+    let rolling = observed.terminating > 0
+        || observed.routers.iter().any(|p| p.config_map.as_deref() != Some(current_map.as_str()));
     let applied = total > 0 && running == total && observed.terminating == 0;
     let mut config_message = format!("{running}/{total} routers run configuration {current}");
     if !others.is_empty() {
@@ -578,8 +610,12 @@ pub(crate) fn with_mesh(
         "Applied"
     } else if total == 0 {
         "NoRouters"
-    } else {
+    } else if refused {
+        CONFIG_REFUSED
+    } else if rolling || !config.live {
         "RollingOut"
+    } else {
+        APPLYING
     };
 
     let mut conditions: Vec<Condition> = status

@@ -529,7 +529,8 @@ mod mesh {
     use crate::reconcile::read::{MESH_RECHECK, MESH_RESYNC, MeshRead, recheck, resync};
     use crate::reconcile::status::{desired, with_mesh};
     use crate::reconcile::types::Applied;
-    use qdr_api::InterconnectStatus;
+    use qdr_api::router_config::Rendered;
+    use qdr_api::{Interconnect, InterconnectStatus};
 
     const HASH: &str = "0123456789abcdef";
 
@@ -562,6 +563,7 @@ mod mesh {
             clients: 2,
             links_blocked: 1,
             deliveries_stuck: 0,
+            live: None,
         })
     }
 
@@ -575,7 +577,86 @@ mod mesh {
     fn status(o: &Observed, r: &MeshRead) -> InterconnectStatus {
         let applied = Applied { workload: workload(3, 3, 3, 3), ..Default::default() };
         let s = desired(&owner(), o, &applied, &CredentialsReport::default());
-        with_mesh(s, &owner(), o, r, HASH)
+        let config =
+            Rendered { text: String::new(), hash: HASH.into(), startup_hash: HASH.into(), live: false };
+        with_mesh(s, &owner(), o, r, &config)
+    }
+
+    /// A router of [`router`] that answered what the visit did to its live entities.
+    fn wrote(id: &str, peers: &[&str], hash: &str, applied: bool, refused: Option<&str>) -> Observation {
+        let Observation::Answered(mut v) = router(id, peers) else { unreachable!() };
+        v.live = Some(crate::mesh::live::Outcome {
+            hash: hash.into(),
+            applied,
+            created: 1,
+            deleted: 0,
+            refused: refused.map(String::from),
+        });
+        Observation::Answered(v)
+    }
+
+    #[test]
+    fn with_live_entities_a_router_runs_the_configuration_it_answered_it_holds() {
+        // The ConfigMap is named by the start-up hash; the configuration by the whole one.
+        let (startup, whole) = ("5555555555aaaa", "7777777777bbbb");
+        let config =
+            Rendered { text: String::new(), hash: whole.into(), startup_hash: startup.into(), live: true };
+        let o = pods(&["mesh-a", "mesh-b", "mesh-c"], "5555555555");
+        let applied = Applied { workload: workload(3, 3, 3, 3), ..Default::default() };
+        let status_of = |r: &MeshRead| {
+            let s = desired(&owner(), &o, &applied, &CredentialsReport::default());
+            with_mesh(s, &owner(), &o, r, &config)
+        };
+        let all = status_of(&read(&[
+            ("mesh-a", wrote("mesh-a", &["mesh-b", "mesh-c"], whole, true, None)),
+            ("mesh-b", wrote("mesh-b", &["mesh-a", "mesh-c"], whole, true, None)),
+            ("mesh-c", wrote("mesh-c", &["mesh-a", "mesh-b"], whole, true, None)),
+        ]));
+        assert_eq!(all.config_hash.as_deref(), Some("7777777777"));
+        assert!(
+            all.routers.iter().all(|r| r.config_hash.as_deref() == Some("7777777777")),
+            "{:?}",
+            all.routers
+        );
+        assert_eq!(cond(&all, "ConfigApplied").1, "Applied");
+        // One router still holds the last configuration, one refused, one not read yet.
+        let some = status_of(&read(&[
+            ("mesh-a", wrote("mesh-a", &["mesh-b", "mesh-c"], "6666666666", true, None)),
+            (
+                "mesh-b",
+                wrote(
+                    "mesh-b",
+                    &["mesh-a", "mesh-c"],
+                    whole,
+                    false,
+                    Some("CREATE address x answered 400: Already exists"),
+                ),
+            ),
+            ("mesh-c", Observation::Pending("not read yet".into())),
+        ]));
+        let hashes: Vec<Option<&str>> = some.routers.iter().map(|r| r.config_hash.as_deref()).collect();
+        assert_eq!(hashes, [Some("6666666666"), None, None]);
+        let (status, reason, message) = cond(&some, "ConfigApplied");
+        assert_eq!((status, reason), ("False", "Refused"));
+        assert!(
+            message.contains("0/3 routers run configuration 7777777777")
+                && message.contains("mesh-b refused CREATE address x answered 400: Already exists")
+                && message.contains("mesh-c not written yet")
+                && message.contains("mesh-a runs 6666666666"),
+            "{message}"
+        );
+        let stored = Interconnect { status: Some(some.clone()), ..owner().ic().clone() };
+        use crate::reconcile::events::{Change, config as config_event};
+        assert!(matches!(config_event(owner().ic(), &some), Some(Change::ConfigRefused(_))));
+        assert_eq!(config_event(&stored, &some), None, "once, not once per pass");
+        assert!(matches!(config_event(&stored, &all), Some(Change::ConfigApplied(_))));
+        // Without a refusal, routers being written are `Applying`.
+        let applying = status_of(&read(&[
+            ("mesh-a", wrote("mesh-a", &["mesh-b", "mesh-c"], whole, true, None)),
+            ("mesh-b", wrote("mesh-b", &["mesh-a", "mesh-c"], whole, false, None)),
+            ("mesh-c", wrote("mesh-c", &["mesh-a", "mesh-b"], whole, true, None)),
+        ]));
+        assert_eq!(cond(&applying, "ConfigApplied").1, "Applying");
     }
 
     #[test]
@@ -786,14 +867,14 @@ mod mesh {
         let (o, added) = owner().with_management();
         added.unwrap();
         // The pass that finds it missing creates it; its own write wakes nothing.
-        let r = reader.read(&o, &pods(&["mesh-a"], "0123456789"), Ok(()), &metrics);
+        let r = reader.read(&o, &pods(&["mesh-a"], "0123456789"), Ok(()), None, &metrics);
         assert!(r.blocked.as_deref().is_some_and(|b| b.contains("does not exist yet")), "{r:?}");
         assert_eq!(r.next, Some(MESH_RECHECK));
         // Not ours: not looked at again until it changes.
         let mut foreign = pods(&["mesh-a"], "0123456789");
         let ca = crate::mesh::management::ca_secret("mesh");
         foreign.secrets.insert(ca.clone(), Some(k8s_openapi::api::core::v1::Secret::default()));
-        let r = reader.read(&o, &foreign, Ok(()), &metrics);
+        let r = reader.read(&o, &foreign, Ok(()), None, &metrics);
         assert!(r.blocked.as_deref().is_some_and(|b| b.contains("not the management CA")), "{r:?}");
         assert_eq!(r.next, None);
     }
@@ -1001,7 +1082,8 @@ fn every_event_reason_is_listed_and_every_listed_reason_is_published() {
     let s = || "s".to_string();
     let changes = vec![
         Change::InvalidSpec(s()),
-        Change::ConfigChanged,
+        Change::ConfigChanged { live: false },
+        Change::ConfigChanged { live: true },
         Change::Scaled { from: 1, to: 2 },
         Change::Pruned(vec![s()]),
         Change::ReconcileFailed(s()),
@@ -1027,11 +1109,13 @@ fn every_event_reason_is_listed_and_every_listed_reason_is_published() {
         Change::MeshBroken("Partitioned".into(), s()),
         Change::MeshBroken("EdgeNotUplinked".into(), s()),
         Change::MeshConnected(s()),
+        Change::ConfigApplied(s()),
+        Change::ConfigRefused(s()),
     ];
     for c in &changes {
         match c {
             Change::InvalidSpec(_)
-            | Change::ConfigChanged
+            | Change::ConfigChanged { .. }
             | Change::Scaled { .. }
             | Change::Pruned(_)
             | Change::ReconcileFailed(_)
@@ -1045,7 +1129,9 @@ fn every_event_reason_is_listed_and_every_listed_reason_is_published() {
             | Change::Scheduled
             | Change::Adopted(_)
             | Change::MeshBroken(..)
-            | Change::MeshConnected(_) => {}
+            | Change::MeshConnected(_)
+            | Change::ConfigApplied(_)
+            | Change::ConfigRefused(_) => {}
         }
     }
     let published: BTreeSet<(String, String)> = changes

@@ -113,7 +113,7 @@ async fn an_interior_mesh_of_three_routes_anycast_and_multicast_authenticates_an
     assert_eq!(report.groups.len(), 1);
     // A listener that authenticates its peers refuses the reader (no SASL): reported, not hung.
     let stream = tokio::net::TcpStream::connect((pods[0].1.as_str(), 5673)).await.unwrap();
-    match mesh::reader::read_router(stream, "test", Duration::from_secs(10), None).await {
+    match mesh::reader::read_router(stream, "test", Duration::from_secs(10), None, None).await {
         Err(mesh::reader::ReadError::Amqp(e)) => say!("mesh reader on the PLAIN listener: refused ({e:.80})"),
         other => panic!("the reader got through an authenticating listener: {other:?}"),
     }

@@ -103,6 +103,7 @@ async fn observe(pods: &[(String, String)]) -> std::collections::BTreeMap<String
             ip: Some(ip.clone()),
             ready: true,
             linking: None,
+            live: None,
         })
         .collect();
     let pool = mesh::pool::Pool::new(2, 2);

@@ -79,7 +79,7 @@ async fn the_status_reports_the_mesh_the_routers_see() {
     // CA: a plain connection, and TLS without a client certificate, are refused.
     let ip = pods[0].1.clone();
     let plain = tokio::net::TcpStream::connect((ip.as_str(), 55670)).await.unwrap();
-    let refused = mesh::reader::read_router(plain, "test", Duration::from_secs(10), None).await;
+    let refused = mesh::reader::read_router(plain, "test", Duration::from_secs(10), None, None).await;
     assert!(refused.is_err(), "a plain connection read the router: {refused:?}");
     say!("management listener, plain: refused ({:.100})", format!("{refused:?}"));
 
