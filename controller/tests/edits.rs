@@ -245,8 +245,8 @@ async fn conditions_do_not_flicker_through_a_roll() {
         })
     });
     tokio::time::sleep(Duration::from_secs(1)).await;
-    // A config change: every router is replaced.
-    patch_spec(&ns, "roll", json!({"addresses": [{"prefix": "roll", "distribution": "closest"}]})).await;
+    // A change a running router cannot take (its edge listener): every router is replaced.
+    patch_spec(&ns, "roll", json!({"edgeListeners": [{"port": 45699}]})).await;
     let o = ready_at_generation(&ns, "roll").await;
     eventually("the roll complete", Duration::from_secs(60), || async {
         let o = ics.get("roll").await.ok()?;

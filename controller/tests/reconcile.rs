@@ -120,7 +120,9 @@ async fn interior_example_reconciles_to_the_go_operators_object_graph() {
     let probe = c.liveness_probe.as_ref().unwrap().http_get.as_ref().unwrap();
     assert_eq!(probe.path.as_deref(), Some("/healthz"));
     let ports: Vec<i32> = c.ports.iter().flatten().map(|p| p.container_port).collect();
-    assert_eq!(ports, [5672, 8080, 5671, 55671, 8888], "the listeners, then the metrics port");
+    // Client listeners are written into the running routers, so their ports are not in the
+    // pod template (adding one would roll the routers); container ports are informational.
+    assert_eq!(ports, [55671, 8888], "the inter-router listeners, then the metrics port");
     let mounts: Vec<&str> = c.volume_mounts.iter().flatten().map(|m| m.mount_path.as_str()).collect();
     assert!(
         mounts.contains(
@@ -230,16 +232,36 @@ async fn scaling_image_and_listener_changes_reach_the_children() {
     ics.patch(
         &name,
         &PatchParams::default(),
-        &Patch::Merge(json!({"spec": {"listeners": [{"port": 5672}, {"port": 6000, "name": "extra"}]}})),
+        // The amqps listener stays, so its sslProfile (start-up) stays.
+        &Patch::Merge(json!({"spec": {"listeners": [
+            {"port": 5672}, {"port": 5671, "sslProfile": "default"}, {"port": 6000, "name": "extra"}]}})),
     )
     .await
     .unwrap();
-    let d = eventually("config change", Duration::from_secs(20), || async {
+    // A client listener is written into the running routers (docs/live-configuration.md):
+    // the mounted ConfigMap changes in place, for a router that restarts, and the pod
+    // template does not (no roll).
+    eventually("the listener in the mounted configuration", Duration::from_secs(20), || async {
+        let d = deps.get(&name).await.ok()?;
+        mounted_config(&ns, &d).await.contains(r#""port": 6000"#).then_some(())
+    })
+    .await;
+    let d = deps.get(&name).await.unwrap();
+    assert_eq!(hash(&d), before, "a listener rolled the routers");
+    assert_eq!(hash(&d0), hash(&d));
+    // What a running router cannot take (its edge listener) is a new pod template.
+    ics.patch(
+        &name,
+        &PatchParams::default(),
+        &Patch::Merge(json!({"spec": {"edgeListeners": [{"port": 45699}]}})),
+    )
+    .await
+    .unwrap();
+    let d = eventually("a start-up change", Duration::from_secs(20), || async {
         deps.get(&name).await.ok().filter(|d| hash(d) != before)
     })
     .await;
-    assert!(mounted_config(&ns, &d).await.contains(r#""port": 6000"#));
-    assert_ne!(hash(&d0), hash(&d));
+    assert!(mounted_config(&ns, &d).await.contains(r#""port": 45699"#));
     // Go bug 6: the Service follows the listeners.
     let svc: Api<Service> = ns.api();
     eventually("Service port 6000", Duration::from_secs(20), || async {
@@ -413,12 +435,7 @@ async fn every_go_operator_example_reconciles_to_its_objects() {
         let plan = effective.spec.deployment_plan.clone().unwrap();
         assert_eq!(d.spec.as_ref().unwrap().replicas, plan.size, "{file}");
         let c = &d.spec.as_ref().unwrap().template.spec.as_ref().unwrap().containers[0];
-        let want_ports: Vec<i32> = effective
-            .spec
-            .listeners
-            .iter()
-            .flatten()
-            .chain(effective.spec.inter_router_listeners.iter().flatten())
+        let want_ports: Vec<i32> = (effective.spec.inter_router_listeners.iter().flatten())
             .map(|l| l.port)
             .chain([plan.liveness_port.unwrap()])
             .collect();
@@ -760,7 +777,8 @@ async fn deleting_a_mounted_user_secret_never_rolls_the_routers() {
     ics.patch(
         &name,
         &PatchParams::default(),
-        &Patch::Merge(json!({"spec": {"addresses": [{"prefix": "held.q"}]}})),
+        // A start-up change (its edge listener): one that rolls the routers.
+        &Patch::Merge(json!({"spec": {"edgeListeners": [{"port": 45699}]}})),
     )
     .await
     .unwrap();
@@ -784,7 +802,7 @@ async fn deleting_a_mounted_user_secret_never_rolls_the_routers() {
     })
     .await;
     assert!(after.iter().any(|r| before.contains(r)), "{after:?}");
-    assert!(mounted_config(&ns, &deployment(&ns, &name).await).await.contains("held.q"));
+    assert!(mounted_config(&ns, &deployment(&ns, &name).await).await.contains(r#""port": 45699"#));
 }
 
 /// Router pods satisfy Pod Security `restricted`: in a namespace that enforces it, the

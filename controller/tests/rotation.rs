@@ -319,7 +319,9 @@ async fn certificates_renew_and_the_ca_rotates_with_rolling_routers() {
     ics.patch(
         "mesh",
         &PatchParams::default(),
-        &Patch::Merge(json!({"spec": {"addresses": [{"prefix": "rolled"}]}})),
+        // The edge listener: what a running router cannot take (an address is written into
+        // the running routers instead: docs/live-configuration.md).
+        &Patch::Merge(json!({"spec": {"edgeListeners": [{"port": 45699}]}})),
     )
     .await
     .unwrap();

@@ -5,7 +5,8 @@
 //! mesh's Service at [`RATE`] messages a second with acknowledgements and a receiver reads,
 //! both reconnecting as clients do ([`crate::routers::Steady`]).
 //!
-//! One after the other ([`run`]): scale 3 → 5 → 3; a configuration change (a roll); the
+//! One after the other ([`run`]): scale 3 → 5 → 3; a configuration change (an address,
+//! written into the running routers: no roll, [`LIVE_CHANGE`]); the
 //! leading controller killed (the other takes over and reconciles a scale); a router
 //! certificate renewal (at 2/3 of [`CERT`], then a roll); a full CA rotation (stage at 2/3 of
 //! [`CA`], promote, retire, each step a roll, at least [`OVERLAP`] apart).
@@ -24,6 +25,9 @@ use serde_json::json;
 use crate::routers::{self, READY_WAIT, Steady, Traffic, apply, rolled_out, service_ip, url, watch_ready};
 use crate::{ControlPlane, Process, TestNamespace};
 
+/// The step of [`run`] that changes an address, which the controller writes into the running
+/// routers: no router restarts, so no client reconnects.
+pub const LIVE_CHANGE: &str = "configuration change (live)";
 /// Router certificate lifetime: renewed at 2/3, 100 s after issue.
 pub const CERT: Duration = Duration::from_secs(150);
 /// CA lifetime: the next CA is staged at 2/3, 160 s after the CA was made.
@@ -178,9 +182,10 @@ pub async fn run(
     );
 
     record(
-        under_traffic(cp, ns, "configuration change", || async {
+        under_traffic(cp, ns, LIVE_CHANGE, || async {
             apply(cp, &ns.name, &spec("second"));
             settled(cp, ns, 3).await;
+            routers::config_applied(ns, NAME).await;
         })
         .await,
     );

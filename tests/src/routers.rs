@@ -533,3 +533,46 @@ pub fn router_pid(pod: &str) -> Option<u32> {
         environ.split(|b| *b == 0).any(|v| v == want.as_bytes()).then_some(pid)
     })
 }
+
+/// The router pods of Interconnect `name` that are not terminating: (pod name, uid, restart
+/// count of its router container), by name. What a change that must not restart the routers
+/// leaves as it was.
+///
+/// # Panics
+/// When the pods cannot be listed.
+pub async fn pod_identities(ns: &TestNamespace, name: &str) -> Vec<(String, String, i32)> {
+    let pods: Api<Pod> = ns.api();
+    let list = pods.list(&ListParams::default().labels(&format!("application={name}"))).await.unwrap();
+    let mut out: Vec<(String, String, i32)> = (list.items.into_iter())
+        .filter(|p| p.metadata.deletion_timestamp.is_none())
+        .map(|p| {
+            let restarts = (p.status.iter().flat_map(|s| s.container_statuses.iter().flatten()))
+                .map(|c| c.restart_count)
+                .sum();
+            (p.metadata.name.unwrap_or_default(), p.metadata.uid.unwrap_or_default(), restarts)
+        })
+        .collect();
+    out.sort();
+    out
+}
+
+/// Waits until Interconnect `name` reports every router running its configuration of the
+/// current generation (`ConfigApplied` `True`, reason `Applied`, at its `generation`):
+/// with live entities, every router answered that it holds them (docs/live-configuration.md).
+/// Returns the time it took.
+///
+/// # Panics
+/// When that takes longer than [`READY_WAIT`].
+pub async fn config_applied(ns: &TestNamespace, name: &str) -> Duration {
+    let ics: Api<qdr_api::Interconnect> = ns.api();
+    let t = Instant::now();
+    crate::eventually(&format!("{name}'s configuration applied on every router"), READY_WAIT, || async {
+        let ic = ics.get(name).await.ok()?;
+        let generation = ic.metadata.generation;
+        let status = ic.status?;
+        let c = status.conditions.iter().find(|c| c.type_ == "ConfigApplied")?;
+        (c.status == "True" && c.reason == "Applied" && c.observed_generation == generation).then_some(())
+    })
+    .await;
+    t.elapsed()
+}

@@ -4,15 +4,13 @@
 use std::time::{Duration, Instant};
 
 use qdr_tests::ControlPlane;
-use qdr_tests::routers::{
-    self, ROUTER_IMAGE, Receiver, apply, json_lines, kubectl, qdmanage, router_pods, send, url,
-};
+use qdr_tests::routers::{self, Receiver, apply, json_lines, kubectl, qdmanage, router_pods, send, url};
 use serde_json::{Value, json};
 
 use crate::{cluster, controllers, open_connections};
 
 /// The JSON lines `tests/amqp/peer.py` printed so far in pod `pod`.
-fn peer_events(cp: &ControlPlane, ns: &str, pod: &str) -> Vec<Value> {
+pub(crate) fn peer_events(cp: &ControlPlane, ns: &str, pod: &str) -> Vec<Value> {
     json_lines(&kubectl(cp, &["logs", "-n", ns, pod]))
 }
 
@@ -20,39 +18,7 @@ fn peer_events(cp: &ControlPlane, ns: &str, pod: &str) -> Vec<Value> {
 async fn a_link_route_to_a_broker_carries_messages_both_ways() {
     let cp = cluster().await;
     let ns = cp.namespace("linkroute").await;
-    // The broker: tests/amqp/peer.py (a queue per address) in a pod of the router image,
-    // which has Proton's Python binding, behind Service `broker`.
-    let script = std::fs::read_to_string(qdr_tests::workspace_root().join("tests/amqp/peer.py")).unwrap();
-    apply(
-        cp,
-        &ns.name,
-        &json!({"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "peer"},
-                                "data": {"peer.py": script}}),
-    );
-    apply(
-        cp,
-        &ns.name,
-        &json!({
-            "apiVersion": "v1", "kind": "Pod",
-            "metadata": {"name": "broker", "labels": {"app": "broker"}},
-            "spec": {
-                "terminationGracePeriodSeconds": 1,
-                "containers": [{
-                    "name": "peer", "image": ROUTER_IMAGE, "imagePullPolicy": "Never",
-                    "command": ["python3", "-u", "/peer/peer.py", "--listen", "0.0.0.0:5672"],
-                    "ports": [{"containerPort": 5672}],
-                    "volumeMounts": [{"name": "peer", "mountPath": "/peer"}],
-                }],
-                "volumes": [{"name": "peer", "configMap": {"name": "peer"}}],
-            },
-        }),
-    );
-    apply(
-        cp,
-        &ns.name,
-        &json!({"apiVersion": "v1", "kind": "Service", "metadata": {"name": "broker"},
-                                "spec": {"selector": {"app": "broker"}, "ports": [{"port": 5672}]}}),
-    );
+    crate::start_broker(cp, &ns.name);
     // The router reaches it by the Service name with a route-container connector; prefix
     // `queue` (the router's pattern `queue.#`: `queue.orders` matches) is link-routed to it in
     // both directions.

@@ -64,6 +64,46 @@ fn open_connections(cp: &ControlPlane, ns: &str, pod: &str, role: &str) -> Vec<V
     }
 }
 
+/// Starts the test broker in namespace `ns`: `tests/amqp/peer.py` (a queue per address) in
+/// pod `broker` of the router image, which has Proton's Python binding, behind Service
+/// `broker` on port 5672. What it stores and delivers is in its log
+/// (`link_routes::peer_events`).
+fn start_broker(cp: &ControlPlane, ns: &str) {
+    use qdr_tests::routers::{ROUTER_IMAGE, apply};
+    use serde_json::json;
+    let script = std::fs::read_to_string(qdr_tests::workspace_root().join("tests/amqp/peer.py")).unwrap();
+    apply(
+        cp,
+        ns,
+        &json!({"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "peer"},
+                                "data": {"peer.py": script}}),
+    );
+    apply(
+        cp,
+        ns,
+        &json!({
+            "apiVersion": "v1", "kind": "Pod",
+            "metadata": {"name": "broker", "labels": {"app": "broker"}},
+            "spec": {
+                "terminationGracePeriodSeconds": 1,
+                "containers": [{
+                    "name": "peer", "image": ROUTER_IMAGE, "imagePullPolicy": "Never",
+                    "command": ["python3", "-u", "/peer/peer.py", "--listen", "0.0.0.0:5672"],
+                    "ports": [{"containerPort": 5672}],
+                    "volumeMounts": [{"name": "peer", "mountPath": "/peer"}],
+                }],
+                "volumes": [{"name": "peer", "configMap": {"name": "peer"}}],
+            },
+        }),
+    );
+    apply(
+        cp,
+        ns,
+        &json!({"apiVersion": "v1", "kind": "Service", "metadata": {"name": "broker"},
+                                "spec": {"selector": {"app": "broker"}, "ports": [{"port": 5672}]}}),
+    );
+}
+
 /// Interconnect `name` as JSON (`kubectl get -o json`).
 fn get_ic(cp: &ControlPlane, ns: &str, name: &str) -> Value {
     let out = routers::kubectl(cp, &["get", "interconnect", name, "-n", ns, "-o", "json"]);
@@ -123,6 +163,7 @@ mod examples;
 mod image;
 mod interior;
 mod link_routes;
+mod live;
 mod rollouts;
 mod status;
 mod tls;
