@@ -77,7 +77,7 @@ fn expected(ic: &Interconnect) -> BTreeMap<&'static str, BTreeSet<String>> {
             builders::disruption_budget(&o).and_then(|p| p.metadata.name).into_iter().collect(),
         ),
     ]);
-    let mut config_maps = one(&o.router_config_name(&o.rendered_config().hash));
+    let mut config_maps = one(&o.router_config_name(&o.rendered_config().startup_hash));
     config_maps.extend(builders::sasl_config_map(&o).and_then(|cm| cm.metadata.name));
     m.insert("ConfigMap", config_maps);
     m

@@ -90,6 +90,42 @@ async fn every_hostile_answer_ends_as_a_short_reason_within_the_timeout() {
     }
 }
 
+/// A router whose live entities (what the controller writes into it,
+/// docs/live-configuration.md) flood the answers costs the controller its byte budget and
+/// no more: the visit ends with why, within the timeout, and writes nothing.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_router_flooding_its_live_entities_is_cut_at_the_budget() {
+    use qdr_controller::mesh::live::{Kind, MAX_HELD_BYTES};
+    use qdr_controller::mesh::reader::Live;
+    let mut answers = amqp_peer::honest("router-f", "interior", &[], 0);
+    let long = "a".repeat(250);
+    let names = Kind::Address.attributes();
+    let rows: Vec<serde_json::Value> = (0..4096)
+        .map(|i| {
+            let mut row = vec![serde_json::json!(format!("{i:05}{long}"))];
+            row.extend((1..names.len()).map(|_| serde_json::json!(long)));
+            serde_json::Value::Array(row)
+        })
+        .collect();
+    answers.insert(
+        "router.config.address".into(),
+        serde_json::json!({"attributeNames": names, "results": rows}),
+    );
+    let (addr, task) = peer(Script::Honest(Arc::new(answers))).await;
+    let live =
+        Live { desired: Arc::new(Vec::new()), keep: Arc::new(Default::default()), hash: "0".repeat(64) };
+    let started = Instant::now();
+    let stream = tokio::net::TcpStream::connect(addr).await.unwrap();
+    let result = read_router(stream, "hostile-test", TIMEOUT, None, Some(&live)).await;
+    let took = started.elapsed();
+    task.abort();
+    let why = result.expect_err("a flood of live entities is refused").to_string();
+    println!("4,096 addresses of 2.3 KB each: refused in {took:.1?}: {why}");
+    assert!(why.contains(&format!("pass {MAX_HELD_BYTES} bytes")), "{why}");
+    assert!(why.len() <= MAX_REASON, "a reason of {} bytes", why.len());
+    assert!(took <= 2 * TIMEOUT, "took {took:?}");
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn silent_routers_of_one_namespace_do_not_delay_another_namespace() {
     // 40 silent routers in one namespace, one honest router in another, read at once with

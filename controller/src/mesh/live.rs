@@ -175,13 +175,14 @@ pub struct Held {
     pub kind: Kind,
     /// Its name.
     pub name: String,
-    /// The attributes read (as the router typed them; text cut to [`MAX_TEXT`]).
-    pub attributes: Vec<(String, Cell)>,
+    /// The attributes read (as the router typed them; text cut to [`MAX_TEXT`]), `null`s
+    /// left out.
+    pub attributes: Vec<(&'static str, Cell)>,
 }
 
 impl Held {
     fn get(&self, key: &str) -> &Cell {
-        self.attributes.iter().find(|(k, _)| k == key).map_or(&Cell::Null, |(_, v)| v)
+        self.attributes.iter().find(|(k, _)| *k == key).map_or(&Cell::Null, |(_, v)| v)
     }
 }
 
@@ -211,7 +212,7 @@ fn holds(want: &Desired, held: &Held) -> bool {
 impl Held {
     /// The attributes of a `CREATE` that makes this entity again as the router read it
     /// back: every attribute it answered but `null`s.
-    pub fn attributes(&self) -> Vec<(String, Attribute)> {
+    pub fn attributes(&self) -> Vec<(&'static str, Attribute)> {
         (self.attributes.iter())
             .filter_map(|(k, v)| {
                 let a = match v {
@@ -220,30 +221,53 @@ impl Held {
                     Cell::Bool(b) => Attribute::Bool(*b),
                     Cell::Null | Cell::Other => return None,
                 };
-                Some((k.clone(), a))
+                Some((*k, a))
             })
             .collect()
     }
 }
 
-/// Entities of one kind read of one router at most: more than the largest spec (the
-/// webhook bounds each list) and [`super::MAX_ROUTERS`] mesh connectors.
+/// Entities of one kind read of one router at most: more than [`super::MAX_ROUTERS`] mesh
+/// connectors and the live entities of most specs (a spec is bounded by the size of its
+/// rendered configuration, [`qdr_api::MAX_CONFIG_BYTES`], not by a count).
 pub const MAX_HELD_ROWS: usize = 4096;
+/// Bytes of held entities kept from one router at most (names and text, and 64 bytes a
+/// row): twice the largest configuration, so any valid spec's live entities fit, and a
+/// router that answers more costs the controller this much and no more (the visit fails
+/// with why). With [`super::answer::MAX_TEXT`]-byte cells, 4,096 full rows of every kind
+/// would be about 60 MB.
+pub const MAX_HELD_BYTES: usize = 2 * qdr_api::MAX_CONFIG_BYTES;
 
 /// Adds a page of a `QUERY` answer for `kind` ([`Kind::attributes`]) to `into` (the reader
 /// asks for at most [`MAX_HELD_ROWS`] of one kind); a row without a text `name` is left out
-/// (it could not be deleted by name). Returns the page's rows.
+/// (it could not be deleted by name). `bytes` counts what the visit kept so far, against
+/// [`MAX_HELD_BYTES`]. Returns the page's rows.
 ///
 /// # Errors
-/// [`AnswerError`] when the page is malformed.
-pub fn add_held(kind: Kind, page: &Table, into: &mut Vec<Held>) -> Result<usize, AnswerError> {
+/// [`AnswerError`] when the page is malformed, or what is kept would pass
+/// [`MAX_HELD_BYTES`].
+pub fn add_held(
+    kind: Kind,
+    page: &Table,
+    into: &mut Vec<Held>,
+    bytes: &mut usize,
+) -> Result<usize, AnswerError> {
     let rows = rows(kind.entity(), page)?;
     for r in &rows {
         let Some(name) = r.get("name").text() else { continue };
-        let attributes = (kind.attributes().iter())
-            .map(|a| (a.to_string(), r.get(a).clone()))
+        let attributes: Vec<(&'static str, Cell)> = (kind.attributes().iter())
+            .map(|a| (*a, r.get(a).clone()))
             .filter(|(_, v)| *v != Cell::Null)
             .collect();
+        let cost =
+            64 + name.len() + attributes.iter().map(|(_, v)| v.text().map_or(8, str::len)).sum::<usize>();
+        *bytes += cost;
+        if *bytes > MAX_HELD_BYTES {
+            return Err(AnswerError::new(
+                kind.entity(),
+                format!("the live entities answered pass {MAX_HELD_BYTES} bytes"),
+            ));
+        }
         into.push(Held { kind, name: name.to_string(), attributes });
     }
     Ok(rows.len())
@@ -368,7 +392,7 @@ mod tests {
                     Attribute::Int(i) => Cell::Int(*i),
                     Attribute::Bool(b) => Cell::Bool(*b),
                 };
-                (k.to_string(), cell)
+                (*k, cell)
             })
             .collect();
         Held { kind: d.kind, name: d.name.clone(), attributes }
@@ -512,5 +536,67 @@ mod tests {
         assert_eq!(broker.get("port"), Some(&text("5672")), "the schema types port as a string");
         assert_eq!(broker.get("role"), Some(&text("route-container")));
         assert!(d.iter().all(|d| d.attributes[0] == ("name", text(&d.name))));
+    }
+
+    #[test]
+    fn held_rows_are_read_by_the_kinds_attributes_and_bounded_in_bytes() {
+        let names: Vec<String> = Kind::Listener.attributes().iter().map(|s| s.to_string()).collect();
+        let row = |name: Cell, role: &str| {
+            let mut r = vec![Cell::Null; names.len()];
+            r[0] = name;
+            r[1] = Cell::Text(role.into());
+            r[3] = Cell::Text("5672".into());
+            r
+        };
+        let table = Table {
+            names: Some(names.clone()),
+            rows: Some(vec![
+                row(Cell::Text("amqp".into()), "normal"),
+                row(Cell::Null, "normal"),
+                row(Cell::Text("mesh".into()), "inter-router"),
+            ]),
+        };
+        let (mut held, mut bytes) = (Vec::new(), 0);
+        assert_eq!(add_held(Kind::Listener, &table, &mut held, &mut bytes).unwrap(), 3);
+        assert_eq!(held.len(), 2, "a row without a name could not be deleted: left out");
+        assert_eq!(
+            held[0].attributes,
+            [
+                ("name", Cell::Text("amqp".into())),
+                ("role", Cell::Text("normal".into())),
+                ("port", Cell::Text("5672".into()))
+            ],
+            "nulls left out"
+        );
+        assert_eq!(held[0].attributes()[2], ("port", text("5672")));
+        // What a router can make the controller keep is bounded.
+        let mut bytes = MAX_HELD_BYTES - 10;
+        let err = add_held(Kind::Listener, &table, &mut held, &mut bytes).unwrap_err();
+        assert!(err.what.contains("bytes"), "{err}");
+        assert!(Kind::ALL.iter().all(|k| k.attributes().len() <= crate::mesh::answer::MAX_ATTRIBUTES));
+    }
+
+    #[test]
+    fn the_start_up_part_and_the_mesh_connectors_are_kept() {
+        let mut spec: qdr_api::InterconnectSpec = serde_json::from_value(serde_json::json!({
+            "deploymentPlan": {"role": "interior"},
+            "listeners": [{"name": "amqp", "port": 5672}],
+        }))
+        .unwrap();
+        qdr_api::apply_defaults("live", &mut spec);
+        let config = qdr_api::router_config::router_config(&spec).with_management_listener();
+        let start_up = start_up_names(&config);
+        assert!(start_up.contains(qdr_api::router_config::MANAGEMENT_LISTENER), "{start_up:?}");
+        assert!(!start_up.contains("amqp"), "a client listener is live: {start_up:?}");
+        let h = |kind, name: &str, role: &str| Held {
+            kind,
+            name: name.into(),
+            attributes: vec![("role", Cell::Text(role.into()))],
+        };
+        assert!(keeps(&start_up, &h(Kind::Listener, qdr_api::router_config::MANAGEMENT_LISTENER, "normal")));
+        assert!(keeps(&start_up, &h(Kind::Listener, "listener/0.0.0.0:55671", "inter-router")));
+        assert!(keeps(&start_up, &h(Kind::Connector, "qdr-operator-mesh-r-0", "inter-router")));
+        assert!(!keeps(&start_up, &h(Kind::Listener, "amqp", "normal")));
+        assert!(!keeps(&start_up, &h(Kind::Connector, "by-hand", "route-container")));
     }
 }

@@ -4,6 +4,10 @@
 //! connection closed. No SASL: a router's listener that verifies client certificates in the
 //! TLS handshake needs none.
 //!
+//! In the same visit it writes: the operator's inter-router connectors ([`super::links`])
+//! and the configuration's live entities ([`super::live`], docs/live-configuration.md), with
+//! management `CREATE`s and `DELETE`s, each answer checked like a query's.
+//!
 //! The router is not trusted (docs/mesh-status.md, "A router is not trusted"): every byte
 //! it sends passes [`super::wire::Guarded`] first (frame and message sizes, nesting, a byte
 //! budget, the deadline); each query asks only for the attributes the view uses
@@ -293,10 +297,10 @@ impl Links {
     /// Every live entity the router holds ([`live::Kind::ALL`]), at most
     /// [`live::MAX_HELD_ROWS`] of each kind.
     async fn held(&mut self) -> Result<Vec<Held>, ReadError> {
-        let mut held = Vec::new();
+        let (mut held, mut bytes) = (Vec::new(), 0);
         for kind in Kind::ALL {
             self.pages(kind.management_type(), kind.attributes(), live::MAX_HELD_ROWS, |t| {
-                live::add_held(kind, t, &mut held)
+                live::add_held(kind, t, &mut held, &mut bytes)
             })
             .await?;
         }
@@ -356,9 +360,7 @@ impl Links {
             deleted.sort_by_key(|h| h.kind);
             for h in deleted.iter().filter(|h| !created.contains(&(h.kind, h.name.as_str()))) {
                 let attributes = h.attributes();
-                if let Err(e) =
-                    self.create(h.kind, &h.name, attributes.iter().map(|(k, v)| (k.as_str(), v))).await
-                {
+                if let Err(e) = self.create(h.kind, &h.name, attributes.iter().map(|(k, v)| (*k, v))).await {
                     tracing::warn!(entity = h.kind.entity(), name = %h.name, error = %e, "could not put back an entity after a refused write");
                     if !matches!(e, ReadError::Write { .. }) {
                         return Err(e);

@@ -6,7 +6,8 @@
 //! One module per measured thing, each adding its rows: [`pure`] (library calls),
 //! [`admission`] (the webhook alone), [`api_server`] (admission through the API server),
 //! [`convergence`] and [`memory`] (the controller), [`day_two`] (real routers with traffic),
-//! [`mesh`] and [`mesh_scale`] (reading the routers); `QDR_BENCH_ONLY` picks one. Beside
+//! [`live`] (changes written into running routers), [`mesh`] and [`mesh_scale`] (reading
+//! the routers); `QDR_BENCH_ONLY` picks one. Beside
 //! them [`table`] (the one printer), [`measure`] (reading figures) and [`fixtures`] (what is
 //! sent).
 
@@ -19,6 +20,7 @@ mod api_server;
 mod convergence;
 mod day_two;
 mod fixtures;
+mod live;
 mod measure;
 mod memory;
 mod mesh;
@@ -70,6 +72,9 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         }
         if only.is_empty() || only == "day-two" {
             day_two::day_two_rows(&mut rows).await?;
+        }
+        if only.is_empty() || only == "live" {
+            live::live_rows(&mut rows).await?;
         }
         if only.is_empty() || only == "mesh-2000" {
             mesh_scale::mesh_scale_rows(&mut rows, &bin_dir, cp).await?;
