@@ -691,8 +691,8 @@ pub struct InterconnectStatus {
     pub updated_replicas: Option<i32>,
 
     /// The first 10 hex digits of the SHA-256 of the router configuration the spec renders
-    /// to now (the suffix of its ConfigMap `<name>-router-config-<hash>`): a router runs
-    /// the current configuration when its `routers[].configHash` is this.
+    /// to now: a router runs the current configuration when its `routers[].configHash` is
+    /// this (condition `ConfigApplied`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub config_hash: Option<String>,
 
@@ -790,8 +790,11 @@ pub struct RouterStatus {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     #[schemars(length(max = 16))]
     pub mode: Option<String>,
-    /// The router configuration it runs: the 10-digit hash of the configuration ConfigMap
-    /// its pod mounts (compare with `status.configHash`).
+    /// The router configuration it runs (compare with `status.configHash`): the one whose
+    /// addresses, link routes, auto-links, connectors and client listeners it answered it
+    /// holds, read back after the controller wrote them into it (absent until it answered);
+    /// for a router of an earlier start-up configuration during a roll, or one the
+    /// controller cannot write to, the 10-digit suffix of the ConfigMap its pod mounts.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub config_hash: Option<String>,
     /// How many other routers are in its routing table (`router.node`). Lags behind a

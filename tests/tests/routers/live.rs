@@ -2,8 +2,8 @@
 //! receiver holding their connections through a mesh of three, an address, a connector with
 //! a link route to the test broker, an auto-link and a listener are added and removed again;
 //! after each, every router pod is the one it was (same uid, no restart), the change is in
-//! effect (the router routes by it), and at the end the clients never reconnected and lost
-//! nothing acknowledged. Then a change a running router cannot take still rolls the routers,
+//! effect (the router routes by it); an address deleted by hand is put back; and at the end
+//! the clients never reconnected and lost nothing acknowledged. Then a change a running router cannot take still rolls the routers,
 //! and the Event says why.
 
 use std::time::{Duration, Instant};
@@ -191,6 +191,46 @@ async fn live_changes_keep_every_router_and_every_client_connection() {
         .map(|all| all.iter().filter_map(|a| a["prefix"].as_str().map(String::from)).collect())
         .collect();
     assert!(prefixes.iter().all(|p| p == &["closest".to_string()]), "addresses left: {prefixes:?}");
+
+    // By hand: an address deleted with qdmanage is put back at the next visit (at the
+    // latest the resync of a connected mesh).
+    let closest = |pod: &str| {
+        let all = qdmanage(cp, &ns.name, pod, &["query", "--type=address"]).unwrap_or_default();
+        all.as_array()
+            .into_iter()
+            .flatten()
+            .find(|a| a["prefix"] == "closest")
+            .and_then(|a| a["name"].as_str().map(String::from))
+    };
+    let name = closest(&pods[0].0).expect("the address closest");
+    // qdmanage answers a DELETE with nothing on its output: not JSON.
+    let out = kubectl(
+        cp,
+        &[
+            "exec",
+            "-n",
+            &ns.name,
+            &pods[0].0,
+            "--",
+            "qdmanage",
+            "delete",
+            "--type=address",
+            &format!("--name={name}"),
+        ],
+    );
+    assert!(out.status.success(), "qdmanage delete: {}", String::from_utf8_lossy(&out.stderr));
+    assert_eq!(closest(&pods[0].0), None, "deleted by hand");
+    let t = Instant::now();
+    // The controller's resync of a connected mesh (`MESH_RESYNC`, controller/src/reconcile/read.rs).
+    let resync = Duration::from_secs(60);
+    qdr_tests::eventually(
+        "the address deleted by hand put back",
+        resync + Duration::from_secs(30),
+        || async { (closest(&pods[0].0).as_deref() == Some(name.as_str())).then_some(()) },
+    )
+    .await;
+    say!("an address deleted by hand with qdmanage put back {:.1?} later (resync {resync:?})", t.elapsed());
+    same_routers("by hand", &pod_identities(ns, NAME).await);
 
     tokio::time::sleep(Duration::from_secs(2)).await;
     let traffic = steady.finish();
