@@ -90,6 +90,45 @@ async fn every_hostile_answer_ends_as_a_short_reason_within_the_timeout() {
     }
 }
 
+/// The live entities of a spec written into an honest router: created once, read back as
+/// held, and nothing written at the next visit.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_honest_router_takes_the_live_entities_and_holds_them_at_the_next_visit() {
+    use qdr_controller::mesh::live;
+    use qdr_controller::mesh::reader::Live;
+    let mut spec: qdr_api::InterconnectSpec = serde_json::from_value(serde_json::json!({
+        "deploymentPlan": {"role": "interior"},
+        "listeners": [{"port": 5672}, {"name": "extra", "port": 5673}],
+        "addresses": [{"prefix": "a", "distribution": "multicast"}, {"prefix": "b"}],
+        "connectors": [{"name": "broker", "host": "broker", "port": 5672, "routeContainer": true, "cost": 2}],
+        "linkRoutes": [{"prefix": "queue", "direction": "in", "connection": "broker"}],
+        "autoLinks": [{"address": "jobs", "direction": "out", "connection": "broker"}],
+    }))
+    .unwrap();
+    qdr_api::apply_defaults("live", &mut spec);
+    let config = qdr_api::router_config::router_config(&spec).with_management_listener();
+    let want = Live {
+        desired: Arc::new(live::desired(&config)),
+        keep: Arc::new(live::start_up_names(&config)),
+        hash: "1".repeat(64),
+    };
+    let answers = Arc::new(amqp_peer::honest("router-live", "interior", &[], 0));
+    let visit = || async {
+        let (addr, task) = peer(Script::Honest(answers.clone())).await;
+        let stream = tokio::net::TcpStream::connect(addr).await.unwrap();
+        let view = read_router(stream, "live-test", TIMEOUT, None, Some(&want)).await;
+        task.abort();
+        view.unwrap().live.unwrap()
+    };
+    let first = visit().await;
+    assert!(first.applied && first.refused.is_none(), "{first:?}");
+    assert_eq!((first.created, first.deleted), (want.desired.len(), 0));
+    assert_eq!(want.desired.len(), 7, "2 listeners, 2 addresses, a connector, a link route, an auto-link");
+    let again = visit().await;
+    assert!(again.applied, "{again:?}");
+    assert_eq!((again.created, again.deleted), (0, 0), "read back as held: nothing to write");
+}
+
 /// A router whose live entities (what the controller writes into it,
 /// docs/live-configuration.md) flood the answers costs the controller its byte budget and
 /// no more: the visit ends with why, within the timeout, and writes nothing.

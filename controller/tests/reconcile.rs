@@ -62,6 +62,19 @@ fn hash(d: &Deployment) -> String {
     d.spec.as_ref().unwrap().template.metadata.as_ref().unwrap().annotations.as_ref().unwrap()["qdr-operator.io/config-hash"].clone()
 }
 
+/// Moves Interconnect `name`'s edge listener to port 45699: a change of what a running
+/// router cannot take, so one that rolls the routers (docs/live-configuration.md).
+async fn start_up_change(ns: &qdr_tests::TestNamespace, name: &str) {
+    interconnects(&ns.client, &ns.name)
+        .patch(
+            name,
+            &PatchParams::default(),
+            &Patch::Merge(json!({"spec": {"edgeListeners": [{"port": 45699}]}})),
+        )
+        .await
+        .unwrap();
+}
+
 fn example(file: &str) -> Value {
     let p = qdr_tests::workspace_root().join("api/tests/data/go-operator").join(file);
     serde_saphyr::from_str(&std::fs::read_to_string(p).unwrap()).unwrap()
@@ -250,13 +263,7 @@ async fn scaling_image_and_listener_changes_reach_the_children() {
     assert_eq!(hash(&d), before, "a listener rolled the routers");
     assert_eq!(hash(&d0), hash(&d));
     // What a running router cannot take (its edge listener) is a new pod template.
-    ics.patch(
-        &name,
-        &PatchParams::default(),
-        &Patch::Merge(json!({"spec": {"edgeListeners": [{"port": 45699}]}})),
-    )
-    .await
-    .unwrap();
+    start_up_change(&ns, &name).await;
     let d = eventually("a start-up change", Duration::from_secs(20), || async {
         deps.get(&name).await.ok().filter(|d| hash(d) != before)
     })
@@ -773,15 +780,8 @@ async fn deleting_a_mounted_user_secret_never_rolls_the_routers() {
     let ready = condition_with_reason(&ns, &name, "Ready", "MissingSecret").await;
     assert!(ready["message"].as_str().unwrap().contains("left as they are"), "{ready}");
     // A spec change while the Secret is missing does not roll them either.
+    start_up_change(&ns, &name).await;
     let ics = interconnects(&ns.client, &ns.name);
-    ics.patch(
-        &name,
-        &PatchParams::default(),
-        // A start-up change (its edge listener): one that rolls the routers.
-        &Patch::Merge(json!({"spec": {"edgeListeners": [{"port": 45699}]}})),
-    )
-    .await
-    .unwrap();
     eventually("the new generation reported", Duration::from_secs(20), || async {
         let o = ics.get(&name).await.ok()?;
         let conds = o.data["status"]["conditions"].as_array()?.clone();

@@ -26,10 +26,14 @@ use tokio::net::TcpListener;
 
 const HEADER: &[u8; 8] = b"AMQP\x00\x01\x00\x00";
 
-/// The connectors the controller created on each honest router (by router id), kept across
-/// its connections as a router keeps them: `name` → `[name, role, host, port, sslProfile]`.
-static CONNECTORS: std::sync::Mutex<
-    std::collections::BTreeMap<String, std::collections::BTreeMap<String, Json>>,
+/// The entities the controller created on each honest router (by router id), kept across
+/// its connections as a router keeps them: (entity type's short name, `name`) → the
+/// attributes of the `CREATE`, with `name`.
+static CREATED: std::sync::Mutex<
+    std::collections::BTreeMap<
+        String,
+        std::collections::BTreeMap<(String, String), serde_json::Map<String, Json>>,
+    >,
 > = std::sync::Mutex::new(std::collections::BTreeMap::new());
 /// Payload bytes per transfer frame: within the reader's 16 KiB frames.
 const CHUNK: usize = 16_000;
@@ -336,8 +340,8 @@ struct Request {
     operation: String,
     /// `name` (the entity a `CREATE` or `DELETE` names).
     name: String,
-    /// A `CREATE`'s string attributes.
-    attributes_given: std::collections::BTreeMap<String, String>,
+    /// A `CREATE`'s attributes (strings, integers, booleans).
+    attributes_given: serde_json::Map<String, Json>,
 }
 
 fn request(payload: &[u8]) -> Option<Request> {
@@ -350,7 +354,7 @@ fn request(payload: &[u8]) -> Option<Request> {
         count: None,
         operation: String::new(),
         name: String::new(),
-        attributes_given: std::collections::BTreeMap::new(),
+        attributes_given: serde_json::Map::new(),
     };
     while pos < payload.len() {
         let end = qdr_controller::mesh::wire::value_end(payload, pos, 16).ok()?;
@@ -361,7 +365,10 @@ fn request(payload: &[u8]) -> Option<Request> {
             (0x74, Value::Map(m)) => {
                 for (k, v) in m {
                     match (k, v) {
-                        (Value::String(k), Value::String(v)) if k == "entityType" => {
+                        // `entityType` of a QUERY, `type` of a CREATE or DELETE.
+                        (Value::String(k), Value::String(v))
+                            if k == "entityType" || (k == "type" && v != "org.amqp.management") =>
+                        {
                             r.entity = v.rsplit("dispatch.").next().unwrap_or_default().to_string();
                         }
                         (Value::String(k), Value::String(v)) if k == "operation" => r.operation = v,
@@ -385,7 +392,13 @@ fn request(payload: &[u8]) -> Option<Request> {
                                 .collect();
                         }
                         (Value::String(k), Value::String(v)) => {
-                            r.attributes_given.insert(k, v);
+                            r.attributes_given.insert(k, Json::from(v));
+                        }
+                        (Value::String(k), Value::Long(v)) => {
+                            r.attributes_given.insert(k, Json::from(v));
+                        }
+                        (Value::String(k), Value::Bool(v)) => {
+                            r.attributes_given.insert(k, Json::from(v));
                         }
                         _ => {}
                     }
@@ -522,28 +535,42 @@ async fn run<S: AsyncRead + AsyncWrite + Unpin>(s: S, script: &Script) -> std::i
                 let id = next_delivery;
                 next_delivery += 1;
                 let honest_answer = |answers: &Answers, count: Option<usize>| {
-                    // Connectors as qdrouterd keeps them: what the controller created and
-                    // did not delete, per router id (each read is a new connection).
+                    // Entities as qdrouterd keeps them: what the controller created and did
+                    // not delete, per router id (each read is a new connection); a type the
+                    // controller writes (connector, listener, the router.config ones) lists
+                    // only those.
                     let id = answers["router"]["results"][0][0].as_str().unwrap_or_default().to_string();
-                    let mut held = CONNECTORS.lock().unwrap_or_else(|e| e.into_inner());
+                    let mut held = CREATED.lock().unwrap_or_else(|e| e.into_inner());
                     let mine = held.entry(id).or_default();
+                    let key = (req.entity.clone(), req.name.clone());
                     match req.operation.as_str() {
                         "CREATE" => {
-                            let row = ["name", "role", "host", "port", "sslProfile"].map(|a| {
-                                req.attributes_given.get(a).map_or(Json::Null, |v| Json::from(v.as_str()))
-                            });
-                            mine.insert(req.name.clone(), Json::from(row.to_vec()));
+                            let mut attributes = req.attributes_given.clone();
+                            attributes.insert("name".into(), Json::from(req.name.as_str()));
+                            mine.insert(key, attributes);
                             return answer(&req.correlation, 201, "Created", &[0x40]);
                         }
                         "DELETE" => {
-                            mine.remove(&req.name);
+                            mine.remove(&key);
                             return answer(&req.correlation, 204, "No Content", &[0x40]);
                         }
                         _ => {}
                     }
-                    let a = if req.entity == "connector" {
-                        serde_json::json!({"attributeNames": ["name", "role", "host", "port", "sslProfile"],
-                                           "results": mine.values().cloned().collect::<Vec<_>>()})
+                    let written = ["connector", "listener"].contains(&req.entity.as_str())
+                        || req.entity.starts_with("router.config.");
+                    let a = if written && !answers.contains_key(&req.entity) {
+                        let rows: Vec<Json> = (mine.iter())
+                            .filter(|((entity, _), _)| *entity == req.entity)
+                            .map(|(_, attributes)| {
+                                Json::from(
+                                    req.attributes
+                                        .iter()
+                                        .map(|n| attributes.get(n).cloned().unwrap_or(Json::Null))
+                                        .collect::<Vec<_>>(),
+                                )
+                            })
+                            .collect();
+                        serde_json::json!({"attributeNames": req.attributes, "results": rows})
                     } else {
                         answers.get(&req.entity).cloned().unwrap_or(Json::Null)
                     };
