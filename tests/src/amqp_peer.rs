@@ -26,15 +26,16 @@ use tokio::net::TcpListener;
 
 const HEADER: &[u8; 8] = b"AMQP\x00\x01\x00\x00";
 
+/// Per router id: (entity type's short name, `name`) → attributes.
+type Created = std::collections::BTreeMap<
+    String,
+    std::collections::BTreeMap<(String, String), serde_json::Map<String, Json>>,
+>;
+
 /// The entities the controller created on each honest router (by router id), kept across
 /// its connections as a router keeps them: (entity type's short name, `name`) → the
 /// attributes of the `CREATE`, with `name`.
-static CREATED: std::sync::Mutex<
-    std::collections::BTreeMap<
-        String,
-        std::collections::BTreeMap<(String, String), serde_json::Map<String, Json>>,
-    >,
-> = std::sync::Mutex::new(std::collections::BTreeMap::new());
+static CREATED: std::sync::Mutex<Created> = std::sync::Mutex::new(std::collections::BTreeMap::new());
 /// Payload bytes per transfer frame: within the reader's 16 KiB frames.
 const CHUNK: usize = 16_000;
 
