@@ -254,6 +254,9 @@ pub struct Rendered {
     /// Whether the live entities are written to the running routers through management
     /// ([`Rendered::with_live`]) rather than read only at start.
     pub live: bool,
+    /// [`live::field_digests`] of the part `startup_hash` covers: which fields of the spec
+    /// a change of `startup_hash` came from ([`live::changed_fields`]).
+    pub startup_fields: String,
 }
 
 fn sha256_hex(parts: &[&[u8]]) -> String {
@@ -275,7 +278,8 @@ impl Rendered {
     pub fn from_config(config: &RouterConfig<'_>) -> Self {
         let text = config.render();
         let hash = sha256_hex(&[text.as_bytes()]);
-        Rendered { text, startup_hash: hash.clone(), hash, live: false }
+        let startup_fields = live::field_digests(config);
+        Rendered { text, startup_hash: hash.clone(), hash, live: false, startup_fields }
     }
 
     /// Renders `config` and hashes it, its live entities ([`live::is_live`]) written to
@@ -283,7 +287,8 @@ impl Rendered {
     pub fn with_live(config: &RouterConfig<'_>) -> Self {
         let (start_up, _) = live::split(config);
         let startup_hash = sha256_hex(&[b"live\n", start_up.render().as_bytes()]);
-        Rendered { startup_hash, live: true, ..Rendered::from_config(config) }
+        let startup_fields = live::field_digests(&start_up);
+        Rendered { startup_hash, live: true, startup_fields, ..Rendered::from_config(config) }
     }
 }
 

@@ -47,6 +47,33 @@ pub const CONFIG_HASH: &str = "qdr-operator.io/config-hash";
 /// ([`crate::references::fingerprint`]): a renewed certificate, a rotated CA or a changed
 /// users Secret rolls the routers, which read these files only at start.
 pub const CREDENTIALS_HASH: &str = "qdr-operator.io/credentials-hash";
+/// Pod-template annotation holding [`Rendered::startup_fields`]: the digest, by spec
+/// field, of what [`CONFIG_HASH`] covers. It changes only with that hash (so it rolls
+/// nothing by itself), and names the fields a change of it came from
+/// ([`qdr_api::router_config::live::changed_fields`]).
+pub const CONFIG_FIELDS: &str = "qdr-operator.io/config-fields";
+/// Pod-template annotation naming what last changed [`CONFIG_HASH`] (`spec.edgeListeners`,
+/// `spec.deploymentPlan.role, spec.sslProfiles`, or `the router configuration` when the
+/// template before did not say): set when that hash changes, kept until it changes again,
+/// so it rolls nothing by itself. The `ConfigChanged` Event and the `ConfigApplied`
+/// condition of a roll say it (docs/live-configuration.md).
+pub const CONFIG_ROLLED_BY: &str = "qdr-operator.io/config-rolled-by";
+/// Pod-template annotation naming the configuration (the first 10 hex digits of
+/// [`Rendered::hash`], as `status.configHash`) that the routers were rolled for because
+/// they did not take it while running after [`crate::reconcile::LIVE_TRIES`] visits
+/// (refused, or no answer); absent until that happens, then kept, so the routers roll once
+/// for each such configuration and never back (docs/live-configuration.md, "When a router
+/// refuses").
+pub const RESTARTED_FOR: &str = "qdr-operator.io/restarted-for-config";
+/// Why the routers last rolled, as the pod template keeps it ([`CONFIG_ROLLED_BY`],
+/// [`RESTARTED_FOR`]): worked out by the build stage from the workload it observed.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Roll {
+    /// The [`CONFIG_ROLLED_BY`] value.
+    pub rolled_by: Option<String>,
+    /// The [`RESTARTED_FOR`] value.
+    pub restarted_for: Option<String>,
+}
 /// Where the SASL users Secret is mounted.
 pub(crate) const SASL_USERS_DIR: &str = "/etc/qpid-dispatch/sasl-users";
 /// Content of the `<name>-sasl-config` ConfigMap (Go operator parity).
@@ -323,13 +350,15 @@ fn volumes_and_mounts(
 /// router configuration (mounted from its ConfigMap, its start-up hash in [`CONFIG_HASH`]),
 /// `credentials_hash` the fingerprint of the mounted Secrets ([`CREDENTIALS_HASH`]);
 /// `bundles` the `caCert` Secrets that are generated CAs (of this or another Interconnect),
-/// whose trust bundle is mounted instead of the Secret.
+/// whose trust bundle is mounted instead of the Secret; `roll` what the template keeps of
+/// why the routers last rolled ([`Roll`]).
 pub fn pod_template(
     o: &ValidatedInterconnect,
     s: &Settings,
     config: &Rendered,
     credentials_hash: &str,
     bundles: &BTreeSet<String>,
+    roll: &Roll,
 ) -> PodTemplateSpec {
     let plan = o.plan();
     let liveness = o.spec().liveness_port();
@@ -405,7 +434,10 @@ pub fn pod_template(
         ("prometheus.io/scrape".into(), "true".into()),
         (CONFIG_HASH.into(), config.startup_hash.clone()),
         (CREDENTIALS_HASH.into(), credentials_hash.into()),
+        (CONFIG_FIELDS.into(), config.startup_fields.clone()),
     ]);
+    let kept = [(CONFIG_ROLLED_BY, &roll.rolled_by), (RESTARTED_FOR, &roll.restarted_for)];
+    annotations.extend(kept.into_iter().filter_map(|(k, v)| Some((k.to_string(), v.clone()?))));
     PodTemplateSpec {
         metadata: Some(ObjectMeta {
             labels: Some(labels),
@@ -530,9 +562,10 @@ pub fn workload(
     config: &Rendered,
     credentials_hash: &str,
     bundles: &BTreeSet<String>,
+    roll: &Roll,
 ) -> Workload {
     let plan = o.plan();
-    let template = pod_template(o, s, config, credentials_hash, bundles);
+    let template = pod_template(o, s, config, credentials_hash, bundles, roll);
     let selector = LabelSelector { match_labels: Some(o.selector()), ..Default::default() };
     if plan.placement == Some(Placement::Every) {
         Workload::DaemonSet(Box::new(DaemonSet {

@@ -84,6 +84,8 @@ pub const EVENTS: &[(&str, &str)] = &[
     ("Normal", "MeshConnected"),
     ("Normal", "ConfigApplied"),
     ("Warning", "ConfigRefused"),
+    ("Warning", "ConfigRolled"),
+    ("Warning", "ConfigRestored"),
 ];
 
 /// Whether `reason` is listed for condition `type_` in [`CONDITIONS`].

@@ -21,7 +21,7 @@ use std::collections::BTreeMap;
 
 use sha2::Digest;
 
-use super::{MANAGEMENT_LISTENER, RouterConfig, Section, Value};
+use super::{MANAGEMENT_LISTENER, MANAGEMENT_PROFILE, RouterConfig, Section, Value};
 use crate::messages::HEALTH_LISTENER;
 
 /// The start of every name [`named`] gives.
@@ -100,6 +100,77 @@ pub fn split<'a>(config: &RouterConfig<'a>) -> (RouterConfig<'a>, RouterConfig<'
     (RouterConfig { sections: start_up }, RouterConfig { sections: live })
 }
 
+/// The field of the Interconnect spec (or the operator's own part) that `section` of a
+/// rendered configuration comes from, as a user writes it: `spec.deploymentPlan.role` for
+/// the `router` entity, `spec.deploymentPlan.livenessPort` for the health listener,
+/// `spec.interRouterListeners`, `spec.edgeListeners` or `spec.listeners` for a listener by
+/// its role, `spec.sslProfiles`, `spec.addresses`, `spec.linkRoutes`, `spec.autoLinks`, and
+/// `spec.interRouterConnectors`, `spec.edgeConnectors` or `spec.connectors` for a
+/// connector by its role; `the management listener` for what the operator adds
+/// ([`MANAGEMENT_LISTENER`] and its profile). Names what forced a roll in the
+/// `ConfigChanged` Event (docs/live-configuration.md).
+pub fn field_of(section: &Section<'_>) -> &'static str {
+    let text = |k: &str| match section.get(k) {
+        Some(Value::Str(s)) => Some(s.as_ref()),
+        _ => None,
+    };
+    match (section.entity, text("name"), text("role")) {
+        ("router", ..) => "spec.deploymentPlan.role",
+        ("listener", Some(HEALTH_LISTENER), _) => "spec.deploymentPlan.livenessPort",
+        ("listener", Some(MANAGEMENT_LISTENER), _) | ("sslProfile", Some(MANAGEMENT_PROFILE), _) => {
+            "the management listener"
+        }
+        ("listener", _, Some("inter-router")) => "spec.interRouterListeners",
+        ("listener", _, Some("edge")) => "spec.edgeListeners",
+        ("listener", ..) => "spec.listeners",
+        ("sslProfile", ..) => "spec.sslProfiles",
+        ("address", ..) => "spec.addresses",
+        ("linkRoute", ..) => "spec.linkRoutes",
+        ("autoLink", ..) => "spec.autoLinks",
+        ("connector", _, Some("inter-router")) => "spec.interRouterConnectors",
+        ("connector", _, Some("edge")) => "spec.edgeConnectors",
+        ("connector", ..) => "spec.connectors",
+        _ => "another entity",
+    }
+}
+
+/// A digest of `config` by field ([`field_of`]): `field=<12 hex digits>` for each field
+/// with a section, sorted by field and joined by `;`, the digits from the SHA-256 of the
+/// field's sections as rendered, in order. Two digests name the fields that changed
+/// ([`changed_fields`]); at most 14 fields, so about 600 bytes (kept as an annotation of
+/// the router workload).
+pub fn field_digests(config: &RouterConfig<'_>) -> String {
+    let mut by_field: BTreeMap<&str, sha2::Sha256> = BTreeMap::new();
+    for s in &config.sections {
+        let d = by_field.entry(field_of(s)).or_default();
+        d.update(s.entity.as_bytes());
+        for (k, v) in &s.attrs {
+            d.update(format!("\n{k}: {v}").as_bytes());
+        }
+        d.update(b"\n\n");
+    }
+    (by_field.into_iter())
+        .map(|(f, d)| {
+            let hex: String = d.finalize().iter().take(6).map(|b| format!("{b:02x}")).collect();
+            format!("{f}={hex}")
+        })
+        .collect::<Vec<_>>()
+        .join(";")
+}
+
+/// The fields whose digest differs between two [`field_digests`] (added, removed or
+/// changed), sorted; empty when either is not such a digest (written by an older release).
+pub fn changed_fields(old: &str, new: &str) -> Vec<String> {
+    let parse = |s: &str| -> Option<BTreeMap<String, String>> {
+        (s.split(';').filter(|p| !p.is_empty()))
+            .map(|p| p.split_once('=').map(|(f, d)| (f.to_string(), d.to_string())))
+            .collect()
+    };
+    let (Some(old), Some(new)) = (parse(old), parse(new)) else { return Vec::new() };
+    let fields: std::collections::BTreeSet<&String> = old.keys().chain(new.keys()).collect();
+    fields.into_iter().filter(|f| old.get(*f) != new.get(*f)).cloned().collect()
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -167,5 +238,63 @@ mod tests {
         let again =
             generated_name(&section("address", &[("prefix", s("a")), ("distribution", s("closest"))]));
         assert_eq!(format!("\"{again}\""), names[1], "the same attributes, the same name, every time");
+    }
+
+    #[test]
+    fn field_digests_name_the_fields_that_changed() {
+        let base = vec![
+            section("router", &[("mode", s("interior"))]),
+            section("listener", &[("name", s(HEALTH_LISTENER)), ("port", Value::Int(8888))]),
+            section("listener", &[("name", s(MANAGEMENT_LISTENER)), ("role", s("normal"))]),
+            section("sslProfile", &[("name", s(MANAGEMENT_PROFILE))]),
+            section("listener", &[("name", s("mesh")), ("role", s("inter-router"))]),
+            section("listener", &[("name", s("edges")), ("role", s("edge"))]),
+            section("listener", &[("name", s("amqp")), ("role", s("normal"))]),
+            section("sslProfile", &[("name", s("tls"))]),
+            section("address", &[("prefix", s("a"))]),
+            section("linkRoute", &[("prefix", s("q"))]),
+            section("autoLink", &[("address", s("q"))]),
+            section("connector", &[("name", s("broker")), ("role", s("route-container"))]),
+            section("connector", &[("name", s("up")), ("role", s("inter-router"))]),
+            section("connector", &[("name", s("hub")), ("role", s("edge"))]),
+        ];
+        let fields: Vec<&str> = base.iter().map(field_of).collect();
+        assert_eq!(
+            fields,
+            [
+                "spec.deploymentPlan.role",
+                "spec.deploymentPlan.livenessPort",
+                "the management listener",
+                "the management listener",
+                "spec.interRouterListeners",
+                "spec.edgeListeners",
+                "spec.listeners",
+                "spec.sslProfiles",
+                "spec.addresses",
+                "spec.linkRoutes",
+                "spec.autoLinks",
+                "spec.connectors",
+                "spec.interRouterConnectors",
+                "spec.edgeConnectors",
+            ]
+        );
+        let digest =
+            |sections: &[Section<'static>]| field_digests(&RouterConfig { sections: sections.to_vec() });
+        let old = digest(&base);
+        assert_eq!(old.split(';').count(), 13, "one entry per field: {old}");
+        assert!(changed_fields(&old, &digest(&base)).is_empty(), "the same configuration");
+        let mut edge_port = base.clone();
+        edge_port[5].attrs.push(("port", Value::Int(45672)));
+        assert_eq!(changed_fields(&old, &digest(&edge_port)), ["spec.edgeListeners"]);
+        let mut edge = base.clone();
+        edge[0] = section("router", &[("mode", s("edge"))]);
+        edge.remove(4);
+        assert_eq!(
+            changed_fields(&old, &digest(&edge)),
+            ["spec.deploymentPlan.role", "spec.interRouterListeners"],
+            "a changed field and a field gone"
+        );
+        assert!(changed_fields("", &old).iter().all(|f| f.starts_with("spec.") || f.starts_with("the ")));
+        assert!(changed_fields("written by 0.5.0", &old).is_empty(), "not a digest: no field named");
     }
 }

@@ -33,7 +33,14 @@ fn settings() -> Settings {
 }
 
 fn workload(o: &ValidatedInterconnect) -> Workload {
-    builders::workload(o, &settings(), &Rendered::of(o.spec()), "fingerprint", &Default::default())
+    builders::workload(
+        o,
+        &settings(),
+        &Rendered::of(o.spec()),
+        "fingerprint",
+        &Default::default(),
+        &Default::default(),
+    )
 }
 
 fn pod(o: &ValidatedInterconnect) -> Value {
@@ -42,6 +49,7 @@ fn pod(o: &ValidatedInterconnect) -> Value {
         &settings(),
         &Rendered::of(o.spec()),
         "fingerprint",
+        &Default::default(),
         &Default::default(),
     ))
     .unwrap()

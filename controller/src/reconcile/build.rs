@@ -17,8 +17,8 @@ use k8s_openapi::api::policy::v1::PodDisruptionBudget;
 use k8s_openapi::api::rbac::v1::{Role, RoleBinding};
 
 use super::observe::{Observed, named_secrets};
-use super::types::{Conflict, Ownership};
-use crate::builders::{self, Exposure, Settings, Workload};
+use super::types::{Conflict, LIVE_TRIES, Ownership, short_hash};
+use crate::builders::{self, Exposure, Roll, Settings, Workload};
 use crate::credentials::{
     self, CredentialChange, CredentialsError, Data, EXPIRY_WARNING, Routers, is_generated, is_generated_by,
 };
@@ -108,6 +108,8 @@ pub struct Report {
     pub replicas: Option<i32>,
     /// What the credentials look like after this pass.
     pub credentials: CredentialsReport,
+    /// Why the routers last rolled, as the pod template keeps it ([`roll`]).
+    pub roll: Roll,
 }
 
 /// The result of [`build`]: the children to apply and what to report.
@@ -181,6 +183,40 @@ fn password() -> String {
     use rand::Rng;
     let mut rng = rand::rng();
     (0..16).map(|_| rng.sample(rand::distr::Alphanumeric) as char).collect()
+}
+
+/// What the pod template keeps of why the routers last rolled, after this pass ([`Roll`]):
+/// * `rolled_by`: when the start-up hash changes, the spec fields whose digest changed
+///   ([`rolled_by`]); else what the observed template says;
+/// * `restarted_for`: the configuration the routers did not take while running in
+///   [`LIVE_TRIES`] visits in a row, when that is the desired one; else what the observed
+///   template says (so they roll once for it, and never back).
+///
+/// Nothing for a new workload: it starts from the configuration.
+pub(crate) fn roll(observed: &Observed, config: &Rendered) -> Roll {
+    let Some(old) = observed.workload.ours() else { return Roll::default() };
+    let rolled_by = match &old.config_hash {
+        Some(h) if *h != config.startup_hash => {
+            Some(rolled_by(old.config_fields.as_deref(), &config.startup_fields))
+        }
+        _ => old.roll.rolled_by.clone(),
+    };
+    let due = (observed.live_tries.as_ref())
+        .filter(|(hash, tries)| config.live && *hash == config.hash && *tries >= LIVE_TRIES);
+    let restarted_for = match due {
+        Some((hash, _)) => Some(short_hash(hash).to_string()),
+        None => old.roll.restarted_for.clone(),
+    };
+    Roll { rolled_by, restarted_for }
+}
+
+/// What changed between the [`CONFIG_FIELDS`](crate::builders::CONFIG_FIELDS) digests
+/// `old` (`None`: a template that did not keep them) and `new`: the changed fields joined by
+/// `, ` (`spec.edgeListeners`, `spec.deploymentPlan.role, spec.sslProfiles`), or `the router
+/// configuration` when no field can be named.
+pub(crate) fn rolled_by(old: Option<&str>, new: &str) -> String {
+    let fields = old.map(|o| qdr_api::router_config::live::changed_fields(o, new)).unwrap_or_default();
+    if fields.is_empty() { "the router configuration".into() } else { fields.join(", ") }
 }
 
 /// Builds every child of `o`, and what is reported about them.
@@ -273,7 +309,8 @@ pub fn build(o: &ValidatedInterconnect, settings: &Settings, observed: &Observed
         next_renewal: plan.next_renewal,
         fingerprint: credentials_hash.clone(),
     };
-    let workload = builders::workload(o, settings, &router_config, &credentials_hash, &bundles);
+    let roll = roll(observed, &router_config);
+    let workload = builders::workload(o, settings, &router_config, &credentials_hash, &bundles, &roll);
     // A missing or invalid Secret never rolls existing routers onto pods that cannot start:
     // the pod template keeps its last mountable state until every Secret it mounts exists
     // again with what the router reads.
@@ -300,5 +337,9 @@ pub fn build(o: &ValidatedInterconnect, settings: &Settings, observed: &Observed
         service: builders::service(o),
         exposure: builders::exposure(o, settings),
     };
-    Ok(Built { children, report: Report { config: router_config, replicas, credentials }, verify_workload })
+    Ok(Built {
+        children,
+        report: Report { config: router_config, replicas, credentials, roll },
+        verify_workload,
+    })
 }

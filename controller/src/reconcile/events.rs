@@ -41,7 +41,15 @@ pub(crate) enum Change {
     ConfigChanged {
         /// Whether the configuration has live entities ([`qdr_api::router_config::Rendered::live`]).
         live: bool,
+        /// What changed ([`crate::builders::CONFIG_ROLLED_BY`]: the spec fields).
+        by: String,
     },
+    /// Warning `ConfigRolled`: the routers did not take a configuration while running in
+    /// [`super::types::LIVE_TRIES`] visits, so they roll to start from it (its short hash).
+    ConfigRolled(String),
+    /// Warning `ConfigRestored`: routers held live entities other than their configuration's
+    /// (changed outside the operator), which were put back ([`super::read::MeshRead::restored`]).
+    ConfigRestored(Vec<String>),
     /// `Scaled`: the number of routers changed.
     Scaled {
         /// Replicas before.
@@ -97,6 +105,8 @@ impl Change {
         matches!(
             self,
             Change::ConfigChanged { .. }
+                | Change::ConfigRolled(_)
+                | Change::ConfigRestored(_)
                 | Change::Scaled { .. }
                 | Change::Pruned(_)
                 | Change::CredentialsChanged
@@ -109,17 +119,35 @@ impl Change {
     pub(crate) fn event(&self) -> Event {
         let (type_, reason, note) = match self {
             Change::InvalidSpec(m) => (EventType::Warning, INVALID_SPEC, m.clone()),
-            Change::ConfigChanged { live: false } => (
+            Change::ConfigChanged { live: false, by } => (
                 EventType::Normal,
                 "ConfigChanged",
-                "router configuration changed: rolling the routers".into(),
+                format!("router configuration changed ({by}): rolling the routers"),
             ),
-            Change::ConfigChanged { live: true } => (
+            Change::ConfigChanged { live: true, by } => (
                 EventType::Normal,
                 "ConfigChanged",
-                "router configuration changed in what a running router cannot take (router mode, the \
-                 inter-router or edge listeners, an sslProfile): rolling the routers"
-                    .into(),
+                format!(
+                    "router configuration changed in what a running router cannot take ({by}): rolling the \
+                     routers"
+                ),
+            ),
+            Change::ConfigRolled(hash) => (
+                EventType::Warning,
+                "ConfigRolled",
+                format!(
+                    "the routers did not take configuration {hash} while running in {} visits (refused, or \
+                     no answer: see the ConfigApplied condition): rolling them to start from it",
+                    super::types::LIVE_TRIES
+                ),
+            ),
+            Change::ConfigRestored(routers) => (
+                EventType::Warning,
+                "ConfigRestored",
+                format!(
+                    "live entities changed outside the operator were put back to the configuration: {}",
+                    routers.join("; ")
+                ),
             ),
             Change::Scaled { from, to } => {
                 (EventType::Normal, "Scaled", format!("routers scaled from {from} to {to}"))
@@ -203,10 +231,19 @@ pub(crate) fn for_pass(
         return conflicting(ic, &conflicts_message(applied)).into_iter().collect();
     }
     let mut changes = planned(observed, report);
+    if let Some(m) = r.mesh.as_ref().filter(|m| !m.restored.is_empty()) {
+        changes.push(Change::ConfigRestored(m.restored.clone()));
+    }
     if applied.held {
         // Nothing rolled: the workload was left as it was.
         changes.retain(|c| {
-            !matches!(c, Change::ConfigChanged { .. } | Change::CredentialsChanged | Change::Scaled { .. })
+            !matches!(
+                c,
+                Change::ConfigChanged { .. }
+                    | Change::ConfigRolled(_)
+                    | Change::CredentialsChanged
+                    | Change::Scaled { .. }
+            )
         });
     }
     if !applied.adopted.is_empty() {
@@ -359,12 +396,18 @@ pub(crate) fn config(ic: &Interconnect, new: &InterconnectStatus) -> Option<Chan
 /// What applying the build over the `observed` workload changes: the config (a new hash),
 /// the mounted credentials (a new fingerprint), the number of replicas (Deployments), and
 /// renewed or rotated credentials.
-fn planned(observed: &Observed, report: &Report) -> Vec<Change> {
+pub(crate) fn planned(observed: &Observed, report: &Report) -> Vec<Change> {
     let mut changes: Vec<Change> =
         report.credentials.changes.iter().cloned().map(Change::Credential).collect();
     let Some(old) = observed.workload.ours() else { return changes };
     if old.config_hash.as_ref().is_some_and(|h| *h != report.config.startup_hash) {
-        changes.push(Change::ConfigChanged { live: report.config.live });
+        let by = report.roll.rolled_by.clone().unwrap_or_else(|| "the router configuration".into());
+        changes.push(Change::ConfigChanged { live: report.config.live, by });
+    }
+    if let Some(hash) = &report.roll.restarted_for
+        && old.roll.restarted_for.as_ref() != Some(hash)
+    {
+        changes.push(Change::ConfigRolled(hash.clone()));
     }
     if old.credentials_hash.as_ref().is_some_and(|h| *h != report.credentials.fingerprint) {
         changes.push(Change::CredentialsChanged);

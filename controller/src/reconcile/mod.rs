@@ -40,6 +40,7 @@ pub use read::{
 };
 pub(crate) mod status;
 pub(crate) mod types;
+pub use types::LIVE_TRIES;
 
 #[cfg(test)]
 mod tests;
@@ -405,6 +406,7 @@ async fn stages(
         return Ok(Pass::Wait(Action::requeue(STORES_SYNCING_RETRY)));
     }
     let mut observed = observe::observe(&ctx.client, cache, &valid).await?;
+    observed.live_tries = ctx.mesh.tries(&valid.namespaced_name());
     let mut built = build::build(&valid, &ctx.settings, &observed)?;
     if built.verify_workload {
         // Routers may run that this build would roll onto pods that cannot start.

@@ -24,7 +24,7 @@ use kube::{Resource, ResourceExt};
 use qdr_api::Placement;
 
 use super::types::{Conflict, Ownership, api_message};
-use crate::builders::{CONFIG_HASH, CREDENTIALS_HASH};
+use crate::builders::{CONFIG_FIELDS, CONFIG_HASH, CONFIG_ROLLED_BY, CREDENTIALS_HASH, RESTARTED_FOR, Roll};
 use crate::cache::{Cache, SecretLookup};
 use crate::managed_fields::Adoption;
 use crate::validated::{FIELD_MANAGER, ValidatedInterconnect};
@@ -46,6 +46,10 @@ pub struct WorkloadState {
     pub config_hash: Option<String>,
     /// The [`CREDENTIALS_HASH`] annotation of its pod template.
     pub credentials_hash: Option<String>,
+    /// The [`CONFIG_FIELDS`] annotation of its pod template.
+    pub config_fields: Option<String>,
+    /// What its pod template keeps of why the routers last rolled ([`Roll`]).
+    pub roll: Roll,
     /// Whether its rollout is complete (as `kubectl rollout status` sees it): the workload
     /// controller observed the latest generation, and every wanted router runs the current
     /// template and is available, with no old router left.
@@ -114,6 +118,11 @@ pub struct Observed {
     /// The router pods that are not being deleted, in name order, with what the mesh
     /// reader and `status.routers` need.
     pub routers: Vec<RouterPod>,
+    /// The configuration (its whole hash, 64 hex digits) the routers of the current template
+    /// did not take while running, and the visits in a row that found so (refused, or no
+    /// answer), as the mesh reader counts them ([`super::read::Reader::tries`]); `None`
+    /// when the last visit found every router holding what it should.
+    pub live_tries: Option<(String, u32)>,
 }
 
 /// One router pod (not being deleted), as the mesh reader sees it.
@@ -215,6 +224,11 @@ fn state(t: &PodTemplateSpec, replicas: Option<i32>, rolled_out: bool) -> Worklo
         replicas,
         config_hash: annotation(t, CONFIG_HASH),
         credentials_hash: annotation(t, CREDENTIALS_HASH),
+        config_fields: annotation(t, CONFIG_FIELDS),
+        roll: Roll {
+            rolled_by: annotation(t, CONFIG_ROLLED_BY),
+            restarted_for: annotation(t, RESTARTED_FOR),
+        },
         rolled_out,
     }
 }
@@ -368,5 +382,14 @@ pub async fn observe(
         .map(|p| RouterPod::of(p, o.name()))
         .collect();
     routers.sort_by(|a, b| a.name.cmp(&b.name));
-    Ok(Observed { now: SystemTime::now(), secrets, workload, pods, terminating, unschedulable, routers })
+    Ok(Observed {
+        now: SystemTime::now(),
+        secrets,
+        workload,
+        pods,
+        terminating,
+        unschedulable,
+        routers,
+        live_tries: None,
+    })
 }

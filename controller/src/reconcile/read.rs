@@ -84,6 +84,11 @@ pub struct MeshRead {
     /// [`MESH_RECHECK`] when the management CA does not exist yet (the pass that reports it
     /// creates it, and the controller's own writes wake nothing).
     pub next: Option<Duration>,
+    /// Routers found holding live entities other than those of the configuration they had
+    /// been found holding at the read before (changed outside the operator, with
+    /// `qdmanage`), which the read then put back: `<pod>: <n> created, <m> deleted` each.
+    /// Reported by one pass only (the `ConfigRestored` Event).
+    pub restored: Vec<String>,
 }
 
 impl MeshRead {
@@ -131,6 +136,12 @@ struct Memo {
     /// The pods' fingerprint the latest pass saw: a read that ends after the pods changed
     /// under it wakes the Interconnect, whatever it found, so a new read starts.
     seen: u64,
+    /// The configuration whose live entities the routers of the current template did not
+    /// take, and the reads in a row that found so ([`Reader::tries`]).
+    tries: Option<(String, u32)>,
+    /// Routers whose live entities the last read put back, for the next pass to report
+    /// once ([`MeshRead::restored`]).
+    restored: Vec<String>,
 }
 
 type Wake = futures::channel::mpsc::UnboundedSender<ObjectRef<Interconnect>>;
@@ -250,6 +261,15 @@ impl Reader {
         }
     }
 
+    /// The configuration (its whole hash) whose live entities the routers of Interconnect
+    /// `key`'s current template did not take, and the reads in a row that found so: a
+    /// router answered with a refusal or did not answer (a write without an answer is one).
+    /// `None` once a read finds every such router holding what it should, or before any
+    /// read. Kept in memory: a new leader counts from zero.
+    pub fn tries(&self, key: &str) -> Option<(String, u32)> {
+        self.memo.lock().unwrap_or_else(|e| e.into_inner()).get(key).and_then(|m| m.tries.clone())
+    }
+
     /// The wait between reads of a connected mesh now ([`resync`] of the routers read).
     pub fn resync(&self) -> Duration {
         resync(self.routers.load(std::sync::atomic::Ordering::Relaxed))
@@ -277,6 +297,7 @@ impl Reader {
             observations: BTreeMap::new(),
             report: assess(mode, &BTreeMap::new()),
             next: None,
+            restored: Vec::new(),
         };
         if let Err(why) = management {
             self.forget(&key);
@@ -317,7 +338,7 @@ impl Reader {
         let config = config.filter(|c| c.live);
         let pods = pods_fingerprint(observed, config.map(|c| c.hash.as_str()));
         let resync = self.resync();
-        let (latest, start, next) = {
+        let (latest, start, next, restored) = {
             let mut memos = self.memo.lock().unwrap_or_else(|e| e.into_inner());
             let memo = memos.entry(key.clone()).or_default();
             memo.seen = pods;
@@ -334,7 +355,8 @@ impl Reader {
                 memo.reading = true;
             }
             let next = if memo.reading { None } else { left };
-            (memo.done.as_ref().map(|d| d.2.clone()), start, next)
+            let restored = std::mem::take(&mut memo.restored);
+            (memo.done.as_ref().map(|d| d.2.clone()), start, next, restored)
         };
         if start {
             let template = crate::mesh::links::template(o.spec());
@@ -407,7 +429,7 @@ impl Reader {
         // A joining router is read again soon (the recheck of an unsettled mesh) and
         // judged once the grace is over.
         let next = if joins { next.map(|n| n.min(JOIN_GRACE)) } else { next };
-        MeshRead { blocked: None, report: assess(mode, &observations), observations, next }
+        MeshRead { blocked: None, report: assess(mode, &observations), observations, next, restored }
     }
 
     /// Reads `targets` now, keeps the answers for Interconnect `key` (unless it was
@@ -463,6 +485,13 @@ impl Reader {
             _ => true,
         });
         let connected = report.condition.reason == "Connected" && applied;
+        // The configuration written, and whether a router that should hold it does not.
+        let live = targets.iter().find_map(|t| t.live.as_ref().map(|l| l.hash.clone()));
+        let failed = (targets.iter().filter(|t| t.live.is_some())).any(|t| match observations.get(&t.pod) {
+            Some(Observation::Answered(v)) => v.live.as_ref().is_some_and(|l| !l.applied),
+            Some(Observation::Unreachable(_)) => true,
+            Some(Observation::Pending(_)) | None => false,
+        });
         let observations = Arc::new(observations);
         let unchanged = {
             let mut memos = self.memo.lock().unwrap_or_else(|e| e.into_inner());
@@ -471,11 +500,27 @@ impl Reader {
             // event a read, none connected yet) must not push the next read out to the
             // resync.
             let same_pods = memo.done.as_ref().is_some_and(|d| d.0 == pods);
+            // Entities put back are reported by a pass, at once.
+            let put_back = match memo.done.as_ref() {
+                Some(before) => restored(&before.2, &observations),
+                None => Vec::new(),
+            };
             let unchanged = connected
+                && put_back.is_empty()
                 && memo.unsettled == 0
                 && same_pods
                 && memo.seen == pods
                 && memo.done.as_ref().is_some_and(|d| same_mesh(&d.2, &observations));
+            memo.tries = match (live, failed) {
+                (Some(hash), true) => match memo.tries.take() {
+                    Some((h, n)) if h == hash => Some((hash, n.saturating_add(1))),
+                    _ => Some((hash, 1)),
+                },
+                (Some(_), false) => None,
+                // No router of the current template was read: nothing learnt.
+                (None, _) => memo.tries.take(),
+            };
+            memo.restored.extend(put_back);
             memo.unsettled = if connected {
                 0
             } else if same_pods {
@@ -498,8 +543,13 @@ impl Reader {
         if !self.listened(&namespace) {
             return;
         }
-        let read =
-            MeshRead { blocked: None, observations: Arc::unwrap_or_clone(observations), report, next: None };
+        let read = MeshRead {
+            blocked: None,
+            observations: Arc::unwrap_or_clone(observations),
+            report,
+            next: None,
+            restored: Vec::new(),
+        };
         metrics.mesh(&namespace, &name, Some(read.sample()));
         let (due, reader) = (self.resync(), self.clone());
         tokio::spawn(async move {
@@ -513,6 +563,24 @@ impl Reader {
         let wakes = self.wakes.lock().unwrap_or_else(|e| e.into_inner());
         wakes.iter().any(|(scope, w)| (scope.is_empty() || scope == namespace) && !w.is_closed())
     }
+}
+
+/// The routers of read `now` that held live entities other than those of the configuration
+/// they were found holding at read `before` (same pod, same configuration hash, written
+/// since): changed outside the operator, and put back by `now`'s visit. `<pod>: <n>
+/// created, <m> deleted` each.
+pub fn restored(before: &BTreeMap<String, Observation>, now: &BTreeMap<String, Observation>) -> Vec<String> {
+    let held = |o: Option<&Observation>| match o {
+        Some(Observation::Answered(v)) => v.live.clone(),
+        _ => None,
+    };
+    (now.iter())
+        .filter_map(|(pod, o)| {
+            let (was, is) = (held(before.get(pod))?, held(Some(o))?);
+            (was.applied && was.hash == is.hash && is.created + is.deleted > 0)
+                .then(|| format!("{pod}: {} created, {} deleted", is.created, is.deleted))
+        })
+        .collect()
 }
 
 /// Whether two reads found the same mesh: the same pods, each with the same answer but for

@@ -83,7 +83,7 @@ pub(crate) fn of(ic: &Interconnect, pass: &Result<Pass, PassError>) -> Option<In
             let s = desired(&r.ic, &r.observed, &r.applied, &r.report.credentials);
             Some(match &r.mesh {
                 Some(m) if r.applied.conflicts.is_empty() => {
-                    with_mesh(s, &r.ic, &r.observed, m, &r.report.config)
+                    with_mesh(s, &r.ic, &r.observed, m, &r.report.config, r.report.roll.rolled_by.as_deref())
                 }
                 _ => s,
             })
@@ -461,11 +461,7 @@ pub(crate) const CONFIG_REFUSED: &str = "Refused";
 /// `MeshConnected` reason when the routers are not read (docs/mesh-status.md).
 pub(crate) const NOT_OBSERVED: &str = "NotObserved";
 
-/// The first 10 hex digits of a configuration hash (what a configuration ConfigMap's name
-/// ends with).
-fn short(hash: &str) -> &str {
-    hash.get(..10).unwrap_or(hash)
-}
+use super::types::short_hash as short;
 
 /// `status` (of [`desired`]) with what the routers report (`read`) and whether they run
 /// the configuration `config`: `configHash`, `mesh`, `routers`, the conditions
@@ -479,6 +475,7 @@ pub(crate) fn with_mesh(
     observed: &Observed,
     read: &MeshRead,
     config: &qdr_api::router_config::Rendered,
+    rolled_by: Option<&str>,
 ) -> InterconnectStatus {
     use qdr_api::{
         MAX_STATUS_NAMED, MAX_STATUS_REASON, MAX_STATUS_ROUTERS, MeshStatus, MissingLink, RouterStatus,
@@ -605,6 +602,12 @@ pub(crate) fn with_mesh(
     }
     if observed.terminating > 0 {
         config_message.push_str(&format!("; {} old routers shutting down", observed.terminating));
+    }
+    // What forced a roll of the configuration, while routers of another one run.
+    let other_config = observed.routers.iter().any(|p| p.config_map.as_deref() != Some(current_map.as_str()));
+    if let Some(by) = rolled_by.filter(|_| other_config && !applied) {
+        let cannot = if config.live { ", which a running router cannot take" } else { "" };
+        config_message.push_str(&format!("; rolling the routers: {by} changed{cannot}"));
     }
     let config_reason = if applied {
         "Applied"

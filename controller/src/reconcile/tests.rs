@@ -30,6 +30,7 @@ fn observed() -> Observed {
         terminating: 0,
         unschedulable: Default::default(),
         routers: vec![],
+        live_tries: None,
     }
 }
 
@@ -571,15 +572,20 @@ mod mesh {
         let observations: BTreeMap<String, Observation> =
             observations.iter().map(|(p, o)| (p.to_string(), o.clone())).collect();
         let report: MeshReport = assess(Mode::Interior, &observations);
-        MeshRead { blocked: None, observations, report, next: Some(MESH_RESYNC) }
+        MeshRead { blocked: None, observations, report, next: Some(MESH_RESYNC), restored: Vec::new() }
     }
 
     fn status(o: &Observed, r: &MeshRead) -> InterconnectStatus {
         let applied = Applied { workload: workload(3, 3, 3, 3), ..Default::default() };
         let s = desired(&owner(), o, &applied, &CredentialsReport::default());
-        let config =
-            Rendered { text: String::new(), hash: HASH.into(), startup_hash: HASH.into(), live: false };
-        with_mesh(s, &owner(), o, r, &config)
+        let config = Rendered {
+            text: String::new(),
+            hash: HASH.into(),
+            startup_hash: HASH.into(),
+            live: false,
+            startup_fields: String::new(),
+        };
+        with_mesh(s, &owner(), o, r, &config, None)
     }
 
     /// A router of [`router`] that answered what the visit did to its live entities.
@@ -599,13 +605,18 @@ mod mesh {
     fn with_live_entities_a_router_runs_the_configuration_it_answered_it_holds() {
         // The ConfigMap is named by the start-up hash; the configuration by the whole one.
         let (startup, whole) = ("5555555555aaaa", "7777777777bbbb");
-        let config =
-            Rendered { text: String::new(), hash: whole.into(), startup_hash: startup.into(), live: true };
+        let config = Rendered {
+            text: String::new(),
+            hash: whole.into(),
+            startup_hash: startup.into(),
+            live: true,
+            startup_fields: String::new(),
+        };
         let o = pods(&["mesh-a", "mesh-b", "mesh-c"], "5555555555");
         let applied = Applied { workload: workload(3, 3, 3, 3), ..Default::default() };
         let status_of = |r: &MeshRead| {
             let s = desired(&owner(), &o, &applied, &CredentialsReport::default());
-            with_mesh(s, &owner(), &o, r, &config)
+            with_mesh(s, &owner(), &o, r, &config, Some("spec.edgeListeners"))
         };
         let all = status_of(&read(&[
             ("mesh-a", wrote("mesh-a", &["mesh-b", "mesh-c"], whole, true, None)),
@@ -657,6 +668,55 @@ mod mesh {
             ("mesh-c", wrote("mesh-c", &["mesh-a", "mesh-b"], whole, true, None)),
         ]));
         assert_eq!(cond(&applying, "ConfigApplied").1, "Applying");
+        assert!(!cond(&applying, "ConfigApplied").2.contains("rolling"), "a live change rolls nothing");
+        // A router of the template before: a roll, and what forced it.
+        let mut rolling = o.clone();
+        rolling.routers[0].config_map = Some("mesh-router-config-4444444444".into());
+        let s = desired(&owner(), &rolling, &applied, &CredentialsReport::default());
+        let r = read(&[
+            ("mesh-a", wrote("mesh-a", &["mesh-b", "mesh-c"], "6666666666", true, None)),
+            ("mesh-b", wrote("mesh-b", &["mesh-a", "mesh-c"], whole, true, None)),
+            ("mesh-c", wrote("mesh-c", &["mesh-a", "mesh-b"], whole, true, None)),
+        ]);
+        let rolled = with_mesh(s, &owner(), &rolling, &r, &config, Some("spec.edgeListeners"));
+        let (_, reason, message) = cond(&rolled, "ConfigApplied");
+        assert_eq!(reason, "RollingOut");
+        assert!(
+            message.ends_with(
+                "; rolling the routers: spec.edgeListeners changed, which a running router cannot take"
+            ),
+            "{message}"
+        );
+    }
+
+    /// A router found holding the configuration, then found with entities written back to
+    /// the same one, had them changed outside the operator; a first write is not that.
+    #[test]
+    fn entities_put_back_on_a_router_that_held_them_are_reported() {
+        use crate::reconcile::read::restored;
+        let at = |pod: &str, hash: &str, applied: bool, created: usize| {
+            let Observation::Answered(mut v) = router(pod, &[]) else { unreachable!() };
+            v.live = Some(crate::mesh::live::Outcome {
+                hash: hash.into(),
+                applied,
+                created,
+                deleted: 0,
+                refused: None,
+            });
+            (pod.to_string(), Observation::Answered(v))
+        };
+        let before: BTreeMap<String, Observation> =
+            [at("mesh-a", "h1", true, 0), at("mesh-b", "h1", false, 0), at("mesh-c", "h0", true, 0)].into();
+        let now: BTreeMap<String, Observation> = [
+            at("mesh-a", "h1", true, 2),
+            at("mesh-b", "h1", true, 2),
+            at("mesh-c", "h1", true, 2),
+            at("mesh-d", "h1", true, 2),
+        ]
+        .into();
+        assert_eq!(restored(&before, &now), ["mesh-a: 2 created, 0 deleted"]);
+        let quiet: BTreeMap<String, Observation> = [at("mesh-a", "h1", true, 0)].into();
+        assert!(restored(&before, &quiet).is_empty(), "nothing written");
     }
 
     #[test]
@@ -785,6 +845,7 @@ mod mesh {
             observations: BTreeMap::new(),
             report: assess(Mode::Interior, &BTreeMap::new()),
             next: None,
+            restored: Vec::new(),
         };
         let s = status(&o, &r);
         assert_eq!(s.routers.len(), qdr_api::MAX_STATUS_ROUTERS);
@@ -849,6 +910,7 @@ mod mesh {
             observations: BTreeMap::new(),
             report: assess(Mode::Interior, &BTreeMap::new()),
             next: Some(MESH_RESYNC),
+            restored: Vec::new(),
         };
         let s = status(&o, &r);
         let (mesh, reason, message) = cond(&s, "MeshConnected");
@@ -1082,8 +1144,10 @@ fn every_event_reason_is_listed_and_every_listed_reason_is_published() {
     let s = || "s".to_string();
     let changes = vec![
         Change::InvalidSpec(s()),
-        Change::ConfigChanged { live: false },
-        Change::ConfigChanged { live: true },
+        Change::ConfigChanged { live: false, by: s() },
+        Change::ConfigChanged { live: true, by: s() },
+        Change::ConfigRolled(s()),
+        Change::ConfigRestored(vec![s()]),
         Change::Scaled { from: 1, to: 2 },
         Change::Pruned(vec![s()]),
         Change::ReconcileFailed(s()),
@@ -1131,7 +1195,9 @@ fn every_event_reason_is_listed_and_every_listed_reason_is_published() {
             | Change::MeshBroken(..)
             | Change::MeshConnected(_)
             | Change::ConfigApplied(_)
-            | Change::ConfigRefused(_) => {}
+            | Change::ConfigRefused(_)
+            | Change::ConfigRolled(_)
+            | Change::ConfigRestored(_) => {}
         }
     }
     let published: BTreeSet<(String, String)> = changes
@@ -1145,4 +1211,51 @@ fn every_event_reason_is_listed_and_every_listed_reason_is_published() {
     let listed: BTreeSet<(String, String)> =
         crate::reasons::EVENTS.iter().map(|(t, r)| (t.to_string(), r.to_string())).collect();
     assert_eq!(published, listed);
+}
+
+/// The roll Events name what forced the roll: the fields of a start-up change, and the
+/// configuration the routers did not take while running (once: the template keeps it).
+#[test]
+fn roll_events_say_why() {
+    use super::build::Report;
+    use super::events::{Change, planned};
+    use crate::builders::Roll;
+    use crate::reconcile::observe::WorkloadState;
+    use qdr_api::router_config::Rendered;
+    let config = |startup: &str| Rendered {
+        text: String::new(),
+        hash: "7777777777bbbb".into(),
+        startup_hash: startup.into(),
+        live: true,
+        startup_fields: String::new(),
+    };
+    let seen = |restarted_for: Option<&str>| Observed {
+        workload: Ownership::Ours(
+            WorkloadState {
+                config_hash: Some("5555".into()),
+                roll: Roll { rolled_by: None, restarted_for: restarted_for.map(String::from) },
+                ..Default::default()
+            },
+            None,
+        ),
+        ..observed()
+    };
+    let report = |startup: &str, rolled_by: Option<&str>, restarted_for: Option<&str>| Report {
+        config: config(startup),
+        replicas: None,
+        credentials: CredentialsReport::default(),
+        roll: Roll { rolled_by: rolled_by.map(String::from), restarted_for: restarted_for.map(String::from) },
+    };
+    let changed = planned(&seen(None), &report("6666", Some("spec.edgeListeners"), None));
+    assert_eq!(changed, [Change::ConfigChanged { live: true, by: "spec.edgeListeners".into() }]);
+    let note = changed[0].event().note.unwrap();
+    assert!(note.contains("cannot take (spec.edgeListeners): rolling the routers"), "{note}");
+    assert!(
+        planned(&seen(None), &report("5555", Some("spec.edgeListeners"), None)).is_empty(),
+        "kept: no roll"
+    );
+    let fallback = planned(&seen(None), &report("5555", None, Some("7777777777")));
+    assert_eq!(fallback, [Change::ConfigRolled("7777777777".into())]);
+    assert_eq!(fallback[0].event().type_, kube::runtime::events::EventType::Warning);
+    assert!(planned(&seen(Some("7777777777")), &report("5555", None, Some("7777777777"))).is_empty(), "once");
 }

@@ -48,6 +48,20 @@ pub(crate) const PROGRESS_DEADLINE_EXCEEDED: &str = "ProgressDeadlineExceeded";
 /// minutes, the Deployment controller's default `progressDeadlineSeconds`.
 pub const PLACEMENT_DEADLINE: std::time::Duration = std::time::Duration::from_secs(600);
 
+/// Visits in a row that may find the routers of the current template not holding the
+/// live entities of one configuration (a router refused one, or did not answer) before the
+/// routers are rolled to start from it ([`crate::builders::RESTARTED_FOR`]): with the
+/// reader's backoff ([`super::MESH_RECHECK`] doubling: 2, 4, 8, 16 s) about half a minute
+/// of retries. Rolled once per configuration: a router that refuses it after the roll too is
+/// left refusing, with `ConfigApplied=False` saying so.
+pub const LIVE_TRIES: u32 = 5;
+
+/// The first 10 hex digits of a configuration hash: what `status.configHash` shows and a
+/// configuration ConfigMap's name ends with.
+pub(crate) fn short_hash(hash: &str) -> &str {
+    hash.get(..10).unwrap_or(hash)
+}
+
 /// The API server's own words for a failed request, as `kubectl` prints them: the
 /// `Status` message (which names the object and, for a refused write, the field, such as
 /// `Service "mesh" is invalid: spec.ports[1].name: Duplicate value: "5672"`) with its code

@@ -20,10 +20,11 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::OwnerReference;
 use qdr_certs::pki::{new_ca, new_leaf};
 
 use super::{Built, Children, Report, WorkloadChange, build};
+use crate::builders::Roll;
 use crate::builders::{self, CONFIG_HASH, CREDENTIALS_HASH, Exposure, Settings, Workload};
 use crate::credentials::{CredentialChange, GENERATED_LABEL};
-use crate::reconcile::observe::{Observed, named_secrets};
-use crate::reconcile::types::Ownership;
+use crate::reconcile::observe::{Observed, WorkloadState, named_secrets};
+use crate::reconcile::types::{LIVE_TRIES, Ownership};
 use crate::validated::ValidatedInterconnect;
 use qdr_api::Interconnect;
 use qdr_api::router_config::router_config;
@@ -103,6 +104,7 @@ fn observed(o: &ValidatedInterconnect, present: &[String]) -> Observed {
         terminating: 0,
         unschedulable: Default::default(),
         routers: vec![],
+        live_tries: None,
     }
 }
 
@@ -568,4 +570,105 @@ fn user_certificates_are_judged() {
             assert!(expiring.is_empty(), "expired is not 'expires in 0s': {expiring:?}");
         }
     }
+}
+
+/// The pod-template annotation `name` of the workload `built`.
+fn template_annotation(built: &Built, name: &str) -> Option<String> {
+    let template = built.children.workload.built().template()?;
+    template.metadata.as_ref()?.annotations.as_ref()?.get(name).cloned()
+}
+
+/// What rolls the routers of `built` (the credentials aside: every build here generates new
+/// ones): the pod-template annotations of the configuration.
+fn rolls(built: &Built) -> Vec<Option<String>> {
+    [builders::CONFIG_HASH, builders::CONFIG_FIELDS, builders::CONFIG_ROLLED_BY, builders::RESTARTED_FOR]
+        .iter()
+        .map(|a| template_annotation(built, a))
+        .collect()
+}
+
+/// A workload running what `built` applies, as the observe stage reads it back.
+fn running(built: &Built) -> Ownership<WorkloadState> {
+    let state = WorkloadState {
+        replicas: built.report.replicas,
+        config_hash: template_annotation(built, builders::CONFIG_HASH),
+        credentials_hash: template_annotation(built, builders::CREDENTIALS_HASH),
+        config_fields: template_annotation(built, builders::CONFIG_FIELDS),
+        roll: Roll {
+            rolled_by: template_annotation(built, builders::CONFIG_ROLLED_BY),
+            restarted_for: template_annotation(built, builders::RESTARTED_FOR),
+        },
+        rolled_out: true,
+    };
+    Ownership::Ours(state, None)
+}
+
+/// A change of the start-up part names its fields on the template (and keeps them until the
+/// next such change); a live change does not touch the template; a configuration the
+/// routers did not take in `LIVE_TRIES` visits is written as `restarted-for-config`, once.
+#[test]
+fn the_template_names_what_rolled_the_routers() {
+    let spec = |edge_port: i32, prefix: &str| {
+        json!({"deploymentPlan": {"size": 3},
+               "edgeListeners": [{"port": edge_port}],
+               "addresses": [{"prefix": prefix, "distribution": "closest"}]})
+    };
+    let with_management = |v: Value| owner("mesh", v).with_management().0;
+    let o = with_management(spec(45672, "a"));
+    let mut seen = observed(&o, &[]);
+    let first = build(&o, &settings(false), &seen).unwrap();
+    assert!(first.report.config.live);
+    assert_eq!(first.report.roll, Roll::default(), "a new workload starts from its configuration");
+    assert!(template_annotation(&first, builders::CONFIG_FIELDS).unwrap().contains("spec.edgeListeners="));
+
+    // A live change: the same template.
+    seen.workload = running(&first);
+    let live = build(&with_management(spec(45672, "b")), &settings(false), &seen).unwrap();
+    assert_eq!(rolls(&live), rolls(&first));
+
+    // A start-up change names the field, and the template keeps it while it runs.
+    let o2 = with_management(spec(45673, "a"));
+    let rolled = build(&o2, &settings(false), &seen).unwrap();
+    assert_eq!(rolled.report.roll.rolled_by.as_deref(), Some("spec.edgeListeners"));
+    seen.workload = running(&rolled);
+    let again = build(&o2, &settings(false), &seen).unwrap();
+    assert_eq!(rolls(&again), rolls(&rolled), "no second roll");
+    let o3 = with_management(spec(45673, "c"));
+    let live = build(&o3, &settings(false), &seen).unwrap();
+    assert_eq!(live.report.roll.rolled_by.as_deref(), Some("spec.edgeListeners"), "kept by a live change");
+
+    // Visits that found the routers not holding a configuration.
+    let hash = live.report.config.hash.clone();
+    for (tries, other, due) in
+        [(LIVE_TRIES - 1, false, false), (LIVE_TRIES, true, false), (LIVE_TRIES, false, true)]
+    {
+        let counted = if other { "f".repeat(64) } else { hash.clone() };
+        seen.live_tries = Some((counted, tries));
+        let b = build(&o3, &settings(false), &seen).unwrap();
+        let want = due.then(|| hash[..10].to_string());
+        assert_eq!(b.report.roll.restarted_for, want, "{tries} tries, another configuration: {other}");
+        assert_eq!(template_annotation(&b, builders::RESTARTED_FOR), want);
+        if due {
+            // Once rolled for it, the template keeps it, and rolls no more for it.
+            seen.workload = running(&b);
+            let kept = build(&o3, &settings(false), &seen).unwrap();
+            assert_eq!(rolls(&kept), rolls(&b));
+            seen.live_tries = None;
+            let calm = build(&o3, &settings(false), &seen).unwrap();
+            assert_eq!(rolls(&calm), rolls(&b), "kept after");
+        }
+    }
+}
+
+#[test]
+fn what_rolled_the_routers_is_named_when_it_can_be() {
+    use qdr_api::router_config::live::field_digests;
+    let o = owner("mesh", json!({"interRouterListeners": [{"port": 55672}]}));
+    let old = field_digests(&qdr_api::router_config::router_config(o.spec()));
+    let o2 =
+        owner("mesh", json!({"interRouterListeners": [{"port": 55673}], "sslProfiles": [{"name": "x"}]}));
+    let new = field_digests(&qdr_api::router_config::router_config(o2.spec()));
+    assert_eq!(super::rolled_by(Some(&old), &new), "spec.interRouterListeners, spec.sslProfiles");
+    assert_eq!(super::rolled_by(None, &new), "the router configuration", "a template of 0.5.0");
+    assert_eq!(super::rolled_by(Some(&new), &new), "the router configuration", "nothing named");
 }
