@@ -60,8 +60,8 @@ pub const CONFIG_FIELDS: &str = "qdr-operator.io/config-fields";
 pub const CONFIG_ROLLED_BY: &str = "qdr-operator.io/config-rolled-by";
 /// Pod-template annotation naming the configuration (the first 10 hex digits of
 /// [`Rendered::hash`], as `status.configHash`) that the routers were rolled for because
-/// they did not take it while running after [`crate::reconcile::LIVE_TRIES`] visits
-/// (refused, or no answer); absent until that happens, then kept, so the routers roll once
+/// a router refused it while running at [`crate::reconcile::LIVE_TRIES`] visits in a row;
+/// absent until that happens, then kept, so the routers roll once
 /// for each such configuration and never back (docs/live-configuration.md, "When a router
 /// refuses").
 pub const RESTARTED_FOR: &str = "qdr-operator.io/restarted-for-config";

@@ -269,6 +269,12 @@ async fn scaling_image_and_listener_changes_reach_the_children() {
     })
     .await;
     assert!(mounted_config(&ns, &d).await.contains(r#""port": 45699"#));
+    let annotations = d.spec.as_ref().and_then(|s| s.template.metadata.as_ref()?.annotations.clone());
+    assert_eq!(
+        annotations.unwrap_or_default().get("qdr-operator.io/config-rolled-by").map(String::as_str),
+        Some("spec.edgeListeners"),
+        "the template names what rolled the routers"
+    );
     // Go bug 6: the Service follows the listeners.
     let svc: Api<Service> = ns.api();
     eventually("Service port 6000", Duration::from_secs(20), || async {

@@ -188,8 +188,8 @@ fn password() -> String {
 /// What the pod template keeps of why the routers last rolled, after this pass ([`Roll`]):
 /// * `rolled_by`: when the start-up hash changes, the spec fields whose digest changed
 ///   ([`rolled_by`]); else what the observed template says;
-/// * `restarted_for`: the configuration the routers did not take while running in
-///   [`LIVE_TRIES`] visits in a row, when that is the desired one; else what the observed
+/// * `restarted_for`: the configuration a router refused while running at [`LIVE_TRIES`]
+///   visits in a row, when that is the desired one; else what the observed
 ///   template says (so they roll once for it, and never back).
 ///
 /// Nothing for a new workload: it starts from the configuration.

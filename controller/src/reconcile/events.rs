@@ -44,8 +44,9 @@ pub(crate) enum Change {
         /// What changed ([`crate::builders::CONFIG_ROLLED_BY`]: the spec fields).
         by: String,
     },
-    /// Warning `ConfigRolled`: the routers did not take a configuration while running in
-    /// [`super::types::LIVE_TRIES`] visits, so they roll to start from it (its short hash).
+    /// Warning `ConfigRolled`: a router refused a configuration while running at
+    /// [`super::types::LIVE_TRIES`] visits in a row, so the routers roll to start from it
+    /// (its short hash).
     ConfigRolled(String),
     /// Warning `ConfigRestored`: routers held live entities other than their configuration's
     /// (changed outside the operator), which were put back ([`super::read::MeshRead::restored`]).
@@ -136,8 +137,8 @@ impl Change {
                 EventType::Warning,
                 "ConfigRolled",
                 format!(
-                    "the routers did not take configuration {hash} while running in {} visits (refused, or \
-                     no answer: see the ConfigApplied condition): rolling them to start from it",
+                    "a router refused configuration {hash} while running at {} visits in a row (see the \
+                     ConfigApplied condition): rolling the routers to start from it",
                     super::types::LIVE_TRIES
                 ),
             ),

@@ -118,10 +118,10 @@ pub struct Observed {
     /// The router pods that are not being deleted, in name order, with what the mesh
     /// reader and `status.routers` need.
     pub routers: Vec<RouterPod>,
-    /// The configuration (its whole hash, 64 hex digits) the routers of the current template
-    /// did not take while running, and the visits in a row that found so (refused, or no
-    /// answer), as the mesh reader counts them ([`super::read::Reader::tries`]); `None`
-    /// when the last visit found every router holding what it should.
+    /// The configuration (its whole hash, 64 hex digits) a router of the current template
+    /// refused while running, and the visits in a row that found so, as the mesh reader
+    /// counts them (`Reader::tries` of the read stage); `None` when the last visit found no
+    /// refusal.
     pub live_tries: Option<(String, u32)>,
 }
 

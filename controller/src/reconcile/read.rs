@@ -136,8 +136,8 @@ struct Memo {
     /// The pods' fingerprint the latest pass saw: a read that ends after the pods changed
     /// under it wakes the Interconnect, whatever it found, so a new read starts.
     seen: u64,
-    /// The configuration whose live entities the routers of the current template did not
-    /// take, and the reads in a row that found so ([`Reader::tries`]).
+    /// The configuration whose live entities a router of the current template refused,
+    /// and the reads in a row that found so ([`Reader::tries`]).
     tries: Option<(String, u32)>,
     /// Routers whose live entities the last read put back, for the next pass to report
     /// once ([`MeshRead::restored`]).
@@ -261,11 +261,10 @@ impl Reader {
         }
     }
 
-    /// The configuration (its whole hash) whose live entities the routers of Interconnect
-    /// `key`'s current template did not take, and the reads in a row that found so: a
-    /// router answered with a refusal or did not answer (a write without an answer is one).
-    /// `None` once a read finds every such router holding what it should, or before any
-    /// read. Kept in memory: a new leader counts from zero.
+    /// The configuration (its whole hash) whose live entities a router of Interconnect
+    /// `key`'s current template refused, and the reads in a row that found so ([`tried`]).
+    /// `None` once a read finds no refusal, or before any read. Kept in memory: a new
+    /// leader counts from zero.
     pub fn tries(&self, key: &str) -> Option<(String, u32)> {
         self.memo.lock().unwrap_or_else(|e| e.into_inner()).get(key).and_then(|m| m.tries.clone())
     }
@@ -485,12 +484,11 @@ impl Reader {
             _ => true,
         });
         let connected = report.condition.reason == "Connected" && applied;
-        // The configuration written, and whether a router that should hold it does not.
+        // The configuration written, and whether a router refused it.
         let live = targets.iter().find_map(|t| t.live.as_ref().map(|l| l.hash.clone()));
-        let failed = (targets.iter().filter(|t| t.live.is_some())).any(|t| match observations.get(&t.pod) {
-            Some(Observation::Answered(v)) => v.live.as_ref().is_some_and(|l| !l.applied),
-            Some(Observation::Unreachable(_)) => true,
-            Some(Observation::Pending(_)) | None => false,
+        let refused = (targets.iter().filter(|t| t.live.is_some())).any(|t| match observations.get(&t.pod) {
+            Some(Observation::Answered(v)) => v.live.as_ref().is_some_and(|l| l.refused.is_some()),
+            _ => false,
         });
         let observations = Arc::new(observations);
         let unchanged = {
@@ -511,15 +509,7 @@ impl Reader {
                 && same_pods
                 && memo.seen == pods
                 && memo.done.as_ref().is_some_and(|d| same_mesh(&d.2, &observations));
-            memo.tries = match (live, failed) {
-                (Some(hash), true) => match memo.tries.take() {
-                    Some((h, n)) if h == hash => Some((hash, n.saturating_add(1))),
-                    _ => Some((hash, 1)),
-                },
-                (Some(_), false) => None,
-                // No router of the current template was read: nothing learnt.
-                (None, _) => memo.tries.take(),
-            };
+            memo.tries = tried(memo.tries.take(), live, refused);
             memo.restored.extend(put_back);
             memo.unsettled = if connected {
                 0
@@ -562,6 +552,27 @@ impl Reader {
     fn listened(&self, namespace: &str) -> bool {
         let wakes = self.wakes.lock().unwrap_or_else(|e| e.into_inner());
         wakes.iter().any(|(scope, w)| (scope.is_empty() || scope == namespace) && !w.is_closed())
+    }
+}
+
+/// The count of [`Reader::tries`] after a read: `before`, and of that read the configuration
+/// written to the routers of the current template (`live`; `None` when it read none of them)
+/// and whether one of them refused a write of it. A refusal of the configuration counted
+/// adds one; of another starts at 1; a read with no refusal clears the count; a read of no
+/// such router leaves it.
+///
+/// Only refusals count: a router that does not answer at all is not rolled for it, since the
+/// controller cannot tell a router that cannot take a change from one it cannot reach (a
+/// NetworkPolicy, `--observe-mesh` on simulated nodes), whose routers read the ConfigMap at
+/// start.
+pub fn tried(before: Option<(String, u32)>, live: Option<String>, refused: bool) -> Option<(String, u32)> {
+    match (live, refused) {
+        (Some(hash), true) => match before {
+            Some((h, n)) if h == hash => Some((hash, n.saturating_add(1))),
+            _ => Some((hash, 1)),
+        },
+        (Some(_), false) => None,
+        (None, _) => before,
     }
 }
 

@@ -689,6 +689,22 @@ mod mesh {
         );
     }
 
+    /// Refusals of one configuration are counted in a row; another configuration starts
+    /// again, a read without a refusal clears, a read of no router of the template leaves.
+    #[test]
+    fn refusals_of_one_configuration_are_counted_in_a_row() {
+        use crate::reconcile::read::tried;
+        let h = |c: char| Some(c.to_string().repeat(64));
+        let mut n = None;
+        for _ in 0..crate::reconcile::LIVE_TRIES {
+            n = tried(n, h('a'), true);
+        }
+        assert_eq!(n, Some(("a".repeat(64), crate::reconcile::LIVE_TRIES)));
+        assert_eq!(tried(n.clone(), None, false), n, "no router of the template read");
+        assert_eq!(tried(n.clone(), h('b'), true), Some(("b".repeat(64), 1)), "another configuration");
+        assert_eq!(tried(n, h('a'), false), None, "taken");
+    }
+
     /// A router found holding the configuration, then found with entities written back to
     /// the same one, had them changed outside the operator; a first write is not that.
     #[test]

@@ -48,12 +48,12 @@ pub(crate) const PROGRESS_DEADLINE_EXCEEDED: &str = "ProgressDeadlineExceeded";
 /// minutes, the Deployment controller's default `progressDeadlineSeconds`.
 pub const PLACEMENT_DEADLINE: std::time::Duration = std::time::Duration::from_secs(600);
 
-/// Visits in a row that may find the routers of the current template not holding the
-/// live entities of one configuration (a router refused one, or did not answer) before the
-/// routers are rolled to start from it ([`crate::builders::RESTARTED_FOR`]): with the
-/// reader's backoff ([`super::MESH_RECHECK`] doubling: 2, 4, 8, 16 s) about half a minute
-/// of retries. Rolled once per configuration: a router that refuses it after the roll too is
-/// left refusing, with `ConfigApplied=False` saying so.
+/// Visits in a row that may find a router of the current template refusing a live entity
+/// of one configuration before the routers are rolled to start from it
+/// ([`crate::builders::RESTARTED_FOR`]): with the reader's backoff ([`super::MESH_RECHECK`]
+/// doubling: 2, 4, 8, 16 s) about half a minute of retries. Rolled once per configuration:
+/// a router that refuses it after the roll too is left refusing, with `ConfigApplied=False`
+/// saying so. A router that does not answer is not counted (`Reader::tries`).
 pub const LIVE_TRIES: u32 = 5;
 
 /// The first 10 hex digits of a configuration hash: what `status.configHash` shows and a

@@ -230,6 +230,13 @@ async fn live_changes_keep_every_router_and_every_client_connection() {
     )
     .await;
     say!("an address deleted by hand with qdmanage put back {:.1?} later (resync {resync:?})", t.elapsed());
+    qdr_tests::eventually("a ConfigRestored Event", Duration::from_secs(30), || async {
+        let all = events(cp, &ns.name);
+        all.into_iter().find(|(reason, m)| {
+            reason == "ConfigRestored" && m.contains(&format!("{}: 1 created", pods[0].0))
+        })
+    })
+    .await;
     same_routers("by hand", &pod_identities(ns, NAME).await);
 
     tokio::time::sleep(Duration::from_secs(2)).await;
@@ -262,7 +269,8 @@ async fn live_changes_keep_every_router_and_every_client_connection() {
     config_applied(ns, NAME).await;
     let rolled = events(cp, &ns.name);
     assert!(
-        rolled.iter().any(|(reason, message)| reason == "ConfigChanged" && message.contains("cannot take")),
+        rolled.iter().any(|(reason, message)| reason == "ConfigChanged"
+            && message.contains("cannot take (spec.edgeListeners)")),
         "no ConfigChanged Event naming why the routers rolled: {rolled:?}"
     );
 }
