@@ -278,17 +278,27 @@ impl Rendered {
     pub fn from_config(config: &RouterConfig<'_>) -> Self {
         let text = config.render();
         let hash = sha256_hex(&[text.as_bytes()]);
-        let startup_fields = live::field_digests(config);
-        Rendered { text, startup_hash: hash.clone(), hash, live: false, startup_fields }
+        Rendered {
+            text,
+            startup_hash: hash.clone(),
+            hash,
+            live: false,
+            startup_fields: live::field_digests(config),
+        }
     }
 
     /// Renders `config` and hashes it, its live entities ([`live::is_live`]) written to
     /// running routers: `startup_hash` covers the start-up part only.
     pub fn with_live(config: &RouterConfig<'_>) -> Self {
         let (start_up, _) = live::split(config);
-        let startup_hash = sha256_hex(&[b"live\n", start_up.render().as_bytes()]);
-        let startup_fields = live::field_digests(&start_up);
-        Rendered { startup_hash, live: true, startup_fields, ..Rendered::from_config(config) }
+        let text = config.render();
+        Rendered {
+            hash: sha256_hex(&[text.as_bytes()]),
+            text,
+            startup_hash: sha256_hex(&[b"live\n", start_up.render().as_bytes()]),
+            live: true,
+            startup_fields: live::field_digests(&start_up),
+        }
     }
 }
 

@@ -63,6 +63,13 @@ fn kind_word(entity: &str) -> &str {
 /// the digits from the SHA-256 of its attributes as rendered (`"key": value` in emission
 /// order, each followed by a newline).
 pub fn generated_name(section: &Section<'_>) -> String {
+    let hex = hex12(&sha2::Sha256::digest(attributes_text(section)));
+    format!("{NAME_PREFIX}{}-{hex}", kind_word(section.entity))
+}
+
+/// The attributes of `section` as rendered, `key: value` in emission order, each followed
+/// by a newline: what [`generated_name`] and [`field_digests`] hash.
+fn attributes_text(section: &Section<'_>) -> Vec<u8> {
     let mut text = Vec::new();
     for (k, v) in &section.attrs {
         text.extend_from_slice(k.as_bytes());
@@ -70,9 +77,12 @@ pub fn generated_name(section: &Section<'_>) -> String {
         text.extend_from_slice(v.to_string().as_bytes());
         text.push(b'\n');
     }
-    let digest = sha2::Sha256::digest(&text);
-    let hex: String = digest.iter().take(6).map(|b| format!("{b:02x}")).collect();
-    format!("{NAME_PREFIX}{}-{hex}", kind_word(section.entity))
+    text
+}
+
+/// The first 12 hex digits (6 bytes) of `digest`.
+fn hex12(digest: &[u8]) -> String {
+    digest.iter().take(6).map(|b| format!("{b:02x}")).collect()
 }
 
 /// `config` with a `name` first in every live section that has none ([`generated_name`],
@@ -144,18 +154,11 @@ pub fn field_digests(config: &RouterConfig<'_>) -> String {
     for s in &config.sections {
         let d = by_field.entry(field_of(s)).or_default();
         d.update(s.entity.as_bytes());
-        for (k, v) in &s.attrs {
-            d.update(format!("\n{k}: {v}").as_bytes());
-        }
-        d.update(b"\n\n");
+        d.update(b"\n");
+        d.update(attributes_text(s));
+        d.update(b"\n");
     }
-    (by_field.into_iter())
-        .map(|(f, d)| {
-            let hex: String = d.finalize().iter().take(6).map(|b| format!("{b:02x}")).collect();
-            format!("{f}={hex}")
-        })
-        .collect::<Vec<_>>()
-        .join(";")
+    (by_field.into_iter()).map(|(f, d)| format!("{f}={}", hex12(&d.finalize()))).collect::<Vec<_>>().join(";")
 }
 
 /// The fields whose digest differs between two [`field_digests`] (added, removed or

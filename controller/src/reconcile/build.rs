@@ -216,8 +216,11 @@ pub(crate) fn roll(observed: &Observed, config: &Rendered) -> Roll {
 /// configuration` when no field can be named.
 pub(crate) fn rolled_by(old: Option<&str>, new: &str) -> String {
     let fields = old.map(|o| qdr_api::router_config::live::changed_fields(o, new)).unwrap_or_default();
-    if fields.is_empty() { "the router configuration".into() } else { fields.join(", ") }
+    if fields.is_empty() { UNNAMED_CHANGE.into() } else { fields.join(", ") }
 }
+
+/// What [`rolled_by`] says when no field can be named.
+pub(crate) const UNNAMED_CHANGE: &str = "the router configuration";
 
 /// Builds every child of `o`, and what is reported about them.
 ///

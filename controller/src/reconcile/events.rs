@@ -402,7 +402,7 @@ pub(crate) fn planned(observed: &Observed, report: &Report) -> Vec<Change> {
         report.credentials.changes.iter().cloned().map(Change::Credential).collect();
     let Some(old) = observed.workload.ours() else { return changes };
     if old.config_hash.as_ref().is_some_and(|h| *h != report.config.startup_hash) {
-        let by = report.roll.rolled_by.clone().unwrap_or_else(|| "the router configuration".into());
+        let by = report.roll.rolled_by.clone().unwrap_or_else(|| super::build::UNNAMED_CHANGE.into());
         changes.push(Change::ConfigChanged { live: report.config.live, by });
     }
     if let Some(hash) = &report.roll.restarted_for

@@ -581,10 +581,12 @@ pub fn tried(before: Option<(String, u32)>, live: Option<String>, refused: bool)
 /// since): changed outside the operator, and put back by `now`'s visit. `<pod>: <n>
 /// created, <m> deleted` each.
 pub fn restored(before: &BTreeMap<String, Observation>, now: &BTreeMap<String, Observation>) -> Vec<String> {
-    let held = |o: Option<&Observation>| match o {
-        Some(Observation::Answered(v)) => v.live.clone(),
-        _ => None,
-    };
+    fn held(o: Option<&Observation>) -> Option<&crate::mesh::live::Outcome> {
+        match o {
+            Some(Observation::Answered(v)) => v.live.as_ref(),
+            _ => None,
+        }
+    }
     (now.iter())
         .filter_map(|(pod, o)| {
             let (was, is) = (held(before.get(pod))?, held(Some(o))?);

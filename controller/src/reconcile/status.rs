@@ -32,7 +32,7 @@ use super::observe::{Observed, Unschedulable};
 use super::types::{
     AVAILABLE, Applied, CERTIFICATE_EXPIRED, CONFLICTING_OBJECT, DEGRADED, Generation, INVALID_SECRET,
     INVALID_SPEC, MISSING_SECRET, PLACEMENT_DEADLINE, PROGRESS_DEADLINE_EXCEEDED, PROGRESSING, Previous,
-    READY, RECONCILE_FAILED, SPEC_VALID, UNSCHEDULABLE,
+    READY, RECONCILE_FAILED, SPEC_VALID, UNSCHEDULABLE, short_hash as short,
 };
 use super::{Error as PassError, Pass};
 use crate::references::Problem;
@@ -461,8 +461,6 @@ pub(crate) const CONFIG_REFUSED: &str = "Refused";
 /// `MeshConnected` reason when the routers are not read (docs/mesh-status.md).
 pub(crate) const NOT_OBSERVED: &str = "NotObserved";
 
-use super::types::short_hash as short;
-
 /// `status` (of [`desired`]) with what the routers report (`read`) and whether they run
 /// the configuration `config`: `configHash`, `mesh`, `routers`, the conditions
 /// `MeshConnected` and `ConfigApplied`, and `Ready` turned `False` (with the mesh's reason
@@ -593,8 +591,9 @@ pub(crate) fn with_mesh(
         p.config_map.as_deref() == Some(current_map.as_str())
             && outcome(p).is_some_and(|l| l.refused.is_some())
     });
-    let rolling = observed.terminating > 0
-        || observed.routers.iter().any(|p| p.config_map.as_deref() != Some(current_map.as_str()));
+    // Routers of another configuration's template run: a roll of the configuration.
+    let other_config = observed.routers.iter().any(|p| p.config_map.as_deref() != Some(current_map.as_str()));
+    let rolling = observed.terminating > 0 || other_config;
     let applied = total > 0 && running == total && observed.terminating == 0;
     let mut config_message = format!("{running}/{total} routers run configuration {current}");
     if !others.is_empty() {
@@ -603,8 +602,7 @@ pub(crate) fn with_mesh(
     if observed.terminating > 0 {
         config_message.push_str(&format!("; {} old routers shutting down", observed.terminating));
     }
-    // What forced a roll of the configuration, while routers of another one run.
-    let other_config = observed.routers.iter().any(|p| p.config_map.as_deref() != Some(current_map.as_str()));
+    // What forced a roll of the configuration, while it runs.
     if let Some(by) = rolled_by.filter(|_| other_config && !applied) {
         let cannot = if config.live { ", which a running router cannot take" } else { "" };
         config_message.push_str(&format!("; rolling the routers: {by} changed{cannot}"));
