@@ -212,7 +212,15 @@ pub fn operator_binary(image: &OperatorImage) -> Result<PathBuf, Error> {
 /// when it fails (a library the binary needs is missing); [`Error::Io`] when `rootfs` cannot
 /// be read.
 pub fn operator_image(image: &OperatorImage, rootfs: &Path) -> Result<ImageSpec, Error> {
-    let binary = operator_binary(image)?;
+    operator_image_of(image, &operator_binary(image)?, rootfs)
+}
+
+/// [`operator_image`] of the program `binary` (for a release: `target/release/<binary>`).
+///
+/// # Errors
+/// As [`operator_image`], but for the binary: this one must exist.
+pub fn operator_image_of(image: &OperatorImage, binary: &Path, rootfs: &Path) -> Result<ImageSpec, Error> {
+    let binary = binary.to_path_buf();
     let dockerfile = dockerfile(image)?;
     let out = Command::new(rootfs_script())
         .arg(&binary)
@@ -273,6 +281,16 @@ pub fn pause_image(pause: &Path) -> ImageSpec {
     }
 }
 
+/// This machine's architecture as OCI names it (`amd64`, `arm64`): the programs an image of
+/// [`operator_image`] holds were built for it.
+pub fn architecture() -> &'static str {
+    match std::env::consts::ARCH {
+        "x86_64" => "amd64",
+        "aarch64" => "arm64",
+        other => other,
+    }
+}
+
 fn sha256(bytes: &[u8]) -> String {
     format!("sha256:{:x}", Sha256::digest(bytes))
 }
@@ -319,7 +337,7 @@ fn layer(spec: &ImageSpec) -> Result<Vec<u8>, Error> {
     b.into_inner().map_err(|e| Error::io("finishing a layer", e))
 }
 
-/// Writes `spec` as an OCI image layout archive to `out` (linux/amd64, one uncompressed
+/// Writes `spec` as an OCI image layout archive to `out` (linux/[`architecture`], one uncompressed
 /// layer; `index.json` names the image `spec.reference` through the
 /// `io.containerd.image.name` annotation, which `ctr images import` uses). Returns the
 /// manifest's digest (`sha256:<hex>`), by which `<repository>@<digest>` names the image.
@@ -330,7 +348,7 @@ pub fn write_archive(spec: &ImageSpec, out: &Path) -> Result<String, Error> {
     let layer = layer(spec)?;
     let layer_digest = sha256(&layer);
     let config = serde_json::to_vec(&serde_json::json!({
-        "architecture": "amd64",
+        "architecture": architecture(),
         "os": "linux",
         "config": {"Entrypoint": spec.entrypoint, "User": spec.user, "Env": spec.env},
         "rootfs": {"type": "layers", "diff_ids": [layer_digest]},
@@ -433,6 +451,97 @@ pub fn layer_files(
 
 /// The image config and the (first) layer of an OCI image layout archive: `index.json` →
 /// manifest → config and layer.
+/// Copies the OCI image layout archive `from` to `to`, its `index.json` naming the one image
+/// it holds by each of `names` (one manifest entry per name, each with the
+/// `io.containerd.image.name` annotation `ctr images import` reads, and a tag name also with
+/// `org.opencontainers.image.ref.name`); every other entry is copied byte for byte, so the
+/// manifest and its digest stay the same. A name is `repository:tag` or
+/// `repository@sha256:<hex>`. Returns the manifest's digest (`sha256:<hex>`).
+///
+/// Used for a release: the router image `tools/router-image/build.sh` writes as
+/// `qdr-operator.test/qdrouterd:1.19.0` becomes `<registry>/router:<version>` and
+/// `<registry>/router@<digest>`, the names a manifest that pins it by digest asks a node for.
+///
+/// # Errors
+/// [`Error::Io`] when `from` cannot be read or is not an archive with exactly one image in
+/// its `index.json`, or `to` cannot be written.
+pub fn rename_archive(from: &Path, to: &Path, names: &[String]) -> Result<String, Error> {
+    use std::io::Read;
+    let bad = |what: &str| Error::io(what.to_string(), std::io::Error::other(from.display().to_string()));
+    let input = std::fs::File::open(from).map_err(|e| Error::io(format!("reading {}", from.display()), e))?;
+    let output = std::fs::File::create(to).map_err(|e| Error::io(format!("writing {}", to.display()), e))?;
+    let mut b = tar::Builder::new(std::io::BufWriter::new(output));
+    let mut a = tar::Archive::new(std::io::BufReader::new(input));
+    let mut digest = None;
+    let write = |e| Error::io(format!("writing {}", to.display()), e);
+    for e in a.entries().map_err(|e| Error::io(format!("reading {}", from.display()), e))? {
+        let mut e = e.map_err(|e| Error::io(format!("reading {}", from.display()), e))?;
+        let path = e.path().map_err(|e| Error::io("reading an entry's name", e))?.display().to_string();
+        if path.trim_start_matches("./") != "index.json" {
+            let mut h = e.header().clone();
+            b.append_data(&mut h, &path, &mut e).map_err(write)?;
+            continue;
+        }
+        let mut text = Vec::new();
+        e.read_to_end(&mut text).map_err(|e| Error::io("reading index.json", e))?;
+        let index: serde_json::Value =
+            serde_json::from_slice(&text).map_err(|_| bad("its index.json is not JSON"))?;
+        let [entry] = index["manifests"].as_array().map(Vec::as_slice).unwrap_or_default() else {
+            return Err(bad("its index.json does not name exactly one image"));
+        };
+        let mut entries = Vec::new();
+        for name in names {
+            let mut one = serde_json::json!({
+                "mediaType": entry["mediaType"], "digest": entry["digest"], "size": entry["size"],
+                "annotations": {"io.containerd.image.name": name},
+            });
+            if !name.contains('@') {
+                let tag = name.rsplit_once(':').map(|(_, t)| t).unwrap_or("latest");
+                one["annotations"]["org.opencontainers.image.ref.name"] = tag.into();
+            }
+            entries.push(one);
+        }
+        digest = entry["digest"].as_str().map(String::from);
+        let text = serde_json::to_vec(&serde_json::json!({"schemaVersion": 2, "manifests": entries}))
+            .expect("JSON values serialize");
+        let mut h = tar_header(tar::EntryType::Regular, 0o644, text.len() as u64);
+        b.append_data(&mut h, "index.json", text.as_slice()).map_err(write)?;
+    }
+    b.into_inner().and_then(|mut w| std::io::Write::flush(&mut w)).map_err(write)?;
+    digest.ok_or_else(|| bad("it has no index.json"))
+}
+
+/// The digest (`sha256:<hex>`) of the one image an OCI image layout archive holds, from its
+/// `index.json`.
+///
+/// # Errors
+/// [`Error::Io`] when the archive cannot be read or its `index.json` does not name exactly
+/// one image.
+pub fn archive_digest(archive: &Path) -> Result<String, Error> {
+    use std::io::Read;
+    let bad = |what: &str| Error::io(what.to_string(), std::io::Error::other(archive.display().to_string()));
+    let file =
+        std::fs::File::open(archive).map_err(|e| Error::io(format!("reading {}", archive.display()), e))?;
+    let mut a = tar::Archive::new(std::io::BufReader::new(file));
+    for e in a.entries().map_err(|e| Error::io(format!("reading {}", archive.display()), e))? {
+        let mut e = e.map_err(|e| Error::io(format!("reading {}", archive.display()), e))?;
+        let path = e.path().map_err(|e| Error::io("reading an entry's name", e))?.display().to_string();
+        if path.trim_start_matches("./") == "index.json" {
+            let mut text = Vec::new();
+            e.read_to_end(&mut text).map_err(|e| Error::io("reading index.json", e))?;
+            let index: serde_json::Value =
+                serde_json::from_slice(&text).map_err(|_| bad("its index.json is not JSON"))?;
+            return match index["manifests"].as_array().map(Vec::as_slice).unwrap_or_default() {
+                [one] => {
+                    one["digest"].as_str().map(String::from).ok_or_else(|| bad("its image has no digest"))
+                }
+                _ => Err(bad("its index.json does not name exactly one image")),
+            };
+        }
+    }
+    Err(bad("it has no index.json"))
+}
+
 fn config_and_layer(archive: &Path) -> Result<(serde_json::Value, Vec<u8>), Error> {
     let bad = |what: &str| Error::io(what.to_string(), std::io::Error::other(archive.display().to_string()));
     let bytes = std::fs::read(archive).map_err(|e| Error::io(format!("reading {}", archive.display()), e))?;

@@ -79,12 +79,15 @@ pub async fn refused_by_webhook(cp: &ControlPlane, ns: &str) -> String {
     .await
 }
 
-/// The JSON patch (as YAML) that puts a Deployment's pods on the real node with images that
-/// are never pulled.
-const PLACEMENT_PATCH: &str = "\
+/// The JSON patch (as YAML) that makes a Deployment's images never pulled.
+const NEVER_PULL_PATCH: &str = "\
 - op: add
   path: /spec/template/spec/containers/0/imagePullPolicy
   value: Never
+";
+
+/// The JSON patch (as YAML) that puts a Deployment's pods on the real node.
+const PLACEMENT_PATCH: &str = "\
 - op: add
   path: /spec/template/spec/tolerations
   value: [{key: TAINT_KEY, operator: Exists, effect: TAINT_EFFECT}]
@@ -116,10 +119,7 @@ pub fn real_node_overlay(base: &Path, dir: &Path, observe_mesh: bool) -> Result<
     let canonical =
         |p: &Path| std::fs::canonicalize(p).map_err(|e| Error::io(format!("resolving {}", p.display()), e));
     let base = relative(&canonical(dir)?, &canonical(base)?);
-    let patch = PLACEMENT_PATCH
-        .replace("TAINT_KEY", TAINT.0)
-        .replace("TAINT_EFFECT", TAINT.2)
-        .replace("NODE_NAME", NODE);
+    let patch = format!("{NEVER_PULL_PATCH}{}", placement_patch());
     let indented: String = patch.lines().map(|l| format!("      {l}\n")).collect();
     let mut kustomization = format!(
         "apiVersion: kustomize.config.k8s.io/v1beta1\nkind: Kustomization\nresources:\n  - {}\nimages:\n{}{}\
@@ -139,8 +139,36 @@ pub fn real_node_overlay(base: &Path, dir: &Path, observe_mesh: bool) -> Result<
     Ok(dir.to_path_buf())
 }
 
+fn placement_patch() -> String {
+    PLACEMENT_PATCH.replace("TAINT_KEY", TAINT.0).replace("TAINT_EFFECT", TAINT.2).replace("NODE_NAME", NODE)
+}
+
+/// Writes a kustomize overlay into `dir` of the manifest file `manifest` (copied into `dir`:
+/// kustomize reads files only under its root), which adds only the placement of every
+/// Deployment on the real node (the toleration of [`TAINT`] and `kubernetes.io/hostname:
+/// real-0`): the images, their pull policy and everything else stay as `manifest` says.
+/// For a release's `install.yaml`, whose images are imported under the names it uses.
+/// Returns `dir`, for `kubectl apply -k`.
+///
+/// # Errors
+/// [`Error::Io`] when `manifest` cannot be copied or the directory written.
+pub fn placement_overlay(manifest: &Path, dir: &Path) -> Result<PathBuf, Error> {
+    std::fs::create_dir_all(dir).map_err(|e| Error::io(format!("creating {}", dir.display()), e))?;
+    let name = manifest.file_name().unwrap_or_default().to_string_lossy().into_owned();
+    std::fs::copy(manifest, dir.join(&name))
+        .map_err(|e| Error::io(format!("copying {}", manifest.display()), e))?;
+    let indented: String = placement_patch().lines().map(|l| format!("      {l}\n")).collect();
+    let kustomization = format!(
+        "apiVersion: kustomize.config.k8s.io/v1beta1\nkind: Kustomization\nresources:\n  - {name}\n\
+         patches:\n  - target: {{kind: Deployment}}\n    patch: |-\n{indented}"
+    );
+    let path = dir.join("kustomization.yaml");
+    std::fs::write(&path, kustomization).map_err(|e| Error::io(format!("writing {}", path.display()), e))?;
+    Ok(dir.to_path_buf())
+}
+
 /// The path from directory `from` to `to`, both absolute.
-fn relative(from: &Path, to: &Path) -> PathBuf {
+pub(crate) fn relative(from: &Path, to: &Path) -> PathBuf {
     let (f, t): (Vec<_>, Vec<_>) = (from.components().collect(), to.components().collect());
     let common = f.iter().zip(&t).take_while(|(a, b)| a == b).count();
     let mut out = PathBuf::new();

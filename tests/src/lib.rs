@@ -29,6 +29,7 @@ mod pki;
 mod process;
 pub mod rbac;
 pub mod real_node;
+pub mod release;
 pub mod routers;
 mod testbin;
 

@@ -654,6 +654,201 @@ async fn the_namespaced_overlay_installs_for_real() {
     let _ = kubectl(cp, &["wait", "--for=delete", "namespace/qdr-operator", "--timeout=120s"]);
 }
 
+/// The release as a cluster admin gets it: the files `make release` writes
+/// (`qdr_tests::release`; here with the operator binaries built with the tests and no
+/// SBOMs), its three archives imported into the real node under exactly the names they carry
+/// (`<registry>/<name>:<version>` and `<registry>/<name>@<digest>`), and `install.yaml`
+/// applied through an overlay that adds only the operator pods' placement on the real node.
+/// Every image of the manifests, the chart and the bundle is pinned by digest; the pods run
+/// those digests; an example Interconnect placed on the real node reaches Ready with real
+/// routers of the released router image and its mesh observed (the default).
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn the_release_installs_for_real_with_its_own_router_image() {
+    use qdr_tests::release::{Images, Options};
+    let cp = cluster().await;
+    let _turn = TURN.lock().await;
+    say!("start");
+    let testbin = qdr_tests::Testbin::locate().unwrap();
+    let dist = cp.dir().join("dist");
+    let version = env!("CARGO_PKG_VERSION");
+    let release = qdr_tests::release::write(&Options {
+        version: version.into(),
+        registry: qdr_api::project::image_registry().into(),
+        out: dist.clone(),
+        kubectl: testbin.require("kubectl").unwrap(),
+        helm: testbin.require("helm").unwrap(),
+        images: Images::Build {
+            binaries: qdr_tests::images::bin_dir(),
+            router_archive: qdr_tests::routers::image_archive().unwrap(),
+            syft: None,
+        },
+    })
+    .unwrap();
+    say!("release written: {:?}", release.files);
+    let sums = std::process::Command::new("sha256sum")
+        .args(["--quiet", "--strict", "-c", "SHA256SUMS"])
+        .current_dir(&dist)
+        .output()
+        .unwrap();
+    assert!(sums.status.success(), "{}", String::from_utf8_lossy(&sums.stdout));
+    let summed = std::fs::read_to_string(dist.join("SHA256SUMS")).unwrap();
+    assert_eq!(summed.lines().count(), release.files.len(), "every other file is summed");
+
+    // Every image anywhere in the release is pinned by digest, and the router default is the
+    // released router image.
+    let pinned: Vec<String> = release.images.iter().map(|i| i.pinned()).collect();
+    let router = release.image("router");
+    let chart = ok(cp
+        .helm()
+        .arg("template")
+        .arg("qdr")
+        .arg(dist.join(format!("qdr-operator-{version}.tgz")))
+        .args(["--kube-version", "1.33.0"])
+        .output()
+        .unwrap());
+    let csv = std::fs::read_to_string(dist.join("bundle/manifests/qdr-operator.clusterserviceversion.yaml"))
+        .unwrap();
+    let csv: Value = serde_saphyr::from_str(&csv).unwrap();
+    let related: Vec<&str> = csv["spec"]["relatedImages"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|r| r["image"].as_str().unwrap())
+        .collect();
+    assert_eq!(related, pinned.iter().map(String::as_str).collect::<Vec<_>>(), "the bundle's relatedImages");
+    for (what, text) in [
+        ("install.yaml", std::fs::read_to_string(dist.join("install.yaml")).unwrap()),
+        ("install-namespaced.yaml", std::fs::read_to_string(dist.join("install-namespaced.yaml")).unwrap()),
+        ("the chart", chart),
+    ] {
+        let images: Vec<&str> = text
+            .lines()
+            .filter_map(|l| l.trim().strip_prefix("image: "))
+            .map(|i| i.trim_matches('"'))
+            .collect();
+        assert_eq!(images.len(), 2, "{what}: {images:?}");
+        assert!(
+            images.iter().all(|i| pinned.iter().any(|p| p == i)),
+            "{what}: {images:?} not all of {pinned:?}"
+        );
+        assert!(
+            text.contains(&format!("--default-image={}", router.pinned())),
+            "{what}: the default router image"
+        );
+    }
+
+    for image in &release.images {
+        cp.real_node().unwrap().import(&image.archive).unwrap();
+    }
+    let overlay =
+        qdr_tests::install::placement_overlay(&dist.join("install.yaml"), &cp.dir().join("overlay-release"))
+            .unwrap()
+            .display()
+            .to_string();
+    let ns = "release-apps";
+    let _undo = UninstallOnPanic {
+        cp,
+        kubectl: vec![
+            strings(&["delete", "namespace", ns, "--ignore-not-found", "--wait=false"]),
+            strings(&["delete", "-k", &overlay, "--ignore-not-found", "--timeout=120s"]),
+        ],
+        helm: vec![],
+    };
+    let t = Instant::now();
+    ok(kubectl(cp, &["apply", "-k", &overlay]));
+    let waited = kubectl(
+        cp,
+        &["wait", "--for=condition=Available", "deployment", "--all", "-n", "qdr-operator", "--timeout=180s"],
+    );
+    assert!(waited.status.success(), "{}", String::from_utf8_lossy(&waited.stderr));
+    say!("release: Deployments Available {:.1?} after the apply", t.elapsed());
+    let client = cp.client().await.unwrap();
+    let runs = |pod: &Pod, image: &qdr_tests::release::Image| {
+        let spec = pod.spec.as_ref().unwrap();
+        assert_eq!(
+            spec.containers[0].image.as_deref(),
+            Some(image.pinned().as_str()),
+            "{:?}",
+            pod.metadata.name
+        );
+        let status = pod.status.as_ref().unwrap().container_statuses.as_ref().unwrap();
+        assert!(
+            status[0].image_id.ends_with(&image.digest),
+            "{:?} runs {} (imageID), not {}",
+            pod.metadata.name,
+            status[0].image_id,
+            image.digest
+        );
+    };
+    let operator: Api<Pod> = Api::namespaced(client.clone(), "qdr-operator");
+    let operator_pods = operator.list(&ListParams::default()).await.unwrap().items;
+    assert_eq!(operator_pods.len(), 4, "two webhook and two controller pods");
+    for p in &operator_pods {
+        let name = p.metadata.labels.as_ref().unwrap()["app.kubernetes.io/name"]
+            .trim_start_matches("qdr-")
+            .to_string();
+        runs(p, release.image(&name));
+    }
+
+    // The example, placed on the real node, with the webhook's defaults and the controller's
+    // default router image.
+    app_namespace(cp, ns);
+    // Available pods are not yet a Service kube-proxy routes to: wait for the webhook to judge.
+    qdr_tests::install::refused_by_webhook(cp, ns).await;
+    let mut example: Value = serde_saphyr::from_str(
+        &std::fs::read_to_string(root().join("deploy/examples/interior-mesh.yaml")).unwrap(),
+    )
+    .unwrap();
+    example["spec"]["deploymentPlan"]["nodeSelector"] =
+        json!({"kubernetes.io/hostname": qdr_tests::real_node::NODE});
+    example["spec"]["deploymentPlan"]["tolerations"] = json!([{"key": qdr_tests::real_node::TAINT.0,
+        "operator": "Exists", "effect": qdr_tests::real_node::TAINT.2}]);
+    let t = Instant::now();
+    let applied =
+        qdr_tests::components::kubectl_stdin(cp, &["apply", "-n", ns, "-f", "-"], &example.to_string());
+    assert!(applied.status.success(), "{}", String::from_utf8_lossy(&applied.stderr));
+    let waited = kubectl(
+        cp,
+        &[
+            "wait",
+            "--for=condition=Ready",
+            "interconnect/router-mesh",
+            "-n",
+            ns,
+            &format!("--timeout={}s", qdr_tests::routers::READY_WAIT.as_secs()),
+        ],
+    );
+    let status = || {
+        ok(kubectl(
+            cp,
+            &["get", "interconnect", "router-mesh", "-n", ns, "-o", "jsonpath={.status.conditions}"],
+        ))
+    };
+    assert!(waited.status.success(), "not Ready: {}", status());
+    say!("release: the example Ready {:.1?} after the apply", t.elapsed());
+    ok(kubectl(
+        cp,
+        &["wait", "--for=condition=MeshConnected", "interconnect/router-mesh", "-n", ns, "--timeout=120s"],
+    ));
+    let routers: Api<Pod> = Api::namespaced(client.clone(), ns);
+    let routers = routers.list(&ListParams::default().labels("application=router-mesh")).await.unwrap().items;
+    assert_eq!(routers.len(), 3, "the example's three routers");
+    for r in &routers {
+        assert_eq!(r.spec.as_ref().unwrap().node_name.as_deref(), Some(qdr_tests::real_node::NODE));
+        runs(r, router);
+    }
+    say!("release: MeshConnected {:.1?} after the apply", t.elapsed());
+
+    // The routers go with their namespace, on their own time: nothing after this test uses it.
+    let t = Instant::now();
+    let _ = kubectl(cp, &["delete", "namespace", ns, "--wait=false"]);
+    ok(kubectl(cp, &["delete", "-k", &overlay, "--wait=true", "--timeout=180s"]));
+    say!("release: uninstalled {:.1?}", t.elapsed());
+    wait_gone(cp, "qdr-operator");
+    let _ = kubectl(cp, &["wait", "--for=delete", "namespace/qdr-operator", "--timeout=120s"]);
+    say!("release: namespace qdr-operator gone {:.1?}", t.elapsed());
+}
+
 /// One image definition: the images the tests run and the published Dockerfiles hold the
 /// same files, user and entrypoint. The Dockerfiles' build stage runs `make images`' cargo
 /// command (same profile and features) and `deploy/docker/rootfs.sh` on this machine's Debian

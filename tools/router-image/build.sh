@@ -10,8 +10,8 @@
 # the mirror this machine's apt uses; Proton and the router are compiled here against the
 # same release's libraries and installed into it (Proton's libraries in /usr/local/lib, found
 # by the router's RUNPATH before Debian's Proton core, which has the same soname and no SASL).
-# The result is an OCI image layout archive (one uncompressed layer) that `ctr images import`
-# takes, named qdr-operator.test/qdrouterd:1.19.0.
+# The result is an OCI image layout archive (one uncompressed layer, for this machine's
+# architecture: amd64 or arm64) that `ctr images import` takes, named qdr-operator.test/qdrouterd:1.19.0.
 #
 # Sources: $QDR_ROUTER_SOURCES, a folder holding qpid-dispatch-1.19.0.tar.gz,
 # qpid-proton-0.37.0.tar.gz and qdr-image/ (Dockerfile, scripts/). Unset, they are fetched
@@ -58,6 +58,9 @@ if [[ "${1:-}" == "--sources" ]]; then (cd "$sources" && pwd); exit 0; fi
 # the compile links against).
 # shellcheck disable=SC1091
 suite="$(. /etc/os-release && echo "${VERSION_CODENAME:-}")"
+# The image is for this machine's architecture (Debian's name is the OCI one: amd64, arm64).
+arch="$(dpkg --print-architecture)"
+multiarch="$(gcc -print-multiarch 2>/dev/null || true)"
 [[ -n "$suite" ]] || fail "cannot read VERSION_CODENAME from /etc/os-release (a Debian machine is needed)"
 mirror="$(grep -hE '^URIs:' /etc/apt/sources.list.d/*.sources 2>/dev/null | awk '{print $2}' | grep -v -- '-security' | head -1 || true)"
 [[ -n "$mirror" ]] || mirror="$(grep -hE "^deb [^ ]+ $suite " /etc/apt/sources.list 2>/dev/null | awk '{print $2}' | head -1 || true)"
@@ -147,8 +150,8 @@ chroot "$root" python3 -c 'import proton, qpid_dispatch.management.client' || fa
 for b in /usr/bin/hostname /usr/sbin/saslpasswd2 /usr/bin/qdstat /usr/bin/qdmanage; do
   [[ -x "$root$b" ]] || fail "$b is missing from the image"
 done
-ls "$root"/usr/lib/x86_64-linux-gnu/sasl2/libplain.so* >/dev/null 2>&1 || fail "the SASL PLAIN plugin is missing"
-ls "$root"/usr/lib/x86_64-linux-gnu/sasl2/libsasldb.so* >/dev/null 2>&1 || fail "the SASL sasldb plugin is missing"
+ls "$root/usr/lib/$multiarch"/sasl2/libplain.so* >/dev/null 2>&1 || fail "the SASL PLAIN plugin is missing"
+ls "$root/usr/lib/$multiarch"/sasl2/libsasldb.so* >/dev/null 2>&1 || fail "the SASL sasldb plugin is missing"
 umount "$root/proc"
 chroot "$root" dpkg-query -W -f='${Package} ${Version}\n' | LC_ALL=C sort > "$work/packages.txt"
 
@@ -166,7 +169,7 @@ tar --sort=name --mtime=@0 --numeric-owner --pax-option=exthdr.name=%d/PaxHeader
 blob() { local d; d=$(sha256sum "$1" | cut -d' ' -f1); mv "$1" "$oci/blobs/sha256/$d"; echo "$d"; }
 layer_size=$(stat -c %s "$work/layer.tar")
 layer=$(blob "$work/layer.tar")
-printf '%s' "{\"architecture\":\"amd64\",\"os\":\"linux\",\"config\":{\"Env\":[\"PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin\",\"VERSION=1.19.0\",\"QDROUTERD_HOME=/home/qdrouterd\"],\"Cmd\":[\"/home/qdrouterd/bin/launch.sh\"],\"WorkingDir\":\"/home/qdrouterd/bin\",\"ExposedPorts\":{\"5671/tcp\":{},\"5672/tcp\":{},\"55672/tcp\":{}}},\"rootfs\":{\"type\":\"layers\",\"diff_ids\":[\"sha256:$layer\"]},\"history\":[{\"created_by\":\"tools/router-image/build.sh: debootstrap $suite, $PROTON, $DISPATCH, qdr-image scripts\"}]}" > "$work/config.json"
+printf '%s' "{\"architecture\":\"$arch\",\"os\":\"linux\",\"config\":{\"Env\":[\"PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin\",\"VERSION=1.19.0\",\"QDROUTERD_HOME=/home/qdrouterd\"],\"Cmd\":[\"/home/qdrouterd/bin/launch.sh\"],\"WorkingDir\":\"/home/qdrouterd/bin\",\"ExposedPorts\":{\"5671/tcp\":{},\"5672/tcp\":{},\"55672/tcp\":{}}},\"rootfs\":{\"type\":\"layers\",\"diff_ids\":[\"sha256:$layer\"]},\"history\":[{\"created_by\":\"tools/router-image/build.sh: debootstrap $suite, $PROTON, $DISPATCH, qdr-image scripts\"}]}" > "$work/config.json"
 config_size=$(stat -c %s "$work/config.json")
 config=$(blob "$work/config.json")
 printf '%s' "{\"schemaVersion\":2,\"mediaType\":\"application/vnd.oci.image.manifest.v1+json\",\"config\":{\"mediaType\":\"application/vnd.oci.image.config.v1+json\",\"digest\":\"sha256:$config\",\"size\":$config_size},\"layers\":[{\"mediaType\":\"application/vnd.oci.image.layer.v1.tar\",\"digest\":\"sha256:$layer\",\"size\":$layer_size}]}" > "$work/manifest.json"

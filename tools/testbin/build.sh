@@ -6,13 +6,14 @@
 # DNS, tools/testbin/coredns) and the Prometheus Operator with its CRDs (the monitoring
 # tests, tools/testbin/monitoring: prometheus-operator, monitoring-crds/) and Prometheus with
 # promtool (tools/testbin/prometheus), Operator Lifecycle Manager with opm and the bundle
-# validators (tools/testbin/olm), and actionlint (tools/testbin/actionlint, in the helm group) from the Go module proxy into a
+# validators (tools/testbin/olm), actionlint (tools/testbin/actionlint, in the helm group) and,
+# for `make release` only, syft (tools/testbin/syft, the release group) from the Go module proxy into a
 # cache directory outside the repo, keyed by the pinned versions, the Go version and a hash of
 # the go.mod files and the pause source (so adding a tool rebuilds), and assembles kwok's own stage definitions (node-initialize, node heartbeat with a
 # Lease, pod-ready, pod-complete, pod-delete, from its module) into kwok-stages.yaml. Reuses
 # the cache when every file is present. Prints the directory on its last line of stdout.
 #
-#   tools/testbin/build.sh [GROUP...]  build the groups (all when none is named) if needed,
+#   tools/testbin/build.sh [GROUP...]  build the groups (all but release when none is named) if needed,
 #                                      print the directory
 #   tools/testbin/build.sh --print     print the directory without building
 set -euo pipefail
@@ -28,7 +29,8 @@ PROMOP_VERSION="$(modver "$here/monitoring/go.mod" github.com/prometheus-operato
 PROM_VERSION="$(modver "$here/prometheus/go.mod" github.com/prometheus/prometheus)"
 OLM_VERSION="$(modver "$here/olm/go.mod" github.com/operator-framework/operator-lifecycle-manager)"
 ACTIONLINT_VERSION="$(modver "$here/actionlint/go.mod" github.com/rhysd/actionlint)"
-[[ -n "$K8S_VERSION" && -n "$ETCD_VERSION" && -n "$KWOK_VERSION" && -n "$HELM_VERSION" && -n "$COREDNS_VERSION" && -n "$PROMOP_VERSION" && -n "$PROM_VERSION" && -n "$OLM_VERSION" && -n "$ACTIONLINT_VERSION" ]] || { echo "build.sh: cannot read pinned versions from go.mod" >&2; exit 1; }
+SYFT_VERSION="$(modver "$here/syft/go.mod" github.com/anchore/syft)"
+[[ -n "$K8S_VERSION" && -n "$ETCD_VERSION" && -n "$KWOK_VERSION" && -n "$HELM_VERSION" && -n "$COREDNS_VERSION" && -n "$PROMOP_VERSION" && -n "$PROM_VERSION" && -n "$OLM_VERSION" && -n "$ACTIONLINT_VERSION" && -n "$SYFT_VERSION" ]] || { echo "build.sh: cannot read pinned versions from go.mod" >&2; exit 1; }
 command -v go >/dev/null || { echo "build.sh: Go is required to build the test control plane (install Go >= 1.26)" >&2; exit 1; }
 GO_VERSION="$(go env GOVERSION)"
 cache_root="${QDR_TESTBIN_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/qdr-operator/testbin}"
@@ -207,6 +209,17 @@ build_core() {
   fi
 }
 
+# syft, which writes the release's SBOMs (`make release`; the release group, which no other
+# group and no test needs), checked on its own (syft.version) like helm.
+build_syft() {
+  if [[ -x "$out/syft" && "$(cat "$out/syft.version" 2>/dev/null)" == "$SYFT_VERSION" ]]; then return 0; fi
+  local t; t=$(date +%s)
+  echo "testbin: building syft $SYFT_VERSION" >&2
+  (cd "$here/syft" && go build -trimpath -ldflags "-s -w -X main.version=$SYFT_VERSION" -o "$out/syft.tmp" github.com/anchore/syft/cmd/syft)
+  mv "$out/syft.tmp" "$out/syft" && echo "$SYFT_VERSION" > "$out/syft.version"
+  echo "testbin: syft took $(( $(date +%s) - t ))s" >&2
+}
+
 build_node() {
   build_k8s kubelet kube-proxy
   if [[ ! -x "$out/pause" ]]; then
@@ -223,7 +236,8 @@ for g in "${groups[@]}"; do
     helm) build_helm; build_actionlint ;;
     monitoring) build_monitoring; build_prometheus ;;
     olm) build_olm ;;
-    *) echo "build.sh: unknown group $g (core, node, helm, monitoring, olm)" >&2; exit 2 ;;
+    release) build_syft ;;
+    *) echo "build.sh: unknown group $g (core, node, helm, monitoring, olm, release)" >&2; exit 2 ;;
   esac
 done
 echo "testbin: ${groups[*]} ready in $(( $(date +%s) - start ))s (k8s $K8S_VERSION, etcd $ETCD_VERSION, kwok $KWOK_VERSION, $GO_VERSION)" >&2

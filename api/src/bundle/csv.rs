@@ -41,8 +41,25 @@ pub(super) fn csv(s: &Sources) -> Result<Value, String> {
         json!([
             {"name": "controller", "image": install.controller_image},
             {"name": "webhook", "image": install.webhook_image},
-            {"name": "router", "image": crate::images::DEFAULT_ROUTER_IMAGE},
+            {"name": "router", "image": default_router_image(s)?},
         ]),
     );
     Ok(csv)
+}
+
+/// The router image the controller runs for a spec that names none: its `--default-image`
+/// argument in `deploy/base` (a release sets it), else [`crate::images::DEFAULT_ROUTER_IMAGE`].
+///
+/// # Errors
+/// As [`super::sources::find`] when there is no controller Deployment.
+fn default_router_image(s: &Sources) -> Result<String, String> {
+    let controller = super::sources::find(s, "Deployment", "qdr-controller")?;
+    let args = controller["spec"]["template"]["spec"]["containers"][0]["args"].as_array();
+    Ok(args
+        .into_iter()
+        .flatten()
+        .filter_map(Value::as_str)
+        .find_map(|a| a.strip_prefix("--default-image="))
+        .unwrap_or(crate::images::DEFAULT_ROUTER_IMAGE)
+        .to_string())
 }

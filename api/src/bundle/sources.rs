@@ -21,7 +21,8 @@ pub struct Sources {
     pub icon_svg: String,
     /// The documents of `deploy/base`'s resource files, in the kustomization's order.
     pub deploy: Vec<Value>,
-    /// `deploy/base/kustomization.yaml`'s `images`: name → `newTag`.
+    /// `deploy/base/kustomization.yaml`'s `images`: name → its `digest` (`sha256:…`) when
+    /// it has one, else its `newTag`.
     pub image_tags: BTreeMap<String, String>,
     /// The committed CRD (`deploy/crds/…yaml`), as text and parsed.
     pub crd_text: String,
@@ -59,7 +60,10 @@ impl Sources {
             .as_array()
             .into_iter()
             .flatten()
-            .filter_map(|i| Some((i["name"].as_str()?.to_string(), i["newTag"].as_str()?.to_string())))
+            .filter_map(|i| {
+                let pin = i["digest"].as_str().or_else(|| i["newTag"].as_str())?;
+                Some((i["name"].as_str()?.to_string(), pin.to_string()))
+            })
             .collect();
         let crd_text = read(root, crate::CRD_PATH)?;
         let crd = serde_saphyr::from_str(&crd_text).map_err(|e| format!("{}: {e}", crate::CRD_PATH))?;
@@ -96,11 +100,12 @@ pub(super) fn find<'a>(s: &'a Sources, kind: &str, name: &str) -> Result<&'a Val
         .ok_or_else(|| format!("deploy/base has no {kind} {name}"))
 }
 
-/// `repository:tag` for a Deployment's image named as in the kustomization's `images`.
+/// `repository:tag` (or `repository@sha256:…` for a digest) for a Deployment's image named
+/// as in the kustomization's `images`.
 pub(super) fn tagged(s: &Sources, image: &str) -> Result<String, String> {
     let tag = s
         .image_tags
         .get(image)
         .ok_or_else(|| format!("deploy/base/kustomization.yaml sets no tag for {image}"))?;
-    Ok(format!("{image}:{tag}"))
+    Ok(if tag.starts_with("sha256:") { format!("{image}@{tag}") } else { format!("{image}:{tag}") })
 }

@@ -24,9 +24,9 @@ helm.sh/chart: {{ printf "%s-%s" .root.Chart.Name .root.Chart.Version }}
 {{- printf ", --log-format=%s" .Values.logFormat }}
 {{- end }}
 
-{{/* image: repository:tag */}}
+{{/* image: repository@digest when a digest is set, else repository:tag */}}
 {{- define "qdr-operator.image" -}}
-image: {{ printf "%s:%s" .repository (toString .tag) }}
+image: {{ if .digest }}{{ printf "%s@%s" .repository .digest }}{{ else }}{{ printf "%s:%s" .repository (toString .tag) }}{{ end }}
 {{- with .pullPolicy }}
 imagePullPolicy: {{ . }}
 {{- end }}
