@@ -6,10 +6,18 @@ CARGO_TARGET_DIR_OR_DEFAULT := $(or $(CARGO_TARGET_DIR),target)
 # The project's canonical home (image registry, source, chart repository, docs site).
 include deploy/project.env
 
-.PHONY: help testbin router-image test fmt lint flags-reference helm-values-reference crd monitoring docs api-reference bench run run-real images bundle deploy dev-cluster clean-testbin validate-command
+# A release (make release): the version (the workspace's unless given), the registry (the
+# project's home unless given) and where it is written.
+VERSION ?= $(shell sed -n 's/^version = "\(.*\)"$$/\1/p' Cargo.toml | head -1)
+REGISTRY ?= $(QDR_IMAGE_REGISTRY)
+DIST ?= dist
+# cargo-auditable embeds each program's dependency list in it, which syft reads for the SBOM.
+CARGO_AUDITABLE_VERSION := 0.7.7
+
+.PHONY: help testbin router-image test fmt lint flags-reference helm-values-reference crd monitoring docs api-reference bench run run-real images release bundle deploy dev-cluster clean-testbin validate-command
 
 help: ## List the targets
-	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  %-16s %s\n", $$1, $$2}'
+	@grep -hE '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  %-16s %s\n", $$1, $$2}'
 
 testbin: ## Build (once, cached) every Go test tool: the control plane and kwok (core), the real node's kubelet, kube-proxy, pause and CoreDNS (node), helm, Prometheus with its operator (monitoring), OLM (olm); print where
 	@tools/testbin/build.sh
@@ -145,6 +153,14 @@ images: ## Build the operator's images as deploy/docker/*.Dockerfile define them
 	rm -rf $(CARGO_TARGET_DIR_OR_DEFAULT)/images/controller $(CARGO_TARGET_DIR_OR_DEFAULT)/images/webhook
 	deploy/docker/rootfs.sh $(CARGO_TARGET_DIR_OR_DEFAULT)/release/qdr-controller $(CARGO_TARGET_DIR_OR_DEFAULT)/images/controller
 	deploy/docker/rootfs.sh $(CARGO_TARGET_DIR_OR_DEFAULT)/release/qdr-webhook $(CARGO_TARGET_DIR_OR_DEFAULT)/images/webhook
+
+release: ## Write a release into dist/ (VERSION=… REGISTRY=… DIST=…; defaults: the workspace version, the project's registry): OCI archives of the controller, the webhook and the router built from source (this machine's architecture), install.yaml and install-namespaced.yaml with every image by digest, the Helm chart, the OLM bundle, an SBOM per image (syft) and SHA256SUMS (docs/releasing.md)
+	$(CARGO) install --locked --quiet cargo-auditable@$(CARGO_AUDITABLE_VERSION) --root $(abspath $(T))/tools
+	PATH="$(abspath $(T))/tools/bin:$$PATH" $(CARGO) auditable build --locked --release -p qdr-controller -p qdr-webhook --bin qdr-controller --bin qdr-webhook
+	$(CARGO) build --locked -p qdr-tests --bin qdr-release
+	router="$$(tools/router-image/build.sh | tail -1)"; testbin="$$(tools/testbin/build.sh core helm release)"; \
+	  QDR_TESTBIN="$$testbin" $(T)/debug/qdr-release --version "$(VERSION)" --registry "$(REGISTRY)" --out "$(DIST)" \
+	    --binaries $(T)/release --router-archive "$$router" --syft "$$testbin/syft"
 
 bench: router-image ## Benchmarks: per-object cost, the admission handler alone, webhook over HTTPS, API server, controller convergence, day two on real routers, the cost of reading the routers (one table)
 	$(CARGO) bench --locked -p qdr-controller --bench per_object

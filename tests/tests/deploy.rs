@@ -629,4 +629,32 @@ fn the_workflows_pass_actionlint_and_ci_runs_the_ci_entry_point() {
     assert!(ci.contains("bash .ci/run"), "the CI workflow does not run .ci/run");
     let entry = std::fs::read_to_string(root.join(".ci/run")).unwrap();
     assert!(entry.contains("make test"), ".ci/run does not run make test");
+    // actionlint checks the run: steps only with shellcheck on the PATH (.ci/setup installs it).
+    assert!(
+        std::env::split_paths(&std::env::var_os("PATH").unwrap()).any(|d| d.join("shellcheck").is_file()),
+        "shellcheck is not on the PATH: actionlint would not check the workflows' scripts"
+    );
+    // The release workflow: on version tags, `make release` per architecture, then the
+    // manifests again with the published indexes' digests.
+    let release: serde_json::Value =
+        serde_saphyr::from_str(&std::fs::read_to_string(root.join(".github/workflows/release.yml")).unwrap())
+            .unwrap();
+    assert_eq!(release["on"]["push"]["tags"][0], "v[0-9]+.[0-9]+.[0-9]+*", "{release}");
+    let arches: Vec<&str> = release["jobs"]["build"]["strategy"]["matrix"]["include"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|m| m["arch"].as_str().unwrap())
+        .collect();
+    assert_eq!(arches, ["amd64", "arm64"]);
+    let runs = |job: &str| -> String {
+        release["jobs"][job]["steps"].as_array().unwrap().iter().filter_map(|s| s["run"].as_str()).collect()
+    };
+    assert!(runs("build").contains("make release VERSION="), "{}", runs("build"));
+    let publish = runs("publish");
+    for step in
+        ["cosign sign --yes", "cosign attest", "--digests \"$DIGESTS\"", "helm push", "gh release create"]
+    {
+        assert!(publish.contains(step), "the publish job does not {step}");
+    }
 }

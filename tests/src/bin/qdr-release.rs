@@ -6,11 +6,13 @@
 //!     qdr-release --version VERSION --registry REGISTRY --out DIR
 //!                 --digests controller=sha256:…,webhook=sha256:…,router=sha256:…
 //!
+//!                 [--kubectl FILE] [--helm FILE]
+//!
 //! The first writes everything (images, SBOMs, manifests, chart, bundle, checksums) into an
 //! emptied DIR; the second only the manifests, chart, bundle, images.txt and checksums, for
 //! images published already (the release workflow's multi-architecture indexes), keeping
-//! DIR's other files. kubectl and helm come from the test tools (`$QDR_TESTBIN`, or the cache
-//! of `tools/testbin/build.sh`). Prints each file with its size, then the images by digest.
+//! DIR's other files. kubectl and helm are the ones named, else the test tools' (`$QDR_TESTBIN`,
+//! or the cache of `tools/testbin/build.sh`). Prints each file with its size, then the images by digest.
 //! Exits 2 on a usage error, 1 with the reason when the release cannot be written.
 
 use std::collections::BTreeMap;
@@ -41,11 +43,10 @@ fn main() {
             other => usage(&format!("unknown argument {other}")),
         }
     }
-    let mut take = |name: &str| flags.remove(name);
     let required =
         |v: Option<String>, name: &str| v.unwrap_or_else(|| usage(&format!("--{name} is required")));
-    let (version, registry, out) = (take("version"), take("registry"), take("out"));
-    let images = match take("digests") {
+    let (version, registry, out) = (flags.remove("version"), flags.remove("registry"), flags.remove("out"));
+    let images = match flags.remove("digests") {
         Some(list) => {
             let mut digests = BTreeMap::new();
             for pair in list.split(',') {
@@ -62,13 +63,13 @@ fn main() {
             Images::Published(digests)
         }
         None => {
-            let syft = take("syft").map(PathBuf::from);
+            let syft = flags.remove("syft").map(PathBuf::from);
             if syft.is_none() && !no_sbom {
                 usage("say --syft FILE, or --no-sbom for a release without SBOMs");
             }
             Images::Build {
-                binaries: PathBuf::from(required(take("binaries"), "binaries")),
-                router_archive: PathBuf::from(required(take("router-archive"), "router-archive")),
+                binaries: PathBuf::from(required(flags.remove("binaries"), "binaries")),
+                router_archive: PathBuf::from(required(flags.remove("router-archive"), "router-archive")),
                 syft,
             }
         }
@@ -77,13 +78,19 @@ fn main() {
         eprintln!("qdr-release: {e}");
         std::process::exit(1)
     };
-    let testbin = qdr_tests::Testbin::locate().unwrap_or_else(|e| fail(e));
+    // A tool named on the command line, else the test tools' own.
+    let mut tool = |name: &str| {
+        flags.remove(name).map(PathBuf::from).unwrap_or_else(|| {
+            qdr_tests::Testbin::locate().and_then(|t| t.require(name)).unwrap_or_else(|e| fail(e))
+        })
+    };
+    let (kubectl, helm) = (tool("kubectl"), tool("helm"));
     let options = Options {
         version: required(version, "version"),
         registry: required(registry, "registry"),
         out: PathBuf::from(required(out, "out")),
-        kubectl: testbin.require("kubectl").unwrap_or_else(|e| fail(e)),
-        helm: testbin.require("helm").unwrap_or_else(|e| fail(e)),
+        kubectl,
+        helm,
         images,
     };
     let release = qdr_tests::release::write(&options).unwrap_or_else(|e| fail(e));
