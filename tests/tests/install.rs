@@ -838,6 +838,43 @@ async fn the_release_installs_for_real_with_its_own_router_image() {
         runs(r, router);
     }
     say!("release: MeshConnected {:.1?} after the apply", t.elapsed());
+    say!(
+        "release: kubectl get ic,pods -o wide\n{}",
+        ok(kubectl(cp, &["get", "interconnects,pods", "-n", ns, "-o", "wide"]))
+    );
+
+    // The first client of docs/exposing-routers.md: its script, with the CA and the server
+    // name the page gives, sends one message through the Service's AMQPS port and gets it back.
+    let page = std::fs::read_to_string(root().join("docs/exposing-routers.md")).unwrap();
+    let script = page.split("```python\n").nth(1).and_then(|rest| rest.split("\n```").next()).unwrap();
+    let hello = cp.dir().join("hello-mesh.py");
+    std::fs::write(&hello, format!("{script}\n")).unwrap();
+    let ca = ok(kubectl(
+        cp,
+        &["get", "secret", "router-mesh-default-credentials", "-n", ns, "-o", "jsonpath={.data.ca\\.crt}"],
+    ));
+    use base64::Engine as _;
+    let ca_file = cp.dir().join("hello-ca.crt");
+    std::fs::write(&ca_file, base64::engine::general_purpose::STANDARD.decode(ca.trim()).unwrap()).unwrap();
+    let ip =
+        ok(kubectl(cp, &["get", "service", "router-mesh", "-n", ns, "-o", "jsonpath={.spec.clusterIP}"]));
+    let run = || {
+        std::process::Command::new(qdr_tests::routers::PYTHON)
+            .arg(&hello)
+            .arg(format!("amqps://{}:5671", ip.trim()))
+            .arg("--ca")
+            .arg(&ca_file)
+            .args(["--server-name", &format!("router-mesh.{ns}.svc")])
+            .output()
+            .unwrap()
+    };
+    let sent = run();
+    assert_eq!(
+        String::from_utf8_lossy(&sent.stdout).trim(),
+        "received 'hello, mesh' on hello",
+        "{}",
+        String::from_utf8_lossy(&sent.stderr)
+    );
 
     // The routers go with their namespace, on their own time: nothing after this test uses it.
     let t = Instant::now();
