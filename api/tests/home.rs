@@ -10,14 +10,14 @@ fn root() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join("..")
 }
 
-/// Every file of the repository but the build output, the Git directory, the Go operator's
+/// Every file of the repository but the build output (`target/`, and `dist/` of `make release`), the Git directory, the Go operator's
 /// own files kept as test data, and Go module files.
 fn files(dir: &Path, out: &mut Vec<PathBuf>) {
     for entry in std::fs::read_dir(dir).unwrap() {
         let path = entry.unwrap().path();
         let name = path.file_name().unwrap().to_string_lossy().to_string();
         if path.is_dir() {
-            if !["target", ".git", "go-operator", "node_modules"].contains(&name.as_str()) {
+            if !["target", "dist", ".git", "go-operator", "node_modules"].contains(&name.as_str()) {
                 files(&path, out);
             }
         } else if name != "go.mod" && name != "go.sum" {
