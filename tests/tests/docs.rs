@@ -12,10 +12,13 @@
 //! - the first page and the architecture page render in headless Chromium (Debian's) without
 //!   a script error, with screenshots kept in `target/test-artifacts/docs/`;
 //! - every `make` target the book or the README names exists, and every command of a
-//!   `console` block runs against a local control plane (webhook, two release controllers, 3
-//!   simulated nodes), page by page in a namespace of its own, printing what the page shows
-//!   (each line the page shows after a command, spaces squeezed, `…` for any text) and
-//!   failing where the page shows it refused (`... is invalid:`, `Error from server`).
+//!   `console` block runs against a local control plane (webhook, two controllers with a
+//!   cluster's defaults, mesh reading on; 3 simulated nodes, so no page shows output only
+//!   answering routers give: the README's `kubectl get ic` row and the first client are
+//!   checked on the real node by tests/tests/install.rs), page by page in a namespace of its
+//!   own, printing what the page shows (each line the page shows after a command, spaces
+//!   squeezed, `…` for any text) and failing where the page shows it refused
+//!   (`... is invalid:`, `Error from server`).
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::{Path, PathBuf};
@@ -462,13 +465,13 @@ async fn every_console_command_runs_against_a_local_control_plane() {
     for w in &webhooks {
         components::wait_ready(w, Duration::from_secs(60)).await;
     }
-    // The controllers built with the tests, as deploy/'s ServiceAccount.
-    // Simulated nodes: no router answers at its pod's address, so the mesh is not read.
+    // The controllers built with the tests, as deploy/'s ServiceAccount, with a cluster's
+    // defaults: the mesh is read (no router answers on the simulated nodes, so no page may
+    // show output that needs one: the condition then says `RouterUnreachable` and `Ready`
+    // is the pods').
     let _controllers: Vec<qdr_tests::Process> = ["docs-0", "docs-1"]
         .iter()
-        .map(|id| {
-            qdr_tests::routers::start_controller(cp, id, &["--observe-mesh=off"]).expect("a controller")
-        })
+        .map(|id| qdr_tests::routers::start_controller(cp, id, &[]).expect("a controller"))
         .collect();
 
     let path = format!(

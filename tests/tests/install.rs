@@ -795,10 +795,24 @@ async fn the_release_installs_for_real_with_its_own_router_image() {
     app_namespace(cp, ns);
     // Available pods are not yet a Service kube-proxy routes to: wait for the webhook to judge.
     qdr_tests::install::refused_by_webhook(cp, ns).await;
-    let mut example: Value = serde_saphyr::from_str(
-        &std::fs::read_to_string(root().join("deploy/examples/interior-mesh.yaml")).unwrap(),
-    )
-    .unwrap();
+    // The README's first screen: its Interconnect (placed on the real node) and the
+    // `kubectl get ic` it shows.
+    let readme = std::fs::read_to_string(root().join("README.md")).unwrap();
+    let yaml = readme
+        .split("kubectl apply -f - <<'YAML'\n")
+        .nth(1)
+        .and_then(|r| r.split("\nYAML\n").next())
+        .unwrap();
+    let shown: Vec<String> = readme
+        .split("kubectl get ic\n```\n\n```text\n")
+        .nth(1)
+        .and_then(|r| r.split("\n```").next())
+        .unwrap()
+        .lines()
+        .map(|l| l.split_whitespace().collect::<Vec<_>>().join(" "))
+        .collect();
+    assert_eq!(shown.len(), 2, "the README shows a header and one row: {shown:?}");
+    let mut example: Value = serde_saphyr::from_str(yaml).unwrap();
     example["spec"]["deploymentPlan"]["nodeSelector"] =
         json!({"kubernetes.io/hostname": qdr_tests::real_node::NODE});
     example["spec"]["deploymentPlan"]["tolerations"] = json!([{"key": qdr_tests::real_node::TAINT.0,
@@ -842,6 +856,17 @@ async fn the_release_installs_for_real_with_its_own_router_image() {
         "release: kubectl get ic,pods -o wide\n{}",
         ok(kubectl(cp, &["get", "interconnects,pods", "-n", ns, "-o", "wide"]))
     );
+    // What the README shows, but the age: once every router has joined (JOIN_GRACE, 30 s).
+    let without_age = |l: &str| l.rsplit_once(' ').map(|(head, _)| head.to_string()).unwrap_or_default();
+    let want: Vec<String> = shown.iter().map(|l| without_age(l)).collect();
+    let printed = qdr_tests::eventually("the README's kubectl get ic", Duration::from_secs(90), || async {
+        let out = ok(kubectl(cp, &["get", "ic", "-n", ns]));
+        let got: Vec<String> =
+            out.lines().map(|l| without_age(&l.split_whitespace().collect::<Vec<_>>().join(" "))).collect();
+        (got == want).then_some(out)
+    })
+    .await;
+    say!("release: kubectl get ic {:.1?} after the apply\n{printed}", t.elapsed());
 
     // The first client of docs/exposing-routers.md: its script, with the CA and the server
     // name the page gives, sends one message through the Service's AMQPS port and gets it back.
