@@ -47,27 +47,30 @@ mkdir -p "$cache_root"
 if command -v flock >/dev/null; then exec 9>"$cache_root/.lock"; flock 9; fi
 
 export GOTOOLCHAIN=local CGO_ENABLED=0 GOFLAGS=-mod=readonly
-# helm is built into the same directory but checked on its own (helm.version), so a helm pin
-# change does not rebuild the control plane.
-build_helm() {
-  if [[ -x "$out/helm" && "$(cat "$out/helm.version" 2>/dev/null)" == "$HELM_VERSION" ]]; then return 0; fi
+# One Go program built into the same directory but checked on its own (<name>.version), so
+# its pin does not rebuild the control plane:
+#   build_tool NAME VERSION MODULE_DIR PACKAGE [LDFLAGS]
+build_tool() {
+  local name="$1" version="$2" dir="$3" pkg="$4" ldflags="${5:-}"
+  if [[ -x "$out/$name" && "$(cat "$out/$name.version" 2>/dev/null)" == "$version" ]]; then return 0; fi
   local t; t=$(date +%s)
-  echo "testbin: building helm $HELM_VERSION" >&2
-  (cd "$here/helm" && go build -trimpath -ldflags "-s -w -X helm.sh/helm/v3/internal/version.version=$HELM_VERSION" \
-    -o "$out/helm.tmp" helm.sh/helm/v3/cmd/helm)
-  mv "$out/helm.tmp" "$out/helm" && echo "$HELM_VERSION" > "$out/helm.version"
-  echo "testbin: helm took $(( $(date +%s) - t ))s" >&2
+  echo "testbin: building $name $version" >&2
+  (cd "$here/$dir" && go build -trimpath -ldflags "-s -w $ldflags" -o "$out/$name.tmp" "$pkg")
+  mv "$out/$name.tmp" "$out/$name" && echo "$version" > "$out/$name.version"
+  echo "testbin: $name took $(( $(date +%s) - t ))s" >&2
 }
-
-# actionlint, which checks the GitHub Actions workflows (.github/workflows/), built beside helm
-# and checked on its own (actionlint.version) like it.
+# helm (the chart tests).
+build_helm() {
+  build_tool helm "$HELM_VERSION" helm helm.sh/helm/v3/cmd/helm "-X helm.sh/helm/v3/internal/version.version=$HELM_VERSION"
+}
+# actionlint, which checks the GitHub Actions workflows (.github/workflows/), built beside helm.
 build_actionlint() {
-  if [[ -x "$out/actionlint" && "$(cat "$out/actionlint.version" 2>/dev/null)" == "$ACTIONLINT_VERSION" ]]; then return 0; fi
-  local t; t=$(date +%s)
-  echo "testbin: building actionlint $ACTIONLINT_VERSION" >&2
-  (cd "$here/actionlint" && go build -trimpath -ldflags "-s -w" -o "$out/actionlint.tmp" github.com/rhysd/actionlint/cmd/actionlint)
-  mv "$out/actionlint.tmp" "$out/actionlint" && echo "$ACTIONLINT_VERSION" > "$out/actionlint.version"
-  echo "testbin: actionlint took $(( $(date +%s) - t ))s" >&2
+  build_tool actionlint "$ACTIONLINT_VERSION" actionlint github.com/rhysd/actionlint/cmd/actionlint
+}
+# syft, which writes the release's SBOMs (`make release`; the release group, which no other
+# group and no test needs).
+build_syft() {
+  build_tool syft "$SYFT_VERSION" syft github.com/anchore/syft/cmd/syft "-X main.version=$SYFT_VERSION"
 }
 
 # CoreDNS, the real node's cluster DNS, with the plugins tools/testbin/coredns/main.go names;
@@ -207,17 +210,6 @@ build_core() {
     "$out/kwok" --version >&2
     echo "testbin: kwok took $(( $(date +%s) - t ))s" >&2
   fi
-}
-
-# syft, which writes the release's SBOMs (`make release`; the release group, which no other
-# group and no test needs), checked on its own (syft.version) like helm.
-build_syft() {
-  if [[ -x "$out/syft" && "$(cat "$out/syft.version" 2>/dev/null)" == "$SYFT_VERSION" ]]; then return 0; fi
-  local t; t=$(date +%s)
-  echo "testbin: building syft $SYFT_VERSION" >&2
-  (cd "$here/syft" && go build -trimpath -ldflags "-s -w -X main.version=$SYFT_VERSION" -o "$out/syft.tmp" github.com/anchore/syft/cmd/syft)
-  mv "$out/syft.tmp" "$out/syft" && echo "$SYFT_VERSION" > "$out/syft.version"
-  echo "testbin: syft took $(( $(date +%s) - t ))s" >&2
 }
 
 build_node() {
