@@ -21,7 +21,9 @@
 //!
 //! `make test` writes a release with the operator binaries built in its own (dev) profile and
 //! without SBOMs (tests/tests/install.rs installs it on the real node); `make release` writes
-//! it with the release binaries and syft.
+//! it with the release binaries and syft ([`Images::Build`]). The release workflow, once it
+//! has pushed one multi-architecture index per image, writes the manifests, chart and bundle
+//! again for the indexes' digests ([`Images::Published`]).
 
 use std::path::{Path, PathBuf};
 use std::process::Command;
@@ -81,7 +83,8 @@ pub struct Image {
     pub tag: String,
     /// The manifest's digest, `sha256:<64 hex>`.
     pub digest: String,
-    /// Its archive in the release.
+    /// Its archive in the release, `<out>/images/<name>.oci.tar` (for [`Images::Published`]
+    /// the path an archive would have: none is written).
     pub archive: PathBuf,
 }
 
