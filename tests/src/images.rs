@@ -449,8 +449,6 @@ pub fn layer_files(
     Ok(found)
 }
 
-/// The image config and the (first) layer of an OCI image layout archive: `index.json` →
-/// manifest → config and layer.
 /// Copies the OCI image layout archive `from` to `to`, its `index.json` naming the one image
 /// it holds by each of `names` (one manifest entry per name, each with the
 /// `io.containerd.image.name` annotation `ctr images import` reads, and a tag name also with
@@ -464,7 +462,7 @@ pub fn layer_files(
 ///
 /// # Errors
 /// [`Error::Io`] when `from` cannot be read or is not an archive with exactly one image in
-/// its `index.json`, or `to` cannot be written.
+/// its `index.json` (under any number of names), or `to` cannot be written.
 pub fn rename_archive(from: &Path, to: &Path, names: &[String]) -> Result<String, Error> {
     use std::io::Read;
     let bad = |what: &str| Error::io(what.to_string(), std::io::Error::other(from.display().to_string()));
@@ -486,7 +484,7 @@ pub fn rename_archive(from: &Path, to: &Path, names: &[String]) -> Result<String
         e.read_to_end(&mut text).map_err(|e| Error::io("reading index.json", e))?;
         let index: serde_json::Value =
             serde_json::from_slice(&text).map_err(|_| bad("its index.json is not JSON"))?;
-        let [entry] = index["manifests"].as_array().map(Vec::as_slice).unwrap_or_default() else {
+        let Some(entry) = the_image(&index) else {
             return Err(bad("its index.json does not name exactly one image"));
         };
         let mut entries = Vec::new();
@@ -511,8 +509,8 @@ pub fn rename_archive(from: &Path, to: &Path, names: &[String]) -> Result<String
     digest.ok_or_else(|| bad("it has no index.json"))
 }
 
-/// The digest (`sha256:<hex>`) of the one image an OCI image layout archive holds, from its
-/// `index.json`.
+/// The digest (`sha256:<hex>`) of the one image an OCI image layout archive holds (under
+/// any number of names), from its `index.json`.
 ///
 /// # Errors
 /// [`Error::Io`] when the archive cannot be read or its `index.json` does not name exactly
@@ -531,17 +529,25 @@ pub fn archive_digest(archive: &Path) -> Result<String, Error> {
             e.read_to_end(&mut text).map_err(|e| Error::io("reading index.json", e))?;
             let index: serde_json::Value =
                 serde_json::from_slice(&text).map_err(|_| bad("its index.json is not JSON"))?;
-            return match index["manifests"].as_array().map(Vec::as_slice).unwrap_or_default() {
-                [one] => {
-                    one["digest"].as_str().map(String::from).ok_or_else(|| bad("its image has no digest"))
-                }
-                _ => Err(bad("its index.json does not name exactly one image")),
-            };
+            return the_image(&index).map(|m| m["digest"].as_str().unwrap_or_default().to_string()).ok_or_else(|| {
+                bad("its index.json does not name exactly one image (one manifest digest, under any number of names)")
+            });
         }
     }
     Err(bad("it has no index.json"))
 }
 
+/// The manifest entry of `index.json` when every entry names the same manifest digest (one
+/// image, under one name or several); `None` for no entry, no digest or two images.
+fn the_image(index: &serde_json::Value) -> Option<&serde_json::Value> {
+    let entries = index["manifests"].as_array()?;
+    let first = entries.first()?;
+    let digest = first["digest"].as_str()?;
+    entries.iter().all(|e| e["digest"] == digest).then_some(first)
+}
+
+/// The image config and the (first) layer of an OCI image layout archive: `index.json` →
+/// manifest → config and layer.
 fn config_and_layer(archive: &Path) -> Result<(serde_json::Value, Vec<u8>), Error> {
     let bad = |what: &str| Error::io(what.to_string(), std::io::Error::other(archive.display().to_string()));
     let bytes = std::fs::read(archive).map_err(|e| Error::io(format!("reading {}", archive.display()), e))?;
@@ -577,6 +583,46 @@ fn tar_entries(bytes: &[u8]) -> std::io::Result<std::collections::HashMap<String
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_renamed_archive_keeps_its_digest_and_carries_every_name() {
+        let dir = tempfile::tempdir().unwrap();
+        let bin = dir.path().join("prog");
+        std::fs::write(&bin, b"a program").unwrap();
+        let spec = ImageSpec {
+            reference: "reg.example/a/prog:1".into(),
+            files: vec![(bin, "/prog".into(), 0o755)],
+            entrypoint: vec!["/prog".into()],
+            user: "1:1".into(),
+            env: Vec::new(),
+        };
+        let (first, renamed) = (dir.path().join("a.tar"), dir.path().join("b.tar"));
+        let digest = write_archive(&spec, &first).unwrap();
+        assert_eq!(archive_digest(&first).unwrap(), digest);
+        let names = ["reg.example/b/prog:2".to_string(), format!("reg.example/b/prog@{digest}")];
+        assert_eq!(rename_archive(&first, &renamed, &names).unwrap(), digest);
+        let bytes = std::fs::read(&renamed).unwrap();
+        let entries = tar_entries(&bytes).unwrap();
+        let index: serde_json::Value = serde_json::from_slice(&entries["index.json"]).unwrap();
+        let manifests = index["manifests"].as_array().unwrap();
+        let named: Vec<&str> = manifests
+            .iter()
+            .map(|m| m["annotations"]["io.containerd.image.name"].as_str().unwrap())
+            .collect();
+        assert_eq!(named, names.iter().map(String::as_str).collect::<Vec<_>>());
+        assert_eq!(manifests[0]["annotations"]["org.opencontainers.image.ref.name"], "2");
+        assert!(
+            manifests[1]["annotations"].get("org.opencontainers.image.ref.name").is_none(),
+            "a digest has no tag"
+        );
+        assert!(manifests.iter().all(|m| m["digest"] == digest.as_str()));
+        // The image itself is unchanged: the same config and files read back.
+        assert_eq!(read_config(&renamed).unwrap(), read_config(&first).unwrap());
+        // Several names of one image are still one image; two images are not.
+        assert_eq!(archive_digest(&renamed).unwrap(), digest);
+        let two = serde_json::json!({"manifests": [{"digest": digest}, {"digest": "sha256:00"}]});
+        assert!(the_image(&two).is_none());
+    }
 
     #[test]
     fn an_archive_reads_back_with_its_entrypoint_user_and_files() {
