@@ -259,6 +259,13 @@ pub struct Rendered {
     pub startup_fields: String,
 }
 
+/// The first 10 hex digits of a configuration hash ([`Rendered::hash`] or
+/// [`Rendered::startup_hash`], 64 hex digits): what `status.configHash` shows and what a
+/// router configuration ConfigMap's name ends with. A shorter text is returned whole.
+pub fn short_hash(hash: &str) -> &str {
+    hash.get(..10).unwrap_or(hash)
+}
+
 fn sha256_hex(parts: &[&[u8]]) -> String {
     let mut d = sha2::Sha256::new();
     for p in parts {

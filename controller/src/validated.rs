@@ -246,12 +246,14 @@ impl ValidatedInterconnect {
         format!("{}-users", self.name)
     }
 
-    /// Name of the router configuration ConfigMap holding the configuration whose SHA-256 is
-    /// `hash` (64 hex digits): `<name>-router-config-<first 10 digits>`. Content-addressed,
-    /// so each revision of the routers mounts a ConfigMap of its own that never changes (no
-    /// other child's name, of this or another Interconnect, ends that way).
+    /// Name of the router configuration ConfigMap of the start-up hash `hash` (64 hex
+    /// digits, [`qdr_api::router_config::Rendered::startup_hash`]):
+    /// `<name>-router-config-<first 10 digits>` ([`qdr_api::router_config::short_hash`]). Each
+    /// revision of the routers mounts a ConfigMap of its own, updated in place only when the
+    /// live entities change, which its routers are given while running (no other child's
+    /// name, of this or another Interconnect, ends that way).
     pub fn router_config_name(&self, hash: &str) -> String {
-        format!("{}{}", self.router_config_prefix(), hash.get(..10).unwrap_or(hash))
+        format!("{}{}", self.router_config_prefix(), qdr_api::router_config::short_hash(hash))
     }
 
     /// What every router configuration ConfigMap's name of this Interconnect starts with,

@@ -17,7 +17,7 @@ use k8s_openapi::api::policy::v1::PodDisruptionBudget;
 use k8s_openapi::api::rbac::v1::{Role, RoleBinding};
 
 use super::observe::{Observed, named_secrets};
-use super::types::{Conflict, LIVE_TRIES, Ownership, short_hash};
+use super::types::{Conflict, LIVE_TRIES, Ownership};
 use crate::builders::{self, Exposure, Roll, Settings, Workload};
 use crate::credentials::{
     self, CredentialChange, CredentialsError, Data, EXPIRY_WARNING, Routers, is_generated, is_generated_by,
@@ -204,7 +204,7 @@ pub(crate) fn roll(observed: &Observed, config: &Rendered) -> Roll {
     let due = (observed.live_tries.as_ref())
         .filter(|(hash, tries)| config.live && *hash == config.hash && *tries >= LIVE_TRIES);
     let restarted_for = match due {
-        Some((hash, _)) => Some(short_hash(hash).to_string()),
+        Some((hash, _)) => Some(qdr_api::router_config::short_hash(hash).to_string()),
         None => old.roll.restarted_for.clone(),
     };
     Roll { rolled_by, restarted_for }

@@ -32,11 +32,12 @@ use super::observe::{Observed, Unschedulable};
 use super::types::{
     AVAILABLE, Applied, CERTIFICATE_EXPIRED, CONFLICTING_OBJECT, DEGRADED, Generation, INVALID_SECRET,
     INVALID_SPEC, MISSING_SECRET, PLACEMENT_DEADLINE, PROGRESS_DEADLINE_EXCEEDED, PROGRESSING, Previous,
-    READY, RECONCILE_FAILED, SPEC_VALID, UNSCHEDULABLE, short_hash as short,
+    READY, RECONCILE_FAILED, SPEC_VALID, UNSCHEDULABLE,
 };
 use super::{Error as PassError, Pass};
 use crate::references::Problem;
 use crate::validated::ValidatedInterconnect;
+use qdr_api::router_config::short_hash as short;
 
 /// Longest condition message written (the API's limit is 32 KiB).
 pub(crate) const MAX_MESSAGE: usize = 32 * 1024;

@@ -56,12 +56,6 @@ pub const PLACEMENT_DEADLINE: std::time::Duration = std::time::Duration::from_se
 /// saying so. A router that does not answer is not counted (`Reader::tries`).
 pub const LIVE_TRIES: u32 = 5;
 
-/// The first 10 hex digits of a configuration hash: what `status.configHash` shows and a
-/// configuration ConfigMap's name ends with.
-pub(crate) fn short_hash(hash: &str) -> &str {
-    hash.get(..10).unwrap_or(hash)
-}
-
 /// The API server's own words for a failed request, as `kubectl` prints them: the
 /// `Status` message (which names the object and, for a refused write, the field, such as
 /// `Service "mesh" is invalid: spec.ports[1].name: Duplicate value: "5672"`) with its code
