@@ -75,6 +75,9 @@ pub struct ImageSpec {
     pub user: String,
     /// The image's `Env` (`NAME=value`); empty for none.
     pub env: Vec<String>,
+    /// Also name the image `<repository of reference>@<its digest>` (a release's archives:
+    /// the manifests that pin it by digest ask a node for that name).
+    pub by_digest: bool,
 }
 
 /// The image config of an archive, as read back by [`read_config`].
@@ -238,7 +241,7 @@ pub fn operator_image_of(image: &OperatorImage, binary: &Path, rootfs: &Path) ->
         files: tree_files(rootfs)?,
         entrypoint: dockerfile.entrypoint,
         user: dockerfile.user,
-        env: Vec::new(),
+        ..ImageSpec::default()
     })
 }
 
@@ -277,7 +280,7 @@ pub fn pause_image(pause: &Path) -> ImageSpec {
         files: vec![(pause.to_path_buf(), "/pause".into(), 0o755)],
         entrypoint: vec!["/pause".into()],
         user: "65535:65535".into(),
-        env: Vec::new(),
+        ..ImageSpec::default()
     }
 }
 
@@ -338,8 +341,9 @@ fn layer(spec: &ImageSpec) -> Result<Vec<u8>, Error> {
 }
 
 /// Writes `spec` as an OCI image layout archive to `out` (linux/[`architecture`], one uncompressed
-/// layer; `index.json` names the image `spec.reference` through the
-/// `io.containerd.image.name` annotation, which `ctr images import` uses). Returns the
+/// layer; `index.json` names the image `spec.reference`, and `<repository>@<digest>` too
+/// when [`ImageSpec::by_digest`], through the `io.containerd.image.name` annotation, which
+/// `ctr images import` uses). Returns the
 /// manifest's digest (`sha256:<hex>`), by which `<repository>@<digest>` names the image.
 ///
 /// # Errors
@@ -362,15 +366,11 @@ pub fn write_archive(spec: &ImageSpec, out: &Path) -> Result<String, Error> {
         "layers": [descriptor("application/vnd.oci.image.layer.v1.tar", &layer)],
     }))
     .expect("JSON values serialize");
-    let mut index_entry = descriptor("application/vnd.oci.image.manifest.v1+json", &manifest);
-    index_entry["annotations"] = serde_json::json!({"io.containerd.image.name": spec.reference});
-    // A tag, unless the reference is by digest (`repository@sha256:…`).
-    if !spec.reference.contains('@') {
-        let tag = spec.reference.rsplit_once(':').map(|(_, t)| t).unwrap_or("latest");
-        index_entry["annotations"]["org.opencontainers.image.ref.name"] = tag.into();
+    let mut names = vec![spec.reference.clone()];
+    if spec.by_digest {
+        names.push(format!("{}@{}", repository_of(&spec.reference), sha256(&manifest)));
     }
-    let index = serde_json::to_vec(&serde_json::json!({"schemaVersion": 2, "manifests": [index_entry]}))
-        .expect("JSON values serialize");
+    let index = index_json(&descriptor("application/vnd.oci.image.manifest.v1+json", &manifest), &names);
 
     let mut b = tar::Builder::new(Vec::new());
     let mut put = |name: String, bytes: &[u8]| -> Result<(), Error> {
@@ -386,6 +386,37 @@ pub fn write_archive(spec: &ImageSpec, out: &Path) -> Result<String, Error> {
     let bytes = b.into_inner().map_err(|e| Error::io("finishing an image archive", e))?;
     std::fs::write(out, bytes).map_err(|e| Error::io(format!("writing {}", out.display()), e))?;
     Ok(sha256(&manifest))
+}
+
+/// `index.json` naming the one manifest `descriptor` (its media type, digest and size) by
+/// each of `names`: an entry per name with the `io.containerd.image.name` annotation `ctr
+/// images import` reads, and for a name with a tag (not `repository@sha256:…`) the tag as
+/// `org.opencontainers.image.ref.name`.
+fn index_json(descriptor: &serde_json::Value, names: &[String]) -> Vec<u8> {
+    let entries: Vec<serde_json::Value> = names
+        .iter()
+        .map(|name| {
+            let mut one = serde_json::json!({
+                "mediaType": descriptor["mediaType"], "digest": descriptor["digest"], "size": descriptor["size"],
+                "annotations": {"io.containerd.image.name": name},
+            });
+            if !name.contains('@') {
+                let tag = name.rsplit_once(':').map(|(_, t)| t).unwrap_or("latest");
+                one["annotations"]["org.opencontainers.image.ref.name"] = tag.into();
+            }
+            one
+        })
+        .collect();
+    serde_json::to_vec(&serde_json::json!({"schemaVersion": 2, "manifests": entries}))
+        .expect("JSON values serialize")
+}
+
+/// The repository of an image reference: without its tag or digest
+/// (`localhost:5000/a/b:1` → `localhost:5000/a/b`).
+fn repository_of(reference: &str) -> &str {
+    let last = reference.rfind('/').map_or(0, |i| i + 1);
+    let end = reference[last..].find(['@', ':']).map_or(reference.len(), |i| last + i);
+    &reference[..end]
 }
 
 /// Reads back the image config and the layer's file list of an archive [`write_archive`]
@@ -487,21 +518,8 @@ pub fn rename_archive(from: &Path, to: &Path, names: &[String]) -> Result<String
         let Some(entry) = the_image(&index) else {
             return Err(bad("its index.json does not name exactly one image"));
         };
-        let mut entries = Vec::new();
-        for name in names {
-            let mut one = serde_json::json!({
-                "mediaType": entry["mediaType"], "digest": entry["digest"], "size": entry["size"],
-                "annotations": {"io.containerd.image.name": name},
-            });
-            if !name.contains('@') {
-                let tag = name.rsplit_once(':').map(|(_, t)| t).unwrap_or("latest");
-                one["annotations"]["org.opencontainers.image.ref.name"] = tag.into();
-            }
-            entries.push(one);
-        }
         digest = entry["digest"].as_str().map(String::from);
-        let text = serde_json::to_vec(&serde_json::json!({"schemaVersion": 2, "manifests": entries}))
-            .expect("JSON values serialize");
+        let text = index_json(entry, names);
         let mut h = tar_header(tar::EntryType::Regular, 0o644, text.len() as u64);
         b.append_data(&mut h, "index.json", text.as_slice()).map_err(write)?;
     }
@@ -594,7 +612,7 @@ mod tests {
             files: vec![(bin, "/prog".into(), 0o755)],
             entrypoint: vec!["/prog".into()],
             user: "1:1".into(),
-            env: Vec::new(),
+            ..ImageSpec::default()
         };
         let (first, renamed) = (dir.path().join("a.tar"), dir.path().join("b.tar"));
         let digest = write_archive(&spec, &first).unwrap();
@@ -618,6 +636,17 @@ mod tests {
         assert!(manifests.iter().all(|m| m["digest"] == digest.as_str()));
         // The image itself is unchanged: the same config and files read back.
         assert_eq!(read_config(&renamed).unwrap(), read_config(&first).unwrap());
+        // Written with both names at once, the archive says the same.
+        let both = ImageSpec { reference: names[0].clone(), by_digest: true, ..spec.clone() };
+        let written = dir.path().join("c.tar");
+        assert_eq!(write_archive(&both, &written).unwrap(), digest);
+        assert_eq!(
+            tar_entries(&std::fs::read(&written).unwrap()).unwrap()["index.json"],
+            entries["index.json"]
+        );
+        assert_eq!(repository_of("localhost:5000/a/b:1"), "localhost:5000/a/b");
+        assert_eq!(repository_of("reg/x@sha256:ab"), "reg/x");
+        assert_eq!(repository_of("x"), "x");
         // Several names of one image are still one image; two images are not.
         assert_eq!(archive_digest(&renamed).unwrap(), digest);
         let two = serde_json::json!({"manifests": [{"digest": digest}, {"digest": "sha256:00"}]});
@@ -635,6 +664,7 @@ mod tests {
             entrypoint: vec!["/prog".into(), "--flag".into()],
             user: "1:2".into(),
             env: vec!["PATH=/bin".into()],
+            by_digest: false,
         };
         let out = dir.path().join("x.tar");
         write_archive(&spec, &out).unwrap();

@@ -105,7 +105,8 @@ impl Image {
 pub struct Release {
     /// The controller, webhook and router images, in that order.
     pub images: Vec<Image>,
-    /// Every file written, as (path relative to [`Options::out`], size in bytes), sorted.
+    /// Every file of [`Options::out`] but `SHA256SUMS` (the files it sums), as (path relative
+    /// to it, size in bytes), sorted.
     pub files: Vec<(String, u64)>,
 }
 
@@ -241,7 +242,7 @@ pub fn write(o: &Options) -> Result<Release, Error> {
         })
         .collect::<Result<_, Error>>()?;
     put(&out.join("SHA256SUMS"), &sums)?;
-    Ok(Release { images, files: listing(out)? })
+    Ok(Release { images, files })
 }
 
 /// An SPDX SBOM per image, by syft, into `<out>/sbom/<name>.spdx.json`.
@@ -282,13 +283,8 @@ fn operator(o: &Options, image: &OperatorImage, binaries: &Path, work: &Path) ->
     let rootfs = work.join(format!("{}.rootfs", image.name));
     let spec = crate::images::operator_image_of(image, &binaries.join(image.binary), &rootfs)?;
     let mut out = released(o, image.name);
-    // The digest does not depend on the names (they are in index.json only): write once to
-    // learn it, then again with both names.
-    let spec = crate::images::ImageSpec { reference: out.tagged(), ..spec };
+    let spec = crate::images::ImageSpec { reference: out.tagged(), by_digest: true, ..spec };
     out.digest = crate::images::write_archive(&spec, &out.archive)?;
-    crate::images::rename_archive(&out.archive, &work.join("renamed.tar"), &[out.tagged(), out.pinned()])?;
-    std::fs::rename(work.join("renamed.tar"), &out.archive)
-        .map_err(|e| Error::io(format!("writing {}", out.archive.display()), e))?;
     std::fs::remove_dir_all(&rootfs).map_err(|e| Error::io(format!("removing {}", rootfs.display()), e))?;
     Ok(out)
 }
