@@ -78,6 +78,18 @@ pub const ENTITY_NAMES_UNIQUE: &str = "names must be unique across listeners, co
                                        kind and must not be 'health-and-stats' (the router refuses two \
                                        configuration entities with the same name): rename one";
 
+/// The start of every name the operator gives a router entity of its own: its management
+/// listener and sslProfile, its inter-router connectors (`qdr-operator-mesh-<router>`) and
+/// the names of addresses, link routes, auto-links and unnamed listeners and connectors it
+/// writes to running routers (`qdr-operator-<kind>-<hash>`).
+pub const RESERVED_NAME_PREFIX: &str = "qdr-operator-";
+
+/// A listener, connector or sslProfile name in the operator's own names (CEL
+/// `reserved-names`): the controller deletes from the routers, or never deletes, entities by
+/// these names, and its management listener and profile take two of them.
+pub const RESERVED_NAME: &str = "names starting with 'qdr-operator-' are the operator's own (its management listener \
+                                 and profile, its inter-router connectors, the entities it names): choose another name";
+
 /// Validate-only text (the CRD checks the format with a schema pattern): a `resources` value
 /// that is not a Kubernetes quantity; the apply of the Deployment would fail with 422.
 pub const RESOURCES_QUANTITY: &str = "every resources.limits and resources.requests value must be a Kubernetes \

@@ -187,6 +187,14 @@ pub fn cel_rules() -> Vec<CelRule> {
         msg::ENTITY_NAMES_UNIQUE.into(),
     ));
 
+    let reserved = msg::RESERVED_NAME_PREFIX;
+    rules.push(rule(
+        "reserved-names",
+        "spec",
+        format!("({listeners} + {connectors} + {profiles}).all(n, !n.startsWith('{reserved}'))"),
+        msg::RESERVED_NAME.into(),
+    ));
+
     let auto = AUTO_PROFILES.iter().map(|p| format!("'{p}'")).collect::<Vec<_>>().join(", ");
     for list in LISTENER_LISTS.iter().chain(CONNECTOR_LISTS.iter()) {
         rules.push(CelRule {

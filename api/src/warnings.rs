@@ -75,13 +75,6 @@ pub fn warnings(ic: &Interconnect) -> Vec<String> {
             w.push(format!("spec.interRouterConnectors[{i}]: inter-router link without TLS"));
         }
     }
-    if let Some(i) =
-        spec.ssl_profiles.iter().flatten().position(|p| p.name == crate::router_config::MANAGEMENT_PROFILE)
-    {
-        w.push(format!(
-            "spec.sslProfiles[{i}].name: the operator's own profile name; the routers will not be read (MeshConnected)"
-        ));
-    }
     if spec.issuer.is_some() {
         w.push("spec.issuer: deprecated and ignored; use spec.deploymentPlan.issuer".into());
     }

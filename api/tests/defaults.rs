@@ -168,20 +168,19 @@ fn the_go_operators_size_one_with_every_is_accepted_ignored_and_warned_about() {
     assert_eq!(two[0].field, "spec.deploymentPlan.size");
 }
 
-/// The operator's management port and profile name, taken by the spec, are warned about:
-/// the controller leaves such routers unread (docs/mesh-status.md).
+/// The operator's management port, taken by the spec, is warned about: the controller
+/// leaves such routers unread (docs/mesh-status.md). Its profile name is refused
+/// (`reserved-names`).
 #[test]
-fn the_operators_management_port_and_profile_name_are_warned_about() {
+fn the_operators_management_port_is_warned_about() {
     let ic: qdr_api::Interconnect = serde_json::from_value(serde_json::json!({
         "metadata": {"name": "mesh", "namespace": "ns"},
-        "spec": {"listeners": [{"port": 5672}, {"port": 55670}],
-                 "sslProfiles": [{"name": "qdr-operator-management"}]}}))
+        "spec": {"listeners": [{"port": 5672}, {"port": 55670}]}}))
     .unwrap();
     let w = qdr_api::warnings(&defaults(&ic));
     let ours: Vec<&String> = w.iter().filter(|m| m.contains("the routers will not be read")).collect();
-    assert_eq!(ours.len(), 2, "{w:?}");
+    assert_eq!(ours.len(), 1, "{w:?}");
     assert!(ours[0].starts_with("spec.listeners[1].port: 55670 is the operator's management port"), "{w:?}");
-    assert!(ours[1].starts_with("spec.sslProfiles[0].name: the operator's own profile name"), "{w:?}");
     assert!(w.iter().all(|m| m.chars().count() <= 120), "{w:?}");
     let plain = qdr_api::warnings(&defaults(
         &serde_json::from_value(serde_json::json!({

@@ -37,6 +37,10 @@ fn every_shared_message_is_used_by_cel_and_by_validate() {
             msg::ENTITY_NAMES_UNIQUE.into(),
             json!({"listeners": [{"port": 5671, "name": "amqps", "sslProfile": "amqps"}], "sslProfiles": [{"name": "amqps"}]}),
         ),
+        (
+            msg::RESERVED_NAME.into(),
+            json!({"connectors": [{"name": "qdr-operator-mesh-x", "host": "h", "port": 1}]}),
+        ),
         (msg::PREFIX_XOR_PATTERN.into(), json!({"addresses": [{"prefix": "a", "pattern": "b"}]})),
         (
             msg::CONTAINER_ID_XOR_CONNECTION.into(),

@@ -179,7 +179,7 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
             &identity,
             timing,
         )
-        .with_fence(fence),
+        .with_fence(fence.clone()),
     );
     let health = Arc::new(Health::new(
         HealthTiming {
@@ -264,7 +264,8 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
         observe_mesh: args.observe_mesh == OnOff::On,
     };
     let recorder = qdr_controller::recorder::Recorder::new(fenced.clone(), "qdr-operator", &identity);
-    let ctx = Arc::new(Context::new(fenced, settings, recorder, metrics.clone(), health));
+    let ctx =
+        Arc::new(Context::new(fenced, settings, recorder, metrics.clone(), health).with_router_fence(fence));
     let mut ns = args.watch_namespaces.clone();
     ns.retain(|n| !n.trim().is_empty());
     ns.sort();

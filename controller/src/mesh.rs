@@ -48,6 +48,25 @@ pub const MAX_ROUTERS: usize = qdr_api::MAX_STATUS_ROUTERS;
 pub const MAX_NAMED: usize = qdr_api::MAX_STATUS_NAMED;
 /// Bytes of a condition message at most (the API allows 32768).
 pub const MAX_MESSAGE: usize = 4096;
+/// Bytes kept of a router id a router reports (its own, its peers', the nodes it reaches):
+/// a router's id is its pod's host name (`id: ${HOSTNAME}`), at most 63 bytes.
+pub const MAX_ROUTER_ID: usize = 63;
+
+/// A router id as a router reported it, as kept: every character outside `[A-Za-z0-9._-]`
+/// (what a host name holds, and a little more) replaced by `?`, cut to [`MAX_ROUTER_ID`]
+/// bytes with `…` when longer. So whatever a router chooses, an id costs at most 66 bytes
+/// in memory and in the status, where it needs no JSON escape (a control character is
+/// escaped in 6).
+pub fn router_id(text: &str) -> String {
+    let mut id: String = (text.chars().take(MAX_ROUTER_ID + 1))
+        .map(|c| if c.is_ascii_alphanumeric() || matches!(c, '.' | '_' | '-') { c } else { '?' })
+        .collect();
+    if id.len() > MAX_ROUTER_ID {
+        id.truncate(MAX_ROUTER_ID);
+        id.push('…');
+    }
+    id
+}
 
 /// A management answer that is not what qdrouterd 1.19 sends.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
@@ -113,7 +132,7 @@ pub enum Mode {
 /// One open connection of a router to another router.
 #[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord)]
 pub struct Link {
-    /// The peer's router id (its `container`, at most [`MAX_TEXT`] bytes).
+    /// The peer's router id (its `container`, as [`router_id`] keeps it).
     pub peer: String,
     /// `true` when this router opened it (its connector), `false` when the peer did.
     pub outgoing: bool,
@@ -122,7 +141,8 @@ pub struct Link {
 }
 
 /// What one router reports of itself. Every list holds at most [`MAX_ROUTERS`] entries
-/// and every text at most [`MAX_TEXT`] bytes, whatever the router answered.
+/// and every router id is kept as [`router_id`] keeps it (at most 66 bytes, nothing to
+/// escape), whatever the router answered.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct RouterView {
     /// Its router id (the pod name).
@@ -159,7 +179,7 @@ impl RouterView {
         let [me] = me.as_slice() else {
             return Err(AnswerError::new("router", format!("{} rows, not 1", me.len())));
         };
-        let id = me.text("id").ok_or_else(|| AnswerError::new("router", "no id"))?.to_string();
+        let id = router_id(me.text("id").ok_or_else(|| AnswerError::new("router", "no id"))?);
         let mode = match me.get("mode") {
             Cell::Text(m) if m == "interior" => Mode::Interior,
             Cell::Text(m) if m == "edge" => Mode::Edge,
@@ -185,11 +205,11 @@ impl RouterView {
     pub fn add_nodes(&mut self, nodes: &Table) -> Result<usize, AnswerError> {
         let rows = rows("router.node", nodes)?;
         for n in &rows {
-            if let Some(node) = n.text("id")
+            if let Some(node) = n.text("id").map(router_id)
                 && node != self.id
                 && self.reaches.len() < MAX_ROUTERS
             {
-                self.reaches.insert(node.to_string());
+                self.reaches.insert(node);
             }
         }
         Ok(rows.len())
@@ -207,7 +227,7 @@ impl RouterView {
             }
             let peer = c.text("container").unwrap_or_default();
             let link = || Link {
-                peer: peer.to_string(),
+                peer: router_id(peer),
                 outgoing: c.text("dir") == Some("out"),
                 encrypted: *c.get("isEncrypted") == Cell::Bool(true),
             };

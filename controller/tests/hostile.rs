@@ -34,6 +34,140 @@ async fn read(script: Script) -> (Result<qdr_controller::mesh::RouterView, Strin
     (result, took)
 }
 
+/// Heap bytes by thread: live now, and the most since [`heap::reset`]. A read on a
+/// current-thread runtime allocates on its one thread, so its peak is exact whatever other
+/// tests of this binary do meanwhile.
+mod heap {
+    use std::alloc::{GlobalAlloc, Layout, System};
+    use std::cell::Cell;
+
+    thread_local! {
+        static LIVE: Cell<isize> = const { Cell::new(0) };
+        static PEAK: Cell<isize> = const { Cell::new(0) };
+    }
+
+    fn add(n: isize) {
+        let _ = LIVE.try_with(|live| {
+            live.set(live.get() + n);
+            let _ = PEAK.try_with(|peak| peak.set(peak.get().max(live.get())));
+        });
+    }
+
+    /// The system allocator, counting.
+    pub struct Counting;
+
+    // SAFETY: every call is the system allocator's; the counters take no allocation.
+    unsafe impl GlobalAlloc for Counting {
+        unsafe fn alloc(&self, layout: Layout) -> *mut u8 {
+            add(layout.size() as isize);
+            // SAFETY: as the caller's.
+            unsafe { System.alloc(layout) }
+        }
+        unsafe fn dealloc(&self, ptr: *mut u8, layout: Layout) {
+            add(-(layout.size() as isize));
+            // SAFETY: as the caller's.
+            unsafe { System.dealloc(ptr, layout) }
+        }
+        unsafe fn alloc_zeroed(&self, layout: Layout) -> *mut u8 {
+            add(layout.size() as isize);
+            // SAFETY: as the caller's.
+            unsafe { System.alloc_zeroed(layout) }
+        }
+        unsafe fn realloc(&self, ptr: *mut u8, layout: Layout, new: usize) -> *mut u8 {
+            add(new as isize - layout.size() as isize);
+            // SAFETY: as the caller's.
+            unsafe { System.realloc(ptr, layout, new) }
+        }
+    }
+
+    /// Starts counting this thread's peak afresh; returns the bytes live now.
+    pub fn reset() -> isize {
+        let live = LIVE.with(Cell::get);
+        PEAK.with(|p| p.set(live));
+        live
+    }
+
+    /// This thread's most live bytes since [`reset`].
+    pub fn peak() -> isize {
+        PEAK.with(Cell::get)
+    }
+}
+
+#[global_allocator]
+static COUNTING: heap::Counting = heap::Counting;
+
+/// The most heap one read of a router may take (one message held by the guard, its payload,
+/// the client's copy, a decoded page, the connection's buffers: docs/mesh-status.md, "A
+/// router is not trusted"), whatever the router sends.
+const READ_HEAP_BOUND: isize = 8 << 20;
+
+/// Reads the peer of `script` on a thread of its own (a current-thread runtime, the peer on
+/// another thread): what the read ended with, and the most heap it took.
+fn read_counted(script: Script) -> (Result<qdr_controller::mesh::RouterView, String>, isize, Duration) {
+    let (addr_tx, addr_rx) = std::sync::mpsc::channel();
+    let (stop_tx, stop_rx) = tokio::sync::oneshot::channel::<()>();
+    let peer_thread = std::thread::spawn(move || {
+        let rt = tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap();
+        rt.block_on(async move {
+            let (addr, task) = peer(script).await;
+            addr_tx.send(addr).unwrap();
+            let _ = stop_rx.await;
+            task.abort();
+        });
+    });
+    let addr = addr_rx.recv().unwrap();
+    let reader = std::thread::spawn(move || {
+        let rt = tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap();
+        let start = heap::reset();
+        let started = Instant::now();
+        let result = rt.block_on(async {
+            let stream = tokio::net::TcpStream::connect(addr).await.unwrap();
+            stream.set_nodelay(true).unwrap();
+            read_router(stream, "heap-test", TIMEOUT, None, None).await.map_err(|e| e.to_string())
+        });
+        (result, heap::peak() - start, started.elapsed())
+    });
+    let out = reader.join().unwrap();
+    let _ = stop_tx.send(());
+    peer_thread.join().unwrap();
+    out
+}
+
+/// Each way a router's bytes could make the client decode far more than they weigh is
+/// refused before it is decoded, and no read (hostile or honest) takes more than
+/// [`READ_HEAP_BOUND`] of heap.
+#[test]
+fn no_answer_makes_a_read_take_more_than_its_heap_bound() {
+    let cases: Vec<(&str, Script, Option<&str>)> = vec![
+        (
+            "message-annotations of 15 lists of 65,535 nulls",
+            Script::AnnotationBomb(honest_mesh_router(0)),
+            Some("message-annotations of"),
+        ),
+        ("an array of 4,294,967,295 nulls in 10 bytes", Script::NullArray, Some("more than 16384 items")),
+        (
+            "application-properties of 100,000 entries",
+            Script::PropertiesBomb(honest_mesh_router(0), 100_000),
+            Some("more than 64 items"),
+        ),
+        ("an honest router with 10,000 clients", Script::Honest(honest_mesh_router(10_000)), None),
+    ];
+    for (what, script, refused) in cases {
+        let (result, peak, took) = read_counted(script);
+        println!("{what}: peak heap {:.2} MiB, {took:.1?}: {:?}", peak as f64 / (1 << 20) as f64, result.as_ref().map(|v| v.clients));
+        match refused {
+            Some(says) => {
+                let why = result.expect_err(what);
+                assert!(why.contains(says), "{what}: {why}");
+                assert!(why.len() <= MAX_REASON, "{what}: a reason of {} bytes", why.len());
+            }
+            None => assert!(result.is_ok(), "{what}: {result:?}"),
+        }
+        assert!(peak < READ_HEAP_BOUND, "{what}: the read took {peak} bytes of heap");
+        assert!(took <= 2 * TIMEOUT, "{what}: took {took:?}");
+    }
+}
+
 fn honest_mesh_router(clients: usize) -> Arc<amqp_peer::Answers> {
     Arc::new(amqp_peer::honest("router-b", "interior", &["router-a", "router-c"], clients))
 }
@@ -129,6 +263,69 @@ async fn an_honest_router_takes_the_live_entities_and_holds_them_at_the_next_vis
     assert_eq!((again.created, again.deleted), (0, 0), "read back as held: nothing to write");
 }
 
+/// One writer: a visit whose leadership term is over (its fence closed) sends no `CREATE`
+/// or `DELETE` to the router and ends as not leading; the same visit under an open fence
+/// writes every entity, and an unfenced one then finds them all held.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_visit_outside_the_leadership_term_writes_nothing_to_the_router() {
+    use qdr_controller::fence::Fence;
+    use qdr_controller::mesh::live;
+    use qdr_controller::mesh::reader::Live;
+    let mut spec: qdr_api::InterconnectSpec = serde_json::from_value(serde_json::json!({
+        "deploymentPlan": {"role": "interior"},
+        "addresses": [{"prefix": "a", "distribution": "multicast"}, {"prefix": "b"}],
+        "connectors": [{"name": "broker", "host": "broker", "port": 5672, "routeContainer": true}],
+    }))
+    .unwrap();
+    qdr_api::apply_defaults("fenced", &mut spec);
+    let config = qdr_api::router_config::router_config(&spec).with_management_listener();
+    let want = Live {
+        desired: Arc::new(live::desired(&config)),
+        keep: Arc::new(live::start_up_names(&config)),
+        hash: "2".repeat(64),
+    };
+    let answers = Arc::new(amqp_peer::honest("router-fenced", "interior", &[], 0));
+    let (addr, task) = peer(Script::Honest(answers)).await;
+    let pool = Pool::new(2, 2);
+    let visit = |fence: Option<Fence>| {
+        let (want, pool) = (want.clone(), &pool);
+        async move {
+            let target = [Target {
+                pod: "router-fenced".into(),
+                ip: Some(addr.ip().to_string()),
+                ready: true,
+                linking: None,
+                live: Some(want),
+            }];
+            let plan = Plan {
+                port: addr.port(),
+                namespace: "fenced",
+                pool,
+                timeout: TIMEOUT,
+                deadline: tokio::time::Instant::now() + TIMEOUT,
+                tls: None,
+                fence: fence.as_ref(),
+            };
+            observe(&target, &plan).await.remove("router-fenced").unwrap()
+        }
+    };
+    let closed = Fence::default();
+    match visit(Some(closed)).await {
+        Observation::Unreachable(why) => assert!(why.contains("not leading"), "{why}"),
+        other => panic!("a fenced visit answered {other:?}"),
+    }
+    let open = Fence::default();
+    open.hold_until(tokio::time::Instant::now() + Duration::from_secs(60));
+    let Observation::Answered(view) = visit(Some(open)).await else { panic!("the leader's visit") };
+    let outcome = view.live.unwrap();
+    // Nothing was written by the fenced visit: the leader's creates them all.
+    assert_eq!((outcome.created, outcome.deleted), (want.desired.len(), 0), "{outcome:?}");
+    assert!(outcome.applied);
+    let Observation::Answered(view) = visit(None).await else { panic!("the next visit") };
+    assert_eq!(view.live.unwrap().created, 0);
+    task.abort();
+}
+
 /// A router whose live entities (what the controller writes into it,
 /// docs/live-configuration.md) flood the answers costs the controller its byte budget and
 /// no more: the visit ends with why, within the timeout, and writes nothing.
@@ -173,7 +370,7 @@ async fn silent_routers_of_one_namespace_do_not_delay_another_namespace() {
     let (honest, honest_task) = peer(Script::Honest(honest_mesh_router(0))).await;
     let pool = Pool::new(8, 4);
     let deadline = tokio::time::Instant::now() + Duration::from_secs(60);
-    let plan = |namespace, port| Plan { port, namespace, pool: &pool, timeout: TIMEOUT, deadline, tls: None };
+    let plan = |namespace, port| Plan { port, namespace, pool: &pool, timeout: TIMEOUT, deadline, tls: None, fence: None };
     let silent_targets: Vec<Target> = (0..40)
         .map(|i| Target {
             pod: format!("silent-{i}"),
@@ -327,7 +524,8 @@ fn peak_rss_mib(pid: u32) -> f64 {
 const RSS_BOUND_MIB: f64 = 96.0;
 
 /// A controller process reading routers that misbehave in every way at once (one pod per
-/// way), 200 silent routers in another namespace, and honest routers in a third: the
+/// way), 200 hostile routers in another namespace (silent, or sending 983 KB
+/// of message annotations), and honest routers in a third: the
 /// hostile ones end as `RouterUnreachable` with short reasons, the honest mesh is read
 /// within its timeout and an Interconnect created meanwhile becomes Ready, `/livez` stays
 /// 200 and the process stays up, within its memory bound. A look-alike pod with a router's
@@ -371,6 +569,9 @@ async fn the_controller_process_survives_hostile_routers_and_serves_every_other_
         ("garbage", Script::Garbage),
         ("a 500 with a 1 MiB description", Script::Status(1 << 20)),
         ("10,000 connections at once", Script::IgnoresCount(honest_mesh_router(10_000))),
+        ("983 KB of message annotations", Script::AnnotationBomb(honest_mesh_router(0))),
+        ("an array of 4,294,967,295 nulls", Script::NullArray),
+        ("100,000 application properties", Script::PropertiesBomb(honest_mesh_router(0), 100_000)),
     ];
     common::create_interconnect(
         &evil,
@@ -387,7 +588,9 @@ async fn the_controller_process_survives_hostile_routers_and_serves_every_other_
         run_pod(&evil, pod, &ip).await;
     }
 
-    // 200 silent routers in another namespace: 12 Interconnects of 16 and one of 8.
+    // 200 hostile routers in another namespace (12 Interconnects of 16 and one of 8), each
+    // answering every query with its worst: alternately silence and 983 KB of message
+    // annotations that would decode to about 75 MB.
     let quiet = cp.namespace("hostile-quiet").await;
     let sizes: Vec<usize> = [16; 12].into_iter().chain([8]).collect();
     for (i, size) in sizes.iter().enumerate() {
@@ -401,12 +604,17 @@ async fn the_controller_process_survives_hostile_routers_and_serves_every_other_
     let mut silent = 0;
     for (i, size) in sizes.iter().enumerate() {
         let name = format!("quiet-{i}");
-        let _ = router_tls(&quiet, &name).await;
+        let quiet_tls = router_tls(&quiet, &name).await;
         for pod in pods_of(&quiet, &name, *size).await {
             silent += 1;
             let ip = format!("127.2.{}.{}", silent / 200, silent % 200 + 1);
             let listener = tokio::net::TcpListener::bind((ip.as_str(), MANAGEMENT_PORT)).await.unwrap();
-            tasks.push(amqp_peer::serve(listener, None, Script::Silent));
+            let script = if silent % 2 == 0 {
+                Script::Silent
+            } else {
+                Script::AnnotationBomb(Arc::new(amqp_peer::honest(&pod, "interior", &[], 0)))
+            };
+            tasks.push(amqp_peer::serve(listener, Some(quiet_tls.clone()), script));
             run_pod(&quiet, &pod, &ip).await;
         }
     }
@@ -510,7 +718,7 @@ async fn the_controller_process_survives_hostile_routers_and_serves_every_other_
         mesh_connected(&quiet, "quiet-12").await.filter(|m| m.1 == "RouterUnreachable")
     })
     .await;
-    println!("200 silent routers: {reason}: {:.200}", message);
+    println!("200 hostile routers: {reason}: {:.300}", message);
 
     // A foreign Secret in the management CA's place: not used, and said so.
     let foreign = cp.namespace("hostile-foreign").await;

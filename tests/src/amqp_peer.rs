@@ -67,6 +67,38 @@ pub enum Script {
     Garbage,
     /// Every answer is `statusCode` 500 with a description of this many bytes.
     Status(usize),
+    /// Honest answers, each led by a `message-annotations` section of 15 lists of 65,535
+    /// one-byte nulls (about 983 KB, within the message bound): a client that decodes the
+    /// whole message makes about 75 MB of untyped values of it.
+    AnnotationBomb(Arc<Answers>),
+    /// The first answer's body: an array of 4,294,967,295 nulls in 10 bytes (zero-width
+    /// elements: only the count says how many).
+    NullArray,
+    /// Honest answers whose `application-properties` also hold this many entries.
+    PropertiesBomb(Arc<Answers>, usize),
+}
+
+/// A `message-annotations` section of `lists` lists of `items` one-byte nulls each, keyed
+/// `x-opt-bomb-<i>`.
+pub fn annotation_bomb(lists: usize, items: usize) -> Vec<u8> {
+    let entries: Vec<Vec<u8>> = (0..lists)
+        .flat_map(|i| {
+            let key = performative(&fe2o3_amqp::types::primitives::Symbol::from(format!("x-opt-bomb-{i}")));
+            [key, list32(&vec![vec![0x40]; items])]
+        })
+        .collect();
+    let mut map = list32(&entries);
+    map[0] = 0xd1;
+    section(0x72, &map)
+}
+
+/// An array32 of `count` nulls: 10 bytes whatever the count.
+pub fn null_array(count: u32) -> Vec<u8> {
+    let mut a = vec![0xf0];
+    a.extend_from_slice(&5u32.to_be_bytes());
+    a.extend_from_slice(&count.to_be_bytes());
+    a.push(0x40);
+    a
 }
 
 /// One honest router's answers: router `id` (mode `interior` or `edge`), open
@@ -237,7 +269,7 @@ pub fn nested_lists(depth: usize) -> Vec<u8> {
 }
 
 /// `items` as one list32.
-fn list32(items: &[Vec<u8>]) -> Vec<u8> {
+pub fn list32(items: &[Vec<u8>]) -> Vec<u8> {
     let body: Vec<u8> = items.concat();
     let mut l = vec![0xd0];
     l.extend_from_slice(&u32::try_from(body.len() + 4).expect("small").to_be_bytes());
@@ -415,6 +447,12 @@ fn request(payload: &[u8]) -> Option<Request> {
 /// The sections of an answer: properties (the correlation id), application properties
 /// (`statusCode`, `statusDescription`) and an amqp-value `body`.
 fn answer(correlation: &Value, status: i32, description: &str, body: &[u8]) -> Vec<u8> {
+    answer_with(correlation, status, description, body, 0)
+}
+
+/// [`answer`] whose application properties hold `extra` entries besides the status
+/// (`k<i>` → null).
+fn answer_with(correlation: &Value, status: i32, description: &str, body: &[u8], extra: usize) -> Vec<u8> {
     let props = Value::List(vec![
         Value::Null,
         Value::Null,
@@ -423,10 +461,12 @@ fn answer(correlation: &Value, status: i32, description: &str, body: &[u8]) -> V
         Value::Null,
         correlation.clone(),
     ]);
-    let app = Value::Map(OrderedMap::from_iter([
+    let mut app = OrderedMap::from_iter([
         (Value::from("statusCode"), Value::Int(status)),
         (Value::from("statusDescription"), Value::from(description)),
-    ]));
+    ]);
+    app.extend((0..extra).map(|i| (Value::from(format!("k{i:x}")), Value::Null)));
+    let app = Value::Map(app);
     let mut out = section(0x73, &serde_amqp::to_vec(&props).expect("encodes"));
     out.extend(section(0x74, &serde_amqp::to_vec(&app).expect("encodes")));
     out.extend(section(0x77, body));
@@ -535,7 +575,7 @@ async fn run<S: AsyncRead + AsyncWrite + Unpin>(s: S, script: &Script) -> std::i
                 let Some(req) = request(&body[end..]) else { continue };
                 let id = next_delivery;
                 next_delivery += 1;
-                let honest_answer = |answers: &Answers, count: Option<usize>| {
+                let honest_answer_with = |answers: &Answers, count: Option<usize>, extra: usize| {
                     // Entities as qdrouterd keeps them: what the controller created and did
                     // not delete, per router id (each read is a new connection); a type the
                     // controller writes (connector, listener, the router.config ones) lists
@@ -549,11 +589,11 @@ async fn run<S: AsyncRead + AsyncWrite + Unpin>(s: S, script: &Script) -> std::i
                             let mut attributes = req.attributes_given.clone();
                             attributes.insert("name".into(), Json::from(req.name.as_str()));
                             mine.insert(key, attributes);
-                            return answer(&req.correlation, 201, "Created", &[0x40]);
+                            return answer_with(&req.correlation, 201, "Created", &[0x40], extra);
                         }
                         "DELETE" => {
                             mine.remove(&key);
-                            return answer(&req.correlation, 204, "No Content", &[0x40]);
+                            return answer_with(&req.correlation, 204, "No Content", &[0x40], extra);
                         }
                         _ => {}
                     }
@@ -577,8 +617,9 @@ async fn run<S: AsyncRead + AsyncWrite + Unpin>(s: S, script: &Script) -> std::i
                     };
                     let body = serde_amqp::to_vec(&project(&a, &req.attributes, req.offset, count))
                         .expect("encodes");
-                    answer(&req.correlation, 200, "OK", &body)
+                    answer_with(&req.correlation, 200, "OK", &body, extra)
                 };
+                let honest_answer = |answers: &Answers, count: Option<usize>| honest_answer_with(answers, count, 0);
                 match script {
                     Script::Honest(answers) => {
                         io.deliver(replies, id, &honest_answer(answers, req.count)).await?
@@ -621,6 +662,18 @@ async fn run<S: AsyncRead + AsyncWrite + Unpin>(s: S, script: &Script) -> std::i
                         let description = "x".repeat(*bytes);
                         io.deliver(replies, id, &answer(&req.correlation, 500, &description, &[0x40]))
                             .await?;
+                    }
+                    Script::AnnotationBomb(answers) => {
+                        let mut payload = annotation_bomb(15, 65_535);
+                        payload.extend(honest_answer(answers, req.count));
+                        io.deliver(replies, id, &payload).await?;
+                    }
+                    Script::NullArray => {
+                        let body = null_array(u32::MAX);
+                        io.deliver(replies, id, &answer(&req.correlation, 200, "OK", &body)).await?;
+                    }
+                    Script::PropertiesBomb(answers, extra) => {
+                        io.deliver(replies, id, &honest_answer_with(answers, req.count, *extra)).await?
                     }
                     Script::Silent | Script::Garbage | Script::DeepPerformative(_) => {}
                 }

@@ -64,8 +64,9 @@ impl Validator {
     }
 
     /// A name used by entities of two kinds (listener, connector, sslProfile), or the
-    /// rendered health listener's name (CEL: entity-names-unique). Duplicates within one
-    /// kind are the listener/connector/sslProfile uniqueness rules' to report.
+    /// rendered health listener's name (CEL: entity-names-unique), or one in the operator's
+    /// own names (CEL: reserved-names). Duplicates within one kind are the
+    /// listener/connector/sslProfile uniqueness rules' to report.
     pub(super) fn entity_names_unique(&mut self, spec: &InterconnectSpec) {
         // The first entity of each name: its kind and path (None: the health listener).
         let mut first: HashMap<&str, (&str, Option<At<'_>>)> = HashMap::new();
@@ -84,6 +85,10 @@ impl Validator {
             .map(|(i, p)| ("sslProfile", At::new("sslProfiles", i).field("name"), Some(p.name.as_str())));
         for (kind, path, name) in listeners.chain(connectors).chain(profiles) {
             let Some(name) = name.filter(|n| !n.is_empty()) else { continue };
+            if name.starts_with(msg::RESERVED_NAME_PREFIX) {
+                self.push(path.clone(), ErrorType::Invalid, Some(name.into()), msg::RESERVED_NAME);
+                continue;
+            }
             match first.get(name) {
                 Some((k, _)) if *k == kind => {}
                 Some((_, at)) => {

@@ -89,7 +89,14 @@ pub enum ReadError {
     /// An answer that is not what qdrouterd 1.19 sends.
     #[error(transparent)]
     Answer(#[from] AnswerError),
+    /// This replica no longer leads (its [`Fence`] closed, or its deadline came during a
+    /// write): no further write is sent, and none waits past the deadline.
+    #[error("not leading: writes to the routers are fenced")]
+    Fenced,
 }
+
+/// The leadership term's fence ([`crate::fence`]), shared with the API client's.
+pub use crate::fence::Fence;
 
 fn amqp(e: impl std::fmt::Debug) -> ReadError {
     ReadError::Amqp(cut(format!("{e:?}"), MAX_TEXT))
@@ -98,7 +105,8 @@ fn amqp(e: impl std::fmt::Debug) -> ReadError {
 /// Reads one router over `stream` within `timeout` (connection, queries, the writes of
 /// `linking` when given, and close): its [`RouterView`]. `reader` tells the connection
 /// apart in the router's own list (container id `<READER_CONTAINER_PREFIX>-<reader>`), so
-/// it is not counted as a client.
+/// it is not counted as a client. Its writes are not fenced: the controller reads through
+/// [`observe`], whose [`Plan::fence`] stops them when its leadership term ends.
 ///
 /// # Errors
 /// [`ReadError`]: the time ran out, the AMQP exchange failed, what the router sent was
@@ -114,9 +122,18 @@ where
     S: AsyncRead + AsyncWrite + std::fmt::Debug + Send + Unpin + 'static,
 {
     let deadline = Instant::now() + timeout;
-    tokio::time::timeout_at(deadline, read(stream, reader, deadline, timeout, linking, live))
+    let writes = Writes { linking, live, fence: None };
+    tokio::time::timeout_at(deadline, read(stream, reader, deadline, timeout, &writes))
         .await
         .map_err(|_| ReadError::Timeout(timeout))?
+}
+
+/// What a visit writes, and the fence its writes pass.
+struct Writes<'a> {
+    linking: Option<&'a Linking>,
+    live: Option<&'a Live>,
+    /// `None`: not fenced ([`read_router`]).
+    fence: Option<&'a Fence>,
 }
 
 /// [`read_router`] until `deadline` (`timeout` after the start), without the outer timeout.
@@ -125,15 +142,15 @@ async fn read<S>(
     reader: &str,
     deadline: Instant,
     timeout: Duration,
-    linking: Option<&Linking>,
-    live: Option<&Live>,
+    writes: &Writes<'_>,
 ) -> Result<RouterView, ReadError>
 where
     S: AsyncRead + AsyncWrite + std::fmt::Debug + Send + Unpin + 'static,
 {
     let verdict = Verdict::default();
-    let result = exchange(Guarded::new(stream, deadline, verdict.clone()), reader, linking, live).await;
+    let result = exchange(Guarded::new(stream, deadline, verdict.clone()), reader, writes).await;
     match (result, verdict.refused()) {
+        (Err(ReadError::Fenced), _) => Err(ReadError::Fenced),
         (Err(_), _) if Instant::now() >= deadline => Err(ReadError::Timeout(timeout)),
         (Err(_), Some(why)) => Err(ReadError::Refused(why)),
         (result, _) => result,
@@ -153,6 +170,8 @@ struct Links {
     replies: Receiver,
     reply_to: String,
     next_id: u64,
+    /// Checked before every write, whose answer is not awaited past its deadline.
+    fence: Option<Fence>,
 }
 
 /// The `statusCode` and `statusDescription` (cut to [`MAX_TEXT`] bytes) of an answer.
@@ -280,7 +299,17 @@ impl Links {
             .value(body)
             .build();
         // The answer's body (the entity's attributes) is read as one bounded cell and dropped.
-        let answer: Delivery<Body<Cell>> = self.send(request, kind.entity()).await?;
+        let answer: Delivery<Body<Cell>> = match &self.fence {
+            None => self.send(request, kind.entity()).await?,
+            Some(fence) => {
+                // One writer: nothing is sent once the term is over, and no answer is
+                // awaited past its end (the next leader may be writing by then).
+                let until = fence.open_until().ok_or(ReadError::Fenced)?;
+                tokio::time::timeout_at(until, self.send(request, kind.entity()))
+                    .await
+                    .map_err(|_| ReadError::Fenced)??
+            }
+        };
         let (status, description) = status_of(&answer);
         if status != ok {
             return Err(ReadError::Write {
@@ -402,12 +431,7 @@ impl Links {
     }
 }
 
-async fn exchange<S>(
-    stream: S,
-    reader: &str,
-    linking: Option<&Linking>,
-    live: Option<&Live>,
-) -> Result<RouterView, ReadError>
+async fn exchange<S>(stream: S, reader: &str, writes: &Writes<'_>) -> Result<RouterView, ReadError>
 where
     S: AsyncRead + AsyncWrite + std::fmt::Debug + Send + Unpin + 'static,
 {
@@ -430,7 +454,9 @@ where
         let reply_to = (replies.source().as_ref().and_then(|s| s.address.clone()))
             .ok_or_else(|| ReadError::Amqp("the router gave the reply link no address".into()))?;
         let requests = Sender::attach(&mut session, "requests", "$management").await.map_err(amqp)?;
-        let mut links = Links { requests, replies, reply_to: cut(reply_to, MAX_TEXT), next_id: 0 };
+        let fence = writes.fence.cloned();
+        let mut links = Links { requests, replies, reply_to: cut(reply_to, MAX_TEXT), next_id: 0, fence };
+        let (linking, live) = (writes.linking, writes.live);
         // The router entity: one row (two asked, to see a second).
         let me = links
             .ask(&Query { entity: ENTITIES[0], attributes: &ROUTER_ATTRIBUTES, offset: 0, count: 2 })
@@ -544,6 +570,11 @@ pub struct Plan<'a> {
     pub deadline: Instant,
     /// TLS (with the controller's client certificate), or plain TCP (tests).
     pub tls: Option<&'a super::management::Tls>,
+    /// The leadership term's fence: every `CREATE` and `DELETE` is sent only while it is
+    /// open, and its answer awaited no longer ([`ReadError::Fenced`] otherwise), so a
+    /// deposed leader stops writing to the routers when it stops writing to the API
+    /// server. `None`: not fenced (tests, tools).
+    pub fence: Option<&'a Fence>,
 }
 
 /// Reads every router in `targets` as `plan` says: pod → what it answered. A pod without
@@ -569,6 +600,7 @@ pub async fn observe(
         };
         let deadline = Instant::now() + plan.timeout;
         let port = plan.port;
+        let writes = Writes { linking: t.linking.as_ref(), live: t.live.as_ref(), fence: plan.fence };
         let attempt = async {
             let stream = tokio::net::TcpStream::connect((ip.as_str(), port))
                 .await
@@ -582,11 +614,9 @@ pub async fn observe(
                         .connect(tls.server_name.clone(), stream)
                         .await
                         .map_err(|e| ReadError::Amqp(cut(format!("TLS with {ip}:{port}: {e}"), MAX_TEXT)))?;
-                    read(stream, &t.pod, deadline, plan.timeout, t.linking.as_ref(), t.live.as_ref()).await
+                    read(stream, &t.pod, deadline, plan.timeout, &writes).await
                 }
-                None => {
-                    read(stream, &t.pod, deadline, plan.timeout, t.linking.as_ref(), t.live.as_ref()).await
-                }
+                None => read(stream, &t.pod, deadline, plan.timeout, &writes).await,
             }
         };
         let o = match tokio::time::timeout_at(deadline, attempt).await {

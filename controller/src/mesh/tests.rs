@@ -512,6 +512,7 @@ async fn observe_bounds_connections_times_out_and_reports_pods_without_an_ip() {
         timeout,
         deadline: tokio::time::Instant::now() + std::time::Duration::from_secs(30),
         tls: None,
+        fence: None,
     };
     let seen = reader::observe(&targets, &plan).await;
     assert_eq!(seen.len(), 7);
@@ -545,8 +546,35 @@ async fn observe_reports_a_refused_connection_with_the_address() {
         timeout: std::time::Duration::from_secs(5),
         deadline: tokio::time::Instant::now() + std::time::Duration::from_secs(5),
         tls: None,
+        fence: None,
     };
     let seen = reader::observe(&targets, &plan).await;
     let Observation::Unreachable(why) = &seen["r0"] else { panic!("{seen:?}") };
     assert!(why.contains(&format!("connecting to 127.0.0.1:{port}")) && why.contains("refused"), "{why}");
+}
+
+/// Router ids are the router's choice: whatever it reports of itself, its peers and the
+/// nodes it reaches is kept in at most 66 bytes an id, none of them needing a JSON escape,
+/// while an honest id (a pod name) is kept as it is.
+#[test]
+fn router_chosen_ids_are_kept_short_and_plain() {
+    let hostile = format!("{}\u{1}\"\\{}", "\"".repeat(200), "é".repeat(100));
+    let router = json!({"attributeNames": ["id", "mode"], "results": [[hostile, "edge"]]});
+    let nodes = json!({"attributeNames": ["id"], "results": [[format!("n{hostile}")], ["mesh-0"]]});
+    let connections = json!({"attributeNames": ["container", "role", "dir", "opened"],
+        "results": [[format!("up{hostile}"), "edge", "out", true], ["mesh-1", "inter-router", "in", true]]});
+    let v = view_of(&router, &nodes, &connections).unwrap();
+    let mut ids = vec![v.id.clone()];
+    ids.extend(v.reaches.iter().cloned());
+    ids.extend(v.edge.iter().chain(&v.inter_router).map(|l| l.peer.clone()));
+    assert_eq!(ids.len(), 5, "{ids:?}");
+    for id in &ids {
+        assert!(id.len() <= MAX_ROUTER_ID + '…'.len_utf8(), "{} bytes: {id}", id.len());
+        let json = serde_json::to_string(id).unwrap();
+        assert_eq!(json.len(), id.len() + 2, "{id} needs escapes in JSON: {json}");
+    }
+    assert!(v.reaches.contains("mesh-0") && v.inter_router[0].peer == "mesh-1", "{v:?}");
+    assert_eq!(router_id("router-mesh-5c9d8f7b6-x2x4q"), "router-mesh-5c9d8f7b6-x2x4q");
+    assert_eq!(router_id(&"a".repeat(63)), "a".repeat(63));
+    assert_eq!(router_id(&"a".repeat(64)), format!("{}…", "a".repeat(63)));
 }

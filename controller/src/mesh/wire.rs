@@ -13,7 +13,18 @@
 //!   `open`) and an AMQP frame (type 0);
 //! * every performative, and every message once all its transfer frames are in, is walked
 //!   by [`value_end`] without recursion: well-formed encodings only, nesting at most
-//!   [`MAX_DEPTH`] levels (management answers use 3), no compound values inside arrays;
+//!   [`MAX_DEPTH`] levels (management answers use 3), no compound values inside arrays, an
+//!   array's count matching its bytes, and at most [`MAX_ITEMS`] items (list, map and array
+//!   elements) in a message, [`MAX_PERFORMATIVE_ITEMS`] in a performative: the client
+//!   decodes every item it is given, 72–80 bytes each for an untyped one, so items, not
+//!   bytes, are what a byte can cost (65,535 one-byte nulls make a 5 MB list);
+//! * a message is made of AMQP's sections, each at most once and in their order, with an
+//!   `amqp-value` body or none ([`check_message`]); the sections the reader does not use
+//!   (delivery and message annotations, the footer), which the client would decode into
+//!   untyped values, are refused beyond [`MAX_ANNOTATIONS_BYTES`] bytes or
+//!   [`MAX_SECTION_ITEMS`] items, and so are `application-properties` beyond
+//!   [`MAX_SECTION_ITEMS`] items (a management answer has two: `statusCode`,
+//!   `statusDescription`);
 //! * a message's payload is at most [`MAX_MESSAGE_SIZE`] bytes (held here until complete,
 //!   so at most that much is buffered);
 //! * at most [`READ_BUDGET`] bytes in all per connection, and nothing after the deadline:
@@ -45,6 +56,24 @@ pub const READ_BUDGET: u64 = 16 * 1024 * 1024;
 /// Deepest nesting of compound values accepted in a performative or a message. A
 /// management answer nests 3 (map → list of rows → row), a connection's `properties` 4.
 pub const MAX_DEPTH: usize = 16;
+/// Items (elements of lists, arrays, and keys and values of maps, at every level) accepted
+/// in one message, all its sections together. An honest page is at most
+/// [`super::answer::MAX_ROWS`] rows of up to [`super::answer::MAX_ATTRIBUTES`] cells, 4,352
+/// items with the rows' lists; a connection's `properties` map, dropped unread, adds a few
+/// a row. Each item the client decodes costs at most about 80 bytes while it decodes, so a
+/// message costs at most about 1.3 MB above its bytes.
+pub const MAX_ITEMS: usize = 16 * 1024;
+/// Items accepted in one performative (a frame's `open`, `attach`, `detach` …): qdrouterd's
+/// hold a few dozen (capabilities, properties, a terminus' filter).
+pub const MAX_PERFORMATIVE_ITEMS: usize = 1024;
+/// Bytes accepted in a message's delivery annotations, message annotations or footer, each:
+/// the reader uses none of them and qdrouterd sends none in a management answer (it strips
+/// its own `x-opt-qd.` annotations on a client's link), but the client decodes them whole
+/// into untyped values.
+pub const MAX_ANNOTATIONS_BYTES: usize = 4096;
+/// Items accepted in each of a message's header, annotations, properties,
+/// application-properties and footer sections (the rest of [`MAX_ITEMS`] is the body's).
+pub const MAX_SECTION_ITEMS: usize = 64;
 
 const AMQP_HEADER: &[u8; 8] = b"AMQP\x00\x01\x00\x00";
 /// Descriptor code of the `transfer` performative.
@@ -74,6 +103,23 @@ pub enum Malformed {
     /// A map with an odd number of entries.
     #[error("a map with an odd number of keys and values")]
     OddMap,
+    /// More items (list, map and array elements) than allowed in one value.
+    #[error("more than {0} items (list, map and array elements)")]
+    TooManyItems(usize),
+    /// A message section AMQP 1.0 does not define, one out of order or twice, or a body
+    /// other than one `amqp-value`.
+    #[error("{0}")]
+    Section(&'static str),
+    /// A section the reader does not use, larger than it accepts.
+    #[error("{section} of {bytes} bytes (at most {max})")]
+    SectionTooLarge {
+        /// The section's name (`message-annotations`, …).
+        section: &'static str,
+        /// Its size.
+        bytes: usize,
+        /// The most accepted.
+        max: usize,
+    },
 }
 
 /// How many bytes the fixed-width type with constructor `code` takes after it, or `None`
@@ -140,12 +186,48 @@ fn constructor(buf: &[u8], pos: usize, end: usize) -> Result<(u8, usize), Malfor
 
 /// The end of the one AMQP value that starts `buf[start..]`, walked without recursion:
 /// every constructor known to AMQP 1.0, every size within its container and matching its
-/// contents, nesting at most `max_depth` compound levels, arrays only of scalars. Work and
-/// memory are linear in the bytes walked (one stack entry per open level).
+/// contents, nesting at most `max_depth` compound levels, arrays only of scalars with as
+/// many elements as their bytes hold, and at most [`MAX_ITEMS`] items. Work and memory are
+/// linear in the bytes walked (one stack entry per open level).
 ///
 /// # Errors
 /// [`Malformed`]: what is wrong first.
 pub fn value_end(buf: &[u8], start: usize, max_depth: usize) -> Result<usize, Malformed> {
+    let mut items = MAX_ITEMS;
+    walk(buf, start, max_depth, &mut items, MAX_ITEMS)
+}
+
+/// Takes `n` items from the budget `left` (of `budget` in all).
+fn spend(left: &mut usize, n: usize, budget: usize) -> Result<(), Malformed> {
+    *left = left.checked_sub(n).ok_or(Malformed::TooManyItems(budget))?;
+    Ok(())
+}
+
+/// The end of the elements of an array whose element constructor is `element` (a scalar's,
+/// checked), `count` of them from `pos` to exactly `end`.
+fn array_end(buf: &[u8], element: u8, count: usize, pos: usize, end: usize) -> Result<usize, Malformed> {
+    if let Some(width) = fixed_width(element) {
+        // Zero-width elements (null, true, uint0 …) take no bytes: the item budget bounds them.
+        if count.checked_mul(width) != Some(end - pos) {
+            return Err(Malformed::SizeMismatch);
+        }
+        return Ok(end);
+    }
+    let width = if matches!(element, 0xa0 | 0xa1 | 0xa3) { 1 } else { 4 };
+    let mut at = pos;
+    for _ in 0..count {
+        let len = uint(take(buf, at, width, end)?);
+        take(buf, at + width, len, end)?;
+        at += width + len;
+    }
+    if at != end {
+        return Err(Malformed::SizeMismatch);
+    }
+    Ok(end)
+}
+
+/// [`value_end`] with an item budget shared by several values: `left` of `budget`.
+fn walk(buf: &[u8], start: usize, max_depth: usize, left: &mut usize, budget: usize) -> Result<usize, Malformed> {
     struct Open {
         end: usize,
         left: usize,
@@ -188,13 +270,14 @@ pub fn value_end(buf: &[u8], start: usize, max_depth: usize) -> Result<usize, Ma
         }
         let count = uint(take(buf, at + width, width, content_end)?);
         let items_at = at + 2 * width;
+        spend(left, count, budget)?;
         if matches!(code, 0xe0 | 0xf0) {
             // An array: one element constructor, then the elements without theirs.
             if count == 0 {
                 pos = content_end;
                 continue;
             }
-            let (element, _) = constructor(buf, items_at, content_end)?;
+            let (element, elements_at) = constructor(buf, items_at, content_end)?;
             if fixed_width(element).is_none() && !matches!(element, 0xa0 | 0xa1 | 0xa3 | 0xb0 | 0xb1 | 0xb3) {
                 return Err(if matches!(element, 0xc0 | 0xc1 | 0xd0 | 0xd1 | 0xe0 | 0xf0) {
                     Malformed::CompoundArray
@@ -202,7 +285,7 @@ pub fn value_end(buf: &[u8], start: usize, max_depth: usize) -> Result<usize, Ma
                     Malformed::UnknownType(element)
                 });
             }
-            pos = content_end;
+            pos = array_end(buf, element, count, elements_at, content_end)?;
             continue;
         }
         if matches!(code, 0xc1 | 0xd1) && count % 2 == 1 {
@@ -218,6 +301,105 @@ pub fn value_end(buf: &[u8], start: usize, max_depth: usize) -> Result<usize, Ma
         stack.push(Open { end: content_end, left: count });
         pos = items_at;
     }
+}
+
+/// The end of one performative at the start of a frame body: [`value_end`] within
+/// [`MAX_PERFORMATIVE_ITEMS`].
+///
+/// # Errors
+/// [`Malformed`]: what is wrong first.
+pub fn performative_end(body: &[u8]) -> Result<usize, Malformed> {
+    let mut items = MAX_PERFORMATIVE_ITEMS;
+    walk(body, 0, MAX_DEPTH, &mut items, MAX_PERFORMATIVE_ITEMS)
+}
+
+/// A message section, by its descriptor: its place in AMQP's order and name.
+fn section_of(buf: &[u8], pos: usize) -> Result<(u8, &'static str), Malformed> {
+    const NAMES: [&str; 9] = [
+        "header",
+        "delivery-annotations",
+        "message-annotations",
+        "properties",
+        "application-properties",
+        "data",
+        "amqp-sequence",
+        "amqp-value",
+        "footer",
+    ];
+    const SYMBOLS: [&[u8]; 9] = [
+        b"amqp:header:list",
+        b"amqp:delivery-annotations:map",
+        b"amqp:message-annotations:map",
+        b"amqp:properties:list",
+        b"amqp:application-properties:map",
+        b"amqp:data:binary",
+        b"amqp:amqp-sequence:list",
+        b"amqp:amqp-value:*",
+        b"amqp:footer:map",
+    ];
+    let not_a_section = Malformed::Section("a message section AMQP 1.0 does not define");
+    if buf.get(pos) != Some(&0x00) {
+        return Err(not_a_section);
+    }
+    let code = match buf.get(pos + 1) {
+        Some(0x53) => buf.get(pos + 2).map(|c| u64::from(*c)),
+        Some(0x80) => buf.get(pos + 2..pos + 10).map(|b| b.iter().fold(0, |n, x| (n << 8) | u64::from(*x))),
+        Some(0xa3) => {
+            let len = usize::from(*buf.get(pos + 2).ok_or(Malformed::Truncated)?);
+            let name = buf.get(pos + 3..pos + 3 + len).ok_or(Malformed::Truncated)?;
+            SYMBOLS.iter().position(|s| *s == name).map(|i| 0x70 + i as u64)
+        }
+        _ => None,
+    };
+    match code {
+        Some(c @ 0x70..=0x78) => {
+            let i = (c - 0x70) as usize;
+            Ok((i as u8, NAMES[i]))
+        }
+        _ => Err(not_a_section),
+    }
+}
+
+/// Checks that `payload` is a message the reader may hand to the client: whole values,
+/// each a section of AMQP 1.0 (header, delivery annotations, message annotations,
+/// properties, application properties, one `amqp-value` body, footer), each at most once
+/// and in that order; annotations and footer within [`MAX_ANNOTATIONS_BYTES`] bytes, every
+/// section but the body within [`MAX_SECTION_ITEMS`] items, all within [`MAX_ITEMS`], each
+/// within [`MAX_DEPTH`] levels.
+///
+/// # Errors
+/// [`Malformed`] of the first section that is not.
+pub fn check_message(payload: &[u8]) -> Result<(), Malformed> {
+    let mut pos = 0;
+    let mut left = MAX_ITEMS;
+    let mut next = 0u8;
+    while pos < payload.len() {
+        let (place, name) = section_of(payload, pos)?;
+        if place < next {
+            return Err(Malformed::Section("message sections out of AMQP's order, or one twice"));
+        }
+        if matches!(place, 5 | 6) {
+            return Err(Malformed::Section("a message body that is not an amqp-value"));
+        }
+        next = place + 1;
+        let end = if place == 7 {
+            walk(payload, pos, MAX_DEPTH, &mut left, MAX_ITEMS)?
+        } else {
+            let mut section_left = MAX_SECTION_ITEMS;
+            let end = walk(payload, pos, MAX_DEPTH, &mut section_left, MAX_SECTION_ITEMS)?;
+            spend(&mut left, MAX_SECTION_ITEMS - section_left, MAX_ITEMS)?;
+            end
+        };
+        if matches!(place, 1 | 2 | 8) && end - pos > MAX_ANNOTATIONS_BYTES {
+            return Err(Malformed::SectionTooLarge {
+                section: name,
+                bytes: end - pos,
+                max: MAX_ANNOTATIONS_BYTES,
+            });
+        }
+        pos = end;
+    }
+    Ok(())
 }
 
 /// Checks that `bytes` is a sequence of whole values (a message's sections), each within
@@ -346,7 +528,7 @@ impl<S> Guarded<S> {
             let body = &frame[doff..size];
             let mut transfer = None;
             if !body.is_empty() {
-                let end = value_end(body, 0, MAX_DEPTH).map_err(|e| format!("a frame: {e}"))?;
+                let end = performative_end(body).map_err(|e| format!("a frame: {e}"))?;
                 if body[0] != 0x00 {
                     return Err("a frame that holds no performative".into());
                 }
@@ -373,7 +555,7 @@ impl<S> Guarded<S> {
                 }
                 Some((_, aborted)) => {
                     if !aborted {
-                        check_values(&self.payload).map_err(|e| format!("a message: {e}"))?;
+                        check_message(&self.payload).map_err(|e| format!("a message: {e}"))?;
                     }
                     // Handed on without a copy when nothing else waits; nothing of a large
                     // message is kept once it is.
@@ -538,6 +720,134 @@ mod tests {
         assert_eq!(value_end(&[0x00, 0x53, 0x10, 0x00, 0x53], 0, 4), Err(Malformed::BadDescriptor));
     }
 
+    /// `code`'s section (`0x00 0x53 code`) holding `value`.
+    fn section(code: u8, value: &[u8]) -> Vec<u8> {
+        let mut s = vec![0x00, 0x53, code];
+        s.extend_from_slice(value);
+        s
+    }
+
+    /// An answer's sections as qdrouterd sends them: properties, application properties
+    /// (`statusCode`, `statusDescription`), an amqp-value body.
+    fn honest_answer() -> Vec<u8> {
+        let props = Value::List(vec![Value::Null, Value::Null, Value::Null, Value::Null, Value::Null, Value::from("q1")]);
+        let app = Value::Map(OrderedMap::from_iter([
+            (Value::from("statusCode"), Value::Int(200)),
+            (Value::from("statusDescription"), Value::from("OK")),
+        ]));
+        let body = Value::Map(OrderedMap::from_iter([
+            (Value::from("attributeNames"), Value::List(vec![Value::from("id")])),
+            (Value::from("results"), Value::List(vec![Value::List(vec![Value::from("r")]); 256])),
+        ]));
+        let mut m = section(0x73, &serde_amqp::to_vec(&props).unwrap());
+        m.extend(section(0x74, &serde_amqp::to_vec(&app).unwrap()));
+        m.extend(section(0x77, &serde_amqp::to_vec(&body).unwrap()));
+        m
+    }
+
+    #[test]
+    fn an_honest_answer_and_small_annotations_pass() {
+        let answer = honest_answer();
+        assert_eq!(check_message(&answer), Ok(()));
+        let annotations = Value::Map(OrderedMap::from_iter([(Value::from("x-opt-a"), Value::from("b"))]));
+        let mut with = section(0x72, &serde_amqp::to_vec(&annotations).unwrap());
+        with.extend(answer);
+        with.extend(section(0x78, &serde_amqp::to_vec(&annotations).unwrap()));
+        assert_eq!(check_message(&with), Ok(()));
+        // No body at all (a DELETE's answer may have none).
+        assert_eq!(check_message(&section(0x74, &serde_amqp::to_vec(&Value::Map(OrderedMap::new())).unwrap())), Ok(()));
+    }
+
+    #[test]
+    fn annotations_that_would_decode_to_megabytes_are_refused() {
+        // 15 lists of 65,535 one-byte nulls under message-annotations: 983 KB of bytes.
+        let bomb = qdr_tests::amqp_peer::annotation_bomb(15, 65_535);
+        assert!(bomb.len() < MAX_MESSAGE_SIZE);
+        let mut m = bomb.clone();
+        m.extend(honest_answer());
+        assert!(matches!(
+            check_message(&m),
+            Err(Malformed::SectionTooLarge { section: "message-annotations", .. })
+        ));
+        // Within the byte bound, but more items than a section may hold.
+        let small = qdr_tests::amqp_peer::annotation_bomb(1, 1000);
+        let mut m = small;
+        m.extend(honest_answer());
+        assert_eq!(check_message(&m), Err(Malformed::TooManyItems(MAX_SECTION_ITEMS)));
+        // The same list as a delivery annotation, or a footer.
+        for code in [0x71, 0x78] {
+            let mut b = bomb.clone();
+            b[2] = code;
+            assert!(matches!(check_message(&b), Err(Malformed::SectionTooLarge { .. })), "{code:x}");
+        }
+    }
+
+    #[test]
+    fn items_are_counted_across_a_whole_message() {
+        // A body list of 20,000 nulls: 20 KB of bytes, 1.6 MB decoded.
+        let nulls = qdr_tests::amqp_peer::list32(&vec![vec![0x40]; 20_000]);
+        assert_eq!(check_message(&section(0x77, &nulls)), Err(Malformed::TooManyItems(MAX_ITEMS)));
+        assert_eq!(value_end(&nulls, 0, MAX_DEPTH), Err(Malformed::TooManyItems(MAX_ITEMS)));
+        // Within the bound in one list, beyond it in two nested ones.
+        let half = qdr_tests::amqp_peer::list32(&vec![vec![0x40]; 9_000]);
+        assert_eq!(value_end(&half, 0, MAX_DEPTH), Ok(half.len()));
+        let two = qdr_tests::amqp_peer::list32(&[half.clone(), half]);
+        assert_eq!(value_end(&two, 0, MAX_DEPTH), Err(Malformed::TooManyItems(MAX_ITEMS)));
+        // Application properties hold two entries in an answer: 64 items at most.
+        let many = Value::Map((0..40).map(|i| (Value::from(format!("k{i}")), Value::Null)).collect());
+        assert_eq!(
+            check_message(&section(0x74, &serde_amqp::to_vec(&many).unwrap())),
+            Err(Malformed::TooManyItems(MAX_SECTION_ITEMS))
+        );
+        // A performative of 2,000 items.
+        let big = qdr_tests::amqp_peer::list32(&vec![vec![0x40]; 2_000]);
+        let mut detach = vec![0x00, 0x53, 0x16];
+        detach.extend(big);
+        assert_eq!(performative_end(&detach), Err(Malformed::TooManyItems(MAX_PERFORMATIVE_ITEMS)));
+    }
+
+    #[test]
+    fn an_arrays_count_must_match_its_bytes() {
+        // 4,294,967,295 nulls in 10 bytes.
+        let bomb = qdr_tests::amqp_peer::null_array(u32::MAX);
+        assert_eq!(value_end(&bomb, 0, MAX_DEPTH), Err(Malformed::TooManyItems(MAX_ITEMS)));
+        // Ten ints (4 bytes each) that claim to be a thousand, or that leave bytes over.
+        let ints = serde_amqp::to_vec(&Value::Array(vec![Value::Int(7); 10].into())).unwrap();
+        assert_eq!(value_end(&ints, 0, MAX_DEPTH), Ok(ints.len()));
+        let mut lying = ints.clone();
+        let count_at = if lying[0] == 0xe0 { 2 } else { 5 };
+        lying[count_at + usize::from(lying[0] == 0xf0) * 3] = 100;
+        assert_eq!(value_end(&lying, 0, MAX_DEPTH), Err(Malformed::SizeMismatch));
+        // Strings are walked one by one.
+        let strings = serde_amqp::to_vec(&Value::Array(vec![Value::from("ab"); 5].into())).unwrap();
+        assert_eq!(value_end(&strings, 0, MAX_DEPTH), Ok(strings.len()));
+        let mut short = strings.clone();
+        let last = short.len() - 3;
+        short[last] = 9; // the last string's length beyond the array's bytes
+        assert!(value_end(&short, 0, MAX_DEPTH).is_err());
+    }
+
+    #[test]
+    fn sections_must_be_amqps_in_order_with_an_amqp_value_body() {
+        let answer = honest_answer();
+        let mut twice = answer.clone();
+        twice.extend(section(0x77, &[0x40]));
+        let mut data = section(0x75, &[0xa0, 1, 0]);
+        let unknown = section(0x7f, &[0x40]);
+        let not_described = vec![0x40];
+        let mut reversed = section(0x77, &[0x40]);
+        reversed.extend(section(0x73, &serde_amqp::to_vec(&Value::List(vec![])).unwrap()));
+        for (what, m) in [("twice", &twice), ("data", &data), ("unknown", &unknown), ("bare", &not_described), ("reversed", &reversed)] {
+            assert!(matches!(check_message(m), Err(Malformed::Section(_))), "{what}: {:?}", check_message(m));
+        }
+        // Symbol descriptors name the same sections.
+        data.clear();
+        data.extend([0x00, 0xa3, 17]);
+        data.extend(b"amqp:amqp-value:*");
+        data.push(0x40);
+        assert_eq!(check_message(&data), Ok(()));
+    }
+
     proptest! {
         #![proptest_config(ProptestConfig { cases: 2000, ..ProptestConfig::default() })]
 
@@ -548,6 +858,7 @@ mod tests {
                 prop_assert!(end <= bytes.len());
             }
             let _ = check_values(&bytes);
+            let _ = check_message(&bytes);
         }
 
         /// Whatever passes the walk decodes (as an AMQP value) without panicking or

@@ -125,6 +125,13 @@ impl Context {
         }
     }
 
+    /// This context with its routers' reader fencing its writes to the routers by `fence`
+    /// (the one the API client's writes pass), so a deposed leader writes to no router.
+    pub fn with_router_fence(mut self, fence: crate::fence::Fence) -> Self {
+        self.mesh = Arc::new(read::Reader::default().with_fence(fence));
+        self
+    }
+
     /// This context with the stores of a new leadership term (failures and warning times
     /// carry over).
     pub(crate) fn for_term(&self, cache: Cache) -> Self {

@@ -157,6 +157,9 @@ pub struct Reader {
     routers: std::sync::atomic::AtomicUsize,
     /// Controllers to wake, each with the namespace it serves (empty: all).
     wakes: Mutex<Vec<(String, Wake)>>,
+    /// The leadership term's fence, which every write to a router passes
+    /// ([`Plan::fence`]); `None`: not fenced (tests).
+    fence: Option<crate::fence::Fence>,
 }
 
 impl Default for Reader {
@@ -227,7 +230,15 @@ impl Reader {
             memo: Mutex::default(),
             routers: std::sync::atomic::AtomicUsize::new(0),
             wakes: Mutex::default(),
+            fence: None,
         }
+    }
+
+    /// This reader with its writes to the routers fenced by `fence`, the one the API
+    /// client's writes pass: a deposed leader writes to no router (docs/mesh-status.md).
+    pub fn with_fence(mut self, fence: crate::fence::Fence) -> Self {
+        self.fence = Some(fence);
+        self
     }
 
     /// The Interconnects of `namespace` (empty: all) whose read ended, for the
@@ -468,6 +479,7 @@ impl Reader {
             timeout: self.timeout,
             deadline: tokio::time::Instant::now() + self.slot_wait,
             tls: Some(&tls),
+            fence: self.fence.as_ref(),
         };
         let observations = observe(&targets, &plan).await;
         metrics.mesh_read(

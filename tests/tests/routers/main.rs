@@ -154,6 +154,7 @@ async fn observe(pods: &[(String, String)]) -> std::collections::BTreeMap<String
         timeout: Duration::from_secs(10),
         deadline: tokio::time::Instant::now() + Duration::from_secs(60),
         tls: None,
+        fence: None,
     };
     mesh::reader::observe(&targets, &plan).await
 }
