@@ -34,76 +34,14 @@ async fn read(script: Script) -> (Result<qdr_controller::mesh::RouterView, Strin
     (result, took)
 }
 
-/// Heap bytes by thread: live now, and the most since [`heap::reset`]. A read on a
-/// current-thread runtime allocates on its one thread, so its peak is exact whatever other
-/// tests of this binary do meanwhile.
-mod heap {
-    use std::alloc::{GlobalAlloc, Layout, System};
-    use std::cell::Cell;
-
-    thread_local! {
-        static LIVE: Cell<isize> = const { Cell::new(0) };
-        static PEAK: Cell<isize> = const { Cell::new(0) };
-    }
-
-    fn add(n: isize) {
-        let _ = LIVE.try_with(|live| {
-            live.set(live.get() + n);
-            let _ = PEAK.try_with(|peak| peak.set(peak.get().max(live.get())));
-        });
-    }
-
-    /// The system allocator, counting.
-    pub struct Counting;
-
-    // SAFETY: every call is the system allocator's; the counters take no allocation.
-    unsafe impl GlobalAlloc for Counting {
-        unsafe fn alloc(&self, layout: Layout) -> *mut u8 {
-            add(layout.size() as isize);
-            // SAFETY: as the caller's.
-            unsafe { System.alloc(layout) }
-        }
-        unsafe fn dealloc(&self, ptr: *mut u8, layout: Layout) {
-            add(-(layout.size() as isize));
-            // SAFETY: as the caller's.
-            unsafe { System.dealloc(ptr, layout) }
-        }
-        unsafe fn alloc_zeroed(&self, layout: Layout) -> *mut u8 {
-            add(layout.size() as isize);
-            // SAFETY: as the caller's.
-            unsafe { System.alloc_zeroed(layout) }
-        }
-        unsafe fn realloc(&self, ptr: *mut u8, layout: Layout, new: usize) -> *mut u8 {
-            add(new as isize - layout.size() as isize);
-            // SAFETY: as the caller's.
-            unsafe { System.realloc(ptr, layout, new) }
-        }
-    }
-
-    /// Starts counting this thread's peak afresh; returns the bytes live now.
-    pub fn reset() -> isize {
-        let live = LIVE.with(Cell::get);
-        PEAK.with(|p| p.set(live));
-        live
-    }
-
-    /// This thread's most live bytes since [`reset`].
-    pub fn peak() -> isize {
-        PEAK.with(Cell::get)
-    }
-}
-
-#[global_allocator]
-static COUNTING: heap::Counting = heap::Counting;
-
 /// The most heap one read of a router may take (one message held by the guard, its payload,
 /// the client's copy, a decoded page, the connection's buffers: docs/mesh-status.md, "A
 /// router is not trusted"), whatever the router sends.
-const READ_HEAP_BOUND: isize = 8 << 20;
+const READ_HEAP_BOUND: u64 = 8 << 20;
 
 /// Reads the peer of `script` on a thread of its own (a current-thread runtime, the peer on
 /// another thread): what the read ended with, and the most heap it took.
-fn read_counted(script: Script) -> (Result<qdr_controller::mesh::RouterView, String>, isize, Duration) {
+fn read_counted(script: Script) -> (Result<qdr_controller::mesh::RouterView, String>, u64, Duration) {
     let (addr_tx, addr_rx) = std::sync::mpsc::channel();
     let (stop_tx, stop_rx) = tokio::sync::oneshot::channel::<()>();
     let peer_thread = std::thread::spawn(move || {
@@ -117,15 +55,19 @@ fn read_counted(script: Script) -> (Result<qdr_controller::mesh::RouterView, Str
     });
     let addr = addr_rx.recv().unwrap();
     let reader = std::thread::spawn(move || {
+        // The read on this thread alone, so what it allocates is all it allocates
+        // (allocation-counter counts by thread).
         let rt = tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap();
-        let start = heap::reset();
         let started = Instant::now();
-        let result = rt.block_on(async {
-            let stream = tokio::net::TcpStream::connect(addr).await.unwrap();
-            stream.set_nodelay(true).unwrap();
-            read_router(stream, "heap-test", TIMEOUT, None, None).await.map_err(|e| e.to_string())
+        let mut result = Err(String::new());
+        let heap = allocation_counter::measure(|| {
+            result = rt.block_on(async {
+                let stream = tokio::net::TcpStream::connect(addr).await.unwrap();
+                stream.set_nodelay(true).unwrap();
+                read_router(stream, "heap-test", TIMEOUT, None, None).await.map_err(|e| e.to_string())
+            });
         });
-        (result, heap::peak() - start, started.elapsed())
+        (result, heap.bytes_max, started.elapsed())
     });
     let out = reader.join().unwrap();
     let _ = stop_tx.send(());
@@ -142,19 +84,27 @@ fn no_answer_makes_a_read_take_more_than_its_heap_bound() {
         (
             "message-annotations of 15 lists of 65,535 nulls",
             Script::AnnotationBomb(honest_mesh_router(0)),
-            Some("message-annotations of"),
+            Some("message-annotations with more than 64 items"),
         ),
-        ("an array of 4,294,967,295 nulls in 10 bytes", Script::NullArray, Some("more than 16384 items")),
+        (
+            "message-annotations holding an array of 10,000,000 nulls in 10 bytes",
+            Script::NullArray(honest_mesh_router(0), 10_000_000),
+            Some("message-annotations with more than 64 items"),
+        ),
         (
             "application-properties of 100,000 entries",
             Script::PropertiesBomb(honest_mesh_router(0), 100_000),
-            Some("more than 64 items"),
+            Some("application-properties with more than 64 items"),
         ),
         ("an honest router with 10,000 clients", Script::Honest(honest_mesh_router(10_000)), None),
     ];
     for (what, script, refused) in cases {
         let (result, peak, took) = read_counted(script);
-        println!("{what}: peak heap {:.2} MiB, {took:.1?}: {:?}", peak as f64 / (1 << 20) as f64, result.as_ref().map(|v| v.clients));
+        println!(
+            "{what}: peak heap {:.2} MiB, {took:.1?}: {:?}",
+            peak as f64 / (1 << 20) as f64,
+            result.as_ref().map(|v| v.clients)
+        );
         match refused {
             Some(says) => {
                 let why = result.expect_err(what);
@@ -199,7 +149,22 @@ async fn every_hostile_answer_ends_as_a_short_reason_within_the_timeout() {
         (
             "10,000 connections in one answer",
             Script::IgnoresCount(honest_mesh_router(10_000)),
-            &["more than 256 rows", "larger than"],
+            &["more than 256 rows", "larger than", "more than 16384 items"],
+        ),
+        (
+            "983 KB of message annotations",
+            Script::AnnotationBomb(honest_mesh_router(0)),
+            &["message-annotations with more than 64 items"],
+        ),
+        (
+            "an array of 4,294,967,295 nulls in message annotations",
+            Script::NullArray(honest_mesh_router(0), u32::MAX),
+            &["message-annotations with more than 64 items"],
+        ),
+        (
+            "100,000 application properties",
+            Script::PropertiesBomb(honest_mesh_router(0), 100_000),
+            &["application-properties with more than 64 items"],
         ),
         ("a 100,000-deep list", Script::DeepList(100_000), &["nested deeper than 16"]),
         ("a 1,500-deep map in a detach", Script::DeepPerformative(1_500), &["nested deeper than 16"]),
@@ -370,7 +335,15 @@ async fn silent_routers_of_one_namespace_do_not_delay_another_namespace() {
     let (honest, honest_task) = peer(Script::Honest(honest_mesh_router(0))).await;
     let pool = Pool::new(8, 4);
     let deadline = tokio::time::Instant::now() + Duration::from_secs(60);
-    let plan = |namespace, port| Plan { port, namespace, pool: &pool, timeout: TIMEOUT, deadline, tls: None, fence: None };
+    let plan = |namespace, port| Plan {
+        port,
+        namespace,
+        pool: &pool,
+        timeout: TIMEOUT,
+        deadline,
+        tls: None,
+        fence: None,
+    };
     let silent_targets: Vec<Target> = (0..40)
         .map(|i| Target {
             pod: format!("silent-{i}"),
@@ -570,7 +543,7 @@ async fn the_controller_process_survives_hostile_routers_and_serves_every_other_
         ("a 500 with a 1 MiB description", Script::Status(1 << 20)),
         ("10,000 connections at once", Script::IgnoresCount(honest_mesh_router(10_000))),
         ("983 KB of message annotations", Script::AnnotationBomb(honest_mesh_router(0))),
-        ("an array of 4,294,967,295 nulls", Script::NullArray),
+        ("an array of 4,294,967,295 nulls", Script::NullArray(honest_mesh_router(0), u32::MAX)),
         ("100,000 application properties", Script::PropertiesBomb(honest_mesh_router(0), 100_000)),
     ];
     common::create_interconnect(

@@ -71,9 +71,9 @@ pub enum Script {
     /// one-byte nulls (about 983 KB, within the message bound): a client that decodes the
     /// whole message makes about 75 MB of untyped values of it.
     AnnotationBomb(Arc<Answers>),
-    /// The first answer's body: an array of 4,294,967,295 nulls in 10 bytes (zero-width
-    /// elements: only the count says how many).
-    NullArray,
+    /// Honest answers, each led by a `message-annotations` section holding an array of
+    /// this many nulls in 10 bytes (zero-width elements: only the count says how many).
+    NullArray(Arc<Answers>, u32),
     /// Honest answers whose `application-properties` also hold this many entries.
     PropertiesBomb(Arc<Answers>, usize),
 }
@@ -451,7 +451,7 @@ fn answer(correlation: &Value, status: i32, description: &str, body: &[u8]) -> V
 }
 
 /// [`answer`] whose application properties hold `extra` entries besides the status
-/// (`k<i>` → null).
+/// (`k<i>` → `true`).
 fn answer_with(correlation: &Value, status: i32, description: &str, body: &[u8], extra: usize) -> Vec<u8> {
     let props = Value::List(vec![
         Value::Null,
@@ -461,12 +461,12 @@ fn answer_with(correlation: &Value, status: i32, description: &str, body: &[u8],
         Value::Null,
         correlation.clone(),
     ]);
-    let mut app = OrderedMap::from_iter([
+    let status = [
         (Value::from("statusCode"), Value::Int(status)),
         (Value::from("statusDescription"), Value::from(description)),
-    ]);
-    app.extend((0..extra).map(|i| (Value::from(format!("k{i:x}")), Value::Null)));
-    let app = Value::Map(app);
+    ];
+    let extra = (0..extra).map(|i| (Value::from(format!("k{i:x}")), Value::Bool(true)));
+    let app = Value::Map(OrderedMap::from_iter(status.into_iter().chain(extra)));
     let mut out = section(0x73, &serde_amqp::to_vec(&props).expect("encodes"));
     out.extend(section(0x74, &serde_amqp::to_vec(&app).expect("encodes")));
     out.extend(section(0x77, body));
@@ -619,7 +619,8 @@ async fn run<S: AsyncRead + AsyncWrite + Unpin>(s: S, script: &Script) -> std::i
                         .expect("encodes");
                     answer_with(&req.correlation, 200, "OK", &body, extra)
                 };
-                let honest_answer = |answers: &Answers, count: Option<usize>| honest_answer_with(answers, count, 0);
+                let honest_answer =
+                    |answers: &Answers, count: Option<usize>| honest_answer_with(answers, count, 0);
                 match script {
                     Script::Honest(answers) => {
                         io.deliver(replies, id, &honest_answer(answers, req.count)).await?
@@ -668,9 +669,13 @@ async fn run<S: AsyncRead + AsyncWrite + Unpin>(s: S, script: &Script) -> std::i
                         payload.extend(honest_answer(answers, req.count));
                         io.deliver(replies, id, &payload).await?;
                     }
-                    Script::NullArray => {
-                        let body = null_array(u32::MAX);
-                        io.deliver(replies, id, &answer(&req.correlation, 200, "OK", &body)).await?;
+                    Script::NullArray(answers, count) => {
+                        let key = performative(&fe2o3_amqp::types::primitives::Symbol::from("x-opt-bomb"));
+                        let mut map = list32(&[key, null_array(*count)]);
+                        map[0] = 0xd1;
+                        let mut payload = section(0x72, &map);
+                        payload.extend(honest_answer(answers, req.count));
+                        io.deliver(replies, id, &payload).await?;
                     }
                     Script::PropertiesBomb(answers, extra) => {
                         io.deliver(replies, id, &honest_answer_with(answers, req.count, *extra)).await?

@@ -86,7 +86,7 @@ impl Validator {
         for (kind, path, name) in listeners.chain(connectors).chain(profiles) {
             let Some(name) = name.filter(|n| !n.is_empty()) else { continue };
             if name.starts_with(msg::RESERVED_NAME_PREFIX) {
-                self.push(path.clone(), ErrorType::Invalid, Some(name.into()), msg::RESERVED_NAME);
+                self.push(path, ErrorType::Invalid, Some(name.into()), msg::RESERVED_NAME);
                 continue;
             }
             match first.get(name) {

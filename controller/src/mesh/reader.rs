@@ -148,7 +148,11 @@ where
     S: AsyncRead + AsyncWrite + std::fmt::Debug + Send + Unpin + 'static,
 {
     let verdict = Verdict::default();
-    let result = exchange(Guarded::new(stream, deadline, verdict.clone()), reader, writes).await;
+    let result = tokio::select! {
+        result = exchange(Guarded::new(stream, deadline, verdict.clone()), reader, writes) => result,
+        // A refusal ends the read at once, whether or not the client notices it.
+        why = verdict.wait() => Err(ReadError::Refused(why)),
+    };
     match (result, verdict.refused()) {
         (Err(ReadError::Fenced), _) => Err(ReadError::Fenced),
         (Err(_), _) if Instant::now() >= deadline => Err(ReadError::Timeout(timeout)),

@@ -110,6 +110,14 @@ pub enum Malformed {
     /// other than one `amqp-value`.
     #[error("{0}")]
     Section(&'static str),
+    /// A section other than the body with more items than it accepts.
+    #[error("{section} with more than {max} items")]
+    SectionTooManyItems {
+        /// The section's name (`message-annotations`, …).
+        section: &'static str,
+        /// The most accepted.
+        max: usize,
+    },
     /// A section the reader does not use, larger than it accepts.
     #[error("{section} of {bytes} bytes (at most {max})")]
     SectionTooLarge {
@@ -227,7 +235,13 @@ fn array_end(buf: &[u8], element: u8, count: usize, pos: usize, end: usize) -> R
 }
 
 /// [`value_end`] with an item budget shared by several values: `left` of `budget`.
-fn walk(buf: &[u8], start: usize, max_depth: usize, left: &mut usize, budget: usize) -> Result<usize, Malformed> {
+fn walk(
+    buf: &[u8],
+    start: usize,
+    max_depth: usize,
+    left: &mut usize,
+    budget: usize,
+) -> Result<usize, Malformed> {
     struct Open {
         end: usize,
         left: usize,
@@ -386,7 +400,11 @@ pub fn check_message(payload: &[u8]) -> Result<(), Malformed> {
             walk(payload, pos, MAX_DEPTH, &mut left, MAX_ITEMS)?
         } else {
             let mut section_left = MAX_SECTION_ITEMS;
-            let end = walk(payload, pos, MAX_DEPTH, &mut section_left, MAX_SECTION_ITEMS)?;
+            let end =
+                walk(payload, pos, MAX_DEPTH, &mut section_left, MAX_SECTION_ITEMS).map_err(|e| match e {
+                    Malformed::TooManyItems(max) => Malformed::SectionTooManyItems { section: name, max },
+                    other => other,
+                })?;
             spend(&mut left, MAX_SECTION_ITEMS - section_left, MAX_ITEMS)?;
             end
         };
@@ -415,19 +433,39 @@ pub fn check_values(bytes: &[u8]) -> Result<(), Malformed> {
     Ok(())
 }
 
-/// What a [`Guarded`] stream refused, if anything: shared with whoever reads through it.
+/// What a [`Guarded`] stream refused, if anything: shared with whoever reads through it,
+/// who can also wait for a refusal ([`Verdict::wait`]) rather than for the client to notice.
 #[derive(Debug, Clone, Default)]
-pub struct Verdict(Arc<Mutex<Option<String>>>);
+pub struct Verdict(Arc<Refusal>);
+
+#[derive(Debug, Default)]
+struct Refusal {
+    why: Mutex<Option<String>>,
+    said: tokio::sync::Notify,
+}
 
 impl Verdict {
     /// Why the stream was refused, if it was.
     pub fn refused(&self) -> Option<String> {
-        self.0.lock().unwrap_or_else(|e| e.into_inner()).clone()
+        self.0.why.lock().unwrap_or_else(|e| e.into_inner()).clone()
+    }
+
+    /// Why the stream was refused, once it is: the AMQP client may not end its exchange on
+    /// its own when its stream fails (fe2o3-amqp leaves a link waiting), so a reader races
+    /// it against this.
+    pub async fn wait(&self) -> String {
+        loop {
+            let said = self.0.said.notified();
+            if let Some(why) = self.refused() {
+                return why;
+            }
+            said.await;
+        }
     }
 
     fn refuse(&self, why: String) -> io::Error {
-        let mut slot = self.0.lock().unwrap_or_else(|e| e.into_inner());
-        slot.get_or_insert(why.clone());
+        self.0.why.lock().unwrap_or_else(|e| e.into_inner()).get_or_insert(why.clone());
+        self.0.said.notify_waiters();
         io::Error::new(io::ErrorKind::InvalidData, why)
     }
 }
@@ -730,7 +768,14 @@ mod tests {
     /// An answer's sections as qdrouterd sends them: properties, application properties
     /// (`statusCode`, `statusDescription`), an amqp-value body.
     fn honest_answer() -> Vec<u8> {
-        let props = Value::List(vec![Value::Null, Value::Null, Value::Null, Value::Null, Value::Null, Value::from("q1")]);
+        let props = Value::List(vec![
+            Value::Null,
+            Value::Null,
+            Value::Null,
+            Value::Null,
+            Value::Null,
+            Value::from("q1"),
+        ]);
         let app = Value::Map(OrderedMap::from_iter([
             (Value::from("statusCode"), Value::Int(200)),
             (Value::from("statusDescription"), Value::from("OK")),
@@ -755,7 +800,10 @@ mod tests {
         with.extend(section(0x78, &serde_amqp::to_vec(&annotations).unwrap()));
         assert_eq!(check_message(&with), Ok(()));
         // No body at all (a DELETE's answer may have none).
-        assert_eq!(check_message(&section(0x74, &serde_amqp::to_vec(&Value::Map(OrderedMap::new())).unwrap())), Ok(()));
+        assert_eq!(
+            check_message(&section(0x74, &serde_amqp::to_vec(&Value::Map(OrderedMap::new())).unwrap())),
+            Ok(())
+        );
     }
 
     #[test]
@@ -765,20 +813,36 @@ mod tests {
         assert!(bomb.len() < MAX_MESSAGE_SIZE);
         let mut m = bomb.clone();
         m.extend(honest_answer());
+        let refused =
+            Malformed::SectionTooManyItems { section: "message-annotations", max: MAX_SECTION_ITEMS };
+        assert_eq!(check_message(&m), Err(refused.clone()));
+        assert_eq!(refused.to_string(), "message-annotations with more than 64 items");
+        // Within the byte bound, but more items than a section may hold.
+        let mut m = qdr_tests::amqp_peer::annotation_bomb(1, 1000);
+        m.extend(honest_answer());
+        assert_eq!(check_message(&m), Err(refused));
+        // Few items, but more bytes than the reader takes of a section it does not use.
+        let long =
+            Value::Map(OrderedMap::from_iter([(Value::from("x-opt-a"), Value::from("b".repeat(5000)))]));
+        let mut m = section(0x72, &serde_amqp::to_vec(&long).unwrap());
+        m.extend(honest_answer());
         assert!(matches!(
             check_message(&m),
-            Err(Malformed::SectionTooLarge { section: "message-annotations", .. })
+            Err(Malformed::SectionTooLarge {
+                section: "message-annotations",
+                max: MAX_ANNOTATIONS_BYTES,
+                ..
+            })
         ));
-        // Within the byte bound, but more items than a section may hold.
-        let small = qdr_tests::amqp_peer::annotation_bomb(1, 1000);
-        let mut m = small;
-        m.extend(honest_answer());
-        assert_eq!(check_message(&m), Err(Malformed::TooManyItems(MAX_SECTION_ITEMS)));
-        // The same list as a delivery annotation, or a footer.
-        for code in [0x71, 0x78] {
+        // The same as a delivery annotation, or a footer.
+        for (code, name) in [(0x71, "delivery-annotations"), (0x78, "footer")] {
             let mut b = bomb.clone();
             b[2] = code;
-            assert!(matches!(check_message(&b), Err(Malformed::SectionTooLarge { .. })), "{code:x}");
+            assert_eq!(
+                check_message(&b),
+                Err(Malformed::SectionTooManyItems { section: name, max: MAX_SECTION_ITEMS }),
+                "{code:x}"
+            );
         }
     }
 
@@ -797,7 +861,7 @@ mod tests {
         let many = Value::Map((0..40).map(|i| (Value::from(format!("k{i}")), Value::Null)).collect());
         assert_eq!(
             check_message(&section(0x74, &serde_amqp::to_vec(&many).unwrap())),
-            Err(Malformed::TooManyItems(MAX_SECTION_ITEMS))
+            Err(Malformed::SectionTooManyItems { section: "application-properties", max: MAX_SECTION_ITEMS })
         );
         // A performative of 2,000 items.
         let big = qdr_tests::amqp_peer::list32(&vec![vec![0x40]; 2_000]);
@@ -815,8 +879,10 @@ mod tests {
         let ints = serde_amqp::to_vec(&Value::Array(vec![Value::Int(7); 10].into())).unwrap();
         assert_eq!(value_end(&ints, 0, MAX_DEPTH), Ok(ints.len()));
         let mut lying = ints.clone();
-        let count_at = if lying[0] == 0xe0 { 2 } else { 5 };
-        lying[count_at + usize::from(lying[0] == 0xf0) * 3] = 100;
+        // The count's last byte: after the code and size (1 byte each in an array8, 4 in
+        // an array32).
+        let count_last = if lying[0] == 0xe0 { 2 } else { 8 };
+        lying[count_last] = 100;
         assert_eq!(value_end(&lying, 0, MAX_DEPTH), Err(Malformed::SizeMismatch));
         // Strings are walked one by one.
         let strings = serde_amqp::to_vec(&Value::Array(vec![Value::from("ab"); 5].into())).unwrap();
@@ -837,7 +903,13 @@ mod tests {
         let not_described = vec![0x40];
         let mut reversed = section(0x77, &[0x40]);
         reversed.extend(section(0x73, &serde_amqp::to_vec(&Value::List(vec![])).unwrap()));
-        for (what, m) in [("twice", &twice), ("data", &data), ("unknown", &unknown), ("bare", &not_described), ("reversed", &reversed)] {
+        for (what, m) in [
+            ("twice", &twice),
+            ("data", &data),
+            ("unknown", &unknown),
+            ("bare", &not_described),
+            ("reversed", &reversed),
+        ] {
             assert!(matches!(check_message(m), Err(Malformed::Section(_))), "{what}: {:?}", check_message(m));
         }
         // Symbol descriptors name the same sections.
