@@ -79,7 +79,8 @@ impl ValidatedInterconnect {
     /// Returns the Interconnect and `Ok`, or, leaving the spec as it was, `Err` with why the
     /// routers cannot be given the management listener:
     /// a listener (or `livenessPort`) of the spec already uses
-    /// [`qdr_api::router_config::MANAGEMENT_PORT`], or an sslProfile or connector has the profile's name.
+    /// [`qdr_api::router_config::MANAGEMENT_PORT`]. (The profile's and the listener's names
+    /// cannot be taken: validation refuses every `qdr-operator-` name, CEL `reserved-names`.)
     pub fn with_management(mut self) -> (ValidatedInterconnect, Result<(), String>) {
         use qdr_api::router_config::{MANAGEMENT_PORT, MANAGEMENT_PROFILE};
         let spec = &mut self.ic.spec;
@@ -89,14 +90,6 @@ impl ValidatedInterconnect {
             let why = format!(
                 "port {MANAGEMENT_PORT} is the operator's management port and a listener of the spec uses it"
             );
-            return (self, Err(why));
-        }
-        // qdrouterd wants entity names unique across every type.
-        if spec.ssl_profiles.iter().flatten().any(|p| p.name == MANAGEMENT_PROFILE)
-            || spec.every_connector().any(|(_, _, c)| c.name.as_deref() == Some(MANAGEMENT_PROFILE))
-        {
-            let why =
-                format!("the name {MANAGEMENT_PROFILE} is the operator's sslProfile's and the spec uses it");
             return (self, Err(why));
         }
         let name = &self.name;
@@ -319,9 +312,15 @@ mod tests {
         let why = why.unwrap_err();
         assert!(!v.management() && why.contains("55670"), "{why}");
         assert!(v.spec().ssl_profiles.iter().flatten().all(|p| p.name != MANAGEMENT_PROFILE));
-        let named = ic(serde_json::json!({"sslProfiles": [{"name": MANAGEMENT_PROFILE}],
-            "listeners": [{"port": 5671, "sslProfile": MANAGEMENT_PROFILE}]}));
-        let why = named.with_management().1.unwrap_err();
-        assert!(why.contains(MANAGEMENT_PROFILE), "{why}");
+        // The profile's name is refused by validation (reserved-names): never reconciled.
+        let named: Interconnect = serde_json::from_value(serde_json::json!({
+            "metadata": {"name": "mesh", "namespace": "ns", "uid": "u-1"},
+            "spec": {"sslProfiles": [{"name": MANAGEMENT_PROFILE}],
+                     "listeners": [{"port": 5671, "sslProfile": MANAGEMENT_PROFILE}]}}))
+        .unwrap();
+        let Err(ValidationError::Invalid(errors)) = ValidatedInterconnect::new(&named) else {
+            panic!("a spec with the operator's profile name is valid")
+        };
+        assert!(errors.iter().any(|e| e.field == "spec.sslProfiles[0].name"), "{errors:?}");
     }
 }
