@@ -247,7 +247,7 @@ fn performative(p: &impl serde::Serialize) -> Vec<u8> {
 }
 
 /// A described section (`0x00 0x53 code`) holding `value`'s bytes.
-fn section(code: u8, value: &[u8]) -> Vec<u8> {
+pub fn section(code: u8, value: &[u8]) -> Vec<u8> {
     let mut s = vec![0x00, 0x53, code];
     s.extend_from_slice(value);
     s
@@ -446,7 +446,7 @@ fn request(payload: &[u8]) -> Option<Request> {
 
 /// The sections of an answer: properties (the correlation id), application properties
 /// (`statusCode`, `statusDescription`) and an amqp-value `body`.
-fn answer(correlation: &Value, status: i32, description: &str, body: &[u8]) -> Vec<u8> {
+pub fn answer(correlation: &Value, status: i32, description: &str, body: &[u8]) -> Vec<u8> {
     answer_with(correlation, status, description, body, 0)
 }
 

@@ -758,36 +758,17 @@ mod tests {
         assert_eq!(value_end(&[0x00, 0x53, 0x10, 0x00, 0x53], 0, 4), Err(Malformed::BadDescriptor));
     }
 
-    /// `code`'s section (`0x00 0x53 code`) holding `value`.
-    fn section(code: u8, value: &[u8]) -> Vec<u8> {
-        let mut s = vec![0x00, 0x53, code];
-        s.extend_from_slice(value);
-        s
-    }
+    use qdr_tests::amqp_peer::section;
 
-    /// An answer's sections as qdrouterd sends them: properties, application properties
-    /// (`statusCode`, `statusDescription`), an amqp-value body.
+    /// An answer's sections as the test peer sends them, as qdrouterd does: properties,
+    /// application properties (`statusCode`, `statusDescription`), an amqp-value body of 256
+    /// rows.
     fn honest_answer() -> Vec<u8> {
-        let props = Value::List(vec![
-            Value::Null,
-            Value::Null,
-            Value::Null,
-            Value::Null,
-            Value::Null,
-            Value::from("q1"),
-        ]);
-        let app = Value::Map(OrderedMap::from_iter([
-            (Value::from("statusCode"), Value::Int(200)),
-            (Value::from("statusDescription"), Value::from("OK")),
-        ]));
         let body = Value::Map(OrderedMap::from_iter([
             (Value::from("attributeNames"), Value::List(vec![Value::from("id")])),
             (Value::from("results"), Value::List(vec![Value::List(vec![Value::from("r")]); 256])),
         ]));
-        let mut m = section(0x73, &serde_amqp::to_vec(&props).unwrap());
-        m.extend(section(0x74, &serde_amqp::to_vec(&app).unwrap()));
-        m.extend(section(0x77, &serde_amqp::to_vec(&body).unwrap()));
-        m
+        qdr_tests::amqp_peer::answer(&Value::from("q1"), 200, "OK", &serde_amqp::to_vec(&body).unwrap())
     }
 
     #[test]
