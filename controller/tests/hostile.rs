@@ -189,28 +189,32 @@ async fn every_hostile_answer_ends_as_a_short_reason_within_the_timeout() {
     }
 }
 
+/// The live entities the routers of `spec` (defaulted) hold, as the controller gives them to
+/// a visit (`reconcile/read.rs`), with a made-up configuration hash.
+fn live_entities(spec: serde_json::Value) -> qdr_controller::mesh::reader::Live {
+    use qdr_controller::mesh::live;
+    let mut spec: qdr_api::InterconnectSpec = serde_json::from_value(spec).unwrap();
+    qdr_api::apply_defaults("live", &mut spec);
+    let config = qdr_api::router_config::router_config(&spec).with_management_listener();
+    qdr_controller::mesh::reader::Live {
+        desired: Arc::new(live::desired(&config)),
+        keep: Arc::new(live::start_up_names(&config)),
+        hash: "1".repeat(64),
+    }
+}
+
 /// The live entities of a spec written into an honest router: created once, read back as
 /// held, and nothing written at the next visit.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_honest_router_takes_the_live_entities_and_holds_them_at_the_next_visit() {
-    use qdr_controller::mesh::live;
-    use qdr_controller::mesh::reader::Live;
-    let mut spec: qdr_api::InterconnectSpec = serde_json::from_value(serde_json::json!({
+    let want = live_entities(serde_json::json!({
         "deploymentPlan": {"role": "interior"},
         "listeners": [{"port": 5672}, {"name": "extra", "port": 5673}],
         "addresses": [{"prefix": "a", "distribution": "multicast"}, {"prefix": "b"}],
         "connectors": [{"name": "broker", "host": "broker", "port": 5672, "routeContainer": true, "cost": 2}],
         "linkRoutes": [{"prefix": "queue", "direction": "in", "connection": "broker"}],
         "autoLinks": [{"address": "jobs", "direction": "out", "connection": "broker"}],
-    }))
-    .unwrap();
-    qdr_api::apply_defaults("live", &mut spec);
-    let config = qdr_api::router_config::router_config(&spec).with_management_listener();
-    let want = Live {
-        desired: Arc::new(live::desired(&config)),
-        keep: Arc::new(live::start_up_names(&config)),
-        hash: "1".repeat(64),
-    };
+    }));
     let answers = Arc::new(amqp_peer::honest("router-live", "interior", &[], 0));
     let visit = || async {
         let (addr, task) = peer(Script::Honest(answers.clone())).await;
@@ -234,21 +238,11 @@ async fn an_honest_router_takes_the_live_entities_and_holds_them_at_the_next_vis
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_visit_outside_the_leadership_term_writes_nothing_to_the_router() {
     use qdr_controller::fence::Fence;
-    use qdr_controller::mesh::live;
-    use qdr_controller::mesh::reader::Live;
-    let mut spec: qdr_api::InterconnectSpec = serde_json::from_value(serde_json::json!({
+    let want = live_entities(serde_json::json!({
         "deploymentPlan": {"role": "interior"},
         "addresses": [{"prefix": "a", "distribution": "multicast"}, {"prefix": "b"}],
         "connectors": [{"name": "broker", "host": "broker", "port": 5672, "routeContainer": true}],
-    }))
-    .unwrap();
-    qdr_api::apply_defaults("fenced", &mut spec);
-    let config = qdr_api::router_config::router_config(&spec).with_management_listener();
-    let want = Live {
-        desired: Arc::new(live::desired(&config)),
-        keep: Arc::new(live::start_up_names(&config)),
-        hash: "2".repeat(64),
-    };
+    }));
     let answers = Arc::new(amqp_peer::honest("router-fenced", "interior", &[], 0));
     let (addr, task) = peer(Script::Honest(answers)).await;
     let pool = Pool::new(2, 2);

@@ -81,15 +81,15 @@ pub enum Script {
 /// A `message-annotations` section of `lists` lists of `items` one-byte nulls each, keyed
 /// `x-opt-bomb-<i>`.
 pub fn annotation_bomb(lists: usize, items: usize) -> Vec<u8> {
-    let entries: Vec<Vec<u8>> = (0..lists)
-        .flat_map(|i| {
-            let key = performative(&fe2o3_amqp::types::primitives::Symbol::from(format!("x-opt-bomb-{i}")));
-            [key, list32(&vec![vec![0x40]; items])]
-        })
+    annotations((0..lists).map(|i| (format!("x-opt-bomb-{i}"), list32(&vec![vec![0x40]; items]))))
+}
+
+/// A `message-annotations` section: a map32 of symbol keys to the encoded values given.
+fn annotations(entries: impl Iterator<Item = (String, Vec<u8>)>) -> Vec<u8> {
+    let items: Vec<Vec<u8>> = entries
+        .flat_map(|(k, v)| [performative(&fe2o3_amqp::types::primitives::Symbol::from(k)), v])
         .collect();
-    let mut map = list32(&entries);
-    map[0] = 0xd1;
-    section(0x72, &map)
+    section(0x72, &map32(&items))
 }
 
 /// An array32 of `count` nulls: 10 bytes whatever the count.
@@ -268,6 +268,13 @@ pub fn nested_lists(depth: usize) -> Vec<u8> {
     v
 }
 
+/// `items` (keys and values in turn) as one map32.
+fn map32(items: &[Vec<u8>]) -> Vec<u8> {
+    let mut m = list32(items);
+    m[0] = 0xd1;
+    m
+}
+
 /// `items` as one list32.
 pub fn list32(items: &[Vec<u8>]) -> Vec<u8> {
     let body: Vec<u8> = items.concat();
@@ -280,13 +287,8 @@ pub fn list32(items: &[Vec<u8>]) -> Vec<u8> {
 
 /// A detach of `handle` whose error's info is a map holding `depth` nested lists.
 fn deep_detach(handle: u32, depth: usize) -> Vec<u8> {
-    let mut info = vec![0xd1];
     let key = performative(&fe2o3_amqp::types::primitives::Symbol::from("x"));
-    let value = nested_lists(depth);
-    info.extend_from_slice(&u32::try_from(key.len() + value.len() + 4).expect("small").to_be_bytes());
-    info.extend_from_slice(&2u32.to_be_bytes());
-    info.extend(key);
-    info.extend(value);
+    let info = map32(&[key, nested_lists(depth)]);
     let condition = performative(&fe2o3_amqp::types::primitives::Symbol::from("amqp:internal-error"));
     let mut error = vec![0x00, 0x53, 0x1d];
     error.extend(list32(&[condition, vec![0x40], info]));
@@ -670,10 +672,8 @@ async fn run<S: AsyncRead + AsyncWrite + Unpin>(s: S, script: &Script) -> std::i
                         io.deliver(replies, id, &payload).await?;
                     }
                     Script::NullArray(answers, count) => {
-                        let key = performative(&fe2o3_amqp::types::primitives::Symbol::from("x-opt-bomb"));
-                        let mut map = list32(&[key, null_array(*count)]);
-                        map[0] = 0xd1;
-                        let mut payload = section(0x72, &map);
+                        let mut payload =
+                            annotations([("x-opt-bomb".into(), null_array(*count))].into_iter());
                         payload.extend(honest_answer(answers, req.count));
                         io.deliver(replies, id, &payload).await?;
                     }

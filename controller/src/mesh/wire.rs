@@ -201,14 +201,29 @@ fn constructor(buf: &[u8], pos: usize, end: usize) -> Result<(u8, usize), Malfor
 /// # Errors
 /// [`Malformed`]: what is wrong first.
 pub fn value_end(buf: &[u8], start: usize, max_depth: usize) -> Result<usize, Malformed> {
-    let mut items = MAX_ITEMS;
-    walk(buf, start, max_depth, &mut items, MAX_ITEMS)
+    walk(buf, start, max_depth, &mut Items::of(MAX_ITEMS))
 }
 
-/// Takes `n` items from the budget `left` (of `budget` in all).
-fn spend(left: &mut usize, n: usize, budget: usize) -> Result<(), Malformed> {
-    *left = left.checked_sub(n).ok_or(Malformed::TooManyItems(budget))?;
-    Ok(())
+/// An item budget: `left` of `max`, shared by the values walked against it.
+struct Items {
+    left: usize,
+    max: usize,
+}
+
+impl Items {
+    fn of(max: usize) -> Items {
+        Items { left: max, max }
+    }
+
+    /// Takes `n` items ([`Malformed::TooManyItems`] beyond the budget).
+    fn spend(&mut self, n: usize) -> Result<(), Malformed> {
+        self.left = self.left.checked_sub(n).ok_or(Malformed::TooManyItems(self.max))?;
+        Ok(())
+    }
+
+    fn spent(&self) -> usize {
+        self.max - self.left
+    }
 }
 
 /// The end of the elements of an array whose element constructor is `element` (a scalar's,
@@ -234,14 +249,8 @@ fn array_end(buf: &[u8], element: u8, count: usize, pos: usize, end: usize) -> R
     Ok(end)
 }
 
-/// [`value_end`] with an item budget shared by several values: `left` of `budget`.
-fn walk(
-    buf: &[u8],
-    start: usize,
-    max_depth: usize,
-    left: &mut usize,
-    budget: usize,
-) -> Result<usize, Malformed> {
+/// [`value_end`] against an item budget shared by several values.
+fn walk(buf: &[u8], start: usize, max_depth: usize, items: &mut Items) -> Result<usize, Malformed> {
     struct Open {
         end: usize,
         left: usize,
@@ -284,7 +293,7 @@ fn walk(
         }
         let count = uint(take(buf, at + width, width, content_end)?);
         let items_at = at + 2 * width;
-        spend(left, count, budget)?;
+        items.spend(count)?;
         if matches!(code, 0xe0 | 0xf0) {
             // An array: one element constructor, then the elements without theirs.
             if count == 0 {
@@ -323,54 +332,64 @@ fn walk(
 /// # Errors
 /// [`Malformed`]: what is wrong first.
 pub fn performative_end(body: &[u8]) -> Result<usize, Malformed> {
-    let mut items = MAX_PERFORMATIVE_ITEMS;
-    walk(body, 0, MAX_DEPTH, &mut items, MAX_PERFORMATIVE_ITEMS)
+    walk(body, 0, MAX_DEPTH, &mut Items::of(MAX_PERFORMATIVE_ITEMS))
 }
 
-/// A message section, by its descriptor: its place in AMQP's order and name.
-fn section_of(buf: &[u8], pos: usize) -> Result<(u8, &'static str), Malformed> {
-    const NAMES: [&str; 9] = [
-        "header",
-        "delivery-annotations",
-        "message-annotations",
-        "properties",
-        "application-properties",
-        "data",
-        "amqp-sequence",
-        "amqp-value",
-        "footer",
-    ];
-    const SYMBOLS: [&[u8]; 9] = [
-        b"amqp:header:list",
-        b"amqp:delivery-annotations:map",
-        b"amqp:message-annotations:map",
-        b"amqp:properties:list",
-        b"amqp:application-properties:map",
-        b"amqp:data:binary",
-        b"amqp:amqp-sequence:list",
-        b"amqp:amqp-value:*",
-        b"amqp:footer:map",
-    ];
-    let not_a_section = Malformed::Section("a message section AMQP 1.0 does not define");
+/// The descriptor of the described value at `buf[pos..]`: its numeric code, or, for a
+/// symbolic one, `first + i` when it is `symbols[i]`; `None` for a value that is not
+/// described, or a name not among them.
+fn descriptor_code(buf: &[u8], pos: usize, symbols: &[&[u8]], first: u64) -> Option<u64> {
     if buf.get(pos) != Some(&0x00) {
-        return Err(not_a_section);
+        return None;
     }
-    let code = match buf.get(pos + 1) {
-        Some(0x53) => buf.get(pos + 2).map(|c| u64::from(*c)),
-        Some(0x80) => buf.get(pos + 2..pos + 10).map(|b| b.iter().fold(0, |n, x| (n << 8) | u64::from(*x))),
-        Some(0xa3) => {
-            let len = usize::from(*buf.get(pos + 2).ok_or(Malformed::Truncated)?);
-            let name = buf.get(pos + 3..pos + 3 + len).ok_or(Malformed::Truncated)?;
-            SYMBOLS.iter().position(|s| *s == name).map(|i| 0x70 + i as u64)
+    match buf.get(pos + 1)? {
+        0x53 => buf.get(pos + 2).map(|c| u64::from(*c)),
+        0x80 => buf.get(pos + 2..pos + 10).map(|b| b.iter().fold(0, |n, x| (n << 8) | u64::from(*x))),
+        0xa3 => {
+            let name = buf.get(pos + 3..pos + 3 + usize::from(*buf.get(pos + 2)?))?;
+            symbols.iter().position(|s| *s == name).map(|i| first + i as u64)
         }
         _ => None,
-    };
-    match code {
-        Some(c @ 0x70..=0x78) => {
-            let i = (c - 0x70) as usize;
-            Ok((i as u8, NAMES[i]))
-        }
-        _ => Err(not_a_section),
+    }
+}
+
+/// The message sections of AMQP 1.0 in their order, descriptor codes 0x70 to 0x78.
+const SECTIONS: [&str; 9] = [
+    "header",
+    "delivery-annotations",
+    "message-annotations",
+    "properties",
+    "application-properties",
+    "data",
+    "amqp-sequence",
+    "amqp-value",
+    "footer",
+];
+/// Their symbolic descriptors, in the same order.
+const SECTION_SYMBOLS: [&[u8]; 9] = [
+    b"amqp:header:list",
+    b"amqp:delivery-annotations:map",
+    b"amqp:message-annotations:map",
+    b"amqp:properties:list",
+    b"amqp:application-properties:map",
+    b"amqp:data:binary",
+    b"amqp:amqp-sequence:list",
+    b"amqp:amqp-value:*",
+    b"amqp:footer:map",
+];
+/// Places in [`SECTIONS`] of the sections [`check_message`] treats apart.
+const DELIVERY_ANNOTATIONS: usize = 1;
+const MESSAGE_ANNOTATIONS: usize = 2;
+const DATA: usize = 5;
+const AMQP_SEQUENCE: usize = 6;
+const AMQP_VALUE: usize = 7;
+const FOOTER: usize = 8;
+
+/// A message section, by its descriptor: its place in [`SECTIONS`].
+fn section_of(buf: &[u8], pos: usize) -> Result<usize, Malformed> {
+    match descriptor_code(buf, pos, &SECTION_SYMBOLS, 0x70) {
+        Some(c @ 0x70..=0x78) => Ok((c - 0x70) as usize),
+        _ => Err(Malformed::Section("a message section AMQP 1.0 does not define")),
     }
 }
 
@@ -385,30 +404,32 @@ fn section_of(buf: &[u8], pos: usize) -> Result<(u8, &'static str), Malformed> {
 /// [`Malformed`] of the first section that is not.
 pub fn check_message(payload: &[u8]) -> Result<(), Malformed> {
     let mut pos = 0;
-    let mut left = MAX_ITEMS;
-    let mut next = 0u8;
+    let mut items = Items::of(MAX_ITEMS);
+    let mut next = 0;
     while pos < payload.len() {
-        let (place, name) = section_of(payload, pos)?;
+        let place = section_of(payload, pos)?;
+        let name = SECTIONS[place];
         if place < next {
             return Err(Malformed::Section("message sections out of AMQP's order, or one twice"));
         }
-        if matches!(place, 5 | 6) {
+        if matches!(place, DATA | AMQP_SEQUENCE) {
             return Err(Malformed::Section("a message body that is not an amqp-value"));
         }
         next = place + 1;
-        let end = if place == 7 {
-            walk(payload, pos, MAX_DEPTH, &mut left, MAX_ITEMS)?
+        let end = if place == AMQP_VALUE {
+            walk(payload, pos, MAX_DEPTH, &mut items)?
         } else {
-            let mut section_left = MAX_SECTION_ITEMS;
-            let end =
-                walk(payload, pos, MAX_DEPTH, &mut section_left, MAX_SECTION_ITEMS).map_err(|e| match e {
-                    Malformed::TooManyItems(max) => Malformed::SectionTooManyItems { section: name, max },
-                    other => other,
-                })?;
-            spend(&mut left, MAX_SECTION_ITEMS - section_left, MAX_ITEMS)?;
+            let mut section = Items::of(MAX_SECTION_ITEMS);
+            let end = walk(payload, pos, MAX_DEPTH, &mut section).map_err(|e| match e {
+                Malformed::TooManyItems(max) => Malformed::SectionTooManyItems { section: name, max },
+                other => other,
+            })?;
+            items.spend(section.spent())?;
             end
         };
-        if matches!(place, 1 | 2 | 8) && end - pos > MAX_ANNOTATIONS_BYTES {
+        if matches!(place, DELIVERY_ANNOTATIONS | MESSAGE_ANNOTATIONS | FOOTER)
+            && end - pos > MAX_ANNOTATIONS_BYTES
+        {
             return Err(Malformed::SectionTooLarge {
                 section: name,
                 bytes: end - pos,
@@ -416,19 +437,6 @@ pub fn check_message(payload: &[u8]) -> Result<(), Malformed> {
             });
         }
         pos = end;
-    }
-    Ok(())
-}
-
-/// Checks that `bytes` is a sequence of whole values (a message's sections), each within
-/// [`MAX_DEPTH`].
-///
-/// # Errors
-/// [`Malformed`] of the first value that is not.
-pub fn check_values(bytes: &[u8]) -> Result<(), Malformed> {
-    let mut pos = 0;
-    while pos < bytes.len() {
-        pos = value_end(bytes, pos, MAX_DEPTH)?;
     }
     Ok(())
 }
@@ -473,15 +481,7 @@ impl Verdict {
 /// The performative of an AMQP frame body: whether it is a `transfer` and, for one, its
 /// `more` and `aborted` flags.
 fn transfer_flags(body: &[u8], performative_end: usize) -> Result<Option<(bool, bool)>, String> {
-    let code = match body.get(1) {
-        Some(0x53) => body.get(2).map(|c| u64::from(*c)),
-        Some(0x80) => body.get(2..10).map(|b| b.iter().fold(0, |n, x| (n << 8) | u64::from(*x))),
-        Some(0xa3) => {
-            body.get(3..3 + uint(&body[2..3])).map(|s| u64::from(s == b"amqp:transfer:list") * TRANSFER)
-        }
-        _ => None,
-    };
-    if code != Some(TRANSFER) {
+    if descriptor_code(body, 0, &[b"amqp:transfer:list"], TRANSFER) != Some(TRANSFER) {
         return Ok(None);
     }
     let t: fe2o3_amqp::types::performatives::Transfer =
@@ -910,7 +910,6 @@ mod tests {
             if let Ok(end) = value_end(&bytes, 0, MAX_DEPTH) {
                 prop_assert!(end <= bytes.len());
             }
-            let _ = check_values(&bytes);
             let _ = check_message(&bytes);
         }
 
