@@ -9,6 +9,29 @@ use serde_json::{Value, json};
 
 use crate::{cluster, condition_of, controllers, get_ic, mesh_settled, shown};
 
+/// Every version of Interconnect `name` from now on, as JSON, in the order the API server
+/// stored them (a watch, listed first: it returns once the current version is in).
+async fn watch_statuses(
+    ns: &qdr_tests::TestNamespace,
+    name: &str,
+) -> std::sync::Arc<std::sync::Mutex<Vec<Value>>> {
+    use futures::StreamExt;
+    use kube::runtime::{WatchStreamExt, watcher};
+    let api: kube::Api<qdr_api::Interconnect> = kube::Api::namespaced(ns.client.clone(), &ns.name);
+    let seen = std::sync::Arc::new(std::sync::Mutex::new(Vec::new()));
+    let config = watcher::Config::default().fields(&format!("metadata.name={name}"));
+    let mut stream = watcher(api, config).applied_objects().boxed();
+    let first = stream.next().await.expect("a watch").expect("the Interconnect listed");
+    seen.lock().unwrap().push(serde_json::to_value(first).unwrap());
+    let kept = seen.clone();
+    tokio::spawn(async move {
+        while let Some(Ok(ic)) = stream.next().await {
+            kept.lock().unwrap().push(serde_json::to_value(ic).unwrap());
+        }
+    });
+    seen
+}
+
 /// The controller reads every router over its own management listener (mutual TLS) and
 /// reports the mesh they see: connected with every link listed; a router deleted is named
 /// until its replacement joins; a configuration change is `ConfigApplied=False` until every
@@ -133,14 +156,21 @@ async fn the_status_reports_the_mesh_the_routers_see() {
     let ready = routers::wait_ready(cp, &ns.name, "seen", &controllers());
     say!("connected again, {:.1?} after the deletion ({ready:.1?} in the last wait)", deleted.elapsed());
 
-    // A configuration change: not applied until every router runs it.
+    // A configuration change: not applied until every router runs it. An address is written
+    // into the running routers in about 0.1 s, so the status that shows the new hash first
+    // may be replaced before a poll sees it: every status written is watched instead.
     let before = ic["status"]["configHash"].as_str().unwrap().to_string();
+    let statuses = watch_statuses(&ns, "seen").await;
     apply(cp, &ns.name, &routers::interconnect("seen", spec("nearest")));
     let rolling =
         qdr_tests::eventually("the new configuration's first status", Duration::from_secs(60), || async {
-            let ic = get_ic(cp, &ns.name, "seen");
-            let hash = ic["status"]["configHash"].as_str().unwrap_or_default().to_string();
-            (hash != before && !hash.is_empty()).then(|| condition_of(&ic, "ConfigApplied"))
+            let seen = statuses.lock().unwrap();
+            seen.iter()
+                .find(|ic| {
+                    let hash = ic["status"]["configHash"].as_str().unwrap_or_default();
+                    hash != before && !hash.is_empty()
+                })
+                .map(|ic| condition_of(ic, "ConfigApplied"))
         })
         .await;
     assert_eq!(rolling.0, "False", "{rolling:?}");
