@@ -608,6 +608,30 @@ async fn the_controller_process_survives_hostile_routers_and_serves_every_other_
         )
         .await,
     );
+    // A look-alike ReplicaSet named like the Deployment's (`good-<alphanumerics>`), with the
+    // router labels, controlled by something else: kube-controller-manager makes its pod,
+    // which answers as an honest router would.
+    let decoy: k8s_openapi::api::core::v1::ConfigMap =
+        serde_json::from_value(json!({"metadata": {"name": "decoy"}})).unwrap();
+    let decoy = good.api().create(&Default::default(), &decoy).await.unwrap();
+    let labels = json!({"application": "good", "interconnect_cr": "good"});
+    let forged: k8s_openapi::api::apps::v1::ReplicaSet = serde_json::from_value(json!({
+        "metadata": {"name": "good-forged", "labels": labels,
+                     "ownerReferences": [{"apiVersion": "v1", "kind": "ConfigMap", "name": "decoy",
+                                          "uid": decoy.metadata.uid, "controller": true}]},
+        "spec": {"replicas": 1, "selector": {"matchLabels": {"forged": "yes"}},
+                 "template": {"metadata": {"labels": {"application": "good", "interconnect_cr": "good", "forged": "yes"}},
+                              "spec": {"containers": [{"name": "sleep", "image": "busybox"}]}}}}))
+    .unwrap();
+    good.api().create(&Default::default(), &forged).await.unwrap();
+    let forged_pod = common::eventually("the forged ReplicaSet's pod", Duration::from_secs(60), || async {
+        let list = pods.list(&ListParams::default().labels("forged=yes")).await.ok()?;
+        list.items.into_iter().next()?.metadata.name
+    })
+    .await;
+    run_pod(&good, &forged_pod, "127.3.0.101").await;
+    let forged_answers = Arc::new(amqp_peer::honest(&forged_pod, "interior", &[], 0));
+    tasks.push(router_at("127.3.0.101", &good_tls, Script::Honest(forged_answers)).await);
     let honest_at = Instant::now();
     for (i, pod) in good_pods.iter().enumerate() {
         let ip = format!("127.3.0.{}", i + 1);
@@ -637,7 +661,7 @@ async fn the_controller_process_survives_hostile_routers_and_serves_every_other_
     assert_eq!(
         listed,
         good_pods.iter().map(String::as_str).collect::<Vec<_>>(),
-        "the look-alike is not listed"
+        "neither the look-alike pod nor the forged ReplicaSet's pod is listed"
     );
 
     // A new Interconnect elsewhere becomes Ready in normal time.

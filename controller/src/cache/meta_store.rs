@@ -13,7 +13,9 @@
 //!   every owner reference, the [`crate::credentials::STEP_AT`] annotation, the type and
 //!   the data;
 //! * [`DeploymentStore`], [`DaemonSetStore`]: a [`StoredWorkload`], the [`Slim`] metadata,
-//!   replicas, the pod template's annotations and the status counts.
+//!   the uid, replicas, the pod template's annotations and the status counts;
+//! * [`ReplicaSetStore`] (router ReplicaSets, metadata only): a [`StoredOwned`], the
+//!   [`Slim`] metadata and the uid.
 //!
 //! Both swap a (re)list in whole when it is done, as kube-runtime's stores do.
 
@@ -24,7 +26,7 @@ use std::sync::{Arc, RwLock};
 
 use k8s_openapi::ByteString;
 use k8s_openapi::api::apps::v1::{
-    DaemonSet, DaemonSetSpec, DaemonSetStatus, Deployment, DeploymentSpec, DeploymentStatus,
+    DaemonSet, DaemonSetSpec, DaemonSetStatus, Deployment, DeploymentSpec, DeploymentStatus, ReplicaSet,
 };
 use k8s_openapi::api::core::v1::{PodTemplateSpec, Secret};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ObjectMeta, OwnerReference, Time};
@@ -338,6 +340,9 @@ impl Entry<Secret> for StoredSecret {
 #[derive(Debug, Clone, PartialEq)]
 pub(crate) struct StoredWorkload<S> {
     meta: Slim,
+    /// Its `uid`: its pods (and a Deployment's ReplicaSets) name it by uid
+    /// ([`crate::reconcile::observe::Workloads`]).
+    uid: Option<Box<str>>,
     replicas: Option<i32>,
     template_annotations: Option<Box<[Pair]>>,
     status: Option<Box<S>>,
@@ -413,6 +418,7 @@ impl<K: Workload + Send + Sync + 'static> Entry<K> for StoredWorkload<K::Status>
         let annotations = template.and_then(|t| t.metadata.as_ref()?.annotations.as_ref());
         StoredWorkload {
             meta: Slim::of(w.meta()),
+            uid: w.meta().uid.as_deref().map(Into::into),
             replicas,
             template_annotations: annotations
                 .map(|a| a.iter().map(|(k, v)| (k.as_str().into(), v.as_str().into())).collect()),
@@ -425,7 +431,7 @@ impl<K: Workload + Send + Sync + 'static> Entry<K> for StoredWorkload<K::Status>
     }
 
     fn meta(&self, key: &Key) -> ObjectMeta {
-        self.meta.meta(key)
+        ObjectMeta { uid: self.uid.as_deref().map(Into::into), ..self.meta.meta(key) }
     }
 
     fn object(&self, key: &Key) -> K {
@@ -437,9 +443,43 @@ impl<K: Workload + Send + Sync + 'static> Entry<K> for StoredWorkload<K::Status>
             metadata: Some(ObjectMeta { annotations, ..ObjectMeta::default() }),
             spec: None,
         };
-        K::build(self.meta.meta(key), self.replicas, template, self.status.as_deref().cloned())
+        K::build(Entry::<K>::meta(self, key), self.replicas, template, self.status.as_deref().cloned())
     }
 }
+
+/// What the ReplicaSet store keeps of one (a metadata watch): its metadata as [`Slim`]
+/// keeps it (with its controller reference: the Deployment that made it, by uid) and its
+/// own `uid`, which its pods name ([`crate::reconcile::observe::Workloads`]).
+#[derive(Debug, Clone, PartialEq)]
+pub(crate) struct StoredOwned {
+    meta: Slim,
+    uid: Option<Box<str>>,
+}
+
+impl<X> Entry<PartialObjectMeta<X>> for StoredOwned {
+    fn of(obj: &PartialObjectMeta<X>) -> Self {
+        StoredOwned { meta: Slim::of(&obj.metadata), uid: obj.metadata.uid.as_deref().map(Into::into) }
+    }
+
+    fn slim(&self) -> &Slim {
+        &self.meta
+    }
+
+    fn meta(&self, key: &Key) -> ObjectMeta {
+        ObjectMeta { uid: self.uid.as_deref().map(Into::into), ..self.meta.meta(key) }
+    }
+
+    fn object(&self, key: &Key) -> PartialObjectMeta<X> {
+        PartialObjectMeta {
+            types: None,
+            metadata: Entry::<PartialObjectMeta<X>>::meta(self, key),
+            _phantom: PhantomData,
+        }
+    }
+}
+
+/// The store of the router ReplicaSets (label `interconnect_cr`, metadata only).
+pub(crate) type ReplicaSetStore = Compact<PartialObjectMeta<ReplicaSet>, StoredOwned>;
 
 /// The store of the Deployments labelled ours.
 pub(crate) type DeploymentStore = Compact<Deployment, StoredWorkload<DeploymentStatus>>;

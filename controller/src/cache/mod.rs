@@ -11,6 +11,7 @@
 //! | Secret | labelled ours | data, type, owner references, the labels lookups select by, the rotation-step annotation ([`meta_store`]; a rewrite reads the rest first) |
 //! | Secret | all, metadata only | name only (user-provided Secrets a spec names: existence, and a wake-up when one appears or is renewed) |
 //! | Pod | label `interconnect_cr` | metadata and status (routers' readiness and scheduling) |
+//! | ReplicaSet | label `interconnect_cr`, metadata only | name, uid, the labels lookups select by, controller owner reference: a pod is a router only through its own workload's uids ([`crate::reconcile::observe::Workloads`]); one appearing or going wakes its Interconnect |
 //! | ServiceAccount, Role, RoleBinding, Service, ConfigMap, Ingress, PodDisruptionBudget | labelled ours, metadata only | name, the labels lookups select by, controller owner reference, `resourceVersion`, `generation`, `deletionTimestamp` ([`meta_store`]) |
 //!
 //! No store keeps `managedFields`; only the Interconnects keep annotations (and the Secrets

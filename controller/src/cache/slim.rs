@@ -39,11 +39,13 @@ pub(crate) fn slim_meta<K: Resource>(o: &mut K) {
     }
 }
 
-/// [`slim_meta`], and the pod template's `spec` of a workload: a pass reads only its
-/// replicas, the template's annotations (config and credentials hashes), generation and
-/// status.
+/// [`slim_meta`] but the `uid` (its pods and ReplicaSets name it by uid), and the pod
+/// template's `spec` of a workload: a pass reads only its uid, replicas, the template's
+/// annotations (config and credentials hashes), generation and status.
 pub(crate) fn slim_workload<K: Resource + PodTemplated>(o: &mut K) {
+    let uid = o.meta_mut().uid.take();
     slim_meta(o);
+    o.meta_mut().uid = uid;
     o.drop_pod_spec();
 }
 

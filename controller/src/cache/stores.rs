@@ -17,7 +17,7 @@ use kube::runtime::reflector::Store;
 use qdr_api::Interconnect;
 
 use super::memo::{AppliedMemo, Drift, Outside, OwnWrites};
-use super::meta_store::{DaemonSetStore, DeploymentStore, MetaStore, SecretStore};
+use super::meta_store::{DaemonSetStore, DeploymentStore, MetaStore, ReplicaSetStore, SecretStore};
 use super::names::SecretNames;
 use super::written::Written;
 
@@ -27,6 +27,9 @@ pub(crate) struct Cache {
     pub(super) daemon_sets: DaemonSetStore,
     /// Router pods (label `interconnect_cr`), with `spec` dropped.
     pub(super) pods: Store<Pod>,
+    /// Router ReplicaSets (label `interconnect_cr`, metadata only): the link from a
+    /// Deployment to its pods, by uid.
+    pub(super) replica_sets: ReplicaSetStore,
     /// Secrets labelled ours (generated ones): metadata, type and data ([`meta_store`]).
     pub(super) secrets: SecretStore,
     pub(super) secret_names: Arc<SecretNames>,
@@ -130,6 +133,7 @@ impl Cache {
         }
         let compact = self.deployments.is_ready()
             && self.daemon_sets.is_ready()
+            && self.replica_sets.is_ready()
             && self.secrets.is_ready()
             && self.service_accounts.is_ready()
             && self.roles.is_ready()
@@ -175,6 +179,12 @@ impl Cache {
     /// DaemonSet `ns/name` labelled ours: the store's copy, or the one just written.
     pub(crate) fn daemon_set(&self, ns: &str, name: &str) -> Option<Arc<DaemonSet>> {
         self.written_daemon_sets.pick(ns, name, self.daemon_sets.object(ns, name).map(Arc::new))
+    }
+
+    /// The metadata (with uid and controller reference) of the router ReplicaSets in `ns`
+    /// carrying every `selector` label.
+    pub(crate) fn replica_sets(&self, ns: &str, selector: &[(&str, &str)]) -> Vec<ObjectMeta> {
+        self.replica_sets.labelled(ns, selector)
     }
 
     /// The router pods in `ns` carrying every `selector` label.

@@ -167,6 +167,24 @@ pub(crate) fn pod_wake() -> impl FnMut(&watcher::Event<Pod>) -> bool + Send + 's
     }
 }
 
+/// The wake-up rule of the router ReplicaSets: one seen for the first time (by uid), or
+/// deleted, wakes its Interconnect (its pods are routers only through it,
+/// [`crate::reconcile::observe::Workloads`], and their events may come first); its status
+/// and scale changes do not (its pods' own events say what changed).
+pub(crate) fn replica_set_wake<K: Resource>() -> impl FnMut(&watcher::Event<K>) -> bool + Send + 'static {
+    let mut seen: HashSet<String> = HashSet::new();
+    move |event| match event {
+        watcher::Event::Apply(r) | watcher::Event::InitApply(r) => {
+            seen.insert(r.meta().uid.clone().unwrap_or_default())
+        }
+        watcher::Event::Delete(r) => {
+            seen.remove(r.meta().uid.as_deref().unwrap_or_default());
+            true
+        }
+        watcher::Event::Init | watcher::Event::InitDone => false,
+    }
+}
+
 /// Whether a Secret of the all-Secrets watch is user-provided (without our label); the
 /// initial list wakes nothing (every Interconnect is reconciled at start anyway).
 pub(crate) fn user_secret(s: &PartialObjectMeta<Secret>) -> bool {

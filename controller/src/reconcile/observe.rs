@@ -19,6 +19,7 @@ use std::time::SystemTime;
 
 use k8s_openapi::api::apps::v1::{DaemonSet, Deployment};
 use k8s_openapi::api::core::v1::{Pod, PodTemplateSpec, Secret};
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use kube::api::Api;
 use kube::{Resource, ResourceExt};
 use qdr_api::Placement;
@@ -146,33 +147,78 @@ pub struct RouterPod {
     pub owned: bool,
 }
 
-/// Whether pod `p`'s controller is a workload of the Interconnect whose workloads are
-/// named `workload`: its DaemonSet of that name (placement `Every`), or a ReplicaSet of its
-/// Deployment of that name (`<workload>-<pod-template-hash>`, the name the Deployment
-/// controller gives the ReplicaSets it makes, which no other ReplicaSet can hold while that
-/// one exists). Either kind, so the routers of the old kind still count while a placement
-/// change replaces them. A pod that copies the real ReplicaSet's reference is adopted by
-/// the ReplicaSet controller and deleted as a surplus replica; one with the labels alone
-/// is not a router.
-pub fn owned_by_workload(p: &Pod, workload: &str) -> bool {
+/// What makes a pod a router of one Interconnect, by uid (names prove nothing: anyone who
+/// may create ReplicaSets can name one `<name>-<anything>`, and anyone who may create pods
+/// can write any owner reference): the chain Interconnect → Deployment → ReplicaSet → Pod,
+/// or Interconnect → DaemonSet → Pod, each link a controller reference checked against the
+/// uid the stores hold.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Workloads {
+    /// The uid of the Deployment named like the Interconnect, when the Interconnect controls it.
+    pub deployment: Option<String>,
+    /// The uid of the DaemonSet named like the Interconnect, when the Interconnect controls it.
+    pub daemon_set: Option<String>,
+    /// The ReplicaSets that Deployment controls: name → uid.
+    pub replica_sets: BTreeMap<String, String>,
+}
+
+/// The uid of the controller owner reference of `meta`, when it has one with a uid.
+fn controller_uid(meta: &ObjectMeta) -> Option<&str> {
+    let r = meta.owner_references.iter().flatten().find(|r| r.controller == Some(true))?;
+    (!r.uid.is_empty()).then_some(r.uid.as_str())
+}
+
+impl Workloads {
+    /// The chain for the Interconnect of uid `owner`, from the stores' metadata: its
+    /// `deployment` and `daemon_set` (the ones named like it, with their uids) and the
+    /// router ReplicaSets labelled with its name. A workload the Interconnect does not
+    /// control, and a ReplicaSet that Deployment does not control, make no router.
+    pub fn of(
+        owner: &str,
+        deployment: Option<&ObjectMeta>,
+        daemon_set: Option<&ObjectMeta>,
+        replica_sets: &[ObjectMeta],
+    ) -> Workloads {
+        let ours = |m: Option<&ObjectMeta>| {
+            let m = m?;
+            let uid = m.uid.as_deref().filter(|u| !u.is_empty())?;
+            (!owner.is_empty() && controller_uid(m) == Some(owner)).then(|| uid.to_string())
+        };
+        let deployment = ours(deployment);
+        let replica_sets = match &deployment {
+            None => BTreeMap::new(),
+            Some(d) => replica_sets
+                .iter()
+                .filter(|r| controller_uid(r) == Some(d.as_str()))
+                .filter_map(|r| Some((r.name.clone()?, r.uid.clone().filter(|u| !u.is_empty())?)))
+                .collect(),
+        };
+        Workloads { deployment, daemon_set: ours(daemon_set), replica_sets }
+    }
+}
+
+/// Whether pod `p`'s controller is one of `workloads`: the Interconnect's DaemonSet (by
+/// uid), or a ReplicaSet its Deployment controls (by name and uid). Either kind, so the
+/// routers of the old kind still count while a placement change replaces them. A pod with
+/// the labels alone, or controlled by a ReplicaSet named like the Deployment's that the
+/// Deployment does not control, is not a router.
+pub fn owned_by_workload(p: &Pod, workloads: &Workloads) -> bool {
     let Some(r) = (p.metadata.owner_references.iter().flatten()).find(|r| r.controller == Some(true)) else {
         return false;
     };
-    match (r.kind.as_str(), r.api_version.as_str()) {
-        ("DaemonSet", "apps/v1") => r.name == workload,
-        ("ReplicaSet", "apps/v1") => r
-            .name
-            .strip_prefix(workload)
-            .and_then(|rest| rest.strip_prefix('-'))
-            .is_some_and(|hash| !hash.is_empty() && hash.bytes().all(|b| b.is_ascii_alphanumeric())),
+    if r.api_version != "apps/v1" || r.uid.is_empty() {
+        return false;
+    }
+    match r.kind.as_str() {
+        "DaemonSet" => workloads.daemon_set.as_deref() == Some(r.uid.as_str()),
+        "ReplicaSet" => workloads.replica_sets.get(&r.name) == Some(&r.uid),
         _ => false,
     }
 }
 
 impl RouterPod {
-    /// What `p` shows of itself, and whether a workload of the Interconnect whose workloads
-    /// are named `workload` controls it.
-    pub fn of(p: &Pod, workload: &str) -> RouterPod {
+    /// What `p` shows of itself, and whether one of the Interconnect's `workloads` controls it.
+    pub fn of(p: &Pod, workloads: &Workloads) -> RouterPod {
         let status = p.status.as_ref();
         let spec = p.spec.as_ref();
         RouterPod {
@@ -192,7 +238,7 @@ impl RouterPod {
                 .flatten()
                 .filter_map(|v| v.config_map.as_ref().map(|c| c.name.clone()))
                 .find(|n| n.contains("-router-config")),
-            owned: owned_by_workload(p, workload),
+            owned: owned_by_workload(p, workloads),
         }
     }
 }
@@ -366,10 +412,18 @@ pub async fn observe(
     let workload = workload(client, cache, o, false).await?;
     let selector = o.selector();
     let selector: Vec<(&str, &str)> = selector.iter().map(|(k, v)| (k.as_str(), v.as_str())).collect();
-    // The pods the selector finds that the Interconnect's own workloads control: a pod with
-    // the labels alone is not a router of it.
+    // The pods the selector finds that the Interconnect's own workloads control, by uid: a
+    // pod with the labels alone, or under a look-alike ReplicaSet, is not a router of it.
+    let deployment = cache.deployment(ns, o.name());
+    let daemon_set = cache.daemon_set(ns, o.name());
+    let workloads = Workloads::of(
+        o.uid(),
+        deployment.as_deref().map(|d| &d.metadata),
+        daemon_set.as_deref().map(|d| &d.metadata),
+        &cache.replica_sets(ns, &selector),
+    );
     let mut listed = cache.pods(ns, &selector);
-    listed.retain(|p| owned_by_workload(p, o.name()));
+    listed.retain(|p| owned_by_workload(p, &workloads));
     let mut pods: Vec<String> =
         listed.iter().filter(|p| p.meta().deletion_timestamp.is_none()).map(|p| p.name_any()).collect();
     pods.sort();
@@ -379,7 +433,7 @@ pub async fn observe(
     let mut routers: Vec<RouterPod> = listed
         .iter()
         .filter(|p| p.meta().deletion_timestamp.is_none())
-        .map(|p| RouterPod::of(p, o.name()))
+        .map(|p| RouterPod::of(p, &workloads))
         .collect();
     routers.sort_by(|a, b| a.name.cmp(&b.name));
     Ok(Observed {

@@ -1275,3 +1275,55 @@ fn roll_events_say_why() {
     assert_eq!(fallback[0].event().type_, kube::runtime::events::EventType::Warning);
     assert!(planned(&seen(Some("7777777777")), &report("5555", None, Some("7777777777"))).is_empty(), "once");
 }
+
+/// A pod controlled by `kind` `name` of uid `uid`.
+fn controlled_pod(kind: &str, name: &str, uid: &str) -> k8s_openapi::api::core::v1::Pod {
+    serde_json::from_value(json!({"metadata": {"name": "p", "ownerReferences": [
+        {"apiVersion": "apps/v1", "kind": kind, "name": name, "uid": uid, "controller": true}]}}))
+    .unwrap()
+}
+
+/// Metadata of `name` of uid `uid`, controlled by uid `controller` (when given).
+fn meta_of(
+    name: &str,
+    uid: &str,
+    controller: Option<&str>,
+) -> k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta {
+    let owners: Vec<_> = controller
+        .map(|c| json!({"apiVersion": "apps/v1", "kind": "Owner", "name": "o", "uid": c, "controller": true}))
+        .into_iter()
+        .collect();
+    serde_json::from_value(json!({"name": name, "uid": uid, "ownerReferences": owners})).unwrap()
+}
+
+#[test]
+fn a_replica_set_named_like_the_deployments_is_not_enough_to_make_a_router() {
+    use crate::reconcile::observe::{Workloads, owned_by_workload};
+    let deployment = meta_of("mesh", "dep-1", Some("ic-1"));
+    let daemon_set = meta_of("mesh", "ds-1", Some("ic-1"));
+    let replica_sets = [
+        meta_of("mesh-5d8f7b9c6d", "rs-1", Some("dep-1")),
+        // Anyone who may create ReplicaSets can make one named like the Deployment's.
+        meta_of("mesh-forged", "rs-forged", None),
+        meta_of("mesh-adopted", "rs-other", Some("someone-else")),
+    ];
+    let w = Workloads::of("ic-1", Some(&deployment), Some(&daemon_set), &replica_sets);
+    assert_eq!(w.replica_sets.keys().collect::<Vec<_>>(), ["mesh-5d8f7b9c6d"]);
+    let owned = |kind, name, uid| owned_by_workload(&controlled_pod(kind, name, uid), &w);
+    assert!(owned("ReplicaSet", "mesh-5d8f7b9c6d", "rs-1"), "the Deployment's own ReplicaSet");
+    assert!(owned("DaemonSet", "mesh", "ds-1"), "the DaemonSet, by uid");
+    assert!(!owned("ReplicaSet", "mesh-forged", "rs-forged"), "a look-alike ReplicaSet");
+    assert!(!owned("ReplicaSet", "mesh-adopted", "rs-other"), "a ReplicaSet someone else controls");
+    assert!(!owned("ReplicaSet", "mesh-5d8f7b9c6d", "rs-copied"), "the real name with another uid");
+    assert!(!owned("DaemonSet", "mesh", "ds-copied"), "the DaemonSet's name with another uid");
+    assert!(!owned("StatefulSet", "mesh", "dep-1"), "another kind");
+    // Workloads the Interconnect does not control make no router, nor do their ReplicaSets.
+    let foreign = Workloads::of("ic-2", Some(&deployment), Some(&daemon_set), &replica_sets);
+    assert_eq!(foreign, Workloads::default());
+    assert!(!owned_by_workload(&controlled_pod("ReplicaSet", "mesh-5d8f7b9c6d", "rs-1"), &foreign));
+    // Nor does a pod with the labels alone.
+    let bare: k8s_openapi::api::core::v1::Pod =
+        serde_json::from_value(json!({"metadata": {"name": "p", "labels": {"interconnect_cr": "mesh"}}}))
+            .unwrap();
+    assert!(!owned_by_workload(&bare, &w));
+}

@@ -35,8 +35,8 @@ pub(crate) const SCALE_REST: Duration = Duration::from_secs(330);
 /// Interconnect's generated management certificate and answer as honest qdrouterd 1.19
 /// routers of a full mesh, one wildcard listener for 6,000 loopback addresses
 /// (`127.10.0.0/16`, never the simulated nodes' addresses). Router pods are created by the
-/// benchmark as the Deployment controller would (controlled by a ReplicaSet named after the
-/// Interconnect's Deployment) and made Ready at their address an hour ago, so no router is
+/// benchmark as the Deployment controller would (controlled by a ReplicaSet that the
+/// Interconnect's Deployment controls, by uid) and made Ready at their address an hour ago, so no router is
 /// still joining. Rows: time to all `MeshConnected`, then at rest for [`SCALE_REST`]: reads
 /// and routers asked per second, the controller's CPU, its peak RSS and status writes per
 /// minute.
@@ -107,13 +107,36 @@ pub(crate) async fn mesh_scale_rows(
                 "metadata": {"name": name},
                 "spec": {"deploymentPlan": {"role": "interior", "size": SCALE_ROUTERS}}}))?;
             interconnects(&client, &ns).create(&PostParams::default(), &ic).await?;
+            // The ReplicaSet the Deployment controller would make, controlled by the
+            // Deployment (pods are routers only through that chain of uids).
+            let deployments: Api<k8s_openapi::api::apps::v1::Deployment> = Api::namespaced(client.clone(), &ns);
+            let waited = Instant::now();
+            let deployment_uid = loop {
+                if let Some(uid) = deployments.get_opt(&name).await?.and_then(|d| d.metadata.uid) {
+                    break uid;
+                }
+                if waited.elapsed() > Duration::from_secs(600) {
+                    return Err(format!("no Deployment {ns}/{name}").into());
+                }
+                tokio::time::sleep(Duration::from_millis(200)).await;
+            };
+            let labels = json!({"application": name, "interconnect_cr": name});
+            let rs: k8s_openapi::api::apps::v1::ReplicaSet = serde_json::from_value(json!({
+                "metadata": {"name": format!("{name}-5d8f7b9c6d"), "labels": labels,
+                             "ownerReferences": [{"apiVersion": "apps/v1", "kind": "Deployment", "name": name,
+                                                  "uid": deployment_uid, "controller": true}]},
+                "spec": {"replicas": 0, "selector": {"matchLabels": labels},
+                         "template": {"metadata": {"labels": labels},
+                                      "spec": {"containers": [{"name": "router", "image": "quay.io/interconnectedcloud/qdrouterd:1.19.0"}]}}}}))?;
+            let rs = Api::namespaced(client.clone(), &ns).create(&PostParams::default(), &rs).await?;
+            let rs_uid = rs.metadata.uid.unwrap_or_default();
             let api: Api<Pod> = Api::namespaced(client.clone(), &ns);
             let since = k8s_openapi::jiff::Timestamp::now() - k8s_openapi::jiff::SignedDuration::from_hours(1);
             for (pod, ip) in pods.iter().zip(&ips) {
                 let p: Pod = serde_json::from_value(json!({
-                    "metadata": {"name": pod, "labels": {"application": name, "interconnect_cr": name},
+                    "metadata": {"name": pod, "labels": labels,
                                  "ownerReferences": [{"apiVersion": "apps/v1", "kind": "ReplicaSet",
-                                     "name": format!("{name}-5d8f7b9c6d"), "uid": "00000000-0000-0000-0000-000000000001",
+                                     "name": format!("{name}-5d8f7b9c6d"), "uid": rs_uid,
                                      "controller": true}]},
                     "spec": {"containers": [{"name": name, "image": "quay.io/interconnectedcloud/qdrouterd:1.19.0"}]}}))?;
                 api.create(&PostParams::default(), &p).await?;
