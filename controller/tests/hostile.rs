@@ -285,6 +285,110 @@ async fn a_visit_outside_the_leadership_term_writes_nothing_to_the_router() {
     task.abort();
 }
 
+/// Two specs whose live entities differ in the connector `broker` (its cost), which takes
+/// the link route and the auto-link naming it along: a visit from the first to the second
+/// deletes three entities, then creates three.
+fn broker_specs() -> (qdr_controller::mesh::reader::Live, qdr_controller::mesh::reader::Live) {
+    let spec = |cost: i64, extra: &[&str]| {
+        let mut addresses = vec![serde_json::json!({"prefix": "a", "distribution": "multicast"})];
+        addresses.extend(extra.iter().map(|p| serde_json::json!({"prefix": p})));
+        live_entities(serde_json::json!({
+            "deploymentPlan": {"role": "interior"},
+            "addresses": addresses,
+            "connectors": [{"name": "broker", "host": "broker", "port": 5672, "routeContainer": true, "cost": cost}],
+            "linkRoutes": [{"prefix": "queue", "direction": "in", "connection": "broker"}],
+            "autoLinks": [{"address": "jobs", "direction": "out", "connection": "broker"}],
+        }))
+    };
+    (spec(2, &[]), spec(3, &["refused-here"]))
+}
+
+/// What the honest peer of router `id` holds: (entity, name, cost) for each entity.
+fn held_by(id: &str) -> Vec<(String, String, Option<i64>)> {
+    (amqp_peer::held(id).into_iter())
+        .map(|((entity, name), a)| (entity, name, a.get("cost").and_then(serde_json::Value::as_i64)))
+        .collect()
+}
+
+/// No half-applied change: a visit whose connection is cut after its first `DELETE` (the
+/// auto-link gone, nothing created yet) ends saying what the router lacks, the reader reads
+/// it again at the first recheck, and the next visit puts everything back.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_visit_cut_between_its_deletes_and_its_creates_says_what_is_missing() {
+    use qdr_controller::reconcile::{MESH_RECHECK, half_applied, unsettled_after};
+    let (old, new) = broker_specs();
+    let answers = Arc::new(amqp_peer::honest("router-cut", "interior", &[], 0));
+    let pool = Pool::new(2, 2);
+    let visit = |script: Script, want: qdr_controller::mesh::reader::Live| {
+        let pool = &pool;
+        async move {
+            let (addr, task) = peer(script).await;
+            let target = [Target {
+                pod: "router-cut".into(),
+                ip: Some(addr.ip().to_string()),
+                ready: true,
+                linking: None,
+                live: Some(want),
+            }];
+            let plan = Plan {
+                port: addr.port(),
+                namespace: "cut",
+                pool,
+                timeout: TIMEOUT,
+                deadline: tokio::time::Instant::now() + TIMEOUT,
+                tls: None,
+                fence: None,
+            };
+            let o = observe(&target, &plan).await.remove("router-cut").unwrap();
+            task.abort();
+            o
+        }
+    };
+    let Observation::Answered(_) = visit(Script::Honest(answers.clone()), old.clone()).await else {
+        panic!("the first visit")
+    };
+    let before = held_by("router-cut");
+    assert_eq!(before.len(), old.desired.len());
+    let cut = visit(Script::CutAfterWrites(answers.clone(), 1), new.clone()).await;
+    let Observation::Unreachable(why) = &cut else { panic!("a cut visit answered {cut:?}") };
+    println!("cut visit: {why}");
+    assert!(half_applied(&cut), "{why}");
+    assert!(why.starts_with("1 live entities missing until the next visit (autoLink "), "{why}");
+    assert_eq!(held_by("router-cut").len(), before.len() - 1, "the auto-link went, nothing came");
+    // Read again at the first recheck, however long the mesh had been unsettled.
+    let next =
+        qdr_controller::reconcile::recheck(unsettled_after(6, false, true, true), Duration::from_secs(60));
+    assert_eq!(next, MESH_RECHECK);
+    let again = visit(Script::Honest(answers), new.clone()).await;
+    let Observation::Answered(view) = again else { panic!("the next visit: {again:?}") };
+    assert!(view.live.unwrap().applied);
+    assert_eq!(held_by("router-cut").len(), new.desired.len());
+}
+
+/// A refused `CREATE` undoes the visit: the router holds what it held before, attributes
+/// and all (the changed connector back at its old cost, not the new one the visit made).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_refused_create_leaves_the_router_with_its_old_entities() {
+    let (old, new) = broker_specs();
+    let answers = Arc::new(amqp_peer::honest("router-refuses", "interior", &[], 0));
+    let visit = |script: Script, want: qdr_controller::mesh::reader::Live| async move {
+        let (addr, task) = peer(script).await;
+        let stream = tokio::net::TcpStream::connect(addr).await.unwrap();
+        let view = read_router(stream, "refuse-test", TIMEOUT, None, Some(&want)).await;
+        task.abort();
+        view.unwrap().live.unwrap()
+    };
+    assert!(visit(Script::Honest(answers.clone()), old.clone()).await.applied);
+    let before = held_by("router-refuses");
+    let refused = visit(Script::RefuseCreate(answers.clone(), "refused-here".into()), new).await;
+    println!("refused visit: {refused:?}");
+    assert!(refused.refused.as_deref().is_some_and(|r| r.contains("400")), "{refused:?}");
+    assert!(!refused.applied);
+    assert_eq!(held_by("router-refuses"), before, "the router keeps its old entities");
+    let (_, broker, cost) = before.iter().find(|(e, _, _)| e == "connector").unwrap();
+    assert_eq!((broker.as_str(), *cost), ("broker", Some(2)));
+}
+
 /// A router whose live entities (what the controller writes into it,
 /// docs/live-configuration.md) flood the answers costs the controller its byte budget and
 /// no more: the visit ends with why, within the timeout, and writes nothing.

@@ -76,6 +76,18 @@ pub enum Script {
     NullArray(Arc<Answers>, u32),
     /// Honest answers whose `application-properties` also hold this many entries.
     PropertiesBomb(Arc<Answers>, usize),
+    /// Honest, but the connection is closed, unanswered, at the write (`CREATE` or
+    /// `DELETE`) after this many answered ones: a visit cut half way.
+    CutAfterWrites(Arc<Answers>, usize),
+    /// Honest, but a `CREATE` whose name contains this text, or with an attribute of this
+    /// value, is refused as qdrouterd refuses a duplicate (`400 Already exists`) and not kept.
+    RefuseCreate(Arc<Answers>, String),
+}
+
+/// The entities the controller created on the honest router of id `router` and did not
+/// delete: (entity type's short name, `name`) → the attributes of the `CREATE`, with `name`.
+pub fn held(router: &str) -> std::collections::BTreeMap<(String, String), serde_json::Map<String, Json>> {
+    CREATED.lock().unwrap_or_else(|e| e.into_inner()).get(router).cloned().unwrap_or_default()
 }
 
 /// A `message-annotations` section of `lists` lists of `items` one-byte nulls each, keyed
@@ -485,6 +497,8 @@ async fn run<S: AsyncRead + AsyncWrite + Unpin>(s: S, script: &Script) -> std::i
     io.buf.drain(..8);
     io.send(HEADER).await?;
     let mut next_delivery = 0u32;
+    // Writes answered on this connection (`Script::CutAfterWrites`).
+    let mut writes = 0usize;
     // Our handle for the replies link (we send on it) and for the requests link.
     let (replies, requests) = (0u32, 1u32);
     loop {
@@ -623,7 +637,27 @@ async fn run<S: AsyncRead + AsyncWrite + Unpin>(s: S, script: &Script) -> std::i
                 };
                 let honest_answer =
                     |answers: &Answers, count: Option<usize>| honest_answer_with(answers, count, 0);
+                let write = matches!(req.operation.as_str(), "CREATE" | "DELETE");
                 match script {
+                    Script::CutAfterWrites(_, n) if write && writes == *n => return Ok(()),
+                    Script::CutAfterWrites(answers, _) => {
+                        writes += usize::from(write);
+                        io.deliver(replies, id, &honest_answer(answers, req.count)).await?
+                    }
+                    Script::RefuseCreate(_, text)
+                        if req.operation == "CREATE"
+                            && (req.name.contains(text.as_str())
+                                || req
+                                    .attributes_given
+                                    .values()
+                                    .any(|v| v.as_str() == Some(text.as_str()))) =>
+                    {
+                        let refusal = answer(&req.correlation, 400, "Already exists", &[0x40]);
+                        io.deliver(replies, id, &refusal).await?
+                    }
+                    Script::RefuseCreate(answers, _) => {
+                        io.deliver(replies, id, &honest_answer(answers, req.count)).await?
+                    }
                     Script::Honest(answers) => {
                         io.deliver(replies, id, &honest_answer(answers, req.count)).await?
                     }

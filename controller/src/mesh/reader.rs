@@ -93,6 +93,63 @@ pub enum ReadError {
     /// write): no further write is sent, and none waits past the deadline.
     #[error("not leading: writes to the routers are fenced")]
     Fenced,
+    /// The visit stopped (`cause`) after deleting live entities it had not created again:
+    /// the router lacks them until the next visit, which comes within
+    /// [`crate::reconcile::MESH_RECHECK`] of this read's end (docs/live-configuration.md).
+    #[error("{} {HALF_APPLIED} ({}): the visit stopped: {cause}", missing.len(), named(missing))]
+    HalfApplied {
+        /// What the router lacks, `<entity> <name>` (names cut to [`MAX_TEXT`] bytes).
+        missing: Vec<String>,
+        /// Why the visit stopped.
+        cause: Box<ReadError>,
+    },
+}
+
+/// What the text of [`ReadError::HalfApplied`] says after the count: how the reader tells
+/// an interrupted visit among the routers that did not answer, to visit it again soon.
+pub const HALF_APPLIED: &str = "live entities missing until the next visit";
+
+/// At most four of `missing`, then how many more.
+fn named(missing: &[String]) -> String {
+    let mut out: Vec<&str> = missing.iter().take(4).map(String::as_str).collect();
+    let more = missing.len().saturating_sub(4);
+    let more = format!("and {more} more");
+    if missing.len() > 4 {
+        out.push(&more);
+    }
+    out.join(", ")
+}
+
+/// The live entities a visit deleted and has not created again (yet): what the router
+/// lacks should the visit stop there. Kept outside the visit's future, so a visit cut by
+/// its deadline or its connection still tells ([`ReadError::HalfApplied`]).
+#[derive(Debug, Default)]
+pub struct Missing(std::sync::Mutex<Vec<(Kind, String)>>);
+
+impl Missing {
+    fn lock(&self) -> std::sync::MutexGuard<'_, Vec<(Kind, String)>> {
+        self.0.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    fn deleted(&self, kind: Kind, name: &str) {
+        self.lock().push((kind, name.to_string()));
+    }
+
+    fn created(&self, kind: Kind, name: &str) {
+        self.lock().retain(|(k, n)| !(*k == kind && n == name));
+    }
+
+    /// `e`, or, when the visit had deleted entities it had not created again,
+    /// [`ReadError::HalfApplied`] naming them.
+    fn explain(&self, e: ReadError) -> ReadError {
+        let missing = std::mem::take(&mut *self.lock());
+        if missing.is_empty() || matches!(e, ReadError::HalfApplied { .. }) {
+            return e;
+        }
+        let missing =
+            missing.into_iter().map(|(k, n)| format!("{} {}", k.entity(), cut(n, MAX_TEXT))).collect();
+        ReadError::HalfApplied { missing, cause: Box::new(e) }
+    }
 }
 
 /// The leadership term's fence ([`crate::fence`]), shared with the API client's.
@@ -122,10 +179,13 @@ where
     S: AsyncRead + AsyncWrite + std::fmt::Debug + Send + Unpin + 'static,
 {
     let deadline = Instant::now() + timeout;
-    let writes = Writes { linking, live, fence: None };
-    tokio::time::timeout_at(deadline, read(stream, reader, deadline, timeout, &writes))
-        .await
-        .map_err(|_| ReadError::Timeout(timeout))?
+    let missing = Missing::default();
+    let writes = Writes { linking, live, fence: None, missing: &missing };
+    match tokio::time::timeout_at(deadline, read(stream, reader, deadline, timeout, &writes)).await {
+        Ok(Ok(view)) => Ok(view),
+        Ok(Err(e)) => Err(missing.explain(e)),
+        Err(_) => Err(missing.explain(ReadError::Timeout(timeout))),
+    }
 }
 
 /// What a visit writes, and the fence its writes pass.
@@ -134,6 +194,8 @@ struct Writes<'a> {
     live: Option<&'a Live>,
     /// `None`: not fenced ([`read_router`]).
     fence: Option<&'a Fence>,
+    /// What the visit deleted and has not created again.
+    missing: &'a Missing,
 }
 
 /// [`read_router`] until `deadline` (`timeout` after the start), without the outer timeout.
@@ -342,14 +404,16 @@ impl Links {
 
     /// Brings the router's live entities to `want` (docs/live-configuration.md, "One visit
     /// to a router"): reads them, writes the [`live::plan`], reads them back. A refused
-    /// write ends the writes and creates again what the visit had deleted and not yet
-    /// created (as the router read it back), so the router keeps its old entities; the
-    /// refusal is in the [`Outcome`], not an error.
+    /// write ends the writes and undoes the visit's: what it created is deleted (auto-links
+    /// first) and what it deleted is created again as the router read it back (connectors
+    /// first), so the router keeps its old entities; the refusal is in the [`Outcome`], not
+    /// an error. `missing` follows what the visit deleted and has not created again, for a
+    /// visit that stops half way ([`ReadError::HalfApplied`]).
     ///
     /// # Errors
     /// [`ReadError`] when a query fails or a write gets no answer (the visit's time ran
     /// out, the connection failed).
-    async fn apply(&mut self, want: &Live) -> Result<Outcome, ReadError> {
+    async fn apply(&mut self, want: &Live, missing: &Missing) -> Result<Outcome, ReadError> {
         let held = self.held().await?;
         let keep = |h: &Held| live::keeps(&want.keep, h);
         let plan = live::plan(&want.desired, &held, &keep);
@@ -367,7 +431,10 @@ impl Links {
         let mut created: Vec<(Kind, &str)> = Vec::new();
         for h in &plan.deletes {
             match self.delete(h.kind, &h.name).await {
-                Ok(()) => deleted.push(h),
+                Ok(()) => {
+                    missing.deleted(h.kind, &h.name);
+                    deleted.push(h);
+                }
                 Err(e @ ReadError::Write { .. }) => {
                     outcome.refused = Some(e.to_string());
                     break;
@@ -379,7 +446,10 @@ impl Links {
             for d in &plan.creates {
                 let attributes = d.attributes.iter().map(|(k, v)| (*k, v));
                 match self.create(d.kind, &d.name, attributes).await {
-                    Ok(()) => created.push((d.kind, &d.name)),
+                    Ok(()) => {
+                        missing.created(d.kind, &d.name);
+                        created.push((d.kind, &d.name));
+                    }
                     Err(e @ ReadError::Write { .. }) => {
                         outcome.refused = Some(e.to_string());
                         break;
@@ -389,15 +459,33 @@ impl Links {
             }
         }
         if outcome.refused.is_some() {
-            // What this visit deleted comes back, connectors first.
-            deleted.sort_by_key(|h| h.kind);
-            for h in deleted.iter().filter(|h| !created.contains(&(h.kind, h.name.as_str()))) {
-                let attributes = h.attributes();
-                if let Err(e) = self.create(h.kind, &h.name, attributes.iter().map(|(k, v)| (*k, v))).await {
-                    tracing::warn!(entity = h.kind.entity(), name = %h.name, error = %e, "could not put back an entity after a refused write");
-                    if !matches!(e, ReadError::Write { .. }) {
-                        return Err(e);
+            // The visit is undone: what it created goes (auto-links first, so nothing
+            // names a connector that is going), then what it deleted comes back
+            // (connectors first), as the router read it.
+            for (kind, name) in created.iter().rev() {
+                match self.delete(*kind, name).await {
+                    Ok(()) => missing.deleted(*kind, name),
+                    Err(e @ ReadError::Write { .. }) => {
+                        tracing::warn!(entity = kind.entity(), %name, error = %e, "could not take back an entity after a refused write");
                     }
+                    Err(e) => return Err(e),
+                }
+            }
+            deleted.sort_by_key(|h| h.kind);
+            for h in &deleted {
+                let attributes = h.attributes();
+                match self.create(h.kind, &h.name, attributes.iter().map(|(k, v)| (*k, v))).await {
+                    Ok(()) => missing.created(h.kind, &h.name),
+                    Err(e @ ReadError::Write { .. }) => {
+                        tracing::warn!(entity = h.kind.entity(), name = %h.name, error = %e, "could not put back an entity after a refused write");
+                    }
+                    Err(e) => return Err(e),
+                }
+            }
+            // What the visit created and took back was new, not missing.
+            for (kind, name) in &created {
+                if !deleted.iter().any(|h| h.kind == *kind && h.name == *name) {
+                    missing.created(*kind, name);
                 }
             }
         }
@@ -490,7 +578,7 @@ where
             }
         }
         if let Some(want) = live {
-            let outcome = links.apply(want).await?;
+            let outcome = links.apply(want, writes.missing).await?;
             if outcome.created + outcome.deleted > 0 || outcome.refused.is_some() {
                 tracing::info!(router = %view.id, created = outcome.created, deleted = outcome.deleted,
                     refused = outcome.refused.as_deref().unwrap_or(""), applied = outcome.applied,
@@ -604,7 +692,13 @@ pub async fn observe(
         };
         let deadline = Instant::now() + plan.timeout;
         let port = plan.port;
-        let writes = Writes { linking: t.linking.as_ref(), live: t.live.as_ref(), fence: plan.fence };
+        let missing = Missing::default();
+        let writes = Writes {
+            linking: t.linking.as_ref(),
+            live: t.live.as_ref(),
+            fence: plan.fence,
+            missing: &missing,
+        };
         let attempt = async {
             let stream = tokio::net::TcpStream::connect((ip.as_str(), port))
                 .await
@@ -625,8 +719,11 @@ pub async fn observe(
         };
         let o = match tokio::time::timeout_at(deadline, attempt).await {
             Ok(Ok(view)) => Observation::Answered(view),
-            Ok(Err(e)) => Observation::Unreachable(cut(e.to_string(), 2 * MAX_TEXT)),
-            Err(_) => Observation::Unreachable(ReadError::Timeout(plan.timeout).to_string()),
+            Ok(Err(e)) => Observation::Unreachable(cut(missing.explain(e).to_string(), 2 * MAX_TEXT)),
+            Err(_) => Observation::Unreachable(cut(
+                missing.explain(ReadError::Timeout(plan.timeout)).to_string(),
+                2 * MAX_TEXT,
+            )),
         };
         (t.pod.clone(), o)
     });

@@ -186,6 +186,26 @@ pub fn recheck(unsettled: u32, resync: Duration) -> Duration {
     MESH_RECHECK.saturating_mul(1 << (unsettled - 1).min(10)).min(MESH_RESYNC)
 }
 
+/// The unsettled reads in a row after a read ([`recheck`] spaces the next by them): none
+/// once `connected`; one (the next read at [`MESH_RECHECK`]) when a visit stopped
+/// `half_applied` or the pods changed since the last read; one more otherwise.
+pub fn unsettled_after(unsettled: u32, connected: bool, half_applied: bool, same_pods: bool) -> u32 {
+    if connected {
+        0
+    } else if half_applied || !same_pods {
+        1
+    } else {
+        unsettled.saturating_add(1)
+    }
+}
+
+/// Whether `o` is a router whose visit stopped half way
+/// ([`crate::mesh::reader::ReadError::HalfApplied`]): it lacks live entities until the next
+/// visit, which comes at the first recheck ([`MESH_RECHECK`]).
+pub fn half_applied(o: &Observation) -> bool {
+    matches!(o, Observation::Unreachable(why) if why.contains(crate::mesh::reader::HALF_APPLIED))
+}
+
 /// What a read depends on: the router pods (name, IP, readiness, the ConfigMap each
 /// mounts) and, when live entities are written, the desired configuration's hash. A change
 /// of either starts a read at once.
@@ -496,6 +516,9 @@ impl Reader {
             _ => true,
         });
         let connected = report.condition.reason == "Connected" && applied;
+        // A visit that stopped half way left its router without entities it had deleted:
+        // the next read comes at the first recheck, however long the mesh has been unsettled.
+        let half_applied = observations.values().any(half_applied);
         // The configuration written, and whether a router refused it.
         let live = targets.iter().find_map(|t| t.live.as_ref().map(|l| l.hash.clone()));
         let refused = (targets.iter().filter(|t| t.live.is_some())).any(|t| match observations.get(&t.pod) {
@@ -523,13 +546,7 @@ impl Reader {
                 && memo.done.as_ref().is_some_and(|d| same_mesh(&d.2, &observations));
             memo.tries = tried(memo.tries.take(), live, refused);
             memo.restored.extend(put_back);
-            memo.unsettled = if connected {
-                0
-            } else if same_pods {
-                memo.unsettled + 1
-            } else {
-                1
-            };
+            memo.unsettled = unsettled_after(memo.unsettled, connected, half_applied, same_pods);
             memo.done = Some((pods, Instant::now(), observations.clone()));
             memo.reading = false;
             self.routers.fetch_sub(memo.routers, std::sync::atomic::Ordering::Relaxed);

@@ -579,6 +579,14 @@ pub(crate) fn with_mesh(
             (Some(l), _) if current_template && l.refused.is_some() => {
                 format!("{} refused {}", p.name, reason(l.refused.as_deref().unwrap_or_default()))
             }
+            (_, None)
+                if config.live
+                    && current_template
+                    && let Some(o @ Observation::Unreachable(why)) = read.observations.get(&p.name)
+                    && super::read::half_applied(o) =>
+            {
+                format!("{}: {}", p.name, reason(why))
+            }
             (_, None) if config.live && current_template => format!("{} not written yet", p.name),
             (_, h) => format!("{} runs {}", p.name, h.as_deref().unwrap_or("another")),
         }

@@ -208,6 +208,18 @@ fn a_conflict_degrades_and_names_every_object() {
 }
 
 #[test]
+fn a_half_applied_visit_is_followed_by_a_read_at_the_first_recheck() {
+    use crate::reconcile::read::{MESH_RECHECK, MESH_RESYNC, recheck, unsettled_after};
+    let resync = MESH_RESYNC;
+    // Six unsettled reads in a row: the next one would wait the resync.
+    assert_eq!(recheck(unsettled_after(6, false, false, true), resync), MESH_RESYNC);
+    assert_eq!(recheck(unsettled_after(6, false, true, true), resync), MESH_RECHECK);
+    assert_eq!(unsettled_after(6, true, true, true), 0, "connected");
+    assert_eq!(unsettled_after(6, false, false, false), 1, "the pods changed");
+    assert_eq!(unsettled_after(u32::MAX, false, false, true), u32::MAX);
+}
+
+#[test]
 fn retries_back_off_exponentially_up_to_a_cap() {
     let delays: Vec<Duration> = (1..=12).map(backoff).collect();
     assert_eq!(delays[0], Duration::from_secs(1));
@@ -656,6 +668,21 @@ mod mesh {
                 && message.contains("mesh-a runs 6666666666"),
             "{message}"
         );
+        // A visit that stopped half way: the condition says what the router lacks.
+        let half = "1 live entities missing until the next visit (autoLink qdr-operator-auto-link-1): \
+                    the visit stopped: no answer within 5s";
+        let cut = status_of(&read(&[
+            ("mesh-a", wrote("mesh-a", &["mesh-b", "mesh-c"], whole, true, None)),
+            ("mesh-b", wrote("mesh-b", &["mesh-a", "mesh-c"], whole, true, None)),
+            ("mesh-c", Observation::Unreachable(half.into())),
+        ]));
+        let (status, reason, message) = cond(&cut, "ConfigApplied");
+        assert_eq!((status, reason), ("False", "Applying"));
+        assert!(message.contains(&format!("mesh-c: {half}")), "{message}");
+        assert!(crate::reconcile::read::half_applied(&Observation::Unreachable(half.into())));
+        assert!(!crate::reconcile::read::half_applied(&Observation::Unreachable(
+            "no answer within 5s".into()
+        )));
         let stored = Interconnect { status: Some(some.clone()), ..owner().ic().clone() };
         use crate::reconcile::events::{Change, config as config_event};
         assert!(matches!(config_event(owner().ic(), &some), Some(Change::ConfigRefused(_))));
