@@ -232,6 +232,34 @@ async fn an_honest_router_takes_the_live_entities_and_holds_them_at_the_next_vis
     assert_eq!((again.created, again.deleted), (0, 0), "read back as held: nothing to write");
 }
 
+/// One visit of the router `pod` at `addr` through [`observe`], as the controller makes it:
+/// its live entities `want` written, under `fence` when given.
+async fn visit_as_the_controller(
+    addr: std::net::SocketAddr,
+    pool: &Pool,
+    pod: &str,
+    want: qdr_controller::mesh::reader::Live,
+    fence: Option<&qdr_controller::fence::Fence>,
+) -> Observation {
+    let target = [Target {
+        pod: pod.into(),
+        ip: Some(addr.ip().to_string()),
+        ready: true,
+        linking: None,
+        live: Some(want),
+    }];
+    let plan = Plan {
+        port: addr.port(),
+        namespace: pod,
+        pool,
+        timeout: TIMEOUT,
+        deadline: tokio::time::Instant::now() + TIMEOUT,
+        tls: None,
+        fence,
+    };
+    observe(&target, &plan).await.remove(pod).unwrap()
+}
+
 /// One writer: a visit whose leadership term is over (its fence closed) sends no `CREATE`
 /// or `DELETE` to the router and ends as not leading; the same visit under an open fence
 /// writes every entity, and an unfenced one then finds them all held.
@@ -248,25 +276,7 @@ async fn a_visit_outside_the_leadership_term_writes_nothing_to_the_router() {
     let pool = Pool::new(2, 2);
     let visit = |fence: Option<Fence>| {
         let (want, pool) = (want.clone(), &pool);
-        async move {
-            let target = [Target {
-                pod: "router-fenced".into(),
-                ip: Some(addr.ip().to_string()),
-                ready: true,
-                linking: None,
-                live: Some(want),
-            }];
-            let plan = Plan {
-                port: addr.port(),
-                namespace: "fenced",
-                pool,
-                timeout: TIMEOUT,
-                deadline: tokio::time::Instant::now() + TIMEOUT,
-                tls: None,
-                fence: fence.as_ref(),
-            };
-            observe(&target, &plan).await.remove("router-fenced").unwrap()
-        }
+        async move { visit_as_the_controller(addr, pool, "router-fenced", want, fence.as_ref()).await }
     };
     let closed = Fence::default();
     match visit(Some(closed)).await {
@@ -323,23 +333,7 @@ async fn a_visit_cut_between_its_deletes_and_its_creates_says_what_is_missing() 
         let pool = &pool;
         async move {
             let (addr, task) = peer(script).await;
-            let target = [Target {
-                pod: "router-cut".into(),
-                ip: Some(addr.ip().to_string()),
-                ready: true,
-                linking: None,
-                live: Some(want),
-            }];
-            let plan = Plan {
-                port: addr.port(),
-                namespace: "cut",
-                pool,
-                timeout: TIMEOUT,
-                deadline: tokio::time::Instant::now() + TIMEOUT,
-                tls: None,
-                fence: None,
-            };
-            let o = observe(&target, &plan).await.remove("router-cut").unwrap();
+            let o = visit_as_the_controller(addr, pool, "router-cut", want, None).await;
             task.abort();
             o
         }
