@@ -84,6 +84,16 @@ pub enum Script {
     RefuseCreate(Arc<Answers>, String),
 }
 
+/// The whole message (application properties, then an `amqp-value` body) an honest router
+/// answers a `QUERY` of `entity` for `attributes` with, from `answers`: a seed of
+/// `controller/tests/fuzz_answers.rs`.
+pub fn answer_message(answers: &Answers, entity: &str, attributes: &[&str]) -> Vec<u8> {
+    let attributes: Vec<String> = attributes.iter().map(|a| a.to_string()).collect();
+    let table = project(&answers[entity], &attributes, 0, None);
+    let body = serde_amqp::to_vec(&table).expect("encodes");
+    answer(&Value::from("7"), 200, "OK", &body)
+}
+
 /// The entities the controller created on the honest router of id `router` and did not
 /// delete: (entity type's short name, `name`) → the attributes of the `CREATE`, with `name`.
 pub fn held(router: &str) -> std::collections::BTreeMap<(String, String), serde_json::Map<String, Json>> {

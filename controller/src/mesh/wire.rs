@@ -106,6 +106,17 @@ pub enum Malformed {
     /// More items (list, map and array elements) than allowed in one value.
     #[error("more than {0} items (list, map and array elements)")]
     TooManyItems(usize),
+    /// A described value inside a message section (the section's own descriptor aside):
+    /// qdrouterd's management answers hold none, and serde_amqp 0.18 recurses without end
+    /// on one read as an untyped value (a stack overflow aborts the controller; found by
+    /// `controller/tests/fuzz_answers.rs`).
+    #[error("a described value inside a message section")]
+    DescribedInSection,
+    /// An array of no elements with bytes after its count (an element constructor):
+    /// serde_amqp 0.18 reads no further than the count, so what follows would be decoded
+    /// as values this walk never checked.
+    #[error("an empty array with bytes after its count")]
+    EmptyArrayWithBytes,
     /// A message section AMQP 1.0 does not define, one out of order or twice, or a body
     /// other than one `amqp-value`.
     #[error("{0}")]
@@ -201,7 +212,16 @@ fn constructor(buf: &[u8], pos: usize, end: usize) -> Result<(u8, usize), Malfor
 /// # Errors
 /// [`Malformed`]: what is wrong first.
 pub fn value_end(buf: &[u8], start: usize, max_depth: usize) -> Result<usize, Malformed> {
-    walk(buf, start, max_depth, &mut Items::of(MAX_ITEMS))
+    walk(buf, start, max_depth, &mut Items::of(MAX_ITEMS), Described::Anywhere)
+}
+
+/// Where a walk lets described values be.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Described {
+    /// At any level (performatives: an `attach` holds a described `source`).
+    Anywhere,
+    /// As the walked value itself only (a message section's descriptor), not inside it.
+    OnTop,
 }
 
 /// An item budget: `left` of `max`, shared by the values walked against it.
@@ -249,8 +269,15 @@ fn array_end(buf: &[u8], element: u8, count: usize, pos: usize, end: usize) -> R
     Ok(end)
 }
 
-/// [`value_end`] against an item budget shared by several values.
-fn walk(buf: &[u8], start: usize, max_depth: usize, items: &mut Items) -> Result<usize, Malformed> {
+/// [`value_end`] against an item budget shared by several values, with described values
+/// where `described` lets them be.
+fn walk(
+    buf: &[u8],
+    start: usize,
+    max_depth: usize,
+    items: &mut Items,
+    described: Described,
+) -> Result<usize, Malformed> {
     struct Open {
         end: usize,
         left: usize,
@@ -276,6 +303,9 @@ fn walk(buf: &[u8], start: usize, max_depth: usize, items: &mut Items) -> Result
         if let Some(top) = stack.last_mut() {
             top.left -= 1;
         }
+        if described == Described::OnTop && !stack.is_empty() && take(buf, pos, 1, end)?[0] == 0x00 {
+            return Err(Malformed::DescribedInSection);
+        }
         let (code, at) = constructor(buf, pos, end)?;
         if let Some(after) = scalar_end(buf, code, at, end)? {
             pos = after;
@@ -297,8 +327,14 @@ fn walk(buf: &[u8], start: usize, max_depth: usize, items: &mut Items) -> Result
         if matches!(code, 0xe0 | 0xf0) {
             // An array: one element constructor, then the elements without theirs.
             if count == 0 {
+                if content_end != items_at {
+                    return Err(Malformed::EmptyArrayWithBytes);
+                }
                 pos = content_end;
                 continue;
+            }
+            if described == Described::OnTop && take(buf, items_at, 1, content_end)?[0] == 0x00 {
+                return Err(Malformed::DescribedInSection);
             }
             let (element, elements_at) = constructor(buf, items_at, content_end)?;
             if fixed_width(element).is_none() && !matches!(element, 0xa0 | 0xa1 | 0xa3 | 0xb0 | 0xb1 | 0xb3) {
@@ -332,7 +368,7 @@ fn walk(buf: &[u8], start: usize, max_depth: usize, items: &mut Items) -> Result
 /// # Errors
 /// [`Malformed`]: what is wrong first.
 pub fn performative_end(body: &[u8]) -> Result<usize, Malformed> {
-    walk(body, 0, MAX_DEPTH, &mut Items::of(MAX_PERFORMATIVE_ITEMS))
+    walk(body, 0, MAX_DEPTH, &mut Items::of(MAX_PERFORMATIVE_ITEMS), Described::Anywhere)
 }
 
 /// The descriptor of the described value at `buf[pos..]`: its numeric code, or, for a
@@ -417,10 +453,10 @@ pub fn check_message(payload: &[u8]) -> Result<(), Malformed> {
         }
         next = place + 1;
         let end = if place == AMQP_VALUE {
-            walk(payload, pos, MAX_DEPTH, &mut items)?
+            walk(payload, pos, MAX_DEPTH, &mut items, Described::OnTop)?
         } else {
             let mut section = Items::of(MAX_SECTION_ITEMS);
-            let end = walk(payload, pos, MAX_DEPTH, &mut section).map_err(|e| match e {
+            let end = walk(payload, pos, MAX_DEPTH, &mut section, Described::OnTop).map_err(|e| match e {
                 Malformed::TooManyItems(max) => Malformed::SectionTooManyItems { section: name, max },
                 other => other,
             })?;
