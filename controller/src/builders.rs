@@ -97,6 +97,9 @@ pub struct Settings {
     pub run_as_user: Option<i64>,
     /// Key of the credentials hash annotation ([`crate::hash_key`]).
     pub hash_key: crate::hash_key::HashKey,
+    /// Key of the management Secrets' seals ([`crate::credentials::seal`]), held since its
+    /// Secret was made.
+    pub seal_key: crate::hash_key::HashKey,
     /// Whether the routers get the operator's management listener and are read
     /// (`--observe-mesh`, docs/mesh-status.md).
     pub observe_mesh: bool,

@@ -29,6 +29,12 @@ use kube::runtime::{WatchStreamExt, watcher};
 
 /// Default name of the Secret holding the key (`--hash-key-secret`).
 pub const DEFAULT_SECRET: &str = "qdr-controller-hash-key";
+/// Default name of the Secret holding the seal key (`--seal-key-secret`): the key of the
+/// seals the controller puts on the management Secrets ([`crate::credentials::seal`]). A
+/// key of its own, because its Secret's `creationTimestamp` (set by the API server) is when
+/// sealing began: what was written before is the controller's from an earlier release, or
+/// sealed with an earlier key, and is sealed again.
+pub const SEAL_SECRET: &str = "qdr-controller-seal-key";
 /// The data key of the Secret that holds the key.
 pub const DATA_KEY: &str = "key";
 /// Length of a key the controller makes, in bytes.
@@ -36,10 +42,18 @@ pub const KEY_BYTES: usize = 32;
 /// Shortest key accepted from the Secret, in bytes (128 bits).
 pub const MIN_KEY_BYTES: usize = 16;
 
-/// An HMAC-SHA256 key. Clones share it: [`HashKey::replace`] changes it for every holder
-/// (a replica that reads a new key from the Secret). Its `Debug` shows no byte of it.
+/// An HMAC-SHA256 key, and when the Secret holding it was made. Clones share it:
+/// [`HashKey::replace`] changes it for every holder (a replica that reads a new key from the
+/// Secret). Its `Debug` shows no byte of it.
 #[derive(Clone)]
-pub struct HashKey(Arc<RwLock<Arc<[u8]>>>);
+pub struct HashKey(Arc<RwLock<Held>>);
+
+#[derive(Clone)]
+struct Held {
+    bytes: Arc<[u8]>,
+    /// The `creationTimestamp` of the Secret the key was read from or put in.
+    since: Option<std::time::SystemTime>,
+}
 
 impl std::fmt::Debug for HashKey {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
@@ -73,7 +87,22 @@ pub enum Error {
 impl HashKey {
     /// The key `bytes`. Errors: shorter than [`MIN_KEY_BYTES`].
     pub fn from_bytes(bytes: &[u8]) -> Option<HashKey> {
-        (bytes.len() >= MIN_KEY_BYTES).then(|| HashKey(Arc::new(RwLock::new(bytes.into()))))
+        (bytes.len() >= MIN_KEY_BYTES).then(|| HashKey::held(bytes.into(), None))
+    }
+
+    fn held(bytes: Arc<[u8]>, since: Option<std::time::SystemTime>) -> HashKey {
+        HashKey(Arc::new(RwLock::new(Held { bytes, since })))
+    }
+
+    /// This key, held since `since` (the `creationTimestamp` of its Secret).
+    pub fn since(self, since: Option<std::time::SystemTime>) -> HashKey {
+        self.0.write().unwrap_or_else(|e| e.into_inner()).since = since;
+        self
+    }
+
+    /// When the Secret holding the key was made (`creationTimestamp`); `None` when not known.
+    pub fn held_since(&self) -> Option<std::time::SystemTime> {
+        self.0.read().unwrap_or_else(|e| e.into_inner()).since
     }
 
     /// A new random key of [`KEY_BYTES`] (the operating system's generator).
@@ -81,18 +110,18 @@ impl HashKey {
         use rand::RngCore;
         let mut bytes = vec![0u8; KEY_BYTES];
         rand::rng().fill_bytes(&mut bytes);
-        HashKey(Arc::new(RwLock::new(bytes.into())))
+        HashKey::held(bytes.into(), None)
     }
 
     /// The key's bytes now.
     fn bytes(&self) -> Arc<[u8]> {
-        self.0.read().unwrap_or_else(|e| e.into_inner()).clone()
+        self.0.read().unwrap_or_else(|e| e.into_inner()).bytes.clone()
     }
 
-    /// Makes every clone of this key hold `other`'s bytes.
+    /// Makes every clone of this key hold `other`'s bytes and time.
     pub fn replace(&self, other: &HashKey) {
-        let bytes = other.bytes();
-        *self.0.write().unwrap_or_else(|e| e.into_inner()) = bytes;
+        let held = other.0.read().unwrap_or_else(|e| e.into_inner()).clone();
+        *self.0.write().unwrap_or_else(|e| e.into_inner()) = held;
     }
 
     /// A fresh HMAC-SHA256 under this key.
@@ -120,7 +149,7 @@ impl HashKey {
         }
         let key = HashKey::random();
         match create(api, name, &key, owner).await {
-            Ok(()) => Ok(key),
+            Ok(since) => Ok(key.since(since)),
             Err(kube::Error::Api(e)) if e.code == 409 => {
                 key_of(name, api.get(name).await.map_err(api_error)?)
             }
@@ -129,21 +158,24 @@ impl HashKey {
     }
 }
 
-/// The key Secret `name` holds. Errors: [`Error::Unusable`].
+/// The key Secret `name` holds, held since its `creationTimestamp`. Errors:
+/// [`Error::Unusable`].
 fn key_of(name: &str, s: Secret) -> Result<HashKey, Error> {
+    let since = s.metadata.creation_timestamp.as_ref().map(|t| std::time::SystemTime::from(t.0));
     s.data
         .and_then(|d| d.get(DATA_KEY).and_then(|b| HashKey::from_bytes(&b.0)))
+        .map(|k| k.since(since))
         .ok_or_else(|| Error::Unusable(name.to_string()))
 }
 
 /// Creates Secret `name` (immutable, labelled `app.kubernetes.io/part-of: qdr-operator`)
-/// holding `key`, owned by `owner`.
+/// holding `key`, owned by `owner`: its `creationTimestamp`.
 async fn create(
     api: &Api<Secret>,
     name: &str,
     key: &HashKey,
     owner: Option<OwnerReference>,
-) -> kube::Result<()> {
+) -> kube::Result<Option<std::time::SystemTime>> {
     let secret = Secret {
         metadata: ObjectMeta {
             name: Some(name.into()),
@@ -155,7 +187,8 @@ async fn create(
         immutable: Some(true),
         ..Default::default()
     };
-    api.create(&PostParams::default(), &secret).await.map(drop)
+    let created = api.create(&PostParams::default(), &secret).await?;
+    Ok(created.metadata.creation_timestamp.map(|t| std::time::SystemTime::from(t.0)))
 }
 
 /// The owner reference to the ServiceAccount whose token `config` authenticates with (the
@@ -214,12 +247,11 @@ pub async fn follow(api: Api<Secret>, name: String, key: HashKey, owner: Option<
                 listed = true;
                 match key_of(&name, s) {
                     Ok(read) if read != key => {
-                        tracing::warn!(
-                            secret = %name,
-                            "the credentials hash key changed: routers roll once as their Interconnects are reconciled"
-                        );
+                        tracing::warn!(secret = %name, "the key changed: what it keys is made again with it");
                         key.replace(&read);
                     }
+                    // The same key in a Secret made again: held since then.
+                    Ok(read) if read.held_since() != key.held_since() => key.replace(&read),
                     Ok(_) => {}
                     Err(e) => tracing::warn!(error = %e, "keeping the key this replica holds"),
                 }
@@ -234,7 +266,7 @@ pub async fn follow(api: Api<Secret>, name: String, key: HashKey, owner: Option<
         };
         if missing {
             match create(&api, &name, &key, owner.clone()).await {
-                Ok(()) => {
+                Ok(_) => {
                     tracing::info!(secret = %name, "made the hash key Secret again with the key in use")
                 }
                 Err(kube::Error::Api(e)) if e.code == 409 => {} // another replica did; its event follows

@@ -58,6 +58,13 @@ struct Args {
     #[arg(long, env = "QDR_HASH_KEY_SECRET", default_value = qdr_controller::hash_key::DEFAULT_SECRET)]
     hash_key_secret: String,
 
+    /// Secret in the Lease's namespace holding the key of the seals on the management
+    /// Secrets (created with a random key when missing; shared by the replicas). Its
+    /// creationTimestamp is when sealing began: management Secrets written before are
+    /// sealed again.
+    #[arg(long, env = "QDR_SEAL_KEY_SECRET", default_value = qdr_controller::hash_key::SEAL_SECRET)]
+    seal_key_secret: String,
+
     /// This replica's identity in the Lease (defaults to the pod name, else hostname-pid).
     #[arg(long, env = "POD_NAME")]
     identity: Option<String>,
@@ -241,26 +248,33 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
     // removes it, and deleting the Lease does not); retried like the API groups, then
     // followed for ever (made again when deleted, read again when replaced).
     let secrets = Api::<Secret>::namespaced(client.clone(), &args.lease_namespace);
-    let hash_key = loop {
-        match HashKey::load_or_create(&secrets, &args.hash_key_secret, owner.clone()).await {
-            Ok(k) => break k,
-            Err(e @ qdr_controller::hash_key::Error::Unusable(_)) => return Err(e.into()),
-            Err(e) => {
-                tracing::warn!(error = %e, "cannot read or create the credentials hash key; retrying");
-                tokio::time::sleep(args.retry_period).await;
+    // The seal key is kept the same way, in a Secret of its own.
+    let mut keys = Vec::new();
+    for name in [&args.hash_key_secret, &args.seal_key_secret] {
+        let key = loop {
+            match HashKey::load_or_create(&secrets, name, owner.clone()).await {
+                Ok(k) => break k,
+                Err(e @ qdr_controller::hash_key::Error::Unusable(_)) => return Err(e.into()),
+                Err(e) => {
+                    tracing::warn!(error = %e, secret = %name, "cannot read or create a key; retrying");
+                    tokio::time::sleep(args.retry_period).await;
+                }
             }
-        }
-    };
-    tokio::spawn(
-        qdr_controller::hash_key::follow(secrets, args.hash_key_secret.clone(), hash_key.clone(), owner)
-            .instrument(tracing::info_span!("hash-key")),
-    );
+        };
+        tokio::spawn(
+            qdr_controller::hash_key::follow(secrets.clone(), name.clone(), key.clone(), owner.clone())
+                .instrument(tracing::info_span!("key", secret = %name)),
+        );
+        keys.push(key);
+    }
+    let (hash_key, seal_key) = (keys.remove(0), keys.remove(0));
     let settings = Settings {
         default_image: args.default_image.clone(),
         routes,
         lifetimes,
         run_as_user: args.router_run_as_user.0,
         hash_key,
+        seal_key,
         observe_mesh: args.observe_mesh == OnOff::On,
     };
     let recorder = qdr_controller::recorder::Recorder::new(fenced.clone(), "qdr-operator", &identity);

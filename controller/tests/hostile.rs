@@ -832,6 +832,44 @@ async fn the_controller_process_survives_hostile_routers_and_serves_every_other_
     assert_eq!((status.as_str(), reason.as_str()), ("Unknown", "NotObserved"));
     assert!(message.contains("not the management CA this Interconnect generated"), "{message}");
 
+    // The management CA forged in place, owner reference, label and all (what anyone who
+    // may update Secrets in the namespace can write), with a valid CA of the forger's: not
+    // used either, for its content is not the controller's own.
+    common::create_interconnect(
+        &foreign,
+        "forged",
+        json!({"deploymentPlan": {"role": "interior", "size": 1}}),
+    )
+    .await;
+    let ca_name = "forged-qdr-operator-management-ca";
+    let genuine = common::eventually("the generated management CA", Duration::from_secs(30), || async {
+        let s = secrets.get_opt(ca_name).await.ok()??;
+        s.metadata.annotations.as_ref()?.contains_key("qdr-operator.io/seal").then_some(s)
+    })
+    .await;
+    let forger_ca = {
+        let mut params = rcgen::CertificateParams::new(Vec::<String>::new()).unwrap();
+        params.is_ca = rcgen::IsCa::Ca(rcgen::BasicConstraints::Unconstrained);
+        let key = rcgen::KeyPair::generate().unwrap();
+        let cert = params.self_signed(&key).unwrap();
+        (cert.pem(), key.serialize_pem())
+    };
+    let mut forged = genuine.clone();
+    let data = forged.data.get_or_insert_with(Default::default);
+    data.insert("tls.crt".into(), k8s_openapi::ByteString(forger_ca.0.clone().into_bytes()));
+    data.insert("tls.key".into(), k8s_openapi::ByteString(forger_ca.1.into_bytes()));
+    data.insert("ca.crt".into(), k8s_openapi::ByteString(forger_ca.0.into_bytes()));
+    forged.metadata.managed_fields = None;
+    secrets.replace(ca_name, &Default::default(), &forged).await.unwrap();
+    let (status, reason, message) =
+        common::eventually("the forged CA refused", Duration::from_secs(60), || async {
+            mesh_connected(&foreign, "forged").await.filter(|m| m.2.contains("no valid seal"))
+        })
+        .await;
+    println!("a management CA forged in place: MeshConnected {status} {reason}: {message}");
+    assert_eq!((status.as_str(), reason.as_str()), ("Unknown", "NotObserved"));
+    assert!(message.contains(ca_name), "{message}");
+
     // Alive, live all along, ready, within its memory bound.
     assert!(controller.exited().is_none(), "the controller process exited");
     assert_eq!(common::http_get(health, "/readyz").await.map(|r| r.0), Some(200));

@@ -24,6 +24,7 @@ fn ic(spec: Value) -> ValidatedInterconnect {
 fn settings() -> Settings {
     Settings {
         hash_key: crate::hash_key::HashKey::from_bytes(&[7; 32]).unwrap(),
+        seal_key: crate::hash_key::HashKey::from_bytes(&[9; 32]).unwrap(),
         default_image: "quay.io/interconnectedcloud/qdrouterd:1.19.0".into(),
         routes: false,
         lifetimes: Lifetimes::default(),

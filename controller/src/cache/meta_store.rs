@@ -272,14 +272,20 @@ impl<K: Resource<DynamicType = ()>, E: Entry<K>> Compact<K, E> {
 
 /// What [`SecretStore`] keeps of a Secret: its metadata as [`Slim`] keeps it, plus every
 /// owner reference (a Secret a user's object also owns keeps that reference when it is
-/// rewritten), the [`crate::credentials::STEP_AT`] annotation (the only one a pass reads),
-/// its type and data. Other labels, annotations and finalizers are not kept: a rewrite
+/// rewritten), the [`crate::credentials::STEP_AT`] and [`crate::credentials::seal::SEAL`]
+/// annotations (the only ones a pass reads), when it was last written (as one
+/// `managedFields` entry's time), its type and data. Other labels, annotations and finalizers are not kept: a rewrite
 /// reads the Secret first and keeps them ([`crate::reconcile::apply`]).
 #[derive(Debug, Clone, PartialEq)]
 pub(crate) struct StoredSecret {
     meta: Slim,
     owners: Box<[OwnerReference]>,
     step_at: Option<Box<str>>,
+    /// The [`crate::credentials::seal::SEAL`] annotation.
+    seal: Option<Box<str>>,
+    /// When it was last written ([`crate::credentials::seal::last_written`]), given back as
+    /// the time of its one `managedFields` entry.
+    written: Option<Time>,
     type_: Option<Box<str>>,
     /// `None`: the Secret has no `data`.
     data: Option<Box<[Datum]>>,
@@ -298,6 +304,8 @@ impl Entry<Secret> for StoredSecret {
             meta: Slim::of(&s.metadata),
             owners: s.metadata.owner_references.clone().unwrap_or_default().into_boxed_slice(),
             step_at: annotations.and_then(|a| a.get(crate::credentials::STEP_AT)).map(|v| v.as_str().into()),
+            seal: annotations.and_then(|a| a.get(crate::credentials::seal::SEAL)).map(|v| v.as_str().into()),
+            written: crate::credentials::seal::last_written_time(&s.metadata).cloned(),
             type_: s.type_.as_deref().map(Into::into),
             data: s.data.as_ref().map(|d| {
                 d.iter().map(|(k, v)| (k.as_str().into(), v.0.clone().into_boxed_slice())).collect()
@@ -312,10 +320,18 @@ impl Entry<Secret> for StoredSecret {
     fn meta(&self, key: &Key) -> ObjectMeta {
         let mut m = self.meta.meta(key);
         m.owner_references = (!self.owners.is_empty()).then(|| self.owners.to_vec());
-        m.annotations = self
-            .step_at
-            .as_ref()
-            .map(|v| BTreeMap::from([(crate::credentials::STEP_AT.to_string(), v.to_string())]));
+        let annotations: BTreeMap<String, String> =
+            [(crate::credentials::STEP_AT, &self.step_at), (crate::credentials::seal::SEAL, &self.seal)]
+                .into_iter()
+                .filter_map(|(k, v)| Some((k.to_string(), v.as_deref()?.to_string())))
+                .collect();
+        m.annotations = (!annotations.is_empty()).then_some(annotations);
+        m.managed_fields = self.written.as_ref().map(|t| {
+            vec![k8s_openapi::apimachinery::pkg::apis::meta::v1::ManagedFieldsEntry {
+                time: Some(t.clone()),
+                ..Default::default()
+            }]
+        });
         m
     }
 

@@ -52,6 +52,7 @@ mod issue;
 mod lifetimes;
 mod plan;
 mod rotate;
+pub mod seal;
 mod secrets;
 mod work;
 
@@ -61,5 +62,5 @@ pub(crate) use lifetimes::EXPIRY_WARNING;
 pub use lifetimes::{CA_LIFETIME, CERT_LIFETIME, Lifetimes, OVERLAP_DIVISOR};
 pub(crate) use plan::{generated, plan};
 pub use secrets::STEP_AT;
-pub(crate) use secrets::{Data, Existing, GENERATED_LABEL, is_generated, is_generated_by};
+pub(crate) use secrets::{Data, Existing, GENERATED_LABEL, as_is, is_generated, is_generated_by};
 pub(crate) use work::{CredentialsError, Routers};

@@ -93,6 +93,12 @@ pub(super) fn rewritten(
     s
 }
 
+/// The generated Secret `old` written again as it is (the same data and rotation step), with
+/// this Interconnect's labels: what a seal is put on ([`super::seal`]).
+pub(crate) fn as_is(o: &ValidatedInterconnect, old: &Secret) -> Secret {
+    rewritten(o, old, old.data.clone().unwrap_or_default(), step_at(old))
+}
+
 /// RFC 3339 with the fraction of a second (tests use overlaps of seconds).
 pub(super) fn timestamp(t: SystemTime) -> String {
     k8s_openapi::jiff::Timestamp::try_from(t).map(|t| t.to_string()).unwrap_or_default()

@@ -222,6 +222,36 @@ pub(crate) fn rolled_by(old: Option<&str>, new: &str) -> String {
 /// What [`rolled_by`] says when no field can be named.
 pub(crate) const UNNAMED_CHANGE: &str = "the router configuration";
 
+/// Seals the management Secrets ([`crate::credentials::seal`]) this pass writes (in
+/// `create` and `update`), and has those it does not write but that are to be sealed
+/// again (written before the seal key's Secret was made) written as they are, sealed.
+fn seal_management(
+    o: &ValidatedInterconnect,
+    settings: &Settings,
+    existing: &crate::credentials::Existing,
+    create: &mut [Secret],
+    update: &mut Vec<Secret>,
+) {
+    use crate::credentials::seal;
+    let (key, ns, owner) = (&settings.seal_key, o.namespace(), o.uid());
+    let names =
+        [crate::mesh::management::ca_secret(o.name()), crate::mesh::management::credentials_secret(o.name())];
+    for s in create.iter_mut().chain(update.iter_mut()) {
+        if s.metadata.name.as_ref().is_some_and(|n| names.contains(n)) {
+            *s = seal::sealed(key, ns, owner, std::mem::take(s));
+        }
+    }
+    for name in &names {
+        let written = create.iter().chain(update.iter()).any(|s| s.metadata.name.as_ref() == Some(name));
+        if let Some(s) = existing.get(name).filter(|_| !written)
+            && is_generated_by(s, o)
+            && seal::needs_sealing_again(key, ns, owner, s)
+        {
+            update.push(seal::sealed(key, ns, owner, crate::credentials::as_is(o, s)));
+        }
+    }
+}
+
 /// Builds every child of `o`, and what is reported about them.
 ///
 /// # Errors
@@ -264,6 +294,7 @@ pub fn build(o: &ValidatedInterconnect, settings: &Settings, observed: &Observed
         }
         _ => {}
     }
+    seal_management(o, settings, &existing, &mut create, &mut plan.update);
     let conflicts = credentials::generated(o)
         .into_iter()
         .filter_map(|(name, _)| {

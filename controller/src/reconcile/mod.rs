@@ -434,10 +434,11 @@ async fn stages(
     // The live entities are written with the links, whether or not the mesh is observed;
     // not while the workload is held (its ConfigMap keeps what its routers started with).
     let live = (!applied.held).then_some(&report.config);
-    let mesh = management.map(|m| ctx.mesh.read(&valid, &observed, m, live, &ctx.metrics));
+    let seal = &ctx.settings.seal_key;
+    let mesh = management.map(|m| ctx.mesh.read(&valid, &observed, m, live, &ctx.metrics, seal));
     let relink = match &mesh {
         None if links || report.config.live => {
-            ctx.mesh.read(&valid, &observed, Ok(()), live, &ctx.metrics).next
+            ctx.mesh.read(&valid, &observed, Ok(()), live, &ctx.metrics, seal).next
         }
         _ => None,
     };

@@ -32,6 +32,7 @@ use qdr_api::Interconnect;
 
 use super::observe::Observed;
 use crate::credentials::Data;
+use crate::hash_key::HashKey;
 use crate::mesh::management::{self, MANAGEMENT_PORT};
 use crate::mesh::pool::Pool;
 use crate::mesh::reader::{Linking, Live, NO_IP, NOT_READY, Plan, Target, observe};
@@ -232,11 +233,20 @@ fn live_of(o: &ValidatedInterconnect, config: &qdr_api::router_config::Rendered)
     })
 }
 
-/// Whether `secret` is the one generated for `o`: controlled by it (its uid).
-fn generated_for(secret: &Secret, o: &ValidatedInterconnect) -> bool {
+/// Whether `secret` is the management Secret generated for `o`: controlled by it (its uid),
+/// and its content the controller's own (sealed under `seal`: [`crate::credentials::seal`]);
+/// otherwise why not.
+fn generated_for(secret: &Secret, o: &ValidatedInterconnect, seal: &HashKey) -> Result<(), &'static str> {
     let uid = o.ic().metadata.uid.as_deref();
-    (secret.metadata.owner_references.iter().flatten())
-        .any(|r| r.controller == Some(true) && r.kind == "Interconnect" && Some(r.uid.as_str()) == uid)
+    let controlled = (secret.metadata.owner_references.iter().flatten())
+        .any(|r| r.controller == Some(true) && r.kind == "Interconnect" && Some(r.uid.as_str()) == uid);
+    if !controlled {
+        return Err("it is not controlled by it");
+    }
+    if !crate::credentials::seal::is_sealed(seal, o.namespace(), o.uid(), secret) {
+        return Err("its content is not the controller's own: it carries no valid seal");
+    }
+    Ok(())
 }
 
 impl Reader {
@@ -307,7 +317,8 @@ impl Reader {
 
     /// The mesh of `o` for this pass: the latest answers (pods not read yet are
     /// [`Observation::Pending`]), after starting a read in the background when one is due
-    /// (see the module docs). `management` is `Err` with why when the routers have no
+    /// (see the module docs). Its management Secrets are used only when controlled by `o` and
+    /// sealed under `seal` ([`crate::credentials::seal`]). `management` is `Err` with why when the routers have no
     /// management listener. `config` is the configuration the routers should run when
     /// its live entities are to be written to the routers of its template (the visit
     /// writes them: docs/live-configuration.md), `None` when they are not (a held
@@ -319,6 +330,7 @@ impl Reader {
         management: Result<(), String>,
         config: Option<&qdr_api::router_config::Rendered>,
         metrics: &Arc<crate::metrics::Metrics>,
+        seal: &HashKey,
     ) -> MeshRead {
         let mode = if o.spec().role() == qdr_api::Role::Edge { Mode::Edge } else { Mode::Interior };
         let key = o.namespaced_name();
@@ -341,21 +353,21 @@ impl Reader {
                 let why = format!("the management CA Secret {ca_name} does not exist yet");
                 return MeshRead { next: Some(MESH_RECHECK), ..blocked(why) };
             }
-            Some(Some(s)) if !generated_for(s, o) => {
+            Some(Some(s)) if let Err(why) = generated_for(s, o, seal) => {
                 self.forget(&key);
                 return blocked(format!(
-                    "the Secret {ca_name} is not the management CA this Interconnect generated (it is not controlled by it): delete it to have one generated"
+                    "the Secret {ca_name} is not the management CA this Interconnect generated ({why}): delete it to have one generated"
                 ));
             }
             Some(Some(s)) => s.data.clone().unwrap_or_default(),
         };
         let credentials = management::credentials_secret(o.name());
         if let Some(Some(s)) = observed.secrets.get(&credentials)
-            && !generated_for(s, o)
+            && let Err(why) = generated_for(s, o, seal)
         {
             self.forget(&key);
             return blocked(format!(
-                "the Secret {credentials} is not the management certificate this Interconnect generated (it is not controlled by it): delete it to have one generated"
+                "the Secret {credentials} is not the management certificate this Interconnect generated ({why}): delete it to have one generated"
             ));
         }
         let routers: Vec<&super::observe::RouterPod> = observed.routers.iter().filter(|p| p.owned).collect();

@@ -972,16 +972,40 @@ mod mesh {
         let (o, added) = owner().with_management();
         added.unwrap();
         // The pass that finds it missing creates it; its own write wakes nothing.
-        let r = reader.read(&o, &pods(&["mesh-a"], "0123456789"), Ok(()), None, &metrics);
+        let seal = crate::hash_key::HashKey::from_bytes(&[9; 32]).unwrap();
+        let r = reader.read(&o, &pods(&["mesh-a"], "0123456789"), Ok(()), None, &metrics, &seal);
         assert!(r.blocked.as_deref().is_some_and(|b| b.contains("does not exist yet")), "{r:?}");
         assert_eq!(r.next, Some(MESH_RECHECK));
         // Not ours: not looked at again until it changes.
         let mut foreign = pods(&["mesh-a"], "0123456789");
         let ca = crate::mesh::management::ca_secret("mesh");
         foreign.secrets.insert(ca.clone(), Some(k8s_openapi::api::core::v1::Secret::default()));
-        let r = reader.read(&o, &foreign, Ok(()), None, &metrics);
+        let r = reader.read(&o, &foreign, Ok(()), None, &metrics, &seal);
         assert!(r.blocked.as_deref().is_some_and(|b| b.contains("not the management CA")), "{r:?}");
+        assert!(r.blocked.as_deref().is_some_and(|b| b.contains("not controlled by it")), "{r:?}");
         assert_eq!(r.next, None);
+        // Controlled by it, but its content not the controller's own (an owner reference
+        // anyone who may create Secrets can write): not used either.
+        let mut forged = pods(&["mesh-a"], "0123456789");
+        let owned: k8s_openapi::api::core::v1::Secret = serde_json::from_value(serde_json::json!({
+            "metadata": {"name": ca, "ownerReferences": [{"apiVersion": "interconnectedcloud.github.io/v1alpha1",
+                "kind": "Interconnect", "name": "mesh", "uid": o.uid(), "controller": true}]},
+            "data": {"tls.crt": "Zm9yZ2Vk", "tls.key": "Zm9yZ2Vk"}}))
+        .unwrap();
+        forged.secrets.insert(ca.clone(), Some(owned.clone()));
+        let r = reader.read(&o, &forged, Ok(()), None, &metrics, &seal);
+        assert!(r.blocked.as_deref().is_some_and(|b| b.contains("carries no valid seal")), "{r:?}");
+        // Sealed with another key (a seal copied from elsewhere): not used.
+        let other = crate::hash_key::HashKey::from_bytes(&[8; 32]).unwrap();
+        let copied = crate::credentials::seal::sealed(&other, o.namespace(), o.uid(), owned.clone());
+        forged.secrets.insert(ca.clone(), Some(copied));
+        let r = reader.read(&o, &forged, Ok(()), None, &metrics, &seal);
+        assert!(r.blocked.as_deref().is_some_and(|b| b.contains("carries no valid seal")), "{r:?}");
+        // Sealed by the controller: past the trust check (on to the credentials Secret).
+        let ours = crate::credentials::seal::sealed(&seal, o.namespace(), o.uid(), owned);
+        forged.secrets.insert(ca.clone(), Some(ours));
+        let r = reader.read(&o, &forged, Ok(()), None, &metrics, &seal);
+        assert!(!r.blocked.as_deref().is_some_and(|b| b.contains("is not the management CA")), "{r:?}");
     }
 
     #[test]

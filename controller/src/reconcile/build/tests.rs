@@ -76,6 +76,7 @@ fn owners() -> Vec<(String, ValidatedInterconnect)> {
 fn settings(routes: bool) -> Settings {
     Settings {
         hash_key: crate::hash_key::HashKey::from_bytes(&[7; 32]).unwrap(),
+        seal_key: crate::hash_key::HashKey::from_bytes(&[9; 32]).unwrap(),
         default_image: "quay.io/interconnectedcloud/qdrouterd:1.19.0".into(),
         routes,
         lifetimes: crate::credentials::Lifetimes::default(),
@@ -117,7 +118,16 @@ fn golden_json(o: &ValidatedInterconnect, Built { children, report, .. }: &Built
         .iter()
         .map(|s| {
             let keys: Vec<&String> = s.data.iter().flat_map(|d| d.keys()).collect();
-            json!({"metadata": s.metadata, "type": s.type_, "keys": keys})
+            // A seal covers fresh key material too: checked, then shown by its place.
+            let mut metadata = s.metadata.clone();
+            if let Some(seal) =
+                metadata.annotations.as_mut().and_then(|a| a.get_mut(crate::credentials::seal::SEAL))
+            {
+                let key = &settings(false).seal_key;
+                assert!(crate::credentials::seal::is_sealed(key, o.namespace(), o.uid(), s), "{seal}");
+                *seal = "<seal of its content>".into();
+            }
+            json!({"metadata": metadata, "type": s.type_, "keys": keys})
         })
         .collect();
     let mut workload = match children.workload.built() {
@@ -350,6 +360,59 @@ fn secrets_that_exist_are_never_created_again() {
         assert_eq!(first_report.credentials.fingerprint, second_report.credentials.fingerprint, "{name}");
         assert_eq!(first.workload, second.workload, "{name}");
     }
+}
+
+/// Management Secrets an earlier release wrote (no seal, written before the seal key was
+/// made) are written again as they are, sealed: the same data, so the credentials hash and
+/// the pod template stay and no router rolls. One written since the key is not the
+/// controller's: left alone, and the reader refuses it.
+#[test]
+fn management_secrets_of_an_earlier_release_are_sealed_again_without_a_roll() {
+    use crate::credentials::seal::{SEAL, is_sealed};
+    use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
+    let (_, o) = owners().into_iter().next().unwrap();
+    let made = SystemTime::now();
+    let mut settings = settings(false);
+    settings.seal_key = settings.seal_key.clone().since(Some(made));
+    let Built { children: first, report: first_report, .. } =
+        build(&o, &settings, &observed(&o, &[])).unwrap();
+    let management =
+        [crate::mesh::management::ca_secret(o.name()), crate::mesh::management::credentials_secret(o.name())];
+    let at = |t: SystemTime| Time(k8s_openapi::jiff::Timestamp::try_from(t).unwrap());
+    // As the earlier release left them: no seal, created an hour before the seal key.
+    let older = |before: std::time::Duration| {
+        let mut now = observed(&o, &[]);
+        for s in &first.secrets.create {
+            let mut s = s.clone();
+            if let Some(a) = s.metadata.annotations.as_mut() {
+                a.remove(SEAL);
+            }
+            s.metadata.creation_timestamp = Some(at(made - before));
+            now.secrets.insert(s.metadata.name.clone().unwrap(), Some(s));
+        }
+        now
+    };
+    let hour = std::time::Duration::from_secs(3600);
+    let Built { children: second, report: second_report, .. } = build(&o, &settings, &older(hour)).unwrap();
+    let resealed: Vec<&str> =
+        second.secrets.update.iter().filter_map(|s| s.metadata.name.as_deref()).collect();
+    assert_eq!(resealed, management.iter().map(String::as_str).collect::<Vec<_>>());
+    for s in &second.secrets.update {
+        let before = first.secrets.create.iter().find(|c| c.metadata.name == s.metadata.name).unwrap();
+        assert_eq!(s.data, before.data, "the same data");
+        assert!(is_sealed(&settings.seal_key, o.namespace(), o.uid(), s));
+    }
+    assert!(second.secrets.create.is_empty());
+    assert_eq!(first_report.credentials.fingerprint, second_report.credentials.fingerprint, "no roll");
+    assert_eq!(first.workload, second.workload, "the pod template stays");
+    // Written after the seal key was made, without a seal: not the controller's.
+    let mut later = older(hour);
+    for name in &management {
+        let s = later.secrets.get_mut(name).unwrap().as_mut().unwrap();
+        s.metadata.creation_timestamp = Some(at(made + std::time::Duration::from_secs(5)));
+    }
+    let Built { children: third, .. } = build(&o, &settings, &later).unwrap();
+    assert!(third.secrets.update.is_empty(), "{:?}", third.secrets.update);
 }
 
 /// A Secret the pods mount that is missing holds an existing workload (and its
