@@ -23,7 +23,8 @@ pub mod reader;
 mod tests;
 pub mod wire;
 
-use std::collections::{BTreeMap, BTreeSet};
+use std::collections::{BTreeMap, BTreeSet, HashSet};
+use std::sync::Arc;
 
 use answer::{Cell, MAX_TEXT, Table, cut};
 
@@ -51,6 +52,65 @@ pub const MAX_MESSAGE: usize = 4096;
 /// Bytes kept of a router id a router reports (its own, its peers', the nodes it reaches):
 /// a router's id is its pod's host name (`id: ${HOSTNAME}`), at most 63 bytes.
 pub const MAX_ROUTER_ID: usize = 63;
+
+/// A router id as a view keeps it ([`router_id`]): shared by every view of one
+/// Interconnect's read that names it ([`Ids`]), so a peer id is kept once, not once per
+/// router that reports it.
+pub type Id = Arc<str>;
+
+/// Router ids not of the Interconnect's own pods that the views of one read keep at most
+/// (its routers' links to other Interconnects' routers, the nodes they reach through
+/// them); each further one is kept as [`OVER_BUDGET`]. With the pods' own names (at most
+/// [`MAX_ROUTERS`]), what the views of one read keep of ids is at most
+/// `(MAX_ROUTERS + MAX_FOREIGN_IDS) × 66` bytes (about 50 KB), whatever the routers answer.
+pub const MAX_FOREIGN_IDS: usize = 512;
+/// What a router id past [`MAX_FOREIGN_IDS`] is kept as: not a pod's, so it counts in no
+/// link of the mesh; an edge router's uplink to one shows it.
+pub const OVER_BUDGET: &str = "?not-kept";
+
+/// The router ids of one Interconnect's read, each kept once ([`Id`]): the names of its
+/// pods, and at most [`MAX_FOREIGN_IDS`] others.
+#[derive(Debug, Default)]
+pub struct Ids {
+    kept: HashSet<Id>,
+    pods: usize,
+    over: Option<Id>,
+    /// Ids kept as [`OVER_BUDGET`].
+    pub dropped: usize,
+}
+
+impl Ids {
+    /// The ids of a read of the routers of `pods`.
+    pub fn new<'a>(pods: impl IntoIterator<Item = &'a str>) -> Ids {
+        let kept: HashSet<Id> = pods.into_iter().map(Id::from).collect();
+        Ids { pods: kept.len(), kept, over: None, dropped: 0 }
+    }
+
+    /// `id`, shared with every other view that names it; [`OVER_BUDGET`] once the budget
+    /// of foreign ids is spent.
+    pub fn intern(&mut self, id: &str) -> Id {
+        if let Some(k) = self.kept.get(id) {
+            return k.clone();
+        }
+        if self.kept.len() - self.pods < MAX_FOREIGN_IDS {
+            let k = Id::from(id);
+            self.kept.insert(k.clone());
+            return k;
+        }
+        self.dropped += 1;
+        self.over.get_or_insert_with(|| Id::from(OVER_BUDGET)).clone()
+    }
+
+    /// Ids kept, the pods' own included.
+    pub fn len(&self) -> usize {
+        self.kept.len()
+    }
+
+    /// Whether none is kept.
+    pub fn is_empty(&self) -> bool {
+        self.kept.is_empty()
+    }
+}
 
 /// A router id as a router reported it, as kept: every character outside `[A-Za-z0-9._-]`
 /// (what a host name holds, and a little more) replaced by `?`, cut to [`MAX_ROUTER_ID`]
@@ -133,7 +193,7 @@ pub enum Mode {
 #[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord)]
 pub struct Link {
     /// The peer's router id (its `container`, as [`router_id`] keeps it).
-    pub peer: String,
+    pub peer: Id,
     /// `true` when this router opened it (its connector), `false` when the peer did.
     pub outgoing: bool,
     /// Whether it runs over TLS.
@@ -146,12 +206,12 @@ pub struct Link {
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct RouterView {
     /// Its router id (the pod name).
-    pub id: String,
+    pub id: Id,
     /// Interior or edge.
     pub mode: Mode,
     /// The other routers in its routing table (`router.node`, itself left out). Lags
     /// behind a router's death: see the module docs.
-    pub reaches: BTreeSet<String>,
+    pub reaches: BTreeSet<Id>,
     /// Its open inter-router connections.
     pub inter_router: Vec<Link>,
     /// Its open edge connections (an edge router's uplink, an interior router's edges).
@@ -179,7 +239,7 @@ impl RouterView {
         let [me] = me.as_slice() else {
             return Err(AnswerError::new("router", format!("{} rows, not 1", me.len())));
         };
-        let id = router_id(me.text("id").ok_or_else(|| AnswerError::new("router", "no id"))?);
+        let id = router_id(me.text("id").ok_or_else(|| AnswerError::new("router", "no id"))?).into();
         let mode = match me.get("mode") {
             Cell::Text(m) if m == "interior" => Mode::Interior,
             Cell::Text(m) if m == "edge" => Mode::Edge,
@@ -206,10 +266,10 @@ impl RouterView {
         let rows = rows("router.node", nodes)?;
         for n in &rows {
             if let Some(node) = n.text("id").map(router_id)
-                && node != self.id
+                && *node != *self.id
                 && self.reaches.len() < MAX_ROUTERS
             {
-                self.reaches.insert(node);
+                self.reaches.insert(node.into());
             }
         }
         Ok(rows.len())
@@ -227,7 +287,7 @@ impl RouterView {
             }
             let peer = c.text("container").unwrap_or_default();
             let link = || Link {
-                peer: router_id(peer),
+                peer: router_id(peer).into(),
                 outgoing: c.text("dir") == Some("out"),
                 encrypted: *c.get("isEncrypted") == Cell::Bool(true),
             };
@@ -245,6 +305,19 @@ impl RouterView {
         self.inter_router.sort();
         self.edge.sort();
         Ok(rows.len())
+    }
+}
+
+impl RouterView {
+    /// This view with every router id it keeps taken from `ids` (shared with the other
+    /// views of the read that name it, or [`OVER_BUDGET`]).
+    pub fn interned(mut self, ids: &mut Ids) -> RouterView {
+        self.id = ids.intern(&self.id);
+        self.reaches = std::mem::take(&mut self.reaches).iter().map(|r| ids.intern(r)).collect();
+        for l in self.inter_router.iter_mut().chain(self.edge.iter_mut()) {
+            l.peer = ids.intern(&l.peer);
+        }
+        self
     }
 }
 
@@ -370,7 +443,7 @@ pub fn assess(mode: Mode, observations: &BTreeMap<String, Observation>) -> MeshR
             let mut linked: BTreeSet<(&str, &str)> = BTreeSet::new();
             for v in &views {
                 for l in &v.inter_router {
-                    let (a, b) = (v.id.as_str(), l.peer.as_str());
+                    let (a, b) = (&*v.id, &*l.peer);
                     if judged.contains(a) && judged.contains(b) && a != b {
                         linked.insert(if a < b { (a, b) } else { (b, a) });
                     }

@@ -127,8 +127,8 @@ async fn an_honest_router_is_read_with_its_links_and_clients() {
     let (view, took) = read(Script::Honest(honest_mesh_router(2))).await;
     let view = view.unwrap();
     println!("honest router read in {took:.1?}");
-    assert_eq!(view.id, "router-b");
-    let peers: Vec<&str> = view.inter_router.iter().map(|l| l.peer.as_str()).collect();
+    assert_eq!(&*view.id, "router-b");
+    let peers: Vec<&str> = view.inter_router.iter().map(|l| &*l.peer).collect();
     assert_eq!(peers, ["router-a", "router-c"]);
     assert_eq!(view.clients, 2);
     assert_eq!(view.reaches.len(), 2);
@@ -293,6 +293,59 @@ async fn a_visit_outside_the_leadership_term_writes_nothing_to_the_router() {
     let Observation::Answered(view) = visit(None).await else { panic!("the next visit") };
     assert_eq!(view.live.unwrap().created, 0);
     task.abort();
+}
+
+/// What the controller keeps of one read of 256 routers (the most it reads) that each
+/// report a distinct id of the longest kept length for every node and link (255 nodes, 256
+/// inter-router and 256 edge links): before the views are interned (each router's copy of
+/// every id) and after ([`qdr_controller::reconcile::intern`]: an id once, at most
+/// [`qdr_controller::mesh::MAX_FOREIGN_IDS`] not of the pods). Measured on this thread.
+#[test]
+fn the_views_of_256_hostile_routers_are_kept_within_their_budget() {
+    use qdr_controller::mesh::{Link, Mode, RouterView, router_id};
+    use std::collections::BTreeMap;
+    let pods: Vec<String> = (0..256).map(|i| format!("router-mesh-production-{i:05x}")).collect();
+    let hostile = |r: usize, k: usize| router_id(&format!("{r:03}-{k:04}-{}", "x".repeat(80)));
+    let links = |r: usize, from: usize| -> Vec<Link> {
+        (0..256)
+            .map(|k| Link { peer: hostile(r, from + k).into(), outgoing: k % 2 == 0, encrypted: true })
+            .collect()
+    };
+    let build = || -> BTreeMap<String, Observation> {
+        (pods.iter().enumerate())
+            .map(|(i, pod)| {
+                let view = RouterView {
+                    id: pod.as_str().into(),
+                    mode: Mode::Interior,
+                    reaches: (0..255).map(|k| hostile(i, k).into()).collect(),
+                    inter_router: links(i, 1000),
+                    edge: links(i, 2000),
+                    clients: 0,
+                    links_blocked: 0,
+                    deliveries_stuck: 0,
+                    live: None,
+                };
+                (pod.clone(), Observation::Answered(view))
+            })
+            .collect()
+    };
+    let mut raw = BTreeMap::new();
+    let before = allocation_counter::measure(|| raw = build()).bytes_current;
+    drop(raw);
+    let mut kept = BTreeMap::new();
+    let after = allocation_counter::measure(|| {
+        kept = qdr_controller::reconcile::intern(build(), pods.iter().map(String::as_str));
+    })
+    .bytes_current;
+    let mib = |b: i64| b as f64 / (1 << 20) as f64;
+    println!(
+        "one read of 256 hostile routers kept: {:.1} MiB as answered, {:.1} MiB interned",
+        mib(before),
+        mib(after)
+    );
+    assert!(after < 6 << 20, "{:.1} MiB", mib(after));
+    assert!(after * 3 < before, "interning keeps {:.1} of {:.1} MiB", mib(after), mib(before));
+    drop(kept);
 }
 
 /// Two specs whose live entities differ in the connector `broker` (its cost), which takes

@@ -69,10 +69,10 @@ fn linked(id: &str, peers: &[&str]) -> Observation {
     Observation::Answered(RouterView {
         id: id.into(),
         mode: Mode::Interior,
-        reaches: peers.iter().map(|p| p.to_string()).collect(),
+        reaches: peers.iter().map(|p| (*p).into()).collect(),
         inter_router: peers
             .iter()
-            .map(|p| Link { peer: p.to_string(), outgoing: id > *p, encrypted: true })
+            .map(|p| Link { peer: (*p).into(), outgoing: id > *p, encrypted: true })
             .collect(),
         edge: vec![],
         clients: 0,
@@ -85,9 +85,9 @@ fn linked(id: &str, peers: &[&str]) -> Observation {
 #[test]
 fn a_recorded_interior_router_is_read_with_its_links_clients_and_gauges() {
     let v = view("connected", "mesh-0");
-    assert_eq!(v.id, "mesh-0");
+    assert_eq!(&*v.id, "mesh-0");
     assert_eq!(v.mode, Mode::Interior);
-    assert_eq!(v.reaches, ["mesh-1", "mesh-2"].map(String::from).into());
+    assert_eq!(v.reaches, ["mesh-1", "mesh-2"].map(crate::mesh::Id::from).into());
     // mesh-1 and mesh-2 connected to mesh-0 (auto-mesh: later routers connect to earlier).
     assert_eq!(
         v.inter_router,
@@ -570,11 +570,39 @@ fn router_chosen_ids_are_kept_short_and_plain() {
     assert_eq!(ids.len(), 5, "{ids:?}");
     for id in &ids {
         assert!(id.len() <= MAX_ROUTER_ID + '…'.len_utf8(), "{} bytes: {id}", id.len());
-        let json = serde_json::to_string(id).unwrap();
+        let json = serde_json::to_string(&**id).unwrap();
         assert_eq!(json.len(), id.len() + 2, "{id} needs escapes in JSON: {json}");
     }
-    assert!(v.reaches.contains("mesh-0") && v.inter_router[0].peer == "mesh-1", "{v:?}");
+    assert!(v.reaches.contains("mesh-0") && &*v.inter_router[0].peer == "mesh-1", "{v:?}");
     assert_eq!(router_id("router-mesh-5c9d8f7b6-x2x4q"), "router-mesh-5c9d8f7b6-x2x4q");
     assert_eq!(router_id(&"a".repeat(63)), "a".repeat(63));
     assert_eq!(router_id(&"a".repeat(64)), format!("{}…", "a".repeat(63)));
+}
+
+#[test]
+fn a_reads_router_ids_are_kept_once_and_foreign_ones_within_a_budget() {
+    use crate::mesh::{Ids, MAX_FOREIGN_IDS, OVER_BUDGET};
+    let pods = ["mesh-0", "mesh-1", "mesh-2"];
+    let mut ids = Ids::new(pods);
+    let a = linked("mesh-0", &["mesh-1", "mesh-2", "other-ic-9"]);
+    let b = linked("mesh-1", &["mesh-0", "mesh-2", "other-ic-9"]);
+    let (Observation::Answered(a), Observation::Answered(b)) = (a, b) else { unreachable!() };
+    let (a, b) = (a.interned(&mut ids), b.interned(&mut ids));
+    // A peer id is kept once: the views share it, and a pod's id is its name's.
+    let peer =
+        |v: &RouterView, id: &str| v.inter_router.iter().find(|l| &*l.peer == id).unwrap().peer.clone();
+    assert!(std::sync::Arc::ptr_eq(&peer(&a, "mesh-2"), &peer(&b, "mesh-2")));
+    assert!(std::sync::Arc::ptr_eq(&peer(&a, "other-ic-9"), &peer(&b, "other-ic-9")));
+    assert!(std::sync::Arc::ptr_eq(&a.id, &peer(&b, "mesh-0")));
+    assert!(std::sync::Arc::ptr_eq(&peer(&a, "mesh-2"), b.reaches.get("mesh-2").unwrap()));
+    assert_eq!((ids.len(), ids.dropped), (4, 0));
+    // Foreign ids past the budget are kept as one marker, counted.
+    let many: Vec<String> = (0..MAX_FOREIGN_IDS + 10).map(|i| format!("foreign-{i}")).collect();
+    for id in &many {
+        ids.intern(id);
+    }
+    assert_eq!(ids.len(), pods.len() + MAX_FOREIGN_IDS, "the pods and the budget (other-ic-9 in it)");
+    assert_eq!(ids.dropped, 11);
+    assert_eq!(&*ids.intern("one-more"), OVER_BUDGET);
+    assert_eq!(&*ids.intern("mesh-2"), "mesh-2", "a pod's name is always kept");
 }

@@ -36,7 +36,7 @@ pub(crate) mod observe;
 pub(crate) mod read;
 pub use read::{
     JOIN_GRACE, MAX_CONNECTIONS, MAX_PER_NAMESPACE, MESH_READ_RATE, MESH_RECHECK, MESH_RESYNC, READ_TIMEOUT,
-    SLOT_WAIT, half_applied, recheck, unsettled_after,
+    SLOT_WAIT, half_applied, intern, recheck, unsettled_after,
 };
 pub(crate) mod status;
 pub(crate) mod types;

@@ -200,6 +200,25 @@ pub fn unsettled_after(unsettled: u32, connected: bool, half_applied: bool, same
     }
 }
 
+/// `observations` as kept between reads: the views' router ids interned for the read of
+/// `pods` ([`crate::mesh::Ids`]), so each is kept once, whatever the routers answered.
+pub fn intern<'a>(
+    observations: BTreeMap<String, Observation>,
+    pods: impl IntoIterator<Item = &'a str>,
+) -> BTreeMap<String, Observation> {
+    let mut ids = crate::mesh::Ids::new(pods);
+    let kept = (observations.into_iter())
+        .map(|(pod, o)| match o {
+            Observation::Answered(v) => (pod, Observation::Answered(v.interned(&mut ids))),
+            other => (pod, other),
+        })
+        .collect();
+    if ids.dropped > 0 {
+        tracing::debug!(kept = ids.len(), dropped = ids.dropped, "router ids past the read's budget");
+    }
+    kept
+}
+
 /// Whether `o` is a router whose visit stopped half way
 /// ([`crate::mesh::reader::ReadError::HalfApplied`]): it lacks live entities until the next
 /// visit, which comes at the first recheck ([`MESH_RECHECK`]).
@@ -514,6 +533,9 @@ impl Reader {
             fence: self.fence.as_ref(),
         };
         let observations = observe(&targets, &plan).await;
+        // What is kept of the answers: every router id once, a pod's shared with its name,
+        // and at most MAX_FOREIGN_IDS others (crate::mesh::Ids).
+        let observations = intern(observations, targets.iter().map(|t| t.pod.as_str()));
         metrics.mesh_read(
             observations.values().filter(|o| !matches!(o, Observation::Pending(_))).count(),
             started.elapsed(),

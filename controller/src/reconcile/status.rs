@@ -511,7 +511,7 @@ pub(crate) fn with_mesh(
             };
             match read.observations.get(&p.name) {
                 Some(Observation::Answered(v)) => {
-                    r.id = Some(v.id.clone());
+                    r.id = Some(v.id.to_string());
                     r.mode = Some(match v.mode {
                         Mode::Interior => "interior".into(),
                         Mode::Edge => "edge".into(),
@@ -520,7 +520,7 @@ pub(crate) fn with_mesh(
                     r.inter_router_links = Some(n(v.inter_router.len()));
                     r.edge_links = Some(n(v.edge.len()));
                     if v.mode == Mode::Edge {
-                        r.uplink = v.edge.iter().filter(|l| l.outgoing).map(|l| l.peer.clone()).min();
+                        r.uplink = v.edge.iter().filter(|l| l.outgoing).map(|l| l.peer.to_string()).min();
                     }
                 }
                 Some(Observation::Unreachable(why)) => r.error = Some(reason(why)),

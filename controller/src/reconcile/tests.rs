@@ -567,10 +567,10 @@ mod mesh {
         Observation::Answered(RouterView {
             id: id.into(),
             mode: Mode::Interior,
-            reaches: peers.iter().map(|p| p.to_string()).collect::<BTreeSet<_>>(),
+            reaches: peers.iter().map(|p| (*p).into()).collect::<BTreeSet<_>>(),
             inter_router: peers
                 .iter()
-                .map(|p| Link { peer: p.to_string(), outgoing: id < *p, encrypted: true })
+                .map(|p| Link { peer: (*p).into(), outgoing: id < *p, encrypted: true })
                 .collect(),
             edge: vec![],
             clients: 2,
@@ -878,6 +878,34 @@ mod mesh {
         assert!(
             s.routers.iter().all(|r| r.error.as_ref().is_some_and(|e| e.len() <= qdr_api::MAX_STATUS_REASON))
         );
+    }
+
+    /// 256 routers (the most read) that each report the longest id a router can have kept
+    /// ([`crate::mesh::router_id`]: 63 bytes and `…`), links to 255 peers of such ids and an
+    /// uplink of one: the status stays bounded whatever they chose.
+    #[test]
+    fn the_status_of_256_hostile_routers_stays_bounded() {
+        let o = every_on(256);
+        let hostile = |i: usize| crate::mesh::router_id(&format!("{i:03}\"{}", "\u{202e}x".repeat(100)));
+        assert_eq!(hostile(1).len(), crate::mesh::MAX_ROUTER_ID + '…'.len_utf8());
+        let views: Vec<(String, Observation)> = (o.routers.iter().enumerate())
+            .map(|(i, p)| {
+                let peers: Vec<String> = (0..256).filter(|j| *j != i).map(hostile).collect();
+                let peers: Vec<&str> = peers.iter().map(String::as_str).collect();
+                let Observation::Answered(mut v) = router(&hostile(i), &peers) else { unreachable!() };
+                v.mode = Mode::Edge;
+                v.edge = vec![Link { peer: hostile(1000 + i).into(), outgoing: true, encrypted: false }];
+                (p.name.clone(), Observation::Answered(v))
+            })
+            .collect();
+        let views: Vec<(&str, Observation)> = views.iter().map(|(p, v)| (p.as_str(), v.clone())).collect();
+        let r = read(&views);
+        let s = status(&o, &r);
+        assert_eq!(s.routers.len(), 256);
+        assert!(s.routers.iter().all(|r| r.uplink.as_ref().is_some_and(|u| u.len() <= 66)));
+        let b = serde_json::to_vec(&s).unwrap().len();
+        eprintln!("status of 256 hostile routers: {b} bytes");
+        assert!(b < 128 * 1024, "{b} bytes");
     }
 
     #[test]

@@ -103,7 +103,7 @@ async fn an_interior_mesh_of_three_routes_anycast_and_multicast_authenticates_an
     let observations = observe(&pods).await;
     for (pod, o) in &observations {
         let mesh::Observation::Answered(view) = o else { panic!("reading {pod}: {o:?}") };
-        assert_eq!((view.id.as_str(), view.mode), (pod.as_str(), mesh::Mode::Interior));
+        assert_eq!((&*view.id, view.mode), (pod.as_str(), mesh::Mode::Interior));
         assert_eq!(view.inter_router.len(), 2, "{pod}: {view:?}");
         assert!(view.inter_router.iter().all(|l| l.encrypted), "{pod}: {view:?}");
         assert_eq!(view.reaches.len(), 2, "{pod}: {view:?}");
