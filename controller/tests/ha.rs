@@ -21,19 +21,13 @@ const LEASE: Duration = Duration::from_secs(4);
 const RETRY: Duration = Duration::from_millis(500);
 
 async fn holder(leases: &Api<Lease>) -> Option<String> {
-    leases.get_opt("ha-lease").await.ok().flatten()?.spec?.holder_identity.filter(|h| !h.is_empty())
+    common::holder_of(leases, "ha-lease").await
 }
 
 /// How long after `since` the Lease names a holder other than `old` (polled every 20 ms;
 /// panics after `limit`).
 async fn takeover(leases: &Api<Lease>, old: &str, since: Instant, limit: Duration) -> (String, Duration) {
-    loop {
-        if let Some(h) = holder(leases).await.filter(|h| h != old) {
-            return (h, since.elapsed());
-        }
-        assert!(since.elapsed() < limit, "no replica took the Lease from {old} within {limit:?}");
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    }
+    common::takeover_of(leases, "ha-lease", old, since, limit).await
 }
 
 async fn scale_and_time(

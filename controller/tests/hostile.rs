@@ -531,12 +531,12 @@ async fn silent_routers_of_one_namespace_do_not_delay_another_namespace() {
 mod common;
 
 use k8s_openapi::api::core::v1::{Pod, Secret};
-use kube::api::{Api, ListParams, Patch, PatchParams};
+use kube::api::{Api, ListParams};
 use qdr_tests::ControlPlane;
 use serde_json::json;
 
 /// The management port every router pod is read on.
-const MANAGEMENT_PORT: u16 = 55670;
+const MANAGEMENT_PORT: u16 = common::ROUTER_MANAGEMENT_PORT;
 /// The controller's own read timeout (`qdr_controller::reconcile::READ_TIMEOUT`).
 const READ_TIMEOUT: Duration = qdr_controller::reconcile::READ_TIMEOUT;
 
@@ -559,69 +559,6 @@ fn start_reading_controller(cp: &ControlPlane, system: &str, health: u16) -> qdr
         "--observe-mesh=on",
     ]);
     qdr_tests::Process::spawn("hostile-0", cmd, &cp.dir().join("hostile-0.log")).expect("start controller")
-}
-
-/// The pods of Interconnect `name` once there are `n`, by name.
-async fn pods_of(ns: &qdr_tests::TestNamespace, name: &str, n: usize) -> Vec<String> {
-    let pods: Api<Pod> = ns.api();
-    common::eventually(&format!("{n} pods of {name}"), Duration::from_secs(60), || async {
-        let list = pods.list(&ListParams::default().labels(&format!("interconnect_cr={name}"))).await.ok()?;
-        let mut names: Vec<String> = list.items.into_iter().filter_map(|p| p.metadata.name).collect();
-        names.sort();
-        (names.len() == n).then_some(names)
-    })
-    .await
-}
-
-/// Makes pod `name` look running, with address `ip`, as a kubelet would: Ready for an hour.
-async fn run_pod(ns: &qdr_tests::TestNamespace, name: &str, ip: &str) {
-    let pods: Api<Pod> = ns.api();
-    let since = k8s_openapi::jiff::Timestamp::now() - k8s_openapi::jiff::SignedDuration::from_hours(1);
-    let status = json!({"status": {
-        "phase": "Running", "podIP": ip, "podIPs": [{"ip": ip}],
-        "conditions": [{"type": "Ready", "status": "True", "lastTransitionTime": since.to_string()},
-                       {"type": "PodScheduled", "status": "True", "lastTransitionTime": since.to_string()}]}});
-    pods.patch_status(name, &PatchParams::default(), &Patch::Merge(&status)).await.unwrap();
-}
-
-/// A TLS server configuration with Interconnect `name`'s generated management certificate,
-/// once it exists: what its routers present.
-async fn router_tls(ns: &qdr_tests::TestNamespace, name: &str) -> Arc<rustls::ServerConfig> {
-    use rustls::pki_types::{CertificateDer, PrivateKeyDer, pem::PemObject};
-    let secrets: Api<Secret> = ns.api();
-    let secret_name = format!("{name}-qdr-operator-management-credentials");
-    let s = common::eventually(&secret_name, Duration::from_secs(30), || async {
-        secrets.get(&secret_name).await.ok()
-    })
-    .await;
-    let chain: Vec<CertificateDer<'static>> =
-        CertificateDer::pem_slice_iter(common::secret_text(&s, "tls.crt").as_bytes())
-            .collect::<Result<_, _>>()
-            .unwrap();
-    let key = PrivateKeyDer::from_pem_slice(common::secret_text(&s, "tls.key").as_bytes()).unwrap();
-    let provider = Arc::new(rustls::crypto::ring::default_provider());
-    let config = rustls::ServerConfig::builder_with_provider(provider)
-        .with_safe_default_protocol_versions()
-        .unwrap()
-        .with_no_client_auth()
-        .with_single_cert(chain, key)
-        .unwrap();
-    Arc::new(config)
-}
-
-/// A peer at `ip`:55670 with `tls`, running `script`.
-async fn router_at(ip: &str, tls: &Arc<rustls::ServerConfig>, script: Script) -> tokio::task::JoinHandle<()> {
-    let listener = tokio::net::TcpListener::bind((ip, MANAGEMENT_PORT)).await.unwrap();
-    amqp_peer::serve(listener, Some(tls.clone()), script)
-}
-
-/// `MeshConnected` of Interconnect `name`: (status, reason, message).
-async fn mesh_connected(ns: &qdr_tests::TestNamespace, name: &str) -> Option<(String, String, String)> {
-    let ic = common::interconnects(&ns.client, &ns.name).get(name).await.ok()?;
-    let c =
-        ic.data["status"]["conditions"].as_array()?.iter().find(|c| c["type"] == "MeshConnected")?.clone();
-    let s = |k: &str| c[k].as_str().unwrap_or_default().to_string();
-    Some((s("status"), s("reason"), s("message")))
 }
 
 /// The controller's peak resident memory (`VmHWM`), in MiB.
@@ -697,13 +634,13 @@ async fn the_controller_process_survives_hostile_routers_and_serves_every_other_
         json!({"deploymentPlan": {"role": "interior", "size": scripts.len()}}),
     )
     .await;
-    let evil_pods = pods_of(&evil, "evil", scripts.len()).await;
-    let tls = router_tls(&evil, "evil").await;
+    let evil_pods = common::pods_of(&evil, "evil", scripts.len()).await;
+    let tls = common::router_tls(&evil, "evil").await;
     let started = Instant::now();
     for (i, (pod, (_, script))) in evil_pods.iter().zip(scripts.iter()).enumerate() {
         let ip = format!("127.1.0.{}", i + 1);
-        tasks.push(router_at(&ip, &tls, script.clone()).await);
-        run_pod(&evil, pod, &ip).await;
+        tasks.push(common::router_at(&ip, &tls, script.clone()).await);
+        common::run_pod(&evil, pod, &ip).await;
     }
 
     // 200 hostile routers in another namespace (12 Interconnects of 16 and one of 8), each
@@ -722,8 +659,8 @@ async fn the_controller_process_survives_hostile_routers_and_serves_every_other_
     let mut silent = 0;
     for (i, size) in sizes.iter().enumerate() {
         let name = format!("quiet-{i}");
-        let quiet_tls = router_tls(&quiet, &name).await;
-        for pod in pods_of(&quiet, &name, *size).await {
+        let quiet_tls = common::router_tls(&quiet, &name).await;
+        for pod in common::pods_of(&quiet, &name, *size).await {
             silent += 1;
             let ip = format!("127.2.{}.{}", silent / 200, silent % 200 + 1);
             let listener = tokio::net::TcpListener::bind((ip.as_str(), MANAGEMENT_PORT)).await.unwrap();
@@ -733,7 +670,7 @@ async fn the_controller_process_survives_hostile_routers_and_serves_every_other_
                 Script::AnnotationBomb(Arc::new(amqp_peer::honest(&pod, "interior", &[], 0)))
             };
             tasks.push(amqp_peer::serve(listener, Some(quiet_tls.clone()), script));
-            run_pod(&quiet, &pod, &ip).await;
+            common::run_pod(&quiet, &pod, &ip).await;
         }
     }
     assert_eq!(silent, 200);
@@ -742,17 +679,17 @@ async fn the_controller_process_survives_hostile_routers_and_serves_every_other_
     let good = cp.namespace("hostile-good").await;
     common::create_interconnect(&good, "good", json!({"deploymentPlan": {"role": "interior", "size": 3}}))
         .await;
-    let good_pods = pods_of(&good, "good", 3).await;
-    let good_tls = router_tls(&good, "good").await;
+    let good_pods = common::pods_of(&good, "good", 3).await;
+    let good_tls = common::router_tls(&good, "good").await;
     let pods: Api<Pod> = good.api();
     let lookalike: Pod = serde_json::from_value(json!({
         "metadata": {"name": "good-lookalike", "labels": {"application": "good", "interconnect_cr": "good"}},
         "spec": {"containers": [{"name": "sleep", "image": "busybox", "command": ["sleep", "infinity"]}]}}))
     .unwrap();
     pods.create(&Default::default(), &lookalike).await.unwrap();
-    run_pod(&good, "good-lookalike", "127.3.0.100").await;
+    common::run_pod(&good, "good-lookalike", "127.3.0.100").await;
     tasks.push(
-        router_at(
+        common::router_at(
             "127.3.0.100",
             &good_tls,
             Script::Honest(Arc::new(amqp_peer::honest("good-lookalike", "interior", &[], 0))),
@@ -780,16 +717,16 @@ async fn the_controller_process_survives_hostile_routers_and_serves_every_other_
         list.items.into_iter().next()?.metadata.name
     })
     .await;
-    run_pod(&good, &forged_pod, "127.3.0.101").await;
+    common::run_pod(&good, &forged_pod, "127.3.0.101").await;
     let forged_answers = Arc::new(amqp_peer::honest(&forged_pod, "interior", &[], 0));
-    tasks.push(router_at("127.3.0.101", &good_tls, Script::Honest(forged_answers)).await);
+    tasks.push(common::router_at("127.3.0.101", &good_tls, Script::Honest(forged_answers)).await);
     let honest_at = Instant::now();
     for (i, pod) in good_pods.iter().enumerate() {
         let ip = format!("127.3.0.{}", i + 1);
         let peers: Vec<&str> = good_pods.iter().filter(|p| *p != pod).map(String::as_str).collect();
         let answers = Arc::new(amqp_peer::honest(pod, "interior", &peers, 1));
-        tasks.push(router_at(&ip, &good_tls, Script::Honest(answers)).await);
-        run_pod(&good, pod, &ip).await;
+        tasks.push(common::router_at(&ip, &good_tls, Script::Honest(answers)).await);
+        common::run_pod(&good, pod, &ip).await;
     }
     // Read within its timeout, though 4 slots are held by silent routers and the others by
     // the hostile ones: at most one read's time for a slot, then its own. A read that comes
@@ -799,7 +736,7 @@ async fn the_controller_process_survives_hostile_routers_and_serves_every_other_
         "the honest mesh read",
         3 * READ_TIMEOUT + qdr_controller::reconcile::JOIN_GRACE,
         || async {
-            let m = mesh_connected(&good, "good").await?;
+            let m = common::mesh_connected(&good, "good").await?;
             (m.1 == "Connected" && !m.2.contains("starting")).then_some(m)
         },
     )
@@ -820,24 +757,24 @@ async fn the_controller_process_survives_hostile_routers_and_serves_every_other_
     let created = Instant::now();
     common::create_interconnect(&fresh, "fresh", json!({"deploymentPlan": {"role": "interior", "size": 1}}))
         .await;
-    let fresh_pod = pods_of(&fresh, "fresh", 1).await.remove(0);
-    let fresh_tls = router_tls(&fresh, "fresh").await;
+    let fresh_pod = common::pods_of(&fresh, "fresh", 1).await.remove(0);
+    let fresh_tls = common::router_tls(&fresh, "fresh").await;
     tasks.push(
-        router_at(
+        common::router_at(
             "127.4.0.1",
             &fresh_tls,
             Script::Honest(Arc::new(amqp_peer::honest(&fresh_pod, "interior", &[], 0))),
         )
         .await,
     );
-    run_pod(&fresh, &fresh_pod, "127.4.0.1").await;
+    common::run_pod(&fresh, &fresh_pod, "127.4.0.1").await;
     common::condition_with_reason(&fresh, "fresh", "Ready", "RoutersReady").await;
     println!("a new Interconnect Ready {:.1?} after it was created", created.elapsed());
 
     // Every hostile router ends as not answering, each with a short reason.
     let (status, reason, message) =
         common::eventually("the hostile routers judged", 4 * READ_TIMEOUT, || async {
-            let m = mesh_connected(&evil, "evil").await?;
+            let m = common::mesh_connected(&evil, "evil").await?;
             let ic = common::interconnects(&evil.client, &evil.name).get("evil").await.ok()?;
             let errors =
                 ic.data["status"]["routers"].as_array()?.iter().filter(|r| r["error"].is_string()).count();
@@ -857,7 +794,7 @@ async fn the_controller_process_survives_hostile_routers_and_serves_every_other_
     }
     assert!(message.len() <= qdr_controller::mesh::MAX_MESSAGE, "{} bytes", message.len());
     let (_, reason, message) = common::eventually("the silent routers judged", 60 * READ_TIMEOUT, || async {
-        mesh_connected(&quiet, "quiet-12").await.filter(|m| m.1 == "RouterUnreachable")
+        common::mesh_connected(&quiet, "quiet-12").await.filter(|m| m.1 == "RouterUnreachable")
     })
     .await;
     println!("200 hostile routers: {reason}: {:.300}", message);
@@ -878,7 +815,7 @@ async fn the_controller_process_survives_hostile_routers_and_serves_every_other_
     .await;
     let (status, reason, message) =
         common::eventually("the foreign CA refused", Duration::from_secs(60), || async {
-            mesh_connected(&foreign, "planted").await
+            common::mesh_connected(&foreign, "planted").await
         })
         .await;
     println!("a foreign management CA Secret: MeshConnected {status} {reason}: {message}");
@@ -916,7 +853,7 @@ async fn the_controller_process_survives_hostile_routers_and_serves_every_other_
     secrets.replace(ca_name, &Default::default(), &forged).await.unwrap();
     let (status, reason, message) =
         common::eventually("the forged CA refused", Duration::from_secs(60), || async {
-            mesh_connected(&foreign, "forged").await.filter(|m| m.2.contains("no valid seal"))
+            common::mesh_connected(&foreign, "forged").await.filter(|m| m.2.contains("no valid seal"))
         })
         .await;
     println!("a management CA forged in place: MeshConnected {status} {reason}: {message}");

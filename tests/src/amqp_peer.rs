@@ -79,6 +79,8 @@ pub enum Script {
     /// Honest, but the connection is closed, unanswered, at the write (`CREATE` or
     /// `DELETE`) after this many answered ones: a visit cut half way.
     CutAfterWrites(Arc<Answers>, usize),
+    /// Honest, but every `CREATE` and `DELETE` is answered this long after it came.
+    SlowWrites(Arc<Answers>, Duration),
     /// Honest, but a `CREATE` whose name contains this text, or with an attribute of this
     /// value, is refused as qdrouterd refuses a duplicate (`400 Already exists`) and not kept.
     RefuseCreate(Arc<Answers>, String),
@@ -92,6 +94,29 @@ pub fn answer_message(answers: &Answers, entity: &str, attributes: &[&str]) -> V
     let table = project(&answers[entity], &attributes, 0, None);
     let body = serde_amqp::to_vec(&table).expect("encodes");
     answer(&Value::from("7"), 200, "OK", &body)
+}
+
+/// One `CREATE` or `DELETE` an honest peer received.
+#[derive(Debug, Clone)]
+pub struct Write {
+    /// The router id of the answers that took it.
+    pub router: String,
+    /// The connection it came on (numbered from 1 in the order the peers accepted them).
+    pub connection: u64,
+    /// `CREATE` or `DELETE`.
+    pub operation: String,
+    /// The entity's name.
+    pub name: String,
+    /// When it came.
+    pub at: std::time::Instant,
+}
+
+static WRITES: std::sync::Mutex<Vec<Write>> = std::sync::Mutex::new(Vec::new());
+static CONNECTIONS: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+
+/// Every write the honest peers of router `router` received, in order.
+pub fn writes(router: &str) -> Vec<Write> {
+    WRITES.lock().unwrap_or_else(|e| e.into_inner()).iter().filter(|w| w.router == router).cloned().collect()
 }
 
 /// The entities the controller created on the honest router of id `router` and did not
@@ -509,6 +534,7 @@ async fn run<S: AsyncRead + AsyncWrite + Unpin>(s: S, script: &Script) -> std::i
     let mut next_delivery = 0u32;
     // Writes answered on this connection (`Script::CutAfterWrites`).
     let mut writes = 0usize;
+    let connection = CONNECTIONS.fetch_add(1, std::sync::atomic::Ordering::SeqCst) + 1;
     // Our handle for the replies link (we send on it) and for the requests link.
     let (replies, requests) = (0u32, 1u32);
     loop {
@@ -608,8 +634,17 @@ async fn run<S: AsyncRead + AsyncWrite + Unpin>(s: S, script: &Script) -> std::i
                     // only those.
                     let id = answers["router"]["results"][0][0].as_str().unwrap_or_default().to_string();
                     let mut held = CREATED.lock().unwrap_or_else(|e| e.into_inner());
-                    let mine = held.entry(id).or_default();
+                    let mine = held.entry(id.clone()).or_default();
                     let key = (req.entity.clone(), req.name.clone());
+                    if matches!(req.operation.as_str(), "CREATE" | "DELETE") {
+                        WRITES.lock().unwrap_or_else(|e| e.into_inner()).push(Write {
+                            router: id.clone(),
+                            connection,
+                            operation: req.operation.clone(),
+                            name: req.name.clone(),
+                            at: std::time::Instant::now(),
+                        });
+                    }
                     match req.operation.as_str() {
                         "CREATE" => {
                             let mut attributes = req.attributes_given.clone();
@@ -666,6 +701,12 @@ async fn run<S: AsyncRead + AsyncWrite + Unpin>(s: S, script: &Script) -> std::i
                         io.deliver(replies, id, &refusal).await?
                     }
                     Script::RefuseCreate(answers, _) => {
+                        io.deliver(replies, id, &honest_answer(answers, req.count)).await?
+                    }
+                    Script::SlowWrites(answers, delay) => {
+                        if write {
+                            tokio::time::sleep(*delay).await;
+                        }
                         io.deliver(replies, id, &honest_answer(answers, req.count)).await?
                     }
                     Script::Honest(answers) => {

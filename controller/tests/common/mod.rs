@@ -59,6 +59,18 @@ pub fn controller_command(
 /// The command of a controller replica of `install` (its RBAC applied, its Lease, its
 /// ServiceAccount; `--watch-namespaces` when it watches a list).
 pub fn controller_command_for(cp: &ControlPlane, install: &Install, identity: &str, health: u16) -> Command {
+    controller_command_observing(cp, install, identity, health, false)
+}
+
+/// [`controller_command_for`], reading the routers when `observe` (`--observe-mesh=on`:
+/// stand-in routers answer at the pods' addresses).
+pub fn controller_command_observing(
+    cp: &ControlPlane,
+    install: &Install,
+    identity: &str,
+    health: u16,
+    observe: bool,
+) -> Command {
     let ids = cp.install_rbac(install).expect("installing deploy/'s RBAC");
     let (lease_ns, lease) = (&install.namespace, &install.lease);
     let mut cmd = Command::new(env!("CARGO_BIN_EXE_qdr-controller"));
@@ -74,9 +86,9 @@ pub fn controller_command_for(cp: &ControlPlane, install: &Install, identity: &s
         "--retry-period=500ms",
         &format!("--health-listen=127.0.0.1:{health}"),
         "--default-image=quay.io/interconnectedcloud/qdrouterd:1.19.0",
-        // Simulated nodes: nobody answers at the pods' addresses.
-        "--observe-mesh=off",
     ]);
+    // Simulated nodes: nobody answers at the pods' addresses, unless stand-ins do.
+    cmd.arg(if observe { "--observe-mesh=on" } else { "--observe-mesh=off" });
     cmd
 }
 
@@ -218,4 +230,101 @@ pub fn secret_text(s: &k8s_openapi::api::core::v1::Secret, key: &str) -> String 
         .and_then(|d| d.get(key))
         .map(|b| String::from_utf8_lossy(&b.0).into_owned())
         .unwrap_or_default()
+}
+
+/// The routers' management port (`qdr_controller::mesh::management::MANAGEMENT_PORT`).
+pub const ROUTER_MANAGEMENT_PORT: u16 = 55670;
+
+/// The pods of Interconnect `name` once there are `n`, by name.
+pub async fn pods_of(ns: &qdr_tests::TestNamespace, name: &str, n: usize) -> Vec<String> {
+    let pods: Api<k8s_openapi::api::core::v1::Pod> = ns.api();
+    eventually(&format!("{n} pods of {name}"), Duration::from_secs(60), || async {
+        let list = pods.list(&ListParams::default().labels(&format!("interconnect_cr={name}"))).await.ok()?;
+        let mut names: Vec<String> = list.items.into_iter().filter_map(|p| p.metadata.name).collect();
+        names.sort();
+        (names.len() == n).then_some(names)
+    })
+    .await
+}
+
+/// Makes pod `name` look running, with address `ip`, as a kubelet would: Ready for an hour.
+pub async fn run_pod(ns: &qdr_tests::TestNamespace, name: &str, ip: &str) {
+    let pods: Api<k8s_openapi::api::core::v1::Pod> = ns.api();
+    let since = k8s_openapi::jiff::Timestamp::now() - k8s_openapi::jiff::SignedDuration::from_hours(1);
+    let status = serde_json::json!({"status": {
+        "phase": "Running", "podIP": ip, "podIPs": [{"ip": ip}],
+        "conditions": [{"type": "Ready", "status": "True", "lastTransitionTime": since.to_string()},
+                       {"type": "PodScheduled", "status": "True", "lastTransitionTime": since.to_string()}]}});
+    pods.patch_status(name, &kube::api::PatchParams::default(), &kube::api::Patch::Merge(&status))
+        .await
+        .unwrap();
+}
+
+/// A TLS server configuration with Interconnect `name`'s generated management certificate,
+/// once it exists: what its routers present.
+pub async fn router_tls(ns: &qdr_tests::TestNamespace, name: &str) -> std::sync::Arc<rustls::ServerConfig> {
+    use rustls::pki_types::{CertificateDer, PrivateKeyDer, pem::PemObject};
+    let secrets: Api<k8s_openapi::api::core::v1::Secret> = ns.api();
+    let secret_name = format!("{name}-qdr-operator-management-credentials");
+    let s =
+        eventually(&secret_name, Duration::from_secs(30), || async { secrets.get(&secret_name).await.ok() })
+            .await;
+    let chain: Vec<CertificateDer<'static>> =
+        CertificateDer::pem_slice_iter(secret_text(&s, "tls.crt").as_bytes())
+            .collect::<Result<_, _>>()
+            .unwrap();
+    let key = PrivateKeyDer::from_pem_slice(secret_text(&s, "tls.key").as_bytes()).unwrap();
+    let provider = std::sync::Arc::new(rustls::crypto::ring::default_provider());
+    let config = rustls::ServerConfig::builder_with_provider(provider)
+        .with_safe_default_protocol_versions()
+        .unwrap()
+        .with_no_client_auth()
+        .with_single_cert(chain, key)
+        .unwrap();
+    std::sync::Arc::new(config)
+}
+
+/// A peer at `ip`:55670 with `tls`, running `script`.
+pub async fn router_at(
+    ip: &str,
+    tls: &std::sync::Arc<rustls::ServerConfig>,
+    script: qdr_tests::amqp_peer::Script,
+) -> tokio::task::JoinHandle<()> {
+    let listener = tokio::net::TcpListener::bind((ip, ROUTER_MANAGEMENT_PORT)).await.unwrap();
+    qdr_tests::amqp_peer::serve(listener, Some(tls.clone()), script)
+}
+
+/// `MeshConnected` of Interconnect `name`: (status, reason, message).
+pub async fn mesh_connected(ns: &qdr_tests::TestNamespace, name: &str) -> Option<(String, String, String)> {
+    let ic = interconnects(&ns.client, &ns.name).get(name).await.ok()?;
+    let c =
+        ic.data["status"]["conditions"].as_array()?.iter().find(|c| c["type"] == "MeshConnected")?.clone();
+    let s = |k: &str| c[k].as_str().unwrap_or_default().to_string();
+    Some((s("status"), s("reason"), s("message")))
+}
+
+/// The holder of Lease `name`, if any.
+pub async fn holder_of(
+    leases: &Api<k8s_openapi::api::coordination::v1::Lease>,
+    name: &str,
+) -> Option<String> {
+    leases.get_opt(name).await.ok().flatten()?.spec?.holder_identity.filter(|h| !h.is_empty())
+}
+
+/// How long after `since` Lease `name` names a holder other than `old` (polled every 20 ms;
+/// panics after `limit`).
+pub async fn takeover_of(
+    leases: &Api<k8s_openapi::api::coordination::v1::Lease>,
+    name: &str,
+    old: &str,
+    since: std::time::Instant,
+    limit: Duration,
+) -> (String, Duration) {
+    loop {
+        if let Some(h) = holder_of(leases, name).await.filter(|h| h != old) {
+            return (h, since.elapsed());
+        }
+        assert!(since.elapsed() < limit, "no replica took the Lease from {old} within {limit:?}");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
 }

@@ -1,0 +1,109 @@
+//! One writer to the routers, with real controller processes and a stand-in router: a
+//! leader stopped in the middle of a visit writes nothing once another leads. Its own test
+//! binary (its own control plane): the other tests' controllers watch every namespace.
+
+mod common;
+
+use std::time::{Duration, Instant};
+
+use common::{eventually, holder_of, interconnects, takeover_of};
+use k8s_openapi::api::coordination::v1::Lease;
+use kube::api::{Api, Patch, PatchParams};
+use qdr_tests::Process;
+use serde_json::json;
+
+/// Matches the controllers' `--lease-duration` (`common::controller_command_for`).
+const LEASE: Duration = Duration::from_secs(4);
+
+/// One writer to the routers: a leader stopped (SIGSTOP) in the middle of a visit that
+/// writes a router's live entities, slowly, loses the Lease; the next leader's first visit
+/// brings the router to the spec whatever the first left half written; and once resumed
+/// (SIGCONT), the deposed leader sends the router nothing more: its term's fence closed
+/// while it was stopped. The router is a stand-in (`qdr_tests::amqp_peer`) over TLS with the
+/// Interconnect's management certificate, answering each write 250 ms late.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_leader_stopped_mid_visit_writes_nothing_once_another_leads() {
+    use qdr_tests::amqp_peer::{self, Script};
+    let cp = qdr_tests::shared_with_controller_manager().await;
+    cp.install_crd().await;
+    let system = cp.namespace("writer-system").await;
+    let ns = cp.namespace("writer").await;
+    let leases: Api<Lease> = system.api();
+    let install = qdr_tests::rbac::Install {
+        lease: "writer-lease".into(),
+        watch: vec![ns.name.clone()],
+        ..qdr_tests::rbac::Install::new(&system.name)
+    };
+    let spawn = |id: &str| {
+        let cmd = common::controller_command_observing(cp, &install, id, common::free_port(), true);
+        Process::spawn(id, cmd, &cp.dir().join(format!("{id}.log"))).unwrap()
+    };
+    let a = spawn("writer-a");
+    let t = Instant::now();
+    while holder_of(&leases, "writer-lease").await.as_deref() != Some("writer-a") {
+        assert!(t.elapsed() < Duration::from_secs(30), "writer-a not leading:\n{}", a.log_tail(30));
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    let b = spawn("writer-b");
+    let address = |p: &str| json!({"prefix": p});
+    let spec = |prefixes: &[String]| {
+        json!({"deploymentPlan": {"role": "interior", "size": 1},
+               "addresses": prefixes.iter().map(|p| address(p)).collect::<Vec<_>>()})
+    };
+    common::create_interconnect(&ns, "writer", spec(&["first".to_string()])).await;
+    let pod = common::pods_of(&ns, "writer", 1).await.remove(0);
+    let tls = common::router_tls(&ns, "writer").await;
+    let answers = std::sync::Arc::new(amqp_peer::honest(&pod, "interior", &[], 0));
+    let slow = Duration::from_millis(250);
+    let peer = common::router_at("127.9.0.1", &tls, Script::SlowWrites(answers, slow)).await;
+    common::run_pod(&ns, &pod, "127.9.0.1").await;
+    common::condition_with_reason(&ns, "writer", "ConfigApplied", "Applied").await;
+
+    // Twelve more addresses: a visit of twelve CREATEs, 3 s at the router's pace.
+    let many: Vec<String> =
+        (0..13).map(|i| if i == 0 { "first".into() } else { format!("more-{i}") }).collect();
+    let before = amqp_peer::writes(&pod).len();
+    interconnects(&ns.client, &ns.name)
+        .patch("writer", &PatchParams::default(), &Patch::Merge(json!({"spec": spec(&many)})))
+        .await
+        .unwrap();
+    let first = eventually("the visit under way", Duration::from_secs(20), || async {
+        let w = amqp_peer::writes(&pod);
+        (w.len() >= before + 2).then(|| w[before].clone())
+    })
+    .await;
+    a.signal(libc::SIGSTOP);
+    let stopped = Instant::now();
+    let written_by_a = amqp_peer::writes(&pod).len() - before;
+    let (next, took) = takeover_of(&leases, "writer-lease", "writer-a", stopped, 6 * LEASE).await;
+    assert_eq!(next, "writer-b");
+    // The next leader's first visit completes the change, whatever writer-a left.
+    common::condition_with_reason(&ns, "writer", "ConfigApplied", "Applied").await;
+    let held = amqp_peer::held(&pod);
+    let addresses = held.keys().filter(|(entity, _)| entity == "router.config.address").count();
+    assert_eq!(addresses, many.len(), "{held:?}");
+    // writer-a resumes: whatever it was doing, it writes nothing more.
+    a.signal(libc::SIGCONT);
+    let resumed = Instant::now();
+    tokio::time::sleep(2 * LEASE).await;
+    let writes = amqp_peer::writes(&pod);
+    let of_a: Vec<&amqp_peer::Write> =
+        writes[before..].iter().filter(|w| w.connection == first.connection).collect();
+    let late: Vec<&&amqp_peer::Write> = of_a.iter().filter(|w| w.at > stopped + slow).collect();
+    let b_first = writes[before..].iter().find(|w| w.connection != first.connection).map(|w| w.at);
+    eprintln!(
+        "one writer: writer-a sent {} writes before SIGSTOP ({written_by_a} answered), writer-b took the Lease {took:?} \
+         after it and wrote {} more; writer-a resumed {:?} later and sent nothing",
+        of_a.len(),
+        writes.len() - before - of_a.len(),
+        resumed - stopped,
+    );
+    assert!(late.is_empty(), "writer-a wrote after it was stopped: {late:?}");
+    assert!(b_first.is_some(), "writer-b wrote nothing");
+    assert_eq!(amqp_peer::held(&pod), held, "the router holds what writer-b left");
+    assert!(a.exited().is_none() && b.exited().is_none());
+    peer.abort();
+    for p in [a, b] {
+        p.stop(Duration::from_secs(10));
+    }
+}
