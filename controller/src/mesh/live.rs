@@ -115,15 +115,6 @@ impl Kind {
             ],
         }
     }
-
-    /// Whether a held entity of this kind is compared by its attributes as well as its
-    /// name. Addresses, link routes and auto-links carry their attributes' hash in their
-    /// name (and the router reads some back otherwise: a link route's prefix `queue.` as
-    /// `queue`); connectors and listeners keep the user's name, so a changed one is told by
-    /// its attributes.
-    fn compares_attributes(self) -> bool {
-        matches!(self, Kind::Connector | Kind::Listener)
-    }
 }
 
 /// One entity of the desired configuration, as a `CREATE` sends it.
@@ -186,6 +177,41 @@ impl Held {
     }
 }
 
+/// How qdrouterd 1.19 reads back what it was given, where it differs: `(kind, attribute,
+/// what was written, what is read back)`, `*` any value, `-` not read back. Measured on a
+/// real router by `tests/tests/routers/normalise.rs`, which sets every attribute the spec
+/// can set on each live kind at values other than the defaults and fails when the router
+/// reads back anything this table does not say ([`read_back`]). Every other attribute
+/// (`cost`, `linkCapacity`, `saslMechanisms`, `authenticatePeer`, `sslProfile`,
+/// `verifyHostname`, `http`, `host`, `port`, roles, distributions, phases, directions,
+/// containers, connections, external addresses and prefixes) reads back as written.
+pub const READ_BACK: &[(Kind, &str, &str, &str)] = &[
+    (
+        Kind::Address,
+        "prefix",
+        "norm.c.  norm.d/  norm.e..",
+        "norm.c  norm.d  norm.e: trailing `.` and `/` dropped",
+    ),
+    (Kind::Address, "pattern", "norm.f.*.", "norm.f.*: trailing `.` and `/` dropped"),
+    (Kind::LinkRoute, "prefix", "queue.  queue2/", "queue  queue2: trailing `.` and `/` dropped"),
+    (Kind::LinkRoute, "pattern", "topic2.*.", "topic2.*: trailing `.` and `/` dropped"),
+    (Kind::Address, "waypoint", "*", "false"),
+    (Kind::Address, "enableFallback", "true", "-"),
+];
+
+/// What qdrouterd 1.19 answers for attribute `attribute` of an entity of `kind` created with
+/// `wrote` ([`READ_BACK`]); `None` when it does not read it back (it cannot be compared).
+pub fn read_back(kind: Kind, attribute: &str, wrote: &Attribute) -> Option<Attribute> {
+    match (kind, attribute, wrote) {
+        (Kind::Address | Kind::LinkRoute, "prefix" | "pattern", Attribute::Text(t)) => {
+            Some(Attribute::Text(t.trim_end_matches(['.', '/']).to_string()))
+        }
+        (Kind::Address, "waypoint", _) => Some(Attribute::Bool(false)),
+        (Kind::Address, "enableFallback", Attribute::Bool(true)) => None,
+        _ => Some(wrote.clone()),
+    }
+}
+
 /// Whether `held` reads back as `want` wrote it: text equal (as the reader cuts it), an
 /// integer as the same integer or its digits (the router types `port` as text), a boolean
 /// as the same boolean.
@@ -200,13 +226,15 @@ fn same_value(want: &Attribute, held: &Cell) -> bool {
     }
 }
 
-/// Whether `held` is `want` as far as the router tells: the same name and, for a kind that
-/// [compares attributes](Kind::compares_attributes), every attribute `want` sets.
+/// Whether `held` is `want` as far as the router tells: the same kind and name, and every
+/// attribute `want` sets read back as the router reads it back ([`read_back`]), so an entity
+/// re-created by hand under the same name with other attributes is not taken for it.
 fn holds(want: &Desired, held: &Held) -> bool {
     want.kind == held.kind
         && want.name == held.name
-        && (!want.kind.compares_attributes()
-            || want.attributes.iter().all(|(k, v)| same_value(v, held.get(k))))
+        && want.attributes.iter().all(|(k, v)| {
+            read_back(want.kind, k, v).is_none_or(|expected| same_value(&expected, held.get(k)))
+        })
 }
 
 impl Held {
@@ -479,10 +507,46 @@ mod tests {
         let (deletes, creates) = names(&p);
         assert_eq!(deletes.last(), Some(&"broker"));
         assert_eq!(creates.first(), Some(&"broker"));
-        // An address is told by its name only: the router reads some attributes back otherwise.
+        // An address re-created by hand under its name with another prefix is put back.
         all = network().iter().map(held).collect();
-        all[2].attributes[1].1 = Cell::Text("a.".into());
-        assert!(plan(&network(), &all, &never).is_empty());
+        all[2].attributes[1].1 = Cell::Text("b".into());
+        let p = plan(&network(), &all, &never);
+        assert!(
+            names(&p).0.contains(&"qdr-operator-address-1")
+                && names(&p).1.contains(&"qdr-operator-address-1")
+        );
+    }
+
+    #[test]
+    fn what_the_router_reads_back_otherwise_is_held_as_written() {
+        // READ_BACK: trailing `.` and `/` of prefixes and patterns dropped, waypoint read as
+        // false, enableFallback true not read back.
+        let d = want(
+            Kind::Address,
+            "a",
+            &[
+                ("prefix", text("q./")),
+                ("waypoint", Attribute::Bool(true)),
+                ("enableFallback", Attribute::Bool(true)),
+            ],
+        );
+        let mut h = held(&d);
+        h.attributes = vec![
+            ("name", Cell::Text("a".into())),
+            ("prefix", Cell::Text("q".into())),
+            ("waypoint", Cell::Bool(false)),
+        ];
+        assert!(plan(std::slice::from_ref(&d), std::slice::from_ref(&h), &never).is_empty());
+        let r = want(Kind::LinkRoute, "r", &[("pattern", text("topic.*.")), ("direction", text("in"))]);
+        let mut hr = held(&r);
+        hr.attributes[1].1 = Cell::Text("topic.*".into());
+        assert!(plan(std::slice::from_ref(&r), std::slice::from_ref(&hr), &never).is_empty());
+        // Another distribution is not a normalisation.
+        let x = want(Kind::Address, "x", &[("prefix", text("q")), ("distribution", text("closest"))]);
+        let mut hx = held(&x);
+        hx.attributes[2].1 = Cell::Text("multicast".into());
+        assert!(!plan(std::slice::from_ref(&x), std::slice::from_ref(&hx), &never).is_empty());
+        assert_eq!(read_back(Kind::Connector, "sslProfile", &text("tls")), Some(text("tls")));
     }
 
     #[test]

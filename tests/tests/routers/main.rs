@@ -165,6 +165,7 @@ mod image;
 mod interior;
 mod link_routes;
 mod live;
+mod normalise;
 mod rollouts;
 mod status;
 mod tls;
