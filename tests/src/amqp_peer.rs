@@ -52,6 +52,9 @@ pub enum Script {
     IgnoresCount(Arc<Answers>),
     /// The first answer's body: an amqp-value of lists nested this deep.
     DeepList(usize),
+    /// The first answer's body: a map whose one value is a described value (4 bytes,
+    /// `00 53 01 40`), on which serde_amqp 0.18 recursed until the stack overflowed.
+    Described,
     /// The replies link refused with a `detach` whose error info nests maps this deep (in
     /// one frame, so it is checked before any message).
     DeepPerformative(usize),
@@ -717,6 +720,10 @@ async fn run<S: AsyncRead + AsyncWrite + Unpin>(s: S, script: &Script) -> std::i
                     }
                     Script::DeepList(depth) => {
                         let body = nested_lists(*depth);
+                        io.deliver(replies, id, &answer(&req.correlation, 200, "OK", &body)).await?;
+                    }
+                    Script::Described => {
+                        let body = [0xc1, 0x0a, 0x02, 0xa1, 0x03, b'k', b'e', b'y', 0x00, 0x53, 0x01, 0x40];
                         io.deliver(replies, id, &answer(&req.correlation, 200, "OK", &body)).await?;
                     }
                     Script::Huge(bytes) => {
