@@ -111,11 +111,9 @@ pub const HALF_APPLIED: &str = "live entities missing until the next visit";
 
 /// At most four of `missing`, then how many more.
 fn named(missing: &[String]) -> String {
-    let mut out: Vec<&str> = missing.iter().take(4).map(String::as_str).collect();
-    let more = missing.len().saturating_sub(4);
-    let more = format!("and {more} more");
+    let mut out: Vec<String> = missing.iter().take(4).cloned().collect();
     if missing.len() > 4 {
-        out.push(&more);
+        out.push(format!("and {} more", missing.len() - 4));
     }
     out.join(", ")
 }
@@ -462,9 +460,13 @@ impl Links {
             // The visit is undone: what it created goes (auto-links first, so nothing
             // names a connector that is going), then what it deleted comes back
             // (connectors first), as the router read it.
+            let replaced = |kind: Kind, name: &str| deleted.iter().any(|h| h.kind == kind && h.name == name);
             for (kind, name) in created.iter().rev() {
                 match self.delete(*kind, name).await {
-                    Ok(()) => missing.deleted(*kind, name),
+                    // Taking back a new entity leaves nothing missing; a replacement's old
+                    // one is missing until it comes back below.
+                    Ok(()) if replaced(*kind, name) => missing.deleted(*kind, name),
+                    Ok(()) => {}
                     Err(e @ ReadError::Write { .. }) => {
                         tracing::warn!(entity = kind.entity(), %name, error = %e, "could not take back an entity after a refused write");
                     }
@@ -480,12 +482,6 @@ impl Links {
                         tracing::warn!(entity = h.kind.entity(), name = %h.name, error = %e, "could not put back an entity after a refused write");
                     }
                     Err(e) => return Err(e),
-                }
-            }
-            // What the visit created and took back was new, not missing.
-            for (kind, name) in &created {
-                if !deleted.iter().any(|h| h.kind == *kind && h.name == *name) {
-                    missing.created(*kind, name);
                 }
             }
         }

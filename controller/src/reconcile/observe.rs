@@ -154,11 +154,10 @@ pub struct RouterPod {
 /// uid the stores hold.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct Workloads {
-    /// The uid of the Deployment named like the Interconnect, when the Interconnect controls it.
-    pub deployment: Option<String>,
     /// The uid of the DaemonSet named like the Interconnect, when the Interconnect controls it.
     pub daemon_set: Option<String>,
-    /// The ReplicaSets that Deployment controls: name → uid.
+    /// The ReplicaSets controlled by the Deployment named like the Interconnect (when the
+    /// Interconnect controls it): name → uid.
     pub replica_sets: BTreeMap<String, String>,
 }
 
@@ -184,8 +183,7 @@ impl Workloads {
             let uid = m.uid.as_deref().filter(|u| !u.is_empty())?;
             (!owner.is_empty() && controller_uid(m) == Some(owner)).then(|| uid.to_string())
         };
-        let deployment = ours(deployment);
-        let replica_sets = match &deployment {
+        let replica_sets = match ours(deployment) {
             None => BTreeMap::new(),
             Some(d) => replica_sets
                 .iter()
@@ -193,7 +191,7 @@ impl Workloads {
                 .filter_map(|r| Some((r.name.clone()?, r.uid.clone().filter(|u| !u.is_empty())?)))
                 .collect(),
         };
-        Workloads { deployment, daemon_set: ours(daemon_set), replica_sets }
+        Workloads { daemon_set: ours(daemon_set), replica_sets }
     }
 }
 

@@ -256,10 +256,7 @@ fn live_of(o: &ValidatedInterconnect, config: &qdr_api::router_config::Rendered)
 /// and its content the controller's own (sealed under `seal`: [`crate::credentials::seal`]);
 /// otherwise why not.
 fn generated_for(secret: &Secret, o: &ValidatedInterconnect, seal: &HashKey) -> Result<(), &'static str> {
-    let uid = o.ic().metadata.uid.as_deref();
-    let controlled = (secret.metadata.owner_references.iter().flatten())
-        .any(|r| r.controller == Some(true) && r.kind == "Interconnect" && Some(r.uid.as_str()) == uid);
-    if !controlled {
+    if !o.controls(secret.metadata.owner_references.as_deref().unwrap_or_default()) {
         return Err("it is not controlled by it");
     }
     if !crate::credentials::seal::is_sealed(seal, o.namespace(), o.uid(), secret) {
