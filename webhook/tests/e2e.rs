@@ -207,15 +207,42 @@ enum Hold {
     Trickle,
 }
 
+/// How a held connection ended.
+#[derive(Clone, Copy, Debug)]
+enum Held {
+    /// Never established: the TCP connect or the client's TLS handshake failed (a loaded
+    /// machine's listen queue, say). Not held, so not a failure of the server's limits; the
+    /// test bounds how many may end so by the count it saw established.
+    Never,
+    /// Closed by the server this long after it was established.
+    Closed(Duration),
+    /// Still open when the test gave up on it.
+    Open,
+}
+
 /// Holds one connection of kind `hold` to the admission port until the server closes it
-/// (or `give_up` passes). Returns how long it stayed open after it was established, `None`
-/// when it was never established or never closed.
+/// (or `give_up` passes).
 async fn hold(
     port: u16,
     hold: Hold,
     open: std::sync::Arc<std::sync::atomic::AtomicUsize>,
     give_up: Duration,
-) -> Option<Duration> {
+) -> Held {
+    match established(port, hold, open, give_up).await {
+        None => Held::Never,
+        Some(Some(after)) => Held::Closed(after),
+        Some(None) => Held::Open,
+    }
+}
+
+/// [`hold`]'s work: `None` when never established, else how long it stayed open (`None`
+/// when not closed within `give_up`).
+async fn established(
+    port: u16,
+    hold: Hold,
+    open: std::sync::Arc<std::sync::atomic::AtomicUsize>,
+    give_up: Duration,
+) -> Option<Option<Duration>> {
     use std::sync::atomic::Ordering::SeqCst;
     use tokio::io::{AsyncReadExt, AsyncWriteExt};
     let tcp = tokio::net::TcpStream::connect(("127.0.0.1", port)).await.ok()?;
@@ -232,8 +259,11 @@ async fn hold(
     };
     let since = std::time::Instant::now();
     open.fetch_add(1, SeqCst);
-    if hold == Hold::Trickle {
-        stream.write_all(b"POST /validate HTTP/1.1\r\nHost: 127.0.0.1\r\n").await.ok()?;
+    if hold == Hold::Trickle
+        && stream.write_all(b"POST /validate HTTP/1.1\r\nHost: 127.0.0.1\r\n").await.is_err()
+    {
+        open.fetch_sub(1, SeqCst);
+        return Some(Some(since.elapsed()));
     }
     let mut buf = [0u8; 256];
     let closed = loop {
@@ -253,7 +283,7 @@ async fn hold(
         }
     };
     open.fetch_sub(1, SeqCst);
-    closed.then(|| since.elapsed())
+    Some(closed.then(|| since.elapsed()))
 }
 
 trait AsyncStream: tokio::io::AsyncRead + tokio::io::AsyncWrite + Unpin + Send {}
@@ -313,14 +343,18 @@ async fn slow_and_idle_connections_do_not_stop_admission() {
     );
 
     let mut closed = std::collections::BTreeMap::<String, Vec<Duration>>::new();
+    let mut never = 0;
     for (kind, t) in tasks {
-        let after = t
-            .await
-            .unwrap()
-            .unwrap_or_else(|| panic!("a {kind:?} connection was not closed within {give_up:?}"));
-        closed.entry(format!("{kind:?}")).or_default().push(after);
+        match t.await.unwrap() {
+            Held::Closed(after) => closed.entry(format!("{kind:?}")).or_default().push(after),
+            Held::Never => never += 1,
+            Held::Open => panic!("a {kind:?} connection was not closed within {give_up:?}"),
+        }
     }
-    println!("held {held} connections, {still} still open after an admission that took {took:?}");
+    println!(
+        "held {held} connections ({never} never established), {still} still open after an \
+         admission that took {took:?}"
+    );
     for (kind, times) in &closed {
         let (min, max) = (times.iter().min().unwrap(), times.iter().max().unwrap());
         println!("{kind}: {} closed by the server after {min:?}..{max:?}", times.len());
