@@ -389,6 +389,52 @@ pub struct MeshReport {
     pub condition: Verdict,
 }
 
+/// The routers of `observations` that are **linked** (the readiness gate
+/// `qdr-operator.io/linked`, docs/mesh-status.md, "Ready means linked"): an interior router
+/// that answered and holds an inter-router link (reported by either end) to every other
+/// router of the mesh that answered or is reported by a peer, or that is alone; an edge
+/// router that answered with its uplink open. A router not answered yet (pending, not
+/// answering) is not linked; routers pending (not running yet) are not waited for.
+pub fn linked(mode: Mode, observations: &BTreeMap<String, Observation>) -> BTreeSet<String> {
+    let views: BTreeMap<&str, &RouterView> = observations
+        .iter()
+        .filter_map(|(p, o)| match o {
+            Observation::Answered(v) => Some((p.as_str(), v)),
+            _ => None,
+        })
+        .collect();
+    match mode {
+        Mode::Edge => (views.iter())
+            .filter(|(_, v)| v.edge.iter().any(|l| l.outgoing))
+            .map(|(p, _)| p.to_string())
+            .collect(),
+        Mode::Interior => {
+            // Pairs linked, by pod (a router's id is its pod's name).
+            let mut pairs: BTreeSet<(&str, &str)> = BTreeSet::new();
+            for (p, v) in &views {
+                for l in &v.inter_router {
+                    if observations.contains_key(&*l.peer) && **p != *l.peer {
+                        let (a, b) = (*p, &*l.peer);
+                        pairs.insert(if a < b { (a, b) } else { (b, a) });
+                    }
+                }
+            }
+            // The others a router must be linked to: those running (answered, or not
+            // answering but running), not those pending.
+            let running: Vec<&str> = (observations.iter())
+                .filter(|(_, o)| !matches!(o, Observation::Pending(_)))
+                .map(|(p, _)| p.as_str())
+                .collect();
+            (views.keys().copied())
+                .filter(|&p| {
+                    running.iter().copied().filter(|&q| q != p).all(|q| pairs.contains(&(p.min(q), p.max(q))))
+                })
+                .map(str::to_string)
+                .collect()
+        }
+    }
+}
+
 /// Judges the mesh of one Interconnect from what each of its router pods answered
 /// (`observations`: pod name → observation; `mode` is the Interconnect's
 /// `deploymentPlan.role`, which every one of its routers runs).

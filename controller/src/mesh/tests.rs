@@ -606,3 +606,43 @@ fn a_reads_router_ids_are_kept_once_and_foreign_ones_within_a_budget() {
     assert_eq!(&*ids.intern("one-more"), OVER_BUDGET);
     assert_eq!(&*ids.intern("mesh-2"), "mesh-2", "a pod's name is always kept");
 }
+
+#[test]
+fn a_router_is_linked_when_it_holds_a_link_to_every_other_running_router() {
+    use crate::mesh::linked;
+    let obs = |all: Vec<(&str, Observation)>| -> BTreeMap<String, Observation> {
+        all.into_iter().map(|(p, o)| (p.to_string(), o)).collect()
+    };
+    // A full mesh of three: all linked.
+    let full = obs(vec![
+        ("mesh-0", linked_view("mesh-0", &["mesh-1", "mesh-2"])),
+        ("mesh-1", linked_view("mesh-1", &["mesh-0", "mesh-2"])),
+        ("mesh-2", linked_view("mesh-2", &["mesh-0", "mesh-1"])),
+    ]);
+    assert_eq!(linked(Mode::Interior, &full).len(), 3);
+    // A new router with no link yet: the others stay linked (to each other), it is not.
+    let joining = obs(vec![
+        ("mesh-0", linked_view("mesh-0", &["mesh-1"])),
+        ("mesh-1", linked_view("mesh-1", &["mesh-0"])),
+        ("mesh-2", linked_view("mesh-2", &[])),
+    ]);
+    let l = linked(Mode::Interior, &joining);
+    assert!(!l.contains("mesh-2"), "{l:?}");
+    assert!(!l.contains("mesh-0"), "mesh-0 lacks its link to the running mesh-2: {l:?}");
+    // A pending router (not running yet) is not waited for; an interior router alone is linked.
+    let pending = obs(vec![
+        ("mesh-0", linked_view("mesh-0", &[])),
+        ("mesh-1", Observation::Pending("not Ready yet".into())),
+    ]);
+    assert_eq!(linked(Mode::Interior, &pending).into_iter().collect::<Vec<_>>(), ["mesh-0"]);
+    // A router that did not answer is not linked, but its peers' links to it count.
+    let mute = obs(vec![
+        ("mesh-0", linked_view("mesh-0", &["mesh-1"])),
+        ("mesh-1", Observation::Unreachable("no answer within 5s".into())),
+    ]);
+    assert_eq!(linked(Mode::Interior, &mute).into_iter().collect::<Vec<_>>(), ["mesh-0"]);
+}
+
+fn linked_view(id: &str, peers: &[&str]) -> Observation {
+    linked(id, peers)
+}
