@@ -22,9 +22,9 @@ use k8s_openapi::api::apps::v1::{
 use k8s_openapi::api::core::v1::{
     Affinity, Capabilities, ConfigMap, ConfigMapVolumeSource, Container, ContainerPort, EnvVar, EnvVarSource,
     HTTPGetAction, Lifecycle, LifecycleHandler, ObjectFieldSelector, PodAffinityTerm, PodAntiAffinity,
-    PodSecurityContext, PodSpec, PodTemplateSpec, Probe, SeccompProfile, Secret, SecretVolumeSource,
-    SecurityContext, Service, ServicePort, ServiceSpec, SleepAction, TopologySpreadConstraint, Volume,
-    VolumeMount,
+    PodReadinessGate, PodSecurityContext, PodSpec, PodTemplateSpec, Probe, SeccompProfile, Secret,
+    SecretVolumeSource, SecurityContext, Service, ServicePort, ServiceSpec, SleepAction,
+    TopologySpreadConstraint, Volume, VolumeMount,
 };
 use k8s_openapi::api::networking::v1::{
     HTTPIngressPath, HTTPIngressRuleValue, Ingress, IngressBackend, IngressRule, IngressServiceBackend,
@@ -65,14 +65,26 @@ pub const CONFIG_ROLLED_BY: &str = "qdr-operator.io/config-rolled-by";
 /// for each such configuration and never back (docs/live-configuration.md, "When a router
 /// refuses").
 pub const RESTARTED_FOR: &str = "qdr-operator.io/restarted-for-config";
+/// Pod-template annotation saying its pods carry the readiness gate [`LINKED`]: set on a
+/// new workload's template, and on an existing one's only when it rolls for another reason,
+/// so upgrading rolls no router for the gate alone.
+pub const READINESS_GATE: &str = "qdr-operator.io/readiness-gate";
+/// The pod condition the controller sets once a router holds its links
+/// ([`crate::mesh::linked`]): the readiness gate that makes Ready mean linked.
+pub const LINKED: &str = "qdr-operator.io/linked";
+
 /// Why the routers last rolled, as the pod template keeps it ([`CONFIG_ROLLED_BY`],
-/// [`RESTARTED_FOR`]): worked out by the build stage from the workload it observed.
+/// [`RESTARTED_FOR`]), and whether it carries the readiness gate ([`READINESS_GATE`]):
+/// worked out by the build stage from the workload it observed.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct Roll {
     /// The [`CONFIG_ROLLED_BY`] value.
     pub rolled_by: Option<String>,
     /// The [`RESTARTED_FOR`] value.
     pub restarted_for: Option<String>,
+    /// Whether the pods get the readiness gate [`LINKED`] (when they have the operator's
+    /// management listener, through which the controller links and reads them).
+    pub gated: bool,
 }
 /// Where the SASL users Secret is mounted.
 pub(crate) const SASL_USERS_DIR: &str = "/etc/qpid-dispatch/sasl-users";
@@ -441,6 +453,10 @@ pub fn pod_template(
     ]);
     let kept = [(CONFIG_ROLLED_BY, &roll.rolled_by), (RESTARTED_FOR, &roll.restarted_for)];
     annotations.extend(kept.into_iter().filter_map(|(k, v)| Some((k.to_string(), v.clone()?))));
+    let gated = roll.gated && o.management();
+    if gated {
+        annotations.insert(READINESS_GATE.into(), LINKED.into());
+    }
     PodTemplateSpec {
         metadata: Some(ObjectMeta {
             labels: Some(labels),
@@ -460,6 +476,7 @@ pub fn pod_template(
             priority_class_name: plan.priority_class_name.clone(),
             security_context: Some(pod_security(s)),
             termination_grace_period_seconds: Some(TERMINATION_GRACE),
+            readiness_gates: gated.then(|| vec![PodReadinessGate { condition_type: LINKED.into() }]),
             ..Default::default()
         }),
     }

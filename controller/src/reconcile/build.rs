@@ -194,7 +194,8 @@ fn password() -> String {
 ///
 /// Nothing for a new workload: it starts from the configuration.
 pub(crate) fn roll(observed: &Observed, config: &Rendered) -> Roll {
-    let Some(old) = observed.workload.ours() else { return Roll::default() };
+    // A new workload's routers are gated from the start.
+    let Some(old) = observed.workload.ours() else { return Roll { gated: true, ..Roll::default() } };
     let rolled_by = match &old.config_hash {
         Some(h) if *h != config.startup_hash => {
             Some(rolled_by(old.config_fields.as_deref(), &config.startup_fields))
@@ -207,7 +208,11 @@ pub(crate) fn roll(observed: &Observed, config: &Rendered) -> Roll {
         Some((hash, _)) => Some(qdr_api::router_config::short_hash(hash).to_string()),
         None => old.roll.restarted_for.clone(),
     };
-    Roll { rolled_by, restarted_for }
+    // An existing workload gets the gate only with a roll it makes anyway (a start-up
+    // configuration change, a restart for a refused one): never a roll for the gate alone.
+    let rolls = old.config_hash.as_ref().is_some_and(|h| *h != config.startup_hash)
+        || restarted_for != old.roll.restarted_for;
+    Roll { rolled_by, restarted_for, gated: old.roll.gated || rolls }
 }
 
 /// What changed between the [`CONFIG_FIELDS`](crate::builders::CONFIG_FIELDS) digests

@@ -272,6 +272,7 @@ fn state(t: &PodTemplateSpec, replicas: Option<i32>, rolled_out: bool) -> Worklo
         roll: Roll {
             rolled_by: annotation(t, CONFIG_ROLLED_BY),
             restarted_for: annotation(t, RESTARTED_FOR),
+            gated: annotation(t, crate::builders::READINESS_GATE).is_some(),
         },
         rolled_out,
     }

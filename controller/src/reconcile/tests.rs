@@ -1328,7 +1328,7 @@ fn roll_events_say_why() {
         workload: Ownership::Ours(
             WorkloadState {
                 config_hash: Some("5555".into()),
-                roll: Roll { rolled_by: None, restarted_for: restarted_for.map(String::from) },
+                roll: Roll { rolled_by: None, restarted_for: restarted_for.map(String::from), gated: false },
                 ..Default::default()
             },
             None,
@@ -1339,7 +1339,11 @@ fn roll_events_say_why() {
         config: config(startup),
         replicas: None,
         credentials: CredentialsReport::default(),
-        roll: Roll { rolled_by: rolled_by.map(String::from), restarted_for: restarted_for.map(String::from) },
+        roll: Roll {
+            rolled_by: rolled_by.map(String::from),
+            restarted_for: restarted_for.map(String::from),
+            gated: false,
+        },
     };
     let changed = planned(&seen(None), &report("6666", Some("spec.edgeListeners"), None));
     assert_eq!(changed, [Change::ConfigChanged { live: true, by: "spec.edgeListeners".into() }]);

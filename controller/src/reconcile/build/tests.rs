@@ -660,6 +660,7 @@ fn running(built: &Built) -> Ownership<WorkloadState> {
         roll: Roll {
             rolled_by: template_annotation(built, builders::CONFIG_ROLLED_BY),
             restarted_for: template_annotation(built, builders::RESTARTED_FOR),
+            gated: template_annotation(built, builders::READINESS_GATE).is_some(),
         },
         rolled_out: true,
     };
