@@ -87,9 +87,12 @@ pub(crate) fn slim_pod(p: &mut Pod) {
         })
         .collect();
     let node_name = p.spec.as_ref().and_then(|s| s.node_name.clone());
-    p.spec = (!config_maps.is_empty() || node_name.is_some()).then(|| PodSpec {
+    // And its readiness gates (whether the controller sets `qdr-operator.io/linked` on it).
+    let readiness_gates = p.spec.as_ref().and_then(|s| s.readiness_gates.clone());
+    p.spec = (!config_maps.is_empty() || node_name.is_some() || readiness_gates.is_some()).then(|| PodSpec {
         volumes: (!config_maps.is_empty()).then_some(config_maps),
         node_name,
+        readiness_gates,
         ..Default::default()
     });
     slim_meta(p);

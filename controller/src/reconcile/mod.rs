@@ -435,12 +435,18 @@ async fn stages(
     // not while the workload is held (its ConfigMap keeps what its routers started with).
     let live = (!applied.held).then_some(&report.config);
     let seal = &ctx.settings.seal_key;
-    let mesh = management.map(|m| ctx.mesh.read(&valid, &observed, m, live, &ctx.metrics, seal));
-    let relink = match &mesh {
-        None if links || report.config.live => {
-            ctx.mesh.read(&valid, &observed, Ok(()), live, &ctx.metrics, seal).next
+    let (mesh, relink) = match management {
+        Some(m) => {
+            let read = ctx.mesh.read(&valid, &observed, m, live, &ctx.metrics, seal);
+            set_linked(&ctx.client, &valid, &observed, &read).await;
+            (Some(read), None)
         }
-        _ => None,
+        None if links || report.config.live => {
+            let read = ctx.mesh.read(&valid, &observed, Ok(()), live, &ctx.metrics, seal);
+            set_linked(&ctx.client, &valid, &observed, &read).await;
+            (None, read.next)
+        }
+        None => (None, None),
     };
     Ok(Pass::Reconciled(Box::new(Reconciled { ic: valid, observed, report, applied, mesh, relink })))
 }
@@ -457,4 +463,47 @@ pub(crate) fn error_policy(ic: Arc<Interconnect>, _err: &Error, ctx: Arc<Context
         .copied()
         .unwrap_or(1);
     Action::requeue(backoff(failures))
+}
+
+/// Sets the readiness gate [`crate::builders::LINKED`] to `True` on every router pod of `o`
+/// that carries it, is not linked yet, and that `read` finds linked ([`crate::mesh::linked`]):
+/// its pod becomes Ready, joins the Service, and lets a rollout go on. A latch: the
+/// controller never sets it back (a misjudged partition must not take every router out of
+/// the Service); a router that loses its links shows in `MeshConnected`. A failed write is
+/// logged and tried again at the next pass.
+async fn set_linked(
+    client: &kube::Client,
+    o: &ValidatedInterconnect,
+    observed: &observe::Observed,
+    read: &read::MeshRead,
+) {
+    use k8s_openapi::api::core::v1::Pod;
+    use kube::api::{Api, Patch, PatchParams};
+    let waiting: Vec<&observe::RouterPod> =
+        observed.routers.iter().filter(|p| p.owned && p.gated && !p.linked).collect();
+    if waiting.is_empty() || read.blocked.is_some() {
+        return;
+    }
+    let mode = if o.spec().role() == qdr_api::Role::Edge {
+        crate::mesh::Mode::Edge
+    } else {
+        crate::mesh::Mode::Interior
+    };
+    let linked = crate::mesh::linked(mode, &read.observations);
+    let pods: Api<Pod> = Api::namespaced(client.clone(), o.namespace());
+    let now = k8s_openapi::jiff::Timestamp::now().to_string();
+    for p in waiting.into_iter().filter(|p| linked.contains(&p.name)) {
+        let message = match mode {
+            crate::mesh::Mode::Interior => {
+                "the router holds an inter-router link to every other running router"
+            }
+            crate::mesh::Mode::Edge => "the router holds its uplink",
+        };
+        let patch = serde_json::json!({"status": {"conditions": [{
+            "type": crate::builders::LINKED, "status": "True", "reason": "Linked",
+            "message": message, "lastTransitionTime": now}]}});
+        if let Err(e) = pods.patch_status(&p.name, &PatchParams::default(), &Patch::Strategic(patch)).await {
+            tracing::warn!(pod = %p.name, error = %e, "could not set the readiness gate qdr-operator.io/linked");
+        }
+    }
 }

@@ -135,10 +135,16 @@ pub struct RouterPod {
     pub ip: Option<String>,
     /// `spec.nodeName`, once scheduled.
     pub node: Option<String>,
-    /// Whether its `Ready` condition is `True`.
+    /// Whether it runs: its `ContainersReady` condition (or, without one, `Ready`) is
+    /// `True`. Not `Ready` alone: a router's pod is Ready only once the controller found it
+    /// linked (the readiness gate [`crate::builders::LINKED`]), which needs it read first.
     pub ready: bool,
-    /// When its `Ready` condition last changed, when it has one.
+    /// When that condition last changed, when it has one.
     pub ready_since: Option<SystemTime>,
+    /// Whether its pod carries the readiness gate [`crate::builders::LINKED`].
+    pub gated: bool,
+    /// Whether its [`crate::builders::LINKED`] condition is `True` already.
+    pub linked: bool,
     /// The name of the router configuration ConfigMap it mounts, if any.
     pub config_map: Option<String>,
     /// Whether the Interconnect's own workload controls it ([`owned_by_workload`]): only
@@ -214,6 +220,14 @@ pub fn owned_by_workload(p: &Pod, workloads: &Workloads) -> bool {
     }
 }
 
+/// The condition that says whether pod `p` runs: `ContainersReady`, or `Ready` without it
+/// (a pod whose status only says Ready: simulated nodes).
+fn running(p: &Pod) -> Option<&k8s_openapi::api::core::v1::PodCondition> {
+    let conditions = p.status.as_ref().and_then(|s| s.conditions.as_ref());
+    let find = |t: &str| conditions.into_iter().flatten().find(|c| c.type_ == t);
+    find("ContainersReady").or_else(|| find("Ready"))
+}
+
 impl RouterPod {
     /// What `p` shows of itself, and whether one of the Interconnect's `workloads` controls it.
     pub fn of(p: &Pod, workloads: &Workloads) -> RouterPod {
@@ -223,13 +237,14 @@ impl RouterPod {
             name: p.name_any(),
             ip: status.and_then(|s| s.pod_ip.clone()).filter(|ip| !ip.is_empty()),
             node: spec.and_then(|s| s.node_name.clone()),
-            ready: status
-                .and_then(|s| s.conditions.as_ref())
-                .is_some_and(|cs| cs.iter().any(|c| c.type_ == "Ready" && c.status == "True")),
-            ready_since: (status.and_then(|s| s.conditions.as_ref()).into_iter().flatten())
-                .find(|c| c.type_ == "Ready")
+            ready: running(p).is_some_and(|c| c.status == "True"),
+            ready_since: running(p)
                 .and_then(|c| c.last_transition_time.as_ref())
                 .map(|t| SystemTime::from(t.0)),
+            gated: (spec.and_then(|s| s.readiness_gates.as_ref()).into_iter().flatten())
+                .any(|g| g.condition_type == crate::builders::LINKED),
+            linked: (status.and_then(|s| s.conditions.as_ref()).into_iter().flatten())
+                .any(|c| c.type_ == crate::builders::LINKED && c.status == "True"),
             config_map: spec
                 .and_then(|s| s.volumes.as_ref())
                 .into_iter()

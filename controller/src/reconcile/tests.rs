@@ -558,6 +558,8 @@ mod mesh {
                 ready_since: None,
                 config_map: Some(format!("mesh-router-config-{config}")),
                 owned: true,
+                gated: false,
+                linked: false,
             })
             .collect();
         Observed { pods: names.iter().map(|n| n.to_string()).collect(), routers, ..observed() }
