@@ -389,13 +389,23 @@ pub struct MeshReport {
     pub condition: Verdict,
 }
 
-/// The routers of `observations` that are **linked** (the readiness gate
-/// `qdr-operator.io/linked`, docs/mesh-status.md, "Ready means linked"): an interior router
-/// that answered and holds an inter-router link (reported by either end) to every other
-/// router of the mesh that answered or is reported by a peer, or that is alone; an edge
-/// router that answered with its uplink open. A router not answered yet (pending, not
-/// answering) is not linked; routers pending (not running yet) are not waited for.
-pub fn linked(mode: Mode, observations: &BTreeMap<String, Observation>) -> BTreeSet<String> {
+/// The routers of `observations` (pod name → what it answered) that are **linked**, the
+/// readiness gate `qdr-operator.io/linked` (docs/mesh-status.md, "Ready means linked"):
+///
+/// * edge: it answered with its uplink (an outgoing edge link) open;
+/// * interior: it answered and holds an inter-router link (reported by either end) to every
+///   other router of `ready` (the pods Ready already: ungated, or linked at an earlier pass)
+///   that answered this read; when no other router of `ready` answered (a new mesh), to every
+///   other router that answered; a router with no other answering router is linked alone.
+///
+/// Routers not answered (pending, joining within the grace, not answering) are neither
+/// linked nor waited for: a router gone silent must not hold a rollout that replaces it.
+/// The result may include routers of `ready`; the caller sets the gate on those it waits for.
+pub fn linked(
+    mode: Mode,
+    observations: &BTreeMap<String, Observation>,
+    ready: &BTreeSet<String>,
+) -> BTreeSet<String> {
     let views: BTreeMap<&str, &RouterView> = observations
         .iter()
         .filter_map(|(p, o)| match o {
@@ -409,25 +419,24 @@ pub fn linked(mode: Mode, observations: &BTreeMap<String, Observation>) -> BTree
             .map(|(p, _)| p.to_string())
             .collect(),
         Mode::Interior => {
-            // Pairs linked, by pod (a router's id is its pod's name).
+            // Pairs linked, by pod (a router's id is its pod's name), as either end reports.
             let mut pairs: BTreeSet<(&str, &str)> = BTreeSet::new();
-            for (p, v) in &views {
+            for (&p, v) in &views {
                 for l in &v.inter_router {
-                    if observations.contains_key(&*l.peer) && **p != *l.peer {
-                        let (a, b) = (*p, &*l.peer);
-                        pairs.insert(if a < b { (a, b) } else { (b, a) });
+                    let q = &*l.peer;
+                    if p != q && views.contains_key(q) {
+                        pairs.insert((p.min(q), p.max(q)));
                     }
                 }
             }
-            // The others a router must be linked to: those running (answered, or not
-            // answering but running), not those pending.
-            let running: Vec<&str> = (observations.iter())
-                .filter(|(_, o)| !matches!(o, Observation::Pending(_)))
-                .map(|(p, _)| p.as_str())
-                .collect();
             (views.keys().copied())
                 .filter(|&p| {
-                    running.iter().copied().filter(|&q| q != p).all(|q| pairs.contains(&(p.min(q), p.max(q))))
+                    let others = || views.keys().copied().filter(move |&q| q != p);
+                    let mut must: Vec<&str> = others().filter(|q| ready.contains(*q)).collect();
+                    if must.is_empty() {
+                        must = others().collect();
+                    }
+                    must.iter().all(|&q| pairs.contains(&(p.min(q), p.max(q))))
                 })
                 .map(str::to_string)
                 .collect()

@@ -202,7 +202,8 @@ pub(crate) fn interconnect_controller(s: &PartialObjectMeta<Secret>) -> Option<S
 }
 
 /// What of a router pod the status reports: whether it is being deleted, its phase, and its
-/// `Ready` and `PodScheduled` conditions (status and message). A pod event that changes none
+/// `Ready`, `ContainersReady` (a router that runs but waits for its readiness gate is read
+/// then) and `PodScheduled` conditions (status and message). A pod event that changes none
 /// of these (an IP assigned, a probe time) wakes nothing. For
 /// [`kube::runtime::WatchStreamExt::predicate_filter`].
 pub(crate) fn pod_state(p: &Pod) -> Option<u64> {
@@ -211,7 +212,7 @@ pub(crate) fn pod_state(p: &Pod) -> Option<u64> {
     if let Some(st) = &p.status {
         st.phase.hash(&mut h);
         for c in st.conditions.iter().flatten() {
-            if c.type_ == "Ready" || c.type_ == "PodScheduled" {
+            if c.type_ == "Ready" || c.type_ == "ContainersReady" || c.type_ == "PodScheduled" {
                 (&c.type_, &c.status, &c.message).hash(&mut h);
             }
         }

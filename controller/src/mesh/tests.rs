@@ -608,39 +608,64 @@ fn a_reads_router_ids_are_kept_once_and_foreign_ones_within_a_budget() {
 }
 
 #[test]
-fn a_router_is_linked_when_it_holds_a_link_to_every_other_running_router() {
+fn a_router_is_linked_when_it_holds_a_link_to_every_other_ready_router() {
     use crate::mesh::linked;
     let obs = |all: Vec<(&str, Observation)>| -> BTreeMap<String, Observation> {
         all.into_iter().map(|(p, o)| (p.to_string(), o)).collect()
     };
-    // A full mesh of three: all linked.
+    let set = |names: &[&str]| -> BTreeSet<String> { names.iter().map(|n| n.to_string()).collect() };
+    let names = |s: BTreeSet<String>| s.into_iter().collect::<Vec<_>>();
+    // A new mesh of three (none Ready yet): each must hold a link to both others.
     let full = obs(vec![
         ("mesh-0", linked_view("mesh-0", &["mesh-1", "mesh-2"])),
         ("mesh-1", linked_view("mesh-1", &["mesh-0", "mesh-2"])),
         ("mesh-2", linked_view("mesh-2", &["mesh-0", "mesh-1"])),
     ]);
-    assert_eq!(linked(Mode::Interior, &full).len(), 3);
-    // A new router with no link yet: the others stay linked (to each other), it is not.
-    let joining = obs(vec![
+    assert_eq!(linked(Mode::Interior, &full, &set(&[])).len(), 3);
+    let partial = obs(vec![
         ("mesh-0", linked_view("mesh-0", &["mesh-1"])),
         ("mesh-1", linked_view("mesh-1", &["mesh-0"])),
         ("mesh-2", linked_view("mesh-2", &[])),
     ]);
-    let l = linked(Mode::Interior, &joining);
-    assert!(!l.contains("mesh-2"), "{l:?}");
-    assert!(!l.contains("mesh-0"), "mesh-0 lacks its link to the running mesh-2: {l:?}");
-    // A pending router (not running yet) is not waited for; an interior router alone is linked.
-    let pending = obs(vec![
-        ("mesh-0", linked_view("mesh-0", &[])),
-        ("mesh-1", Observation::Pending("not Ready yet".into())),
+    assert!(linked(Mode::Interior, &partial, &set(&[])).is_empty(), "a new mesh waits for every link");
+    // A router rolled in beside two Ready ones: linked once it holds a link to both, whichever
+    // end reports it; not while one is missing.
+    assert_eq!(
+        names(linked(Mode::Interior, &full, &set(&["mesh-0", "mesh-1"]))),
+        ["mesh-0", "mesh-1", "mesh-2"]
+    );
+    let half = obs(vec![
+        ("mesh-0", linked_view("mesh-0", &["mesh-1", "mesh-2"])),
+        ("mesh-1", linked_view("mesh-1", &["mesh-0"])),
+        ("mesh-2", linked_view("mesh-2", &[])),
     ]);
-    assert_eq!(linked(Mode::Interior, &pending).into_iter().collect::<Vec<_>>(), ["mesh-0"]);
-    // A router that did not answer is not linked, but its peers' links to it count.
+    let l = linked(Mode::Interior, &half, &set(&["mesh-0", "mesh-1"]));
+    assert!(!l.contains("mesh-2"), "no link to the Ready mesh-1: {l:?}");
+    // Links to routers not Ready yet are not needed once some are Ready.
+    let beside_new = obs(vec![
+        ("mesh-0", linked_view("mesh-0", &["mesh-2"])),
+        ("mesh-1", linked_view("mesh-1", &[])),
+        ("mesh-2", linked_view("mesh-2", &["mesh-0"])),
+    ]);
+    assert!(linked(Mode::Interior, &beside_new, &set(&["mesh-0"])).contains("mesh-2"));
+    // A router that does not answer is neither linked nor waited for; one alone is linked.
     let mute = obs(vec![
-        ("mesh-0", linked_view("mesh-0", &["mesh-1"])),
+        ("mesh-0", linked_view("mesh-0", &[])),
         ("mesh-1", Observation::Unreachable("no answer within 5s".into())),
+        ("mesh-2", Observation::Pending("joining the mesh: no link open yet".into())),
     ]);
-    assert_eq!(linked(Mode::Interior, &mute).into_iter().collect::<Vec<_>>(), ["mesh-0"]);
+    assert_eq!(names(linked(Mode::Interior, &mute, &set(&["mesh-1"]))), ["mesh-0"]);
+    // An edge router: its uplink open, nothing else.
+    let edge = |id: &str, up: bool| {
+        let Observation::Answered(mut v) = linked_view(id, &[]) else { unreachable!() };
+        v.mode = Mode::Edge;
+        if up {
+            v.edge.push(Link { peer: "hub-0".into(), outgoing: true, encrypted: true });
+        }
+        Observation::Answered(v)
+    };
+    let edges = obs(vec![("e-0", edge("e-0", true)), ("e-1", edge("e-1", false))]);
+    assert_eq!(names(linked(Mode::Edge, &edges, &set(&[]))), ["e-0"]);
 }
 
 fn linked_view(id: &str, peers: &[&str]) -> Observation {

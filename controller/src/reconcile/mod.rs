@@ -466,41 +466,55 @@ pub(crate) fn error_policy(ic: Arc<Interconnect>, _err: &Error, ctx: Arc<Context
 }
 
 /// Sets the readiness gate [`crate::builders::LINKED`] to `True` on every router pod of `o`
-/// that carries it, is not linked yet, and that `read` finds linked ([`crate::mesh::linked`]):
-/// its pod becomes Ready, joins the Service, and lets a rollout go on. A latch: the
-/// controller never sets it back (a misjudged partition must not take every router out of
-/// the Service); a router that loses its links shows in `MeshConnected`. A failed write is
-/// logged and tried again at the next pass.
+/// that carries it, runs (its containers are ready), is not linked yet, and that `read`
+/// finds linked ([`crate::mesh::linked`], against the pods Ready already): its pod becomes
+/// Ready, joins the Service, and lets a rollout go on.
+///
+/// When the routers cannot be read at all for a reason that lasts (the management Secrets
+/// are not this Interconnect's own, more routers than the controller reads), the gate is set
+/// with reason `NotChecked` and that reason: the gate must not keep a tenant's routers out of
+/// service for what only the tenant can mend. The management CA not made yet is not such a
+/// reason (the next pass makes it).
+///
+/// A latch: the controller never sets it back (a misjudged partition must not take every
+/// router out of the Service); a router that loses its links shows in `MeshConnected`. A
+/// failed write is logged and tried again at the next pass.
 async fn set_linked(
     client: &kube::Client,
     o: &ValidatedInterconnect,
     observed: &observe::Observed,
     read: &read::MeshRead,
 ) {
+    use crate::mesh::Mode;
     use k8s_openapi::api::core::v1::Pod;
     use kube::api::{Api, Patch, PatchParams};
     let waiting: Vec<&observe::RouterPod> =
-        observed.routers.iter().filter(|p| p.owned && p.gated && !p.linked).collect();
-    if waiting.is_empty() || read.blocked.is_some() {
+        (observed.routers.iter()).filter(|p| p.owned && p.gated && !p.linked && p.ready).collect();
+    if waiting.is_empty() {
         return;
     }
-    let mode = if o.spec().role() == qdr_api::Role::Edge {
-        crate::mesh::Mode::Edge
-    } else {
-        crate::mesh::Mode::Interior
+    let mode = if o.spec().role() == qdr_api::Role::Edge { Mode::Edge } else { Mode::Interior };
+    let (reason, message, linked) = match &read.blocked {
+        // Made by this pass: read at the next.
+        Some(_) if read.next.is_some() => return,
+        Some(why) => ("NotChecked", format!("the controller cannot read the routers: {why}"), None),
+        None => {
+            let ready: std::collections::BTreeSet<String> = (observed.routers.iter())
+                .filter(|p| p.owned && p.ready && (!p.gated || p.linked))
+                .map(|p| p.name.clone())
+                .collect();
+            let message = match mode {
+                Mode::Interior => "the router holds an inter-router link to every other Ready router",
+                Mode::Edge => "the router holds its uplink",
+            };
+            ("Linked", message.to_string(), Some(crate::mesh::linked(mode, &read.observations, &ready)))
+        }
     };
-    let linked = crate::mesh::linked(mode, &read.observations);
     let pods: Api<Pod> = Api::namespaced(client.clone(), o.namespace());
     let now = k8s_openapi::jiff::Timestamp::now().to_string();
-    for p in waiting.into_iter().filter(|p| linked.contains(&p.name)) {
-        let message = match mode {
-            crate::mesh::Mode::Interior => {
-                "the router holds an inter-router link to every other running router"
-            }
-            crate::mesh::Mode::Edge => "the router holds its uplink",
-        };
+    for p in waiting.into_iter().filter(|p| linked.as_ref().is_none_or(|l| l.contains(&p.name))) {
         let patch = serde_json::json!({"status": {"conditions": [{
-            "type": crate::builders::LINKED, "status": "True", "reason": "Linked",
+            "type": crate::builders::LINKED, "status": "True", "reason": reason,
             "message": message, "lastTransitionTime": now}]}});
         if let Err(e) = pods.patch_status(&p.name, &PatchParams::default(), &Patch::Strategic(patch)).await {
             tracing::warn!(pod = %p.name, error = %e, "could not set the readiness gate qdr-operator.io/linked");

@@ -182,15 +182,19 @@ fn every_example_builds_its_golden_children() {
     }
 }
 
-/// The routers' pod templates of every example, as one fingerprint (the first 12 hex
-/// digits of a SHA-256 over them, credentials fingerprint left out): what decides whether
-/// an operator upgrade rolls the routers.
+/// The routers' pod templates of every example as an operator upgrade applies them to the
+/// workloads an earlier release made (no readiness gate: [`running_before_the_gate`]), as
+/// one fingerprint (the first 12 hex digits of a SHA-256 over them, credentials fingerprint
+/// left out): what decides whether an operator upgrade rolls the routers.
 fn pod_templates_fingerprint() -> String {
     use sha2::Digest;
     let mut h = sha2::Sha256::new();
     for (name, o) in owners() {
         let users: Vec<String> = o.users_secret().into_iter().collect();
-        let children = build(&o, &settings(false), &observed(&o, &users)).unwrap();
+        let mut seen = observed(&o, &users);
+        let new = build(&o, &settings(false), &seen).unwrap();
+        seen.workload = running_before_the_gate(&new);
+        let children = build(&o, &settings(false), &seen).unwrap();
         let mut template = golden_json(&o, &children)["workload"]["spec"]["template"].clone();
         template["metadata"]["annotations"].as_object_mut().map(|a| a.remove(CREDENTIALS_HASH));
         h.update(name.as_bytes());
@@ -644,10 +648,28 @@ fn template_annotation(built: &Built, name: &str) -> Option<String> {
 /// What rolls the routers of `built` (the credentials aside: every build here generates new
 /// ones): the pod-template annotations of the configuration.
 fn rolls(built: &Built) -> Vec<Option<String>> {
-    [builders::CONFIG_HASH, builders::CONFIG_FIELDS, builders::CONFIG_ROLLED_BY, builders::RESTARTED_FOR]
-        .iter()
-        .map(|a| template_annotation(built, a))
-        .collect()
+    [
+        builders::CONFIG_HASH,
+        builders::CONFIG_FIELDS,
+        builders::CONFIG_ROLLED_BY,
+        builders::RESTARTED_FOR,
+        builders::READINESS_GATE,
+    ]
+    .iter()
+    .map(|a| template_annotation(built, a))
+    .collect()
+}
+
+/// A workload running what `built` applies, made by a release before the readiness gate
+/// (`qdr-operator.io/readiness-gate` absent).
+fn running_before_the_gate(built: &Built) -> Ownership<WorkloadState> {
+    match running(built) {
+        Ownership::Ours(mut state, x) => {
+            state.roll.gated = false;
+            Ownership::Ours(state, x)
+        }
+        other => other,
+    }
 }
 
 /// A workload running what `built` applies, as the observe stage reads it back.
@@ -682,7 +704,29 @@ fn the_template_names_what_rolled_the_routers() {
     let mut seen = observed(&o, &[]);
     let first = build(&o, &settings(false), &seen).unwrap();
     assert!(first.report.config.live);
-    assert_eq!(first.report.roll, Roll::default(), "a new workload starts from its configuration");
+    assert_eq!(
+        first.report.roll,
+        Roll { gated: true, ..Roll::default() },
+        "a new workload starts from its configuration, its routers gated"
+    );
+    assert_eq!(template_annotation(&first, builders::READINESS_GATE).as_deref(), Some(builders::LINKED));
+    let gates = |b: &Built| {
+        let spec = b.children.workload.built().template().and_then(|t| t.spec.clone()).unwrap();
+        spec.readiness_gates.unwrap_or_default().into_iter().map(|g| g.condition_type).collect::<Vec<_>>()
+    };
+    assert_eq!(gates(&first), [builders::LINKED]);
+
+    // Routers an earlier release made (no gate): a live change leaves them ungated (the
+    // gate alone rolls nothing); a start-up change gates the routers it rolls anyway.
+    seen.workload = running_before_the_gate(&first);
+    let upgraded = build(&with_management(spec(45672, "b")), &settings(false), &seen).unwrap();
+    assert!(gates(&upgraded).is_empty(), "an upgrade rolls no router for the gate alone");
+    assert_eq!(template_annotation(&upgraded, builders::READINESS_GATE), None);
+    let rolled_anyway = build(&with_management(spec(45673, "a")), &settings(false), &seen).unwrap();
+    assert_eq!(gates(&rolled_anyway), [builders::LINKED], "gated with a roll it makes anyway");
+    // Without the management listener nothing would set the gate: none.
+    let unmanaged = build(&owner("mesh", spec(45672, "a")), &settings(false), &observed(&o, &[])).unwrap();
+    assert!(gates(&unmanaged).is_empty());
     assert!(template_annotation(&first, builders::CONFIG_FIELDS).unwrap().contains("spec.edgeListeners="));
 
     // A live change: the same template.
