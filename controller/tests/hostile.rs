@@ -537,6 +537,7 @@ async fn silent_routers_of_one_namespace_do_not_delay_another_namespace() {
 mod common;
 
 use k8s_openapi::api::core::v1::{Pod, Secret};
+use kube::ResourceExt;
 use kube::api::{Api, ListParams};
 use qdr_tests::ControlPlane;
 use serde_json::json;
@@ -757,6 +758,14 @@ async fn the_controller_process_survives_hostile_routers_and_serves_every_other_
         good_pods.iter().map(String::as_str).collect::<Vec<_>>(),
         "neither the look-alike pod nor the forged ReplicaSet's pod is listed"
     );
+    // Ready means linked: each honest router's pod gets the readiness gate; neither the
+    // look-alike pod nor the forged ReplicaSet's pod is written to.
+    for pod in &good_pods {
+        common::linked_with_reason(&good, pod, "Linked").await;
+    }
+    for pod in ["good-lookalike", forged_pod.as_str()] {
+        assert_eq!(common::linked_condition(&good, pod).await, None, "{pod} was written to");
+    }
 
     // A new Interconnect elsewhere becomes Ready in normal time.
     let fresh = cp.namespace("hostile-fresh").await;
@@ -799,6 +808,11 @@ async fn the_controller_process_survives_hostile_routers_and_serves_every_other_
         assert!(error.len() <= MAX_REASON, "{what}: {} bytes", error.len());
     }
     assert!(message.len() <= qdr_controller::mesh::MAX_MESSAGE, "{} bytes", message.len());
+    // None of the hostile routers answered: none is Ready.
+    for pod in &evil_pods {
+        let linked = common::linked_condition(&evil, pod).await;
+        assert!(linked.as_ref().is_none_or(|(status, _)| status != "True"), "{pod}: {linked:?}");
+    }
     let (_, reason, message) = common::eventually("the silent routers judged", 60 * READ_TIMEOUT, || async {
         common::mesh_connected(&quiet, "quiet-12").await.filter(|m| m.1 == "RouterUnreachable")
     })
@@ -865,6 +879,26 @@ async fn the_controller_process_survives_hostile_routers_and_serves_every_other_
     println!("a management CA forged in place: MeshConnected {status} {reason}: {message}");
     assert_eq!((status.as_str(), reason.as_str()), ("Unknown", "NotObserved"));
     assert!(message.contains(ca_name), "{message}");
+    // Its router runs: it cannot be read for a reason only the tenant can mend, so the gate is
+    // set unchecked rather than holding it out of service.
+    // (The forged CA changed what the routers mount: a new ReplicaSet's pod may be there too.)
+    let pods: Api<Pod> = foreign.api();
+    let forged_routers = pods.list(&ListParams::default().labels("interconnect_cr=forged")).await.unwrap();
+    assert!(!forged_routers.items.is_empty());
+    for (i, p) in forged_routers.items.iter().enumerate() {
+        common::run_pod(&foreign, &p.name_any(), &format!("127.4.0.{}", i + 2)).await;
+    }
+    // (The old one may be gone meanwhile: the Deployment's rollout goes on once one is Ready.)
+    common::eventually("a forged router's gate set NotChecked", Duration::from_secs(60), || async {
+        for p in &forged_routers.items {
+            let linked = common::linked_condition(&foreign, &p.name_any()).await;
+            if linked == Some(("True".into(), "NotChecked".into())) {
+                return Some(());
+            }
+        }
+        None
+    })
+    .await;
 
     // Alive, live all along, ready, within its memory bound.
     assert!(controller.exited().is_none(), "the controller process exited");

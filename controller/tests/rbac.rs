@@ -2,8 +2,8 @@
 //! ServiceAccount through every path that needs a distinct permission — children created,
 //! changed and pruned (placement switches, exposure and TLS profiles removed, `users: none`),
 //! a user-provided Secret read, a certificate renewed, a child's name held by someone else
-//! (the refused create and the reads that list every conflict), Events repeated into a series, the
-//! Lease created and renewed, Routes on OpenShift — and the API server's audit log then
+//! (the refused create and the reads that list every conflict), Events repeated into a series, a
+//! router's readiness gate set once it answers linked, the Lease created and renewed, Routes on OpenShift — and the API server's audit log then
 //! lists what it used: nothing may be refused, and every granted permission must have been
 //! used, or be one the controller must hold to create the routers' Role (the API server's
 //! RBAC escalation check) or to change a child's ownerReferences (`delete`, checked by
@@ -135,6 +135,27 @@ async fn the_controller_uses_every_permission_it_is_granted() {
         ns.api::<DaemonSet>().get_opt("full").await.ok()?.is_none().then_some(())
     })
     .await;
+
+    // A router that runs but is not Ready until the controller finds it linked (the simulated
+    // node sets every readiness gate itself, so the pod is made to look as a kubelet leaves
+    // it, at an address where an honest router of one answers): the gate is set.
+    ics.create(&PostParams::default(), &ic("gated", json!({"deploymentPlan": {"size": 1}}))).await.unwrap();
+    let pod = common::pods_of(&ns, "gated", 1).await.remove(0);
+    common::linked_with_reason(&ns, &pod, "").await;
+    let tls = common::router_tls(&ns, "gated").await;
+    let answers = std::sync::Arc::new(qdr_tests::amqp_peer::honest(&pod, "interior", &[], 0));
+    let peer = common::router_at("127.5.0.1", &tls, qdr_tests::amqp_peer::Script::Honest(answers)).await;
+    let since = k8s_openapi::jiff::Timestamp::now().to_string();
+    let running = json!({"status": {"podIP": "127.5.0.1", "podIPs": [{"ip": "127.5.0.1"}], "conditions": [
+        {"type": "ContainersReady", "status": "True", "lastTransitionTime": since},
+        {"type": "Ready", "status": "False", "lastTransitionTime": since},
+        {"type": "PodScheduled", "status": "True", "lastTransitionTime": since},
+        {"type": qdr_controller::builders::LINKED, "status": "False", "lastTransitionTime": since}]}});
+    let pods: Api<k8s_openapi::api::core::v1::Pod> = ns.api();
+    pods.patch_status(&pod, &PatchParams::default(), &Patch::Merge(&running)).await.unwrap();
+    common::linked_with_reason(&ns, &pod, "Linked").await;
+    uses(cp, &user, "patch core/pods/status").await;
+    peer.abort();
 
     // A child's name held by a user's ServiceAccount: the create is refused, and the
     // controller reads who holds it and every other name (the condition lists every

@@ -260,6 +260,23 @@ pub async fn run_pod(ns: &qdr_tests::TestNamespace, name: &str, ip: &str) {
         .unwrap();
 }
 
+/// Pod `name`'s readiness gate condition `qdr-operator.io/linked`, as (status, reason), when
+/// it has one.
+pub async fn linked_condition(ns: &qdr_tests::TestNamespace, name: &str) -> Option<(String, String)> {
+    let pods: Api<k8s_openapi::api::core::v1::Pod> = ns.api();
+    let p = pods.get(name).await.ok()?;
+    let c = p.status?.conditions?.into_iter().find(|c| c.type_ == qdr_controller::builders::LINKED)?;
+    Some((c.status, c.reason.unwrap_or_default()))
+}
+
+/// Waits until pod `name`'s readiness gate `qdr-operator.io/linked` is `True` with `reason`.
+pub async fn linked_with_reason(ns: &qdr_tests::TestNamespace, name: &str, reason: &str) {
+    eventually(&format!("{name} linked ({reason})"), Duration::from_secs(60), || async {
+        (linked_condition(ns, name).await? == ("True".to_string(), reason.to_string())).then_some(())
+    })
+    .await;
+}
+
 /// A TLS server configuration with Interconnect `name`'s generated management certificate,
 /// once it exists: what its routers present.
 pub async fn router_tls(ns: &qdr_tests::TestNamespace, name: &str) -> std::sync::Arc<rustls::ServerConfig> {
