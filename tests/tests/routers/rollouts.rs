@@ -6,9 +6,11 @@ use std::sync::atomic::Ordering;
 use std::time::{Duration, Instant};
 
 use k8s_openapi::api::core::v1::Secret;
-use kube::api::{Api, PostParams};
+use kube::ResourceExt;
+use kube::api::{Api, ListParams, PostParams};
 use qdr_tests::routers::{
-    self, Steady, apply, client, json_lines, qdmanage, rolled_out, router_pods, service_ip, url, watch_ready,
+    self, READY_WAIT, Steady, apply, client, json_lines, qdmanage, rolled_out, router_pods, service_ip, url,
+    watch_ready,
 };
 use qdr_tests::{ControlPlane, TestNamespace};
 use serde_json::json;
@@ -278,4 +280,102 @@ async fn a_router_of_the_old_revision_restarted_mid_rollout_keeps_its_configurat
         (names.len() == 2 && names.iter().any(|n| n == "rev-sasl-config")).then_some(())
     })
     .await;
+}
+
+/// The readiness gate `qdr-operator.io/linked` of pod `p`, and whether its `ContainersReady`
+/// and `Ready` conditions are `True`: (containers ready, linked reason when `True`, Ready).
+fn gate_of(p: &k8s_openapi::api::core::v1::Pod) -> (bool, Option<String>, bool) {
+    let conditions = p.status.as_ref().and_then(|s| s.conditions.clone()).unwrap_or_default();
+    let is_true = |t: &str| conditions.iter().any(|c| c.type_ == t && c.status == "True");
+    let linked = (conditions.iter())
+        .find(|c| c.type_ == "qdr-operator.io/linked" && c.status == "True")
+        .map(|c| c.reason.clone().unwrap_or_default());
+    (is_true("ContainersReady"), linked, is_true("Ready"))
+}
+
+/// Ready means linked: a router rolled in while the old routers refuse every new
+/// inter-router connection (in their network namespaces, both ways: their own link stays up)
+/// runs, its containers ready, but is not Ready — the rollout waits, both old routers stay —
+/// through the join grace and two rechecks of the controller's reads; once the block is
+/// lifted it links, the controller finds it linked (reason `Linked`), it becomes Ready and the
+/// rollout goes on.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_rolled_router_is_not_ready_until_linked() {
+    use k8s_openapi::api::core::v1::Pod;
+    use qdr_controller::reconcile::{JOIN_GRACE, MESH_RECHECK};
+    let cp = cluster().await;
+    let ns: &'static TestNamespace = Box::leak(Box::new(cp.namespace("gated").await));
+    // The edge listener's port: a change a running router cannot take (it rolls).
+    let spec = |edge_port: u16| {
+        routers::interconnect(
+            "gated",
+            json!({"deploymentPlan": {"role": "interior", "size": 2, "placement": "Any"},
+                   "edgeListeners": [{"port": edge_port}]}),
+        )
+    };
+    apply(cp, &ns.name, &spec(45690));
+    routers::wait_ready(cp, &ns.name, "gated", &controllers());
+    let pods: Api<Pod> = ns.api();
+    let old: Vec<String> = router_pods(ns, "gated").await.into_iter().map(|(p, _)| p).collect();
+    for p in &old {
+        let pod = pods.get(p).await.unwrap();
+        assert_eq!(gate_of(&pod).1.as_deref(), Some("Linked"), "{p}: a new mesh's router is gated too");
+    }
+    let block = |op: &str| {
+        for p in &old {
+            let pid = routers::router_pid(p).unwrap_or_else(|| panic!("no qdrouterd process of {p}"));
+            for chain in ["INPUT", "OUTPUT"] {
+                routers::iptables_in(
+                    pid,
+                    &[
+                        op,
+                        chain,
+                        "-p",
+                        "tcp",
+                        "--dport",
+                        "55671",
+                        "--syn",
+                        "-j",
+                        "REJECT",
+                        "--reject-with",
+                        "tcp-reset",
+                    ],
+                );
+            }
+        }
+    };
+    block("-I");
+    apply(cp, &ns.name, &spec(45691));
+    let list = ListParams::default().labels("application=gated");
+    let new = qdr_tests::eventually("the rolled router running", READY_WAIT, || async {
+        let all = pods.list(&list).await.ok()?;
+        all.items.into_iter().find(|p| !old.contains(&p.name_any()) && gate_of(p).0).map(|p| p.name_any())
+    })
+    .await;
+    let running = Instant::now();
+    let hold = JOIN_GRACE + 2 * MESH_RECHECK;
+    while running.elapsed() < hold {
+        let p = pods.get(&new).await.unwrap();
+        let (containers, linked, ready) = gate_of(&p);
+        assert!(containers, "{new}: its containers stopped");
+        assert!(linked.is_none() && !ready, "{new} Ready though it cannot link: {:?}", p.status);
+        let left = router_pods(ns, "gated").await.into_iter().filter(|(p, _)| old.contains(p)).count();
+        assert_eq!(left, 2, "an old router went before the new one was linked");
+        tokio::time::sleep(Duration::from_millis(500)).await;
+    }
+    say!("a rolled router unable to link: running and not Ready for {hold:?}, both old routers kept");
+    block("-D");
+    let lifted = Instant::now();
+    qdr_tests::eventually("the rolled router linked", READY_WAIT, || async {
+        let p = pods.get(&new).await.ok()?;
+        let (_, linked, ready) = gate_of(&p);
+        (linked.as_deref() == Some("Linked") && ready).then_some(())
+    })
+    .await;
+    say!("block lifted: linked and Ready {:.1?} later", lifted.elapsed());
+    rolled_out(cp, ns, "gated", 2).await;
+    for (p, _) in router_pods(ns, "gated").await {
+        assert!(!old.contains(&p), "{p} not rolled");
+        assert_eq!(gate_of(&pods.get(&p).await.unwrap()).1.as_deref(), Some("Linked"), "{p}");
+    }
 }
