@@ -177,6 +177,19 @@ pub fn resync(routers: usize) -> Duration {
     all.max(MESH_RESYNC)
 }
 
+/// What [`Reader::read_now`] reads, and for which Interconnect.
+struct ReadNow {
+    /// The Interconnect's `namespace/name`.
+    key: String,
+    namespace: String,
+    name: String,
+    /// The pods' fingerprint at the read's start.
+    pods: u64,
+    mode: Mode,
+    /// Whether a running router waits for its readiness gate (read again soon).
+    waiting: bool,
+}
+
 /// The wait before reading again a mesh found not connected `unsettled` reads in a row
 /// (`resync` for a connected one, `unsettled` 0): [`MESH_RECHECK`] doubling up to
 /// [`MESH_RESYNC`], whatever the scale (a mesh not connected is what the reads are for).
@@ -188,12 +201,13 @@ pub fn recheck(unsettled: u32, resync: Duration) -> Duration {
 }
 
 /// The unsettled reads in a row after a read ([`recheck`] spaces the next by them): none
-/// once `connected`; one (the next read at [`MESH_RECHECK`]) when a visit stopped
-/// `half_applied` or the pods changed since the last read; one more otherwise.
-pub fn unsettled_after(unsettled: u32, connected: bool, half_applied: bool, same_pods: bool) -> u32 {
+/// once `connected`; one (the next read at [`MESH_RECHECK`]) when `soon` (a visit stopped
+/// half applied, or a running router waits for its readiness gate `qdr-operator.io/linked`,
+/// which only a read can open) or the pods changed since the last read; one more otherwise.
+pub fn unsettled_after(unsettled: u32, connected: bool, soon: bool, same_pods: bool) -> u32 {
     if connected {
         0
-    } else if half_applied || !same_pods {
+    } else if soon || !same_pods {
         1
     } else {
         unsettled.saturating_add(1)
@@ -443,8 +457,11 @@ impl Reader {
                 Ok(tls) => {
                     let (reader, metrics) = (self.clone(), metrics.clone());
                     let (namespace, name) = (o.namespace().to_string(), o.name().to_string());
+                    // A running router waiting for its readiness gate is read again soon.
+                    let waiting = routers.iter().any(|p| p.gated && !p.linked && p.ready);
                     tokio::spawn(async move {
-                        reader.read_now(key, namespace, name, pods, mode, targets, tls, metrics).await;
+                        let read = ReadNow { key, namespace, name, pods, mode, waiting };
+                        reader.read_now(read, targets, tls, metrics).await;
                     });
                 }
                 Err(why) => {
@@ -494,18 +511,14 @@ impl Reader {
     /// forgotten meanwhile) and wakes it; or, when the mesh is connected and the same as at
     /// the last read ([`same_mesh`]: a pass would write nothing), only updates its gauges and
     /// wakes it when the next read is due, so a mesh at rest costs one pass per read, not two.
-    #[allow(clippy::too_many_arguments)]
     async fn read_now(
         self: Arc<Self>,
-        key: String,
-        namespace: String,
-        name: String,
-        pods: u64,
-        mode: Mode,
+        read: ReadNow,
         targets: Vec<Target>,
         tls: management::Tls,
         metrics: Arc<crate::metrics::Metrics>,
     ) {
+        let ReadNow { key, namespace, name, pods, mode, waiting } = read;
         /// Clears the read's mark should the task panic (nothing it runs panics on what a
         /// router sends: proptested), so the Interconnect is read again.
         struct Unmark<'a>(&'a Reader, &'a str);
@@ -577,7 +590,7 @@ impl Reader {
                 && memo.done.as_ref().is_some_and(|d| same_mesh(&d.2, &observations));
             memo.tries = tried(memo.tries.take(), live, refused);
             memo.restored.extend(put_back);
-            memo.unsettled = unsettled_after(memo.unsettled, connected, half_applied, same_pods);
+            memo.unsettled = unsettled_after(memo.unsettled, connected, half_applied || waiting, same_pods);
             memo.done = Some((pods, Instant::now(), observations.clone()));
             memo.reading = false;
             self.routers.fetch_sub(memo.routers, std::sync::atomic::Ordering::Relaxed);
