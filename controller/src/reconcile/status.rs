@@ -633,9 +633,13 @@ pub(crate) fn with_mesh(
         .drain(..)
         .filter(|c| c.type_ != MESH_CONNECTED && c.type_ != CONFIG_APPLIED)
         .collect();
-    // A mesh that is not connected keeps an otherwise ready Interconnect from Ready.
+    // A mesh that is not connected keeps an otherwise ready Interconnect from Ready; and when
+    // its routers are not Ready because they wait for their readiness gate (running, not
+    // linked), the mesh says why better than "not ready".
+    let waiting = (observed.routers.iter()).any(|p| p.owned && p.gated && !p.linked && p.ready);
+    let not_linked = |c: &Condition| c.status == "True" || (waiting && c.reason == "RoutersNotReady");
     if mesh_status == "False"
-        && let Some(ready) = conditions.iter_mut().find(|c| c.type_ == READY && c.status == "True")
+        && let Some(ready) = conditions.iter_mut().find(|c| c.type_ == READY && not_linked(c))
     {
         *ready = condition(READY, false, mesh_reason, &mesh_message, generation, &prev);
     }

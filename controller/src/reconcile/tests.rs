@@ -602,6 +602,39 @@ mod mesh {
         with_mesh(s, &owner(), o, r, &config, None)
     }
 
+    /// Routers not Ready because they wait for their readiness gate: `Ready` gives the mesh's
+    /// reason (what keeps them from being linked), not "not ready".
+    #[test]
+    fn routers_waiting_for_their_gate_are_not_ready_for_the_meshs_reason() {
+        let mut o = pods(&["mesh-a", "mesh-b", "mesh-c"], "0123456789");
+        let r = read(&[
+            ("mesh-a", router("mesh-a", &["mesh-b"])),
+            ("mesh-b", router("mesh-b", &["mesh-a"])),
+            ("mesh-c", router("mesh-c", &[])),
+        ]);
+        let not_ready = |o: &Observed| {
+            let applied = Applied { workload: workload(3, 2, 3, 2), ..Default::default() };
+            let s = desired(&owner(), o, &applied, &CredentialsReport::default());
+            let config = Rendered {
+                text: String::new(),
+                hash: HASH.into(),
+                startup_hash: HASH.into(),
+                live: false,
+                startup_fields: String::new(),
+            };
+            let s = with_mesh(s, &owner(), o, &r, &config, None);
+            assert_eq!(cond(&s, "MeshConnected").1, "Partitioned");
+            (cond(&s, "Ready").0.to_string(), cond(&s, "Ready").1.to_string())
+        };
+        assert_eq!(
+            not_ready(&o),
+            ("False".into(), "RoutersNotReady".into()),
+            "no gate: the pods' own reason"
+        );
+        o.routers[2].gated = true;
+        assert_eq!(not_ready(&o), ("False".into(), "Partitioned".into()), "gated, running, not linked");
+    }
+
     /// A router of [`router`] that answered what the visit did to its live entities.
     fn wrote(id: &str, peers: &[&str], hash: &str, applied: bool, refused: Option<&str>) -> Observation {
         let Observation::Answered(mut v) = router(id, peers) else { unreachable!() };
