@@ -114,6 +114,10 @@ pub struct Observed {
     pub pods: Vec<String>,
     /// How many router pods are being deleted (old routers still shutting down).
     pub terminating: i32,
+    /// Names of the router pods being deleted, sorted: their routers still serve their
+    /// clients through their termination grace, so their links are kept until they are gone
+    /// ([`crate::reconcile::read`]).
+    pub shutting_down: Vec<String>,
     /// The router pods the scheduler could not place.
     pub unschedulable: Unschedulable,
     /// The router pods that are not being deleted, in name order, with what the mesh
@@ -441,8 +445,10 @@ pub async fn observe(
     let mut pods: Vec<String> =
         listed.iter().filter(|p| p.meta().deletion_timestamp.is_none()).map(|p| p.name_any()).collect();
     pods.sort();
-    let terminating = listed.iter().filter(|p| p.meta().deletion_timestamp.is_some()).count();
-    let terminating = i32::try_from(terminating).unwrap_or(i32::MAX);
+    let mut shutting_down: Vec<String> =
+        listed.iter().filter(|p| p.meta().deletion_timestamp.is_some()).map(|p| p.name_any()).collect();
+    shutting_down.sort();
+    let terminating = i32::try_from(shutting_down.len()).unwrap_or(i32::MAX);
     let unschedulable = Unschedulable::of(listed.iter().map(AsRef::as_ref));
     let mut routers: Vec<RouterPod> = listed
         .iter()
@@ -456,6 +462,7 @@ pub async fn observe(
         workload,
         pods,
         terminating,
+        shutting_down,
         unschedulable,
         routers,
         live_tries: None,

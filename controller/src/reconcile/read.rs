@@ -177,6 +177,18 @@ pub fn resync(routers: usize) -> Duration {
     all.max(MESH_RESYNC)
 }
 
+/// The connector names a visit never deletes from a router of `o`: the configuration's own
+/// connectors, and the operator's links to router pods being deleted
+/// (`qdr-operator-mesh-<pod>`, [`Observed::shutting_down`]). A router in its termination
+/// grace (the `preStop` pause) still serves the clients it has until it stops; unlinked
+/// meanwhile, it would drop every message between them and the rest of the mesh for that
+/// long. Its links go at the first visit after its pod is gone.
+pub fn kept_connectors(o: &ValidatedInterconnect, observed: &Observed) -> Vec<String> {
+    let own = (o.spec().every_connector()).filter_map(|(_, _, c)| c.name.clone());
+    let leaving = (observed.shutting_down.iter()).map(|p| format!("{}{p}", crate::mesh::links::PREFIX));
+    own.chain(leaving).collect()
+}
+
 /// What [`Reader::read_now`] reads, and for which Interconnect.
 struct ReadNow {
     /// The Interconnect's `namespace/name`.
@@ -434,8 +446,7 @@ impl Reader {
             let template = crate::mesh::links::template(o.spec());
             let peers: Vec<(String, String)> =
                 (routers.iter()).filter_map(|p| Some((p.name.clone(), p.ip.clone()?))).collect();
-            let keep: Vec<String> =
-                (o.spec().every_connector()).filter_map(|(_, _, c)| c.name.clone()).collect();
+            let keep = kept_connectors(o, observed);
             let live = config.and_then(|c| live_of(o, c));
             // Only routers of the current template take live writes: the others are being
             // replaced, and their configuration (their own ConfigMap) is another.

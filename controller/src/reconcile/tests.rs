@@ -28,6 +28,7 @@ fn observed() -> Observed {
         workload: Ownership::Free,
         pods: vec![],
         terminating: 0,
+        shutting_down: vec![],
         unschedulable: Default::default(),
         routers: vec![],
         live_tries: None,
@@ -592,14 +593,18 @@ mod mesh {
     fn status(o: &Observed, r: &MeshRead) -> InterconnectStatus {
         let applied = Applied { workload: workload(3, 3, 3, 3), ..Default::default() };
         let s = desired(&owner(), o, &applied, &CredentialsReport::default());
-        let config = Rendered {
+        with_mesh(s, &owner(), o, r, &rendered(), None)
+    }
+
+    /// A configuration of hash [`HASH`] without live entities.
+    fn rendered() -> Rendered {
+        Rendered {
             text: String::new(),
             hash: HASH.into(),
             startup_hash: HASH.into(),
             live: false,
             startup_fields: String::new(),
-        };
-        with_mesh(s, &owner(), o, r, &config, None)
+        }
     }
 
     /// Routers not Ready because they wait for their readiness gate: `Ready` gives the mesh's
@@ -615,14 +620,7 @@ mod mesh {
         let not_ready = |o: &Observed| {
             let applied = Applied { workload: workload(3, 2, 3, 2), ..Default::default() };
             let s = desired(&owner(), o, &applied, &CredentialsReport::default());
-            let config = Rendered {
-                text: String::new(),
-                hash: HASH.into(),
-                startup_hash: HASH.into(),
-                live: false,
-                startup_fields: String::new(),
-            };
-            let s = with_mesh(s, &owner(), o, &r, &config, None);
+            let s = with_mesh(s, &owner(), o, &r, &rendered(), None);
             assert_eq!(cond(&s, "MeshConnected").1, "Partitioned");
             (cond(&s, "Ready").0.to_string(), cond(&s, "Ready").1.to_string())
         };
@@ -1444,4 +1442,31 @@ fn a_replica_set_named_like_the_deployments_is_not_enough_to_make_a_router() {
         serde_json::from_value(json!({"metadata": {"name": "p", "labels": {"interconnect_cr": "mesh"}}}))
             .unwrap();
     assert!(!owned_by_workload(&bare, &w));
+}
+
+/// A router pod being deleted keeps its links until it is gone: a visit deletes no
+/// connector to it (its clients are still served through its termination grace), nor any
+/// of the configuration's own connectors; a pod gone is unlinked.
+#[test]
+fn a_router_shutting_down_keeps_its_links_until_it_is_gone() {
+    use crate::mesh::links::{Connector, Template, changes, desired};
+    let ic: Interconnect = serde_json::from_value(json!({
+        "metadata": {"name": "mesh", "namespace": "ns", "uid": "u-1"},
+        "spec": {"connectors": [{"name": "to-broker", "host": "broker", "port": 5672}]}}))
+    .unwrap();
+    let o = ValidatedInterconnect::new(&ic).unwrap();
+    let template = Template { port: "55671".into(), ssl_profile: Some("inter-router".into()) };
+    let peers = |names: &[&str]| -> Vec<(String, String)> {
+        names.iter().map(|n| (n.to_string(), format!("10.0.0.{}", n.as_bytes()[5]))).collect()
+    };
+    // mesh-c holds links to mesh-a and mesh-b; mesh-a is being deleted.
+    let existing: Vec<Connector> = desired("mesh-c", &peers(&["mesh-a", "mesh-b"]), &template);
+    let now = desired("mesh-c", &peers(&["mesh-b"]), &template);
+    let leaving = Observed { shutting_down: vec!["mesh-a".into()], ..observed() };
+    let keep = super::read::kept_connectors(&o, &leaving);
+    assert_eq!(keep, ["to-broker", "qdr-operator-mesh-mesh-a"]);
+    assert_eq!(changes(&now, &existing, &keep), (vec![], vec![]), "nothing deleted while it shuts down");
+    // Gone: its link goes.
+    let keep = super::read::kept_connectors(&o, &observed());
+    assert_eq!(changes(&now, &existing, &keep).0, ["qdr-operator-mesh-mesh-a"]);
 }

@@ -103,6 +103,7 @@ fn observed(o: &ValidatedInterconnect, present: &[String]) -> Observed {
         workload: Ownership::Free,
         pods: vec![],
         terminating: 0,
+        shutting_down: vec![],
         unschedulable: Default::default(),
         routers: vec![],
         live_tries: None,
