@@ -209,8 +209,9 @@ pub(crate) fn roll(observed: &Observed, config: &Rendered) -> Roll {
         None => old.roll.restarted_for.clone(),
     };
     // An existing workload gets the gate only with a roll it makes anyway (a start-up
-    // configuration change, a restart for a refused one): never a roll for the gate alone.
-    let rolls = old.config_hash.as_ref().is_some_and(|h| *h != config.startup_hash)
+    // configuration change, a restart for a refused one, a template without the
+    // configuration hash: the Go operator's, adopted): never a roll for the gate alone.
+    let rolls = old.config_hash.as_deref() != Some(config.startup_hash.as_str())
         || restarted_for != old.roll.restarted_for;
     Roll { rolled_by, restarted_for, gated: old.roll.gated || rolls }
 }
