@@ -89,8 +89,11 @@ async fn a_leader_stopped_mid_visit_writes_nothing_once_another_leads() {
     let writes = amqp_peer::writes(&pod);
     let of_a: Vec<&amqp_peer::Write> =
         writes[before..].iter().filter(|w| w.connection == first.connection).collect();
-    let late: Vec<&&amqp_peer::Write> = of_a.iter().filter(|w| w.at > stopped + slow).collect();
     let b_first = writes[before..].iter().find(|w| w.connection != first.connection).map(|w| w.at);
+    // Late: received after writer-b's first write, which comes at least a lease after the
+    // stop (a write writer-a sent just before it was stopped arrives long before that, however
+    // loaded the machine; one it sent after it resumed, after writer-b's visit).
+    let late: Vec<&&amqp_peer::Write> = of_a.iter().filter(|w| b_first.is_some_and(|b| w.at > b)).collect();
     eprintln!(
         "one writer: writer-a sent {} writes before SIGSTOP ({written_by_a} answered), writer-b took the Lease {took:?} \
          after it and wrote {} more; writer-a resumed {:?} later and sent nothing",

@@ -110,7 +110,7 @@ pub struct Write {
     pub operation: String,
     /// The entity's name.
     pub name: String,
-    /// When it came.
+    /// When it came (before any delay of the script's answer).
     pub at: std::time::Instant,
 }
 
@@ -628,6 +628,8 @@ async fn run<S: AsyncRead + AsyncWrite + Unpin>(s: S, script: &Script) -> std::i
                     io.send(&frame(0, &performative(&disposition))).await?;
                 }
                 let Some(req) = request(&body[end..]) else { continue };
+                // When the request came (a slow script answers it later).
+                let received = std::time::Instant::now();
                 let id = next_delivery;
                 next_delivery += 1;
                 let honest_answer_with = |answers: &Answers, count: Option<usize>, extra: usize| {
@@ -645,7 +647,7 @@ async fn run<S: AsyncRead + AsyncWrite + Unpin>(s: S, script: &Script) -> std::i
                             connection,
                             operation: req.operation.clone(),
                             name: req.name.clone(),
-                            at: std::time::Instant::now(),
+                            at: received,
                         });
                     }
                     match req.operation.as_str() {
