@@ -189,6 +189,13 @@ pub enum Mode {
     Edge,
 }
 
+impl Mode {
+    /// The mode every router of an Interconnect whose `deploymentPlan.role` is `role` runs.
+    pub fn of(role: qdr_api::Role) -> Mode {
+        if role == qdr_api::Role::Edge { Mode::Edge } else { Mode::Interior }
+    }
+}
+
 /// One open connection of a router to another router.
 #[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord)]
 pub struct Link {

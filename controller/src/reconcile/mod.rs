@@ -488,12 +488,11 @@ async fn set_linked(
     use crate::mesh::Mode;
     use k8s_openapi::api::core::v1::Pod;
     use kube::api::{Api, Patch, PatchParams};
-    let waiting: Vec<&observe::RouterPod> =
-        (observed.routers.iter()).filter(|p| p.owned && p.gated && !p.linked && p.ready).collect();
+    let waiting: Vec<&observe::RouterPod> = observed.routers.iter().filter(|p| p.waits_for_gate()).collect();
     if waiting.is_empty() {
         return;
     }
-    let mode = if o.spec().role() == qdr_api::Role::Edge { Mode::Edge } else { Mode::Interior };
+    let mode = Mode::of(o.spec().role());
     let (reason, message, linked) = match &read.blocked {
         // Made by this pass: read at the next.
         Some(_) if read.next.is_some() => return,

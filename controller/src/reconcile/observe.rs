@@ -233,6 +233,12 @@ fn running(p: &Pod) -> Option<&k8s_openapi::api::core::v1::PodCondition> {
 }
 
 impl RouterPod {
+    /// Whether it runs and waits for its readiness gate [`crate::builders::LINKED`]: one of
+    /// the Interconnect's own routers, gated, its containers ready, not linked yet.
+    pub fn waits_for_gate(&self) -> bool {
+        self.owned && self.gated && self.ready && !self.linked
+    }
+
     /// What `p` shows of itself, and whether one of the Interconnect's `workloads` controls it.
     pub fn of(p: &Pod, workloads: &Workloads) -> RouterPod {
         let status = p.status.as_ref();

@@ -374,7 +374,7 @@ impl Reader {
         metrics: &Arc<crate::metrics::Metrics>,
         seal: &HashKey,
     ) -> MeshRead {
-        let mode = if o.spec().role() == qdr_api::Role::Edge { Mode::Edge } else { Mode::Interior };
+        let mode = Mode::of(o.spec().role());
         let key = o.namespaced_name();
         let blocked = |why: String| MeshRead {
             blocked: Some(why),
@@ -469,7 +469,7 @@ impl Reader {
                     let (reader, metrics) = (self.clone(), metrics.clone());
                     let (namespace, name) = (o.namespace().to_string(), o.name().to_string());
                     // A running router waiting for its readiness gate is read again soon.
-                    let waiting = routers.iter().any(|p| p.gated && !p.linked && p.ready);
+                    let waiting = routers.iter().any(|p| p.waits_for_gate());
                     tokio::spawn(async move {
                         let read = ReadNow { key, namespace, name, pods, mode, waiting };
                         reader.read_now(read, targets, tls, metrics).await;

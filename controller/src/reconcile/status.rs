@@ -636,7 +636,7 @@ pub(crate) fn with_mesh(
     // A mesh that is not connected keeps an otherwise ready Interconnect from Ready; and when
     // its routers are not Ready because they wait for their readiness gate (running, not
     // linked), the mesh says why better than "not ready".
-    let waiting = (observed.routers.iter()).any(|p| p.owned && p.gated && !p.linked && p.ready);
+    let waiting = observed.routers.iter().any(|p| p.waits_for_gate());
     let not_linked = |c: &Condition| c.status == "True" || (waiting && c.reason == "RoutersNotReady");
     if mesh_status == "False"
         && let Some(ready) = conditions.iter_mut().find(|c| c.type_ == READY && not_linked(c))
