@@ -4,7 +4,7 @@
 //! take pods out of their own workload and Service.
 //!
 //! The controller's builders use these same keys (`controller/src/labels.rs`,
-//! `controller/src/builders.rs`); a controller test holds every key its pod templates and
+//! `controller/src/builders/`); a controller test holds every key its pod templates and
 //! Services carry to this list.
 
 /// A prefix the operator keeps for itself: every key under it is refused
