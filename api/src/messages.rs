@@ -99,3 +99,14 @@ pub const RESOURCES_QUANTITY: &str = "every resources.limits and resources.reque
 /// int-or-string values): a request above its limit.
 pub const REQUESTS_WITHIN_LIMITS: &str =
     "every resources.requests value must be less than or equal to the limit of the same resource";
+
+/// `deploymentPlan.disruptionBudget`: both bounds set (a PodDisruptionBudget takes one; API
+/// server policy validation).
+pub const BUDGET_ONE_OF: &str = "minAvailable and maxUnavailable cannot both be set";
+/// `deploymentPlan.disruptionBudget`: a bound with `enabled: false`.
+pub const BUDGET_DISABLED_WITH_BOUND: &str =
+    "maxUnavailable and minAvailable may not be set with enabled: false (no budget is made)";
+/// `deploymentPlan.disruptionBudget`: a bound with placement `Every`.
+pub const BUDGET_WITH_EVERY: &str = "maxUnavailable and minAvailable may not be set with placement Every: a \
+     DaemonSet's routers get no budget (kubectl drain --ignore-daemonsets leaves them running, and the disruption \
+     controller cannot count a DaemonSet's pods)";

@@ -115,6 +115,40 @@ pub fn cel_rules() -> Vec<CelRule> {
         )
     });
 
+    let budget = "spec.deploymentPlan.disruptionBudget";
+    rules.push(CelRule {
+        field_path: Some(".minAvailable".into()),
+        reason: Some("FieldValueForbidden"),
+        ..rule(
+            "disruption-budget-one-bound",
+            budget,
+            "!(has(self.maxUnavailable) && has(self.minAvailable))".into(),
+            msg::BUDGET_ONE_OF.into(),
+        )
+    });
+    rules.push(CelRule {
+        reason: Some("FieldValueForbidden"),
+        ..rule(
+            "disruption-budget-disabled",
+            budget,
+            "!(has(self.enabled) && !self.enabled && (has(self.maxUnavailable) || has(self.minAvailable)))"
+                .into(),
+            msg::BUDGET_DISABLED_WITH_BOUND.into(),
+        )
+    });
+    rules.push(CelRule {
+        field_path: Some(".disruptionBudget".into()),
+        reason: Some("FieldValueForbidden"),
+        ..rule(
+            "disruption-budget-not-every",
+            "spec.deploymentPlan",
+            "!(has(self.placement) && self.placement == 'Every' && has(self.disruptionBudget) && \
+             (has(self.disruptionBudget.maxUnavailable) || has(self.disruptionBudget.minAvailable)))"
+                .into(),
+            msg::BUDGET_WITH_EVERY.into(),
+        )
+    });
+
     for (id, list) in [
         ("edge-without-inter-router-listeners", "interRouterListeners"),
         ("edge-without-edge-listeners", "edgeListeners"),

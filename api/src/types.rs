@@ -9,6 +9,7 @@ use std::collections::BTreeMap;
 
 use k8s_openapi::api::core::v1::{ResourceRequirements, Toleration, TopologySpreadConstraint};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Condition;
+use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
 use kube::CustomResource;
 use schemars::JsonSchema;
 use serde::{Deserialize, Deserializer, Serialize};
@@ -342,6 +343,42 @@ pub struct DeploymentPlan {
     /// is refused. At most 64, 256 KiB in all. A change restarts no router.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub service_annotations: Option<BTreeMap<String, String>>,
+
+    /// The PodDisruptionBudget the operator makes for the routers (policy/v1), which bounds
+    /// how many a node drain or the cluster autoscaler may evict at once. When absent: one
+    /// with `maxUnavailable: 1` for two or more routers of placement `Any` or
+    /// `AntiAffinity`, none for one router (it would block every drain) or `Every` (a
+    /// DaemonSet's routers are left running by `kubectl drain --ignore-daemonsets`). Whatever
+    /// this says, the operator makes none while another PodDisruptionBudget in the namespace
+    /// selects the routers (or takes the name `<name>`): the `DisruptionBudget` condition
+    /// names it. A change restarts no router.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub disruption_budget: Option<DisruptionBudget>,
+}
+
+/// `deploymentPlan.disruptionBudget`: whether the operator makes the routers'
+/// PodDisruptionBudget, and with which bound. At most one of `maxUnavailable` and
+/// `minAvailable` (as in a PodDisruptionBudget's spec), neither with `enabled: false`, and
+/// neither with placement `Every`.
+#[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct DisruptionBudget {
+    /// `false`: the operator makes no PodDisruptionBudget (and deletes the one it made), as
+    /// when cluster admins keep their own. Default `true`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub enabled: Option<bool>,
+
+    /// Routers that may be unavailable at once during voluntary disruptions: a count ≥ 0
+    /// or a percentage of the routers (`"25%"`, at most `"100%"`). Default 1. Setting it
+    /// (or `minAvailable`) makes a budget for one router too.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub max_unavailable: Option<IntOrString>,
+
+    /// Routers that must stay available during voluntary disruptions: a count ≥ 0 or a
+    /// percentage (`"50%"`, at most `"100%"`). A value equal to the number of routers blocks
+    /// every drain (the webhook warns).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub min_available: Option<IntOrString>,
 }
 
 /// A port the router listens on. The same shape serves `listeners`,

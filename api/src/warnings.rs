@@ -21,6 +21,34 @@ pub fn warnings(ic: &Interconnect) -> Vec<String> {
             "spec.deploymentPlan.size: ignored with placement Every (one router per node); remove it".into(),
         );
     }
+    if let Some(plan) = &spec.deployment_plan
+        && let Some(b) = &plan.disruption_budget
+        && plan.placement != Some(crate::types::Placement::Every)
+    {
+        use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString::{self, Int, String as Percent};
+        let size = plan.size.unwrap_or(1);
+        // A percentage counts routers rounded up (the disruption controller's
+        // `GetScaledValueFromIntOrPercent(.., true)`): `99%` available of 3 is 3.
+        let count = |v: &IntOrString| match v {
+            Int(n) => i64::from(*n),
+            Percent(p) => {
+                let p = crate::validate::percent(p).unwrap_or(0).min(100) as i64;
+                (p * i64::from(size) + 99) / 100
+            }
+        };
+        let blocks = match (&b.max_unavailable, &b.min_available) {
+            (Some(v), None) => count(v) == 0,
+            (None, Some(v)) => count(v) >= i64::from(size),
+            _ => false,
+        };
+        if blocks {
+            w.push(
+                "spec.deploymentPlan.disruptionBudget: allows no router to be evicted, so every node drain and the \
+                 cluster autoscaler wait on the routers until it is changed"
+                    .into(),
+            );
+        }
+    }
     for (role, i, l) in spec.every_listener() {
         // The item's path, formatted only into a warning given.
         let p = crate::validate::At::new(role.listeners_field(), i);

@@ -227,3 +227,38 @@ fn no_empty_listener_list_when_every_default_port_is_taken() {
     assert!(validate(&once).is_empty(), "{:?}", validate(&once));
     assert_eq!(defaults(&once).spec, once.spec);
 }
+
+/// A disruption budget that allows no eviction is admitted (the API server would take it)
+/// but warned about: it blocks every node drain. Percentages count routers rounded up, as
+/// the disruption controller does: `99%` available of 3 routers is 3.
+#[test]
+fn a_disruption_budget_that_blocks_every_drain_is_warned_about() {
+    let with = |budget: serde_json::Value| -> Vec<String> {
+        let ic: Interconnect = serde_json::from_value(json!({"metadata": {"name": "mesh"},
+            "spec": {"deploymentPlan": {"size": 3, "disruptionBudget": budget}}}))
+        .unwrap();
+        let ic = defaults(&ic);
+        assert!(validate(&ic).is_empty(), "{:#?}", validate(&ic));
+        qdr_api::warnings(&ic).into_iter().filter(|w| w.contains("disruptionBudget")).collect()
+    };
+    for blocks in [
+        json!({"maxUnavailable": 0}),
+        json!({"maxUnavailable": "0%"}),
+        json!({"minAvailable": 3}),
+        json!({"minAvailable": 4}),
+        json!({"minAvailable": "100%"}),
+        json!({"minAvailable": "99%"}),
+    ] {
+        assert_eq!(with(blocks.clone()).len(), 1, "{blocks}");
+    }
+    for allows in [
+        json!({"maxUnavailable": 1}),
+        json!({"maxUnavailable": "1%"}),
+        json!({"minAvailable": 2}),
+        json!({"minAvailable": "66%"}),
+        json!({"enabled": false}),
+        json!({}),
+    ] {
+        assert!(with(allows.clone()).is_empty(), "{allows}");
+    }
+}

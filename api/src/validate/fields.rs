@@ -23,6 +23,7 @@ impl Validator {
             self.range("spec.deploymentPlan.size", plan.size, 1, 16);
             self.resources(plan.resources.as_ref());
             self.scheduling(plan);
+            self.disruption_budget(plan);
             if let Some(r) = &plan.role {
                 self.enumeration(
                     "spec.deploymentPlan.role",

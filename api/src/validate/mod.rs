@@ -13,6 +13,7 @@
 //! runs them in order and owns the name rules of `metadata.name` (rules 1 and 24).
 
 mod checks;
+mod disruption;
 mod field_error;
 mod fields;
 mod generated;
@@ -24,6 +25,7 @@ mod unique;
 use crate::types::{Interconnect, InterconnectSpec};
 
 use checks::Validator;
+pub(crate) use disruption::percent;
 pub(crate) use field_error::At;
 pub use field_error::{ErrorType, FieldError, MAX_SHOWN_VALUE};
 use names::is_dns1035_label;
