@@ -688,8 +688,8 @@ pub const MAX_STATUS_PODS: usize = 1024;
 #[serde(rename_all = "camelCase")]
 pub struct InterconnectStatus {
     /// Latest observations, one entry per type (Kubernetes API conventions): `Ready`,
-    /// `Available`, `Progressing`, `Degraded`, `SpecValid` and, while the controller reads
-    /// the routers, `MeshConnected` and `ConfigApplied`.
+    /// `Available`, `Progressing`, `Degraded`, `SpecValid`, `DisruptionBudget` and, while
+    /// the controller reads the routers, `MeshConnected` and `ConfigApplied`.
     #[serde(default, deserialize_with = "lenient_conditions")]
     #[schemars(schema_with = "conditions_schema")]
     pub conditions: Vec<Condition>,

@@ -10,7 +10,8 @@
 /// Condition types, each with every reason the controller sets on it (any status), in the
 /// order the troubleshooting page gives them. Condition types are the Kubernetes API
 /// conventions' (`Ready`, `Available`, `Progressing`, `Degraded`) and the operator's own
-/// (`SpecValid`; with the routers read, `MeshConnected` and `ConfigApplied`).
+/// (`SpecValid`, `DisruptionBudget`; with the routers read, `MeshConnected` and
+/// `ConfigApplied`).
 pub const CONDITIONS: &[(&str, &[&str])] = &[
     ("SpecValid", &["Valid", "InvalidSpec"]),
     (
@@ -55,6 +56,7 @@ pub const CONDITIONS: &[(&str, &[&str])] = &[
         ],
     ),
     ("ConfigApplied", &["Applied", "RollingOut", "Applying", "Refused", "NoRouters"]),
+    ("DisruptionBudget", &["Managed", "AdminBudget", "Disabled", "NotNeeded"]),
 ];
 
 /// Every Event reason, with its type (`Normal` or `Warning`), in the order the
@@ -85,6 +87,7 @@ pub const EVENTS: &[(&str, &str)] = &[
     ("Normal", "ConfigApplied"),
     ("Warning", "ConfigRefused"),
     ("Warning", "ConfigRolled"),
+    ("Normal", "AdminDisruptionBudget"),
     ("Warning", "ConfigRestored"),
 ];
 

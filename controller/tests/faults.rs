@@ -74,7 +74,7 @@ fn expected(ic: &Interconnect) -> BTreeMap<&'static str, BTreeSet<String>> {
         ("Ingress", builders::ingresses(&o).iter().filter_map(|i| i.metadata.name.clone()).collect()),
         (
             "PodDisruptionBudget",
-            builders::disruption_budget(&o).and_then(|p| p.metadata.name).into_iter().collect(),
+            builders::budget(&o, None, &[]).1.and_then(|p| p.metadata.name).into_iter().collect(),
         ),
     ]);
     let mut config_maps = one(&o.router_config_name(&o.rendered_config().startup_hash));

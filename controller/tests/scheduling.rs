@@ -5,7 +5,9 @@
 //! scaling down and `Any` are followed by `status.pods` and `kubectl wait`.
 //!
 //! A placement change keeps the old routers until the new ones are Ready (make before break),
-//! and evictions through the PodDisruptionBudget take one router at a time.
+//! and evictions through the PodDisruptionBudget take one router at a time; budgets the
+//! admin made are kept, and a placement change keeps one over the routers that serve
+//! ([`budgets`]).
 //!
 //! The scheduling fields of `deploymentPlan` put routers where they say: on a tainted node
 //! with a toleration and a node selector, and spread over zones with a topology spread
@@ -16,6 +18,8 @@
 //! do not depend on the count.
 //! [`evictions_take_one_router_at_a_time`] cordons every node for the moment of two requests.
 
+#[path = "scheduling/budgets.rs"]
+mod budgets;
 mod common;
 
 use std::time::Duration;

@@ -1,7 +1,7 @@
 //! The pod template the Deployment and the DaemonSet share: the router container, its
 //! environment, volumes, probes and security context, and the pods' scheduling.
 
-use std::collections::BTreeSet;
+use std::collections::{BTreeMap, BTreeSet};
 
 use k8s_openapi::api::core::v1::{
     Affinity, Capabilities, ConfigMapVolumeSource, Container, ContainerPort, EnvVar, EnvVarSource,
@@ -23,7 +23,7 @@ use crate::validated::ValidatedInterconnect;
 use qdr_api::router_config::{CONFIG_DIR, CONFIG_FILE, DOLLAR_ENV, Rendered, ca_cert_file, cert_dir};
 
 /// The label the Deployment controller gives each revision's pods (its ReplicaSet's hash).
-const POD_TEMPLATE_HASH: &str = "pod-template-hash";
+pub(crate) const POD_TEMPLATE_HASH: &str = "pod-template-hash";
 
 /// Container-port name of a listener: its name, or `port-<N>` (an IANA service name).
 pub(crate) fn container_port_name(l: &Listener) -> String {
@@ -182,6 +182,16 @@ fn volumes_and_mounts(
     (volumes, mounts)
 }
 
+/// The labels of the router pods' template: `deploymentPlan.podLabels`, then the operator's
+/// over them (validation refuses the operator's keys, so none is lost:
+/// `qdr_api::owned_keys`). The workload controllers add their own to each pod
+/// (`pod-template-hash` for a Deployment's).
+pub fn pod_labels(o: &ValidatedInterconnect) -> BTreeMap<String, String> {
+    let mut labels = o.plan().pod_labels.clone().unwrap_or_default();
+    labels.extend(o.labels());
+    labels
+}
+
 /// The pod template shared by the Deployment and the DaemonSet; `config` is the rendered
 /// router configuration (mounted from its ConfigMap, its start-up hash in [`CONFIG_HASH`]),
 /// `credentials_hash` the fingerprint of the mounted Secrets ([`CREDENTIALS_HASH`]);
@@ -260,10 +270,8 @@ pub fn pod_template(
         }),
         ..Default::default()
     });
-    // The user's labels and annotations first, the operator's over them (validation
-    // refuses the operator's keys, so none is lost: `qdr_api::owned_keys`).
-    let mut labels = plan.pod_labels.clone().unwrap_or_default();
-    labels.extend(o.labels());
+    let labels = pod_labels(o);
+    // The user's annotations first, the operator's over them (as [`pod_labels`]).
     let mut annotations = plan.pod_annotations.clone().unwrap_or_default();
     annotations.extend([
         ("prometheus.io/port".into(), liveness.to_string()),

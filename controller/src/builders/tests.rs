@@ -343,22 +343,62 @@ fn the_metrics_port_is_declared_and_never_named_twice() {
 }
 
 /// Drains evict one router at a time: a budget for a Deployment of two or more routers,
-/// none for one router (it would block every drain) or a DaemonSet.
+/// none for one router (it would block every drain) or a DaemonSet. It selects only a
+/// Deployment's pods (`pod-template-hash`), never a DaemonSet's.
 #[test]
 fn a_disruption_budget_guards_deployments_of_two_or_more_routers() {
-    let budget = |plan: serde_json::Value| builders::disruption_budget(&ic(json!({"deploymentPlan": plan})));
-    let pdb = budget(json!({"placement": "AntiAffinity", "size": 3})).expect("a budget for 3 routers");
-    let v = serde_json::to_value(&pdb).unwrap();
+    use builders::Budget;
+    let budget = |plan: serde_json::Value| builders::budget(&ic(json!({"deploymentPlan": plan})), None, &[]);
+    let (said, pdb) = budget(json!({"placement": "AntiAffinity", "size": 3}));
+    assert_eq!(said, Budget::Managed { bound: "maxUnavailable: 1".into(), retiring: false });
+    let v = serde_json::to_value(pdb.expect("a budget for 3 routers")).unwrap();
     assert_eq!(v["metadata"]["name"], "mesh");
     assert_eq!(v["metadata"]["ownerReferences"][0]["controller"], true);
     assert_eq!(
         v["spec"],
         json!({"maxUnavailable": 1, "unhealthyPodEvictionPolicy": "AlwaysAllow",
-               "selector": {"matchLabels": {"application": "mesh", "interconnect_cr": "mesh"}}})
+               "selector": {"matchLabels": {"application": "mesh", "interconnect_cr": "mesh"},
+                            "matchExpressions": [{"key": "pod-template-hash", "operator": "Exists"}]}})
     );
-    assert!(budget(json!({"placement": "Any", "size": 2})).is_some());
-    assert!(budget(json!({"placement": "Any", "size": 1})).is_none(), "one router");
-    assert!(budget(json!({"placement": "Every"})).is_none(), "a DaemonSet");
+    assert!(budget(json!({"placement": "Any", "size": 2})).1.is_some());
+    assert!(
+        matches!(budget(json!({"placement": "Any", "size": 1})), (Budget::NotNeeded(_), None)),
+        "one router"
+    );
+    assert!(matches!(budget(json!({"placement": "Every"})), (Budget::NotNeeded(_), None)), "a DaemonSet");
+}
+
+/// Issue 72: `disruptionBudget` sets the bound or turns the budget off; a budget of the
+/// admin's that selects the routers wins over the operator's (never two over one router);
+/// through `Any` → `Every` the Deployment's routers keep their budget.
+#[test]
+fn the_disruption_budget_is_the_specs_the_admins_or_none() {
+    use builders::Budget;
+    let o = |plan: serde_json::Value| ic(json!({"deploymentPlan": plan}));
+    let spec = |o: &ValidatedInterconnect| {
+        serde_json::to_value(builders::budget(o, None, &[]).1.unwrap()).unwrap()["spec"].clone()
+    };
+    let half = o(json!({"size": 4, "disruptionBudget": {"minAvailable": "50%"}}));
+    assert_eq!(spec(&half)["minAvailable"], "50%");
+    assert!(spec(&half).get("maxUnavailable").is_none());
+    assert_eq!(
+        builders::budget(&half, None, &[]).0,
+        Budget::Managed { bound: "minAvailable: \"50%\"".into(), retiring: false }
+    );
+    // A bound set makes a budget for one router too: the admin asked for it.
+    assert_eq!(spec(&o(json!({"size": 1, "disruptionBudget": {"maxUnavailable": 1}})))["maxUnavailable"], 1);
+    let off = o(json!({"size": 3, "disruptionBudget": {"enabled": false}}));
+    assert_eq!(builders::budget(&off, None, &[]), (Budget::Disabled, None));
+    let admins = ["routers".to_string()];
+    assert_eq!(
+        builders::budget(&o(json!({"size": 3})), None, &admins),
+        (Budget::Admin(admins.to_vec()), None)
+    );
+    let every = o(json!({"placement": "Every"}));
+    let (said, pdb) = builders::budget(&every, Some(3), &[]);
+    assert_eq!(said, Budget::Managed { bound: "maxUnavailable: 1".into(), retiring: true });
+    assert!(pdb.is_some(), "the Deployment being replaced keeps its budget");
+    assert!(builders::budget(&every, Some(1), &[]).1.is_none(), "one router being replaced: none");
 }
 
 /// Issue 57: the scheduling and metadata fields reach the pods and the Service as written,

@@ -97,3 +97,12 @@ pub(crate) fn slim_pod(p: &mut Pod) {
     });
     slim_meta(p);
 }
+
+/// What the store of every PodDisruptionBudget keeps ([`super::stores::Cache::admin_budgets`]):
+/// its metadata as [`slim_meta`] keeps it and its selector; not its bound or status.
+pub(crate) fn slim_budget(p: &mut k8s_openapi::api::policy::v1::PodDisruptionBudget) {
+    let selector = p.spec.as_ref().and_then(|s| s.selector.clone());
+    p.spec = Some(k8s_openapi::api::policy::v1::PodDisruptionBudgetSpec { selector, ..Default::default() });
+    p.status = None;
+    slim_meta(p);
+}

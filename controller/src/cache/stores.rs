@@ -40,6 +40,11 @@ pub(crate) struct Cache {
     pub(super) config_maps: MetaStore<ConfigMap>,
     pub(super) ingresses: MetaStore<Ingress>,
     pub(super) disruption_budgets: MetaStore<PodDisruptionBudget>,
+    /// Every PodDisruptionBudget of the watched namespaces, labelled ours or not, with only
+    /// its name, labels, owners and selector ([`super::slim::slim_budget`]): an admin's that
+    /// selects an Interconnect's routers makes the controller make none
+    /// ([`crate::builders::budget`]).
+    pub(super) all_budgets: Store<PodDisruptionBudget>,
     /// Deployments written in this term, until the store catches up.
     pub(crate) written_deployments: Arc<Written<Deployment>>,
     /// DaemonSets written in this term, until the store catches up.
@@ -144,11 +149,38 @@ impl Cache {
             && self.disruption_budgets.is_ready();
         let ready = compact
             && self.secret_names.is_ready()
+            && futures::FutureExt::now_or_never(self.all_budgets.wait_until_ready()).is_some()
             && futures::FutureExt::now_or_never(self.pods.wait_until_ready()).is_some();
         if ready {
             self.listed.store(true, Ordering::Relaxed);
         }
         ready
+    }
+
+    /// The PodDisruptionBudgets of namespace `ns` that `o` does not control and that take
+    /// the name of its own or select a pod labelled `labels` (a router's), by name: the
+    /// cluster admin's, which the operator never fights ([`crate::builders::budget`]). A
+    /// budget whose selector does not parse (it could not have been stored) selects nothing.
+    pub(crate) fn admin_budgets<'a>(
+        &self,
+        o: &crate::validated::ValidatedInterconnect,
+        labels: impl IntoIterator<Item = &'a std::collections::BTreeMap<String, String>> + Clone,
+    ) -> Vec<String> {
+        use kube::core::{Selector, SelectorExt};
+        let mut names: Vec<String> = (self.all_budgets.state().iter())
+            .filter(|p| p.metadata.namespace.as_deref() == Some(o.namespace()))
+            .filter(|p| !o.controls(p.metadata.owner_references.as_deref().unwrap_or_default()))
+            .filter(|p| {
+                let selector = p.spec.as_ref().and_then(|s| s.selector.clone());
+                let selects = selector
+                    .and_then(|s| Selector::try_from(s).ok())
+                    .is_some_and(|s| labels.clone().into_iter().any(|l| s.matches(l)));
+                selects || p.metadata.name.as_deref() == Some(o.name())
+            })
+            .filter_map(|p| p.metadata.name.clone())
+            .collect();
+        names.sort();
+        names
     }
 
     /// Secret `ns/name` as far as the stores know it.

@@ -19,7 +19,7 @@ use qdr_api::Interconnect;
 use super::memo::{AppliedMemo, Drift, OwnWrites, SecretReferences};
 use super::meta_store::{Compact, Entry, ReplicaSetStore, SecretStore};
 use super::names::SecretNames;
-use super::slim::{slim, slim_pod, slim_workload};
+use super::slim::{slim, slim_budget, slim_pod, slim_workload};
 use super::stores::Cache;
 use super::wake::{
     Listed, Relist, Versions, interconnect_controller, owned_wake, pod_wake, replica_set_wake, user_secret,
@@ -302,6 +302,34 @@ pub(crate) fn watch(
             })
             .flatten()
     };
+    // Every PodDisruptionBudget, by its selector: one that is not ours appearing, changing
+    // or going wakes the Interconnects of its namespace (whether it selects their routers
+    // decides whether they make their own, `Cache::admin_budgets`).
+    let (all_budgets, budget_writer) = reflector::store();
+    let any_budget = {
+        let (health, namespace) = (health.clone(), ns.to_string());
+        watcher(api::<PodDisruptionBudget>(client, ns), all.clone())
+            .default_backoff()
+            .inspect(move |event| {
+                health.watch_result(&namespace, "poddisruptionbudgets (all)", event.as_ref().map(drop));
+            })
+            .map_ok(|mut event| {
+                match &mut event {
+                    watcher::Event::Apply(p) | watcher::Event::InitApply(p) | watcher::Event::Delete(p) => {
+                        slim_budget(p)
+                    }
+                    watcher::Event::Init | watcher::Event::InitDone => {}
+                }
+                event
+            })
+            .reflect(budget_writer)
+            .touched_objects()
+            .try_filter(|p: &PodDisruptionBudget| {
+                let ours = p.labels().get(labels::MANAGED_BY_KEY).is_some_and(|v| v == labels::MANAGED_BY);
+                futures::future::ready(!ours)
+            })
+    };
+    let ic_reader = ic_store.clone();
     let cache = Cache {
         deployments,
         daemon_sets,
@@ -316,6 +344,7 @@ pub(crate) fn watch(
         config_maps,
         ingresses,
         disruption_budgets,
+        all_budgets,
         written_deployments,
         written_daemon_sets,
         written_secrets,
@@ -343,6 +372,13 @@ pub(crate) fn watch(
             let name = secret.metadata.name.clone().unwrap_or_default();
             let controller = (!user_secret(&secret)).then(|| interconnect_controller(&secret)).flatten();
             references.referencing(&ns, &name, controller.as_deref())
+        })
+        .watches_stream(any_budget, move |pdb: PodDisruptionBudget| {
+            let ns = pdb.metadata.namespace.clone().unwrap_or_default();
+            (ic_reader.state().iter())
+                .filter(|ic| ic.metadata.namespace.as_deref() == Some(ns.as_str()))
+                .map(|ic| ObjectRef::from_obj(ic.as_ref()))
+                .collect::<Vec<_>>()
         })
         .watches_stream(rs_events, |rs: PartialObjectMeta<ReplicaSet>| {
             let name = rs.metadata.labels.as_ref().and_then(|l| l.get(labels::INTERCONNECT)).cloned();

@@ -18,7 +18,7 @@ use k8s_openapi::api::rbac::v1::{Role, RoleBinding};
 
 use super::observe::{Observed, named_secrets};
 use super::types::{Conflict, LIVE_TRIES, Ownership};
-use crate::builders::{self, Exposure, Roll, Settings, Workload};
+use crate::builders::{self, Budget, Exposure, Roll, Settings, Workload};
 use crate::credentials::{
     self, CredentialChange, CredentialsError, Data, EXPIRY_WARNING, Routers, is_generated, is_generated_by,
 };
@@ -68,8 +68,7 @@ pub struct Children {
     pub secrets: Secrets,
     /// Deployment or DaemonSet `<name>`, to apply or to leave as it is.
     pub workload: WorkloadChange,
-    /// PodDisruptionBudget `<name>` for a Deployment of two or more routers
-    /// ([`builders::disruption_budget`]).
+    /// PodDisruptionBudget `<name>`, when the operator makes one ([`builders::budget`]).
     pub disruption_budget: Option<PodDisruptionBudget>,
     /// Service `<name>`.
     pub service: Service,
@@ -110,6 +109,8 @@ pub struct Report {
     pub credentials: CredentialsReport,
     /// Why the routers last rolled, as the pod template keeps it ([`roll`]).
     pub roll: Roll,
+    /// What the operator does about the routers' PodDisruptionBudget.
+    pub budget: Budget,
 }
 
 /// The result of [`build`]: the children to apply and what to report.
@@ -365,6 +366,7 @@ pub fn build(o: &ValidatedInterconnect, settings: &Settings, observed: &Observed
         Workload::Deployment(d) => d.spec.as_ref().and_then(|s| s.replicas),
         Workload::DaemonSet(_) => None,
     };
+    let (budget, disruption_budget) = builders::budget(o, observed.retiring, &observed.admin_budgets);
     let children = Children {
         service_account: builders::service_account(o),
         role: builders::role(o),
@@ -373,13 +375,13 @@ pub fn build(o: &ValidatedInterconnect, settings: &Settings, observed: &Observed
         sasl_config_map: builders::sasl_config_map(o),
         secrets: Secrets { create, update: plan.update, keep: named_secrets(o), conflicts },
         workload: if hold { WorkloadChange::Hold(workload) } else { WorkloadChange::Apply(workload) },
-        disruption_budget: builders::disruption_budget(o),
+        disruption_budget,
         service: builders::service(o),
         exposure: builders::exposure(o, settings),
     };
     Ok(Built {
         children,
-        report: Report { config: router_config, replicas, credentials, roll },
+        report: Report { config: router_config, replicas, credentials, roll, budget },
         verify_workload,
     })
 }

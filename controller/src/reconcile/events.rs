@@ -15,8 +15,8 @@ use qdr_api::{Interconnect, InterconnectStatus};
 use super::build::Report;
 use super::observe::Observed;
 use super::status::{
-    APPLYING, CONFIG_APPLIED, CONFIG_REFUSED, MAX_MESSAGE, MESH_CONNECTED, conflicts_message,
-    missing_message, problem_message,
+    ADMIN_BUDGET, APPLYING, CONFIG_APPLIED, CONFIG_REFUSED, DISRUPTION_BUDGET, MAX_MESSAGE, MESH_CONNECTED,
+    conflicts_message, missing_message, problem_message,
 };
 use super::types::{
     CONFLICTING_OBJECT, DEGRADED, INVALID_SPEC, MISSING_SECRET, READY, RECONCILE_FAILED, SPEC_VALID,
@@ -95,6 +95,9 @@ pub(crate) enum Change {
     ConfigApplied(String),
     /// Warning `ConfigRefused`: a router refused a live entity; the condition's message.
     ConfigRefused(String),
+    /// `AdminDisruptionBudget`: budgets of someone else's select the routers, so the
+    /// operator makes none; the `DisruptionBudget` condition's message.
+    AdminBudget(String),
 }
 
 impl Change {
@@ -184,6 +187,7 @@ impl Change {
             Change::MeshConnected(m) => (EventType::Normal, MESH_CONNECTED, m.clone()),
             Change::ConfigApplied(m) => (EventType::Normal, CONFIG_APPLIED, m.clone()),
             Change::ConfigRefused(m) => (EventType::Warning, "ConfigRefused", m.clone()),
+            Change::AdminBudget(m) => (EventType::Normal, "AdminDisruptionBudget", m.clone()),
             Change::Adopted(objs) => (
                 EventType::Normal,
                 "Adopted",
@@ -261,6 +265,7 @@ pub(crate) fn for_pass(
     changes.extend(new.and_then(|new| scheduling(ic, new)));
     changes.extend(new.and_then(|new| mesh(ic, new)));
     changes.extend(new.and_then(|new| config(ic, new)));
+    changes.extend(new.and_then(|new| admin_budget(ic, new)));
     changes.extend(expiry.due(ic, &report.credentials.expiring));
     changes
 }
@@ -390,6 +395,21 @@ pub(crate) fn config(ic: &Interconnect, new: &InterconnectStatus) -> Option<Chan
         ("False", CONFIG_REFUSED) if old.is_none_or(|o| o.message != now.message) => {
             Some(Change::ConfigRefused(now.message))
         }
+        _ => None,
+    }
+}
+
+/// The Event of the `DisruptionBudget` condition turning `AdminBudget`, or naming other
+/// budgets, between the stored status and `new`: once per change (comparing the statuses
+/// keeps this right across restarts and leader changes).
+pub(crate) fn admin_budget(ic: &Interconnect, new: &InterconnectStatus) -> Option<Change> {
+    let of = |s: Option<&InterconnectStatus>| {
+        (s.into_iter().flat_map(|s| &s.conditions))
+            .find(|c| c.type_ == DISRUPTION_BUDGET && c.reason == ADMIN_BUDGET)
+            .map(|c| c.message.clone())
+    };
+    match (of(ic.status.as_ref()), of(Some(new))) {
+        (old, Some(now)) if old.as_ref() != Some(&now) => Some(Change::AdminBudget(now)),
         _ => None,
     }
 }

@@ -128,6 +128,12 @@ pub struct Observed {
     /// counts them (`Reader::tries` of the read stage); `None` when the last visit found no
     /// refusal.
     pub live_tries: Option<(String, u32)>,
+    /// The PodDisruptionBudgets of someone else's that select the routers (or take the name
+    /// of the operator's), by name ([`crate::cache::Cache::admin_budgets`]).
+    pub admin_budgets: Vec<String>,
+    /// `spec.replicas` of this Interconnect's Deployment while placement `Every` replaces it
+    /// (its routers serve until the DaemonSet's are Ready, so its budget stays).
+    pub retiring: Option<i32>,
 }
 
 /// One router pod (not being deleted), as the mesh reader sees it.
@@ -462,6 +468,16 @@ pub async fn observe(
         .map(|p| RouterPod::of(p, &workloads))
         .collect();
     routers.sort_by(|a, b| a.name.cmp(&b.name));
+    // The routers' labels: those their template gives, and those each running one carries
+    // (with its workload controller's).
+    let template = crate::builders::pod_labels(o);
+    let labels = std::iter::once(&template).chain(listed.iter().filter_map(|p| p.metadata.labels.as_ref()));
+    let admin_budgets = cache.admin_budgets(o, labels);
+    let retiring = (o.plan().placement == Some(Placement::Every))
+        .then_some(deployment.as_deref())
+        .flatten()
+        .filter(|d| o.controls(d.metadata.owner_references.as_deref().unwrap_or_default()))
+        .map(|d| d.spec.as_ref().and_then(|s| s.replicas).unwrap_or(1));
     Ok(Observed {
         now: SystemTime::now(),
         secrets,
@@ -472,5 +488,7 @@ pub async fn observe(
         unschedulable,
         routers,
         live_tries: None,
+        admin_budgets,
+        retiring,
     })
 }

@@ -14,6 +14,7 @@
 //! | `Degraded` | the last reconcile failed, or a child's name is taken by a foreign object |
 //! | `MeshConnected` | (routers read) every router reaches every other, edges uplinked ([`with_mesh`]) |
 //! | `ConfigApplied` | (routers read) every router runs the current configuration |
+//! | `DisruptionBudget` | a PodDisruptionBudget guards the routers: the operator's, or the admin's ([`with_budget`]) |
 //!
 //! Every reason the controller sets, by condition: [`crate::reasons::CONDITIONS`] (checked by
 //! [`condition_of`] in debug builds).
@@ -35,6 +36,7 @@ use super::types::{
     READY, RECONCILE_FAILED, SPEC_VALID, UNSCHEDULABLE,
 };
 use super::{Error as PassError, Pass};
+use crate::builders::Budget;
 use crate::references::Problem;
 use crate::validated::ValidatedInterconnect;
 use qdr_api::router_config::short_hash as short;
@@ -82,6 +84,10 @@ pub(crate) fn of(ic: &Interconnect, pass: &Result<Pass, PassError>) -> Option<In
         Ok(Pass::Invalid(message)) => Some(for_invalid_spec(ic, message)),
         Ok(Pass::Reconciled(r)) => {
             let s = desired(&r.ic, &r.observed, &r.applied, &r.report.credentials);
+            let s = match r.applied.conflicts.is_empty() {
+                true => with_budget(s, &r.ic, &r.report.budget),
+                false => s,
+            };
             Some(match &r.mesh {
                 Some(m) if r.applied.conflicts.is_empty() => {
                     with_mesh(s, &r.ic, &r.observed, m, &r.report.config, r.report.roll.rolled_by.as_deref())
@@ -646,5 +652,60 @@ pub(crate) fn with_mesh(
     conditions.push(condition_of(MESH_CONNECTED, mesh_status, mesh_reason, &mesh_message, generation, &prev));
     conditions.push(condition(CONFIG_APPLIED, applied, config_reason, &config_message, generation, &prev));
     status.conditions = conditions;
+    status
+}
+
+/// Type of the condition that says which PodDisruptionBudget guards the routers.
+pub(crate) const DISRUPTION_BUDGET: &str = "DisruptionBudget";
+/// `DisruptionBudget` reason when budgets of someone else's select the routers.
+pub(crate) const ADMIN_BUDGET: &str = "AdminBudget";
+
+/// `status` with the `DisruptionBudget` condition of what the build did about the routers'
+/// PodDisruptionBudget ([`Budget`]): `True` when a budget guards them (`Managed`, or
+/// `AdminBudget` naming the admin's), `False` when none does (`Disabled`, `NotNeeded`).
+pub(crate) fn with_budget(
+    mut status: InterconnectStatus,
+    o: &ValidatedInterconnect,
+    budget: &Budget,
+) -> InterconnectStatus {
+    let prev = o.ic().status.clone().unwrap_or_default().conditions;
+    let (ok, reason, message) = match budget {
+        Budget::Managed { bound, retiring: false } => {
+            (true, "Managed", format!("PodDisruptionBudget {}: {bound}", o.name()))
+        }
+        Budget::Managed { bound, retiring: true } => (
+            true,
+            "Managed",
+            format!(
+                "PodDisruptionBudget {}: {bound}, over the routers of Deployment {} until the DaemonSet's are ready \
+                 (placement change to Every)",
+                o.name(),
+                o.name()
+            ),
+        ),
+        Budget::Admin(names) => {
+            let (noun, verb) = if names.len() == 1 {
+                ("PodDisruptionBudget", "selects")
+            } else {
+                ("PodDisruptionBudgets", "select")
+            };
+            (
+                true,
+                ADMIN_BUDGET,
+                format!(
+                    "{noun} {} {verb} the routers: the operator makes none (the Eviction API refuses to evict a pod \
+                     that two budgets select)",
+                    names.join(", ")
+                ),
+            )
+        }
+        Budget::Disabled => (
+            false,
+            "Disabled",
+            "spec.deploymentPlan.disruptionBudget.enabled is false: no PodDisruptionBudget".to_string(),
+        ),
+        Budget::NotNeeded(why) => (false, "NotNeeded", format!("no PodDisruptionBudget: {why}")),
+    };
+    status.conditions.push(condition(DISRUPTION_BUDGET, ok, reason, &message, o.generation(), &prev));
     status
 }

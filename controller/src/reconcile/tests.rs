@@ -32,6 +32,8 @@ fn observed() -> Observed {
         unschedulable: Default::default(),
         routers: vec![],
         live_tries: None,
+        admin_budgets: Vec::new(),
+        retiring: None,
     }
 }
 
@@ -1303,6 +1305,7 @@ fn every_event_reason_is_listed_and_every_listed_reason_is_published() {
         Change::MeshConnected(s()),
         Change::ConfigApplied(s()),
         Change::ConfigRefused(s()),
+        Change::AdminBudget(s()),
     ];
     for c in &changes {
         match c {
@@ -1325,7 +1328,8 @@ fn every_event_reason_is_listed_and_every_listed_reason_is_published() {
             | Change::ConfigApplied(_)
             | Change::ConfigRefused(_)
             | Change::ConfigRolled(_)
-            | Change::ConfigRestored(_) => {}
+            | Change::ConfigRestored(_)
+            | Change::AdminBudget(_) => {}
         }
     }
     let published: BTreeSet<(String, String)> = changes
@@ -1377,6 +1381,7 @@ fn roll_events_say_why() {
             restarted_for: restarted_for.map(String::from),
             gated: false,
         },
+        budget: crate::builders::Budget::Disabled,
     };
     let changed = planned(&seen(None), &report("6666", Some("spec.edgeListeners"), None));
     assert_eq!(changed, [Change::ConfigChanged { live: true, by: "spec.edgeListeners".into() }]);
@@ -1469,4 +1474,48 @@ fn a_router_shutting_down_keeps_its_links_until_it_is_gone() {
     // Gone: its link goes.
     let keep = super::read::kept_connectors(&o, &observed());
     assert_eq!(changes(&now, &existing, &keep).0, ["qdr-operator-mesh-mesh-a"]);
+}
+
+/// Issue 72: the `DisruptionBudget` condition says which budget guards the routers, and an
+/// admin's budget taking over is published once (comparing the stored status, so a pass
+/// that finds the same budgets again says nothing).
+#[test]
+fn the_disruption_budget_condition_names_the_budget_and_an_admins_is_published_once() {
+    use super::events::{Change, admin_budget};
+    use super::status::with_budget;
+    use crate::builders::Budget;
+    let applied = Applied { workload: workload(3, 3, 3, 3), ..Default::default() };
+    let base = || desired(&owner(), &observed(), &applied, &CredentialsReport::default());
+    let managed = with_budget(
+        base(),
+        &owner(),
+        &Budget::Managed { bound: "maxUnavailable: 1".into(), retiring: false },
+    );
+    assert_eq!(
+        cond(&managed, "DisruptionBudget"),
+        ("True", "Managed", "PodDisruptionBudget mesh: maxUnavailable: 1")
+    );
+    let retiring =
+        with_budget(base(), &owner(), &Budget::Managed { bound: "maxUnavailable: 1".into(), retiring: true });
+    assert!(cond(&retiring, "DisruptionBudget").2.contains("until the DaemonSet's are ready"));
+    let off = with_budget(base(), &owner(), &Budget::Disabled);
+    assert_eq!(cond(&off, "DisruptionBudget").0, "False");
+    let none = with_budget(base(), &owner(), &Budget::NotNeeded("one router"));
+    assert_eq!(cond(&none, "DisruptionBudget"), ("False", "NotNeeded", "no PodDisruptionBudget: one router"));
+    let admins = with_budget(base(), &owner(), &Budget::Admin(vec!["a".into(), "b".into()]));
+    let (status, reason, message) = cond(&admins, "DisruptionBudget");
+    assert_eq!((status, reason), ("True", "AdminBudget"));
+    assert!(message.starts_with("PodDisruptionBudgets a, b select the routers"), "{message}");
+
+    // Stored status without it: one Event; with the same: none; other budgets: one more.
+    let stored = |s: &InterconnectStatus| {
+        let mut ic = owner().ic().clone();
+        ic.status = Some(s.clone());
+        ic
+    };
+    assert!(matches!(admin_budget(&stored(&managed), &admins), Some(Change::AdminBudget(m)) if m == message));
+    assert_eq!(admin_budget(&stored(&admins), &admins), None);
+    let one = with_budget(base(), &owner(), &Budget::Admin(vec!["a".into()]));
+    assert!(admin_budget(&stored(&admins), &one).is_some());
+    assert_eq!(admin_budget(&stored(&admins), &managed), None, "the operator's own again: no Event");
 }

@@ -324,7 +324,11 @@ async fn apply(
     }
     let pruned = match generation {
         Generation::New => keep.prune(client, cache, o).await?,
-        Generation::Reconciled => Vec::new(),
+        // The budget depends on more than the spec (an admin's budget appearing or going, a
+        // placement change's Deployment retired): pruned in every pass, from its store.
+        Generation::Reconciled => {
+            prune::<PodDisruptionBudget>(client, cache, o, &keep.disruption_budgets).await?
+        }
     };
     Ok(Applied {
         workload,

@@ -107,6 +107,8 @@ fn observed(o: &ValidatedInterconnect, present: &[String]) -> Observed {
         unschedulable: Default::default(),
         routers: vec![],
         live_tries: None,
+        admin_budgets: Vec::new(),
+        retiring: None,
     }
 }
 
