@@ -26,6 +26,16 @@ pub const POD_LABELS: [&str; 9] = [
     "pod-template-generation",
 ];
 
+/// The router pods' selector labels, which the operator gives a topology spread constraint
+/// without a `labelSelector` (so `matchLabelKeys` may not name them: the API server refuses a
+/// key in both).
+pub const SELECTOR_LABELS: [&str; 2] = ["application", "interconnect_cr"];
+
+/// Bytes of the pods' annotations kept for the operator's own (its hashes, the fields a roll
+/// came from, Prometheus' port and scrape): `podAnnotations` may hold the API server's
+/// 256 KiB less this. A controller test holds what the builders write to at most this.
+pub const POD_ANNOTATION_RESERVE: usize = 4096;
+
 /// The pod annotations the operator sets besides its [`RESERVED_PREFIX`] ones: where
 /// Prometheus scrapes the router's metrics.
 pub const POD_ANNOTATIONS: [&str; 2] = ["prometheus.io/port", "prometheus.io/scrape"];

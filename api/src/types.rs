@@ -307,9 +307,11 @@ pub struct DeploymentPlan {
     /// not with placement `Every` (a DaemonSet already runs one router per node, and a
     /// `DoNotSchedule` constraint could only keep some from running). Beside, never
     /// instead of, the operator's own anti-affinity of placement `AntiAffinity`.
-    /// `maxSkew` ≥ 1; `whenUnsatisfiable` `DoNotSchedule` or `ScheduleAnyway`; `minDomains`
+    /// `maxSkew` ≥ 1; a `topologyKey`; `whenUnsatisfiable` `DoNotSchedule` or
+    /// `ScheduleAnyway`, one constraint per `topologyKey` and `whenUnsatisfiable`; `minDomains`
     /// ≥ 1 and only with `DoNotSchedule`; `nodeAffinityPolicy` and `nodeTaintsPolicy`
-    /// `Honor` or `Ignore`.
+    /// `Honor` or `Ignore`; no `matchLabelKeys` key that the selector has (without a
+    /// `labelSelector`: `application` and `interconnect_cr`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     #[schemars(length(max = 8))]
     pub topology_spread_constraints: Option<Vec<TopologySpreadConstraint>>,
@@ -333,8 +335,9 @@ pub struct DeploymentPlan {
 
     /// Extra annotations of the router pods, beside the operator's own. Keys as label
     /// keys; the operator's (`prometheus.io/port`, `prometheus.io/scrape`, any key under
-    /// `qdr-operator.io/`) are refused. At most 64, 256 KiB in all (the API server's limit
-    /// for an object's annotations). A change rolls the routers (it is in the pod template).
+    /// `qdr-operator.io/`) are refused. At most 64, 252 KiB in all (the API server's limit
+    /// for an object's annotations, 256 KiB, less 4 KiB kept for the operator's own). A
+    /// change rolls the routers (it is in the pod template).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub pod_annotations: Option<BTreeMap<String, String>>,
 

@@ -49,6 +49,18 @@ pub fn warnings(ic: &Interconnect) -> Vec<String> {
             );
         }
     }
+    for (i, c) in
+        (spec.deployment_plan.iter()).flat_map(|p| p.topology_spread_constraints.iter().flatten()).enumerate()
+    {
+        if !c.topology_key.is_empty() && !crate::validate::is_qualified_name(&c.topology_key) {
+            w.push(format!(
+                "spec.deploymentPlan.topologySpreadConstraints[{i}].topologyKey: {:?} is no label key, so no node has \
+                 it: the constraint counts no domain{}",
+                c.topology_key,
+                if c.when_unsatisfiable == "DoNotSchedule" { " and no router can be scheduled" } else { "" }
+            ));
+        }
+    }
     for (role, i, l) in spec.every_listener() {
         // The item's path, formatted only into a warning given.
         let p = crate::validate::At::new(role.listeners_field(), i);

@@ -70,6 +70,23 @@ impl ValidatedInterconnect {
         Ok(ValidatedInterconnect { ic, name, namespace, owner_ref, management: false })
     }
 
+    /// `stored` defaulted but **not validated**: only for the admission-parity test
+    /// (`controller/tests/admission.rs`), which renders the children of specs the webhook
+    /// refuses to learn whether the API server would refuse them too. Nothing else may call
+    /// it (`tests/tests/structure.rs` checks): the builders assume a valid spec.
+    ///
+    /// # Errors
+    /// [`ValidationError::NotStored`] as [`Self::new`].
+    #[doc(hidden)]
+    pub fn unvalidated_for_admission_parity(
+        stored: &Interconnect,
+    ) -> Result<ValidatedInterconnect, ValidationError> {
+        let name = stored.metadata.name.clone().ok_or(ValidationError::NotStored("name"))?;
+        let namespace = stored.metadata.namespace.clone().ok_or(ValidationError::NotStored("namespace"))?;
+        let owner_ref = stored.controller_owner_ref(&()).ok_or(ValidationError::NotStored("uid"))?;
+        Ok(ValidatedInterconnect { ic: defaults(stored), name, namespace, owner_ref, management: false })
+    }
+
     /// This Interconnect with the operator's management sslProfile
     /// ([`qdr_api::router_config::MANAGEMENT_PROFILE`]: mutual auth, generated CA and
     /// credentials, `<name>-qdr-operator-management-ca` / `-credentials`) added to its

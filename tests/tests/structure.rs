@@ -147,3 +147,31 @@ fn the_check_finds_a_cycle_and_only_a_cycle() {
     assert!(cycles(&g).is_empty(), "{g:?}");
     assert_eq!(g["a"].refers.keys().collect::<Vec<_>>(), ["b"]);
 }
+
+/// The builders assume a valid spec: the one way around `ValidatedInterconnect::new`, kept
+/// for the admission-parity test (issue 72), is called from that test alone.
+#[test]
+fn only_the_admission_parity_test_builds_an_unvalidated_interconnect() {
+    const NAME: &str = "unvalidated_for_admission_parity";
+    let allowed =
+        ["controller/src/validated.rs", "controller/tests/admission.rs", "tests/tests/structure.rs"];
+    let root = workspace_root();
+    let mut callers = Vec::new();
+    let mut dirs = vec![root.clone()];
+    while let Some(dir) = dirs.pop() {
+        for entry in std::fs::read_dir(&dir).unwrap().flatten() {
+            let path = entry.path();
+            let name = entry.file_name().to_string_lossy().into_owned();
+            if path.is_dir() && !name.starts_with('.') && name != "target" {
+                dirs.push(path);
+            } else if name.ends_with(".rs")
+                && std::fs::read_to_string(&path).unwrap_or_default().contains(NAME)
+            {
+                callers.push(path.strip_prefix(&root).unwrap().to_string_lossy().into_owned());
+            }
+        }
+    }
+    callers.sort();
+    assert!(callers.iter().all(|c| allowed.contains(&c.as_str())), "{NAME} is called from {callers:?}");
+    assert!(callers.contains(&"controller/tests/admission.rs".to_string()), "{callers:?}");
+}

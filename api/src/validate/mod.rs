@@ -29,6 +29,7 @@ pub(crate) use disruption::percent;
 pub(crate) use field_error::At;
 pub use field_error::{ErrorType, FieldError, MAX_SHOWN_VALUE};
 use names::is_dns1035_label;
+pub(crate) use names::is_qualified_name;
 pub use scheduling::{
     MAX_ANNOTATION_BYTES, MAX_METADATA_ENTRIES, MAX_SELECTOR_TERMS, MAX_SELECTOR_VALUES,
     MAX_SPREAD_CONSTRAINTS, MAX_TOLERATIONS,

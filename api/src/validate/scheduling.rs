@@ -76,8 +76,23 @@ impl Validator {
             &plan.topology_spread_constraints,
             MAX_SPREAD_CONSTRAINTS,
         );
-        for (i, c) in plan.topology_spread_constraints.iter().flatten().enumerate() {
-            self.spread(&format!("{base}.topologySpreadConstraints[{i}]"), c);
+        let constraints = plan.topology_spread_constraints.as_deref().unwrap_or_default();
+        for (i, c) in constraints.iter().enumerate() {
+            let at = format!("{base}.topologySpreadConstraints[{i}]");
+            self.spread(&at, c);
+            // `ValidateSpreadConstraintNotRepeat`: one constraint per pair, reported at the
+            // first of two, as the API server does.
+            let same = |o: &TopologySpreadConstraint| {
+                o.topology_key == c.topology_key && o.when_unsatisfiable == c.when_unsatisfiable
+            };
+            if constraints[i + 1..].iter().any(same) {
+                self.push(
+                    format_args!("{at}.{{topologyKey, whenUnsatisfiable}}"),
+                    ErrorType::Duplicate,
+                    Some(format!("{{{}, {}}}", c.topology_key, c.when_unsatisfiable).into()),
+                    "a later constraint has the same topologyKey and whenUnsatisfiable",
+                );
+            }
         }
         if let Some(p) = &plan.priority_class_name
             && !is_dns_subdomain(p)
@@ -170,15 +185,10 @@ impl Validator {
                 "must be greater than zero",
             );
         }
+        // `ValidateTopologyKey` asks only for a key (one no node label can have is admitted,
+        // and warned of: `crate::warnings`).
         if c.topology_key.is_empty() {
             self.push(format_args!("{path}.topologyKey"), ErrorType::Required, None, "can not be empty");
-        } else if !is_qualified_name(&c.topology_key) {
-            self.push(
-                format_args!("{path}.topologyKey"),
-                ErrorType::Invalid,
-                Some(c.topology_key.as_str().into()),
-                KEY_FORMAT,
-            );
         }
         let when = c.when_unsatisfiable.as_str();
         self.enumeration(
@@ -219,6 +229,14 @@ impl Validator {
             }
         }
         self.max_items(format_args!("{path}.matchLabelKeys"), &c.match_label_keys, MAX_SELECTOR_TERMS);
+        // `validateMatchLabelKeysInTopologySpread`, over the selector the pods get: the
+        // constraint's own, or (without one) the routers' that the operator fills in.
+        let selector_keys: Vec<&str> = match &c.label_selector {
+            Some(s) => (s.match_labels.iter().flatten().map(|(k, _)| k.as_str()))
+                .chain(s.match_expressions.iter().flatten().map(|e| e.key.as_str()))
+                .collect(),
+            None => crate::owned_keys::SELECTOR_LABELS.to_vec(),
+        };
         for (i, k) in c.match_label_keys.iter().flatten().enumerate() {
             if !is_qualified_name(k) {
                 self.push(
@@ -226,6 +244,18 @@ impl Validator {
                     ErrorType::Invalid,
                     Some(k.as_str().into()),
                     KEY_FORMAT,
+                );
+            } else if selector_keys.contains(&k.as_str()) {
+                self.push(
+                    format_args!("{path}.matchLabelKeys[{i}]"),
+                    ErrorType::Invalid,
+                    Some(k.as_str().into()),
+                    if c.label_selector.is_some() {
+                        "exists in both matchLabelKeys and labelSelector"
+                    } else {
+                        "exists in both matchLabelKeys and the labelSelector the operator gives a constraint without \
+                         one (application, interconnect_cr: this Interconnect's routers)"
+                    },
                 );
             }
         }
@@ -253,6 +283,16 @@ impl Validator {
                         Some(e.key.as_str().into()),
                         KEY_FORMAT,
                     );
+                }
+                for (j, v) in e.values.iter().flatten().enumerate() {
+                    if !is_label_value(v) {
+                        self.push(
+                            format_args!("{at}.values[{j}]"),
+                            ErrorType::Invalid,
+                            Some(v.as_str().into()),
+                            VALUE_FORMAT,
+                        );
+                    }
                 }
                 let values = e.values.as_ref().map_or(0, Vec::len);
                 match e.operator.as_str() {
@@ -296,7 +336,11 @@ impl Validator {
         let labels = matches!(kind, Map::NodeSelector | Map::PodLabels);
         for (k, v) in map {
             let at = format!("{path}[{k}]");
-            if !is_qualified_name(k) {
+            // `ValidateAnnotations` judges a key lowercased (`Example.com/x` is taken);
+            // label keys as written.
+            let judged =
+                if labels { std::borrow::Cow::Borrowed(k.as_str()) } else { k.to_lowercase().into() };
+            if !is_qualified_name(&judged) {
                 self.push(&at, ErrorType::Invalid, Some(k.as_str().into()), KEY_FORMAT);
                 continue;
             }
@@ -328,12 +372,24 @@ impl Validator {
         }
         if !labels {
             let bytes: usize = map.iter().map(|(k, v)| k.len() + v.len()).sum();
-            if bytes > MAX_ANNOTATION_BYTES {
+            // The pods' annotations hold the operator's too.
+            let (max, why) = match kind {
+                Map::PodAnnotations => (
+                    MAX_ANNOTATION_BYTES - crate::owned_keys::POD_ANNOTATION_RESERVE,
+                    format!(
+                        " (the API server's {MAX_ANNOTATION_BYTES} for an object's annotations, less {} kept for the \
+                         operator's own)",
+                        crate::owned_keys::POD_ANNOTATION_RESERVE
+                    ),
+                ),
+                _ => (MAX_ANNOTATION_BYTES, String::new()),
+            };
+            if bytes > max {
                 self.push(
                     path,
                     ErrorType::TooLong,
                     None,
-                    format!("may not have more than {MAX_ANNOTATION_BYTES} bytes in all ({bytes} given)"),
+                    format!("may not have more than {max} bytes in all{why} ({bytes} given)"),
                 );
             }
         }
@@ -457,5 +513,81 @@ mod tests {
                 (format!("{p}.serviceAnnotations"), "FieldValueTooLong"),
             ]
         );
+    }
+
+    /// Issue 72: what the admission-parity test found the API server refuses and the
+    /// webhook took (a second constraint of the same pair; a `matchLabelKeys` key the
+    /// selector has, the operator's filled-in one included; pod annotations that leave no room
+    /// for the operator's), and what it took that the webhook refused (a `topologyKey` that
+    /// is no label key; an annotation key with capitals in its prefix).
+    #[test]
+    fn the_api_servers_rules_found_by_the_parity_test() {
+        let spread =
+            |c: serde_json::Value| json!({"placement": "Any", "size": 2, "topologySpreadConstraints": c});
+        let zone = |when: &str| json!({"maxSkew": 1, "topologyKey": "zone", "whenUnsatisfiable": when});
+        assert_eq!(
+            causes(spread(json!([zone("DoNotSchedule"), zone("ScheduleAnyway"), zone("DoNotSchedule")]))),
+            [(
+                "spec.deploymentPlan.topologySpreadConstraints[0].{topologyKey, whenUnsatisfiable}"
+                    .to_string(),
+                "FieldValueDuplicate"
+            )]
+        );
+        let with_keys = |selector: Option<serde_json::Value>, keys: serde_json::Value| {
+            let mut c = zone("DoNotSchedule");
+            c["matchLabelKeys"] = keys;
+            if let Some(s) = selector {
+                c["labelSelector"] = s;
+            }
+            causes(spread(json!([c])))
+        };
+        let at = "spec.deploymentPlan.topologySpreadConstraints[0].matchLabelKeys";
+        assert_eq!(
+            with_keys(None, json!(["pod-template-hash", "application"])),
+            [(format!("{at}[1]"), "FieldValueInvalid")]
+        );
+        assert_eq!(with_keys(None, json!(["interconnect_cr"])), [(format!("{at}[0]"), "FieldValueInvalid")]);
+        let selector = json!({"matchLabels": {"tier": "a"}, "matchExpressions": [{"key": "zone", "operator": "Exists"}]});
+        assert_eq!(with_keys(Some(selector.clone()), json!(["application", "tier", "zone"])).len(), 2);
+        assert_eq!(with_keys(Some(selector), json!(["application"])), []);
+        // Selector values are label values.
+        let mut c = zone("DoNotSchedule");
+        c["labelSelector"] =
+            json!({"matchExpressions": [{"key": "tier", "operator": "In", "values": ["a", "-v"]}]});
+        assert_eq!(
+            causes(spread(json!([c]))),
+            [(
+                "spec.deploymentPlan.topologySpreadConstraints[0].labelSelector.matchExpressions[0].values[1]".to_string(),
+                "FieldValueInvalid"
+            )]
+        );
+        // No label key, but the API server takes it: admitted, warned of.
+        let odd =
+            spread(json!([{"maxSkew": 1, "topologyKey": "-bad", "whenUnsatisfiable": "DoNotSchedule"}]));
+        assert_eq!(causes(odd.clone()), []);
+        let ic: Interconnect =
+            serde_json::from_value(json!({"metadata": {"name": "mesh"}, "spec": {"deploymentPlan": odd}}))
+                .unwrap();
+        assert!(
+            crate::warnings(&ic).iter().any(|w| w.contains("is no label key")),
+            "{:?}",
+            crate::warnings(&ic)
+        );
+        // Annotation keys are judged lowercased; label keys as written.
+        let capital =
+            json!({"podAnnotations": {"Example.com/x": "v"}, "serviceAnnotations": {"Example.com/x": "v"}});
+        assert_eq!(causes(capital), []);
+        assert_eq!(causes(json!({"podLabels": {"Example.com/x": "v"}})).len(), 1);
+        // Pod annotations leave room for the operator's; the Service's may take all 256 KiB.
+        let near = |field: &str, room: usize| {
+            let value = "a".repeat(super::MAX_ANNOTATION_BYTES - room - 1);
+            causes(json!({field: {"k": value}}))
+        };
+        assert_eq!(near("serviceAnnotations", 0), []);
+        assert_eq!(
+            near("podAnnotations", 0),
+            [("spec.deploymentPlan.podAnnotations".to_string(), "FieldValueTooLong")]
+        );
+        assert_eq!(near("podAnnotations", crate::owned_keys::POD_ANNOTATION_RESERVE), []);
     }
 }

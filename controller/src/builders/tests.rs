@@ -485,3 +485,42 @@ fn every_key_the_operator_writes_is_refused_to_users() {
         }
     }
 }
+
+/// Issue 72: the annotations the operator writes on a pod template fit in what
+/// `podAnnotations` leaves them (`qdr_api::owned_keys::POD_ANNOTATION_RESERVE`), for a
+/// spec that sets every field the configuration hash covers, rolled for all of them and
+/// restarted for a refused configuration: user annotations at their limit never make the
+/// API server refuse the workload.
+#[test]
+fn the_operators_pod_annotations_fit_in_their_reserve() {
+    let o = ic(json!({
+        "deploymentPlan": {"role": "interior", "livenessPort": 8889, "placement": "AntiAffinity", "size": 3},
+        "users": "mesh-users-with-a-long-name",
+        "listeners": [{"port": 5672, "name": "amqp"}, {"port": 5671, "name": "amqps", "sslProfile": "tls"}],
+        "interRouterListeners": [{"port": 55671, "sslProfile": "inter-router"}],
+        "edgeListeners": [{"port": 45672}],
+        "sslProfiles": [{"name": "tls", "credentials": "tls-secret", "caCert": "tls-secret"},
+                        {"name": "inter-router", "generateCredentials": true, "generateCaCert": true, "mutualAuth": true}],
+        "interRouterConnectors": [{"host": "other.example.com", "port": 55671, "sslProfile": "inter-router"}],
+        "connectors": [{"name": "broker", "host": "broker.example.com", "port": 5672, "routeContainer": true}],
+        "addresses": [{"prefix": "queue", "distribution": "balanced", "waypoint": true}],
+        "linkRoutes": [{"prefix": "lr", "direction": "in", "connection": "broker"}],
+        "autoLinks": [{"address": "queue.a", "direction": "out", "connection": "broker"}],
+    }));
+    let config = Rendered::of(o.spec());
+    let every_field: Vec<&str> =
+        config.startup_fields.split(';').filter_map(|f| f.split('=').next()).collect();
+    let roll = builders::Roll {
+        rolled_by: Some(every_field.join(", ")),
+        restarted_for: Some("0123456789".into()),
+        gated: true,
+    };
+    let template =
+        builders::pod_template(&o, &settings(), &config, &"f".repeat(64), &Default::default(), &roll);
+    let annotations = template.metadata.unwrap().annotations.unwrap();
+    let bytes: usize = annotations.iter().map(|(k, v)| k.len() + v.len()).sum();
+    assert!(
+        bytes <= qdr_api::owned_keys::POD_ANNOTATION_RESERVE / 2,
+        "{bytes} bytes of the operator's annotations (half the reserve at most, for fields to come): {annotations:#?}"
+    );
+}
