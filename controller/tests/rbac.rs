@@ -122,10 +122,14 @@ async fn the_controller_uses_every_permission_it_is_granted() {
     ics.patch("full", &PatchParams::default(), &Patch::Merge(fewer)).await.unwrap();
     converged(&ns, "full", &a).await;
     assert!(ns.api::<DaemonSet>().get_opt("full").await.unwrap().is_some());
-    assert!(budgets.get_opt("full").await.unwrap().is_none(), "PodDisruptionBudget not pruned");
-    // The Deployment goes once the DaemonSet's router is Ready, and back.
+    // The Deployment goes once the DaemonSet's router is Ready, and back; its
+    // PodDisruptionBudget guards its routers until then (issue 72), and goes with it.
     eventually("the Deployment pruned once the new router runs", Duration::from_secs(60), || async {
         ns.api::<Deployment>().get_opt("full").await.ok()?.is_none().then_some(())
+    })
+    .await;
+    eventually("the PodDisruptionBudget pruned with the Deployment", Duration::from_secs(30), || async {
+        budgets.get_opt("full").await.ok()?.is_none().then_some(())
     })
     .await;
     let back = json!({"spec": {"deploymentPlan": {"placement": "Any"}}});
@@ -178,6 +182,31 @@ async fn the_controller_uses_every_permission_it_is_granted() {
     ] {
         uses(cp, &user, read).await;
     }
+
+    // Routers that find their peers with the image's auto-mesh (a listener takes the
+    // management port, so the controller cannot link them) mount the API token and get the
+    // routers' Role and RoleBinding; the spec changed so that the controller links them,
+    // both are deleted (issue 72).
+    let management = qdr_api::router_config::MANAGEMENT_PORT;
+    let discovering = json!({"listeners": [{"port": 5672}, {"port": management}]});
+    ics.create(&PostParams::default(), &ic("discovering", discovering)).await.unwrap();
+    for write in ["create rbac.authorization.k8s.io/roles", "create rbac.authorization.k8s.io/rolebindings"] {
+        uses(cp, &user, write).await;
+    }
+    let linked = json!({"spec": {"listeners": [{"port": 5672}]}});
+    ics.patch("discovering", &PatchParams::default(), &Patch::Merge(linked)).await.unwrap();
+    for write in ["delete rbac.authorization.k8s.io/roles", "delete rbac.authorization.k8s.io/rolebindings"] {
+        uses(cp, &user, write).await;
+    }
+    eventually("the routers' Role deleted", Duration::from_secs(30), || async {
+        ns.api::<k8s_openapi::api::rbac::v1::Role>()
+            .get_opt("discovering")
+            .await
+            .ok()?
+            .is_none()
+            .then_some(())
+    })
+    .await;
 
     // The same Warning twice: the Event recorder patches it into a series.
     // (Invalid only to `validate`, which the schema cannot express: a duplicate name.)

@@ -218,8 +218,16 @@ fn anti_affinity_keeps_a_revision_apart_and_rolls_with_a_surge() {
         d["spec"]["strategy"],
         json!({"type": "RollingUpdate", "rollingUpdate": {"maxSurge": 1, "maxUnavailable": 0}})
     );
-    let any = deployment_json(&self::ic(json!({"deploymentPlan": {"placement": "Any", "size": 1}})));
-    assert!(any["spec"].get("strategy").is_none(), "Any keeps the Deployment's default: {any}");
+    // Issue 72: `Any` too rolls one router at a time (the Deployment's default, 25 % surge
+    // and 25 % unavailable, takes two of 4 routers at once and four of 16).
+    for size in [1, 4, 16] {
+        let any = deployment_json(&self::ic(json!({"deploymentPlan": {"placement": "Any", "size": size}})));
+        assert_eq!(
+            any["spec"]["strategy"],
+            json!({"type": "RollingUpdate", "rollingUpdate": {"maxSurge": 1, "maxUnavailable": 0}}),
+            "size {size}"
+        );
+    }
 }
 
 /// Bug 16: the Deployment had no labels; two profiles sharing a Secret gave duplicate

@@ -36,21 +36,23 @@ impl Workload {
     }
 }
 
-/// How a Deployment rolls: the default (25 % surge, 25 % unavailable) except for
-/// `AntiAffinity`, whose routers spread one per node within a revision (`matchLabelKeys:
-/// [pod-template-hash]`, Kubernetes 1.33): a new router goes up first and an old one goes
-/// only once it is Ready (`maxSurge: 1`, `maxUnavailable: 0`), so all `size` routers serve
-/// throughout a roll, a single one included. (Earlier releases rolled `maxSurge: 0`,
-/// `maxUnavailable: 1` because a surge pod had no node to go to: `size` 1 was down on every
-/// roll.)
-fn strategy(placement: Option<Placement>) -> Option<DeploymentStrategy> {
-    (placement == Some(Placement::AntiAffinity)).then(|| DeploymentStrategy {
+/// How a Deployment rolls, whatever its placement: one router at a time, a new one first
+/// (`maxSurge: 1`) and an old one only once the new one is Ready, which means linked
+/// (`maxUnavailable: 0`), so all `size` routers serve throughout a roll, a single one
+/// included. `AntiAffinity`'s routers spread one per node within a revision (`matchLabelKeys:
+/// [pod-template-hash]`, Kubernetes 1.33), so its surge router has a node to go to. (Earlier
+/// releases rolled `AntiAffinity` `maxSurge: 0`, `maxUnavailable: 1`, so `size` 1 was down on
+/// every roll; and `Any` with the Deployment's default, 25 % surge and 25 % unavailable, which
+/// takes 2 of 4 routers at once and 4 of 16.) Not in the pod template: changing it rolls no
+/// router.
+fn strategy() -> DeploymentStrategy {
+    DeploymentStrategy {
         type_: Some("RollingUpdate".into()),
         rolling_update: Some(RollingUpdateDeployment {
             max_surge: Some(IntOrString::Int(1)),
             max_unavailable: Some(IntOrString::Int(0)),
         }),
-    })
+    }
 }
 
 /// Deployment or DaemonSet `<name>` running `config` (the rest as [`pod_template`]).
@@ -78,7 +80,7 @@ pub fn workload(
                 replicas: Some(plan.size.unwrap_or(1)),
                 selector,
                 template,
-                strategy: strategy(plan.placement),
+                strategy: Some(strategy()),
                 ..Default::default()
             }),
             ..Default::default()

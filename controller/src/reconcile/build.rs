@@ -56,10 +56,10 @@ pub struct Secrets {
 pub struct Children {
     /// ServiceAccount `<name>`.
     pub service_account: ServiceAccount,
-    /// Role `<name>`.
-    pub role: Role,
-    /// RoleBinding `<name>`.
-    pub role_binding: RoleBinding,
+    /// Role `<name>`, for routers that read the pod list ([`builders::router_rbac`]).
+    pub role: Option<Role>,
+    /// RoleBinding `<name>`, with the Role.
+    pub role_binding: Option<RoleBinding>,
     /// ConfigMap `<name>-router-config`: the rendered router configuration.
     pub router_config_map: ConfigMap,
     /// ConfigMap `<name>-sasl-config`, unless `users: none`.
@@ -367,10 +367,11 @@ pub fn build(o: &ValidatedInterconnect, settings: &Settings, observed: &Observed
         Workload::DaemonSet(_) => None,
     };
     let (budget, disruption_budget) = builders::budget(o, observed.retiring, &observed.admin_budgets);
+    let (role, role_binding) = builders::router_rbac(o).unzip();
     let children = Children {
         service_account: builders::service_account(o),
-        role: builders::role(o),
-        role_binding: builders::role_binding(o),
+        role,
+        role_binding,
         router_config_map: builders::router_config_map(o, &router_config),
         sasl_config_map: builders::sasl_config_map(o),
         secrets: Secrets { create, update: plan.update, keep: named_secrets(o), conflicts },

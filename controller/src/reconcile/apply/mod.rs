@@ -108,8 +108,8 @@ fn fingerprint(children: &Children) -> Option<u64> {
 fn unchanged(cache: &Cache, o: &ValidatedInterconnect, children: &Children) -> Option<Applied> {
     let ns = o.namespace();
     let all_stored = cache.meta::<ServiceAccount>(ns, &children.service_account.name_any()).is_some()
-        && cache.meta::<Role>(ns, &children.role.name_any()).is_some()
-        && cache.meta::<RoleBinding>(ns, &children.role_binding.name_any()).is_some()
+        && (children.role.iter()).all(|r| cache.meta::<Role>(ns, &r.name_any()).is_some())
+        && (children.role_binding.iter()).all(|r| cache.meta::<RoleBinding>(ns, &r.name_any()).is_some())
         && cache.meta::<ConfigMap>(ns, &children.router_config_map.name_any()).is_some()
         && (children.sasl_config_map.iter()).all(|cm| cache.meta::<ConfigMap>(ns, &cm.name_any()).is_some())
         && cache.meta::<Service>(ns, &children.service.name_any()).is_some()
@@ -277,8 +277,14 @@ async fn apply(
     let ns = o.namespace();
     let mut keep = Keep { secrets: keep_secrets, ..Keep::default() };
     put!(w.put(&service_account, false));
-    put!(w.put(&role, false));
-    put!(w.put(&role_binding, false));
+    if let Some(role) = &role {
+        keep.roles.insert(role.name_any());
+        put!(w.put(role, false));
+    }
+    if let Some(binding) = &role_binding {
+        keep.role_bindings.insert(binding.name_any());
+        put!(w.put(binding, false));
+    }
     let (workload, held) = match workload {
         WorkloadChange::Apply(w) => (w, false),
         WorkloadChange::Hold(w) => (w, true),

@@ -8,6 +8,7 @@ use std::fmt::Debug;
 use k8s_openapi::api::core::v1::Secret;
 use k8s_openapi::api::networking::v1::Ingress;
 use k8s_openapi::api::policy::v1::PodDisruptionBudget;
+use k8s_openapi::api::rbac::v1::{Role, RoleBinding};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use kube::api::{Api, DeleteParams, ListParams};
 
@@ -53,6 +54,34 @@ pub(super) async fn prune<K: Child + Cached>(
     delete_orphans::<K>(client, o, children, keep).await
 }
 
+/// [`prune`], and the object named like `o` when it is not kept, even without the children's
+/// labels (the Go operator's): read by name, deleted when `o` controls it. One read per kind
+/// in a pass of a new generation.
+async fn prune_with_named<K: Child + Cached>(
+    client: &kube::Client,
+    cache: &Cache,
+    o: &ValidatedInterconnect,
+    keep: &BTreeSet<String>,
+) -> Result<Vec<String>, Error> {
+    let mut children = cache.labelled::<K>(o.namespace(), &o.children_labels());
+    let named = children.iter().any(|m| m.name.as_deref() == Some(o.name()));
+    if !keep.contains(o.name()) && !named {
+        let api: Api<K> = Api::namespaced(client.clone(), o.namespace());
+        match api.get_metadata_opt(o.name()).await {
+            Ok(Some(m)) => children.push(m.metadata),
+            Ok(None) => {}
+            Err(source) => {
+                return Err(Error::Get {
+                    kind: K::kind(&()).to_string(),
+                    name: o.name().to_string(),
+                    source,
+                });
+            }
+        }
+    }
+    delete_orphans::<K>(client, o, children, keep).await
+}
+
 /// Prunes Routes, which are not watched: they are listed (metadata only).
 pub(super) async fn prune_routes(
     client: &kube::Client,
@@ -73,6 +102,8 @@ pub(super) async fn prune_routes(
 /// The names of the children applied, by the kinds that can become orphans.
 #[derive(Debug, Default)]
 pub(super) struct Keep {
+    pub(super) roles: BTreeSet<String>,
+    pub(super) role_bindings: BTreeSet<String>,
     pub(super) ingresses: BTreeSet<String>,
     pub(super) disruption_budgets: BTreeSet<String>,
     pub(super) secrets: BTreeSet<String>,
@@ -92,6 +123,10 @@ impl Keep {
         o: &ValidatedInterconnect,
     ) -> Result<Vec<String>, Error> {
         let mut pruned = prune::<Ingress>(client, cache, o, &self.ingresses).await?;
+        // The routers' Role and RoleBinding: labelled ones from the store, and the Go
+        // operator's (unlabelled, never in the store) by name.
+        pruned.extend(prune_with_named::<Role>(client, cache, o, &self.roles).await?);
+        pruned.extend(prune_with_named::<RoleBinding>(client, cache, o, &self.role_bindings).await?);
         pruned.extend(prune::<PodDisruptionBudget>(client, cache, o, &self.disruption_budgets).await?);
         // Only what the controller generates: credentials (labelled) and the default users
         // Secret. A users Secret the user named, created and owned by an earlier release, is

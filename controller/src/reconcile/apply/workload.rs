@@ -111,6 +111,15 @@ fn age(created: Option<&Time>) -> Duration {
         .map_or(Duration::ZERO, Duration::from_millis)
 }
 
+/// How long a placement change has waited for its new workload (created `new`), with the
+/// workload of the other kind created `other`: since the later of the two. A change back
+/// (A → B → A') finds the workload of A' made long ago, before B's: timed from its creation
+/// it would report `ProgressDeadlineExceeded` at once; timed from B's, it waits at most as
+/// long as B stood.
+fn placement_wait(new: Option<&Time>, other: Option<&Time>) -> Duration {
+    age(new).min(age(other))
+}
+
 /// After a placement change (`Any` ↔ `Every`; the workload's kind changes, its name stays the
 /// Interconnect's): deletes the workloads of the other kind that `o` controls once `status`,
 /// the counts of the one built (a Deployment when `deployment`, else a DaemonSet), is
@@ -160,6 +169,32 @@ pub(super) async fn retire_previous(
             cache.daemon_set(ns, name).and_then(|d| d.metadata.creation_timestamp.clone()),
         ),
     };
-    let waiting = age(created.as_ref());
+    let waiting = placement_wait(created.as_ref(), first.creation_timestamp.as_ref());
     Ok((Vec::new(), Some(Previous { kind, name: other, ready: ready.unwrap_or(0), waiting })))
+}
+
+#[cfg(test)]
+mod tests {
+    use std::time::Duration;
+
+    use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
+    use k8s_openapi::jiff::{SignedDuration, Timestamp};
+
+    use super::placement_wait;
+
+    fn ago(secs: i64) -> Time {
+        Time(Timestamp::now() - SignedDuration::from_secs(secs))
+    }
+
+    /// Issue 72: a change back to the kind that ran before (A → B → A') is timed from B's
+    /// workload, not from A's creation long ago (which reported `ProgressDeadlineExceeded`
+    /// at once).
+    #[test]
+    fn a_change_back_is_timed_from_the_workload_it_replaces() {
+        let back = placement_wait(Some(&ago(86_400)), Some(&ago(30)));
+        assert!(back >= Duration::from_secs(29) && back < Duration::from_secs(60), "{back:?}");
+        let forward = placement_wait(Some(&ago(20)), Some(&ago(86_400)));
+        assert!(forward >= Duration::from_secs(19) && forward < Duration::from_secs(60), "{forward:?}");
+        assert_eq!(placement_wait(None, Some(&ago(5))), Duration::ZERO, "not known: nothing waited");
+    }
 }

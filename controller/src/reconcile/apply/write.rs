@@ -246,8 +246,12 @@ pub(super) async fn look_up(
         (known, _) => found.add(known.clone()),
     }
     found.look::<ServiceAccount>(client, cache, o, &children.service_account.name_any()).await?;
-    found.look::<Role>(client, cache, o, &children.role.name_any()).await?;
-    found.look::<RoleBinding>(client, cache, o, &children.role_binding.name_any()).await?;
+    if let Some(role) = &children.role {
+        found.look::<Role>(client, cache, o, &role.name_any()).await?;
+    }
+    if let Some(binding) = &children.role_binding {
+        found.look::<RoleBinding>(client, cache, o, &binding.name_any()).await?;
+    }
     found.look::<ConfigMap>(client, cache, o, &children.router_config_map.name_any()).await?;
     if let Some(cm) = &children.sasl_config_map {
         found.look::<ConfigMap>(client, cache, o, &cm.name_any()).await?;

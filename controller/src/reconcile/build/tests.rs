@@ -255,11 +255,11 @@ fn every_child_of_every_example_is_labelled_owned_and_consistent() {
             // Every object: in the namespace, labelled, controlled by the Interconnect.
             let mut metas = vec![
                 serde_json::to_value(&service_account.metadata).unwrap(),
-                serde_json::to_value(&role.metadata).unwrap(),
-                serde_json::to_value(&role_binding.metadata).unwrap(),
                 serde_json::to_value(&service.metadata).unwrap(),
                 serde_json::to_value(&router_config_map.metadata).unwrap(),
             ];
+            metas.extend(role.iter().map(|r| serde_json::to_value(&r.metadata).unwrap()));
+            metas.extend(role_binding.iter().map(|r| serde_json::to_value(&r.metadata).unwrap()));
             metas.extend(sasl_config_map.iter().map(|c| serde_json::to_value(&c.metadata).unwrap()));
             metas.extend(disruption_budget.iter().map(|p| serde_json::to_value(&p.metadata).unwrap()));
             metas.extend(secrets.create.iter().map(|s| serde_json::to_value(&s.metadata).unwrap()));
@@ -782,4 +782,29 @@ fn what_rolled_the_routers_is_named_when_it_can_be() {
     assert_eq!(super::rolled_by(Some(&old), &new), "spec.interRouterListeners, spec.sslProfiles");
     assert_eq!(super::rolled_by(None, &new), "the router configuration", "a template of 0.5.0");
     assert_eq!(super::rolled_by(Some(&new), &new), "the router configuration", "nothing named");
+}
+
+/// Issue 72: the routers' Role (get and list pods) and its RoleBinding exist only for
+/// routers that use them: interior routers that find their peers with the image's
+/// auto-mesh, whose pods mount the API token. An edge router, and an interior one the
+/// controller links (the management listener), mount no token, so nothing is bound.
+#[test]
+fn the_routers_role_is_made_only_for_routers_that_read_the_pod_list() {
+    let children =
+        |o: &ValidatedInterconnect| build(o, &settings(false), &observed(o, &[])).unwrap().children;
+    let edge = owner(
+        "edge",
+        json!({"deploymentPlan": {"role": "edge"}, "edgeConnectors": [{"host": "hub", "port": 45672}]}),
+    );
+    let linked = owner("linked", json!({})).with_management().0;
+    let discovering = owner("discovering", json!({}));
+    assert!(!builders::discovers_peers(&edge) && !builders::discovers_peers(&linked));
+    assert!(builders::discovers_peers(&discovering));
+    for o in [&edge, &linked] {
+        let c = children(o);
+        assert!(c.role.is_none() && c.role_binding.is_none(), "{}: {:?}", o.name(), c.role);
+    }
+    let c = children(&discovering);
+    assert_eq!(c.role.map(|r| r.metadata.name), Some(Some("discovering".to_string())));
+    assert!(c.role_binding.is_some());
 }
