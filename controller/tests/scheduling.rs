@@ -47,6 +47,10 @@ const ZONE: &str = "topology.kubernetes.io/zone";
 
 static LAYOUT: tokio::sync::OnceCell<()> = tokio::sync::OnceCell::const_new();
 
+/// Held by [`placement_follows_the_nodes`] throughout (it counts the scheduler's messages,
+/// which name cordoned nodes) and by every test while it cordons a node.
+pub(crate) static CORDONS: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
+
 /// The control plane, with the node layout every test of this binary sees from its
 /// start: [`NODES`] nodes in two zones and the [`TAINTED`] node.
 async fn setup() -> &'static qdr_tests::ControlPlane {
@@ -115,6 +119,7 @@ async fn nodes_of(ns: &TestNamespace, name: &str) -> Vec<String> {
 
 #[tokio::test]
 async fn placement_follows_the_nodes() {
+    let _no_cordon = CORDONS.lock().await;
     let cp = setup().await;
     let ns = cp.namespace("sched-nodes").await;
     common::create_interconnect(
@@ -288,6 +293,8 @@ async fn a_placement_change_keeps_the_old_routers_until_the_new_ones_are_ready()
 async fn evictions_take_one_router_at_a_time() {
     use k8s_openapi::api::policy::v1::PodDisruptionBudget;
     let cp = setup().await;
+    // Held from the start: the state the evictions are judged on is the one just settled.
+    let _cordons = CORDONS.lock().await;
     let ns = cp.namespace("sched-evict").await;
     common::create_interconnect(&ns, "drain", json!({"deploymentPlan": {"size": 3, "placement": "Any"}}))
         .await;

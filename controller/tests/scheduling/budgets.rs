@@ -42,6 +42,8 @@ async fn selected(ns: &qdr_tests::TestNamespace, pdb: &PodDisruptionBudget) -> V
 /// `DisruptionBudget` condition names the admin's budget, and one Event says so.
 #[tokio::test]
 async fn an_admins_budget_is_kept_and_a_drain_goes_through() {
+    // Held from the start: the drain cordons a node (and is judged on the state just settled).
+    let _cordons = super::CORDONS.lock().await;
     let cp = setup().await;
     let ns = cp.namespace("sched-admin-pdb").await;
     let budgets: Api<PodDisruptionBudget> = ns.api();
@@ -182,4 +184,42 @@ async fn a_placement_change_keeps_a_budget_over_the_routers_that_serve() {
 /// Whether a controller of kind `kind` owns `p`.
 fn owned_by(p: &Pod, kind: &str) -> bool {
     p.metadata.owner_references.iter().flatten().any(|r| r.kind == kind && r.controller == Some(true))
+}
+
+/// Issue 72: a workload of the other kind that the Go operator made (its labels, not the
+/// operator's) is retired after a placement change like one the operator made: here a Go
+/// DaemonSet of an Interconnect whose spec now asks for `Any`, found on the next change of
+/// the spec, goes once the Deployment's routers are Ready.
+#[tokio::test]
+async fn a_go_operators_workload_of_the_other_kind_is_retired() {
+    let cp = setup().await;
+    let ns = cp.namespace("sched-go-kind").await;
+    let ics = interconnects(&ns.client, &ns.name);
+    common::create_interconnect(&ns, "legacy", json!({"deploymentPlan": {"size": 1, "placement": "Any"}}))
+        .await;
+    settled(&ns, "legacy", 1, true).await;
+    let uid = ics.get("legacy").await.unwrap().metadata.uid.unwrap();
+    // The Go operator's DaemonSet for `placement: Every`: its two labels, its controller
+    // reference, no managed-by label.
+    let labels = json!({"application": "legacy", "interconnect_cr": "legacy"});
+    let go: DaemonSet = serde_json::from_value(json!({
+        "metadata": {"name": "legacy", "labels": labels,
+                     "ownerReferences": [{"apiVersion": "interconnectedcloud.github.io/v1alpha1",
+                                          "kind": "Interconnect", "name": "legacy", "uid": uid,
+                                          "controller": true, "blockOwnerDeletion": true}]},
+        "spec": {"selector": {"matchLabels": labels},
+                 "template": {"metadata": {"labels": labels},
+                              "spec": {"containers": [{"name": "legacy", "image": "quay.io/interconnectedcloud/qdrouterd:1.13.0"}]}}}
+    }))
+    .unwrap();
+    let ds: Api<DaemonSet> = ns.api();
+    ds.create(&PostParams::default(), &go).await.unwrap();
+    // A change of the spec: the pass of the new generation finds it.
+    let patch = json!({"spec": {"deploymentPlan": {"size": 2}}});
+    ics.patch("legacy", &PatchParams::default(), &Patch::Merge(&patch)).await.unwrap();
+    eventually("the Go operator's DaemonSet retired", SETTLE, || async {
+        ds.get_opt("legacy").await.ok()?.is_none().then_some(())
+    })
+    .await;
+    settled(&ns, "legacy", 2, true).await;
 }

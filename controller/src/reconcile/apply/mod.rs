@@ -187,7 +187,8 @@ pub(crate) async fn apply_or_reuse(
     // The workload a placement change replaces goes once the new one is whole, in whichever
     // pass sees that (make before break); a held pass touches neither.
     if !applied.held {
-        let (pruned, previous) = retire_previous(client, cache, o, deployment, applied.workload).await?;
+        let (pruned, previous) =
+            retire_previous(client, cache, o, deployment, applied.workload, generation).await?;
         applied.pruned.extend(pruned);
         applied.previous = previous;
     }

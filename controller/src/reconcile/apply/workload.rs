@@ -4,17 +4,18 @@
 //! has all its routers Ready ([`retire_previous`]: make before break). It does not build the
 //! workload (build does).
 
-use std::collections::BTreeSet;
+use std::collections::{BTreeMap, BTreeSet};
 use std::time::Duration;
 
 use k8s_openapi::api::apps::v1::{DaemonSet, Deployment};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ObjectMeta, Time};
+use kube::api::{Api, Patch, PatchParams};
 
 use super::prune::delete_orphans;
 use super::write::{Error, Put, Writer};
 use crate::builders::Workload;
 use crate::cache::Cache;
-use crate::reconcile::types::{Previous, WorkloadStatus};
+use crate::reconcile::types::{Generation, Previous, WorkloadStatus};
 use crate::validated::ValidatedInterconnect;
 
 impl WorkloadStatus {
@@ -111,6 +112,43 @@ fn age(created: Option<&Time>) -> Duration {
         .map_or(Duration::ZERO, Duration::from_millis)
 }
 
+/// The workload of kind `K` named like `o`, when `o` controls it and it lacks the
+/// children's labels (the Go operator's): labelled (a merge patch of `metadata.labels`), so
+/// that its store holds it from now on. `None` when there is none, or it is labelled already.
+async fn label_unlabelled<K>(
+    client: &kube::Client,
+    o: &ValidatedInterconnect,
+) -> Result<Option<ObjectMeta>, Error>
+where
+    K: kube::Resource<DynamicType = (), Scope = k8s_openapi::NamespaceResourceScope>
+        + Clone
+        + serde::de::DeserializeOwned
+        + std::fmt::Debug,
+{
+    let api: Api<K> = Api::namespaced(client.clone(), o.namespace());
+    let kind = K::kind(&()).to_string();
+    let name = o.name().to_string();
+    let meta = match api.get_metadata_opt(&name).await {
+        Ok(m) => m.map(|m| m.metadata),
+        Err(source) => return Err(Error::Get { kind, name, source }),
+    };
+    let Some(meta) = meta.filter(|m| o.controls(m.owner_references.as_deref().unwrap_or_default())) else {
+        return Ok(None);
+    };
+    let labels = o.children_labels();
+    let labelled =
+        labels.iter().all(|(k, v)| meta.labels.as_ref().and_then(|l| l.get(*k)).is_some_and(|x| x == v));
+    if labelled {
+        return Ok(None);
+    }
+    let patch = serde_json::json!({"metadata": {"labels": BTreeMap::from(labels)}});
+    match api.patch_metadata(&name, &PatchParams::default(), &Patch::Merge(&patch)).await {
+        Ok(m) => Ok(Some(m.metadata)),
+        Err(kube::Error::Api(s)) if s.code == 404 => Ok(None),
+        Err(source) => Err(Error::Update { kind, name, source }),
+    }
+}
+
 /// How long a placement change has waited for its new workload (created `new`), with the
 /// workload of the other kind created `other`: since the later of the two. A change back
 /// (A → B → A') finds the workload of A' made long ago, before B's: timed from its creation
@@ -131,14 +169,21 @@ fn placement_wait(new: Option<&Time>, other: Option<&Time>) -> Duration {
 /// The routers of both run meanwhile under the same labels, so the Service sends clients to
 /// either and new interior routers mesh with the old ones.
 ///
+/// The Go operator's workloads carry none of the operator's labels, so no store shows one of
+/// the other kind: in a pass of a new generation (a placement change is one) the other kind
+/// is read by name, and one `o` controls is given the children's labels, which puts it in
+/// its store like one the operator made ([`label_unlabelled`]).
+///
 /// # Errors
-/// [`Error::Delete`] when a delete is refused (a 404 is someone being faster).
+/// [`Error::Delete`] when a delete is refused (a 404 is someone being faster); [`Error::Get`]
+/// or [`Error::Update`] when reading or labelling the Go operator's workload fails.
 pub(super) async fn retire_previous(
     client: &kube::Client,
     cache: &Cache,
     o: &ValidatedInterconnect,
     deployment: bool,
     status: WorkloadStatus,
+    generation: Generation,
 ) -> Result<(Vec<String>, Option<Previous>), Error> {
     let (ns, name, labels) = (o.namespace(), o.name(), o.children_labels());
     let controlled = |m: &ObjectMeta| o.controls(m.owner_references.as_deref().unwrap_or_default());
@@ -146,7 +191,14 @@ pub(super) async fn retire_previous(
         true => cache.labelled::<DaemonSet>(ns, &labels),
         false => cache.labelled::<Deployment>(ns, &labels),
     };
-    let others: Vec<ObjectMeta> = others.into_iter().filter(controlled).collect();
+    let mut others: Vec<ObjectMeta> = others.into_iter().filter(controlled).collect();
+    if others.is_empty() && generation == Generation::New {
+        let found = match deployment {
+            true => label_unlabelled::<DaemonSet>(client, o).await?,
+            false => label_unlabelled::<Deployment>(client, o).await?,
+        };
+        others.extend(found);
+    }
     let Some(first) = others.first() else { return Ok((Vec::new(), None)) };
     if status.complete() {
         let keep = BTreeSet::new();
