@@ -21,6 +21,7 @@ pub mod bundle;
 mod defaults;
 pub mod docs;
 mod images;
+pub mod legacy;
 pub mod messages;
 #[cfg(feature = "offline")]
 pub mod offline;

@@ -120,7 +120,8 @@ impl OfflineValidator {
             .collect();
         if let Err(errs) = CelValidator::new().validate_compiled(&self.cel, object, None) {
             out.extend(errs.into_vec().into_iter().map(|e| OfflineError {
-                path: e.field_path.clone(),
+                // A root rule's `fieldPath` (`.metadata.name`) is reported without its dot.
+                path: e.field_path.trim_start_matches('.').to_string(),
                 message: e.message.clone(),
                 check: Check::Cel,
             }));

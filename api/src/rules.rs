@@ -377,6 +377,9 @@ pub fn apply(schema: &mut Value) {
             req.as_array_mut().expect("required is a list").push(json!(f));
         }
     }
+    // Last: what the Go operator's CRD could store, this one's schema never refuses (OLM
+    // checks stored objects against it before an upgrade); the rules it lacked move to CEL.
+    crate::legacy::relax(schema);
 }
 
 /// Rewrites every `description` in the schema with [`paragraphs`], so `kubectl explain`
