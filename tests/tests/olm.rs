@@ -6,14 +6,18 @@
 //! - A real OLM upgrades the Go operator to it: OLM's own `olm` and `catalog` operators (built
 //!   from the pinned module) run against the test control plane, and `opm` serves a file-based
 //!   catalog (a `CatalogSource` with `spec.address`). First the catalog holds only a bundle
-//!   shaped like the Go operator's last, `qdr-operator.v0.4.0` ([`go_bundle`]: its CRD, the
-//!   `OwnNamespace` install mode only, an image that does nothing), installed by a
-//!   `Subscription` in an `OwnNamespace` OperatorGroup; an Interconnect is stored with the
-//!   status the Go operator wrote, beside a router Deployment as the Go operator made it.
+//!   shaped like the Go operator's last, `qdr-operator.v0.4.0` ([`go_bundle`]: its CRD schema
+//!   as published, its install modes, `WATCH_NAMESPACE` from its namespace, an image that
+//!   does nothing), installed by a `Subscription` in an `OwnNamespace` OperatorGroup; an
+//!   Interconnect is stored with the status the Go operator wrote, beside a router Deployment
+//!   as the Go operator made it, and another with what the Go CRD took and this operator's
+//!   rules refuse (`placement: Node`, a listener name that is no IANA service name).
 //!   Then the catalog gains this bundle (`replaces: qdr-operator.v0.4.0`) and the Subscription
-//!   upgrades: OLM checks the stored Interconnect against the new CRD, replaces the CRD and
-//!   the CSV, and the new controller adopts the Interconnect (its Go status rewritten, its
-//!   router Deployment kept, not deleted) and makes it `Ready`.
+//!   upgrades: OLM checks the stored Interconnects against the new CRD's schema (which admits
+//!   all the Go CRD did, `qdr_api::legacy`), replaces the CRD and the CSV, and the new
+//!   controller adopts the Interconnect (its Go status rewritten, its router Deployment kept,
+//!   not deleted) and makes it `Ready`; the other is kept unchanged, not reconciled
+//!   (`SpecValid=False`) and still editable.
 //!   OLM unpacks each bundle the way it does in any cluster: a Job on the real node (its test
 //!   taint lifted meanwhile: the Job tolerates none) runs the bundle image (its files as
 //!   OLM's `bundle.Dockerfile` lays them out, referenced by digest), OLM's `cpb` and `opm`.
@@ -220,8 +224,10 @@ fn catalog(csv: Option<(&Value, &str)>, go_image: &str) -> String {
 }
 
 /// A bundle shaped like the Go operator's last, `qdr-operator.v0.4.0`: its CRD (the Go
-/// operator's group, names and status subresource, a schema that checks types only), a CSV
-/// offering `OwnNamespace` only (as v0.4.0 did) whose one Deployment runs an image that does
+/// operator's group, names and status subresource, and its schema as published,
+/// `qdr_api::legacy::go_schema`: `placement: Node`, no patterns, no ranges), a CSV offering
+/// `OwnNamespace`, `SingleNamespace` and `AllNamespaces` (as v0.4.0 did) whose one Deployment
+/// reads `WATCH_NAMESPACE` from its own namespace, as v0.4.0's did, and runs an image that does
 /// nothing ([`qdr_tests::images::PAUSE_IMAGE`]: the real Go operator cannot be built here), and
 /// the bundle metadata. Written under `dir`; returns the image's files.
 fn go_bundle(dir: &Path) -> Vec<(PathBuf, String, u32)> {
@@ -233,9 +239,7 @@ fn go_bundle(dir: &Path) -> Vec<(PathBuf, String, u32)> {
             "names": {"kind": "Interconnect", "listKind": "InterconnectList", "plural": "interconnects",
                       "singular": "interconnect"},
             "versions": [{"name": "v1alpha1", "served": true, "storage": true, "subresources": {"status": {}},
-                "schema": {"openAPIV3Schema": {"type": "object", "properties": {
-                    "spec": {"type": "object", "x-kubernetes-preserve-unknown-fields": true},
-                    "status": {"type": "object", "x-kubernetes-preserve-unknown-fields": true}}}}}]
+                "schema": {"openAPIV3Schema": qdr_api::legacy::go_schema()}}]
         }
     });
     let restricted = json!({"allowPrivilegeEscalation": false, "capabilities": {"drop": ["ALL"]}});
@@ -246,8 +250,8 @@ fn go_bundle(dir: &Path) -> Vec<(PathBuf, String, u32)> {
             "displayName": "Qpid Dispatch Router Operator", "version": "0.4.0",
             "description": "The Go operator's last release, as its users have it installed.",
             "installModes": [
-                {"type": "OwnNamespace", "supported": true}, {"type": "SingleNamespace", "supported": false},
-                {"type": "MultiNamespace", "supported": false}, {"type": "AllNamespaces", "supported": false}],
+                {"type": "OwnNamespace", "supported": true}, {"type": "SingleNamespace", "supported": true},
+                {"type": "MultiNamespace", "supported": false}, {"type": "AllNamespaces", "supported": true}],
             "customresourcedefinitions": {"owned": [{"name": "interconnects.interconnectedcloud.github.io",
                 "version": "v1alpha1", "kind": "Interconnect", "displayName": "Interconnect",
                 "description": "A Qpid Dispatch Router network"}]},
@@ -262,7 +266,9 @@ fn go_bundle(dir: &Path) -> Vec<(PathBuf, String, u32)> {
                         "securityContext": {"runAsNonRoot": true, "runAsUser": 65535,
                                             "seccompProfile": {"type": "RuntimeDefault"}},
                         "containers": [{"name": "qdr-operator", "image": qdr_tests::images::PAUSE_IMAGE,
-                                        "imagePullPolicy": "IfNotPresent", "securityContext": restricted}]}}}}]}},
+                                        "imagePullPolicy": "IfNotPresent", "securityContext": restricted,
+                                        "env": [{"name": "WATCH_NAMESPACE",
+                                                 "valueFrom": {"fieldRef": {"fieldPath": "metadata.namespace"}}}]}]}}}}]}},
         }
     });
     let annotations = format!(
@@ -549,11 +555,19 @@ async fn olm_upgrades_the_go_operator_to_this_bundle_and_removes_it() {
         cp,
         &json!({"apiVersion": "interconnectedcloud.github.io/v1alpha1", "kind": "Interconnect",
                 "metadata": {"name": "legacy", "namespace": OPERATOR_NS},
-                // On the simulated node: the real node's taint is lifted again while OLM
-                // unpacks the new bundle (the Go CRD keeps any field; this one is ours).
-                "spec": {"deploymentPlan": {"role": "interior", "size": 1, "placement": "Any",
-                                            "nodeSelector": {"kubernetes.io/hostname": "node-0"}}}}),
+                "spec": {"deploymentPlan": {"role": "interior", "size": 1, "placement": "Any"}}}),
     );
+    // And one with what the Go CRD took and this operator's rules refuse: placement `Node`
+    // (never implemented: the Go operator made no workload for it) and a listener name that
+    // is no IANA service name. The upgrade keeps it as it is (issue 72).
+    apply(
+        cp,
+        &json!({"apiVersion": "interconnectedcloud.github.io/v1alpha1", "kind": "Interconnect",
+                "metadata": {"name": "node-placed", "namespace": OPERATOR_NS},
+                "spec": {"deploymentPlan": {"role": "interior", "size": 1, "placement": "Node"},
+                         "listeners": [{"name": "AMQP_Listener", "port": 5672}]}}),
+    );
+    let stored_spec = get(cp, &["interconnect", "node-placed", "-n", OPERATOR_NS]).unwrap()["spec"].clone();
     let ic = get(cp, &["interconnect", "legacy", "-n", OPERATOR_NS]).unwrap();
     let go_status = json!({"status": {"revNumber": ic["metadata"]["resourceVersion"], "pods": [],
         "conditions": [{"type": "Provisioning", "reason": "provision spec to desired state",
@@ -610,6 +624,42 @@ async fn olm_upgrades_the_go_operator_to_this_bundle_and_removes_it() {
     say!("OLM upgrade: {GO_CSV} → CSV {csv_name} Succeeded in {install_time:.1?}");
     ok(kubectl(cp, &["taint", "node", qdr_tests::real_node::NODE, &taint]));
     ok(kubectl(cp, &["uncordon", "node-0"]));
+    // The routers of `legacy` on the simulated node (the Go CRD pruned a nodeSelector): a
+    // router the roll placed on the real node while its taint was lifted is replaced.
+    let on_node_0 =
+        json!({"spec": {"deploymentPlan": {"nodeSelector": {"kubernetes.io/hostname": "node-0"}}}});
+    ok(kubectl(
+        cp,
+        &["patch", "interconnect", "legacy", "-n", OPERATOR_NS, "--type=merge", "-p", &on_node_0.to_string()],
+    ));
+    // What the Go CRD took and the new rules refuse is kept as it was: OLM's check of stored
+    // objects passed (the new schema admits it), the spec is unchanged, the controller leaves
+    // it (SpecValid False), and it stays editable (an update that leaves those fields as they
+    // were is admitted by the API server's ratcheting and the webhook's).
+    let node_placed = get(cp, &["interconnect", "node-placed", "-n", OPERATOR_NS]).unwrap();
+    assert_eq!(node_placed["spec"], stored_spec, "the Go operator's object changed on upgrade");
+    let invalid = wait_until(&[&olm, &catalog_op], Duration::from_secs(60), || {
+        get(cp, &["interconnect", "node-placed", "-n", OPERATOR_NS]).is_some_and(|o| {
+            (o["status"]["conditions"].as_array().into_iter().flatten())
+                .any(|c| c["type"] == "SpecValid" && c["status"] == "False" && c["reason"] == "InvalidSpec")
+        })
+    });
+    assert!(invalid.await, "node-placed: no SpecValid=False");
+    ok(kubectl(cp, &["label", "interconnect", "node-placed", "-n", OPERATOR_NS, "team=messaging"]));
+    let bigger = json!({"spec": {"deploymentPlan": {"size": 2}}});
+    ok(kubectl(
+        cp,
+        &[
+            "patch",
+            "interconnect",
+            "node-placed",
+            "-n",
+            OPERATOR_NS,
+            "--type=merge",
+            "-p",
+            &bigger.to_string(),
+        ],
+    ));
     let replaced = wait_until(&processes, Duration::from_secs(120), || {
         get(cp, &["csv", GO_CSV, "-n", OPERATOR_NS]).is_none()
     });
