@@ -638,13 +638,14 @@ async fn olm_upgrades_the_go_operator_to_this_bundle_and_removes_it() {
     // were is admitted by the API server's ratcheting and the webhook's).
     let node_placed = get(cp, &["interconnect", "node-placed", "-n", OPERATOR_NS]).unwrap();
     assert_eq!(node_placed["spec"], stored_spec, "the Go operator's object changed on upgrade");
-    let invalid = wait_until(&[&olm, &catalog_op], Duration::from_secs(60), || {
+    let invalid = wait_until(&processes, Duration::from_secs(60), || {
         get(cp, &["interconnect", "node-placed", "-n", OPERATOR_NS]).is_some_and(|o| {
             (o["status"]["conditions"].as_array().into_iter().flatten())
                 .any(|c| c["type"] == "SpecValid" && c["status"] == "False" && c["reason"] == "InvalidSpec")
         })
-    });
-    assert!(invalid.await, "node-placed: no SpecValid=False");
+    })
+    .await;
+    assert!(invalid, "node-placed: no SpecValid=False:\n{}", olm_state(cp, &processes));
     ok(kubectl(cp, &["label", "interconnect", "node-placed", "-n", OPERATOR_NS, "team=messaging"]));
     let bigger = json!({"spec": {"deploymentPlan": {"size": 2}}});
     ok(kubectl(
