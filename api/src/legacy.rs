@@ -160,8 +160,7 @@ fn relax_field(field: &mut Value, go_field: &Value, f: &str, location: &str, mov
             let shown: Vec<&str> = values.iter().filter_map(Value::as_str).collect();
             let quoted: Vec<String> = shown.iter().map(|v| format!("'{v}'")).collect();
             rules.push(json!({"rule": format!("self in [{}]", quoted.join(", ")),
-                              "message": format!("supported values: {}", shown.join(", ")),
-                              "reason": "FieldValueNotSupported"}));
+                              "message": format!("supported values: {}", shown.join(", "))}));
             note("enum");
         }
     }
@@ -209,6 +208,29 @@ fn push_rule(node: &mut Value, rule: Value) {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// The API server takes only these `reason`s in a CEL rule (a CRD with another is refused).
+    #[test]
+    fn every_cel_reason_is_one_the_api_server_takes() {
+        fn walk(v: &Value, out: &mut Vec<String>) {
+            match v {
+                Value::Object(m) => {
+                    for r in m.get("x-kubernetes-validations").and_then(Value::as_array).into_iter().flatten()
+                    {
+                        out.extend(r.get("reason").and_then(Value::as_str).map(String::from));
+                    }
+                    m.values().for_each(|c| walk(c, out));
+                }
+                Value::Array(a) => a.iter().for_each(|c| walk(c, out)),
+                _ => {}
+            }
+        }
+        let mut reasons = Vec::new();
+        walk(&serde_json::to_value(crate::crd()).unwrap(), &mut reasons);
+        let allowed =
+            ["FieldValueDuplicate", "FieldValueForbidden", "FieldValueInvalid", "FieldValueRequired"];
+        assert!(reasons.iter().all(|r| allowed.contains(&r.as_str())), "{reasons:?}");
+    }
 
     #[test]
     fn cel_strings_escape_backslashes_and_quotes() {
