@@ -756,6 +756,82 @@ async fn olm_upgrades_the_go_operator_to_this_bundle_and_removes_it() {
         "the Lease holder {holder} is one of the controller pods"
     );
 
+    // Least privilege per install mode (issue 72): in an OwnNamespace OperatorGroup the
+    // controller may write Secrets, Deployments and Roles in its namespace only (the CSV's
+    // `permissions`, which OLM grants per target namespace); widened to AllNamespaces, OLM
+    // lifts them cluster-wide. The webhook's one cluster-wide right is SubjectAccessReviews.
+    let controller = format!("--as=system:serviceaccount:{OPERATOR_NS}:qdr-controller");
+    let webhook = format!("--as=system:serviceaccount:{OPERATOR_NS}:qdr-webhook");
+    let can = |verb: &str, resource: &str, ns: Option<&str>, who: &str| -> bool {
+        let mut args = vec!["auth", "can-i", verb, resource, who];
+        match ns {
+            Some(ns) => args.extend(["-n", ns]),
+            None => args.push("--all-namespaces"),
+        }
+        kubectl(cp, &args).status.success()
+    };
+    let outside = "default";
+    for (verb, resource) in
+        [("create", "secrets"), ("patch", "deployments.apps"), ("create", "roles.rbac.authorization.k8s.io")]
+    {
+        assert!(
+            can(verb, resource, Some(OPERATOR_NS), &controller),
+            "{verb} {resource} in the target namespace"
+        );
+        assert!(
+            !can(verb, resource, Some(outside), &controller),
+            "OwnNamespace: {verb} {resource} outside it"
+        );
+    }
+    assert!(can("create", "subjectaccessreviews.authorization.k8s.io", None, &webhook));
+    assert!(!can("get", "secrets", Some(outside), &webhook), "the webhook reads no Secret under OLM");
+    say!("OwnNamespace: the controller's rights are its namespace's only");
+    // SingleNamespace (another namespace than the operator's): OLM copies the `permissions`
+    // there, and nowhere else.
+    let tenant = "qdr-tenant";
+    apply(cp, &json!({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": tenant}}));
+    let single = json!({"spec": {"targetNamespaces": [tenant]}});
+    ok(kubectl(
+        cp,
+        &[
+            "patch",
+            "operatorgroup",
+            "qdr-operator",
+            "-n",
+            OPERATOR_NS,
+            "--type=merge",
+            "-p",
+            &single.to_string(),
+        ],
+    ));
+    let copied = wait_until(&processes, Duration::from_secs(120), || {
+        can("create", "secrets", Some(tenant), &controller)
+    });
+    assert!(copied.await, "SingleNamespace: rights not granted in {tenant}:\n{}", olm_state(cp, &processes));
+    assert!(
+        !can("create", "secrets", Some(outside), &controller),
+        "SingleNamespace: rights outside {tenant}"
+    );
+    say!("SingleNamespace: the controller's rights are {tenant}'s only");
+    ok(kubectl(
+        cp,
+        &[
+            "patch",
+            "operatorgroup",
+            "qdr-operator",
+            "-n",
+            OPERATOR_NS,
+            "--type=json",
+            "-p",
+            r#"[{"op": "remove", "path": "/spec/targetNamespaces"}]"#,
+        ],
+    ));
+    let widened = wait_until(&processes, Duration::from_secs(120), || {
+        can("create", "secrets", Some(outside), &controller)
+    });
+    assert!(widened.await, "AllNamespaces: rights not lifted cluster-wide:\n{}", olm_state(cp, &processes));
+    say!("AllNamespaces: the controller's rights lifted cluster-wide");
+
     // Uninstalling: the Subscription and the CSV deleted, OLM removes what it installed.
     let t = Instant::now();
     ok(kubectl(cp, &["delete", "subscription", qdr_api::bundle::PACKAGE, "-n", OPERATOR_NS]));

@@ -85,8 +85,32 @@ pub(super) fn install(s: &Sources) -> Result<Install, String> {
     })
 }
 
+/// Resources that live outside namespaces: a ClusterRole's rules on these stay
+/// `clusterPermissions` under OLM; every other rule is a namespace's.
+const CLUSTER_SCOPED: [&str; 10] = [
+    "subjectaccessreviews",
+    "tokenreviews",
+    "customresourcedefinitions",
+    "validatingwebhookconfigurations",
+    "mutatingwebhookconfigurations",
+    "namespaces",
+    "nodes",
+    "clusterroles",
+    "clusterrolebindings",
+    "priorityclasses",
+];
+
 /// `(clusterPermissions, permissions)`: every ClusterRole and Role of `deploy/base`, by the
 /// ServiceAccount a binding gives it to, less what only the self-managed webhook TLS needs.
+///
+/// A ClusterRole's rules on namespaced resources (the controller's: Interconnects, their
+/// children, pods, Events) are `permissions`, not `clusterPermissions`: OLM grants
+/// `permissions` in the operator's namespace and in each of the OperatorGroup's target
+/// namespaces (OwnNamespace, SingleNamespace, MultiNamespace), and cluster-wide only for
+/// AllNamespaces, so the controller may write Secrets, Deployments and Roles only where it
+/// reconciles (as the Go operator's namespaced `permissions` did), while `deploy/` and the
+/// chart, which watch every namespace by default, bind the ClusterRole. Only what lives
+/// outside namespaces (the webhook's SubjectAccessReviews) stays cluster-wide.
 fn permissions(s: &Sources) -> Result<(Vec<Value>, Vec<Value>), String> {
     let mut cluster: BTreeMap<String, Vec<Value>> = BTreeMap::new();
     let mut namespaced: BTreeMap<String, Vec<Value>> = BTreeMap::new();
@@ -106,13 +130,40 @@ fn permissions(s: &Sources) -> Result<(Vec<Value>, Vec<Value>), String> {
         if rules.is_empty() {
             continue;
         }
-        let into = if role_kind == "ClusterRole" { &mut cluster } else { &mut namespaced };
-        into.entry(account).or_default().extend(rules);
+        if role_kind != "ClusterRole" {
+            namespaced.entry(account).or_default().extend(rules);
+            continue;
+        }
+        for rule in rules {
+            let (outside, inside) = split_by_scope(&rule);
+            cluster.entry(account.clone()).or_default().extend(outside);
+            namespaced.entry(account.clone()).or_default().extend(inside);
+        }
     }
     let entries = |m: BTreeMap<String, Vec<Value>>| -> Vec<Value> {
-        m.into_iter().map(|(sa, rules)| json!({"serviceAccountName": sa, "rules": rules})).collect()
+        (m.into_iter().filter(|(_, rules)| !rules.is_empty()))
+            .map(|(sa, rules)| json!({"serviceAccountName": sa, "rules": rules}))
+            .collect()
     };
     Ok((entries(cluster), entries(namespaced)))
+}
+
+/// `rule` as `(its part on cluster-scoped resources, its part on namespaced ones)`, each
+/// `None` when empty: the same rule with its `resources` split by [`CLUSTER_SCOPED`].
+fn split_by_scope(rule: &Value) -> (Option<Value>, Option<Value>) {
+    let resources: Vec<&Value> = rule["resources"].as_array().into_iter().flatten().collect();
+    let base = |r: &str| r.split('/').next().unwrap_or(r).to_string();
+    let (outside, inside): (Vec<&Value>, Vec<&Value>) = resources
+        .into_iter()
+        .partition(|r| r.as_str().is_some_and(|r| CLUSTER_SCOPED.contains(&base(r).as_str())));
+    let with = |list: Vec<&Value>| {
+        (!list.is_empty()).then(|| {
+            let mut r = rule.clone();
+            r["resources"] = json!(list);
+            r
+        })
+    };
+    (with(outside), with(inside))
 }
 
 /// A rule only the webhook's own TLS uses: on the webhook configurations (their `caBundle`),

@@ -88,8 +88,13 @@ fn the_csv_carries_deploy_with_olm_owning_the_webhook_certificate() {
             .map(|p| p["serviceAccountName"].as_str().unwrap().into())
             .collect()
     };
-    assert_eq!(perms("clusterPermissions"), ["qdr-controller", "qdr-webhook"]);
+    // Issue 72: the controller's rules are a namespace's (OLM grants them in each target
+    // namespace, cluster-wide only for AllNamespaces); only the webhook's SubjectAccessReviews
+    // are cluster-wide.
+    assert_eq!(perms("clusterPermissions"), ["qdr-webhook"]);
     assert_eq!(perms("permissions"), ["qdr-controller"]);
+    let cluster = serde_json::to_string(&csv["spec"]["install"]["spec"]["clusterPermissions"]).unwrap();
+    assert!(cluster.contains("subjectaccessreviews") && !cluster.contains("secrets"), "{cluster}");
     // Both webhooks, on the webhook Deployment's https port, paths as in deploy/.
     let hooks = csv["spec"]["webhookdefinitions"].as_array().unwrap();
     let summary: Vec<(String, String, i64)> = hooks
