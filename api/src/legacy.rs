@@ -143,7 +143,7 @@ fn relax_field(field: &mut Value, go_field: &Value, f: &str, location: &str, mov
     {
         map.remove("pattern");
         let rule = format!("self.matches('{}')", cel_string(&p));
-        rules.push(json!({"rule": rule, "message": format!("must match the pattern {p}")}));
+        rules.push(json!({"rule": rule, "message": format!("must match the pattern `{p}`")}));
         note("pattern");
     }
     if let Some(Value::Array(values)) = map.get("enum").cloned() {
