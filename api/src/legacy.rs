@@ -84,13 +84,7 @@ pub fn relax(schema: &mut Value) -> Vec<Moved> {
 /// `required` list, each property's value rules, then each property's object or item schema.
 fn walk(ours: Option<&mut Value>, go: Option<&Value>, location: &str, moved: &mut Vec<Moved>) {
     let (Some(ours), Some(go)) = (ours, go) else { return };
-    let go_required: Vec<&str> = go
-        .get("required")
-        .and_then(Value::as_array)
-        .into_iter()
-        .flatten()
-        .filter_map(Value::as_str)
-        .collect();
+    let go_required = required(go);
     let mut rules = Vec::new();
     if let Some(required) = ours.get_mut("required").and_then(Value::as_array_mut) {
         let (keep, drop): (Vec<Value>, Vec<Value>) =
@@ -190,6 +184,11 @@ fn relax_field(field: &mut Value, go_field: &Value, f: &str, location: &str, mov
     for r in rules {
         push_rule(field, r);
     }
+}
+
+/// The `required` list of the object schema `schema` (empty when it has none).
+pub fn required(schema: &Value) -> Vec<&str> {
+    schema.get("required").and_then(Value::as_array).into_iter().flatten().filter_map(Value::as_str).collect()
 }
 
 /// `s` as the body of a single-quoted CEL string literal.

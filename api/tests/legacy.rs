@@ -74,13 +74,7 @@ fn draw(rng: &mut Rng, schema: &Value) -> Value {
             json!("2020-04-16T10:00:00Z")
         }
         Some("object") => {
-            let required: Vec<&str> = schema
-                .get("required")
-                .and_then(Value::as_array)
-                .into_iter()
-                .flatten()
-                .filter_map(Value::as_str)
-                .collect();
+            let required = qdr_api::legacy::required(schema);
             let mut out = Map::new();
             for (k, v) in schema.get("properties").and_then(Value::as_object).into_iter().flatten() {
                 if required.contains(&k.as_str()) || rng.chance(50) {

@@ -790,20 +790,22 @@ async fn olm_upgrades_the_go_operator_to_this_bundle_and_removes_it() {
     // there, and nowhere else.
     let tenant = "qdr-tenant";
     apply(cp, &json!({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": tenant}}));
-    let single = json!({"spec": {"targetNamespaces": [tenant]}});
-    ok(kubectl(
-        cp,
-        &[
-            "patch",
-            "operatorgroup",
-            "qdr-operator",
-            "-n",
-            OPERATOR_NS,
-            "--type=merge",
-            "-p",
-            &single.to_string(),
-        ],
-    ));
+    let patch_group = |kind: &str, patch: &str| {
+        ok(kubectl(
+            cp,
+            &[
+                "patch",
+                "operatorgroup",
+                "qdr-operator",
+                "-n",
+                OPERATOR_NS,
+                &format!("--type={kind}"),
+                "-p",
+                patch,
+            ],
+        ))
+    };
+    patch_group("merge", &json!({"spec": {"targetNamespaces": [tenant]}}).to_string());
     let copied = wait_until(&processes, Duration::from_secs(120), || {
         can("create", "secrets", Some(tenant), &controller)
     });
@@ -813,19 +815,7 @@ async fn olm_upgrades_the_go_operator_to_this_bundle_and_removes_it() {
         "SingleNamespace: rights outside {tenant}"
     );
     say!("SingleNamespace: the controller's rights are {tenant}'s only");
-    ok(kubectl(
-        cp,
-        &[
-            "patch",
-            "operatorgroup",
-            "qdr-operator",
-            "-n",
-            OPERATOR_NS,
-            "--type=json",
-            "-p",
-            r#"[{"op": "remove", "path": "/spec/targetNamespaces"}]"#,
-        ],
-    ));
+    patch_group("json", r#"[{"op": "remove", "path": "/spec/targetNamespaces"}]"#);
     let widened = wait_until(&processes, Duration::from_secs(120), || {
         can("create", "secrets", Some(outside), &controller)
     });
