@@ -628,10 +628,15 @@ async fn olm_upgrades_the_go_operator_to_this_bundle_and_removes_it() {
     // router the roll placed on the real node while its taint was lifted is replaced.
     let on_node_0 =
         json!({"spec": {"deploymentPlan": {"nodeSelector": {"kubernetes.io/hostname": "node-0"}}}});
-    ok(kubectl(
-        cp,
-        &["patch", "interconnect", "legacy", "-n", OPERATOR_NS, "--type=merge", "-p", &on_node_0.to_string()],
-    ));
+    // The webhook answers a moment after the CSV succeeds (its Service's endpoints follow its
+    // pods): the first write that passes it is retried until it does.
+    let on_node_0 = on_node_0.to_string();
+    let patched = wait_until(&processes, Duration::from_secs(60), || {
+        let args = ["patch", "interconnect", "legacy", "-n", OPERATOR_NS, "--type=merge", "-p", &on_node_0];
+        kubectl(cp, &args).status.success()
+    })
+    .await;
+    assert!(patched, "the webhook never admitted a write:\n{}", olm_state(cp, &processes));
     // What the Go CRD took and the new rules refuse is kept as it was: OLM's check of stored
     // objects passed (the new schema admits it), the spec is unchanged, the controller leaves
     // it (SpecValid False), and it stays editable (an update that leaves those fields as they
