@@ -40,24 +40,10 @@ pub fn go_schema() -> Value {
 /// used; shorter limits (a listener name's 15) are CEL's.
 pub const MIN_NAME_LENGTH: u64 = 63;
 
-/// One rule [`relax`] moved from the schema to CEL: at `location` (a schema path as in
-/// [`crate::rules::CelRule`]), for field `field`.
-#[derive(Debug, Clone, PartialEq)]
-pub struct Moved {
-    /// The object schema the CEL rule sits on.
-    pub location: String,
-    /// The field it judges (`""`: the object itself).
-    pub field: String,
-    /// The schema keyword it replaces (`pattern`, `enum`, `minimum`, ...).
-    pub keyword: &'static str,
-}
-
 /// Moves out of `schema` (this CRD's `openAPIV3Schema`, rules applied) every value rule the
-/// Go operator's schema did not have (see the module docs), each into a CEL rule; returns
-/// what was moved.
-pub fn relax(schema: &mut Value) -> Vec<Moved> {
+/// Go operator's schema did not have (see the module docs), each into a CEL rule.
+pub fn relax(schema: &mut Value) {
     let go = go_schema();
-    let mut moved = Vec::new();
     // metadata.name: the Go operator's CRD did not restrict it.
     let name = &mut schema["properties"]["metadata"]["properties"]["name"];
     let pattern = name.as_object_mut().and_then(|n| n.remove("pattern"));
@@ -69,20 +55,13 @@ pub fn relax(schema: &mut Value) -> Vec<Moved> {
                    "message": format!("metadata.name must be a DNS-1035 label: at most {max} lowercase letters, digits and '-', starting with a letter and ending with a letter or digit"),
                    "fieldPath": ".metadata.name"}),
         );
-        moved.push(Moved { location: String::new(), field: "metadata.name".into(), keyword: "pattern" });
     }
-    walk(
-        schema.get_mut("properties").and_then(|p| p.get_mut("spec")),
-        go["properties"].get("spec"),
-        "spec",
-        &mut moved,
-    );
-    moved
+    walk(schema.get_mut("properties").and_then(|p| p.get_mut("spec")), go["properties"].get("spec"), "spec");
 }
 
 /// Relaxes the object schema `ours` at `location` against the Go operator's `go`: its own
 /// `required` list, each property's value rules, then each property's object or item schema.
-fn walk(ours: Option<&mut Value>, go: Option<&Value>, location: &str, moved: &mut Vec<Moved>) {
+fn walk(ours: Option<&mut Value>, go: Option<&Value>, location: &str) {
     let (Some(ours), Some(go)) = (ours, go) else { return };
     let go_required = required(go);
     let mut rules = Vec::new();
@@ -93,7 +72,6 @@ fn walk(ours: Option<&mut Value>, go: Option<&Value>, location: &str, moved: &mu
         for f in drop.iter().filter_map(Value::as_str) {
             rules.push(json!({"rule": format!("has(self.{f})"), "message": "Required value",
                               "fieldPath": format!(".{f}"), "reason": "FieldValueRequired"}));
-            moved.push(Moved { location: location.into(), field: f.into(), keyword: "required" });
         }
     }
     if ours.get("required").and_then(Value::as_array).is_some_and(Vec::is_empty) {
@@ -108,13 +86,11 @@ fn walk(ours: Option<&mut Value>, go: Option<&Value>, location: &str, moved: &mu
     for f in names {
         let Some(go_field) = go.get("properties").and_then(|p| p.get(&f)) else { continue };
         let field = &mut ours["properties"][&f];
-        relax_field(field, go_field, &f, location, moved);
+        relax_field(field, go_field);
         match (field.get("type").and_then(Value::as_str), go_field.get("type").and_then(Value::as_str)) {
-            (Some("object"), Some("object")) => {
-                walk(Some(field), Some(go_field), &format!("{location}.{f}"), moved)
-            }
+            (Some("object"), Some("object")) => walk(Some(field), Some(go_field), &format!("{location}.{f}")),
             (Some("array"), Some("array")) => {
-                walk(field.get_mut("items"), go_field.get("items"), &format!("{location}.{f}[]"), moved)
+                walk(field.get_mut("items"), go_field.get("items"), &format!("{location}.{f}[]"))
             }
             _ => {}
         }
@@ -124,21 +100,18 @@ fn walk(ours: Option<&mut Value>, go: Option<&Value>, location: &str, moved: &mu
     }
 }
 
-/// The value rules of property `f` (schema `field`, of the object at `location`) that the
-/// Go operator's schema (`go_field`) lacks, moved from `field`'s schema to CEL rules on
+/// The value rules of a property (schema `field`) that the Go operator's schema
+/// (`go_field`) lacks, moved from `field`'s schema to CEL rules on
 /// `field` itself, so that the API server's ratcheting keeps them from judging an update that
 /// leaves this field as it was.
-fn relax_field(field: &mut Value, go_field: &Value, f: &str, location: &str, moved: &mut Vec<Moved>) {
+fn relax_field(field: &mut Value, go_field: &Value) {
     let mut rules = Vec::new();
-    let mut note =
-        |keyword: &'static str| moved.push(Moved { location: location.into(), field: f.into(), keyword });
     let Some(map) = field.as_object_mut() else { return };
     if let Some(Value::String(p)) = map.get("pattern").cloned().filter(|_| go_field.get("pattern").is_none())
     {
         map.remove("pattern");
         let rule = format!("self.matches('{}')", cel_string(&p));
         rules.push(json!({"rule": rule, "message": format!("must match the pattern `{p}`")}));
-        note("pattern");
     }
     if let Some(Value::Array(values)) = map.get("enum").cloned() {
         let go_values: Vec<Value> =
@@ -155,7 +128,6 @@ fn relax_field(field: &mut Value, go_field: &Value, f: &str, location: &str, mov
             let quoted: Vec<String> = shown.iter().map(|v| format!("'{v}'")).collect();
             rules.push(json!({"rule": format!("self in [{}]", quoted.join(", ")),
                               "message": format!("supported values: {}", shown.join(", "))}));
-            note("enum");
         }
     }
     for (keyword, op, words) in [("minimum", ">=", "at least"), ("maximum", "<=", "at most")] {
@@ -164,7 +136,6 @@ fn relax_field(field: &mut Value, go_field: &Value, f: &str, location: &str, mov
             map.remove(keyword);
             let b = b as i64;
             rules.push(json!({"rule": format!("self {op} {b}"), "message": format!("must be {words} {b}")}));
-            note(if keyword == "minimum" { "minimum" } else { "maximum" });
         }
     }
     if let Some(min) =
@@ -173,13 +144,11 @@ fn relax_field(field: &mut Value, go_field: &Value, f: &str, location: &str, mov
         map.remove("minLength");
         let message = format!("must be at least {min} characters long");
         rules.push(json!({"rule": format!("size(self) >= {min}"), "message": message}));
-        note("minLength");
     }
     if let Some(max) = map.get("maxLength").and_then(Value::as_u64).filter(|m| *m < MIN_NAME_LENGTH) {
         map.insert("maxLength".into(), json!(MIN_NAME_LENGTH));
         let message = format!("must be at most {max} characters long");
         rules.push(json!({"rule": format!("size(self) <= {max}"), "message": message}));
-        note("maxLength");
     }
     for r in rules {
         push_rule(field, r);

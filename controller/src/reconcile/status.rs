@@ -486,7 +486,7 @@ pub(crate) fn with_mesh(
         MAX_STATUS_NAMED, MAX_STATUS_REASON, MAX_STATUS_ROUTERS, MeshStatus, MissingLink, RouterStatus,
     };
     let generation = o.generation();
-    let prev = o.ic().status.clone().unwrap_or_default().conditions;
+    let prev = o.ic().status.as_ref().map(|s| s.conditions.as_slice()).unwrap_or_default();
     let current = short(&config.hash);
     let prefix = o.router_config_prefix();
     let current_map = o.router_config_name(&config.startup_hash);
@@ -647,10 +647,10 @@ pub(crate) fn with_mesh(
     if mesh_status == "False"
         && let Some(ready) = conditions.iter_mut().find(|c| c.type_ == READY && not_linked(c))
     {
-        *ready = condition(READY, false, mesh_reason, &mesh_message, generation, &prev);
+        *ready = condition(READY, false, mesh_reason, &mesh_message, generation, prev);
     }
-    conditions.push(condition_of(MESH_CONNECTED, mesh_status, mesh_reason, &mesh_message, generation, &prev));
-    conditions.push(condition(CONFIG_APPLIED, applied, config_reason, &config_message, generation, &prev));
+    conditions.push(condition_of(MESH_CONNECTED, mesh_status, mesh_reason, &mesh_message, generation, prev));
+    conditions.push(condition(CONFIG_APPLIED, applied, config_reason, &config_message, generation, prev));
     status.conditions = conditions;
     status
 }
@@ -668,7 +668,7 @@ pub(crate) fn with_budget(
     o: &ValidatedInterconnect,
     budget: &Budget,
 ) -> InterconnectStatus {
-    let prev = o.ic().status.clone().unwrap_or_default().conditions;
+    let prev = o.ic().status.as_ref().map(|s| s.conditions.as_slice()).unwrap_or_default();
     let (ok, reason, message) = match budget {
         Budget::Managed { bound, retiring: false } => {
             (true, "Managed", format!("PodDisruptionBudget {}: {bound}", o.name()))
@@ -706,6 +706,6 @@ pub(crate) fn with_budget(
         ),
         Budget::NotNeeded(why) => (false, "NotNeeded", format!("no PodDisruptionBudget: {why}")),
     };
-    status.conditions.push(condition(DISRUPTION_BUDGET, ok, reason, &message, o.generation(), &prev));
+    status.conditions.push(condition(DISRUPTION_BUDGET, ok, reason, &message, o.generation(), prev));
     status
 }
