@@ -46,9 +46,11 @@ flags-reference: ## Regenerate docs/flags.md (every flag and environment variabl
 helm-values-reference: ## Regenerate docs/helm-values.md (every value of the Helm chart, from the comments of its values.yaml; make test fails when it is stale)
 	$(CARGO) run --locked -q -p qdr-tests --bin helm-values-reference > docs/helm-values.md
 
-crd: ## Regenerate the committed CRD (deploy/ and the Helm chart's copy) from the API types
-	$(CARGO) run --locked -q -p qdr-api --bin crdgen > deploy/crds/interconnects.interconnectedcloud.github.io.yaml
-	cp deploy/crds/interconnects.interconnectedcloud.github.io.yaml deploy/helm/qdr-operator/crds/
+crd: ## Regenerate the committed CRDs (Interconnect, AccessGrant, Link: deploy/crds/ and the Helm chart's copies) from the API types
+	for c in interconnects accessgrants links; do \
+	  $(CARGO) run --locked -q -p qdr-api --bin crdgen $$c > deploy/crds/$$c.interconnectedcloud.github.io.yaml; \
+	  cp deploy/crds/$$c.interconnectedcloud.github.io.yaml deploy/helm/qdr-operator/crds/; \
+	done
 
 bundle: ## Regenerate the OLM bundle (bundle/: CSV, CRD, metadata, scorecard config, bundle.Dockerfile) from deploy/ and deploy/olm/ (make test fails when it is stale)
 	$(CARGO) run --locked -q -p qdr-api --bin bundlegen

@@ -22,6 +22,7 @@ mod defaults;
 pub mod docs;
 mod images;
 pub mod legacy;
+pub mod links;
 pub mod messages;
 #[cfg(feature = "offline")]
 pub mod offline;

@@ -298,7 +298,7 @@ pub fn cel_rules() -> Vec<CelRule> {
     rules
 }
 
-fn node<'a>(schema: &'a mut Value, location: &str) -> &'a mut Value {
+pub(crate) fn node<'a>(schema: &'a mut Value, location: &str) -> &'a mut Value {
     let mut cur = schema;
     if location.is_empty() {
         return cur;
@@ -385,7 +385,7 @@ pub fn apply(schema: &mut Value) {
 /// Rewrites every `description` in the schema with [`paragraphs`], so `kubectl explain`
 /// and the API reference wrap the text themselves instead of printing the doc comments'
 /// source line breaks mid-sentence.
-fn reflow_descriptions(schema: &mut Value) {
+pub(crate) fn reflow_descriptions(schema: &mut Value) {
     match schema {
         Value::Object(map) => {
             for (key, v) in map.iter_mut() {
@@ -440,7 +440,7 @@ pub fn is_list_item(line: &str) -> bool {
 /// Removes the `default` values schemars emits for `#[serde(default)]` fields: defaults are
 /// the webhook's job ([`crate::defaults`]), and a schema default of `0` or `""` would both
 /// violate the field's own bounds and hide absence from `validate`.
-fn strip_defaults(schema: &mut Value) {
+pub(crate) fn strip_defaults(schema: &mut Value) {
     match schema {
         Value::Object(map) => {
             map.remove("default");

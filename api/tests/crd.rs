@@ -17,6 +17,24 @@ fn committed_crd_is_fresh() {
 }
 
 #[test]
+fn committed_link_crds_are_fresh() {
+    use qdr_api::links::{GRANT_CRD_PATH, LINK_CRD_PATH, crd_yaml_of, grant_crd, link_crd};
+    for (p, crd) in [(GRANT_CRD_PATH, grant_crd()), (LINK_CRD_PATH, link_crd())] {
+        let want = crd_yaml_of(&crd);
+        let chart = p.replace("deploy/crds/", "deploy/helm/qdr-operator/crds/");
+        for p in [p.to_string(), chart] {
+            let path = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("..").join(&p);
+            let committed = std::fs::read_to_string(&path).unwrap_or_default();
+            assert!(
+                committed == want,
+                "{} is stale or missing: run `make crd` and commit the result",
+                path.display()
+            );
+        }
+    }
+}
+
+#[test]
 fn crd_has_status_subresource_printer_columns_and_short_name() {
     let crd = crd();
     assert_eq!(crd.spec.scope, "Namespaced");

@@ -70,7 +70,7 @@ pub struct FieldError {
 }
 
 impl FieldError {
-    pub(super) fn new(
+    pub(crate) fn new(
         field: String,
         error_type: ErrorType,
         bad_value: Option<Value>,

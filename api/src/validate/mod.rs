@@ -28,8 +28,7 @@ use checks::Validator;
 pub(crate) use disruption::percent;
 pub(crate) use field_error::At;
 pub use field_error::{ErrorType, FieldError, MAX_SHOWN_VALUE};
-use names::is_dns1035_label;
-pub(crate) use names::is_qualified_name;
+pub(crate) use names::{is_dns_label, is_dns_subdomain, is_dns1035_label, is_qualified_name};
 pub use scheduling::{
     MAX_ANNOTATION_BYTES, MAX_METADATA_ENTRIES, MAX_SELECTOR_TERMS, MAX_SELECTOR_VALUES,
     MAX_SPREAD_CONSTRAINTS, MAX_TOLERATIONS,
