@@ -396,6 +396,81 @@ impl<'a> RouterConfig<'a> {
     }
 }
 
+/// Where the links Secret of an Interconnect ([`links_secret`]) is mounted once it has a
+/// [`Link`](crate::links::Link): one directory for every link's files, so a new link, a
+/// renewed token or a removed link changes files in place (qdrouterd 1.19 reads an
+/// sslProfile's files on every connect) and rolls nothing.
+pub const LINKS_DIR: &str = "/etc/qpid-dispatch-certs/qdr-operator-links";
+/// The start of the name of a link's connector (`qdr-operator-link-<link>`): validation
+/// refuses every `qdr-operator-` name in a spec, so none can clash.
+pub const LINK_PREFIX: &str = "qdr-operator-link-";
+/// The start of the name of a link's sslProfile (`qdr-operator-tls-link-<link>`): qdrouterd
+/// wants a name unique across every entity, and no connector name starts so.
+pub const LINK_PROFILE_PREFIX: &str = "qdr-operator-tls-link-";
+
+/// The Secret holding every link's files of Interconnect `name`:
+/// `<name>-qdr-operator-links`, keys `<link>.ca.crt`, `<link>.tls.crt`, `<link>.tls.key`.
+pub fn links_secret(name: &str) -> String {
+    format!("{name}-qdr-operator-links")
+}
+
+/// The key of a link's file in the links Secret: `<link>.<file>` (`file` being `ca.crt`,
+/// `tls.crt` or `tls.key`).
+pub fn link_key(link: &str, file: &str) -> String {
+    format!("{link}.{file}")
+}
+
+/// What a [`Link`](crate::links::Link) renders into its Interconnect's routers: an sslProfile
+/// (the token's CA, certificate and key, from [`LINKS_DIR`]) and a connector to the token's
+/// first endpoint, named [`LINK_PROFILE_PREFIX`]`<link>` and [`LINK_PREFIX`]`<link>`, both
+/// live.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct LinkConnector {
+    /// The Link's name.
+    pub link: String,
+    /// The connection's role (the token's): `inter-router` when true, else `edge`.
+    pub inter_router: bool,
+    /// Where to dial.
+    pub host: String,
+    /// TCP port.
+    pub port: u16,
+    /// The link's cost (rendered for inter-router links only).
+    pub cost: Option<i32>,
+    /// Whether the router checks that the remote certificate names `host`.
+    pub verify_hostname: bool,
+}
+
+impl<'a> RouterConfig<'a> {
+    /// This configuration with each link's sslProfile and connector ([`LinkConnector`]) at
+    /// the end.
+    pub fn with_links(mut self, links: &'a [LinkConnector]) -> RouterConfig<'a> {
+        for l in links {
+            let name = format!("{LINK_PREFIX}{}", l.link);
+            let profile = format!("{LINK_PROFILE_PREFIX}{}", l.link);
+            let file = |f: &str| Some(format!("{LINKS_DIR}/{}", link_key(&l.link, f)));
+            self.sections.push(
+                Section::new("sslProfile")
+                    .owned("name", Some(profile.clone()))
+                    .owned("certFile", file("tls.crt"))
+                    .owned("privateKeyFile", file("tls.key"))
+                    .owned("caCertFile", file("ca.crt")),
+            );
+            let inter_router = l.inter_router;
+            self.sections.push(
+                Section::new("connector")
+                    .owned("name", Some(name.clone()))
+                    .s("role", Some(if inter_router { "inter-router" } else { "edge" }))
+                    .s("host", Some(&l.host))
+                    .i("port", Some(l.port.into()))
+                    .i("cost", l.cost.filter(|_| inter_router))
+                    .owned("sslProfile", Some(profile))
+                    .b("verifyHostname", Some(l.verify_hostname)),
+            );
+        }
+        self
+    }
+}
+
 /// Mount directory of Secret `secret` for profile `profile`.
 pub fn cert_dir(profile: &str, secret: &str) -> String {
     format!("{CERTS_DIR}/{profile}/{secret}")

@@ -34,10 +34,17 @@ pub const READER_CONTAINER_PREFIX: &str = "qdr-operator-mesh-reader";
 
 /// The attributes asked of the `router` entity (`org.apache.qpid.dispatch.router`).
 pub const ROUTER_ATTRIBUTES: [&str; 4] = ["id", "mode", "linksBlocked", "deliveriesStuck"];
+/// Detailed connections kept of one router ([`RouterView::detailed`]): a tenant's router
+/// that reports thousands of connections with long texts costs the controller at most
+/// about 16 × 500 bytes (`controller/tests/hostile.rs` holds a whole read to its budget).
+pub const MAX_DETAILED: usize = 16;
+/// Bytes kept of a detailed connection's host, TLS protocol or user.
+pub const MAX_DETAIL_TEXT: usize = 128;
 /// The attributes asked of `router.node`.
 pub const NODE_ATTRIBUTES: [&str; 1] = ["id"];
 /// The attributes asked of `connection`.
-pub const CONNECTION_ATTRIBUTES: [&str; 5] = ["container", "role", "dir", "opened", "isEncrypted"];
+pub const CONNECTION_ATTRIBUTES: [&str; 9] =
+    ["container", "role", "dir", "opened", "isEncrypted", "host", "sslProto", "uptimeSeconds", "user"];
 /// Router pods of one Interconnect that are read ([`qdr_api::MAX_STATUS_ROUTERS`]): the
 /// largest mesh the controller judges (an Interconnect with more is not read, and says
 /// so). Also the most routers kept in one view's `reaches` and links of each role: what
@@ -232,6 +239,30 @@ pub struct RouterView {
     pub deliveries_stuck: u64,
     /// What the visit did to its live entities ([`live`]), when it was given some to hold.
     pub live: Option<live::Outcome>,
+    /// Its open inter-router and edge connections with their details, the first
+    /// [`MAX_DETAILED`], each text cut to [`MAX_DETAIL_TEXT`] bytes: what a Link's and an
+    /// AccessGrant's status report ([`crate::site_links`]).
+    pub detailed: Vec<Connection>,
+}
+
+/// An open inter-router or edge connection of a router, with what the statuses of links
+/// across clusters report (qdrouterd's `connection` entity).
+#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord)]
+pub struct Connection {
+    /// The peer's router id (its `container`, as [`router_id`] keeps it).
+    pub peer: Id,
+    /// `true` when this router opened it (its connector).
+    pub outgoing: bool,
+    /// `inter-router` or `edge`.
+    pub role: String,
+    /// The remote address as the router reports it (`host:port` of an outgoing one).
+    pub host: String,
+    /// The TLS protocol (`TLSv1.3`), when encrypted.
+    pub tls: Option<String>,
+    /// Seconds open.
+    pub uptime: Option<u64>,
+    /// The authenticated user (a client certificate's subject under SASL EXTERNAL).
+    pub user: Option<String>,
 }
 
 impl RouterView {
@@ -262,6 +293,7 @@ impl RouterView {
             links_blocked: me.get("linksBlocked").count().unwrap_or(0),
             deliveries_stuck: me.get("deliveriesStuck").count().unwrap_or(0),
             live: None,
+            detailed: Vec::new(),
         })
     }
 
@@ -298,6 +330,20 @@ impl RouterView {
                 outgoing: c.text("dir") == Some("out"),
                 encrypted: *c.get("isEncrypted") == Cell::Bool(true),
             };
+            if let Some(role @ ("inter-router" | "edge")) = c.text("role")
+                && self.detailed.len() < MAX_DETAILED
+            {
+                let text = |k: &str| c.text(k).map(|t| cut(t.to_string(), MAX_DETAIL_TEXT));
+                self.detailed.push(Connection {
+                    peer: router_id(peer).into(),
+                    outgoing: c.text("dir") == Some("out"),
+                    role: role.to_string(),
+                    host: text("host").unwrap_or_default(),
+                    tls: text("sslProto"),
+                    uptime: c.get("uptimeSeconds").count(),
+                    user: text("user"),
+                });
+            }
             match c.text("role") {
                 Some("inter-router") if self.inter_router.len() < MAX_ROUTERS => {
                     self.inter_router.push(link())
@@ -323,6 +369,9 @@ impl RouterView {
         self.reaches = std::mem::take(&mut self.reaches).iter().map(|r| ids.intern(r)).collect();
         for l in self.inter_router.iter_mut().chain(self.edge.iter_mut()) {
             l.peer = ids.intern(&l.peer);
+        }
+        for c in &mut self.detailed {
+            c.peer = ids.intern(&c.peer);
         }
         self
     }

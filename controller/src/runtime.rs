@@ -48,7 +48,9 @@ pub async fn run_controller(ctx: Arc<Context>, namespace: &str) {
     // A read of the routers that ended (run off the reconcile path) reconciles its
     // Interconnect, which takes the new answers.
     let mesh_reads = ctx.mesh.subscribe(namespace);
-    controller
+    // The AccessGrants of the same namespaces, in the same term (`crate::grants`).
+    let grants = crate::grants::run(ctx.client.clone(), namespace);
+    let interconnects = controller
         .with_config(cfg)
         .reconcile_on(mesh_reads)
         .run(reconcile, error_policy, ctx.clone())
@@ -59,8 +61,8 @@ pub async fn run_controller(ctx: Arc<Context>, namespace: &str) {
                 tracing::warn!(error = %e, "watch failed");
             }
             futures::future::ready(())
-        })
-        .await;
+        });
+    futures::future::join(interconnects, grants).await;
 }
 
 /// Runs `work()` while `leading` is true, and drops it the moment `leading` turns false

@@ -50,6 +50,10 @@ pub struct ValidatedInterconnect {
     owner_ref: OwnerReference,
     /// Whether the operator's management profile was added ([`Self::with_management`]).
     management: bool,
+    /// The Links' connectors ([`Self::with_links`]).
+    links: Vec<qdr_api::router_config::LinkConnector>,
+    /// Whether the routers mount the links Secret ([`Self::with_links`]).
+    links_mounted: bool,
 }
 
 impl ValidatedInterconnect {
@@ -67,7 +71,15 @@ impl ValidatedInterconnect {
         if !errors.is_empty() {
             return Err(ValidationError::Invalid(errors));
         }
-        Ok(ValidatedInterconnect { ic, name, namespace, owner_ref, management: false })
+        Ok(ValidatedInterconnect {
+            ic,
+            name,
+            namespace,
+            owner_ref,
+            management: false,
+            links: Vec::new(),
+            links_mounted: false,
+        })
     }
 
     /// `stored` defaulted but **not validated**: only for the admission-parity test
@@ -84,7 +96,15 @@ impl ValidatedInterconnect {
         let name = stored.metadata.name.clone().ok_or(ValidationError::NotStored("name"))?;
         let namespace = stored.metadata.namespace.clone().ok_or(ValidationError::NotStored("namespace"))?;
         let owner_ref = stored.controller_owner_ref(&()).ok_or(ValidationError::NotStored("uid"))?;
-        Ok(ValidatedInterconnect { ic: defaults(stored), name, namespace, owner_ref, management: false })
+        Ok(ValidatedInterconnect {
+            ic: defaults(stored),
+            name,
+            namespace,
+            owner_ref,
+            management: false,
+            links: Vec::new(),
+            links_mounted: false,
+        })
     }
 
     /// This Interconnect with the operator's management sslProfile
@@ -135,12 +155,40 @@ impl ValidatedInterconnect {
     /// docs/live-configuration.md); without it, every change rolls them.
     pub fn rendered_config(&self) -> qdr_api::router_config::Rendered {
         use qdr_api::router_config::Rendered;
-        let config = qdr_api::router_config::router_config(self.spec());
         if self.management {
-            Rendered::with_live(&config.with_management_listener())
+            Rendered::with_live(&self.router_config())
         } else {
-            Rendered::from_config(&config)
+            Rendered::from_config(&self.router_config())
         }
+    }
+
+    /// The router configuration as a model: the effective spec's, then the management
+    /// listener (when [`Self::with_management`] added its profile), then each Link's
+    /// sslProfile and connector ([`Self::with_links`]).
+    pub fn router_config(&self) -> qdr_api::router_config::RouterConfig<'_> {
+        let config = qdr_api::router_config::router_config(self.spec());
+        let config = if self.management { config.with_management_listener() } else { config };
+        config.with_links(&self.links)
+    }
+
+    /// This Interconnect with the connectors of its Links (`crate::site_links`: each
+    /// valid Link's token, for this Interconnect's role), and whether its routers mount the
+    /// links Secret ([`qdr_api::router_config::links_secret`]): from its first Link on, so a
+    /// later Link, renewal or removal changes files only.
+    pub fn with_links(mut self, links: Vec<qdr_api::router_config::LinkConnector>, mounted: bool) -> Self {
+        self.links_mounted = mounted || !links.is_empty();
+        self.links = links;
+        self
+    }
+
+    /// Whether the routers mount the links Secret ([`Self::with_links`]).
+    pub fn links_mounted(&self) -> bool {
+        self.links_mounted
+    }
+
+    /// The Links' connectors ([`Self::with_links`]).
+    pub fn links(&self) -> &[qdr_api::router_config::LinkConnector] {
+        &self.links
     }
 
     /// The Interconnect with its effective (defaulted) spec; metadata and status as stored.

@@ -330,6 +330,17 @@ fn the_views_of_256_hostile_routers_are_kept_within_their_budget() {
                     links_blocked: 0,
                     deliveries_stuck: 0,
                     live: None,
+                    detailed: (0..qdr_controller::mesh::MAX_DETAILED)
+                        .map(|k| qdr_controller::mesh::Connection {
+                            peer: hostile(i, k).into(),
+                            outgoing: true,
+                            role: "inter-router".into(),
+                            host: "h".repeat(qdr_controller::mesh::MAX_DETAIL_TEXT),
+                            tls: Some("t".repeat(qdr_controller::mesh::MAX_DETAIL_TEXT)),
+                            uptime: Some(1),
+                            user: Some("u".repeat(qdr_controller::mesh::MAX_DETAIL_TEXT)),
+                        })
+                        .collect(),
                 };
                 (pod.clone(), Observation::Answered(view))
             })

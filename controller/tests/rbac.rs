@@ -108,6 +108,40 @@ async fn the_controller_uses_every_permission_it_is_granted() {
     // A renewal replaces a generated certificate (at 2/3 of 24 s).
     uses(cp, &user, "update core/secrets").await;
 
+    // Links across clusters: an AccessGrant's token issued (its Interconnect, Service and CA
+    // read by name, the token applied, the grant's status written), and a Link using it (the
+    // links Secret applied, the Link's status written).
+    let dynamic = |kind: &str, plural: &str| {
+        let gvk = kube::api::GroupVersionKind::gvk("interconnectedcloud.github.io", "v1alpha1", kind);
+        Api::<DynamicObject>::namespaced_with(
+            ns.client.clone(),
+            &ns.name,
+            &ApiResource::from_gvk_with_plural(&gvk, plural),
+        )
+    };
+    let grant: DynamicObject =
+        serde_json::from_value(json!({"apiVersion": "interconnectedcloud.github.io/v1alpha1",
+        "kind": "AccessGrant", "metadata": {"name": "site-b"},
+        "spec": {"interconnect": "full", "site": "b", "externalHosts": [{"host": "full.example"}]}}))
+        .unwrap();
+    dynamic("AccessGrant", "accessgrants").create(&PostParams::default(), &grant).await.unwrap();
+    eventually("the token issued", Duration::from_secs(60), || async {
+        ns.api::<Secret>().get_opt("site-b-token").await.ok()?.map(drop)
+    })
+    .await;
+    let link: DynamicObject = serde_json::from_value(json!({"apiVersion": "interconnectedcloud.github.io/v1alpha1",
+        "kind": "Link", "metadata": {"name": "to-a"}, "spec": {"interconnect": "full", "tokenSecret": "site-b-token"}}))
+    .unwrap();
+    dynamic("Link", "links").create(&PostParams::default(), &link).await.unwrap();
+    for used in [
+        "get interconnectedcloud.github.io/interconnects",
+        "patch interconnectedcloud.github.io/accessgrants/status",
+        "patch interconnectedcloud.github.io/links/status",
+        "patch core/secrets",
+    ] {
+        uses(cp, &user, used).await;
+    }
+
     // Two routers: a PodDisruptionBudget.
     let two = json!({"spec": {"deploymentPlan": {"size": 2}}});
     ics.patch("full", &PatchParams::default(), &Patch::Merge(two)).await.unwrap();

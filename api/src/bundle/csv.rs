@@ -33,7 +33,11 @@ pub(super) fn csv(s: &Sources) -> Result<Value, String> {
         "icon".into(),
         json!([{"base64data": BASE64_STANDARD.encode(s.icon_svg.as_bytes()), "mediatype": "image/svg+xml"}]),
     );
-    spec.insert("customresourcedefinitions".into(), json!({"owned": [owned_crd(s)?]}));
+    let mut owned = vec![owned_crd(s)?];
+    for (_, crd) in &s.link_crds {
+        owned.push(super::descriptors::owned_link_crd(crd)?);
+    }
+    spec.insert("customresourcedefinitions".into(), json!({"owned": owned}));
     spec.insert("install".into(), install.strategy);
     spec.insert("webhookdefinitions".into(), json!(install.webhooks));
     spec.insert(

@@ -122,3 +122,48 @@ pub(super) fn owned_crd(s: &Sources) -> Result<Value, String> {
         "statusDescriptors": status_descriptors,
     }))
 }
+
+/// The CSV's owned entry of a CRD of links across clusters (AccessGrant, Link): its
+/// top-level spec fields and its conditions, described from its schema; an AccessGrant makes
+/// a Secret (its token).
+pub(super) fn owned_link_crd(crd: &Value) -> Result<Value, String> {
+    let version = crd["spec"]["versions"]
+        .as_array()
+        .and_then(|v| v.iter().find(|v| v["storage"] == true))
+        .ok_or("a link CRD has no storage version")?;
+    let schema = &version["schema"]["openAPIV3Schema"]["properties"];
+    let kind = crd["spec"]["names"]["kind"].as_str().ok_or("a link CRD has no kind")?;
+    let describe = |props: &Value, field: &str, x: &[&str]| -> Value {
+        let mut d = json!({
+            "path": field,
+            "displayName": display_name(field),
+            "description": first_sentence(props[field]["description"].as_str().unwrap_or_default()),
+        });
+        if !x.is_empty() {
+            d["x-descriptors"] = json!(x);
+        }
+        d
+    };
+    let spec = &schema["spec"]["properties"];
+    let spec_descriptors: Vec<Value> = (spec.as_object().ok_or("a link CRD has no spec properties")?.keys())
+        .map(|f| describe(spec, f, &[]))
+        .collect();
+    let status = &schema["status"]["properties"];
+    let status_descriptors =
+        vec![describe(status, "conditions", &["urn:alm:descriptor:io.kubernetes.conditions"])];
+    let resources: Vec<Value> = if kind == "AccessGrant" {
+        vec![json!({"kind": "Secret", "version": "v1", "name": ""})]
+    } else {
+        Vec::new()
+    };
+    Ok(json!({
+        "name": crd["metadata"]["name"],
+        "version": version["name"],
+        "kind": kind,
+        "displayName": if kind == "AccessGrant" { "Access Grant" } else { "Link" },
+        "description": first_sentence(schema["spec"]["description"].as_str().or(version["schema"]["openAPIV3Schema"]["description"].as_str()).unwrap_or_default()),
+        "resources": resources,
+        "specDescriptors": spec_descriptors,
+        "statusDescriptors": status_descriptors,
+    }))
+}

@@ -31,6 +31,10 @@ pub fn render(s: &Sources) -> Result<BTreeMap<String, String>, String> {
     files.insert(CSV_FILE.to_string(), yaml(&csv(s)?));
     let crd_name = s.crd["metadata"]["name"].as_str().ok_or("the CRD has no name")?;
     files.insert(format!("manifests/{crd_name}.crd.yaml"), s.crd_text.clone());
+    for (text, crd) in &s.link_crds {
+        let name = crd["metadata"]["name"].as_str().ok_or("a CRD has no name")?;
+        files.insert(format!("manifests/{name}.crd.yaml"), text.clone());
+    }
     for pdb in s.deploy.iter().filter(|d| d["kind"] == "PodDisruptionBudget") {
         let name = pdb["metadata"]["name"].as_str().ok_or("a PodDisruptionBudget without a name")?;
         files.insert(format!("manifests/{name}_policy_v1_poddisruptionbudget.yaml"), yaml(pdb));

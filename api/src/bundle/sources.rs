@@ -30,6 +30,8 @@ pub struct Sources {
     pub crd: Value,
     /// `deploy/examples/*.yaml` (the valid ones), sorted by file name.
     pub examples: Vec<Value>,
+    /// The committed CRDs of links across clusters (AccessGrant, Link), as text and parsed.
+    pub link_crds: Vec<(String, Value)>,
 }
 
 fn read(root: &Path, rel: &str) -> Result<String, String> {
@@ -67,6 +69,12 @@ impl Sources {
             .collect();
         let crd_text = read(root, crate::CRD_PATH)?;
         let crd = serde_saphyr::from_str(&crd_text).map_err(|e| format!("{}: {e}", crate::CRD_PATH))?;
+        let mut link_crds = Vec::new();
+        for p in [crate::links::GRANT_CRD_PATH, crate::links::LINK_CRD_PATH] {
+            let text = read(root, p)?;
+            let parsed = serde_saphyr::from_str(&text).map_err(|e| format!("{p}: {e}"))?;
+            link_crds.push((text, parsed));
+        }
         let mut names: Vec<String> = std::fs::read_dir(root.join("deploy/examples"))
             .map_err(|e| format!("reading deploy/examples: {e}"))?
             .filter_map(|e| e.ok()?.file_name().into_string().ok())
@@ -89,6 +97,7 @@ impl Sources {
             crd_text,
             crd,
             examples,
+            link_crds,
         })
     }
 }

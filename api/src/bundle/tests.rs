@@ -211,7 +211,9 @@ fn the_bundle_has_olm_s_layout() {
         names,
         [
             "bundle.Dockerfile",
+            "manifests/accessgrants.interconnectedcloud.github.io.crd.yaml",
             "manifests/interconnects.interconnectedcloud.github.io.crd.yaml",
+            "manifests/links.interconnectedcloud.github.io.crd.yaml",
             "manifests/qdr-controller_policy_v1_poddisruptionbudget.yaml",
             "manifests/qdr-operator.clusterserviceversion.yaml",
             "manifests/qdr-webhook_policy_v1_poddisruptionbudget.yaml",

@@ -1,6 +1,5 @@
-//! The token: one Secret the offering cluster's controller writes for an
-//! [`AccessGrant`](super::AccessGrant) and the using cluster's admin applies, read by a
-//! [`Link`](super::Link). Everything a person needs to judge it is in clear text, in its
+//! The token: one Secret the offering cluster's controller writes for an `AccessGrant` and
+//! the using cluster's admin applies, read by a `Link`. Everything a person needs to judge it is in clear text, in its
 //! annotations; the credentials are its data.
 //!
 //! ```yaml

@@ -21,7 +21,9 @@ use std::collections::BTreeMap;
 
 use sha2::Digest;
 
-use super::{MANAGEMENT_LISTENER, MANAGEMENT_PROFILE, RouterConfig, Section, Value};
+use super::{
+    LINK_PREFIX, LINK_PROFILE_PREFIX, MANAGEMENT_LISTENER, MANAGEMENT_PROFILE, RouterConfig, Section, Value,
+};
 use crate::messages::HEALTH_LISTENER;
 
 /// The start of every name [`named`] gives.
@@ -29,14 +31,20 @@ pub const NAME_PREFIX: &str = "qdr-operator-";
 
 /// The live entity types in the order they are created (and the reverse of the order they
 /// are deleted): what a link route or auto-link names in `connection` exists before it and
-/// is gone only after it.
-pub const CREATE_ORDER: [&str; 5] = ["connector", "listener", "address", "linkRoute", "autoLink"];
+/// is gone only after it, and a link's sslProfile before its connector (only a Link's
+/// sslProfile is live: [`is_live`]).
+pub const CREATE_ORDER: [&str; 6] =
+    ["sslProfile", "connector", "listener", "address", "linkRoute", "autoLink"];
 
 /// Whether `section` is live: written to running routers through management rather than
 /// read at start ([module docs](self)).
 pub fn is_live(section: &Section<'_>) -> bool {
     match section.entity {
         "address" | "linkRoute" | "autoLink" | "connector" => true,
+        // A link's profile: its files are in the links Secret, mounted once for every link.
+        "sslProfile" => {
+            matches!(section.get("name"), Some(Value::Str(n)) if n.starts_with(LINK_PROFILE_PREFIX))
+        }
         "listener" => {
             let named = |n: &str| section.get("name") == Some(&Value::Str(Cow::Borrowed(n)));
             let role = section.get("role");
@@ -130,6 +138,8 @@ pub fn field_of(section: &Section<'_>) -> &'static str {
         ("listener", Some(MANAGEMENT_LISTENER), _) | ("sslProfile", Some(MANAGEMENT_PROFILE), _) => {
             "the management listener"
         }
+        ("connector", Some(n), _) if n.starts_with(LINK_PREFIX) => "a Link",
+        ("sslProfile", Some(n), _) if n.starts_with(LINK_PROFILE_PREFIX) => "a Link",
         ("listener", _, Some("inter-router")) => "spec.interRouterListeners",
         ("listener", _, Some("edge")) => "spec.edgeListeners",
         ("listener", ..) => "spec.listeners",

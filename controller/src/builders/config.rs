@@ -54,3 +54,18 @@ pub fn users_secret(o: &ValidatedInterconnect, name: &str, password: &str) -> Se
         ..Default::default()
     }
 }
+
+/// The links Secret `<name>-qdr-operator-links` ([`qdr_api::router_config::links_secret`]):
+/// every valid Link's token files (`<link>.ca.crt`, `<link>.tls.crt`, `<link>.tls.key`),
+/// mounted at [`LINKS_DIR`](qdr_api::router_config::LINKS_DIR) from the Interconnect's first
+/// Link on (`None` before). Written by server-side apply in every pass that has it, so a
+/// token renewed in place reaches the routers' files (the kubelet refreshes a mounted
+/// Secret) and no router restarts.
+pub fn links_secret(o: &ValidatedInterconnect, files: &BTreeMap<String, ByteString>) -> Option<Secret> {
+    o.links_mounted().then(|| Secret {
+        metadata: o.meta(&qdr_api::router_config::links_secret(o.name())),
+        data: Some(files.clone()),
+        type_: Some("Opaque".into()),
+        ..Default::default()
+    })
+}

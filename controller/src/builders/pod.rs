@@ -131,8 +131,8 @@ fn router_env(o: &ValidatedInterconnect) -> Vec<EnvVar> {
 
 /// The volumes of the pod and the router container's mounts, in matching order: the router
 /// configuration, one per sslProfile Secret (credentials, and the CA when the config reads
-/// it from its own Secret; only the bundle of a CA in `bundles`), then the SASL users
-/// Secret and ConfigMap.
+/// it from its own Secret; only the bundle of a CA in `bundles`), the links Secret once the
+/// Interconnect has a Link, then the SASL users Secret and ConfigMap.
 fn volumes_and_mounts(
     o: &ValidatedInterconnect,
     config: &Rendered,
@@ -168,6 +168,16 @@ fn volumes_and_mounts(
                 mounts.push(mount(&v, cert_dir(&p.name, ca)));
             }
         }
+    }
+    if o.links_mounted() {
+        // Optional: the pass writes it before the workload, and a router must start even
+        // if it was deleted by hand (the next pass writes it again).
+        let mut v = secret_volume("qdr-operator-links", &qdr_api::router_config::links_secret(o.name()));
+        if let Some(s) = v.secret.as_mut() {
+            s.optional = Some(true);
+        }
+        volumes.push(v);
+        mounts.push(mount("qdr-operator-links", qdr_api::router_config::LINKS_DIR.into()));
     }
     if let Some(users) = o.users_secret() {
         volumes.push(secret_volume("sasl-users", &users));

@@ -45,6 +45,12 @@ pub(crate) struct Cache {
     /// selects an Interconnect's routers makes the controller make none
     /// ([`crate::builders::budget`]).
     pub(super) all_budgets: Store<PodDisruptionBudget>,
+    /// Every Link of the watched namespaces ([`qdr_api::links::Link`], whole): a Link
+    /// renders a connector into its Interconnect's routers.
+    pub(super) links: Store<qdr_api::links::Link>,
+    /// The token Secrets ([`qdr_api::links::token::TOKEN_LABEL`]), whole: a Link's token is
+    /// read from here.
+    pub(super) tokens: Store<Secret>,
     /// Deployments written in this term, until the store catches up.
     pub(crate) written_deployments: Arc<Written<Deployment>>,
     /// DaemonSets written in this term, until the store catches up.
@@ -150,6 +156,8 @@ impl Cache {
         let ready = compact
             && self.secret_names.is_ready()
             && futures::FutureExt::now_or_never(self.all_budgets.wait_until_ready()).is_some()
+            && futures::FutureExt::now_or_never(self.links.wait_until_ready()).is_some()
+            && futures::FutureExt::now_or_never(self.tokens.wait_until_ready()).is_some()
             && futures::FutureExt::now_or_never(self.pods.wait_until_ready()).is_some();
         if ready {
             self.listed.store(true, Ordering::Relaxed);
@@ -181,6 +189,26 @@ impl Cache {
             .collect();
         names.sort();
         names
+    }
+
+    /// The Links of namespace `ns` that name Interconnect `name`, by name, each with its
+    /// token Secret when the store has it.
+    pub(crate) fn links_of(
+        &self,
+        ns: &str,
+        name: &str,
+    ) -> Vec<(Arc<qdr_api::links::Link>, Option<Arc<Secret>>)> {
+        let mut links: Vec<_> = (self.links.state().into_iter())
+            .filter(|l| l.metadata.namespace.as_deref() == Some(ns) && l.spec.interconnect == name)
+            .map(|l| {
+                let token = self
+                    .tokens
+                    .get(&kube::runtime::reflector::ObjectRef::new(&l.spec.token_secret).within(ns));
+                (l, token)
+            })
+            .collect();
+        links.sort_by(|a, b| a.0.metadata.name.cmp(&b.0.metadata.name));
+        links
     }
 
     /// Secret `ns/name` as far as the stores know it.

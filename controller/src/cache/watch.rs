@@ -329,7 +329,30 @@ pub(crate) fn watch(
                 futures::future::ready(!ours)
             })
     };
+    // Every Link, and every token Secret (by its label): a Link appearing, changing or
+    // going wakes the Interconnect it names; a token, the Interconnects of the Links that
+    // name it.
+    let (links, link_writer) = reflector::store();
+    let link_events = {
+        let (health, namespace) = (health.clone(), ns.to_string());
+        watcher(api::<qdr_api::links::Link>(client, ns), all.clone())
+            .default_backoff()
+            .inspect(move |event| health.watch_result(&namespace, "links", event.as_ref().map(drop)))
+            .reflect(link_writer)
+            .touched_objects()
+    };
+    let (tokens, token_writer) = reflector::store();
+    let token_events = {
+        let (health, namespace) = (health.clone(), ns.to_string());
+        let selector = format!("{}=true", qdr_api::links::token::TOKEN_LABEL);
+        watcher(api::<Secret>(client, ns), all.clone().labels(&selector))
+            .default_backoff()
+            .inspect(move |event| health.watch_result(&namespace, "link tokens", event.as_ref().map(drop)))
+            .reflect(token_writer)
+            .touched_objects()
+    };
     let ic_reader = ic_store.clone();
+    let link_reader = links.clone();
     let cache = Cache {
         deployments,
         daemon_sets,
@@ -345,6 +368,8 @@ pub(crate) fn watch(
         ingresses,
         disruption_budgets,
         all_budgets,
+        links,
+        tokens,
         written_deployments,
         written_daemon_sets,
         written_secrets,
@@ -378,6 +403,20 @@ pub(crate) fn watch(
             (ic_reader.state().iter())
                 .filter(|ic| ic.metadata.namespace.as_deref() == Some(ns.as_str()))
                 .map(|ic| ObjectRef::from_obj(ic.as_ref()))
+                .collect::<Vec<_>>()
+        })
+        .watches_stream(link_events, |link: qdr_api::links::Link| {
+            let ns = link.metadata.namespace.clone().unwrap_or_default();
+            Some(ObjectRef::new(&link.spec.interconnect).within(&ns))
+        })
+        .watches_stream(token_events, move |token: Secret| {
+            let ns = token.metadata.namespace.clone().unwrap_or_default();
+            let name = token.metadata.name.clone().unwrap_or_default();
+            (link_reader.state().iter())
+                .filter(|l| {
+                    l.metadata.namespace.as_deref() == Some(ns.as_str()) && l.spec.token_secret == name
+                })
+                .map(|l| ObjectRef::new(&l.spec.interconnect).within(&ns))
                 .collect::<Vec<_>>()
         })
         .watches_stream(rs_events, |rs: PartialObjectMeta<ReplicaSet>| {

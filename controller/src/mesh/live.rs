@@ -22,6 +22,8 @@ use super::{AnswerError, rows};
 /// A live entity type, in creation order (deletion goes the other way).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
 pub enum Kind {
+    /// `sslProfile`: only a Link's ([`qdr_api::router_config::LINK_PROFILE_PREFIX`]) is live.
+    SslProfile,
     /// `connector`.
     Connector,
     /// `listener` (roles `normal` and `route-container`).
@@ -36,8 +38,8 @@ pub enum Kind {
 
 impl Kind {
     /// Every kind, in creation order (`qdr_api::router_config::live::CREATE_ORDER`).
-    pub const ALL: [Kind; 5] =
-        [Kind::Connector, Kind::Listener, Kind::Address, Kind::LinkRoute, Kind::AutoLink];
+    pub const ALL: [Kind; 6] =
+        [Kind::SslProfile, Kind::Connector, Kind::Listener, Kind::Address, Kind::LinkRoute, Kind::AutoLink];
 
     /// The kind of configuration section `entity` (`address`, ...), if live.
     pub fn of(entity: &str) -> Option<Kind> {
@@ -52,6 +54,7 @@ impl Kind {
     /// The management entity type (qdrouter.json, 1.19.0).
     pub fn management_type(self) -> &'static str {
         match self {
+            Kind::SslProfile => "org.apache.qpid.dispatch.sslProfile",
             Kind::Connector => super::links::ENTITY,
             Kind::Listener => "org.apache.qpid.dispatch.listener",
             Kind::Address => "org.apache.qpid.dispatch.router.config.address",
@@ -66,6 +69,7 @@ impl Kind {
     /// [`super::answer::MAX_ATTRIBUTES`].
     pub fn attributes(self) -> &'static [&'static str] {
         match self {
+            Kind::SslProfile => &["name", "certFile", "privateKeyFile", "caCertFile"],
             Kind::Connector => {
                 &["name", "role", "host", "port", "cost", "linkCapacity", "sslProfile", "verifyHostname"]
             }
@@ -321,13 +325,15 @@ pub struct Outcome {
 /// Whether held entity `h` is left alone by the live apply: a name in `start_up` (the
 /// start-up part's entities: the health and management listeners, the user's inter-router
 /// and edge listeners), a listener whose role is neither `normal` nor `route-container`
-/// (a start-up listener without a name of its own, named by the router), or one of the
-/// controller's mesh connectors ([`super::links::PREFIX`]).
+/// (a start-up listener without a name of its own, named by the router), one of the
+/// controller's mesh connectors ([`super::links::PREFIX`]), or an sslProfile that is not a
+/// Link's (every other profile is read at start).
 pub fn keeps(start_up: &BTreeSet<String>, h: &Held) -> bool {
     start_up.contains(&h.name)
         || (h.kind == Kind::Listener
             && !matches!(h.get("role").text(), Some("normal" | "route-container") | None))
         || (h.kind == Kind::Connector && h.name.starts_with(super::links::PREFIX))
+        || (h.kind == Kind::SslProfile && !h.name.starts_with(qdr_api::router_config::LINK_PROFILE_PREFIX))
 }
 
 /// The names of the start-up part of `config` (its sections that are not live and have a

@@ -78,6 +78,7 @@ fn linked(id: &str, peers: &[&str]) -> Observation {
         clients: 0,
         links_blocked: 0,
         deliveries_stuck: 0,
+        detailed: vec![],
         live: None,
     })
 }

@@ -74,6 +74,9 @@ pub struct Children {
     pub service: Service,
     /// Ingresses or Routes of exposed listeners.
     pub exposure: Exposure,
+    /// Secret `<name>-qdr-operator-links`, once the Interconnect has a Link
+    /// ([`builders::links_secret`]).
+    pub links_secret: Option<Secret>,
 }
 
 /// The workload to write, or the one to leave as it is.
@@ -379,6 +382,7 @@ pub fn build(o: &ValidatedInterconnect, settings: &Settings, observed: &Observed
         disruption_budget,
         service: builders::service(o),
         exposure: builders::exposure(o, settings),
+        links_secret: builders::links_secret(o, &observed.links.files),
     };
     Ok(Built {
         children,

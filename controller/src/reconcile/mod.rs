@@ -412,8 +412,24 @@ async fn stages(
     if !cache.is_ready() {
         return Ok(Pass::Wait(Action::requeue(STORES_SYNCING_RETRY)));
     }
+    // The Links of this Interconnect: their connectors join the configuration, their
+    // files the links Secret (mounted from the first Link on: `site_links`).
+    let links_of = cache.links_of(valid.namespace(), valid.name());
+    let resolved = crate::site_links::resolve(
+        &links_of,
+        valid.spec().role() != qdr_api::Role::Edge,
+        k8s_openapi::jiff::Timestamp::now(),
+    );
+    let mounted = cache
+        .meta::<k8s_openapi::api::core::v1::Secret>(
+            valid.namespace(),
+            &qdr_api::router_config::links_secret(valid.name()),
+        )
+        .is_some();
+    let valid = valid.with_links(resolved.connectors(), mounted);
     let mut observed = observe::observe(&ctx.client, cache, &valid).await?;
     observed.live_tries = ctx.mesh.tries(&valid.namespaced_name());
+    observed.links = resolved;
     let mut built = build::build(&valid, &ctx.settings, &observed)?;
     if built.verify_workload {
         // Routers may run that this build would roll onto pods that cannot start.
@@ -448,6 +464,18 @@ async fn stages(
         }
         None => (None, None),
     };
+    if !links_of.is_empty() {
+        let none = std::collections::BTreeMap::new();
+        let observations = mesh.as_ref().map_or(&none, |m| &m.observations);
+        crate::site_links::write_statuses(
+            &ctx.client,
+            &links_of,
+            &observed.links,
+            observations,
+            valid.namespace(),
+        )
+        .await;
+    }
     Ok(Pass::Reconciled(Box::new(Reconciled { ic: valid, observed, report, applied, mesh, relink })))
 }
 

@@ -128,6 +128,9 @@ pub struct Observed {
     /// counts them (`Reader::tries` of the read stage); `None` when the last visit found no
     /// refusal.
     pub live_tries: Option<(String, u32)>,
+    /// The Links of this Interconnect, judged ([`crate::site_links::resolve`]), and their
+    /// files for the links Secret.
+    pub links: crate::site_links::Resolved,
     /// The PodDisruptionBudgets of someone else's that select the routers (or take the name
     /// of the operator's), by name ([`crate::cache::Cache::admin_budgets`]).
     pub admin_budgets: Vec<String>,
@@ -488,6 +491,7 @@ pub async fn observe(
         unschedulable,
         routers,
         live_tries: None,
+        links: Default::default(),
         admin_budgets,
         retiring,
     })

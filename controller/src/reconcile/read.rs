@@ -270,7 +270,7 @@ fn live_of(o: &ValidatedInterconnect, config: &qdr_api::router_config::Rendered)
     if !config.live {
         return None;
     }
-    let rendered = qdr_api::router_config::router_config(o.spec()).with_management_listener();
+    let rendered = o.router_config();
     Some(Live {
         desired: Arc::new(crate::mesh::live::desired(&rendered)),
         keep: Arc::new(crate::mesh::live::start_up_names(&rendered)),

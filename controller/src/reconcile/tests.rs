@@ -32,6 +32,7 @@ fn observed() -> Observed {
         unschedulable: Default::default(),
         routers: vec![],
         live_tries: None,
+        links: Default::default(),
         admin_budgets: Vec::new(),
         retiring: None,
     }
@@ -581,6 +582,7 @@ mod mesh {
             clients: 2,
             links_blocked: 1,
             deliveries_stuck: 0,
+            detailed: vec![],
             live: None,
         })
     }

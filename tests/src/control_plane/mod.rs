@@ -315,7 +315,7 @@ impl ControlPlane {
         out
     }
 
-    /// Installs the committed Interconnect CRD (server-side apply, as a cluster admin would)
+    /// Installs the committed CRDs (Interconnect, AccessGrant, Link: server-side apply, as a cluster admin would)
     /// once per control plane and waits until it is Established and served.
     ///
     /// # Panics
@@ -323,11 +323,15 @@ impl ControlPlane {
     pub async fn install_crd(&self) {
         self.crd
             .get_or_init(|| async {
-                let path = crate::workspace_root().join(qdr_api::CRD_PATH);
+                let root = crate::workspace_root();
                 let out = self
                     .kubectl()
-                    .args(["apply", "--server-side", "-f"])
-                    .arg(&path)
+                    .args(["apply", "--server-side"])
+                    .args(
+                        [qdr_api::CRD_PATH, qdr_api::links::GRANT_CRD_PATH, qdr_api::links::LINK_CRD_PATH]
+                            .iter()
+                            .flat_map(|p| ["-f".to_string(), root.join(p).display().to_string()]),
+                    )
                     .output()
                     .expect("kubectl");
                 assert!(
@@ -344,11 +348,16 @@ impl ControlPlane {
                             "--for=condition=Established",
                             "--timeout=10s",
                             "crd/interconnects.interconnectedcloud.github.io",
+                            "crd/accessgrants.interconnectedcloud.github.io",
+                            "crd/links.interconnectedcloud.github.io",
                         ])
                         .output()
                         .expect("kubectl");
-                    let served =
-                        self.kubectl().args(["get", "interconnects", "-A"]).output().expect("kubectl");
+                    let served = self
+                        .kubectl()
+                        .args(["get", "interconnects,accessgrants,links", "-A"])
+                        .output()
+                        .expect("kubectl");
                     if out.status.success() && served.status.success() {
                         break;
                     }

@@ -159,6 +159,7 @@ async fn observe(pods: &[(String, String)]) -> std::collections::BTreeMap<String
     mesh::reader::observe(&targets, &plan).await
 }
 
+mod across;
 mod edges;
 mod examples;
 mod image;

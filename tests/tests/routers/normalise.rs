@@ -55,6 +55,7 @@ fn spec() -> Value {
 /// The type `qdmanage` names kind `k` by.
 fn qdmanage_type(k: Kind) -> &'static str {
     match k {
+        Kind::SslProfile => "sslProfile",
         Kind::Connector => "connector",
         Kind::Listener => "listener",
         Kind::Address => "address",

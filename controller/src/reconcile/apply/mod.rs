@@ -94,6 +94,7 @@ fn fingerprint(children: &Children) -> Option<u64> {
     }
     add(serde_json::to_vec(&children.disruption_budget));
     add(serde_json::to_vec(&children.service));
+    add(serde_json::to_vec(&children.links_secret));
     match &children.exposure {
         Exposure::Ingresses(list) => add(serde_json::to_vec(list)),
         Exposure::Routes(list) => add(serde_json::to_vec(list)),
@@ -113,6 +114,7 @@ fn unchanged(cache: &Cache, o: &ValidatedInterconnect, children: &Children) -> O
         && cache.meta::<ConfigMap>(ns, &children.router_config_map.name_any()).is_some()
         && (children.sasl_config_map.iter()).all(|cm| cache.meta::<ConfigMap>(ns, &cm.name_any()).is_some())
         && cache.meta::<Service>(ns, &children.service.name_any()).is_some()
+        && (children.links_secret.iter()).all(|s| cache.meta::<Secret>(ns, &s.name_any()).is_some())
         && (children.disruption_budget.iter())
             .all(|p| cache.meta::<PodDisruptionBudget>(ns, &p.name_any()).is_some())
         && match &children.exposure {
@@ -259,6 +261,7 @@ async fn apply(
         disruption_budget,
         service,
         exposure,
+        links_secret,
     } = children;
     // Ends the pass when the write found the name taken, or the workload it was built
     // without: either way, without what it created.
@@ -307,6 +310,11 @@ async fn apply(
     for s in &update {
         cache.written_secrets.record(replace_secret(client, cache, ns, s).await?);
         secrets_written.insert(s.name_any());
+    }
+    // Before the workload: a router that mounts it for the first time finds the files.
+    if let Some(s) = &links_secret {
+        keep.secrets.insert(s.name_any());
+        put!(w.put(s, false));
     }
     let workload = put!(write_workload(&mut w, workload, held));
     if let Some(pdb) = &disruption_budget {

@@ -107,6 +107,7 @@ fn observed(o: &ValidatedInterconnect, present: &[String]) -> Observed {
         unschedulable: Default::default(),
         routers: vec![],
         live_tries: None,
+        links: Default::default(),
         admin_budgets: Vec::new(),
         retiring: None,
     }
@@ -247,6 +248,7 @@ fn every_child_of_every_example_is_labelled_owned_and_consistent() {
                 disruption_budget,
                 service,
                 exposure,
+                links_secret,
             } = &children;
             let Report { config: rendered, credentials, .. } = &report;
             let WorkloadChange::Apply(workload) = workload else { panic!("{name}: nothing is missing") };
@@ -262,6 +264,7 @@ fn every_child_of_every_example_is_labelled_owned_and_consistent() {
             metas.extend(role_binding.iter().map(|r| serde_json::to_value(&r.metadata).unwrap()));
             metas.extend(sasl_config_map.iter().map(|c| serde_json::to_value(&c.metadata).unwrap()));
             metas.extend(disruption_budget.iter().map(|p| serde_json::to_value(&p.metadata).unwrap()));
+            metas.extend(links_secret.iter().map(|s| serde_json::to_value(&s.metadata).unwrap()));
             metas.extend(secrets.create.iter().map(|s| serde_json::to_value(&s.metadata).unwrap()));
             metas.push(match workload {
                 Workload::Deployment(d) => serde_json::to_value(&d.metadata).unwrap(),

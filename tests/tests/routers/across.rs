@@ -1,0 +1,116 @@
+//! Links across clusters with a token, on real routers: an AccessGrant in one namespace
+//! issues the token, which is copied (as an admin of the other cluster would apply it) into
+//! another namespace, where a Link makes that namespace's Interconnect dial the first. Two
+//! namespaces of one control plane stand for the two clusters here (the controller that
+//! serves both never reads the first namespace's objects for the second: only the copied
+//! token crosses); two control planes are `tests/tests/clusters.rs`'s.
+
+use std::time::{Duration, Instant};
+
+use k8s_openapi::api::core::v1::Secret;
+use kube::api::{Api, ApiResource, DynamicObject, GroupVersionKind};
+use qdr_tests::routers::{self, Receiver, apply, router_pods, send, url};
+use serde_json::{Value, json};
+
+use crate::{cluster, controllers};
+
+fn api(ns: &qdr_tests::TestNamespace, kind: &str, plural: &str) -> Api<DynamicObject> {
+    let gvk = GroupVersionKind::gvk("interconnectedcloud.github.io", "v1alpha1", kind);
+    Api::namespaced_with(ns.client.clone(), &ns.name, &ApiResource::from_gvk_with_plural(&gvk, plural))
+}
+
+/// The token Secret as the other cluster's admin applies it: its type, labels, annotations
+/// and data, nothing of where it was made.
+pub fn portable(token: &Secret) -> Value {
+    json!({"apiVersion": "v1", "kind": "Secret",
+        "metadata": {"name": token.metadata.name, "labels": token.metadata.labels,
+                     "annotations": token.metadata.annotations},
+        "type": token.type_, "data": token.data})
+}
+
+/// The condition `type_` of a status.
+fn condition<'a>(o: &'a DynamicObject, type_: &str) -> Option<&'a Value> {
+    o.data["status"]["conditions"].as_array()?.iter().find(|c| c["type"] == type_)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_token_links_two_networks_that_carry_messages_both_ways() {
+    let cp = cluster().await;
+    let a = cp.namespace("across-a").await;
+    let b = cp.namespace("across-b").await;
+    apply(cp, &a.name, &routers::interconnect("hub", json!({"deploymentPlan": {"size": 1}})));
+    routers::wait_ready(cp, &a.name, "hub", &controllers());
+    // The address the other side dials: the hub's Service by its cluster name, which the
+    // routers' certificate names (a NAT address the admin names, as `externalHosts`).
+    let host = format!("hub.{}.svc.cluster.local", a.name);
+    apply(
+        cp,
+        &a.name,
+        &json!({"apiVersion": "interconnectedcloud.github.io/v1alpha1", "kind": "AccessGrant",
+            "metadata": {"name": "site-b"},
+            "spec": {"interconnect": "hub", "site": "b", "expiry": "720h", "externalHosts": [{"host": host}]}}),
+    );
+    let secrets: Api<Secret> = a.api();
+    let deadline = Instant::now() + Duration::from_secs(60);
+    let token = loop {
+        if let Some(t) = secrets.get_opt("site-b-token").await.unwrap() {
+            break t;
+        }
+        let grant = api(&a, "AccessGrant", "accessgrants").get("site-b").await.unwrap();
+        assert!(Instant::now() < deadline, "no token: {}", grant.data["status"]);
+        tokio::time::sleep(Duration::from_millis(300)).await;
+    };
+    let ann = token.metadata.annotations.clone().unwrap_or_default();
+    assert_eq!(ann[qdr_api::links::token::ENDPOINTS_ANNOTATION], format!("{host}:55671"));
+    assert_eq!(ann[qdr_api::links::token::ROLE_ANNOTATION], "inter-router");
+    assert!(ann.contains_key(qdr_api::links::token::EXPIRES_ANNOTATION), "{ann:?}");
+
+    // The other side: the token applied, then the Link, then the Interconnect (so its
+    // routers mount the links Secret from their start, and never roll for it).
+    apply(cp, &b.name, &portable(&token));
+    let applied = Instant::now();
+    apply(
+        cp,
+        &b.name,
+        &json!({"apiVersion": "interconnectedcloud.github.io/v1alpha1", "kind": "Link",
+            "metadata": {"name": "to-hub"}, "spec": {"interconnect": "spoke", "tokenSecret": "site-b-token"}}),
+    );
+    apply(cp, &b.name, &routers::interconnect("spoke", json!({"deploymentPlan": {"size": 1}})));
+    routers::wait_ready(cp, &b.name, "spoke", &controllers());
+    let links = api(&b, "Link", "links");
+    let deadline = Instant::now() + Duration::from_secs(120);
+    let link = loop {
+        let l = links.get("to-hub").await.unwrap();
+        if condition(&l, "Operational").is_some_and(|c| c["status"] == "True") {
+            break l;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "the Link is not Operational: {}\ncontroller:\n{}",
+            l.data["status"],
+            controllers()[0].log_tail(40)
+        );
+        tokio::time::sleep(Duration::from_millis(250)).await;
+    };
+    say!("token applied → Link Operational in {:.1?}: {}", applied.elapsed(), link.data["status"]);
+    assert_eq!(condition(&link, "Configured").unwrap()["status"], "True");
+    let hub = router_pods(&a, "hub").await;
+    assert_eq!(link.data["status"]["remoteRouter"], hub[0].0, "{}", link.data["status"]);
+    assert!(link.data["status"]["tlsProtocol"].as_str().is_some_and(|p| p.starts_with("TLS")));
+    assert_eq!(link.data["status"]["site"], "b");
+    // The routers hold what they were given as it was written (a link's sslProfile read back
+    // otherwise would be deleted and created again at every visit, and its connection with it).
+    let took = routers::config_applied(&b, "spoke").await;
+    say!("spoke ConfigApplied after {took:.1?} more");
+
+    // Messages both ways, each acknowledged.
+    let spoke = router_pods(&b, "spoke").await;
+    let (hub_url, spoke_url) = (url(&hub[0].1, 5672), url(&spoke[0].1, 5672));
+    let at_hub = Receiver::attach(&hub_url, "across/to-a", 5, &[]);
+    send(&spoke_url, "across/to-a", 0..5, "b-to-a-", Duration::from_secs(60), &[]);
+    assert_eq!(at_hub.bodies().len(), 5);
+    let at_spoke = Receiver::attach(&spoke_url, "across/to-b", 5, &[]);
+    send(&hub_url, "across/to-b", 0..5, "a-to-b-", Duration::from_secs(60), &[]);
+    assert_eq!(at_spoke.bodies().len(), 5);
+    say!("token applied → messages both ways in {:.1?}", applied.elapsed());
+}
