@@ -97,8 +97,17 @@ pub async fn register(
         mutating: format!("qdr-test-mutating-{label}"),
         label: label.into(),
     };
+    // The validating webhook also admits Links and token Secrets (links across clusters),
+    // as deploy/ registers it.
+    let mut validating = entry("vinterconnect.qdr-operator.io", validate_port, "validate");
+    validating["rules"].as_array_mut().unwrap().push(json!({"apiGroups": ["interconnectedcloud.github.io"],
+        "apiVersions": ["v1alpha1"], "operations": ["CREATE", "UPDATE"], "resources": ["links"]}));
+    let mut tokens = entry("vlinktoken.qdr-operator.io", validate_port, "validate");
+    tokens["rules"] = json!([{"apiGroups": [""], "apiVersions": ["v1"], "operations": ["CREATE", "UPDATE"],
+        "resources": ["secrets"]}]);
+    tokens["objectSelector"] = json!({"matchLabels": {qdr_api::links::token::TOKEN_LABEL: "true"}});
     let v: ValidatingWebhookConfiguration = serde_json::from_value(json!({
-        "metadata": {"name": reg.validating}, "webhooks": [entry("vinterconnect.qdr-operator.io", validate_port, "validate")]
+        "metadata": {"name": reg.validating}, "webhooks": [validating, tokens]
     }))
     .unwrap();
     let m: MutatingWebhookConfiguration = serde_json::from_value(json!({

@@ -254,6 +254,7 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
             authorize_references: authorizer.is_some(),
         },
         authorizer,
+        reader: client.clone(),
         lanes: Lanes::new(args.max_in_flight, args.max_large_in_flight),
         readiness,
         expiry: Box::new(move || expiry.not_after()),

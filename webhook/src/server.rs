@@ -242,6 +242,9 @@ pub struct AppState {
     /// Checks Secret references as the requesting user; `None` when turned off
     /// (`--authorize-secret-references=false`).
     pub authorizer: Option<Authorizer>,
+    /// Reads a Link's token Secret and Interconnect by name (`get`, the webhook's own
+    /// identity); `None` without a cluster, and a Link is then judged on its own.
+    pub reader: Option<kube::Client>,
     /// Permits for reviews in flight.
     pub lanes: Lanes,
     /// `Ok` when this replica may receive traffic; `Err(reason)` otherwise.
@@ -423,8 +426,33 @@ async fn review(webhook: Webhook, st: &Arc<AppState>, request: Request, start: I
             },
         };
     }
+    if let Some(link) = reply.link.take()
+        && let Some(client) = &st.reader
+    {
+        reply = judge_link(client, &link).await.unwrap_or_else(|e| {
+            tracing::warn!(error = %e, "reading a Link's token or Interconnect failed");
+            crate::admission::links::unreadable(&link, &e.to_string())
+        });
+    }
     st.metrics.observe(webhook, reply.outcome, start.elapsed());
     respond(&reply)
+}
+
+/// Reads the token Secret and the Interconnect of `link` and judges it
+/// ([`crate::admission::links::LinkPending::judged`]).
+async fn judge_link(
+    client: &kube::Client,
+    link: &crate::admission::links::LinkPending,
+) -> Result<crate::admission::Reply, kube::Error> {
+    use k8s_openapi::api::core::v1::Secret;
+    let secrets: kube::Api<Secret> = kube::Api::namespaced(client.clone(), &link.namespace);
+    let ics: kube::Api<qdr_api::Interconnect> = kube::Api::namespaced(client.clone(), &link.namespace);
+    let token = secrets.get_opt(link.token_secret()).await?;
+    let interior = ics.get_opt(link.interconnect()).await?.and_then(|ic| {
+        let ic = qdr_api::defaults(&ic);
+        qdr_api::validate_defaulted(&ic).is_empty().then(|| ic.spec.role() != qdr_api::Role::Edge)
+    });
+    Ok(link.judged(token.as_ref(), interior, k8s_openapi::jiff::Timestamp::now()))
 }
 
 fn respond(reply: &Reply) -> Response {

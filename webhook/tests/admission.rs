@@ -784,3 +784,122 @@ fn denials_stay_small_whatever_the_spec() {
     let out = handle(Webhook::Validate, &body).to_bytes();
     assert!(out.len() < 16 * 1024, "{} bytes answered", out.len());
 }
+
+/// A review of `kind` (`group`, `resource`) for the links-across-clusters tests.
+fn kind_review(group: &str, kind: &str, resource: &str, object: Value) -> Vec<u8> {
+    serde_json::to_vec(&json!({
+        "apiVersion": "admission.k8s.io/v1", "kind": "AdmissionReview",
+        "request": {
+            "uid": "705ab4f5-6393-11e8-b7cc-42010a800002",
+            "kind": {"group": group, "version": "v1", "kind": kind},
+            "resource": {"group": group, "version": "v1", "resource": resource},
+            "name": "x", "namespace": "ns", "operation": "CREATE", "object": object, "dryRun": false,
+            "userInfo": {"username": "kubernetes-admin"},
+        }
+    }))
+    .unwrap()
+}
+
+#[test]
+fn a_link_is_checked_on_its_own_then_left_to_the_server_to_judge_against_its_token() {
+    use qdr_api::links::token::*;
+    let link = |spec: Value| {
+        json!({"apiVersion": "interconnectedcloud.github.io/v1alpha1", "kind": "Link",
+               "metadata": {"name": "to-hub", "namespace": "ns"}, "spec": spec})
+    };
+    let bad = kind_review(
+        "interconnectedcloud.github.io",
+        "Link",
+        "links",
+        link(json!({"interconnect": "Spoke", "tokenSecret": "", "cost": 0})),
+    );
+    let resp = response(Webhook::Validate, &bad);
+    assert_eq!(resp["allowed"], false);
+    let fields: Vec<&str> = resp["status"]["details"]["causes"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|c| c["field"].as_str().unwrap())
+        .collect();
+    assert_eq!(fields, ["spec.interconnect", "spec.tokenSecret", "spec.cost"]);
+    assert_eq!(resp["status"]["details"]["kind"], "Link");
+
+    let good = kind_review(
+        "interconnectedcloud.github.io",
+        "Link",
+        "links",
+        link(json!({"interconnect": "spoke", "tokenSecret": "hub-token"})),
+    );
+    let reply = handle(Webhook::Validate, &good);
+    let pending = reply.link.clone().expect("judged against its token by the server");
+    assert_eq!(
+        (pending.token_secret(), pending.interconnect(), pending.namespace.as_str()),
+        ("hub-token", "spoke", "ns")
+    );
+    let now = "2026-11-29T00:00:00Z".parse().unwrap();
+    let pem = |label: &str| format!("-----BEGIN {label}-----\nMIIB\n-----END {label}-----\n");
+    let token: k8s_openapi::api::core::v1::Secret = serde_json::from_value(json!({
+        "metadata": {"name": "hub-token", "annotations": {ROLE_ANNOTATION: "edge",
+            ENDPOINTS_ANNOTATION: "hub.example:45671", SITE_ANNOTATION: "b"}},
+        "type": TOKEN_TYPE,
+        "data": {CA_KEY: base64::engine::general_purpose::STANDARD.encode(pem("CERTIFICATE")),
+                 CERT_KEY: base64::engine::general_purpose::STANDARD.encode(pem("CERTIFICATE")),
+                 KEY_KEY: base64::engine::general_purpose::STANDARD.encode(pem("PRIVATE KEY"))}
+    }))
+    .unwrap();
+    let judged = |interior| {
+        let r = pending.judged(Some(&token), interior, now);
+        let Body::Review(r) = &r.body else { panic!("not a review") };
+        review_json(r)["response"].clone()
+    };
+    let wrong = judged(Some(true));
+    assert_eq!(wrong["allowed"], false);
+    assert!(
+        wrong["status"]["message"].as_str().unwrap().contains("an edge token links an edge Interconnect"),
+        "{wrong}"
+    );
+    assert_eq!(wrong["status"]["details"]["causes"][0]["field"], "spec.tokenSecret");
+    assert_eq!(judged(Some(false))["allowed"], true, "an edge token on an edge Interconnect");
+    assert_eq!(judged(None)["allowed"], true, "an Interconnect applied later");
+    let r = pending.judged(None, Some(true), now);
+    let Body::Review(r) = &r.body else { panic!("not a review") };
+    assert!(review_json(r)["response"]["status"]["message"].as_str().unwrap().contains("no such Secret"));
+}
+
+#[test]
+fn a_token_secret_is_refused_with_every_problem_and_other_secrets_pass() {
+    use qdr_api::links::token::*;
+    let secret = |labels: Value| {
+        json!({"apiVersion": "v1", "kind": "Secret", "type": TOKEN_TYPE,
+               "metadata": {"name": "t", "namespace": "ns", "labels": labels,
+                            "annotations": {ROLE_ANNOTATION: "inter-router", EXPIRES_ANNOTATION: "2020-01-01T00:00:00Z"}},
+               "data": {}})
+    };
+    let resp = response(
+        Webhook::Validate,
+        &kind_review("", "Secret", "secrets", secret(json!({TOKEN_LABEL: "true"}))),
+    );
+    assert_eq!(resp["allowed"], false);
+    let fields: Vec<&str> = resp["status"]["details"]["causes"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|c| c["field"].as_str().unwrap())
+        .collect();
+    for f in [
+        "metadata.annotations[interconnectedcloud.github.io/token-endpoints]",
+        "metadata.annotations[interconnectedcloud.github.io/token-expires]",
+        "metadata.annotations[interconnectedcloud.github.io/token-site]",
+        "data[ca.crt]",
+        "data[tls.crt]",
+        "data[tls.key]",
+    ] {
+        assert!(fields.contains(&f), "{f} not in {fields:?}");
+    }
+    assert_eq!(
+        resp["status"]["message"].as_str().unwrap().split(':').next().unwrap(),
+        "Secret \"t\" is invalid"
+    );
+    let other = response(Webhook::Validate, &kind_review("", "Secret", "secrets", secret(json!({"app": "x"}))));
+    assert_eq!(other["allowed"], true, "a Secret not labelled as a token is not judged");
+}

@@ -30,6 +30,7 @@ fn app_with(ready: Arc<AtomicBool>, permits: usize) -> (axum::Router, Arc<AppSta
         metrics: Metrics::default(),
         checks: Default::default(),
         authorizer: None,
+        reader: None,
         lanes: Lanes::new(permits, permits),
         readiness: Box::new(
             move || if ready.load(Ordering::SeqCst) { Ok(()) } else { Err("no certificate".into()) },

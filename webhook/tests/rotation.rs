@@ -203,6 +203,7 @@ async fn rotation_under_load_fails_no_admission_request() {
         !propagation.is_empty() && propagation.len() + 1 >= leaf_rotations,
         "rotations not observed on both replicas"
     );
+    links_are_judged_at_apply(&client, &ns).await;
     permissions_are_exactly_what_deploy_grants(cp, &webhook_ns);
     drop(ns_guard);
     drop((a, b));
@@ -225,4 +226,40 @@ fn permissions_are_exactly_what_deploy_grants(cp: &qdr_tests::ControlPlane, webh
     assert!(unused.is_empty(), "granted by deploy/ but never used: {}", show(unused));
     let beyond: Vec<_> = used.iter().filter(|p| !granted.contains(*p)).collect();
     assert!(beyond.is_empty(), "used without a grant in deploy/: {}", show(beyond));
+}
+
+/// Through the API server, as `kubectl apply` meets them: a Link whose token does not exist
+/// is refused with its cause at `spec.tokenSecret` (the webhook read the token Secret and the
+/// Interconnect by name, as its ServiceAccount), and an expired token Secret is refused with
+/// its cause at its expiry annotation.
+async fn links_are_judged_at_apply(client: &kube::Client, ns: &str) {
+    use qdr_api::links::token::*;
+    let ar = ApiResource::from_gvk_with_plural(
+        &GroupVersionKind::gvk("interconnectedcloud.github.io", "v1alpha1", "Link"),
+        "links",
+    );
+    let links: Api<DynamicObject> = Api::namespaced_with(client.clone(), ns, &ar);
+    let link: DynamicObject = serde_json::from_value(json!({
+        "apiVersion": "interconnectedcloud.github.io/v1alpha1", "kind": "Link",
+        "metadata": {"name": "to-elsewhere"}, "spec": {"interconnect": "load-0-0", "tokenSecret": "missing"}
+    }))
+    .unwrap();
+    let err = links.create(&PostParams::default(), &link).await.unwrap_err();
+    let text = err.to_string();
+    assert!(text.contains("spec.tokenSecret") && text.contains("no such Secret"), "{text}");
+    let pem = "-----BEGIN CERTIFICATE-----\nMIIB\n-----END CERTIFICATE-----\n";
+    let token: Secret = serde_json::from_value(json!({
+        "metadata": {"name": "expired-token", "labels": {TOKEN_LABEL: "true"}, "annotations": {
+            ROLE_ANNOTATION: "inter-router", ENDPOINTS_ANNOTATION: "hub.example:55671",
+            EXPIRES_ANNOTATION: "2020-01-01T00:00:00Z", SITE_ANNOTATION: "b"}},
+        "type": TOKEN_TYPE,
+        "stringData": {CA_KEY: pem, CERT_KEY: pem, KEY_KEY: pem.replace("CERTIFICATE", "PRIVATE KEY")}
+    }))
+    .unwrap();
+    let err = Api::<Secret>::namespaced(client.clone(), ns)
+        .create(&PostParams::default(), &token)
+        .await
+        .unwrap_err();
+    let text = err.to_string();
+    assert!(text.contains("token-expires") && text.contains("has expired"), "{text}");
 }

@@ -217,8 +217,10 @@ fn webhook_definitions(s: &Sources, webhook: &Value) -> Result<Vec<Value>, Strin
                 "timeoutSeconds": w["timeoutSeconds"],
                 "rules": w["rules"],
             });
-            if let Some(p) = w.get("reinvocationPolicy") {
-                def["reinvocationPolicy"] = p.clone();
+            for key in ["reinvocationPolicy", "objectSelector"] {
+                if let Some(v) = w.get(key) {
+                    def[key] = v.clone();
+                }
             }
             out.push(def);
         }

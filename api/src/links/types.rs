@@ -56,6 +56,7 @@ pub struct ExternalHost {
     shortname = "grant",
     namespaced,
     status = "AccessGrantStatus",
+    derive = "PartialEq",
     doc = "An AccessGrant lets one named remote site link its routers into an interior Interconnect of this namespace, with a token (a Secret) the controller issues for that site alone.",
     printcolumn(
         name = "Interconnect",
@@ -212,6 +213,7 @@ pub struct AccessGrantStatus {
     shortname = "qlink",
     namespaced,
     status = "LinkStatus",
+    derive = "PartialEq",
     doc = "A Link makes an Interconnect of this namespace dial another cluster's routers with the token (a Secret) that cluster's AccessGrant issued.",
     printcolumn(
         name = "Interconnect",

@@ -48,6 +48,11 @@ pub fn handle_with(webhook: Webhook, body: &[u8], checks: &Checks) -> Reply {
 
 /// Answers one decoded request under `checks` (see the module docs).
 pub fn answer(webhook: Webhook, req: &Request<'_>, checks: &Checks) -> Reply {
+    if webhook == Webhook::Validate
+        && let Some(reply) = super::links::answer(req, k8s_openapi::jiff::Timestamp::now())
+    {
+        return reply;
+    }
     if req.kind.group != GROUP || req.kind.kind != KIND {
         let message = format!(
             "this webhook admits only {GROUP} {KIND} objects, not {}/{} {}",

@@ -35,6 +35,7 @@
 
 mod answer;
 mod default;
+pub mod links;
 mod request;
 mod respond;
 mod validate;

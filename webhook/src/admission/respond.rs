@@ -71,6 +71,9 @@ pub struct Reply {
     /// Secret references still to be authorized as the requesting user: the reply is final
     /// only after [`Reply::authorized`] (or [`Reply::unauthorizable`]). `None`: final now.
     pub pending: Option<Pending>,
+    /// A Link still to be judged against its token and Interconnect: the reply is final only
+    /// after [`super::links::LinkPending::judged`]. `None`: final now.
+    pub link: Option<super::links::LinkPending>,
 }
 
 /// The Secret references of a review that the requesting user must be allowed to read
@@ -234,11 +237,17 @@ pub fn review_json(response: &AdmissionResponse) -> Value {
 }
 
 pub(super) fn text(reason: impl Into<String>) -> Reply {
-    Reply { http_status: 400, body: Body::Text(reason.into()), outcome: Outcome::BadRequest, pending: None }
+    Reply {
+        http_status: 400,
+        body: Body::Text(reason.into()),
+        outcome: Outcome::BadRequest,
+        pending: None,
+        link: None,
+    }
 }
 
 pub(super) fn reply(response: AdmissionResponse, outcome: Outcome) -> Reply {
-    Reply { http_status: 200, body: Body::Review(Box::new(response)), outcome, pending: None }
+    Reply { http_status: 200, body: Body::Review(Box::new(response)), outcome, pending: None, link: None }
 }
 
 /// An allowing response to the request with `uid`.
@@ -275,6 +284,18 @@ pub(super) fn denied_invalid(
     errors: &[FieldError],
     warns: &[String],
 ) -> AdmissionResponse {
+    denied_invalid_of(GROUP, KIND, uid, name, errors, warns)
+}
+
+/// [`denied_invalid`] for an object of `group` and `kind` (a Link, a token Secret).
+pub(super) fn denied_invalid_of(
+    group: &str,
+    kind: &str,
+    uid: &str,
+    name: &str,
+    errors: &[FieldError],
+    warns: &[String],
+) -> AdmissionResponse {
     let mut listed: Vec<FieldError> = errors.iter().take(MAX_CAUSES).cloned().collect();
     if errors.len() > MAX_CAUSES {
         listed.push(FieldError {
@@ -303,11 +324,15 @@ pub(super) fn denied_invalid(
         status: Some(StatusSummary::Failure),
         code: 422,
         reason: "Invalid".into(),
-        message: format!("{KIND}.{GROUP} {name:?} is invalid: {aggregate}"),
+        message: if group.is_empty() {
+            format!("{kind} {name:?} is invalid: {aggregate}")
+        } else {
+            format!("{kind}.{group} {name:?} is invalid: {aggregate}")
+        },
         details: Some(StatusDetails {
             name: name.into(),
-            group: GROUP.into(),
-            kind: KIND.into(),
+            group: group.into(),
+            kind: kind.into(),
             uid: String::new(),
             causes,
             retry_after_seconds: 0,
