@@ -442,7 +442,7 @@ async fn review(webhook: Webhook, st: &Arc<AppState>, request: Request, start: I
 /// ([`crate::admission::links::LinkPending::judged`]).
 async fn judge_link(
     client: &kube::Client,
-    link: &crate::admission::links::LinkPending,
+    link: &crate::admission::LinkPending,
 ) -> Result<crate::admission::Reply, kube::Error> {
     use k8s_openapi::api::core::v1::Secret;
     let secrets: kube::Api<Secret> = kube::Api::namespaced(client.clone(), &link.namespace);

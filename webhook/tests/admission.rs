@@ -900,6 +900,7 @@ fn a_token_secret_is_refused_with_every_problem_and_other_secrets_pass() {
         resp["status"]["message"].as_str().unwrap().split(':').next().unwrap(),
         "Secret \"t\" is invalid"
     );
-    let other = response(Webhook::Validate, &kind_review("", "Secret", "secrets", secret(json!({"app": "x"}))));
+    let other =
+        response(Webhook::Validate, &kind_review("", "Secret", "secrets", secret(json!({"app": "x"}))));
     assert_eq!(other["allowed"], true, "a Secret not labelled as a token is not judged");
 }

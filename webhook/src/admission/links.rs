@@ -19,32 +19,12 @@ use qdr_api::FieldError;
 use qdr_api::links::token::{TOKEN_LABEL, read_token};
 use qdr_api::links::{Link, validate_link, validate_link_refs};
 
-use super::respond::{GROUP, Outcome, Reply, bad_request_for_uid, denied_invalid_of, reply, response_for};
+use super::respond::{
+    GROUP, LinkPending, Outcome, Reply, bad_request_for_uid, denied_invalid_of, reply, response_for,
+};
 use crate::decode::Request;
 
-/// What the server must read to judge a Link: its token Secret and its Interconnect, both
-/// in the Link's namespace.
-#[derive(Debug, Clone, PartialEq)]
-pub struct LinkPending {
-    /// The request's uid.
-    pub(super) uid: String,
-    /// The Link (its name and spec).
-    pub(super) link: Link,
-    /// The namespace to read in.
-    pub namespace: String,
-}
-
 impl LinkPending {
-    /// The token Secret's name.
-    pub fn token_secret(&self) -> &str {
-        &self.link.spec.token_secret
-    }
-
-    /// The Interconnect's name.
-    pub fn interconnect(&self) -> &str {
-        &self.link.spec.interconnect
-    }
-
     /// The final reply, given the token Secret (`None`: it does not exist) and whether the
     /// Interconnect is interior (`None`: it does not exist or is not valid) at `now`.
     pub fn judged(&self, token: Option<&Secret>, interior: Option<bool>, now: Timestamp) -> Reply {

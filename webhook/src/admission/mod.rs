@@ -42,5 +42,7 @@ mod validate;
 
 pub use answer::{answer, handle, handle_with};
 pub use default::add_operations;
-pub use respond::{Body, GROUP, KIND, MAX_CAUSES, Outcome, Pending, Reply, Webhook, review_json};
+pub use respond::{
+    Body, GROUP, KIND, LinkPending, MAX_CAUSES, Outcome, Pending, Reply, Webhook, review_json,
+};
 pub use validate::{Checks, MAX_WARNING, carried_warning};

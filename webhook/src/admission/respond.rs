@@ -72,8 +72,32 @@ pub struct Reply {
     /// only after [`Reply::authorized`] (or [`Reply::unauthorizable`]). `None`: final now.
     pub pending: Option<Pending>,
     /// A Link still to be judged against its token and Interconnect: the reply is final only
-    /// after [`super::links::LinkPending::judged`]. `None`: final now.
-    pub link: Option<super::links::LinkPending>,
+    /// after [`LinkPending::judged`]. `None`: final now.
+    pub link: Option<LinkPending>,
+}
+
+/// What the server must read to judge a Link: its token Secret and its Interconnect, both
+/// in the Link's namespace.
+#[derive(Debug, Clone, PartialEq)]
+pub struct LinkPending {
+    /// The request's uid.
+    pub(super) uid: String,
+    /// The Link (its name and spec).
+    pub(super) link: qdr_api::links::Link,
+    /// The namespace to read in.
+    pub namespace: String,
+}
+
+impl LinkPending {
+    /// The token Secret's name.
+    pub fn token_secret(&self) -> &str {
+        &self.link.spec.token_secret
+    }
+
+    /// The Interconnect's name.
+    pub fn interconnect(&self) -> &str {
+        &self.link.spec.interconnect
+    }
 }
 
 /// The Secret references of a review that the requesting user must be allowed to read
