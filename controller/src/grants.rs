@@ -396,3 +396,59 @@ pub async fn run(client: kube::Client, namespace: &str) {
         .for_each(|_| futures::future::ready(()))
         .await;
 }
+
+/// The site's connections as the routers of its Interconnect report them (`observations`,
+/// by pod): every open inter-router or edge connection authenticated as the grant's site
+/// ([`site_user`]), the first 16 listed.
+pub fn site_connections(
+    g: &AccessGrant,
+    observations: &BTreeMap<String, crate::mesh::Observation>,
+) -> Vec<qdr_api::links::SiteConnection> {
+    let ns = g.metadata.namespace.clone().unwrap_or_default();
+    let user = site_user(&g.spec.site, &g.name_any(), &ns);
+    let mut out = Vec::new();
+    for (pod, o) in observations {
+        let crate::mesh::Observation::Answered(v) = o else { continue };
+        for c in v.detailed.iter().filter(|c| !c.outgoing && c.user.as_deref() == Some(user.as_str())) {
+            out.push(qdr_api::links::SiteConnection {
+                router: pod.clone(),
+                remote: c.peer.to_string(),
+                user: user.clone(),
+                uptime_seconds: c.uptime.and_then(|u| i64::try_from(u).ok()),
+            });
+        }
+    }
+    out
+}
+
+/// Writes what the routers report of each grant of an Interconnect (`connections`,
+/// `linked`, `lastSeen`: a merge patch of only those fields of the status, which the
+/// grant's own reconcile keeps), when the count or the connections changed (uptime alone
+/// is not written). A failed write is logged and made again by the next pass.
+pub(crate) async fn write_linked(
+    client: &kube::Client,
+    grants: &[Arc<AccessGrant>],
+    observations: &BTreeMap<String, crate::mesh::Observation>,
+) {
+    for g in grants {
+        let mut linked = site_connections(g, observations);
+        let count = i32::try_from(linked.len()).unwrap_or(i32::MAX);
+        linked.truncate(16);
+        let old = g.status.clone().unwrap_or_default();
+        let key = |l: &[qdr_api::links::SiteConnection]| -> Vec<(String, String)> {
+            l.iter().map(|c| (c.router.clone(), c.remote.clone())).collect()
+        };
+        if old.connections == Some(count) && key(&old.linked) == key(&linked) {
+            continue;
+        }
+        let mut patch = serde_json::json!({"status": {"connections": count, "linked": linked}});
+        if count > 0 {
+            patch["status"]["lastSeen"] = serde_json::json!(Timestamp::now().to_string());
+        }
+        let api: Api<AccessGrant> =
+            Api::namespaced(client.clone(), g.metadata.namespace.as_deref().unwrap_or_default());
+        if let Err(e) = api.patch_status(&g.name_any(), &PatchParams::default(), &Patch::Merge(patch)).await {
+            tracing::warn!(grant = %g.name_any(), error = %e, "could not write the grant's linked sites");
+        }
+    }
+}

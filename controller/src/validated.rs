@@ -54,6 +54,8 @@ pub struct ValidatedInterconnect {
     links: Vec<qdr_api::router_config::LinkConnector>,
     /// Whether the routers mount the links Secret ([`Self::with_links`]).
     links_mounted: bool,
+    /// The addresses its AccessGrants advertise ([`Self::with_advertised`]).
+    advertised: Vec<String>,
 }
 
 impl ValidatedInterconnect {
@@ -79,6 +81,7 @@ impl ValidatedInterconnect {
             management: false,
             links: Vec::new(),
             links_mounted: false,
+            advertised: Vec::new(),
         })
     }
 
@@ -104,6 +107,7 @@ impl ValidatedInterconnect {
             management: false,
             links: Vec::new(),
             links_mounted: false,
+            advertised: Vec::new(),
         })
     }
 
@@ -179,6 +183,22 @@ impl ValidatedInterconnect {
         self.links_mounted = mounted || !links.is_empty();
         self.links = links;
         self
+    }
+
+    /// This Interconnect with the addresses its AccessGrants advertise to other clusters
+    /// (their `status.endpoints` hosts), sorted and unique: the names its routers'
+    /// certificates carry besides the Service's (a change re-issues them, which rolls the
+    /// routers as any renewal does).
+    pub fn with_advertised(mut self, mut hosts: Vec<String>) -> Self {
+        hosts.sort();
+        hosts.dedup();
+        self.advertised = hosts;
+        self
+    }
+
+    /// The addresses its AccessGrants advertise ([`Self::with_advertised`]).
+    pub fn advertised(&self) -> &[String] {
+        &self.advertised
     }
 
     /// Whether the routers mount the links Secret ([`Self::with_links`]).

@@ -51,6 +51,10 @@ pub(crate) struct Cache {
     /// The token Secrets ([`qdr_api::links::token::TOKEN_LABEL`]), whole: a Link's token is
     /// read from here.
     pub(super) tokens: Store<Secret>,
+    /// Every AccessGrant of the watched namespaces, whole: the addresses a grant advertises
+    /// are names of its Interconnect's certificates, and the site connections its routers
+    /// report are the grant's status.
+    pub(super) grants: Store<qdr_api::links::AccessGrant>,
     /// Deployments written in this term, until the store catches up.
     pub(crate) written_deployments: Arc<Written<Deployment>>,
     /// DaemonSets written in this term, until the store catches up.
@@ -158,6 +162,7 @@ impl Cache {
             && futures::FutureExt::now_or_never(self.all_budgets.wait_until_ready()).is_some()
             && futures::FutureExt::now_or_never(self.links.wait_until_ready()).is_some()
             && futures::FutureExt::now_or_never(self.tokens.wait_until_ready()).is_some()
+            && futures::FutureExt::now_or_never(self.grants.wait_until_ready()).is_some()
             && futures::FutureExt::now_or_never(self.pods.wait_until_ready()).is_some();
         if ready {
             self.listed.store(true, Ordering::Relaxed);
@@ -209,6 +214,15 @@ impl Cache {
             .collect();
         links.sort_by(|a, b| a.0.metadata.name.cmp(&b.0.metadata.name));
         links
+    }
+
+    /// The AccessGrants of namespace `ns` that name Interconnect `name`, by name.
+    pub(crate) fn grants_of(&self, ns: &str, name: &str) -> Vec<Arc<qdr_api::links::AccessGrant>> {
+        let mut grants: Vec<_> = (self.grants.state().into_iter())
+            .filter(|g| g.metadata.namespace.as_deref() == Some(ns) && g.spec.interconnect == name)
+            .collect();
+        grants.sort_by(|a, b| a.metadata.name.cmp(&b.metadata.name));
+        grants
     }
 
     /// Secret `ns/name` as far as the stores know it.

@@ -351,6 +351,15 @@ pub(crate) fn watch(
             .reflect(token_writer)
             .touched_objects()
     };
+    let (grants, grant_writer) = reflector::store();
+    let grant_events = {
+        let (health, namespace) = (health.clone(), ns.to_string());
+        watcher(api::<qdr_api::links::AccessGrant>(client, ns), all.clone())
+            .default_backoff()
+            .inspect(move |event| health.watch_result(&namespace, "accessgrants", event.as_ref().map(drop)))
+            .reflect(grant_writer)
+            .touched_objects()
+    };
     let ic_reader = ic_store.clone();
     let link_reader = links.clone();
     let cache = Cache {
@@ -370,6 +379,7 @@ pub(crate) fn watch(
         all_budgets,
         links,
         tokens,
+        grants,
         written_deployments,
         written_daemon_sets,
         written_secrets,
@@ -408,6 +418,10 @@ pub(crate) fn watch(
         .watches_stream(link_events, |link: qdr_api::links::Link| {
             let ns = link.metadata.namespace.clone().unwrap_or_default();
             Some(ObjectRef::new(&link.spec.interconnect).within(&ns))
+        })
+        .watches_stream(grant_events, |grant: qdr_api::links::AccessGrant| {
+            let ns = grant.metadata.namespace.clone().unwrap_or_default();
+            Some(ObjectRef::new(&grant.spec.interconnect).within(&ns))
         })
         .watches_stream(token_events, move |token: Secret| {
             let ns = token.metadata.namespace.clone().unwrap_or_default();

@@ -14,10 +14,23 @@ use super::secrets::{NEXT_CRT, NEXT_KEY, data, text};
 use super::work::{CredentialsError, Leaf, Work};
 use crate::validated::ValidatedInterconnect;
 
-/// The DNS names of router certificates.
+/// The names of router certificates: the Service's DNS names, then every address the
+/// Interconnect's AccessGrants advertise to other clusters (host names and IP addresses,
+/// [`ValidatedInterconnect::advertised`]), so a site that dials one verifies it.
 fn dns_names(o: &ValidatedInterconnect) -> Vec<String> {
     let (n, ns) = (o.name(), o.namespace());
-    vec![n.to_string(), format!("{n}.{ns}"), format!("{n}.{ns}.svc"), format!("{n}.{ns}.svc.cluster.local")]
+    let mut names = vec![
+        n.to_string(),
+        format!("{n}.{ns}"),
+        format!("{n}.{ns}.svc"),
+        format!("{n}.{ns}.svc.cluster.local"),
+    ];
+    for a in o.advertised() {
+        if !names.contains(a) {
+            names.push(a.clone());
+        }
+    }
+    names
 }
 
 pub(super) fn leaf_step(

@@ -89,6 +89,31 @@ fn certificates_are_renewed_at_two_thirds_of_their_lifetime() {
         .unwrap();
 }
 
+#[test]
+fn the_addresses_grants_advertise_are_names_of_the_router_certificates() {
+    let o = owner(json!({}));
+    let t0 = SystemTime::now();
+    let mut ns = Existing::new();
+    let first = plan(&o, &ns, t0, LIFE, Routers::RolledOut).unwrap();
+    apply(&mut ns, &first);
+    // A grant advertises a load balancer's IP and a NAT name: the leaves are re-issued with
+    // both, and a site that dials either verifies the routers' certificate.
+    let advertised = o.clone().with_advertised(vec!["203.0.113.7".into(), "hub.example.com".into()]);
+    let again = plan(&advertised, &ns, t0, LIFE, Routers::RolledOut).unwrap();
+    assert!(
+        again.changes.iter().any(|c| matches!(c, CredentialChange::Renewed { why: "names changed", .. }))
+    );
+    apply(&mut ns, &again);
+    let leaf = get(&ns, LEAF, "tls.crt");
+    let ca = get(&ns, CA, "tls.crt");
+    for host in ["hub.example.com", "203.0.113.7", "mesh.ns.svc"] {
+        verify_leaf(&leaf, &ca, host, t0).unwrap_or_else(|e| panic!("{host}: {e}"));
+    }
+    assert!(verify_leaf(&leaf, &ca, "elsewhere.example", t0).is_err());
+    let quiet = plan(&advertised, &ns, t0, LIFE, Routers::RolledOut).unwrap();
+    assert!(quiet.update.is_empty(), "the same addresses, no re-issue");
+}
+
 /// A rotation step of `c`, as `stage mesh-ca` (renewals are `None`).
 fn step(c: &CredentialChange) -> Option<String> {
     match c {

@@ -426,7 +426,11 @@ async fn stages(
             &qdr_api::router_config::links_secret(valid.name()),
         )
         .is_some();
-    let valid = valid.with_links(resolved.connectors(), mounted);
+    let grants = cache.grants_of(valid.namespace(), valid.name());
+    let advertised = (grants.iter())
+        .flat_map(|g| g.status.iter().flat_map(|s| s.endpoints.iter().map(|e| e.host.clone())))
+        .collect();
+    let valid = valid.with_links(resolved.connectors(), mounted).with_advertised(advertised);
     let mut observed = observe::observe(&ctx.client, cache, &valid).await?;
     observed.live_tries = ctx.mesh.tries(&valid.namespaced_name());
     observed.links = resolved;
@@ -464,6 +468,11 @@ async fn stages(
         }
         None => (None, None),
     };
+    if !grants.is_empty()
+        && let Some(m) = &mesh
+    {
+        crate::grants::write_linked(&ctx.client, &grants, &m.observations).await;
+    }
     if !links_of.is_empty() {
         let none = std::collections::BTreeMap::new();
         let observations = mesh.as_ref().map_or(&none, |m| &m.observations);

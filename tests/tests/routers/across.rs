@@ -103,6 +103,22 @@ async fn a_token_links_two_networks_that_carry_messages_both_ways() {
     let took = routers::config_applied(&b, "spoke").await;
     say!("spoke ConfigApplied after {took:.1?} more");
 
+    // The offering side lists the site linked in, by its certificate's identity.
+    let grants = api(&a, "AccessGrant", "accessgrants");
+    let deadline = Instant::now() + Duration::from_secs(90);
+    loop {
+        let g = grants.get("site-b").await.unwrap();
+        if g.data["status"]["connections"] == 1 {
+            let linked = &g.data["status"]["linked"][0];
+            assert_eq!(linked["user"], format!("CN=b.site-b.{}", a.name), "{}", g.data["status"]);
+            assert_eq!(linked["router"], hub[0].0);
+            say!("token applied → the grant lists the site in {:.1?}", applied.elapsed());
+            break;
+        }
+        assert!(Instant::now() < deadline, "the grant lists no site: {}", g.data["status"]);
+        tokio::time::sleep(Duration::from_millis(250)).await;
+    }
+
     // Messages both ways, each acknowledged.
     let spoke = router_pods(&b, "spoke").await;
     let (hub_url, spoke_url) = (url(&hub[0].1, 5672), url(&spoke[0].1, 5672));
