@@ -253,6 +253,32 @@ pub fn reference(examples: &[(String, String)]) -> String {
             let _ = writeln!(out, "### `spec.{name}`\n\nFrom `{file}`:\n\n```yaml\n{}```\n", yaml);
         }
     }
+    for (crd, what) in [
+        (crate::links::grant_crd(), "lets one named remote site link into an interior Interconnect"),
+        (crate::links::link_crd(), "makes an Interconnect dial another cluster with a token"),
+    ] {
+        let v = &crd.spec.versions[0];
+        let schema = serde_json::to_value(
+            v.schema.as_ref().and_then(|s| s.open_api_v3_schema.as_ref()).expect("schema"),
+        )
+        .expect("json");
+        let kind = crd.spec.names.kind.clone();
+        let _ = writeln!(
+            out,
+            "# {kind} API reference\n\n`{}/{}` `{kind}` (short name `{}`), namespaced: {what} \
+             ([Linking Interconnects across clusters](multi-cluster.md)). No field has a default.\n",
+            crd.spec.group,
+            v.name,
+            crd.spec.names.short_names.clone().unwrap_or_default().join(", ")
+        );
+        let mut queue = vec![(kind.to_lowercase(), String::new(), schema)];
+        let mut i = 0;
+        while i < queue.len() {
+            let (explain, path, s) = queue[i].clone();
+            section(&mut out, &explain, &path, &s, &Value::Null, &mut queue);
+            i += 1;
+        }
+    }
     out
 }
 
