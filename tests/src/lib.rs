@@ -31,6 +31,7 @@ pub mod rbac;
 pub mod real_node;
 pub mod release;
 pub mod routers;
+pub mod stand_in;
 mod testbin;
 
 /// `NO_PROXY` for every process the harness starts and every kubectl: loopback and the real

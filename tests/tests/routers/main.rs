@@ -160,6 +160,7 @@ async fn observe(pods: &[(String, String)]) -> std::collections::BTreeMap<String
 }
 
 mod across;
+mod clusters;
 mod edges;
 mod examples;
 mod image;
