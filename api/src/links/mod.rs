@@ -16,6 +16,7 @@
 //! A, and A's CA key never leaves A.
 
 mod crd;
+pub mod site;
 pub mod token;
 mod types;
 mod validate;

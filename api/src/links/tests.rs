@@ -208,3 +208,68 @@ fn a_link_is_checked_against_its_token_and_interconnect() {
         assert!(offline.iter().any(|p| p == f), "the CRD does not refuse {f}: {offline:?}");
     }
 }
+
+/// Every `name` of a rendered configuration, by entity: qdrouterd refuses to start when two
+/// entities of any types share one (`duplicates unique attribute 'name'`).
+fn names_unique(config: &str) {
+    let v: serde_json::Value = serde_json::from_str(config).unwrap();
+    let names: Vec<&str> = v.as_array().unwrap().iter().filter_map(|e| e[1]["name"].as_str()).collect();
+    let mut unique = names.clone();
+    unique.sort();
+    unique.dedup();
+    assert_eq!(unique.len(), names.len(), "{names:?}");
+}
+
+#[test]
+fn a_site_outside_kubernetes_gets_a_configuration_qdrouterd_starts_with() {
+    use super::site::{SiteOptions, site_config};
+    let t = read_token(&good(), now()).unwrap();
+    let o = SiteOptions { id: "vm-1".into(), cert_dir: "/etc/site/".into(), listen: Some(5672) };
+    let config = site_config(&t, &o);
+    names_unique(&config);
+    let v: serde_json::Value = serde_json::from_str(&config).unwrap();
+    let entity = |e: &str| v.as_array().unwrap().iter().find(|x| x[0] == e).map(|x| x[1].clone()).unwrap();
+    assert_eq!(entity("router"), json!({"mode": "interior", "id": "vm-1"}));
+    assert_eq!(entity("sslProfile")["certFile"], "/etc/site/tls.crt");
+    let c = entity("connector");
+    assert_eq!(
+        (c["role"].as_str(), c["host"].as_str(), c["port"].as_i64()),
+        (Some("inter-router"), Some("hub.example.com"), Some(55671))
+    );
+    assert_eq!((c["cost"].as_i64(), c["verifyHostname"].as_bool()), (Some(3), Some(true)));
+    let edge = Token { role: GrantRole::Edge, ..t };
+    let v: serde_json::Value =
+        serde_json::from_str(&site_config(&edge, &SiteOptions { listen: None, ..o })).unwrap();
+    assert!(v.as_array().unwrap().iter().all(|x| x[0] != "listener"));
+    let c = v.as_array().unwrap().iter().find(|x| x[0] == "connector").unwrap();
+    assert_eq!((c[1]["role"].as_str(), c[1].get("cost")), (Some("edge"), None), "no cost on an edge link");
+}
+
+#[test]
+fn a_links_entities_have_names_no_other_entity_has() {
+    use crate::router_config::{LinkConnector, router_config};
+    let mut spec: crate::InterconnectSpec = serde_json::from_value(
+        json!({"deploymentPlan": {"role": "interior"}, "listeners": [{"port": 5672}]}),
+    )
+    .unwrap();
+    crate::apply_defaults("spoke", &mut spec);
+    let links: Vec<LinkConnector> = ["a", "tls-a", "b"]
+        .iter()
+        .map(|l| LinkConnector {
+            link: (*l).into(),
+            inter_router: true,
+            host: "hub.example.com".into(),
+            port: 55671,
+            cost: Some(2),
+            verify_hostname: true,
+        })
+        .collect();
+    let config = router_config(&spec).with_links(&links);
+    names_unique(&config.render());
+    let live: Vec<&str> = (config.sections.iter())
+        .filter(|s| crate::router_config::live::is_live(s))
+        .filter(|s| s.entity == "sslProfile" || s.entity == "connector")
+        .map(|s| s.entity)
+        .collect();
+    assert_eq!(live.len(), 6, "each link's sslProfile and connector are live");
+}

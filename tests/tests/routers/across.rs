@@ -130,3 +130,114 @@ async fn a_token_links_two_networks_that_carry_messages_both_ways() {
     assert_eq!(at_spoke.bodies().len(), 5);
     say!("token applied → messages both ways in {:.1?}", applied.elapsed());
 }
+
+/// A site outside Kubernetes: `kubectl qdr site-config` turns a grant's token into a
+/// qdrouterd configuration and certificate files, run here by a bare pod of the router image
+/// that the operator does not manage (as a VM would run it): it links in, the grant lists it
+/// by its certificate's identity, and messages cross.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_site_outside_kubernetes_links_with_a_token_and_is_listed_by_the_grant() {
+    let cp = cluster().await;
+    let a = cp.namespace("vm-site").await;
+    apply(cp, &a.name, &routers::interconnect("hub", json!({"deploymentPlan": {"size": 1}})));
+    routers::wait_ready(cp, &a.name, "hub", &controllers());
+    let host = format!("hub.{}.svc.cluster.local", a.name);
+    apply(
+        cp,
+        &a.name,
+        &json!({"apiVersion": "interconnectedcloud.github.io/v1alpha1", "kind": "AccessGrant",
+            "metadata": {"name": "site-vm"},
+            "spec": {"interconnect": "hub", "site": "vm", "externalHosts": [{"host": host}]}}),
+    );
+    let secrets: Api<Secret> = a.api();
+    let deadline = Instant::now() + Duration::from_secs(60);
+    let token = loop {
+        if let Some(t) = secrets.get_opt("site-vm-token").await.unwrap() {
+            break t;
+        }
+        assert!(Instant::now() < deadline, "no token");
+        tokio::time::sleep(Duration::from_millis(300)).await;
+    };
+    let dir = tempfile::tempdir().unwrap();
+    let file = dir.path().join("token.json");
+    std::fs::write(&file, portable(&token).to_string()).unwrap();
+    let out_dir = dir.path().join("site");
+    let out = std::process::Command::new(qdr_tests::components::binary("kubectl-qdr"))
+        .args(["site-config", "-f"])
+        .arg(&file)
+        .arg("--dir")
+        .arg(&out_dir)
+        .args(["--cert-dir", "/etc/site-certs", "--id", "vm-site"])
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let read = |f: &str| std::fs::read_to_string(out_dir.join(f)).unwrap();
+    let config = read("qdrouterd.json");
+    assert!(config.contains(&host) && config.contains("\"verifyHostname\": true"), "{config}");
+    // The machine: the router image, qdrouterd on the written files, nothing of the operator.
+    apply(
+        cp,
+        &a.name,
+        &json!({"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "vm-config"},
+                "data": {"qdrouterd.json": config}}),
+    );
+    apply(
+        cp,
+        &a.name,
+        &json!({"apiVersion": "v1", "kind": "Secret", "metadata": {"name": "vm-certs"},
+                "stringData": {"ca.crt": read("ca.crt"), "tls.crt": read("tls.crt"), "tls.key": read("tls.key")}}),
+    );
+    apply(
+        cp,
+        &a.name,
+        &json!({"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "vm", "labels": {"app": "vm"}},
+            "spec": {"automountServiceAccountToken": false, "containers": [{
+                "name": "qdrouterd", "image": routers::ROUTER_IMAGE, "imagePullPolicy": "Never",
+                "command": ["qdrouterd", "-c", "/etc/site-config/qdrouterd.json"],
+                "volumeMounts": [{"name": "config", "mountPath": "/etc/site-config"},
+                                 {"name": "certs", "mountPath": "/etc/site-certs"}]}],
+            "volumes": [{"name": "config", "configMap": {"name": "vm-config"}},
+                        {"name": "certs", "secret": {"secretName": "vm-certs"}}]}}),
+    );
+    let applied = Instant::now();
+    let pods: Api<k8s_openapi::api::core::v1::Pod> = a.api();
+    let deadline = Instant::now() + Duration::from_secs(90);
+    let vm_ip = loop {
+        let p = pods.get("vm").await.unwrap();
+        let status = p.status.unwrap_or_default();
+        if status.phase.as_deref() == Some("Running")
+            && let Some(ip) = status.pod_ip
+        {
+            break ip;
+        }
+        assert!(Instant::now() < deadline, "the site's router does not run: {status:?}");
+        tokio::time::sleep(Duration::from_millis(300)).await;
+    };
+    let grants = api(&a, "AccessGrant", "accessgrants");
+    let deadline = Instant::now() + Duration::from_secs(120);
+    loop {
+        let g = grants.get("site-vm").await.unwrap();
+        if g.data["status"]["connections"] == 1 {
+            assert_eq!(g.data["status"]["linked"][0]["user"], format!("CN=vm.site-vm.{}", a.name));
+            assert_eq!(g.data["status"]["linked"][0]["remote"], "vm-site");
+            break;
+        }
+        if Instant::now() >= deadline {
+            let logs = routers::kubectl(cp, &["logs", "-n", &a.name, "vm", "--tail=30"]);
+            let hub = router_pods(&a, "hub").await;
+            let conns = routers::qdmanage(cp, &a.name, &hub[0].0, &["query", "--type=connection"]);
+            panic!(
+                "the grant lists no site: {}\nthe site's router:\n{}{}\nthe hub's connections: {conns:?}",
+                g.data["status"],
+                String::from_utf8_lossy(&logs.stdout),
+                String::from_utf8_lossy(&logs.stderr)
+            );
+        }
+        tokio::time::sleep(Duration::from_millis(500)).await;
+    }
+    say!("the site outside Kubernetes listed by the grant {:.1?} after it started", applied.elapsed());
+    let hub = router_pods(&a, "hub").await;
+    let at_hub = Receiver::attach(&url(&hub[0].1, 5672), "vm/to-a", 3, &[]);
+    send(&url(&vm_ip, 5672), "vm/to-a", 0..3, "vm-", Duration::from_secs(60), &[]);
+    assert_eq!(at_hub.bodies().len(), 3);
+}
