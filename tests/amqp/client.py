@@ -36,7 +36,7 @@ def out(obj):
     print(json.dumps(obj), flush=True)
 
 
-def connect(args):
+def connect(args, url=None):
     kw = {"timeout": args.timeout}
     if args.user is not None:
         kw["user"] = args.user
@@ -55,7 +55,7 @@ def connect(args):
         kw["ssl_domain"] = domain
         if args.sni:
             kw["sni"] = args.sni
-    return BlockingConnection(args.url, **kw)
+    return BlockingConnection(url or args.url, **kw)
 
 
 def cmd_send(args):
@@ -139,7 +139,7 @@ def cmd_steady(args):
         while not done.is_set():
             conn = None
             try:
-                conn = connect(args)
+                conn = connect(args, args.receive_url)
                 r = conn.create_receiver(args.address, credit=100)
                 while not done.is_set():
                     try:
@@ -230,6 +230,7 @@ def main():
     p.add_argument("--presettled", action="store_true")
     p.add_argument("--rate", type=float, default=20)
     p.add_argument("--seconds", type=float, default=10)
+    p.add_argument("--receive-url", help="steady: the receiver's router (default: the sender's)")
     args = p.parse_args()
     args.address = args.target
     args.type = args.target

@@ -324,8 +324,22 @@ impl Steady {
     /// # Panics
     /// When the client cannot start.
     pub fn start(url: &str, address: &str, rate: u32, log: &Path) -> Steady {
+        Steady::across(url, url, address, rate, log)
+    }
+
+    /// [`Steady::start`] with the sender at `send_url` and the receiver at `receive_url`
+    /// (two routers: the messages cross their links).
+    ///
+    /// # Panics
+    /// When the client cannot start.
+    pub fn across(send_url: &str, receive_url: &str, address: &str, rate: u32, log: &Path) -> Steady {
         let rate = rate.to_string();
-        let cmd = client("steady", url, address, &["--rate", &rate, "--seconds", "3600", "--timeout", "20"]);
+        let cmd = client(
+            "steady",
+            send_url,
+            address,
+            &["--rate", &rate, "--seconds", "3600", "--timeout", "20", "--receive-url", receive_url],
+        );
         Steady { process: Process::spawn("steady-client", cmd, log).expect("the client starts") }
     }
 

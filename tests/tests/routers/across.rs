@@ -129,6 +129,65 @@ async fn a_token_links_two_networks_that_carry_messages_both_ways() {
     send(&hub_url, "across/to-b", 0..5, "a-to-b-", Duration::from_secs(60), &[]);
     assert_eq!(at_spoke.bodies().len(), 5);
     say!("token applied → messages both ways in {:.1?}", applied.elapsed());
+
+    // Renewal under traffic: a new token (the old one deleted, the grant issues another with
+    // a new certificate and key) applied on the other side changes the routers' files in
+    // place; nothing restarts, no client reconnects, nothing is lost.
+    let log = tempfile::NamedTempFile::new().unwrap();
+    let steady = routers::Steady::across(&spoke_url, &hub_url, "across/steady", 20, log.path());
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    let old_cert = token.data.as_ref().unwrap()[qdr_api::links::token::CERT_KEY].clone();
+    secrets.delete("site-b-token", &Default::default()).await.unwrap();
+    let deadline = Instant::now() + Duration::from_secs(60);
+    let renewed = loop {
+        if let Some(t) = secrets.get_opt("site-b-token").await.unwrap()
+            && t.data.as_ref().is_some_and(|d| d[qdr_api::links::token::CERT_KEY] != old_cert)
+        {
+            break t;
+        }
+        assert!(Instant::now() < deadline, "no new token");
+        tokio::time::sleep(Duration::from_millis(300)).await;
+    };
+    let reapplied = Instant::now();
+    apply(cp, &b.name, &portable(&renewed));
+    // The kubelet refreshes a mounted Secret at its next sync of the pod (a minute at most).
+    let new_pem =
+        String::from_utf8(renewed.data.as_ref().unwrap()[qdr_api::links::token::CERT_KEY].0.clone()).unwrap();
+    let file = format!(
+        "{}/{}",
+        qdr_api::router_config::LINKS_DIR,
+        qdr_api::router_config::link_key("to-hub", "tls.crt")
+    );
+    let deadline = Instant::now() + Duration::from_secs(150);
+    loop {
+        let out = routers::kubectl(cp, &["exec", "-n", &b.name, &spoke[0].0, "--", "cat", &file]);
+        if String::from_utf8_lossy(&out.stdout) == new_pem {
+            break;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "the router's file is not renewed: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        tokio::time::sleep(Duration::from_secs(1)).await;
+    }
+    say!("renewed token applied → the routers' files renewed in {:.1?}", reapplied.elapsed());
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    let traffic = steady.finish();
+    say!("renewal under traffic: {traffic}");
+    assert_eq!(
+        (traffic.lost, traffic.sender_reconnects, traffic.receiver_reconnects),
+        (0, 0, 0),
+        "{traffic}"
+    );
+    assert!(traffic.acknowledged > 20, "{traffic}");
+    let after = router_pods(&b, "spoke").await;
+    assert_eq!(after[0].0, spoke[0].0, "the spoke's router was not replaced");
+    let pod: k8s_openapi::api::core::v1::Pod = b.api().get(&spoke[0].0).await.unwrap();
+    let restarts = pod.status.and_then(|s| s.container_statuses).map(|c| c[0].restart_count);
+    assert_eq!(restarts, Some(0), "the spoke's router restarted");
+    let l = links.get("to-hub").await.unwrap();
+    assert_eq!(condition(&l, "Operational").unwrap()["status"], "True", "{}", l.data["status"]);
 }
 
 /// A site outside Kubernetes: `kubectl qdr site-config` turns a grant's token into a
