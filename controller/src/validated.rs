@@ -65,16 +65,21 @@ impl ValidatedInterconnect {
     /// [`ValidationError::Invalid`] with every violation; [`ValidationError::NotStored`] when the
     /// object has no name, namespace or uid.
     pub fn new(stored: &Interconnect) -> Result<ValidatedInterconnect, ValidationError> {
-        let name = stored.metadata.name.clone().ok_or(ValidationError::NotStored("name"))?;
-        let namespace = stored.metadata.namespace.clone().ok_or(ValidationError::NotStored("namespace"))?;
-        let owner_ref = stored.controller_owner_ref(&()).ok_or(ValidationError::NotStored("uid"))?;
-        let ic = defaults(stored);
-        let errors = validate_defaulted(&ic);
+        let o = Self::defaulted(stored)?;
+        let errors = validate_defaulted(&o.ic);
         if !errors.is_empty() {
             return Err(ValidationError::Invalid(errors));
         }
+        Ok(o)
+    }
+
+    /// `stored` with its metadata checked and its spec defaulted, nothing added.
+    fn defaulted(stored: &Interconnect) -> Result<ValidatedInterconnect, ValidationError> {
+        let name = stored.metadata.name.clone().ok_or(ValidationError::NotStored("name"))?;
+        let namespace = stored.metadata.namespace.clone().ok_or(ValidationError::NotStored("namespace"))?;
+        let owner_ref = stored.controller_owner_ref(&()).ok_or(ValidationError::NotStored("uid"))?;
         Ok(ValidatedInterconnect {
-            ic,
+            ic: defaults(stored),
             name,
             namespace,
             owner_ref,
@@ -96,19 +101,7 @@ impl ValidatedInterconnect {
     pub fn unvalidated_for_admission_parity(
         stored: &Interconnect,
     ) -> Result<ValidatedInterconnect, ValidationError> {
-        let name = stored.metadata.name.clone().ok_or(ValidationError::NotStored("name"))?;
-        let namespace = stored.metadata.namespace.clone().ok_or(ValidationError::NotStored("namespace"))?;
-        let owner_ref = stored.controller_owner_ref(&()).ok_or(ValidationError::NotStored("uid"))?;
-        Ok(ValidatedInterconnect {
-            ic: defaults(stored),
-            name,
-            namespace,
-            owner_ref,
-            management: false,
-            links: Vec::new(),
-            links_mounted: false,
-            advertised: Vec::new(),
-        })
+        Self::defaulted(stored)
     }
 
     /// This Interconnect with the operator's management sslProfile

@@ -173,6 +173,24 @@ where
         .flat_map(futures::stream::iter)
 }
 
+/// A store of every `K` that `config` selects in `ns` (whole objects), and the stream of
+/// those that appear, change or go (the wake-ups), its health reported as `what`.
+fn store_all<K: Watchable>(
+    (client, health): (&kube::Client, &Arc<Health>),
+    ns: &str,
+    config: watcher::Config,
+    what: &'static str,
+) -> (Store<K>, impl Stream<Item = Result<K, watcher::Error>> + Send + 'static) {
+    let (store, writer) = reflector::store();
+    let (health, namespace) = (health.clone(), ns.to_string());
+    let events = watcher(api::<K>(client, ns), config)
+        .default_backoff()
+        .inspect(move |event| health.watch_result(&namespace, what, event.as_ref().map(drop)))
+        .reflect(writer)
+        .touched_objects();
+    (store, events)
+}
+
 /// Starts nothing yet: builds the watches of namespace `ns` (empty: all namespaces), the
 /// [`Cache`] their stores fill, and the [`Controller`] over Interconnects that they wake
 /// (owned kinds, user-provided Secrets by the specs that name them, router pods by their
@@ -332,34 +350,11 @@ pub(crate) fn watch(
     // Every Link, and every token Secret (by its label): a Link appearing, changing or
     // going wakes the Interconnect it names; a token, the Interconnects of the Links that
     // name it.
-    let (links, link_writer) = reflector::store();
-    let link_events = {
-        let (health, namespace) = (health.clone(), ns.to_string());
-        watcher(api::<qdr_api::links::Link>(client, ns), all.clone())
-            .default_backoff()
-            .inspect(move |event| health.watch_result(&namespace, "links", event.as_ref().map(drop)))
-            .reflect(link_writer)
-            .touched_objects()
-    };
-    let (tokens, token_writer) = reflector::store();
-    let token_events = {
-        let (health, namespace) = (health.clone(), ns.to_string());
-        let selector = format!("{}=true", qdr_api::links::token::TOKEN_LABEL);
-        watcher(api::<Secret>(client, ns), all.clone().labels(&selector))
-            .default_backoff()
-            .inspect(move |event| health.watch_result(&namespace, "link tokens", event.as_ref().map(drop)))
-            .reflect(token_writer)
-            .touched_objects()
-    };
-    let (grants, grant_writer) = reflector::store();
-    let grant_events = {
-        let (health, namespace) = (health.clone(), ns.to_string());
-        watcher(api::<qdr_api::links::AccessGrant>(client, ns), all.clone())
-            .default_backoff()
-            .inspect(move |event| health.watch_result(&namespace, "accessgrants", event.as_ref().map(drop)))
-            .reflect(grant_writer)
-            .touched_objects()
-    };
+    let (links, link_events) = store_all::<qdr_api::links::Link>(c, ns, all.clone(), "links");
+    let token_selector = format!("{}=true", qdr_api::links::token::TOKEN_LABEL);
+    let (tokens, token_events) =
+        store_all::<Secret>(c, ns, all.clone().labels(&token_selector), "link tokens");
+    let (grants, grant_events) = store_all::<qdr_api::links::AccessGrant>(c, ns, all.clone(), "accessgrants");
     let ic_reader = ic_store.clone();
     let link_reader = links.clone();
     let cache = Cache {

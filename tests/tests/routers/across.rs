@@ -14,7 +14,7 @@ use serde_json::{Value, json};
 
 use crate::{cluster, controllers};
 
-fn api(ns: &qdr_tests::TestNamespace, kind: &str, plural: &str) -> Api<DynamicObject> {
+pub fn api(ns: &qdr_tests::TestNamespace, kind: &str, plural: &str) -> Api<DynamicObject> {
     let gvk = GroupVersionKind::gvk("interconnectedcloud.github.io", "v1alpha1", kind);
     Api::namespaced_with(ns.client.clone(), &ns.name, &ApiResource::from_gvk_with_plural(&gvk, plural))
 }
@@ -33,6 +33,51 @@ fn condition<'a>(o: &'a DynamicObject, type_: &str) -> Option<&'a Value> {
     o.data["status"]["conditions"].as_array()?.iter().find(|c| c["type"] == type_)
 }
 
+/// Applies AccessGrant `grant` for `site` on Interconnect `hub` of `ns`, advertising `host`
+/// (and `extra` spec fields), and returns its token once issued.
+pub async fn grant_token(
+    cp: &'static qdr_tests::ControlPlane,
+    ns: &qdr_tests::TestNamespace,
+    grant: &str,
+    site: &str,
+    host: &str,
+    extra: Value,
+) -> Secret {
+    let mut spec = json!({"interconnect": "hub", "site": site, "externalHosts": [{"host": host}]});
+    spec.as_object_mut().unwrap().extend(extra.as_object().cloned().unwrap_or_default());
+    apply(
+        cp,
+        &ns.name,
+        &json!({"apiVersion": "interconnectedcloud.github.io/v1alpha1", "kind": "AccessGrant",
+            "metadata": {"name": grant}, "spec": spec}),
+    );
+    let secrets: Api<Secret> = ns.api();
+    let deadline = Instant::now() + Duration::from_secs(60);
+    loop {
+        if let Some(t) = secrets.get_opt(&format!("{grant}-token")).await.unwrap() {
+            return t;
+        }
+        let g = api(ns, "AccessGrant", "accessgrants").get(grant).await.unwrap();
+        assert!(Instant::now() < deadline, "no token: {}", g.data["status"]);
+        tokio::time::sleep(Duration::from_millis(300)).await;
+    }
+}
+
+/// Waits until grant `grant` of `ns` lists one connection, of `user`, and returns its status.
+pub async fn listed(ns: &qdr_tests::TestNamespace, grant: &str, user: &str, timeout: Duration) -> Value {
+    let grants = api(ns, "AccessGrant", "accessgrants");
+    let deadline = Instant::now() + timeout;
+    loop {
+        let g = grants.get(grant).await.unwrap();
+        if g.data["status"]["connections"] == 1 {
+            assert_eq!(g.data["status"]["linked"][0]["user"], user, "{}", g.data["status"]);
+            return g.data["status"].clone();
+        }
+        assert!(Instant::now() < deadline, "the grant lists no site: {}", g.data["status"]);
+        tokio::time::sleep(Duration::from_millis(500)).await;
+    }
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_token_links_two_networks_that_carry_messages_both_ways() {
     let cp = cluster().await;
@@ -43,23 +88,8 @@ async fn a_token_links_two_networks_that_carry_messages_both_ways() {
     // The address the other side dials: the hub's Service by its cluster name, which the
     // routers' certificate names (a NAT address the admin names, as `externalHosts`).
     let host = format!("hub.{}.svc.cluster.local", a.name);
-    apply(
-        cp,
-        &a.name,
-        &json!({"apiVersion": "interconnectedcloud.github.io/v1alpha1", "kind": "AccessGrant",
-            "metadata": {"name": "site-b"},
-            "spec": {"interconnect": "hub", "site": "b", "expiry": "720h", "externalHosts": [{"host": host}]}}),
-    );
+    let token = grant_token(cp, &a, "site-b", "b", &host, json!({"expiry": "720h"})).await;
     let secrets: Api<Secret> = a.api();
-    let deadline = Instant::now() + Duration::from_secs(60);
-    let token = loop {
-        if let Some(t) = secrets.get_opt("site-b-token").await.unwrap() {
-            break t;
-        }
-        let grant = api(&a, "AccessGrant", "accessgrants").get("site-b").await.unwrap();
-        assert!(Instant::now() < deadline, "no token: {}", grant.data["status"]);
-        tokio::time::sleep(Duration::from_millis(300)).await;
-    };
     let ann = token.metadata.annotations.clone().unwrap_or_default();
     assert_eq!(ann[qdr_api::links::token::ENDPOINTS_ANNOTATION], format!("{host}:55671"));
     assert_eq!(ann[qdr_api::links::token::ROLE_ANNOTATION], "inter-router");
@@ -104,20 +134,9 @@ async fn a_token_links_two_networks_that_carry_messages_both_ways() {
     say!("spoke ConfigApplied after {took:.1?} more");
 
     // The offering side lists the site linked in, by its certificate's identity.
-    let grants = api(&a, "AccessGrant", "accessgrants");
-    let deadline = Instant::now() + Duration::from_secs(90);
-    loop {
-        let g = grants.get("site-b").await.unwrap();
-        if g.data["status"]["connections"] == 1 {
-            let linked = &g.data["status"]["linked"][0];
-            assert_eq!(linked["user"], format!("CN=b.site-b.{}", a.name), "{}", g.data["status"]);
-            assert_eq!(linked["router"], hub[0].0);
-            say!("token applied → the grant lists the site in {:.1?}", applied.elapsed());
-            break;
-        }
-        assert!(Instant::now() < deadline, "the grant lists no site: {}", g.data["status"]);
-        tokio::time::sleep(Duration::from_millis(250)).await;
-    }
+    let status = listed(&a, "site-b", &format!("CN=b.site-b.{}", a.name), Duration::from_secs(90)).await;
+    assert_eq!(status["linked"][0]["router"], hub[0].0);
+    say!("token applied → the grant lists the site in {:.1?}", applied.elapsed());
 
     // Messages both ways, each acknowledged.
     let spoke = router_pods(&b, "spoke").await;
@@ -201,22 +220,7 @@ async fn a_site_outside_kubernetes_links_with_a_token_and_is_listed_by_the_grant
     apply(cp, &a.name, &routers::interconnect("hub", json!({"deploymentPlan": {"size": 1}})));
     routers::wait_ready(cp, &a.name, "hub", &controllers());
     let host = format!("hub.{}.svc.cluster.local", a.name);
-    apply(
-        cp,
-        &a.name,
-        &json!({"apiVersion": "interconnectedcloud.github.io/v1alpha1", "kind": "AccessGrant",
-            "metadata": {"name": "site-vm"},
-            "spec": {"interconnect": "hub", "site": "vm", "externalHosts": [{"host": host}]}}),
-    );
-    let secrets: Api<Secret> = a.api();
-    let deadline = Instant::now() + Duration::from_secs(60);
-    let token = loop {
-        if let Some(t) = secrets.get_opt("site-vm-token").await.unwrap() {
-            break t;
-        }
-        assert!(Instant::now() < deadline, "no token");
-        tokio::time::sleep(Duration::from_millis(300)).await;
-    };
+    let token = grant_token(cp, &a, "site-vm", "vm", &host, json!({})).await;
     let dir = tempfile::tempdir().unwrap();
     let file = dir.path().join("token.json");
     std::fs::write(&file, portable(&token).to_string()).unwrap();
@@ -272,28 +276,8 @@ async fn a_site_outside_kubernetes_links_with_a_token_and_is_listed_by_the_grant
         assert!(Instant::now() < deadline, "the site's router does not run: {status:?}");
         tokio::time::sleep(Duration::from_millis(300)).await;
     };
-    let grants = api(&a, "AccessGrant", "accessgrants");
-    let deadline = Instant::now() + Duration::from_secs(120);
-    loop {
-        let g = grants.get("site-vm").await.unwrap();
-        if g.data["status"]["connections"] == 1 {
-            assert_eq!(g.data["status"]["linked"][0]["user"], format!("CN=vm.site-vm.{}", a.name));
-            assert_eq!(g.data["status"]["linked"][0]["remote"], "vm-site");
-            break;
-        }
-        if Instant::now() >= deadline {
-            let logs = routers::kubectl(cp, &["logs", "-n", &a.name, "vm", "--tail=30"]);
-            let hub = router_pods(&a, "hub").await;
-            let conns = routers::qdmanage(cp, &a.name, &hub[0].0, &["query", "--type=connection"]);
-            panic!(
-                "the grant lists no site: {}\nthe site's router:\n{}{}\nthe hub's connections: {conns:?}",
-                g.data["status"],
-                String::from_utf8_lossy(&logs.stdout),
-                String::from_utf8_lossy(&logs.stderr)
-            );
-        }
-        tokio::time::sleep(Duration::from_millis(500)).await;
-    }
+    let status = listed(&a, "site-vm", &format!("CN=vm.site-vm.{}", a.name), Duration::from_secs(120)).await;
+    assert_eq!(status["linked"][0]["remote"], "vm-site", "the router id the site's configuration gives");
     say!("the site outside Kubernetes listed by the grant {:.1?} after it started", applied.elapsed());
     let hub = router_pods(&a, "hub").await;
     let at_hub = Receiver::attach(&url(&hub[0].1, 5672), "vm/to-a", 3, &[]);

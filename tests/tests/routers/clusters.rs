@@ -10,14 +10,13 @@
 
 use std::time::{Duration, Instant};
 
-use k8s_openapi::api::core::v1::Secret;
 use kube::api::{Api, ApiResource, DynamicObject, GroupVersionKind};
 use qdr_tests::components;
 use qdr_tests::routers::{self, Receiver, apply, router_pods, send, url};
 use qdr_tests::{ControlPlane, Options};
 use serde_json::{Value, json};
 
-use crate::across::portable;
+use crate::across::{grant_token, listed, portable};
 use crate::{cluster, controllers};
 
 fn dynamic(ns: &qdr_tests::TestNamespace, kind: &str, plural: &str) -> Api<DynamicObject> {
@@ -56,22 +55,7 @@ async fn two_api_servers_linked_by_a_token_carry_messages_and_report_both_ends()
     apply(cp_a, &a.name, &routers::interconnect("hub", json!({"deploymentPlan": {"size": 1}})));
     routers::wait_ready(cp_a, &a.name, "hub", &controllers());
     let host = format!("hub.{}.svc.cluster.local", a.name);
-    apply(
-        cp_a,
-        &a.name,
-        &json!({"apiVersion": "interconnectedcloud.github.io/v1alpha1", "kind": "AccessGrant",
-            "metadata": {"name": "site-b"},
-            "spec": {"interconnect": "hub", "site": "b", "expiry": "720h", "externalHosts": [{"host": host}]}}),
-    );
-    let secrets: Api<Secret> = a.api();
-    let deadline = Instant::now() + Duration::from_secs(60);
-    let token = loop {
-        if let Some(t) = secrets.get_opt("site-b-token").await.unwrap() {
-            break t;
-        }
-        assert!(Instant::now() < deadline, "no token");
-        tokio::time::sleep(Duration::from_millis(300)).await;
-    };
+    let token = grant_token(cp_a, &a, "site-b", "b", &host, json!({"expiry": "720h"})).await;
 
     // B refuses at apply what cannot work, through its own webhook: a Link naming a token
     // not applied yet, and the token for an edge Interconnect.
@@ -142,17 +126,7 @@ async fn two_api_servers_linked_by_a_token_carry_messages_and_report_both_ends()
     say!("B: token applied → messages both ways in {:.1?}", applied.elapsed());
 
     // A sees the site, by its certificate's identity.
-    let grants = dynamic(&a, "AccessGrant", "accessgrants");
-    let deadline = Instant::now() + Duration::from_secs(120);
-    loop {
-        let g = grants.get("site-b").await.unwrap();
-        if g.data["status"]["connections"] == 1 {
-            assert_eq!(g.data["status"]["linked"][0]["user"], format!("CN=b.site-b.{}", a.name));
-            break;
-        }
-        assert!(Instant::now() < deadline, "A's grant lists no site: {}", g.data["status"]);
-        tokio::time::sleep(Duration::from_millis(500)).await;
-    }
+    listed(&a, "site-b", &format!("CN=b.site-b.{}", a.name), Duration::from_secs(120)).await;
     say!("A: token applied → the grant lists site b in {:.1?}", applied.elapsed());
     drop(stand_in);
     drop(controller_b);
