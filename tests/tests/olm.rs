@@ -764,7 +764,8 @@ async fn olm_upgrades_the_go_operator_to_this_bundle_and_removes_it() {
     // Least privilege per install mode (issue 72): in an OwnNamespace OperatorGroup the
     // controller may write Secrets, Deployments and Roles in its namespace only (the CSV's
     // `permissions`, which OLM grants per target namespace); widened to AllNamespaces, OLM
-    // lifts them cluster-wide. The webhook's one cluster-wide right is SubjectAccessReviews.
+    // lifts them cluster-wide. The webhook's one cluster-wide right is SubjectAccessReviews;
+    // it reads a Link's token and Interconnect in the target namespaces (issue 73).
     let controller = format!("--as=system:serviceaccount:{OPERATOR_NS}:qdr-controller");
     let webhook = format!("--as=system:serviceaccount:{OPERATOR_NS}:qdr-webhook");
     let can = |verb: &str, resource: &str, ns: Option<&str>, who: &str| -> bool {
@@ -789,7 +790,11 @@ async fn olm_upgrades_the_go_operator_to_this_bundle_and_removes_it() {
         );
     }
     assert!(can("create", "subjectaccessreviews.authorization.k8s.io", None, &webhook));
-    assert!(!can("get", "secrets", Some(outside), &webhook), "the webhook reads no Secret under OLM");
+    assert!(
+        !can("get", "secrets", Some(outside), &webhook),
+        "the webhook reads no Secret outside the target namespaces under OLM"
+    );
+    assert!(can("get", "secrets", Some(OPERATOR_NS), &webhook), "the webhook reads a Link's token there");
     say!("OwnNamespace: the controller's rights are its namespace's only");
     // SingleNamespace (another namespace than the operator's): OLM copies the `permissions`
     // there, and nowhere else.

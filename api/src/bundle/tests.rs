@@ -90,9 +90,10 @@ fn the_csv_carries_deploy_with_olm_owning_the_webhook_certificate() {
     };
     // Issue 72: the controller's rules are a namespace's (OLM grants them in each target
     // namespace, cluster-wide only for AllNamespaces); only the webhook's SubjectAccessReviews
-    // are cluster-wide.
+    // are cluster-wide. Issue 73: the webhook's reads of a Link's token and Interconnect are
+    // a namespace's too (Links are reconciled in the target namespaces only).
     assert_eq!(perms("clusterPermissions"), ["qdr-webhook"]);
-    assert_eq!(perms("permissions"), ["qdr-controller"]);
+    assert_eq!(perms("permissions"), ["qdr-controller", "qdr-webhook"]);
     let cluster = serde_json::to_string(&csv["spec"]["install"]["spec"]["clusterPermissions"]).unwrap();
     assert!(cluster.contains("subjectaccessreviews") && !cluster.contains("secrets"), "{cluster}");
     // Both webhooks, on the webhook Deployment's https port, paths as in deploy/.
@@ -111,9 +112,13 @@ fn the_csv_carries_deploy_with_olm_owning_the_webhook_certificate() {
         summary,
         [
             ("ValidatingAdmissionWebhook".into(), "/validate".into(), 8443),
+            ("ValidatingAdmissionWebhook".into(), "/validate".into(), 8443),
             ("MutatingAdmissionWebhook".into(), "/mutate".into(), 8443)
         ]
     );
+    // The token Secrets' webhook keeps its object selector: no other Secret reaches it.
+    let tokens = hooks.iter().find(|h| h["generateName"] == "vlinktoken.qdr-operator.io").unwrap();
+    assert_eq!(tokens["objectSelector"]["matchLabels"][qdr_api_token_label()], "true", "{tokens}");
     assert!(hooks.iter().all(|h| h["deploymentName"] == "qdr-webhook" && h["containerPort"] == 443));
     // Every example, as JSON the console can parse.
     let examples: Vec<Value> =
@@ -201,6 +206,10 @@ fn a_deploy_that_changed_shape_is_refused_not_rendered_wrong() {
     let mut s = sources();
     s.deploy.retain(|d| d["kind"] != "MutatingWebhookConfiguration");
     assert!(render(&s).unwrap_err().contains("MutatingWebhookConfiguration"));
+}
+
+fn qdr_api_token_label() -> &'static str {
+    crate::links::token::TOKEN_LABEL
 }
 
 #[test]
