@@ -37,8 +37,9 @@ pub async fn run_controllers(ctx: Arc<Context>, namespaces: &[String]) {
 /// [`crate::cache`]; there is no debounce: the controller's own writes do not wake it.
 pub async fn run_controller(ctx: Arc<Context>, namespace: &str) {
     let process = ctx.clone();
+    let links_on = links_installed(&ctx.client, namespace).await;
     let (cache, controller) =
-        crate::cache::watch(&ctx.client, &ctx.health, namespace, move |ic| process.forget(ic));
+        crate::cache::watch(&ctx.client, &ctx.health, namespace, links_on, move |ic| process.forget(ic));
     let ctx = Arc::new(ctx.for_term(cache));
     // A follower publishes no per-Interconnect series: frozen values would outlive the term.
     let _series = ctx.metrics.interconnect_series_guard();
@@ -49,7 +50,12 @@ pub async fn run_controller(ctx: Arc<Context>, namespace: &str) {
     // Interconnect, which takes the new answers.
     let mesh_reads = ctx.mesh.subscribe(namespace);
     // The AccessGrants of the same namespaces, in the same term (`crate::grants`).
-    let grants = crate::grants::run(ctx.client.clone(), namespace);
+    let client = ctx.client.clone();
+    let grants = async move {
+        if links_on {
+            crate::grants::run(client, namespace).await;
+        }
+    };
     let interconnects = controller
         .with_config(cfg)
         .reconcile_on(mesh_reads)
@@ -63,6 +69,39 @@ pub async fn run_controller(ctx: Arc<Context>, namespace: &str) {
             futures::future::ready(())
         });
     futures::future::join(interconnects, grants).await;
+}
+
+/// Whether the AccessGrant and Link CRDs are installed (the API server serves both kinds).
+/// Without them (the controller upgraded before its CRDs), links across clusters are off for
+/// the term, with a warning, and everything else runs: a watch of a kind the API server does
+/// not serve would keep the controller's stores from ever being listed. Any answer but "not
+/// found" counts as installed (the watches then report what is wrong).
+pub async fn links_installed(client: &kube::Client, namespace: &str) -> bool {
+    use kube::api::{Api, ListParams};
+    let params = ListParams::default().limit(1);
+    fn missing<T>(r: &Result<T, kube::Error>) -> bool {
+        matches!(r, Err(kube::Error::Api(e)) if e.code == 404)
+    }
+    fn api<K>(client: &kube::Client, namespace: &str) -> Api<K>
+    where
+        K: kube::Resource<Scope = k8s_openapi::NamespaceResourceScope, DynamicType = ()>,
+    {
+        if namespace.is_empty() {
+            Api::all(client.clone())
+        } else {
+            Api::namespaced(client.clone(), namespace)
+        }
+    }
+    let grants = api::<qdr_api::links::AccessGrant>(client, namespace).list_metadata(&params).await;
+    let links = api::<qdr_api::links::Link>(client, namespace).list_metadata(&params).await;
+    let on = !missing(&grants) && !missing(&links);
+    if !on {
+        tracing::warn!(
+            "the AccessGrant and Link CRDs are not installed: links across clusters are off until the controller \
+             restarts with them installed"
+        );
+    }
+    on
 }
 
 /// Runs `work()` while `leading` is true, and drops it the moment `leading` turns false

@@ -189,12 +189,20 @@ async fn the_namespaced_overlay_grants_roles_in_the_watched_namespaces_only() {
     for ns in &watched {
         let role = docs
             .iter()
-            .find(|d| d["kind"] == "Role" && d["metadata"]["namespace"] == ns.as_str())
+            .find(|d| {
+                d["kind"] == "Role"
+                    && d["metadata"]["namespace"] == ns.as_str()
+                    && d["metadata"]["name"] == "qdr-operator-controller"
+            })
             .unwrap_or_else(|| panic!("no Role in {ns}"));
         assert_eq!(&role["rules"], cluster_rules, "the Role in {ns} differs from the ClusterRole");
         let binding = docs
             .iter()
-            .find(|d| d["kind"] == "RoleBinding" && d["metadata"]["namespace"] == ns.as_str())
+            .find(|d| {
+                d["kind"] == "RoleBinding"
+                    && d["metadata"]["namespace"] == ns.as_str()
+                    && d["metadata"]["name"] == "qdr-operator-controller"
+            })
             .unwrap_or_else(|| panic!("no RoleBinding in {ns}"));
         assert_eq!(binding["roleRef"]["name"], role["metadata"]["name"]);
         assert_eq!(
@@ -453,7 +461,11 @@ async fn helm_values_reach_the_objects() {
     assert_eq!(pod["automountServiceAccountToken"], serde_json::Value::Null);
     assert_eq!(
         objs["ClusterRole /qdr-operator-webhook"]["rules"],
-        serde_json::json!([{"apiGroups": ["authorization.k8s.io"], "resources": ["subjectaccessreviews"], "verbs": ["create"]}])
+        serde_json::json!([
+            {"apiGroups": ["authorization.k8s.io"], "resources": ["subjectaccessreviews"], "verbs": ["create"]},
+            {"apiGroups": [""], "resources": ["secrets"], "verbs": ["get"]},
+            {"apiGroups": ["interconnectedcloud.github.io"], "resources": ["interconnects"], "verbs": ["get"]}
+        ])
     );
     assert!(
         !objs.contains_key("Role qdr-operator/qdr-operator-webhook"),

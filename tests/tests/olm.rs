@@ -717,11 +717,13 @@ async fn olm_upgrades_the_go_operator_to_this_bundle_and_removes_it() {
             .unwrap()
             .contains(&json!(format!("--tls-dir={}", qdr_api::bundle::OLM_CERT_DIR)))
     );
-    for kind in ["validatingwebhookconfiguration", "mutatingwebhookconfiguration"] {
+    // One configuration per webhook definition: the validating webhook of Interconnects and
+    // Links, the one of token Secrets (its object selector kept), the mutating webhook.
+    for (kind, count) in [("validatingwebhookconfiguration", 2), ("mutatingwebhookconfiguration", 1)] {
         let configs = get(cp, &[kind, "-l", &format!("olm.owner={csv_name}")]).unwrap();
         let items = configs["items"].as_array().unwrap();
-        assert_eq!(items.len(), 1, "{kind} made by OLM: {configs}");
-        for w in items[0]["webhooks"].as_array().unwrap() {
+        assert_eq!(items.len(), count, "{kind} made by OLM: {configs}");
+        for w in items.iter().flat_map(|i| i["webhooks"].as_array().unwrap()) {
             assert_eq!(w["clientConfig"]["service"]["name"], "qdr-webhook-service", "{w}");
             assert!(w["clientConfig"]["caBundle"].as_str().is_some_and(|b| !b.is_empty()), "{w}");
         }

@@ -21,7 +21,15 @@ pub(super) fn csv(s: &Sources) -> Result<Value, String> {
     let install = install(s)?;
     let meta = csv["metadata"].as_object_mut().ok_or("deploy/olm/csv.yaml has no metadata")?;
     meta.insert("name".into(), json!(format!("{PACKAGE}.v{}", s.version)));
-    let examples: Vec<&Value> = s.examples.iter().filter(|e| e["kind"] == "Interconnect").collect();
+    let mut examples: Vec<Value> =
+        s.examples.iter().filter(|e| e["kind"] == "Interconnect").cloned().collect();
+    // One of each kind of links across clusters (docs/multi-cluster.md), for the console's
+    // "create" form: a grant on the hub, a Link with its token.
+    examples.push(json!({"apiVersion": "interconnectedcloud.github.io/v1alpha1", "kind": "AccessGrant",
+        "metadata": {"name": "site-b"},
+        "spec": {"interconnect": "hub", "site": "b", "role": "inter-router", "expiry": "720h"}}));
+    examples.push(json!({"apiVersion": "interconnectedcloud.github.io/v1alpha1", "kind": "Link",
+        "metadata": {"name": "to-hub"}, "spec": {"interconnect": "spoke", "tokenSecret": "site-b-token"}}));
     let annotations = meta.entry("annotations").or_insert(json!({}));
     annotations["alm-examples"] = json!(serde_json::to_string_pretty(&examples).expect("JSON serializes"));
     annotations["containerImage"] = json!(install.controller_image);

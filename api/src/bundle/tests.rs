@@ -123,7 +123,10 @@ fn the_csv_carries_deploy_with_olm_owning_the_webhook_certificate() {
     // Every example, as JSON the console can parse.
     let examples: Vec<Value> =
         serde_json::from_str(csv["metadata"]["annotations"]["alm-examples"].as_str().unwrap()).unwrap();
-    assert_eq!(examples.len(), s.examples.iter().filter(|e| e["kind"] == "Interconnect").count());
+    assert_eq!(examples.len(), s.examples.iter().filter(|e| e["kind"] == "Interconnect").count() + 2);
+    for kind in ["AccessGrant", "Link"] {
+        assert!(examples.iter().any(|e| e["kind"] == kind), "no {kind} example");
+    }
     assert!(examples.len() >= 3);
     let related: Vec<&str> = csv["spec"]["relatedImages"]
         .as_array()

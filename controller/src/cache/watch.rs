@@ -174,34 +174,43 @@ where
 }
 
 /// A store of every `K` that `config` selects in `ns` (whole objects), and the stream of
-/// those that appear, change or go (the wake-ups), its health reported as `what`.
+/// those that appear, change or go (the wake-ups), its health reported as `what`. With `on`
+/// false (the kind's CRD is not installed), an empty store, listed, and no events.
 fn store_all<K: Watchable>(
     (client, health): (&kube::Client, &Arc<Health>),
     ns: &str,
     config: watcher::Config,
     what: &'static str,
-) -> (Store<K>, impl Stream<Item = Result<K, watcher::Error>> + Send + 'static) {
-    let (store, writer) = reflector::store();
+    on: bool,
+) -> (Store<K>, futures::stream::BoxStream<'static, Result<K, watcher::Error>>) {
+    let (store, mut writer) = reflector::store();
+    if !on {
+        writer.apply_watcher_event(&watcher::Event::Init);
+        writer.apply_watcher_event(&watcher::Event::InitDone);
+        return (store, futures::stream::empty().boxed());
+    }
     let (health, namespace) = (health.clone(), ns.to_string());
     let events = watcher(api::<K>(client, ns), config)
         .default_backoff()
         .inspect(move |event| health.watch_result(&namespace, what, event.as_ref().map(drop)))
         .reflect(writer)
         .touched_objects();
-    (store, events)
+    (store, events.boxed())
 }
 
 /// Starts nothing yet: builds the watches of namespace `ns` (empty: all namespaces), the
 /// [`Cache`] their stores fill, and the [`Controller`] over Interconnects that they wake
 /// (owned kinds, user-provided Secrets by the specs that name them, router pods by their
 /// `interconnect_cr` label). Polling the controller runs the watches; each watch reports
-/// its health (listed, failing) to `health`. `gone` is called with each Interconnect that
-/// was deleted (or is found missing when its watch lists again), after the term's memos of
-/// it were dropped.
+/// its health (listed, failing) to `health`. `links_on`: the AccessGrant and Link CRDs are
+/// installed (else their stores stay empty: [`crate::runtime::links_installed`]). `gone` is
+/// called with each Interconnect that was deleted (or is found missing when its watch lists
+/// again), after the term's memos of it were dropped.
 pub(crate) fn watch(
     client: &kube::Client,
     health: &Arc<Health>,
     ns: &str,
+    links_on: bool,
     gone: impl Fn(&Interconnect) + Send + 'static,
 ) -> (Cache, Controller<Interconnect>) {
     let c = (client, health);
@@ -350,11 +359,12 @@ pub(crate) fn watch(
     // Every Link, and every token Secret (by its label): a Link appearing, changing or
     // going wakes the Interconnect it names; a token, the Interconnects of the Links that
     // name it.
-    let (links, link_events) = store_all::<qdr_api::links::Link>(c, ns, all.clone(), "links");
+    let (links, link_events) = store_all::<qdr_api::links::Link>(c, ns, all.clone(), "links", links_on);
     let token_selector = format!("{}=true", qdr_api::links::token::TOKEN_LABEL);
     let (tokens, token_events) =
-        store_all::<Secret>(c, ns, all.clone().labels(&token_selector), "link tokens");
-    let (grants, grant_events) = store_all::<qdr_api::links::AccessGrant>(c, ns, all.clone(), "accessgrants");
+        store_all::<Secret>(c, ns, all.clone().labels(&token_selector), "link tokens", links_on);
+    let (grants, grant_events) =
+        store_all::<qdr_api::links::AccessGrant>(c, ns, all.clone(), "accessgrants", links_on);
     let ic_reader = ic_store.clone();
     let link_reader = links.clone();
     let cache = Cache {
