@@ -63,16 +63,7 @@ pub const CHART_CRD_PATH: &str =
 /// `required` lists of [`rules`].
 pub fn crd() -> CustomResourceDefinition {
     let mut crd = Interconnect::crd();
-    for version in &mut crd.spec.versions {
-        let schema = version
-            .schema
-            .as_mut()
-            .and_then(|s| s.open_api_v3_schema.as_mut())
-            .expect("kube derives an openAPIV3Schema");
-        let mut value = serde_json::to_value(&*schema).expect("schema serializes");
-        rules::apply(&mut value);
-        *schema = serde_json::from_value(value).expect("rules keep the schema well-formed");
-    }
+    rules::edit_schema(&mut crd, rules::apply);
     crd
 }
 

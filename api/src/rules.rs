@@ -298,6 +298,43 @@ pub fn cel_rules() -> Vec<CelRule> {
     rules
 }
 
+/// Adds CEL rule `r` to the `x-kubernetes-validations` of its location in `schema`.
+pub(crate) fn add_rule(schema: &mut Value, r: &CelRule) {
+    let mut entry = json!({"rule": r.rule, "message": r.message});
+    if let Some(fp) = &r.field_path {
+        entry["fieldPath"] = json!(fp);
+    }
+    if let Some(reason) = r.reason {
+        entry["reason"] = json!(reason);
+    }
+    let n = node(schema, &r.location);
+    match n.get_mut("x-kubernetes-validations").and_then(Value::as_array_mut) {
+        Some(list) => list.push(entry),
+        None => n["x-kubernetes-validations"] = json!([entry]),
+    }
+}
+
+/// Runs `edit` on the `openAPIV3Schema` of every version of `crd`, as JSON.
+///
+/// # Panics
+/// When the schema is missing or `edit` leaves it malformed (programming errors the CRD
+/// tests catch).
+pub(crate) fn edit_schema(
+    crd: &mut k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition,
+    edit: impl Fn(&mut Value),
+) {
+    for version in &mut crd.spec.versions {
+        let schema = version
+            .schema
+            .as_mut()
+            .and_then(|s| s.open_api_v3_schema.as_mut())
+            .expect("kube derives an openAPIV3Schema");
+        let mut value = serde_json::to_value(&*schema).expect("schema serializes");
+        edit(&mut value);
+        *schema = serde_json::from_value(value).expect("the rules keep the schema well-formed");
+    }
+}
+
 pub(crate) fn node<'a>(schema: &'a mut Value, location: &str) -> &'a mut Value {
     let mut cur = schema;
     if location.is_empty() {
@@ -335,18 +372,7 @@ pub fn apply(schema: &mut Value) {
         "properties": {"name": {"type": "string", "maxLength": 63, "pattern": NAME_PATTERN}}
     });
     for r in cel_rules() {
-        let mut entry = json!({"rule": r.rule, "message": r.message});
-        if let Some(fp) = &r.field_path {
-            entry["fieldPath"] = json!(fp);
-        }
-        if let Some(reason) = r.reason {
-            entry["reason"] = json!(reason);
-        }
-        let n = node(schema, &r.location);
-        match n.get_mut("x-kubernetes-validations").and_then(Value::as_array_mut) {
-            Some(list) => list.push(entry),
-            None => n["x-kubernetes-validations"] = json!([entry]),
-        }
+        add_rule(schema, &r);
     }
     // Quantities: the API server does not check them in a CRD (`cpu: abc` was stored, and
     // every apply of the Deployment failed). A CEL `isQuantity` over these maps exceeds the

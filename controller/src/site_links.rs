@@ -169,10 +169,9 @@ pub fn status(
                     _ => None,
                 })
                 .collect();
-            let up: Vec<&crate::mesh::Connection> = (answered.iter())
-                .flat_map(|v| v.detailed.iter())
-                .filter(|d| d.outgoing && (d.host == plain || d.host == endpoint))
-                .collect();
+            let dials = |d: &&crate::mesh::Connection| d.outgoing && (d.host == plain || d.host == endpoint);
+            let up: Vec<&crate::mesh::Connection> =
+                (answered.iter()).flat_map(|v| v.detailed.iter()).filter(dials).collect();
             if answered.is_empty() {
                 st.conditions.push(condition(
                     "Operational",
@@ -184,11 +183,7 @@ pub fn status(
                 st.remote_router = Some(first.peer.to_string());
                 st.uptime_seconds = first.uptime.and_then(|u| i64::try_from(u).ok());
                 st.tls_protocol = first.tls.clone();
-                let routers = (answered.iter())
-                    .filter(|v| {
-                        v.detailed.iter().any(|d| d.outgoing && (d.host == plain || d.host == endpoint))
-                    })
-                    .count();
+                let routers = (answered.iter()).filter(|v| v.detailed.iter().any(|d| dials(&d))).count();
                 st.conditions.push(condition(
                     "Operational",
                     "True",

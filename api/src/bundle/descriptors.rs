@@ -37,26 +37,33 @@ pub(super) fn first_sentence(text: &str) -> String {
     }
 }
 
+/// The storage version of a CRD (as JSON).
+fn storage_version(crd: &Value) -> Result<&Value, String> {
+    (crd["spec"]["versions"].as_array())
+        .and_then(|v| v.iter().find(|v| v["storage"] == true))
+        .ok_or_else(|| format!("CRD {} has no storage version", crd["metadata"]["name"]))
+}
+
+/// A spec or status descriptor of field `field` of the schema properties `props`, at
+/// `path`, with the schema's first sentence and the `x` descriptors.
+fn describe(props: &Value, path: &str, field: &str, x: &[&str]) -> Value {
+    let mut d = json!({
+        "path": path,
+        "displayName": display_name(field),
+        "description": first_sentence(props[field]["description"].as_str().unwrap_or_default()),
+    });
+    if !x.is_empty() {
+        d["x-descriptors"] = json!(x);
+    }
+    d
+}
+
 /// The CSV's owned CRD: its kinds of children, a spec descriptor for every top-level spec
 /// field and the main deployment-plan fields, status descriptors for the conditions and the
 /// router counts, each with the schema's own description.
 pub(super) fn owned_crd(s: &Sources) -> Result<Value, String> {
-    let version = s.crd["spec"]["versions"]
-        .as_array()
-        .and_then(|v| v.iter().find(|v| v["storage"] == true))
-        .ok_or("the CRD has no storage version")?;
+    let version = storage_version(&s.crd)?;
     let schema = &version["schema"]["openAPIV3Schema"]["properties"];
-    let describe = |props: &Value, path: &str, field: &str, x: &[&str]| -> Value {
-        let mut d = json!({
-            "path": path,
-            "displayName": display_name(field),
-            "description": first_sentence(props[field]["description"].as_str().unwrap_or_default()),
-        });
-        if !x.is_empty() {
-            d["x-descriptors"] = json!(x);
-        }
-        d
-    };
     let spec = &schema["spec"]["properties"];
     let plan = &spec["deploymentPlan"]["properties"];
     let mut spec_descriptors = Vec::new();
@@ -127,23 +134,10 @@ pub(super) fn owned_crd(s: &Sources) -> Result<Value, String> {
 /// top-level spec fields and its conditions, described from its schema; an AccessGrant makes
 /// a Secret (its token).
 pub(super) fn owned_link_crd(crd: &Value) -> Result<Value, String> {
-    let version = crd["spec"]["versions"]
-        .as_array()
-        .and_then(|v| v.iter().find(|v| v["storage"] == true))
-        .ok_or("a link CRD has no storage version")?;
+    let version = storage_version(crd)?;
     let schema = &version["schema"]["openAPIV3Schema"]["properties"];
     let kind = crd["spec"]["names"]["kind"].as_str().ok_or("a link CRD has no kind")?;
-    let describe = |props: &Value, field: &str, x: &[&str]| -> Value {
-        let mut d = json!({
-            "path": field,
-            "displayName": display_name(field),
-            "description": first_sentence(props[field]["description"].as_str().unwrap_or_default()),
-        });
-        if !x.is_empty() {
-            d["x-descriptors"] = json!(x);
-        }
-        d
-    };
+    let describe = |props: &Value, field: &str, x: &[&str]| describe(props, field, field, x);
     let spec = &schema["spec"]["properties"];
     let spec_descriptors: Vec<Value> = (spec.as_object().ok_or("a link CRD has no spec properties")?.keys())
         .map(|f| describe(spec, f, &[]))

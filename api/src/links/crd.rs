@@ -86,39 +86,18 @@ pub fn cel_rules() -> Vec<(&'static str, CelRule)> {
 }
 
 fn finish(crd: &mut CustomResourceDefinition, kind: &str, shape: impl Fn(&mut Value)) {
-    for version in &mut crd.spec.versions {
-        let schema = version
-            .schema
-            .as_mut()
-            .and_then(|s| s.open_api_v3_schema.as_mut())
-            .expect("kube derives an openAPIV3Schema");
-        let mut value = serde_json::to_value(&*schema).expect("schema serializes");
-        strip_defaults(&mut value);
-        reflow_descriptions(&mut value);
+    crate::rules::edit_schema(crd, |value| {
+        strip_defaults(value);
+        reflow_descriptions(value);
         value["properties"]["metadata"] = json!({
             "type": "object",
             "properties": {"name": {"type": "string", "maxLength": 63, "pattern": NAME_PATTERN}}
         });
-        shape(&mut value);
-        for (k, r) in cel_rules() {
-            if k != kind {
-                continue;
-            }
-            let mut entry = json!({"rule": r.rule, "message": r.message});
-            if let Some(fp) = &r.field_path {
-                entry["fieldPath"] = json!(fp);
-            }
-            if let Some(reason) = r.reason {
-                entry["reason"] = json!(reason);
-            }
-            let n = node(&mut value, &r.location);
-            match n.get_mut("x-kubernetes-validations").and_then(Value::as_array_mut) {
-                Some(list) => list.push(entry),
-                None => n["x-kubernetes-validations"] = json!([entry]),
-            }
+        shape(value);
+        for (_, r) in cel_rules().iter().filter(|(k, _)| *k == kind) {
+            crate::rules::add_rule(value, r);
         }
-        *schema = serde_json::from_value(value).expect("the rules keep the schema well-formed");
-    }
+    });
 }
 
 fn string(schema: &mut Value, loc: &str, max: usize, pattern: Option<&str>) {

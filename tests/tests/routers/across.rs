@@ -29,7 +29,7 @@ pub fn portable(token: &Secret) -> Value {
 }
 
 /// The condition `type_` of a status.
-fn condition<'a>(o: &'a DynamicObject, type_: &str) -> Option<&'a Value> {
+pub fn condition<'a>(o: &'a DynamicObject, type_: &str) -> Option<&'a Value> {
     o.data["status"]["conditions"].as_array()?.iter().find(|c| c["type"] == type_)
 }
 

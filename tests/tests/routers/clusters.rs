@@ -10,23 +10,13 @@
 
 use std::time::{Duration, Instant};
 
-use kube::api::{Api, ApiResource, DynamicObject, GroupVersionKind};
 use qdr_tests::components;
 use qdr_tests::routers::{self, Receiver, apply, router_pods, send, url};
 use qdr_tests::{ControlPlane, Options};
 use serde_json::{Value, json};
 
-use crate::across::{grant_token, listed, portable};
+use crate::across::{api, condition, grant_token, listed, portable};
 use crate::{cluster, controllers};
-
-fn dynamic(ns: &qdr_tests::TestNamespace, kind: &str, plural: &str) -> Api<DynamicObject> {
-    let gvk = GroupVersionKind::gvk("interconnectedcloud.github.io", "v1alpha1", kind);
-    Api::namespaced_with(ns.client.clone(), &ns.name, &ApiResource::from_gvk_with_plural(&gvk, plural))
-}
-
-fn condition<'a>(o: &'a DynamicObject, type_: &str) -> Option<&'a Value> {
-    o.data["status"]["conditions"].as_array()?.iter().find(|c| c["type"] == type_)
-}
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn two_api_servers_linked_by_a_token_carry_messages_and_report_both_ends() {
@@ -94,7 +84,7 @@ async fn two_api_servers_linked_by_a_token_carry_messages_and_report_both_ends()
         qdr_tests::stand_in::StandIn::start(client_b.clone(), &b.name, "spoke", a.client.clone(), &a.name);
     let spoke = stand_in.wait(1, Duration::from_secs(120)).await;
     say!("B's router runs on the real node after {:.1?}: {spoke:?}", applied.elapsed());
-    let links = dynamic(&b, "Link", "links");
+    let links = api(&b, "Link", "links");
     let deadline = Instant::now() + Duration::from_secs(120);
     let status = loop {
         let l = links.get("to-hub-spoke").await.unwrap();
