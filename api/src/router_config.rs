@@ -420,6 +420,32 @@ pub fn link_key(link: &str, file: &str) -> String {
     format!("{link}.{file}")
 }
 
+/// The key of the links Secret ([`links_secret`]) holding what listener profile `profile`
+/// trusts once its Interconnect lets other sites in (an AccessGrant): `sites.<profile>.ca.crt`,
+/// the profile's own trust bundle followed by the CA of each live grant of the listener's
+/// role. One file the controller rewrites, so a grant added or gone restarts no router.
+pub fn site_trust_key(profile: &str) -> String {
+    format!("sites.{profile}.ca.crt")
+}
+
+impl RouterConfig<'_> {
+    /// This configuration with the sslProfiles named in `profiles` trusting their
+    /// [`site_trust_key`] file of [`LINKS_DIR`] instead of their CA Secret's.
+    pub fn with_site_trust(mut self, profiles: &[String]) -> Self {
+        for s in self.sections.iter_mut().filter(|s| s.entity == "sslProfile") {
+            let Some(Value::Str(name)) = s.get("name").cloned() else { continue };
+            if !profiles.iter().any(|p| p == name.as_ref()) {
+                continue;
+            }
+            let file = format!("{LINKS_DIR}/{}", site_trust_key(&name));
+            if let Some((_, v)) = s.attrs.iter_mut().find(|(k, _)| *k == "caCertFile") {
+                *v = Value::Str(Cow::Owned(file));
+            }
+        }
+        self
+    }
+}
+
 /// What a [`Link`](crate::links::Link) renders into its Interconnect's routers: an sslProfile
 /// (the token's CA, certificate and key, from [`LINKS_DIR`]) and a connector to the token's
 /// first endpoint, named [`LINK_PROFILE_PREFIX`]`<link>` and [`LINK_PREFIX`]`<link>`, both
@@ -482,14 +508,18 @@ pub fn cert_dir(profile: &str, secret: &str) -> String {
 /// (its trust bundle, which holds two CAs while one is rotated); else `tls.crt` of the
 /// user's `caCert` Secret.
 pub fn ca_cert_file(p: &SslProfile) -> Option<String> {
+    let (secret, key) = ca_cert_source(p)?;
+    Some(format!("{}/{key}", cert_dir(&p.name, secret)))
+}
+
+/// The Secret and key [`ca_cert_file`] reads: `(secret, "ca.crt" | "tls.crt")`.
+pub fn ca_cert_source(p: &SslProfile) -> Option<(&str, &'static str)> {
     let ca = p.ca_cert.as_deref()?;
     Some(match p.credentials.as_deref() {
-        Some(cred) if cred == ca => format!("{}/ca.crt", cert_dir(&p.name, ca)),
-        Some(cred) if p.generate_credentials == Some(true) && p.mutual_auth == Some(true) => {
-            format!("{}/ca.crt", cert_dir(&p.name, cred))
-        }
-        _ if p.generate_ca_cert == Some(true) => format!("{}/ca.crt", cert_dir(&p.name, ca)),
-        _ => format!("{}/tls.crt", cert_dir(&p.name, ca)),
+        Some(cred) if cred == ca => (ca, "ca.crt"),
+        Some(cred) if p.generate_credentials == Some(true) && p.mutual_auth == Some(true) => (cred, "ca.crt"),
+        _ if p.generate_ca_cert == Some(true) => (ca, "ca.crt"),
+        _ => (ca, "tls.crt"),
     })
 }
 

@@ -190,6 +190,36 @@ pub fn new_leaf(
     Ok(CertKey { cert_pem: der_to_pem(cert.der()), key_pem: key.serialize_pem() })
 }
 
+/// Makes a client-only certificate (extended key usage `clientAuth` alone, so no TLS client
+/// accepts it as a server's) for `cn`, which is also its one DNS SAN, with subject
+/// organization `organization`, signed by `ca`, valid for `lifetime` from `now`. What an
+/// AccessGrant hands a remote site: the organization marks the certificate as one, and the
+/// site's routers' connection rows report the subject (`CN=…,O=…` under SASL EXTERNAL).
+///
+/// # Errors
+/// [`Error::Certificate`] when the CA cannot be loaded or `cn` is not a DNS name.
+pub fn new_client_leaf(
+    ca: &CertKey,
+    cn: &str,
+    organization: &str,
+    now: SystemTime,
+    lifetime: Duration,
+) -> Result<CertKey, Error> {
+    let ca_key = KeyPair::from_pem(&ca.key_pem)?;
+    let issuer = Issuer::from_ca_cert_pem(&ca.cert_pem, ca_key)?;
+    let key = KeyPair::generate()?;
+    let mut params = CertificateParams::new(vec![cn.to_string()])?;
+    params.distinguished_name.push(DnType::CommonName, cn);
+    params.distinguished_name.push(DnType::OrganizationName, organization);
+    params.extended_key_usages = vec![ExtendedKeyUsagePurpose::ClientAuth];
+    params.key_usages = vec![KeyUsagePurpose::DigitalSignature];
+    params.use_authority_key_identifier_extension = true;
+    params.serial_number = Some(random_serial());
+    validity(&mut params, now, lifetime);
+    let cert = params.signed_by(&key, &issuer)?;
+    Ok(CertKey { cert_pem: der_to_pem(cert.der()), key_pem: key.serialize_pem() })
+}
+
 /// Verifies that `leaf_pem` chains to one of the CAs in `bundle_pem` and is valid for
 /// `server_name` at `now` (rustls' WebPKI verifier: signature, validity, serverAuth, SAN).
 ///

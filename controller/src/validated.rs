@@ -56,6 +56,9 @@ pub struct ValidatedInterconnect {
     links_mounted: bool,
     /// The addresses its AccessGrants advertise ([`Self::with_advertised`]).
     advertised: Vec<String>,
+    /// Listener profiles that trust the sites of AccessGrants, with the grants' CAs
+    /// ([`Self::with_site_trust`]).
+    site_trust: Vec<(String, Vec<String>)>,
 }
 
 impl ValidatedInterconnect {
@@ -87,6 +90,7 @@ impl ValidatedInterconnect {
             links: Vec::new(),
             links_mounted: false,
             advertised: Vec::new(),
+            site_trust: Vec::new(),
         })
     }
 
@@ -165,7 +169,8 @@ impl ValidatedInterconnect {
     pub fn router_config(&self) -> qdr_api::router_config::RouterConfig<'_> {
         let config = qdr_api::router_config::router_config(self.spec());
         let config = if self.management { config.with_management_listener() } else { config };
-        config.with_links(&self.links)
+        let profiles: Vec<String> = self.site_trust.iter().map(|(p, _)| p.clone()).collect();
+        config.with_links(&self.links).with_site_trust(&profiles)
     }
 
     /// This Interconnect with the connectors of its Links (`crate::site_links`: each
@@ -187,6 +192,21 @@ impl ValidatedInterconnect {
         hosts.dedup();
         self.advertised = hosts;
         self
+    }
+
+    /// This Interconnect letting other sites in: each `(profile, CAs)` a listener profile
+    /// that trusts the sites' file of the links Secret, with the CAs of the live grants of
+    /// its listener's role ([`crate::grants::sites`]). Non-empty mounts the links Secret.
+    pub fn with_site_trust(mut self, trust: Vec<(String, Vec<String>)>) -> Self {
+        self.links_mounted |= !trust.is_empty();
+        self.site_trust = trust;
+        self
+    }
+
+    /// The listener profiles that trust the sites, with the grants' CAs
+    /// ([`Self::with_site_trust`]).
+    pub fn site_trust(&self) -> &[(String, Vec<String>)] {
+        &self.site_trust
     }
 
     /// The addresses its AccessGrants advertise ([`Self::with_advertised`]).

@@ -50,6 +50,29 @@ pub const CA_KEY: &str = "ca.crt";
 pub const CERT_KEY: &str = "tls.crt";
 /// Data: the site's private key, PEM.
 pub const KEY_KEY: &str = "tls.key";
+/// The subject organization of every certificate an AccessGrant issues to a site: what tells
+/// a site's connection (its `user`, the certificate's subject under SASL EXTERNAL) from any
+/// other inter-router or edge connection, so a connection of a site whose grant is gone can
+/// be found and cut ([`site_of_user`]).
+pub const SITE_ORGANIZATION: &str = "qdr-operator-site";
+
+/// The site identity (`<site>.<grant>.<namespace>`, the certificate's common name) of a
+/// connection's `user` as qdrouterd 1.19 reports it under SASL EXTERNAL (the subject in RFC
+/// 2253 order, `O=qdr-operator-site,CN=<identity>`; any order is read), when the subject's
+/// organization is [`SITE_ORGANIZATION`]; `None` for any other user.
+pub fn site_of_user(user: &str) -> Option<&str> {
+    let mut cn = None;
+    let mut site = false;
+    for part in user.split(',') {
+        match part.trim().split_once('=') {
+            Some(("CN", v)) => cn = Some(v),
+            Some(("O", v)) => site |= v == SITE_ORGANIZATION,
+            _ => {}
+        }
+    }
+    cn.filter(|_| site)
+}
+
 /// Most endpoints a token may hold.
 pub const MAX_ENDPOINTS: usize = 32;
 

@@ -43,8 +43,9 @@ pub struct ExternalHost {
 /// Lets one remote site link into an interior Interconnect of this namespace: the
 /// controller issues a token (Secret `status.tokenSecret`) that holds every address of the
 /// routers, their CA certificate, and a client certificate and key for that site alone,
-/// signed by the Interconnect's inter-router CA (whose key never leaves this cluster).
-/// Deleting the grant, or its expiry, cuts the site off.
+/// signed by a CA of the grant's own (whose key never leaves this cluster). Deleting the
+/// grant, or its expiry, cuts the site off: the routers stop trusting that CA, and a router
+/// still holding the site's connection restarts; other sites stay linked.
 #[allow(clippy::duplicated_attributes)]
 #[derive(CustomResource, Serialize, Deserialize, Clone, Debug, Default, PartialEq, JsonSchema)]
 #[kube(
@@ -182,6 +183,14 @@ pub struct AccessGrantStatus {
     /// before.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub certificate_expires_at: Option<String>,
+    /// The certificate (PEM) of the CA that signs this grant's site certificates, and only
+    /// them. Its key stays in Secret `<grant>-site-ca` of this namespace. The Interconnect's
+    /// routers trust it on the grant's listener while the grant exists and has not ended:
+    /// deleting the grant, or its end, takes it out of their trust, and the controller
+    /// restarts the routers that still hold a connection of the site.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(length(max = 8192))]
+    pub site_ca: Option<String>,
     /// The addresses in the token, in the order a site tries them.
     #[serde(default)]
     #[schemars(length(max = 32))]

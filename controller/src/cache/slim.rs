@@ -72,7 +72,8 @@ impl PodTemplated for DaemonSet {
 }
 
 /// Drops what a cached router pod does not need: the spec but the names of the ConfigMaps
-/// it mounts and its node, and the metadata [`slim_meta`] drops.
+/// it mounts and its node, and the metadata [`slim_meta`] drops but the annotation
+/// [`crate::grants::sites::SITES_TRUST`].
 pub(crate) fn slim_pod(p: &mut Pod) {
     // Of the spec, only the ConfigMaps it mounts (by name): an old router configuration is
     // kept while a router mounts it; and its node (`status.routers[].node`).
@@ -95,7 +96,10 @@ pub(crate) fn slim_pod(p: &mut Pod) {
         readiness_gates,
         ..Default::default()
     });
+    // And the sites' trust it was told to read (`crate::grants::sites`).
+    let trust = p.metadata.annotations.as_mut().and_then(|a| a.remove(crate::grants::sites::SITES_TRUST));
     slim_meta(p);
+    p.metadata.annotations = trust.map(|t| [(crate::grants::sites::SITES_TRUST.to_string(), t)].into());
 }
 
 /// What the store of every PodDisruptionBudget keeps ([`super::stores::Cache::admin_budgets`]):

@@ -96,7 +96,7 @@ pub(crate) fn signer_and_trust(d: &Data, now: SystemTime) -> Option<(CertKey, St
 }
 
 /// The trust bundle of a CA Secret: its `ca.crt`, else its `tls.crt`.
-pub(super) fn bundle(d: &Data) -> Option<String> {
+pub(crate) fn bundle(d: &Data) -> Option<String> {
     text(d, "ca.crt").or_else(|| text(d, "tls.crt"))
 }
 

@@ -57,7 +57,7 @@ mod secrets;
 mod work;
 
 pub(crate) use change::CredentialChange;
-pub(crate) use inspect::{earliest_expiry, is_signed_by, key_of, not_after, signer_and_trust};
+pub(crate) use inspect::{bundle, earliest_expiry, is_signed_by, key_of, not_after, signer_and_trust};
 pub(crate) use lifetimes::EXPIRY_WARNING;
 pub use lifetimes::{CA_LIFETIME, CERT_LIFETIME, Lifetimes, OVERLAP_DIVISOR};
 pub(crate) use plan::{generated, plan};

@@ -353,6 +353,9 @@ pub fn build(o: &ValidatedInterconnect, settings: &Settings, observed: &Observed
         next_renewal: plan.next_renewal,
         fingerprint: credentials_hash.clone(),
     };
+    // The Links' files, and the trust files of the listeners that let sites in.
+    let mut links_files = observed.links.files.clone();
+    links_files.extend(crate::grants::sites::trust_files(o, &after));
     let roll = roll(observed, &router_config);
     let workload = builders::workload(o, settings, &router_config, &credentials_hash, &bundles, &roll);
     // A missing or invalid Secret never rolls existing routers onto pods that cannot start:
@@ -382,7 +385,7 @@ pub fn build(o: &ValidatedInterconnect, settings: &Settings, observed: &Observed
         disruption_budget,
         service: builders::service(o),
         exposure: builders::exposure(o, settings),
-        links_secret: builders::links_secret(o, &observed.links.files),
+        links_secret: builders::links_secret(o, &links_files),
     };
     Ok(Built {
         children,

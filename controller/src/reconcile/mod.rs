@@ -241,7 +241,8 @@ pub(crate) struct Reconciled {
     /// The mesh as the routers report it (`--observe-mesh=on`).
     pub(crate) mesh: Option<read::MeshRead>,
     /// With `--observe-mesh=off`, when to visit the routers again to link them
-    /// ([`crate::mesh::links`]); the read itself is not reported.
+    /// ([`crate::mesh::links`]; the read itself is not reported); and when the revocation
+    /// step of the sites ([`crate::grants::sites`]) waits for the routers to read their trust.
     pub(crate) relink: Option<Duration>,
 }
 
@@ -430,7 +431,15 @@ async fn stages(
     let advertised = (grants.iter())
         .flat_map(|g| g.status.iter().flat_map(|s| s.endpoints.iter().map(|e| e.host.clone())))
         .collect();
-    let valid = valid.with_links(resolved.connectors(), mounted).with_advertised(advertised);
+    // Its listeners trust the grants' CAs from its first grant on (`grants::sites`).
+    let sites_on = !grants.is_empty()
+        || matches!(cache.secret(valid.namespace(), &qdr_api::router_config::links_secret(valid.name())),
+            crate::cache::SecretLookup::Ours(s) if s.data.iter().flatten().any(|(k, _)| k.starts_with("sites.")));
+    let now = SystemTime::now();
+    let site_trust = crate::grants::sites::profiles(&valid, &grants, sites_on, now);
+    let valid = (valid.with_links(resolved.connectors(), mounted))
+        .with_advertised(advertised)
+        .with_site_trust(site_trust);
     let mut observed = observe::observe(&ctx.client, cache, &valid).await?;
     observed.live_tries = ctx.mesh.tries(&valid.namespaced_name());
     observed.links = resolved;
@@ -441,6 +450,11 @@ async fn stages(
         built = build::build(&valid, &ctx.settings, &observed)?;
     }
     let build::Built { children, report, .. } = built;
+    let sites_digest = (!valid.site_trust().is_empty())
+        .then(|| {
+            children.links_secret.as_ref().and_then(|s| s.data.as_ref()).map(crate::grants::sites::digest)
+        })
+        .flatten();
     let generation = status::generation(ic);
     let mut written = std::collections::BTreeSet::new();
     let applied =
@@ -473,6 +487,26 @@ async fn stages(
     {
         crate::grants::write_linked(&ctx.client, &grants, &m.observations).await;
     }
+    // A site whose grant is gone is cut off (`grants::sites`): the routers are told to read
+    // the new trust, then those still holding its connection restart.
+    let mut sites_next = None;
+    if let (Some(digest), Some(m)) = (&sites_digest, &mesh)
+        && !applied.held
+    {
+        use crate::grants::sites;
+        let holders = sites::revoked_holders(&grants, &m.observations, valid.namespace(), now);
+        let pods: Vec<(String, Option<String>)> = (observed.routers.iter())
+            .filter(|p| p.owned && p.ready)
+            .map(|p| (p.name.clone(), p.sites_trust.clone()))
+            .collect();
+        let e = sites::plan(&pods, &holders, digest, now);
+        sites::enforce(&ctx.client, valid.namespace(), &e, &sites::stamp(digest, now)).await;
+        sites_next = e.next;
+    }
+    let relink = match (relink, sites_next) {
+        (Some(a), Some(b)) => Some(a.min(b)),
+        (a, b) => a.or(b),
+    };
     if !links_of.is_empty() {
         let none = std::collections::BTreeMap::new();
         let observations = mesh.as_ref().map_or(&none, |m| &m.observations);

@@ -164,6 +164,9 @@ pub struct RouterPod {
     /// such pods are observed at all (read, counted, listed in `status.routers`); the
     /// labels alone prove nothing (any pod can carry them).
     pub owned: bool,
+    /// Its [`crate::grants::sites::SITES_TRUST`] annotation: the sites' trust its routers
+    /// were last told to read.
+    pub sites_trust: Option<String>,
 }
 
 /// What makes a pod a router of one Interconnect, by uid (names prove nothing: anyone who
@@ -271,6 +274,7 @@ impl RouterPod {
                 .filter_map(|v| v.config_map.as_ref().map(|c| c.name.clone()))
                 .find(|n| n.contains("-router-config")),
             owned: owned_by_workload(p, workloads),
+            sites_trust: p.annotations().get(crate::grants::sites::SITES_TRUST).cloned(),
         }
     }
 }

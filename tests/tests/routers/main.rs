@@ -168,6 +168,7 @@ mod interior;
 mod link_routes;
 mod live;
 mod normalise;
+mod revoke;
 mod rollouts;
 mod status;
 mod tls;

@@ -61,7 +61,7 @@ deploy/base/rbac.yaml for the reason of each rule; controller/tests/rbac.rs prov
   verbs: [get, list, watch, create, patch, update, delete]
 - apiGroups: [""]
   resources: [pods]
-  verbs: [get, list, watch]
+  verbs: [get, list, watch, patch, delete]
 - apiGroups: [""]
   resources: [pods/status]
   verbs: [patch]

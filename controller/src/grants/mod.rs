@@ -8,19 +8,24 @@
 //!   ingress (IPs and host names); each with the port of the role's listener;
 //! * the trust bundle of the CA of the role's listener profile (`ca.crt`: two CAs while it
 //!   rotates, so a site keeps trusting the routers across a rotation);
-//! * a client certificate and key for that site alone, signed by that CA's active key (which
-//!   never leaves this cluster): subject `CN=<site>.<grant>.<namespace>`, valid until the
-//!   grant ends or for the routers' certificate lifetime, re-issued at
-//!   [`RENEW_FRACTION`](crate::credentials) of its life, when the CA's signing key or the
-//!   addresses change;
+//! * a client certificate and key for that site alone, signed by the grant's own CA
+//!   ([`sites`]: Secret `<grant>-site-ca`, whose key never leaves this cluster): subject
+//!   `CN=<site>.<grant>.<namespace>, O=qdr-operator-site`, `clientAuth` only, valid until
+//!   the grant ends or for a year, re-issued at [`RENEW_FRACTION`] of its life, when the
+//!   grant's CA, the listener's trust bundle or the addresses change;
 //! * the role, the addresses, the expiry, the site, the grant and the cost, in clear text
 //!   (annotations).
 //!
+//! One CA per grant is what makes a grant revocable: the listener trusts each live grant's
+//! CA beside its own ([`sites`]), so taking one out refuses that site's next connection and
+//! no other.
+//!
 //! What the grant needs of its Interconnect: interior, valid, and for `inter-router` its
-//! first inter-router listener; for `edge` its first edge listener with a profile that has a
-//! CA the operator generates (`mutualAuth`), so that the site's certificate is checked.
-//! The CA must be one the operator generated: a CA Secret of the user's carries no key
-//! the operator may use. Anything missing is the grant's `Ready=False` with the reason.
+//! first inter-router listener; for `edge` its first edge listener; either with a profile
+//! that has a CA the operator generates and `mutualAuth`, so that the site's certificate is
+//! checked. Anything missing is the grant's `Ready=False` with the reason.
+
+pub mod sites;
 
 use std::collections::BTreeMap;
 use std::sync::Arc;
@@ -37,11 +42,12 @@ use kube::runtime::{Controller, watcher};
 use kube::{Resource, ResourceExt};
 use qdr_api::links::token::{
     CA_KEY, CERT_KEY, COST_ANNOTATION, ENDPOINTS_ANNOTATION, EXPIRES_ANNOTATION, GRANT_ANNOTATION, KEY_KEY,
-    ROLE_ANNOTATION, SITE_ANNOTATION, TOKEN_LABEL, TOKEN_TYPE, format_endpoints,
+    ROLE_ANNOTATION, SITE_ANNOTATION, SITE_ORGANIZATION, TOKEN_LABEL, TOKEN_TYPE, format_endpoints,
+    site_of_user,
 };
 use qdr_api::links::{AccessGrant, AccessGrantStatus, Endpoint, GrantRole, expiry_seconds, validate_grant};
 use qdr_api::{Interconnect, LinkRole, Role};
-use qdr_certs::pki::{CertInfo, new_leaf};
+use qdr_certs::pki::{CertInfo, CertKey, new_client_leaf};
 
 use crate::validated::{FIELD_MANAGER, ValidatedInterconnect};
 
@@ -66,12 +72,6 @@ pub fn site_identity(site: &str, grant: &str, namespace: &str) -> String {
     format!("{site}.{grant}.{namespace}")
 }
 
-/// What the routers' connection `user` of a site's certificate looks like: the subject as
-/// qdrouterd 1.19 reports it under SASL EXTERNAL without `uidFormat` (`CN=<identity>`).
-pub fn site_user(site: &str, grant: &str, namespace: &str) -> String {
-    format!("CN={}", site_identity(site, grant, namespace))
-}
-
 /// Why a grant has no token, for its `Ready=False` condition.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct NotReady {
@@ -85,25 +85,25 @@ fn not_ready(reason: &'static str, message: impl Into<String>) -> NotReady {
     NotReady { reason, message: message.into() }
 }
 
-/// What the grant's Interconnect offers for the grant's role: the port a site dials and the
-/// CA Secret that signs the site's certificate.
-fn offer(ic: &Interconnect, role: &GrantRole) -> Result<(i32, String), NotReady> {
-    let o = ValidatedInterconnect::new(ic).map_err(|e| {
-        not_ready("InterconnectInvalid", format!("the Interconnect is not valid, so it links nothing: {e}"))
-    })?;
+/// The listener of `o` a site of `link`'s role dials and its sslProfile: the first listener
+/// of the role, which must have a profile with `mutualAuth` and a CA the operator
+/// generates (the site's certificate is checked; the token carries that CA's bundle).
+///
+/// # Errors
+/// [`NotReady`] `NotInterior`, `NoListener` or `NoMutualTls`.
+pub(crate) fn offer_of(
+    o: &ValidatedInterconnect,
+    link: LinkRole,
+) -> Result<(i32, qdr_api::SslProfile), NotReady> {
     if o.spec().role() != Role::Interior {
         return Err(not_ready("NotInterior", "only an interior Interconnect can let other sites in"));
     }
-    let link = match role {
-        GrantRole::Edge => LinkRole::Edge,
-        _ => LinkRole::InterRouter,
-    };
     let listener = o.spec().listeners_of(link).iter().flatten().next().ok_or_else(|| {
         not_ready("NoListener", format!("the Interconnect has no {} to link to", link.listeners_field()))
     })?;
     let profile = (listener.ssl_profile.as_deref())
         .and_then(|p| o.spec().ssl_profiles.iter().flatten().find(|s| s.name == p))
-        .filter(|p| p.mutual_auth == Some(true) && p.generate_ca_cert == Some(true))
+        .filter(|p| p.mutual_auth == Some(true) && p.generate_ca_cert == Some(true) && p.ca_cert.is_some())
         .ok_or_else(|| {
             not_ready(
                 "NoMutualTls",
@@ -116,8 +116,25 @@ fn offer(ic: &Interconnect, role: &GrantRole) -> Result<(i32, String), NotReady>
                 ),
             )
         })?;
-    let ca = profile.ca_cert.clone().unwrap_or_default();
-    Ok((listener.port, ca))
+    Ok((listener.port, profile.clone()))
+}
+
+/// The listener role a grant of `role` links to.
+pub(crate) fn link_role(role: &GrantRole) -> LinkRole {
+    match role {
+        GrantRole::Edge => LinkRole::Edge,
+        _ => LinkRole::InterRouter,
+    }
+}
+
+/// What the grant's Interconnect offers for the grant's role ([`offer_of`]): the port a
+/// site dials and the CA Secret whose bundle the token carries.
+fn offer(ic: &Interconnect, role: &GrantRole) -> Result<(i32, String), NotReady> {
+    let o = ValidatedInterconnect::new(ic).map_err(|e| {
+        not_ready("InterconnectInvalid", format!("the Interconnect is not valid, so it links nothing: {e}"))
+    })?;
+    let (port, profile) = offer_of(&o, link_role(role))?;
+    Ok((port, profile.ca_cert.unwrap_or_default()))
 }
 
 /// The addresses of the token: `externalHosts` first, then the load-balancer ingress of
@@ -164,14 +181,17 @@ fn rfc3339(t: SystemTime) -> String {
 }
 
 /// The token to write for grant `g` (`None`: the existing one is current) and when to look
-/// again. Pure: `ca` is the data of the CA Secret, `existing` the token Secret's.
+/// again. Pure: `ca` is the data of the listener profile's CA Secret (its trust bundle goes
+/// into the token), `site_ca` the grant's own CA ([`sites::site_ca`]), which signs the
+/// site's certificate, `existing` the token Secret.
 ///
 /// # Errors
-/// [`NotReady`] when the CA cannot sign (missing, a user's without the operator's key, a
-/// lost key) or no address is known.
+/// [`NotReady`] when the listener's CA Secret is missing or holds no certificate, signing
+/// fails, or no address is known.
 pub fn plan_token(
     g: &AccessGrant,
     ca: Option<&BTreeMap<String, ByteString>>,
+    site_ca: &CertKey,
     eps: &[Endpoint],
     existing: Option<&Secret>,
     now: SystemTime,
@@ -189,9 +209,10 @@ pub fn plan_token(
     let ca = ca.ok_or_else(|| {
         not_ready("NoCA", "the CA Secret of the role's listener profile does not exist yet")
     })?;
-    let (signer, trust) = crate::credentials::signer_and_trust(ca, now).ok_or_else(|| {
-        not_ready("CACannotSign", "the CA Secret holds no certificate and key the operator can sign with")
-    })?;
+    let trust =
+        crate::credentials::bundle(ca).filter(|b| !qdr_certs::pki::split_bundle(b).is_empty()).ok_or_else(
+            || not_ready("NoCA", "the CA Secret of the role's listener profile holds no certificate yet"),
+        )?;
     let ends = ends(g);
     let endpoint_text = format_endpoints(eps.iter().map(|e| (e.host.as_str(), e.port as u16)));
     let cost = g.spec.cost.unwrap_or(1).to_string();
@@ -202,7 +223,7 @@ pub fn plan_token(
     let annotations = existing.and_then(|s| s.metadata.annotations.clone()).unwrap_or_default();
     let current = text(&data, CERT_KEY).and_then(|c| CertInfo::parse(&c).ok().map(|i| (c, i)));
     if let Some((pem, info)) = &current
-        && crate::credentials::is_signed_by(pem, &signer.cert_pem)
+        && crate::credentials::is_signed_by(pem, &site_ca.cert_pem)
         && info.subject_cn == identity
         && now < info.point(RENEW_FRACTION)
         && text(&data, CA_KEY).as_deref() == Some(trust.as_str())
@@ -216,7 +237,7 @@ pub fn plan_token(
         Some(e) => e.duration_since(now).unwrap_or_default().min(SITE_CERT_LIFETIME),
         None => SITE_CERT_LIFETIME,
     };
-    let leaf = new_leaf(&signer, std::slice::from_ref(&identity), now, lifetime)
+    let leaf = new_client_leaf(site_ca, &identity, SITE_ORGANIZATION, now, lifetime)
         .map_err(|e| not_ready("CACannotSign", format!("signing the site's certificate failed: {e}")))?;
     let info = CertInfo::parse(&leaf.cert_pem).map_err(|e| not_ready("CACannotSign", e.to_string()))?;
     let mut ann = BTreeMap::from([
@@ -273,8 +294,11 @@ async fn write_status(
     status: AccessGrantStatus,
 ) -> Result<(), kube::Error> {
     let old = g.status.clone().unwrap_or_default();
-    // The Interconnect's pass owns what the routers report (connections, linked, lastSeen).
+    // The Interconnect's pass owns what the routers report (connections, linked, lastSeen);
+    // the grant's CA stays known while a pass cannot look at it.
+    let site_ca = status.site_ca.clone().or_else(|| old.site_ca.clone());
     let mut new = AccessGrantStatus {
+        site_ca,
         connections: old.connections,
         linked: old.linked.clone(),
         last_seen: old.last_seen.clone(),
@@ -341,9 +365,17 @@ async fn reconcile(g: Arc<AccessGrant>, ctx: Arc<GrantContext>) -> Result<Action
     let service = services.get_opt(&g.spec.interconnect).await?;
     let eps = endpoints(&g, port, service.as_ref());
     status.endpoints = eps.clone();
+    let site_ca = match sites::ensure_site_ca(&secrets, &g, now).await? {
+        Ok(ca) => ca,
+        Err(why) => {
+            write_status(&grants, &g, fail(why, status)).await?;
+            return Ok(Action::requeue(RETRY));
+        }
+    };
+    status.site_ca = Some(site_ca.cert_pem.clone());
     let ca = secrets.get_opt(&ca_name).await?.and_then(|s| s.data);
     let existing = secrets.get_opt(&token_secret(&name)).await?;
-    let planned = plan_token(&g, ca.as_ref(), &eps, existing.as_ref(), now);
+    let planned = plan_token(&g, ca.as_ref(), &site_ca, &eps, existing.as_ref(), now);
     let (written, renew_at) = match planned {
         Err(why) => {
             write_status(&grants, &g, fail(why, status)).await?;
@@ -399,21 +431,24 @@ pub async fn run(client: kube::Client, namespace: &str) {
 
 /// The site's connections as the routers of its Interconnect report them (`observations`,
 /// by pod): every open inter-router or edge connection authenticated as the grant's site
-/// ([`site_user`]), the first 16 listed.
+/// (its certificate's subject, [`site_of_user`]), the first 16 listed.
 pub fn site_connections(
     g: &AccessGrant,
     observations: &BTreeMap<String, crate::mesh::Observation>,
 ) -> Vec<qdr_api::links::SiteConnection> {
     let ns = g.metadata.namespace.clone().unwrap_or_default();
-    let user = site_user(&g.spec.site, &g.name_any(), &ns);
+    let identity = site_identity(&g.spec.site, &g.name_any(), &ns);
+    let of_site = |c: &&crate::mesh::Connection| {
+        !c.outgoing && c.user.as_deref().and_then(site_of_user) == Some(identity.as_str())
+    };
     let mut out = Vec::new();
     for (pod, o) in observations {
         let crate::mesh::Observation::Answered(v) = o else { continue };
-        for c in v.detailed.iter().filter(|c| !c.outgoing && c.user.as_deref() == Some(user.as_str())) {
+        for c in v.detailed.iter().filter(of_site) {
             out.push(qdr_api::links::SiteConnection {
                 router: pod.clone(),
                 remote: c.peer.to_string(),
-                user: user.clone(),
+                user: c.user.clone().unwrap_or_default(),
                 uptime_seconds: c.uptime.and_then(|u| i64::try_from(u).ok()),
             });
         }
