@@ -273,3 +273,34 @@ fn a_links_entities_have_names_no_other_entity_has() {
         .collect();
     assert_eq!(live.len(), 6, "each link's sslProfile and connector are live");
 }
+
+#[test]
+fn a_sites_connection_is_told_apart_by_its_certificates_organization() {
+    assert_eq!(site_of_user("O=qdr-operator-site,CN=b.g.a"), Some("b.g.a"));
+    assert_eq!(site_of_user("CN=b.g.a, O=qdr-operator-site"), Some("b.g.a"), "either order");
+    assert_eq!(site_of_user("CN=b.g.a"), None, "no organization: not a site's");
+    assert_eq!(site_of_user("O=someone-else,CN=b.g.a"), None);
+    assert_eq!(site_of_user("O=qdr-operator-site"), None, "no common name");
+}
+
+#[test]
+fn a_listener_profile_that_trusts_the_sites_reads_its_file_of_the_links_secret() {
+    use crate::router_config::{LINKS_DIR, router_config, site_trust_key};
+    let mut spec: crate::InterconnectSpec =
+        serde_json::from_value(json!({"deploymentPlan": {"role": "interior"}})).unwrap();
+    crate::apply_defaults("hub", &mut spec);
+    let profiles: Vec<String> = spec.ssl_profiles.iter().flatten().map(|p| p.name.clone()).collect();
+    let (sites, other) = (profiles[0].clone(), profiles.get(1).cloned());
+    let plain = router_config(&spec).render();
+    let config = router_config(&spec).with_site_trust(std::slice::from_ref(&sites)).render();
+    let file = format!("{LINKS_DIR}/{}", site_trust_key(&sites));
+    assert!(!plain.contains(&file) && config.contains(&file), "{config}");
+    assert_eq!(
+        config.matches("caCertFile").count(),
+        plain.matches("caCertFile").count(),
+        "one file replaced"
+    );
+    if let Some(other) = other {
+        assert!(!config.contains(&site_trust_key(&other)), "only the profile named");
+    }
+}

@@ -1,6 +1,6 @@
 //! One router certificate (a `generateCredentials` profile's leaf) per pass: issued when
-//! missing, re-issued when its signer, key or names changed or its renew point passed, and
-//! given its signer's current trust bundle. It writes only the leaf's Secret, never a CA.
+//! missing, re-issued when its signer or key changed, a name it must carry is missing, or its
+//! renew point passed, and given its signer's current trust bundle. It writes only the leaf's Secret, never a CA.
 
 use std::time::SystemTime;
 
@@ -57,7 +57,9 @@ pub(super) fn leaf_step(
                 Some(Some("signer's key changed"))
             } else if key_of(c, &key).is_err() {
                 Some(Some("tls.key does not belong to tls.crt"))
-            } else if i.sans != sans {
+            } else if sans.iter().any(|n| !i.sans.contains(n)) {
+                // A name that leaves (a grant deleted) stays until the next renewal: a
+                // re-issue would roll every router, and with it every other site's link.
                 Some(Some("names changed"))
             } else if now >= i.point(RENEW_FRACTION) {
                 Some(Some("renew point reached"))

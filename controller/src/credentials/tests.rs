@@ -112,6 +112,11 @@ fn the_addresses_grants_advertise_are_names_of_the_router_certificates() {
     assert!(verify_leaf(&leaf, &ca, "elsewhere.example", t0).is_err());
     let quiet = plan(&advertised, &ns, t0, LIFE, Routers::RolledOut).unwrap();
     assert!(quiet.update.is_empty(), "the same addresses, no re-issue");
+    // A grant deleted takes its address out of what is advertised: the certificates keep it
+    // until their renewal, so no router rolls (and no other site's link drops) for it.
+    let fewer = o.clone().with_advertised(vec!["hub.example.com".into()]);
+    let kept = plan(&fewer, &ns, t0, LIFE, Routers::RolledOut).unwrap();
+    assert!(kept.update.is_empty() && kept.create.is_empty(), "a name leaving re-issued: {:?}", kept.changes);
 }
 
 /// A rotation step of `c`, as `stage mesh-ca` (renewals are `None`).

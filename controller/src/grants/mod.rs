@@ -487,3 +487,6 @@ pub(crate) async fn write_linked(
         }
     }
 }
+
+#[cfg(test)]
+mod tests;

@@ -564,6 +564,7 @@ mod mesh {
                 owned: true,
                 gated: false,
                 linked: false,
+                sites_trust: None,
             })
             .collect();
         Observed { pods: names.iter().map(|n| n.to_string()).collect(), routers, ..observed() }

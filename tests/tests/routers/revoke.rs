@@ -39,7 +39,7 @@ fn pinned_service(name: &str, key: &str) -> Value {
 }
 
 /// Waits until Link `link` of `ns` is Operational.
-async fn operational(ns: &qdr_tests::TestNamespace, link: &str) {
+async fn operational(ns: &qdr_tests::TestNamespace, link: &str, hub_ns: &str) {
     let links = api(ns, "Link", "links");
     let deadline = Instant::now() + Duration::from_secs(150);
     loop {
@@ -47,12 +47,35 @@ async fn operational(ns: &qdr_tests::TestNamespace, link: &str) {
         if condition(&l, "Operational").is_some_and(|c| c["status"] == "True") {
             return;
         }
-        assert!(
-            Instant::now() < deadline,
-            "Link {link} is not Operational: {}\ncontroller:\n{}",
-            l.data["status"],
-            controllers()[0].log_tail(40)
-        );
+        if Instant::now() > deadline {
+            let cp = cluster().await;
+            let spoke = router_pods(ns, "spoke").await;
+            let connector =
+                spoke.first().map(|p| qdmanage(cp, &ns.name, &p.0, &["query", "--type=connector"]));
+            let show = |args: &[&str]| {
+                let o = routers::kubectl(cp, args);
+                format!("{}{}", String::from_utf8_lossy(&o.stdout), String::from_utf8_lossy(&o.stderr))
+            };
+            let pods = show(&["get", "pods", "-n", hub_ns, "-o", "name"]);
+            let mut hub =
+                show(&["get", "secret", "hub-qdr-operator-links", "-n", hub_ns, "-o", "jsonpath={.data}"]);
+            hub += &show(&["get", "configmaps", "-n", hub_ns, "-o", "yaml"])
+                .lines()
+                .filter(|l| l.contains("sslProfile"))
+                .collect::<Vec<_>>()
+                .join("\n");
+            for p in pods.lines().filter(|p| p.contains("hub")) {
+                let p = p.trim_start_matches("pod/");
+                hub +=
+                    &show(&["exec", "-n", hub_ns, p, "--", "ls", "-la", qdr_api::router_config::LINKS_DIR]);
+                hub += &show(&["logs", "-n", hub_ns, p, "--tail=15"]);
+            }
+            panic!(
+                "Link {link} is not Operational: {}\nconnector: {connector:?}\nhub:\n{hub}\ncontroller:\n{}",
+                l.data["status"],
+                controllers()[0].log_tail(40)
+            );
+        }
         tokio::time::sleep(Duration::from_millis(500)).await;
     }
 }
@@ -103,7 +126,7 @@ async fn deleting_a_grant_cuts_its_site_off_and_the_other_site_flows_on() {
     }
     for ns in [&b, &c] {
         routers::wait_ready(cp, &ns.name, "spoke", &controllers());
-        operational(ns, "to-hub").await;
+        operational(ns, "to-hub", &a.name).await;
     }
     let spoke_b = router_pods(&b, "spoke").await.remove(0);
     let spoke_c = router_pods(&c, "spoke").await.remove(0);
