@@ -289,8 +289,10 @@ fn a_listener_profile_that_trusts_the_sites_reads_its_file_of_the_links_secret()
     let mut spec: crate::InterconnectSpec =
         serde_json::from_value(json!({"deploymentPlan": {"role": "interior"}})).unwrap();
     crate::apply_defaults("hub", &mut spec);
-    let profiles: Vec<String> = spec.ssl_profiles.iter().flatten().map(|p| p.name.clone()).collect();
-    let (sites, other) = (profiles[0].clone(), profiles.get(1).cloned());
+    let with_ca = |ca: bool| {
+        spec.ssl_profiles.iter().flatten().find(|p| p.ca_cert.is_some() == ca).map(|p| p.name.clone())
+    };
+    let (sites, other) = (with_ca(true).unwrap(), with_ca(false));
     let plain = router_config(&spec).render();
     let config = router_config(&spec).with_site_trust(std::slice::from_ref(&sites)).render();
     let file = format!("{LINKS_DIR}/{}", site_trust_key(&sites));

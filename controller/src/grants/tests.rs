@@ -126,7 +126,7 @@ fn the_listener_trusts_the_cas_of_live_grants_of_its_role_only() {
     ];
     assert_eq!(sites::trusted(&grants, LinkRole::InterRouter, at()), vec![b.clone(), c.clone()], "by name");
     assert_eq!(sites::trusted(&grants, LinkRole::Edge, at()), vec![e]);
-    let file = sites::trust_file("OWN\n", &[b.clone()]);
+    let file = sites::trust_file("OWN\n", std::slice::from_ref(&b));
     assert!(
         file.starts_with("OWN\n-----BEGIN CERTIFICATE-----") && file.ends_with("-----END CERTIFICATE-----\n")
     );

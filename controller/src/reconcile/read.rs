@@ -253,12 +253,16 @@ pub fn half_applied(o: &Observation) -> bool {
 }
 
 /// What a read depends on: the router pods (name, IP, readiness, the ConfigMap each
-/// mounts) and, when live entities are written, the desired configuration's hash. A change
+/// mounts, the sites' trust each was told to read) and, when live entities are written, the
+/// desired configuration's hash. A change
 /// of either starts a read at once.
 fn pods_fingerprint(observed: &Observed, live: Option<&str>) -> u64 {
     let mut h = std::collections::hash_map::DefaultHasher::new();
     for p in observed.routers.iter().filter(|p| p.owned) {
-        (&p.name, &p.ip, p.ready, &p.config_map).hash(&mut h);
+        // The sites' trust a router was told to read: a revocation reads the routers afresh,
+        // so the connections of the revoked site are found at once (`grants::sites`).
+        let trust = p.sites_trust.as_deref().and_then(crate::grants::sites::read_stamp).map(|(d, _)| d);
+        (&p.name, &p.ip, p.ready, &p.config_map, trust).hash(&mut h);
     }
     live.hash(&mut h);
     h.finish()
