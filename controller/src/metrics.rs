@@ -27,6 +27,14 @@ struct Mesh {
     interconnect: String,
 }
 
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct LinkEnd {
+    namespace: String,
+    interconnect: String,
+    kind: &'static str,
+    name: String,
+}
+
 /// Every value of the `category` label of `qdr_controller_reconcile_errors_total`, one per
 /// stage a reconcile can fail in (`reconcile::Error::category`); each series exists from
 /// the start at 0.
@@ -104,6 +112,9 @@ impl MeshSample {
 ///   `qdr_mesh_connected` ([`MeshSample`]): the counts that change all the time are here
 ///   and not in the status. Every per-Interconnect series is removed with the Interconnect and at
 ///   the end of a leadership term;
+/// * `qdr_link_expiry_seconds{namespace,interconnect,kind,name}`: seconds until an
+///   AccessGrant of an Interconnect ends (`kind="AccessGrant"`) or the token of one of its
+///   Links does (`kind="Link"`), as of the Interconnect's last reconcile; only those that end;
 /// * `qdr_mesh_router_reads_total`: routers asked (one TLS connection, three management
 ///   queries each); `qdr_mesh_read_duration_seconds`: time per read of one Interconnect's
 ///   routers (what the cost benchmark reads).
@@ -115,6 +126,9 @@ pub struct Metrics {
     /// 1 while this replica leads.
     pub leader: Gauge<i64, AtomicI64>,
     expiry: Family<Object, Gauge<f64, AtomicU64>>,
+    link_expiry: Family<LinkEnd, Gauge<f64, AtomicU64>>,
+    /// The `qdr_link_expiry_seconds` series set last, by Interconnect (`namespace/name`).
+    link_series: std::sync::Arc<std::sync::Mutex<std::collections::HashMap<String, Vec<LinkEnd>>>>,
     mesh: [Family<Mesh, Gauge<i64, AtomicI64>>; 8],
     routers: [Family<Mesh, Gauge<i64, AtomicI64>>; 2],
     router_reads: Counter<u64, AtomicU64>,
@@ -153,6 +167,12 @@ impl Default for Metrics {
             "Seconds until the earliest router certificate of an Interconnect expires",
             expiry.clone(),
         );
+        let link_expiry = Family::<LinkEnd, Gauge<f64, AtomicU64>>::default();
+        registry.register(
+            "qdr_link_expiry_seconds",
+            "Seconds until an AccessGrant or a Link's token of an Interconnect ends",
+            link_expiry.clone(),
+        );
         let mesh: [Family<Mesh, Gauge<i64, AtomicI64>>; 8] = Default::default();
         for ((name, help), family) in MESH_GAUGES.iter().zip(&mesh) {
             registry.register(*name, *help, family.clone());
@@ -187,6 +207,8 @@ impl Default for Metrics {
             duration,
             leader,
             expiry,
+            link_expiry,
+            link_series: Default::default(),
             mesh,
             routers,
             router_reads,
@@ -221,6 +243,44 @@ impl Metrics {
             None => {
                 self.expiry.remove(&key);
             }
+        }
+    }
+
+    /// Records when the AccessGrants and the Links' tokens of Interconnect `namespace/name`
+    /// end: `ends` holds `(kind, name, when)` for each that ends (`kind` `AccessGrant` or
+    /// `Link`); the series of any other of its grants or Links are removed (empty: all).
+    pub fn link_expiry(
+        &self,
+        namespace: &str,
+        name: &str,
+        ends: &[(&'static str, String, std::time::SystemTime)],
+    ) {
+        let now = std::time::SystemTime::now();
+        let keys: Vec<LinkEnd> = ends
+            .iter()
+            .map(|(kind, n, _)| LinkEnd {
+                namespace: namespace.into(),
+                interconnect: name.into(),
+                kind,
+                name: n.clone(),
+            })
+            .collect();
+        for (key, (_, _, at)) in keys.iter().zip(ends) {
+            let secs = match at.duration_since(now) {
+                Ok(d) => d.as_secs_f64(),
+                Err(e) => -e.duration().as_secs_f64(),
+            };
+            self.link_expiry.get_or_create(key).set(secs);
+        }
+        let mut series = self.link_series.lock().unwrap_or_else(|e| e.into_inner());
+        let ic = format!("{namespace}/{name}");
+        for old in series.get(&ic).into_iter().flatten().filter(|k| !keys.contains(k)) {
+            self.link_expiry.remove(old);
+        }
+        if keys.is_empty() {
+            series.remove(&ic);
+        } else {
+            series.insert(ic, keys);
         }
     }
 
@@ -266,11 +326,17 @@ impl Metrics {
     }
 
     /// A guard that removes every per-Interconnect series (`qdr_router_certificate_expiry_seconds`,
-    /// `qdr_interconnect_routers_*`, `qdr_mesh_*`) when dropped: at the end of a leadership term, so a follower does not
+    /// `qdr_link_expiry_seconds`, `qdr_interconnect_routers_*`, `qdr_mesh_*`) when dropped: at the end of a leadership term, so a follower does not
     /// serve frozen values (an alert on `< 0` would fire forever on one that expired while
     /// it led).
     pub fn interconnect_series_guard(&self) -> SeriesGuard {
-        SeriesGuard(self.expiry.clone(), self.mesh.clone(), self.routers.clone())
+        SeriesGuard(
+            self.expiry.clone(),
+            self.mesh.clone(),
+            self.routers.clone(),
+            self.link_expiry.clone(),
+            self.link_series.clone(),
+        )
     }
 
     /// Sets `qdr_controller_leader` to 1 until the guard is dropped.
@@ -304,10 +370,13 @@ impl Drop for LeadingGuard {
 /// Removes every per-Interconnect series when dropped (see
 /// [`Metrics::interconnect_series_guard`]).
 #[derive(Debug)]
+#[allow(clippy::type_complexity)]
 pub struct SeriesGuard(
     Family<Object, Gauge<f64, AtomicU64>>,
     [Family<Mesh, Gauge<i64, AtomicI64>>; 8],
     [Family<Mesh, Gauge<i64, AtomicI64>>; 2],
+    Family<LinkEnd, Gauge<f64, AtomicU64>>,
+    std::sync::Arc<std::sync::Mutex<std::collections::HashMap<String, Vec<LinkEnd>>>>,
 );
 
 impl Drop for SeriesGuard {
@@ -316,5 +385,7 @@ impl Drop for SeriesGuard {
         for family in self.1.iter().chain(&self.2) {
             family.clear();
         }
+        self.3.clear();
+        self.4.lock().unwrap_or_else(|e| e.into_inner()).clear();
     }
 }

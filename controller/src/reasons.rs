@@ -91,6 +91,10 @@ pub const EVENTS: &[(&str, &str)] = &[
     ("Warning", "ConfigRestored"),
 ];
 
+/// Every Event reason published on an AccessGrant or a Link (not on an Interconnect: so not
+/// in [`EVENTS`] nor the troubleshooting page's table; docs/multi-cluster.md gives them).
+pub const LINK_EVENTS: &[(&str, &str)] = &[("Warning", "GrantExpiring"), ("Warning", "LinkExpiring")];
+
 /// Whether `reason` is listed for condition `type_` in [`CONDITIONS`].
 pub fn is_condition_reason(type_: &str, reason: &str) -> bool {
     CONDITIONS.iter().any(|(t, reasons)| *t == type_ && reasons.contains(&reason))

@@ -116,7 +116,7 @@ fn every_alert_has_a_severity_a_summary_naming_its_object_and_a_runbook_section(
         assert!(!summary.is_empty() && !a["annotations"]["description"].is_null(), "{name}");
         // Alerts on an Interconnect's series name it; the others name the operator's part.
         let per_interconnect = a["expr"].as_str().unwrap().contains("qdr-routers")
-            || ["qdr_mesh_", "qdr_interconnect_", "qdr_router_certificate"]
+            || ["qdr_mesh_", "qdr_interconnect_", "qdr_router_certificate", "qdr_link_"]
                 .iter()
                 .any(|m| a["expr"].as_str().unwrap().contains(m));
         if per_interconnect {

@@ -25,6 +25,7 @@
 //! that has a CA the operator generates and `mutualAuth`, so that the site's certificate is
 //! checked. Anything missing is the grant's `Ready=False` with the reason.
 
+pub mod expiry;
 pub mod sites;
 
 use std::collections::BTreeMap;
@@ -275,16 +276,47 @@ struct GrantContext {
 }
 
 fn condition(g: &AccessGrant, status: &str, reason: &str, message: String) -> Condition {
+    condition_of(g, "Ready", status, reason, message)
+}
+
+fn condition_of(g: &AccessGrant, type_: &str, status: &str, reason: &str, message: String) -> Condition {
     let kept = (g.status.as_ref())
-        .and_then(|s| s.conditions.iter().find(|c| c.type_ == "Ready" && c.status == status))
+        .and_then(|s| s.conditions.iter().find(|c| c.type_ == type_ && c.status == status))
         .map(|c| c.last_transition_time.clone());
     Condition {
-        type_: "Ready".into(),
+        type_: type_.into(),
         status: status.into(),
         reason: reason.into(),
         message,
         observed_generation: g.metadata.generation,
         last_transition_time: kept.unwrap_or(Time(Timestamp::now())),
+    }
+}
+
+/// How long before its end a grant says so: its `Expiring` condition turns `True`, the
+/// controller sends the Warning `GrantExpiring` (once a day) and the alert
+/// `QdrLinkExpiring` fires a week before.
+pub const EXPIRING_WINDOW: Duration = Duration::from_secs(30 * 24 * 3600);
+
+/// The grant's `Expiring` condition at `now` (`True`, `Ending`, within
+/// [`EXPIRING_WINDOW`] of its end; else `False`, `NotEnding`) and when it turns, if it will.
+pub fn expiring(g: &AccessGrant, now: SystemTime) -> (Condition, Option<SystemTime>) {
+    match ends(g) {
+        Some(end) if end <= now + EXPIRING_WINDOW => {
+            let left = end.duration_since(now).unwrap_or_default();
+            let message = format!(
+                "the grant ends in {} (at {}): the site is cut off then; make a new grant and hand its token to the \
+                 site's admin before",
+                crate::human::duration(left),
+                rfc3339(end)
+            );
+            (condition_of(g, "Expiring", "True", "Ending", message), None)
+        }
+        Some(end) => {
+            let message = format!("the grant ends at {}", rfc3339(end));
+            (condition_of(g, "Expiring", "False", "NotEnding", message), Some(end - EXPIRING_WINDOW))
+        }
+        None => (condition_of(g, "Expiring", "False", "NotEnding", "the grant does not end".into()), None),
     }
 }
 
@@ -403,7 +435,10 @@ async fn reconcile(g: Arc<AccessGrant>, ctx: Arc<GrantContext>) -> Result<Action
             g.spec.site
         ),
     )];
+    let (expiring, turns) = expiring(&g, now);
+    status.conditions.push(expiring);
     write_status(&grants, &g, status).await?;
+    let renew_at = turns.map_or(renew_at, |t| t.min(renew_at));
     let next = renew_at.duration_since(now).unwrap_or_default().min(RESYNC);
     Ok(Action::requeue(next.max(Duration::from_secs(1))))
 }

@@ -231,3 +231,54 @@ fn a_router_restarts_only_once_every_router_was_told_the_new_trust_a_pause_ago()
     assert_eq!((e.stamp.len(), e.delete, e.next), (0, vec!["hub-0".to_string()], None));
     assert_eq!(sites::read_stamp(&sites::stamp("d", now)), Some(("d", now)), "whole seconds");
 }
+
+#[test]
+fn a_grant_says_it_is_expiring_thirty_days_before_its_end() {
+    // Created 2026-11-01; `at()` is 2026-11-18.
+    let g = grant("g-b", json!({"spec": {"interconnect": "hub", "site": "b", "expiry": "1000h"}}));
+    let (c, turns) = expiring(&g, at());
+    assert_eq!((c.type_.as_str(), c.status.as_str(), c.reason.as_str()), ("Expiring", "True", "Ending"));
+    assert!(c.message.contains("the grant ends in") && turns.is_none(), "{}", c.message);
+    let far = grant("g-b", json!({"spec": {"interconnect": "hub", "site": "b", "expiry": "8760h"}}));
+    let (c, turns) = expiring(&far, at());
+    assert_eq!((c.status.as_str(), c.reason.as_str()), ("False", "NotEnding"));
+    assert_eq!(turns, Some(ends(&far).unwrap() - EXPIRING_WINDOW), "looked at again when it turns");
+    let never = grant("g-b", json!({}));
+    assert_eq!(expiring(&never, at()).1, None);
+}
+
+#[test]
+fn grants_and_link_tokens_that_end_are_gauged_and_warned_about_within_the_window() {
+    use super::expiry::{ends_of, warning};
+    let grants = vec![
+        Arc::new(grant("g-b", json!({"spec": {"interconnect": "hub", "site": "b", "expiry": "1000h"}}))),
+        Arc::new(grant("g-never", json!({}))),
+    ];
+    let links = crate::site_links::Resolved {
+        judged: vec![crate::site_links::Judged {
+            link: "to-hub".into(),
+            generation: None,
+            outcome: Err(String::new()),
+            site: None,
+            expires: Some("2027-06-01T00:00:00Z".into()),
+        }],
+        ..Default::default()
+    };
+    let ends = ends_of(&grants, &links);
+    let names: Vec<(&str, &str)> = ends.iter().map(|(k, n, _)| (*k, n.as_str())).collect();
+    assert_eq!(names, [("AccessGrant", "g-b"), ("Link", "to-hub")], "the grant that never ends is left out");
+    let (reason, note) = warning("AccessGrant", "g-b", ends[0].2, at()).unwrap();
+    assert_eq!(reason, "GrantExpiring");
+    assert!(note.contains("AccessGrant g-b ends in"), "{note}");
+    assert!(warning("Link", "to-hub", ends[1].2, at()).is_none(), "months ahead: no warning yet");
+    let (reason, note) = warning("Link", "to-hub", at() - Duration::from_secs(1), at()).unwrap();
+    assert_eq!((reason, note.contains("ends now")), ("LinkExpiring", true));
+    // The gauge: one series per end, removed when the grant or Link goes.
+    let m = crate::metrics::Metrics::default();
+    m.link_expiry("a", "hub", &ends);
+    assert_eq!(m.encode().matches("qdr_link_expiry_seconds{").count(), 2);
+    m.link_expiry("a", "hub", &ends[..1]);
+    assert!(!m.encode().contains("name=\"to-hub\""));
+    m.link_expiry("a", "hub", &[]);
+    assert_eq!(m.encode().matches("qdr_link_expiry_seconds{").count(), 0);
+}

@@ -295,6 +295,18 @@ impl ExpiryWarnings {
         self.sent.lock().unwrap_or_else(|e| e.into_inner()).retain(|k, _| !k.starts_with(&prefix));
     }
 
+    /// Whether a Warning about `key` (`namespace/interconnect/<what>`) is due: none was sent
+    /// in the last [`EXPIRY_WARNING_INTERVAL`]; marks it sent when so.
+    pub(crate) fn due_key(&self, key: String) -> bool {
+        let mut sent = self.sent.lock().unwrap_or_else(|e| e.into_inner());
+        let now = Instant::now();
+        let due = sent.get(&key).is_none_or(|t| now.duration_since(*t) >= EXPIRY_WARNING_INTERVAL);
+        if due {
+            sent.insert(key, now);
+        }
+        due
+    }
+
     /// `CertificateExpiring` Warnings for `expiring` (Secret, line), each at most once per
     /// [`EXPIRY_WARNING_INTERVAL`] per Interconnect and Secret.
     fn due(&self, ic: &Interconnect, expiring: &[(String, String)]) -> Vec<Change> {

@@ -95,7 +95,7 @@ pub struct Context {
     /// Failures in a row, by `namespace/name` (for [`backoff`]).
     failures: Arc<Mutex<HashMap<String, u32>>>,
     /// `CertificateExpiring` Warnings sent, across leadership terms.
-    expiry: Arc<events::ExpiryWarnings>,
+    pub(crate) expiry: Arc<events::ExpiryWarnings>,
     /// The routers' reader (with `--observe-mesh=on`), across leadership terms.
     pub(crate) mesh: Arc<read::Reader>,
     /// The stores of the current leadership term ([`Context::for_term`]); `None` in the
@@ -159,6 +159,7 @@ impl Context {
         self.metrics.certificate_expiry(&ic.namespace().unwrap_or_default(), &ic.name_any(), None);
         self.metrics.mesh(&ic.namespace().unwrap_or_default(), &ic.name_any(), None);
         self.metrics.routers(&ic.namespace().unwrap_or_default(), &ic.name_any(), None);
+        self.metrics.link_expiry(&ic.namespace().unwrap_or_default(), &ic.name_any(), &[]);
     }
 
     /// [`status::write`], remembering the written object in the term's stores.
@@ -503,6 +504,7 @@ async fn stages(
         sites::enforce(&ctx.client, valid.namespace(), &e, &sites::stamp(digest, now)).await;
         sites_next = e.next;
     }
+    crate::grants::expiry::report(ctx, &valid, &grants, &links_of, &observed.links, now).await;
     let relink = match (relink, sites_next) {
         (Some(a), Some(b)) => Some(a.min(b)),
         (a, b) => a.or(b),

@@ -63,6 +63,24 @@ pub async fn grant_token(
     }
 }
 
+/// Waits until Interconnect `name` of `ns` (of `size` routers) has settled after its first
+/// grant: the grant makes its listener trust the sites' file, which rolls its routers once
+/// (docs/multi-cluster.md, "Restarts"); an admin hands the token over after that.
+pub async fn settled(cp: &qdr_tests::ControlPlane, ns: &qdr_tests::TestNamespace, name: &str, size: usize) {
+    let started = Instant::now();
+    let mut pods = router_pods(ns, name).await;
+    loop {
+        tokio::time::sleep(Duration::from_secs(5)).await;
+        routers::rolled_out(cp, ns, name, size).await;
+        let now = router_pods(ns, name).await;
+        if now == pods {
+            return;
+        }
+        pods = now;
+        assert!(started.elapsed() < Duration::from_secs(400), "{name} does not settle");
+    }
+}
+
 /// Waits until grant `grant` of `ns` lists one connection, of the site certificate of
 /// `identity` (`<site>.<grant>.<namespace>`), and returns its status.
 pub async fn listed(ns: &qdr_tests::TestNamespace, grant: &str, identity: &str, timeout: Duration) -> Value {
@@ -91,6 +109,7 @@ async fn a_token_links_two_networks_that_carry_messages_both_ways() {
     // routers' certificate names (a NAT address the admin names, as `externalHosts`).
     let host = format!("hub.{}.svc.cluster.local", a.name);
     let token = grant_token(cp, &a, "site-b", "b", &host, json!({"expiry": "720h"})).await;
+    settled(cp, &a, "hub", 1).await;
     let secrets: Api<Secret> = a.api();
     let ann = token.metadata.annotations.clone().unwrap_or_default();
     assert_eq!(ann[qdr_api::links::token::ENDPOINTS_ANNOTATION], format!("{host}:55671"));
@@ -196,11 +215,19 @@ async fn a_token_links_two_networks_that_carry_messages_both_ways() {
     tokio::time::sleep(Duration::from_secs(2)).await;
     let traffic = steady.finish();
     say!("renewal under traffic: {traffic}");
-    assert_eq!(
-        (traffic.lost, traffic.sender_reconnects, traffic.receiver_reconnects),
-        (0, 0, 0),
-        "{traffic}"
-    );
+    if (traffic.lost, traffic.sender_reconnects, traffic.receiver_reconnects) != (0, 0, 0) {
+        let show = |args: &[&str]| String::from_utf8_lossy(&routers::kubectl(cp, args).stdout).into_owned();
+        panic!(
+            "{traffic}\npods:\n{}{}events:\n{}{}routers:\n{}{}controller:\n{}",
+            show(&["get", "pods", "-n", &a.name, "-o", "wide"]),
+            show(&["get", "pods", "-n", &b.name, "-o", "wide"]),
+            show(&["get", "events", "-n", &a.name]),
+            show(&["get", "events", "-n", &b.name]),
+            show(&["logs", "-n", &a.name, "-l", "application=hub", "--tail=30"]),
+            show(&["logs", "-n", &b.name, "-l", "application=spoke", "--tail=30"]),
+            controllers()[0].log_tail(60)
+        );
+    }
     assert!(traffic.acknowledged > 20, "{traffic}");
     let after = router_pods(&b, "spoke").await;
     assert_eq!(after[0].0, spoke[0].0, "the spoke's router was not replaced");
@@ -223,6 +250,7 @@ async fn a_site_outside_kubernetes_links_with_a_token_and_is_listed_by_the_grant
     routers::wait_ready(cp, &a.name, "hub", &controllers());
     let host = format!("hub.{}.svc.cluster.local", a.name);
     let token = grant_token(cp, &a, "site-vm", "vm", &host, json!({})).await;
+    settled(cp, &a, "hub", 1).await;
     let dir = tempfile::tempdir().unwrap();
     let file = dir.path().join("token.json");
     std::fs::write(&file, portable(&token).to_string()).unwrap();

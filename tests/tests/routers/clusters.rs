@@ -15,7 +15,7 @@ use qdr_tests::routers::{self, Receiver, apply, router_pods, send, url};
 use qdr_tests::{ControlPlane, Options};
 use serde_json::{Value, json};
 
-use crate::across::{api, condition, grant_token, listed, portable};
+use crate::across::{api, condition, grant_token, listed, portable, settled};
 use crate::{cluster, controllers};
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -46,6 +46,7 @@ async fn two_api_servers_linked_by_a_token_carry_messages_and_report_both_ends()
     routers::wait_ready(cp_a, &a.name, "hub", &controllers());
     let host = format!("hub.{}.svc.cluster.local", a.name);
     let token = grant_token(cp_a, &a, "site-b", "b", &host, json!({"expiry": "720h"})).await;
+    settled(cp_a, &a, "hub", 1).await;
 
     // B refuses at apply what cannot work, through its own webhook: a Link naming a token
     // not applied yet, and the token for an edge Interconnect.
