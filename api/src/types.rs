@@ -789,6 +789,12 @@ pub struct MeshStatus {
     /// lists at most 32).
     #[serde(default, skip_serializing_if = "is_zero")]
     pub missing_link_count: i32,
+    /// Routers that are not this Interconnect's pods (another cluster's routers linked by a
+    /// Link or an AccessGrant, edge routers of other Interconnects) with which its routers
+    /// hold an open inter-router or edge connection, each counted once. Not in `summary`
+    /// nor in `MeshConnected`, which are about the Interconnect's own routers.
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub remote_routers: i32,
     /// Router pods that did not answer, each with why (`mesh-0: no answer within 5s`): the
     /// first 32, then `and N more`.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]

@@ -445,6 +445,24 @@ pub struct MeshReport {
     pub condition: Verdict,
 }
 
+/// How many routers that are not among `observations`' pods (other Interconnects' or
+/// other sites' routers) the routers that answered hold an open inter-router or edge
+/// connection with, each counted once (`status.mesh.remoteRouters`); an id past
+/// [`MAX_FOREIGN_IDS`] ([`OVER_BUDGET`]) is not counted.
+pub fn remote_routers(observations: &BTreeMap<String, Observation>) -> usize {
+    let mut remote: BTreeSet<&str> = BTreeSet::new();
+    for o in observations.values() {
+        let Observation::Answered(v) = o else { continue };
+        for l in v.inter_router.iter().chain(&v.edge) {
+            let peer: &str = &l.peer;
+            if peer != OVER_BUDGET && !observations.contains_key(peer) {
+                remote.insert(peer);
+            }
+        }
+    }
+    remote.len()
+}
+
 /// The routers of `observations` (pod name → what it answered) that are **linked**, the
 /// readiness gate `qdr-operator.io/linked` (docs/mesh-status.md, "Ready means linked"):
 ///

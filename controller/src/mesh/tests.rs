@@ -672,3 +672,16 @@ fn a_router_is_linked_when_it_holds_a_link_to_every_other_ready_router() {
 fn linked_view(id: &str, peers: &[&str]) -> Observation {
     linked(id, peers)
 }
+
+#[test]
+fn routers_of_other_sites_are_counted_once_apart_from_the_interconnects_own() {
+    let o: BTreeMap<String, Observation> = [
+        ("mesh-0", linked("mesh-0", &["mesh-1", "hub-a-0"])),
+        ("mesh-1", linked("mesh-1", &["mesh-0", "hub-a-0", "hub-a-1", crate::mesh::OVER_BUDGET])),
+        ("mesh-2", Observation::Unreachable("no answer".into())),
+    ]
+    .into_iter()
+    .map(|(p, o)| (p.to_string(), o))
+    .collect();
+    assert_eq!(crate::mesh::remote_routers(&o), 2, "hub-a-0 and hub-a-1, once each");
+}

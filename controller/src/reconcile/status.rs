@@ -565,6 +565,7 @@ pub(crate) fn with_mesh(
             .map(|(a, b)| MissingLink { from: a.clone(), to: b.clone() })
             .collect(),
         missing_link_count: n(rep.links_missing),
+        remote_routers: n(crate::mesh::remote_routers(&read.observations)),
         unreachable,
     });
     status.routers = routers;

@@ -158,6 +158,21 @@ async fn a_token_links_two_networks_that_carry_messages_both_ways() {
     let status = listed(&a, "site-b", &format!("b.site-b.{}", a.name), Duration::from_secs(90)).await;
     assert_eq!(status["linked"][0]["router"], hub[0].0);
     say!("token applied → the grant lists the site in {:.1?}", applied.elapsed());
+    // Each side's Interconnect counts the other's router apart from its own.
+    for (ns, name) in [(&a, "hub"), (&b, "spoke")] {
+        let ics = api(ns, "Interconnect", "interconnects");
+        let deadline = Instant::now() + Duration::from_secs(90);
+        loop {
+            let ic = ics.get(name).await.unwrap();
+            let mesh = &ic.data["status"]["mesh"];
+            if mesh["remoteRouters"] == 1 {
+                assert_eq!(mesh["summary"], "1/1 connected", "MESH stays about its own routers: {mesh}");
+                break;
+            }
+            assert!(Instant::now() < deadline, "{name} counts no remote router: {mesh}");
+            tokio::time::sleep(Duration::from_millis(500)).await;
+        }
+    }
 
     // Messages both ways, each acknowledged.
     let spoke = router_pods(&b, "spoke").await;
