@@ -269,6 +269,73 @@ async fn the_controller_uses_every_permission_it_is_granted() {
     converged(&ns, "routed", &b).await;
     assert!(routes.get_opt("routed-8080").await.unwrap().is_none(), "Route not pruned");
 
+    // A site whose grant is gone, still linked to a router (a peer that says so): the router
+    // pods are told the new trust (`patch`), then the one holding the site is restarted.
+    let grant: DynamicObject =
+        serde_json::from_value(json!({"apiVersion": "interconnectedcloud.github.io/v1alpha1",
+        "kind": "AccessGrant", "metadata": {"name": "site-x"},
+        "spec": {"interconnect": "sites", "site": "x",
+                 "externalHosts": [{"host": format!("sites.{}.svc.cluster.local", ns.name)}]}}))
+        .unwrap();
+    dynamic("AccessGrant", "accessgrants").create(&PostParams::default(), &grant).await.unwrap();
+    ics.create(&PostParams::default(), &ic("sites", json!({"deploymentPlan": {"size": 1}}))).await.unwrap();
+    eventually("the site's token issued", Duration::from_secs(60), || async {
+        ns.api::<Secret>().get_opt("site-x-token").await.ok()?.map(drop)
+    })
+    .await;
+    // The first grant makes the listener trust the sites' file of the links Secret (one roll).
+    eventually("the sites' trust file", Duration::from_secs(60), || async {
+        let s = ns.api::<Secret>().get_opt("sites-qdr-operator-links").await.ok()??;
+        s.data?.keys().any(|k| k.starts_with("sites.")).then_some(())
+    })
+    .await;
+    let deployments: Api<Deployment> = ns.api();
+    eventually("the roll for it", Duration::from_secs(60), || async {
+        let d = deployments.get("sites").await.ok()?;
+        let st = d.status?;
+        (st.observed_generation == d.metadata.generation
+            && st.updated_replicas == Some(1)
+            && st.replicas == Some(1))
+        .then_some(())
+    })
+    .await;
+    let pod = common::pods_of(&ns, "sites", 1).await.remove(0);
+    dynamic("AccessGrant", "accessgrants").delete("site-x", &Default::default()).await.unwrap();
+    let tls = common::router_tls(&ns, "sites").await;
+    let answers = qdr_tests::amqp_peer::with_user_connection(
+        qdr_tests::amqp_peer::honest(&pod, "interior", &[], 0),
+        "x-router-0",
+        "inter-router",
+        &format!("O=qdr-operator-site,CN=x.site-x.{}", ns.name),
+    );
+    let peer = common::router_at(
+        "127.5.0.2",
+        &tls,
+        qdr_tests::amqp_peer::Script::Honest(std::sync::Arc::new(answers)),
+    )
+    .await;
+    common::run_pod(&ns, &pod, "127.5.0.2").await;
+    let pods: Api<k8s_openapi::api::core::v1::Pod> = ns.api();
+    let deadline = std::time::Instant::now() + Duration::from_secs(60);
+    loop {
+        let p = pods.get_opt(&pod).await.unwrap();
+        let stamped = p.as_ref().is_some_and(|p| {
+            p.metadata
+                .annotations
+                .iter()
+                .flatten()
+                .any(|(k, _)| k == qdr_controller::grants::sites::SITES_TRUST)
+        });
+        if stamped {
+            break;
+        }
+        assert!(std::time::Instant::now() < deadline, "not stamped: {p:?}\n{}", b.log_tail(60));
+        tokio::time::sleep(Duration::from_millis(500)).await;
+    }
+    uses(cp, &user, "patch core/pods").await;
+    uses(cp, &user, "delete core/pods").await;
+    peer.abort();
+
     let (used, forbidden) = used(&cp.audit(), &user);
     assert!(forbidden.is_empty(), "requests refused by deploy/'s RBAC:\n{}", forbidden.join("\n"));
     let granted = granted(&deploy_rbac(cp).unwrap(), "qdr-controller");

@@ -193,6 +193,44 @@ pub fn honest(id: &str, mode: &str, peers: &[&str], clients: usize) -> Answers {
     a
 }
 
+/// `a` ([`honest`]'s answers) with one more open incoming connection of role `role` from
+/// router `container`, authenticated as `user` (what a site linked from another cluster
+/// looks like: `O=qdr-operator-site,CN=<site>.<grant>.<namespace>`).
+pub fn with_user_connection(mut a: Answers, container: &str, role: &str, user: &str) -> Answers {
+    let table = a
+        .entry("connection".into())
+        .or_insert_with(|| serde_json::json!({"attributeNames": [], "results": []}));
+    let names = table["attributeNames"].as_array_mut().expect("attributeNames");
+    if !names.iter().any(|n| n == "user") {
+        names.push("user".into());
+        for row in table["results"].as_array_mut().expect("results") {
+            row.as_array_mut().expect("row").push(Json::Null);
+        }
+    }
+    let names: Vec<String> = table["attributeNames"]
+        .as_array()
+        .expect("attributeNames")
+        .iter()
+        .map(|n| n.as_str().unwrap_or_default().to_string())
+        .collect();
+    let row: Vec<Json> = names
+        .iter()
+        .map(|n| match n.as_str() {
+            "name" => format!("connection/{container}").into(),
+            "container" => container.into(),
+            "role" => role.into(),
+            "dir" => "in".into(),
+            "opened" => true.into(),
+            "isEncrypted" => true.into(),
+            "host" => "203.0.113.9:40000".into(),
+            "user" => user.into(),
+            _ => Json::Null,
+        })
+        .collect();
+    table["results"].as_array_mut().expect("results").push(row.into());
+    a
+}
+
 /// A peer listening on `listener` (over TLS with `tls`), running `script` for every
 /// connection, until the returned task is aborted.
 pub fn serve(

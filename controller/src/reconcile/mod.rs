@@ -470,6 +470,8 @@ async fn stages(
     // not while the workload is held (its ConfigMap keeps what its routers started with).
     let live = (!applied.held).then_some(&report.config);
     let seal = &ctx.settings.seal_key;
+    // With the mesh not reported, what the routers answered still cuts off revoked sites.
+    let mut unreported = None;
     let (mesh, relink) = match management {
         Some(m) => {
             let read = ctx.mesh.read(&valid, &observed, m, live, &ctx.metrics, seal);
@@ -479,7 +481,9 @@ async fn stages(
         None if links || report.config.live => {
             let read = ctx.mesh.read(&valid, &observed, Ok(()), live, &ctx.metrics, seal);
             set_linked(&ctx.client, &valid, &observed, &read).await;
-            (None, read.next)
+            let next = read.next;
+            unreported = Some(read.observations);
+            (None, next)
         }
         None => (None, None),
     };
@@ -491,11 +495,12 @@ async fn stages(
     // A site whose grant is gone is cut off (`grants::sites`): the routers are told to read
     // the new trust, then those still holding its connection restart.
     let mut sites_next = None;
-    if let (Some(digest), Some(m)) = (&sites_digest, &mesh)
+    let answered = mesh.as_ref().map(|m| &m.observations).or(unreported.as_ref());
+    if let (Some(digest), Some(answered)) = (&sites_digest, answered)
         && !applied.held
     {
         use crate::grants::sites;
-        let holders = sites::revoked_holders(&grants, &m.observations, valid.namespace(), now);
+        let holders = sites::revoked_holders(&grants, answered, valid.namespace(), now);
         let pods: Vec<(String, Option<String>)> = (observed.routers.iter())
             .filter(|p| p.owned && p.ready)
             .map(|p| (p.name.clone(), p.sites_trust.clone()))
