@@ -14,7 +14,6 @@ use kube::runtime::events::{Event, EventType};
 use qdr_api::links::{AccessGrant, Link};
 
 use super::{EXPIRING_WINDOW, ends};
-use crate::reconcile::Context;
 use crate::site_links::Resolved;
 use crate::validated::ValidatedInterconnect;
 
@@ -64,9 +63,14 @@ pub fn warning(kind: &str, name: &str, end: SystemTime, now: SystemTime) -> Opti
     })
 }
 
-/// Sets the gauge and sends the due Warnings for Interconnect `o`'s grants and Links.
+/// Sets the gauge (on `metrics`) and sends the due Warnings (with `recorder`) for
+/// Interconnect `o`'s grants and Links; `due` says whether a Warning about a key
+/// (`namespace/interconnect/kind/name`) is due, and marks it sent.
+#[allow(clippy::too_many_arguments)]
 pub(crate) async fn report(
-    ctx: &Context,
+    metrics: &crate::metrics::Metrics,
+    recorder: &crate::recorder::Recorder,
+    due: &(dyn Fn(String) -> bool + Sync),
     o: &ValidatedInterconnect,
     grants: &[Arc<AccessGrant>],
     links: &[(Arc<Link>, Option<Arc<Secret>>)],
@@ -74,7 +78,7 @@ pub(crate) async fn report(
     now: SystemTime,
 ) {
     let ends = ends_of(grants, judged);
-    ctx.metrics.link_expiry(o.namespace(), o.name(), &ends);
+    metrics.link_expiry(o.namespace(), o.name(), &ends);
     for (kind, name, end) in &ends {
         let Some((reason, note)) = warning(kind, name, *end, now) else { continue };
         let regarding = match *kind {
@@ -87,7 +91,7 @@ pub(crate) async fn report(
                 .map(|(l, _)| l.object_ref(&())),
         };
         let Some(regarding) = regarding else { continue };
-        if !ctx.expiry.due_key(format!("{}/{}/{kind}/{name}", o.namespace(), o.name())) {
+        if !due(format!("{}/{}/{kind}/{name}", o.namespace(), o.name())) {
             continue;
         }
         let ev = Event {
@@ -97,7 +101,7 @@ pub(crate) async fn report(
             action: "Expiring".into(),
             secondary: None,
         };
-        if let Err(e) = ctx.recorder.publish(&ev, &regarding).await {
+        if let Err(e) = recorder.publish(&ev, &regarding).await {
             tracing::warn!(%kind, %name, error = %e, "could not publish an expiry Warning");
         }
     }

@@ -95,7 +95,7 @@ pub struct Context {
     /// Failures in a row, by `namespace/name` (for [`backoff`]).
     failures: Arc<Mutex<HashMap<String, u32>>>,
     /// `CertificateExpiring` Warnings sent, across leadership terms.
-    pub(crate) expiry: Arc<events::ExpiryWarnings>,
+    expiry: Arc<events::ExpiryWarnings>,
     /// The routers' reader (with `--observe-mesh=on`), across leadership terms.
     pub(crate) mesh: Arc<read::Reader>,
     /// The stores of the current leadership term ([`Context::for_term`]); `None` in the
@@ -509,7 +509,10 @@ async fn stages(
         sites::enforce(&ctx.client, valid.namespace(), &e, &sites::stamp(digest, now)).await;
         sites_next = e.next;
     }
-    crate::grants::expiry::report(ctx, &valid, &grants, &links_of, &observed.links, now).await;
+    let due = |key: String| ctx.expiry.due_key(key);
+    let (metrics, recorder) = (&ctx.metrics, &ctx.recorder);
+    crate::grants::expiry::report(metrics, recorder, &due, &valid, &grants, &links_of, &observed.links, now)
+        .await;
     let relink = match (relink, sites_next) {
         (Some(a), Some(b)) => Some(a.min(b)),
         (a, b) => a.or(b),
