@@ -175,13 +175,29 @@ pub fn new_leaf(
     now: SystemTime,
     lifetime: Duration,
 ) -> Result<CertKey, Error> {
+    let usages = vec![ExtendedKeyUsagePurpose::ServerAuth, ExtendedKeyUsagePurpose::ClientAuth];
+    leaf(ca, sans, None, usages, now, lifetime)
+}
+
+/// A leaf for `sans` (the first is the common name), with subject organization
+/// `organization`, extended key usages `usages`, signed by `ca`.
+fn leaf(
+    ca: &CertKey,
+    sans: &[String],
+    organization: Option<&str>,
+    usages: Vec<ExtendedKeyUsagePurpose>,
+    now: SystemTime,
+    lifetime: Duration,
+) -> Result<CertKey, Error> {
     let ca_key = KeyPair::from_pem(&ca.key_pem)?;
     let issuer = Issuer::from_ca_cert_pem(&ca.cert_pem, ca_key)?;
     let key = KeyPair::generate()?;
     let mut params = CertificateParams::new(sans.to_vec())?;
     params.distinguished_name.push(DnType::CommonName, sans.first().cloned().unwrap_or_default());
-    params.extended_key_usages =
-        vec![ExtendedKeyUsagePurpose::ServerAuth, ExtendedKeyUsagePurpose::ClientAuth];
+    if let Some(o) = organization {
+        params.distinguished_name.push(DnType::OrganizationName, o);
+    }
+    params.extended_key_usages = usages;
     params.key_usages = vec![KeyUsagePurpose::DigitalSignature];
     params.use_authority_key_identifier_extension = true;
     params.serial_number = Some(random_serial());
@@ -205,19 +221,8 @@ pub fn new_client_leaf(
     now: SystemTime,
     lifetime: Duration,
 ) -> Result<CertKey, Error> {
-    let ca_key = KeyPair::from_pem(&ca.key_pem)?;
-    let issuer = Issuer::from_ca_cert_pem(&ca.cert_pem, ca_key)?;
-    let key = KeyPair::generate()?;
-    let mut params = CertificateParams::new(vec![cn.to_string()])?;
-    params.distinguished_name.push(DnType::CommonName, cn);
-    params.distinguished_name.push(DnType::OrganizationName, organization);
-    params.extended_key_usages = vec![ExtendedKeyUsagePurpose::ClientAuth];
-    params.key_usages = vec![KeyUsagePurpose::DigitalSignature];
-    params.use_authority_key_identifier_extension = true;
-    params.serial_number = Some(random_serial());
-    validity(&mut params, now, lifetime);
-    let cert = params.signed_by(&key, &issuer)?;
-    Ok(CertKey { cert_pem: der_to_pem(cert.der()), key_pem: key.serialize_pem() })
+    let usages = vec![ExtendedKeyUsagePurpose::ClientAuth];
+    leaf(ca, &[cn.to_string()], Some(organization), usages, now, lifetime)
 }
 
 /// Verifies that `leaf_pem` chains to one of the CAs in `bundle_pem` and is valid for

@@ -36,6 +36,30 @@ pub struct Judged {
     pub expires: Option<String>,
 }
 
+/// Condition `type_` of a Link's or an AccessGrant's status, its `lastTransitionTime` kept
+/// from `before` (the stored conditions) while its status is unchanged, else `now`.
+pub fn condition_kept(
+    before: &[k8s_openapi::apimachinery::pkg::apis::meta::v1::Condition],
+    type_: &str,
+    status: &str,
+    reason: &str,
+    message: String,
+    generation: Option<i64>,
+    now: Timestamp,
+) -> k8s_openapi::apimachinery::pkg::apis::meta::v1::Condition {
+    use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, Time};
+    let kept = (before.iter().find(|c| c.type_ == type_ && c.status == status))
+        .map(|c| c.last_transition_time.clone());
+    Condition {
+        type_: type_.into(),
+        status: status.into(),
+        reason: reason.into(),
+        message,
+        observed_generation: generation,
+        last_transition_time: kept.unwrap_or(Time(now)),
+    }
+}
+
 /// The Links of one Interconnect, judged.
 #[derive(Debug, Clone, Default, PartialEq)]
 pub struct Resolved {
@@ -114,19 +138,9 @@ pub fn status(
     now: Timestamp,
 ) -> qdr_api::links::LinkStatus {
     use crate::mesh::Observation;
-    use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, Time};
+    let before = old.map_or(&[][..], |o| &o.conditions[..]);
     let condition = |type_: &str, status: &str, reason: &str, message: String| {
-        let kept = old
-            .and_then(|o| o.conditions.iter().find(|c| c.type_ == type_ && c.status == status))
-            .map(|c| c.last_transition_time.clone());
-        Condition {
-            type_: type_.into(),
-            status: status.into(),
-            reason: reason.into(),
-            message,
-            observed_generation: j.generation,
-            last_transition_time: kept.unwrap_or(Time(now)),
-        }
+        condition_kept(before, type_, status, reason, message, j.generation, now)
     };
     let mut st = qdr_api::links::LinkStatus {
         observed_generation: j.generation,

@@ -35,7 +35,7 @@ use std::time::{Duration, SystemTime};
 use futures::StreamExt;
 use k8s_openapi::ByteString;
 use k8s_openapi::api::core::v1::{Secret, Service};
-use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, ObjectMeta, Time};
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, ObjectMeta};
 use k8s_openapi::jiff::Timestamp;
 use kube::api::{Api, Patch, PatchParams};
 use kube::runtime::controller::Action;
@@ -280,17 +280,16 @@ fn condition(g: &AccessGrant, status: &str, reason: &str, message: String) -> Co
 }
 
 fn condition_of(g: &AccessGrant, type_: &str, status: &str, reason: &str, message: String) -> Condition {
-    let kept = (g.status.as_ref())
-        .and_then(|s| s.conditions.iter().find(|c| c.type_ == type_ && c.status == status))
-        .map(|c| c.last_transition_time.clone());
-    Condition {
-        type_: type_.into(),
-        status: status.into(),
-        reason: reason.into(),
+    let before = g.status.as_ref().map_or(&[][..], |s| &s.conditions[..]);
+    crate::site_links::condition_kept(
+        before,
+        type_,
+        status,
+        reason,
         message,
-        observed_generation: g.metadata.generation,
-        last_transition_time: kept.unwrap_or(Time(Timestamp::now())),
-    }
+        g.metadata.generation,
+        Timestamp::now(),
+    )
 }
 
 /// How long before its end a grant says so: its `Expiring` condition turns `True`, the
