@@ -208,7 +208,7 @@ fn the_documented_scrape_configuration_is_one_prometheus_accepts() {
     std::fs::copy(dir.path().join("alerts.yaml"), dir.path().join("qdr-operator-alerts.yaml")).unwrap();
     std::fs::write(dir.path().join("prometheus.yaml"), block).unwrap();
     let out = promtool(dir.path(), &["check", "config", "prometheus.yaml"]);
-    assert!(out.contains("SUCCESS: 13 rules found"), "{out}");
+    assert!(out.contains("SUCCESS: 14 rules found"), "{out}");
 }
 
 #[test]
@@ -386,6 +386,13 @@ async fn a_real_prometheus_scrapes_what_the_monitors_declare_and_the_mesh_alert_
     // The example mesh, admitted through the webhook once it serves.
     let apps = "monitored";
     let _ = routers::kubectl(cp, &["create", "namespace", apps]);
+    // A grant that ends, so that the gauge of QdrLinkExpiring has a series; made before the
+    // mesh, whose routers then trust the sites' file from their start.
+    let grant = serde_json::json!({"apiVersion": "interconnectedcloud.github.io/v1alpha1", "kind": "AccessGrant",
+        "metadata": {"name": "site-elsewhere"},
+        "spec": {"interconnect": "router-mesh", "site": "elsewhere", "expiry": "720h",
+                 "externalHosts": [{"host": format!("router-mesh.{apps}.svc.cluster.local")}]}});
+    routers::apply(cp, apps, &grant);
     let example = root().join("deploy/examples/interior-mesh.yaml").display().to_string();
     qdr_tests::eventually("the webhook admits", Duration::from_secs(120), || async {
         routers::kubectl(cp, &["apply", "-n", apps, "-f", &example]).status.success().then_some(())

@@ -1,7 +1,7 @@
 //! Expiry warnings of links across clusters, from the Interconnect's pass: the gauge
 //! `qdr_link_expiry_seconds` of each AccessGrant and each Link's token that ends, and a
-//! Warning Event on the object, at most once a day, once it ends within
-//! [`EXPIRING_WINDOW`](super::EXPIRING_WINDOW): `GrantExpiring` on an AccessGrant (the site
+//! Warning Event on the object, at most once a day, once it ends within 30 days
+//! (`EXPIRING_WINDOW`): `GrantExpiring` on an AccessGrant (the site
 //! is cut off at its end), `LinkExpiring` on a Link (its token stops working). The alert
 //! `QdrLinkExpiring` fires on the gauge a week ahead.
 
