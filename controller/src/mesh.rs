@@ -463,6 +463,50 @@ pub fn remote_routers(observations: &BTreeMap<String, Observation>) -> usize {
     remote.len()
 }
 
+/// One of the Interconnect's own routers whose id another router of the network has too
+/// ([`id_clashes`]).
+#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord)]
+pub struct IdClash {
+    /// The own router pod whose name (its router id) is taken twice.
+    pub pod: String,
+    /// Who else has it: a site certificate's identity, else the remote address a router
+    /// reports for the connection.
+    pub other: String,
+}
+
+/// The own router pods (`own`, the Interconnect's running router pods) whose router id a
+/// router of another site has too, as the routers that answered (`observations`) show it:
+///
+/// * a connection of a site (its user a site certificate's subject,
+///   [`qdr_api::links::token::site_of_user`]) whose peer id is the name of an own pod;
+/// * an inter-router or edge connection whose peer id is the answering router's own id (a
+///   router never links to itself).
+///
+/// Router ids are pod names (`${HOSTNAME}`), so two Interconnects of the same name and
+/// namespace in two linked clusters can clash: a DaemonSet's pods differ by a 5-character
+/// suffix only (27⁵ values), a Deployment's also by its pod-template hash. qdrouterd 1.19
+/// does not refuse such a peer: it ignores its hellos (`hello.py`: "Detected Neighbor
+/// Router with a Duplicate ID") and routes to whichever router of that id it heard last, so
+/// the two never link and messages go astray. Replacing the own pod gives its router a new
+/// name. Only connections the reader kept ([`MAX_DETAILED`] per router) are looked at.
+pub fn id_clashes(own: &BTreeSet<&str>, observations: &BTreeMap<String, Observation>) -> BTreeSet<IdClash> {
+    let mut out = BTreeSet::new();
+    for (pod, o) in observations {
+        let Observation::Answered(v) = o else { continue };
+        for c in &v.detailed {
+            let peer: &str = &c.peer;
+            let site = c.user.as_deref().and_then(qdr_api::links::token::site_of_user);
+            let other = || site.map_or_else(|| c.host.clone(), str::to_string);
+            if peer == &*v.id && own.contains(pod.as_str()) {
+                out.insert(IdClash { pod: pod.clone(), other: other() });
+            } else if site.is_some() && own.contains(peer) {
+                out.insert(IdClash { pod: peer.to_string(), other: other() });
+            }
+        }
+    }
+    out
+}
+
 /// The routers of `observations` (pod name → what it answered) that are **linked**, the
 /// readiness gate `qdr-operator.io/linked` (docs/mesh-status.md, "Ready means linked"):
 ///

@@ -89,6 +89,7 @@ pub const EVENTS: &[(&str, &str)] = &[
     ("Warning", "ConfigRolled"),
     ("Normal", "AdminDisruptionBudget"),
     ("Warning", "ConfigRestored"),
+    ("Warning", "RouterIdClash"),
 ];
 
 /// Every Event reason published on an AccessGrant or a Link (not on an Interconnect: so not

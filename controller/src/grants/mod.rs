@@ -166,6 +166,29 @@ pub fn endpoints(grant: &AccessGrant, port: i32, service: Option<&Service>) -> V
     out
 }
 
+/// How long after its token was issued a grant that lists no site yet keeps its
+/// Interconnect's routers read every [`SITE_RECHECK`] instead of every mesh resync (60 s),
+/// so the site shows in `status.linked` within seconds of its admin applying the token.
+/// Bounded so a grant never used costs at most this many reads: 180 at 5 s.
+pub const SITE_WAIT: Duration = Duration::from_secs(15 * 60);
+/// The wait between reads of the routers while a grant awaits its site ([`awaits_site`]).
+pub const SITE_RECHECK: Duration = Duration::from_secs(5);
+
+/// Whether grant `g` awaits its site at `now`: its token is issued (`Ready` `True`, since
+/// less than [`SITE_WAIT`]) and no router reports a connection of the site
+/// (`status.connections` 0 or absent).
+pub fn awaits_site(g: &AccessGrant, now: SystemTime) -> bool {
+    let Some(status) = &g.status else { return false };
+    if status.connections.unwrap_or(0) > 0 {
+        return false;
+    }
+    let ready = status.conditions.iter().find(|c| c.type_ == "Ready" && c.status == "True");
+    ready.is_some_and(|c| {
+        let since: SystemTime = c.last_transition_time.0.into();
+        now.duration_since(since).is_ok_and(|d| d < SITE_WAIT) || since > now
+    })
+}
+
 /// When grant `g` ends, from its creation and `expiry`; `None`: never.
 pub fn ends(g: &AccessGrant) -> Option<SystemTime> {
     let created: SystemTime = g.metadata.creation_timestamp.as_ref()?.0.into();

@@ -282,3 +282,27 @@ fn grants_and_link_tokens_that_end_are_gauged_and_warned_about_within_the_window
     m.link_expiry("a", "hub", &[]);
     assert_eq!(m.encode().matches("qdr_link_expiry_seconds{").count(), 0);
 }
+
+#[test]
+fn a_grant_awaits_its_site_for_a_while_after_its_token_is_issued_until_the_site_links() {
+    // at() is 2026-11-18T11:06:40Z.
+    let ready = |since: &str, connections: Option<i32>| {
+        grant(
+            "g-b",
+            json!({"status": {"connections": connections, "conditions": [{"type": "Ready", "status": "True",
+                "reason": "Issued", "message": "", "lastTransitionTime": since}]}}),
+        )
+    };
+    assert!(awaits_site(&ready("2026-11-18T11:03:00Z", None), at()), "issued 3 min ago, no site");
+    assert!(awaits_site(&ready("2026-11-18T11:03:00Z", Some(0)), at()));
+    assert!(!awaits_site(&ready("2026-11-18T11:03:00Z", Some(1)), at()), "the site is linked");
+    assert!(!awaits_site(&ready("2026-11-18T10:43:00Z", None), at()), "issued 23 min ago: past SITE_WAIT");
+    assert!(awaits_site(&ready("2026-11-18T11:10:00Z", None), at()), "a clock behind the API server's");
+    assert!(!awaits_site(&grant("g-b", json!({})), at()), "no status: no token yet");
+    let not_ready = grant(
+        "g-b",
+        json!({"status": {"conditions": [{"type": "Ready", "status": "False", "reason": "NoMutualTls",
+            "message": "", "lastTransitionTime": "2026-11-18T11:03:00Z"}]}}),
+    );
+    assert!(!awaits_site(&not_ready, at()), "no token issued");
+}

@@ -685,3 +685,63 @@ fn routers_of_other_sites_are_counted_once_apart_from_the_interconnects_own() {
     .collect();
     assert_eq!(crate::mesh::remote_routers(&o), 2, "hub-a-0 and hub-a-1, once each");
 }
+
+/// A view of `id` holding `connections`: (peer, user, outgoing).
+fn with_connections(id: &str, connections: &[(&str, Option<&str>, bool)]) -> Observation {
+    let Observation::Answered(mut v) = linked(id, &[]) else { unreachable!() };
+    v.detailed = (connections.iter())
+        .map(|(peer, user, outgoing)| crate::mesh::Connection {
+            peer: (*peer).into(),
+            outgoing: *outgoing,
+            role: "inter-router".into(),
+            host: "10.0.0.9:41234".into(),
+            tls: Some("TLSv1.3".into()),
+            uptime: Some(3),
+            user: user.map(str::to_string),
+        })
+        .collect();
+    Observation::Answered(v)
+}
+
+#[test]
+fn a_site_router_named_like_an_own_pod_is_a_clash_of_that_pod() {
+    use crate::mesh::{IdClash, id_clashes};
+    let site = "O=qdr-operator-site,CN=b.grant-b.a";
+    let own: BTreeSet<&str> = ["hub-x", "hub-y"].into();
+    // The site's router (id hub-x) reached hub-y: hub-x is the own pod to replace.
+    let o = observed(&[
+        ("hub-x", with_connections("hub-x", &[("hub-y", None, true)])),
+        ("hub-y", with_connections("hub-y", &[("hub-x", None, false), ("hub-x", Some(site), false)])),
+    ]);
+    let clash = IdClash { pod: "hub-x".into(), other: "b.grant-b.a".into() };
+    assert_eq!(id_clashes(&own, &o), [clash.clone()].into());
+    // It reached hub-x itself: the same pod, whoever reports it.
+    let o = observed(&[("hub-x", with_connections("hub-x", &[("hub-x", Some(site), false)]))]);
+    assert_eq!(id_clashes(&own, &o), [clash].into());
+    // A router that dialled out to a peer with its own id (the other side runs no grant):
+    // named by the address.
+    let o = observed(&[("hub-y", with_connections("hub-y", &[("hub-y", None, true)]))]);
+    let other = "10.0.0.9:41234".to_string();
+    assert_eq!(id_clashes(&own, &o), [IdClash { pod: "hub-y".into(), other }].into());
+}
+
+#[test]
+fn own_links_other_ids_and_pods_no_longer_running_are_no_clash() {
+    use crate::mesh::id_clashes;
+    let site = "O=qdr-operator-site,CN=b.grant-b.a";
+    let own: BTreeSet<&str> = ["hub-x", "hub-y"].into();
+    let o = observed(&[
+        // Own links, no site user: not a clash.
+        ("hub-x", with_connections("hub-x", &[("hub-y", None, true)])),
+        // A site with its own id; a client certificate that is not a site's.
+        (
+            "hub-y",
+            with_connections("hub-y", &[("b-0", Some(site), false), ("hub-x", Some("CN=hub-x"), false)]),
+        ),
+        ("hub-z", Observation::Unreachable("no answer".into())),
+    ]);
+    assert!(id_clashes(&own, &o).is_empty());
+    // The pod named is already being replaced (not among the running own pods).
+    let o = observed(&[("hub-y", with_connections("hub-y", &[("hub-old", Some(site), false)]))]);
+    assert!(id_clashes(&own, &o).is_empty());
+}

@@ -98,6 +98,9 @@ pub(crate) enum Change {
     /// `AdminDisruptionBudget`: budgets of someone else's select the routers, so the
     /// operator makes none; the `DisruptionBudget` condition's message.
     AdminBudget(String),
+    /// Warning `RouterIdClash`: a router of another site has an own router's id; its pod
+    /// was replaced ([`crate::mesh::id_clashes`]): `pod (other)` each.
+    RouterIdClash(Vec<String>),
 }
 
 impl Change {
@@ -116,6 +119,7 @@ impl Change {
                 | Change::CredentialsChanged
                 | Change::Credential(_)
                 | Change::Adopted(_)
+                | Change::RouterIdClash(_)
         )
     }
 
@@ -188,6 +192,15 @@ impl Change {
             Change::ConfigApplied(m) => (EventType::Normal, CONFIG_APPLIED, m.clone()),
             Change::ConfigRefused(m) => (EventType::Warning, "ConfigRefused", m.clone()),
             Change::AdminBudget(m) => (EventType::Normal, "AdminDisruptionBudget", m.clone()),
+            Change::RouterIdClash(pods) => (
+                EventType::Warning,
+                "RouterIdClash",
+                format!(
+                    "a router of another site has the id of this router, so the two cannot link: replaced the pod \
+                     (its new name is its new id): {}",
+                    pods.join(", ")
+                ),
+            ),
             Change::Adopted(objs) => (
                 EventType::Normal,
                 "Adopted",
@@ -250,6 +263,11 @@ pub(crate) fn for_pass(
                     | Change::Scaled { .. }
             )
         });
+    }
+    if !r.clashes.is_empty() {
+        changes.push(Change::RouterIdClash(
+            r.clashes.iter().map(|c| format!("{} ({})", c.pod, c.other)).collect(),
+        ));
     }
     if !applied.adopted.is_empty() {
         changes.push(Change::Adopted(applied.adopted.clone()));

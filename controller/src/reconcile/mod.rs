@@ -45,7 +45,7 @@ pub use types::LIVE_TRIES;
 #[cfg(test)]
 mod tests;
 
-use std::collections::HashMap;
+use std::collections::{BTreeSet, HashMap};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant, SystemTime};
 
@@ -245,6 +245,9 @@ pub(crate) struct Reconciled {
     /// ([`crate::mesh::links`]; the read itself is not reported); and when the revocation
     /// step of the sites ([`crate::grants::sites`]) waits for the routers to read their trust.
     pub(crate) relink: Option<Duration>,
+    /// Own routers whose id a router of another site has too, replaced by this pass
+    /// ([`crate::mesh::id_clashes`]).
+    pub(crate) clashes: Vec<crate::mesh::IdClash>,
 }
 
 impl Pass {
@@ -444,6 +447,7 @@ async fn stages(
     let mut observed = observe::observe(&ctx.client, cache, &valid).await?;
     observed.live_tries = ctx.mesh.tries(&valid.namespaced_name());
     observed.links = resolved;
+    observed.site_awaited = grants.iter().any(|g| crate::grants::awaits_site(g, now));
     let mut built = build::build(&valid, &ctx.settings, &observed)?;
     if built.verify_workload {
         // Routers may run that this build would roll onto pods that cannot start.
@@ -509,6 +513,17 @@ async fn stages(
         sites::enforce(&ctx.client, valid.namespace(), &e, &sites::stamp(digest, now)).await;
         sites_next = e.next;
     }
+    // A router of another site with an own pod's name as its id: that pod is replaced, so
+    // its router takes a new id (`mesh::id_clashes`).
+    let clashes = match answered {
+        Some(answered) if !applied.held => {
+            let own = observed.routers.iter().filter(|p| p.owned).map(|p| p.name.as_str()).collect();
+            let clashes = crate::mesh::id_clashes(&own, answered);
+            replace_clashing(&ctx.client, valid.namespace(), &clashes).await;
+            clashes.into_iter().collect()
+        }
+        _ => Vec::new(),
+    };
     let due = |key: String| ctx.expiry.due_key(key);
     let (metrics, recorder) = (&ctx.metrics, &ctx.recorder);
     crate::grants::expiry::report(metrics, recorder, &due, &valid, &grants, &links_of, &observed.links, now)
@@ -529,7 +544,20 @@ async fn stages(
         )
         .await;
     }
-    Ok(Pass::Reconciled(Box::new(Reconciled { ic: valid, observed, report, applied, mesh, relink })))
+    Ok(Pass::Reconciled(Box::new(Reconciled { ic: valid, observed, report, applied, mesh, relink, clashes })))
+}
+
+/// Deletes each pod of `clashes` (its workload makes a new one, of another name); a failure
+/// is logged and retried by the next pass, which finds the clash again.
+async fn replace_clashing(client: &kube::Client, namespace: &str, clashes: &BTreeSet<crate::mesh::IdClash>) {
+    use k8s_openapi::api::core::v1::Pod;
+    let pods: kube::Api<Pod> = kube::Api::namespaced(client.clone(), namespace);
+    for c in clashes {
+        tracing::warn!(pod = %c.pod, other = %c.other, "a router of another site has this router's id: replacing the pod");
+        if let Err(err) = pods.delete(&c.pod, &Default::default()).await {
+            tracing::warn!(pod = %c.pod, error = %err, "could not replace a router whose id is taken twice");
+        }
+    }
 }
 
 /// What to do after a failed reconcile: retry after [`backoff`] of the object's failures in

@@ -131,6 +131,10 @@ pub struct Observed {
     /// The Links of this Interconnect, judged ([`crate::site_links::resolve`]), and their
     /// files for the links Secret.
     pub links: crate::site_links::Resolved,
+    /// Whether a grant of this Interconnect awaits its site
+    /// ([`crate::grants::awaits_site`]): the routers are read every
+    /// [`crate::grants::SITE_RECHECK`] meanwhile.
+    pub site_awaited: bool,
     /// The PodDisruptionBudgets of someone else's that select the routers (or take the name
     /// of the operator's), by name ([`crate::cache::Cache::admin_budgets`]).
     pub admin_budgets: Vec<String>,
@@ -496,6 +500,7 @@ pub async fn observe(
         routers,
         live_tries: None,
         links: Default::default(),
+        site_awaited: false,
         admin_budgets,
         retiring,
     })

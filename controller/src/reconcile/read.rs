@@ -11,7 +11,9 @@
 //!   controller reads more than `MESH_READ_RATE × MESH_RESYNC` routers: [`resync`]);
 //! * a mesh that was not connected (links still forming after a start, a router that did
 //!   not answer) was last read [`MESH_RECHECK`] ago, doubling with each read that finds it
-//!   still so while the pods stay the same, up to [`MESH_RESYNC`].
+//!   still so while the pods stay the same, up to [`MESH_RESYNC`];
+//! * [`crate::grants::SITE_RECHECK`] passed while a grant of the Interconnect awaits its
+//!   site (issued less than [`crate::grants::SITE_WAIT`] ago, no connection of the site yet).
 //!
 //! One read of an Interconnect runs at a time. Its connections take slots of one
 //! [`Pool`] shared by the whole controller and fair across namespaces
@@ -432,6 +434,7 @@ impl Reader {
             memo.seen = pods;
             // A requeue for the due time may wake a moment early.
             let due = recheck(memo.unsettled, resync);
+            let due = if observed.site_awaited { due.min(crate::grants::SITE_RECHECK) } else { due };
             let left = match &memo.done {
                 Some((fp, at, _)) if *fp == pods => {
                     due.checked_sub(at.elapsed() + Duration::from_millis(200))

@@ -33,6 +33,7 @@ fn observed() -> Observed {
         routers: vec![],
         live_tries: None,
         links: Default::default(),
+        site_awaited: false,
         admin_budgets: Vec::new(),
         retiring: None,
     }
@@ -1309,6 +1310,7 @@ fn every_event_reason_is_listed_and_every_listed_reason_is_published() {
         Change::ConfigApplied(s()),
         Change::ConfigRefused(s()),
         Change::AdminBudget(s()),
+        Change::RouterIdClash(vec![s()]),
     ];
     for c in &changes {
         match c {
@@ -1332,7 +1334,8 @@ fn every_event_reason_is_listed_and_every_listed_reason_is_published() {
             | Change::ConfigRefused(_)
             | Change::ConfigRolled(_)
             | Change::ConfigRestored(_)
-            | Change::AdminBudget(_) => {}
+            | Change::AdminBudget(_)
+            | Change::RouterIdClash(_) => {}
         }
     }
     let published: BTreeSet<(String, String)> = changes

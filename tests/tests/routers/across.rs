@@ -256,7 +256,9 @@ async fn a_token_links_two_networks_that_carry_messages_both_ways() {
 /// A site outside Kubernetes: `kubectl qdr site-config` turns a grant's token into a
 /// qdrouterd configuration and certificate files, run here by a bare pod of the router image
 /// that the operator does not manage (as a VM would run it): it links in, the grant lists it
-/// by its certificate's identity, and messages cross.
+/// by its certificate's identity, and messages cross. It is given the hub router's pod name
+/// as its router id, the clash two same-named Interconnects in two clusters can have: the
+/// hub's pod is replaced (Warning `RouterIdClash`), and the site links to its successor.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_site_outside_kubernetes_links_with_a_token_and_is_listed_by_the_grant() {
     let cp = cluster().await;
@@ -266,6 +268,7 @@ async fn a_site_outside_kubernetes_links_with_a_token_and_is_listed_by_the_grant
     let host = format!("hub.{}.svc.cluster.local", a.name);
     let token = grant_token(cp, &a, "site-vm", "vm", &host, json!({})).await;
     settled(cp, &a, "hub", 1).await;
+    let taken = router_pods(&a, "hub").await[0].0.clone();
     let dir = tempfile::tempdir().unwrap();
     let file = dir.path().join("token.json");
     std::fs::write(&file, portable(&token).to_string()).unwrap();
@@ -275,7 +278,7 @@ async fn a_site_outside_kubernetes_links_with_a_token_and_is_listed_by_the_grant
         .arg(&file)
         .arg("--dir")
         .arg(&out_dir)
-        .args(["--cert-dir", "/etc/site-certs", "--id", "vm-site"])
+        .args(["--cert-dir", "/etc/site-certs", "--id", &taken])
         .output()
         .unwrap();
     assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
@@ -321,10 +324,41 @@ async fn a_site_outside_kubernetes_links_with_a_token_and_is_listed_by_the_grant
         assert!(Instant::now() < deadline, "the site's router does not run: {status:?}");
         tokio::time::sleep(Duration::from_millis(300)).await;
     };
-    let status = listed(&a, "site-vm", &format!("vm.site-vm.{}", a.name), Duration::from_secs(120)).await;
-    assert_eq!(status["linked"][0]["remote"], "vm-site", "the router id the site's configuration gives");
+    // The clash: the hub's pod of that name is replaced, and the Event says why.
+    let hub = qdr_tests::eventually(
+        "the hub's pod with the site's id replaced",
+        Duration::from_secs(120),
+        || async {
+            let hub = router_pods(&a, "hub").await;
+            (hub.len() == 1 && hub[0].0 != taken).then_some(hub)
+        },
+    )
+    .await;
+    say!("the hub's pod {taken} (the site's id) replaced {:.1?} after the site started", applied.elapsed());
+    let clash = routers::kubectl(cp, &["get", "events", "-n", &a.name, "-o", "json"]);
+    let clash = String::from_utf8_lossy(&clash.stdout).to_string();
+    assert!(
+        clash.contains("RouterIdClash") && clash.contains(&taken),
+        "no RouterIdClash Event naming {taken}"
+    );
+    let identity = format!("vm.site-vm.{}", a.name);
+    let status = qdr_tests::eventually(
+        "the grant lists the site on the new hub router",
+        Duration::from_secs(180),
+        || {
+            let identity = identity.clone();
+            let a = &a;
+            let new = hub[0].0.clone();
+            async move {
+                let s = listed(a, "site-vm", &identity, Duration::from_secs(120)).await;
+                (s["linked"][0]["router"] == new.as_str()).then_some(s)
+            }
+        },
+    )
+    .await;
+    assert_eq!(status["linked"][0]["remote"], taken.as_str(), "the router id the site's configuration gives");
     say!("the site outside Kubernetes listed by the grant {:.1?} after it started", applied.elapsed());
-    let hub = router_pods(&a, "hub").await;
+    routers::wait_ready(cp, &a.name, "hub", &controllers());
     let at_hub = Receiver::attach(&url(&hub[0].1, 5672), "vm/to-a", 3, &[]);
     send(&url(&vm_ip, 5672), "vm/to-a", 0..3, "vm-", Duration::from_secs(60), &[]);
     assert_eq!(at_hub.bodies().len(), 3);

@@ -108,6 +108,7 @@ fn observed(o: &ValidatedInterconnect, present: &[String]) -> Observed {
         routers: vec![],
         live_tries: None,
         links: Default::default(),
+        site_awaited: false,
         admin_budgets: Vec::new(),
         retiring: None,
     }
