@@ -243,6 +243,9 @@ pub struct RouterView {
     /// [`MAX_DETAILED`], each text cut to [`MAX_DETAIL_TEXT`] bytes: what a Link's and an
     /// AccessGrant's status report ([`crate::site_links`]).
     pub detailed: Vec<Connection>,
+    /// Connector deletions the visit left for a later one, a connection attempt being in
+    /// flight ([`links::busy`]): the router is visited again soon.
+    pub deferred: usize,
 }
 
 /// An open inter-router or edge connection of a router, with what the statuses of links
@@ -294,6 +297,7 @@ impl RouterView {
             deliveries_stuck: me.get("deliveriesStuck").count().unwrap_or(0),
             live: None,
             detailed: Vec::new(),
+            deferred: 0,
         })
     }
 
@@ -358,6 +362,21 @@ impl RouterView {
         self.inter_router.sort();
         self.edge.sort();
         Ok(rows.len())
+    }
+}
+
+/// Adds the `host:port` of each open outgoing connection of a page of a `connection`
+/// answer to `into` (at most [`answer::MAX_ROWS`] a page; the page's rows are bounded by the
+/// read): what [`links::busy`] tells a connector's open connection from an attempt in
+/// flight by. A malformed page adds nothing ([`RouterView::add_connections`] reports it).
+pub fn open_outgoing(connections: &Table, into: &mut BTreeSet<String>) {
+    for c in rows("connection", connections).unwrap_or_default() {
+        if *c.get("opened") == Cell::Bool(true)
+            && c.text("dir") == Some("out")
+            && let Some(host) = c.text("host")
+        {
+            into.insert(host.to_string());
+        }
     }
 }
 

@@ -189,6 +189,7 @@ fn view(pod: &str, connections: &[(&str, bool)]) -> (String, Observation) {
         deliveries_stuck: 0,
         live: None,
         detailed,
+        deferred: 0,
     };
     (pod.to_string(), Observation::Answered(v))
 }

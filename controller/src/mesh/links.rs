@@ -28,7 +28,22 @@ pub const PREFIX: &str = "qdr-operator-mesh-";
 /// The management entity type of a connector.
 pub const ENTITY: &str = "org.apache.qpid.dispatch.connector";
 /// The attributes asked of each connector.
-pub const ATTRIBUTES: [&str; 5] = ["name", "role", "host", "port", "sslProfile"];
+pub const ATTRIBUTES: [&str; 6] = ["name", "role", "host", "port", "sslProfile", "connectionStatus"];
+
+/// Whether deleting a connector now could crash its router: its `connectionStatus` is
+/// `SUCCESS` and no open outgoing connection of the router is to its `host:port` (`open`),
+/// so a connection attempt is in flight.
+///
+/// qdrouterd 1.19 marks a connector `SUCCESS` (`CXTR_STATE_OPEN`) when an attempt starts
+/// (`server.c` `try_open_lh`), not when it succeeds. A `DELETE` during the attempt marks it
+/// deleted and frees its timer; when the attempt then fails (a peer gone: `No route to
+/// host`, up to the TCP connect timeout later), the error handler overwrites the mark with
+/// `FAILED`, and freeing the connection re-arms the freed timer: `SIGSEGV`, the router's
+/// container restarts (exit code 139) and every client connection on it drops. Between
+/// attempts (`CONNECTING`, 5 s) and with its connection open, a `DELETE` is safe.
+pub fn busy(status: Option<&str>, host: &str, port: &str, open: &std::collections::BTreeSet<String>) -> bool {
+    status == Some("SUCCESS") && !open.contains(&format!("{host}:{port}"))
+}
 /// Connectors read of one router at most (the spec's own and the operator's): more than
 /// the largest spec and [`super::MAX_ROUTERS`] peers.
 pub const MAX_CONNECTOR_ROWS: usize = 4096;
@@ -58,7 +73,7 @@ pub fn template(spec: &qdr_api::InterconnectSpec) -> Option<Template> {
 }
 
 /// One inter-router connector.
-#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord)]
+#[derive(Debug, Clone)]
 pub struct Connector {
     /// Its entity name (`PREFIX` and the peer pod's name for the operator's own).
     pub name: String,
@@ -68,7 +83,18 @@ pub struct Connector {
     pub port: String,
     /// The sslProfile it dials with.
     pub ssl_profile: Option<String>,
+    /// A held connector's: deleting it now could crash the router ([`busy`]). Always
+    /// `false` in a desired one, and not compared.
+    pub busy: bool,
 }
+
+impl PartialEq for Connector {
+    fn eq(&self, other: &Connector) -> bool {
+        (&self.name, &self.host, &self.port, &self.ssl_profile)
+            == (&other.name, &other.host, &other.port, &other.ssl_profile)
+    }
+}
+impl Eq for Connector {}
 
 impl Connector {
     /// The attributes of a management `CREATE`: `(name, value)`, strings and one boolean
@@ -109,15 +135,17 @@ pub fn desired(pod: &str, peers: &[(String, String)], template: &Template) -> Ve
             host: ip.clone(),
             port: template.port.clone(),
             ssl_profile: template.ssl_profile.clone(),
+            busy: false,
         })
         .collect();
-    out.sort();
+    out.sort_by(|a, b| a.name.cmp(&b.name));
     out
 }
 
 /// What to write to a router that holds `existing` so it holds `desired`: the names to
 /// `DELETE` (the operator's connectors not desired as they are, never a name in `keep`,
-/// the configuration's own), then the connectors to `CREATE`. At most [`MAX_WRITES`] in
+/// the configuration's own, nor one [`Connector::busy`]: it waits for a later visit, and
+/// so does its replacement), then the connectors to `CREATE`. At most [`MAX_WRITES`] in
 /// all, deletes first (a changed connector is deleted, then created again on a later visit
 /// when the bound cut it).
 pub fn changes(
@@ -125,7 +153,7 @@ pub fn changes(
     existing: &[Connector],
     keep: &[String],
 ) -> (Vec<String>, Vec<Connector>) {
-    let ours = |c: &&Connector| c.name.starts_with(PREFIX) && !keep.contains(&c.name);
+    let ours = |c: &&Connector| c.name.starts_with(PREFIX) && !keep.contains(&c.name) && !c.busy;
     let deletes: Vec<String> = (existing.iter().filter(ours))
         .filter(|c| !desired.contains(c))
         .map(|c| c.name.clone())
@@ -141,12 +169,26 @@ pub fn changes(
     (deletes, creates)
 }
 
+/// How many of the operator's connectors in `existing` [`changes`] leaves for a later
+/// visit because they are [`Connector::busy`] (the visit then asks to be repeated soon).
+pub fn deferred(desired: &[Connector], existing: &[Connector], keep: &[String]) -> usize {
+    (existing.iter())
+        .filter(|c| c.busy && c.name.starts_with(PREFIX) && !keep.contains(&c.name) && !desired.contains(c))
+        .count()
+}
+
 /// Adds a page of a connector `QUERY` answer to `into`: the operator's inter-router
-/// connectors only (by [`PREFIX`] and role); returns the page's rows.
+/// connectors only (by [`PREFIX`] and role), each marked [`busy`] against the router's open
+/// outgoing connections `open` (`host:port`, [`super::open_outgoing`]); returns the page's
+/// rows.
 ///
 /// # Errors
 /// [`AnswerError`] when the page is malformed.
-pub fn add_connectors(page: &Table, into: &mut Vec<Connector>) -> Result<usize, AnswerError> {
+pub fn add_connectors(
+    page: &Table,
+    open: &std::collections::BTreeSet<String>,
+    into: &mut Vec<Connector>,
+) -> Result<usize, AnswerError> {
     let rows = rows("connector", page)?;
     for r in &rows {
         let text = |n: &str| r.get(n).text().map(str::to_string);
@@ -158,12 +200,9 @@ pub fn add_connectors(page: &Table, into: &mut Vec<Connector>) -> Result<usize, 
             Cell::Int(p) => p.to_string(),
             other => other.text().unwrap_or_default().to_string(),
         };
-        into.push(Connector {
-            name,
-            host: text("host").unwrap_or_default(),
-            port,
-            ssl_profile: text("sslProfile"),
-        });
+        let host = text("host").unwrap_or_default();
+        let busy = busy(r.get("connectionStatus").text(), &host, &port, open);
+        into.push(Connector { name, host, port, ssl_profile: text("sslProfile"), busy });
     }
     Ok(rows.len())
 }
@@ -232,6 +271,7 @@ mod tests {
                 host: "h".into(),
                 port: "1".into(),
                 ssl_profile: None,
+                busy: false,
             })
             .collect();
         let want = desired("r-z", &peers(&["r-a"]), &template());
@@ -243,7 +283,7 @@ mod tests {
     fn a_query_page_keeps_only_the_operators_inter_router_connectors() {
         let text = |s: &str| Cell::Text(s.into());
         let row = |name: &str, role: &str, port: Cell| {
-            vec![text(name), text(role), text("10.0.0.1"), port, Cell::Null]
+            vec![text(name), text(role), text("10.0.0.1"), port, Cell::Null, text("CONNECTING")]
         };
         let table = Table {
             names: Some(ATTRIBUTES.iter().map(|s| s.to_string()).collect()),
@@ -255,10 +295,63 @@ mod tests {
             ]),
         };
         let mut got = Vec::new();
-        assert_eq!(add_connectors(&table, &mut got).unwrap(), 4);
+        assert_eq!(add_connectors(&table, &Default::default(), &mut got).unwrap(), 4);
         let names: Vec<(&str, &str)> = got.iter().map(|c| (c.name.as_str(), c.port.as_str())).collect();
         assert_eq!(names, [(&*format!("{PREFIX}r-a"), "55671"), (&*format!("{PREFIX}r-b"), "55672")]);
         assert!(got.iter().all(|c| c.ssl_profile.is_none()));
-        assert!(add_connectors(&Table::default(), &mut got).is_err());
+        assert!(got.iter().all(|c| !c.busy), "between attempts");
+        assert!(add_connectors(&Table::default(), &Default::default(), &mut got).is_err());
+    }
+
+    #[test]
+    fn a_connector_with_an_attempt_in_flight_is_not_deleted_nor_replaced_until_a_later_visit() {
+        let text = |s: &str| Cell::Text(s.into());
+        let open: std::collections::BTreeSet<String> = ["10.0.0.1:55671".to_string()].into();
+        // SUCCESS with its connection open; SUCCESS with none (an attempt in flight);
+        // CONNECTING (between attempts); FAILED.
+        let table = Table {
+            names: Some(ATTRIBUTES.iter().map(|s| s.to_string()).collect()),
+            rows: Some(
+                [
+                    ("r-a", "10.0.0.1", "SUCCESS"),
+                    ("r-b", "10.0.0.2", "SUCCESS"),
+                    ("r-c", "10.0.0.3", "CONNECTING"),
+                ]
+                .iter()
+                .chain(&[("r-d", "10.0.0.4", "FAILED")])
+                .map(|(n, h, st)| {
+                    vec![
+                        text(&format!("{PREFIX}{n}")),
+                        text("inter-router"),
+                        text(h),
+                        text("55671"),
+                        Cell::Null,
+                        text(st),
+                    ]
+                })
+                .collect(),
+            ),
+        };
+        let mut held = Vec::new();
+        add_connectors(&table, &open, &mut held).unwrap();
+        let busy: Vec<bool> = held.iter().map(|c| c.busy).collect();
+        assert_eq!(busy, [false, true, false, false]);
+        // Every one of them is gone from the peers: all but the busy one are deleted.
+        let (deletes, creates) = changes(&[], &held, &[]);
+        let names: Vec<String> = ["r-a", "r-c", "r-d"].iter().map(|n| format!("{PREFIX}{n}")).collect();
+        assert_eq!(deletes, names);
+        assert!(creates.is_empty());
+        // r-b's pod came back at another address: its replacement waits with it.
+        let moved = Connector {
+            host: "10.0.0.9".into(),
+            port: "55671".into(),
+            ssl_profile: None,
+            busy: false,
+            name: format!("{PREFIX}r-b"),
+        };
+        let (deletes, creates) = changes(std::slice::from_ref(&moved), &held, &[]);
+        assert!(!deletes.contains(&moved.name) && creates.is_empty(), "{deletes:?} {creates:?}");
+        assert_eq!(deferred(std::slice::from_ref(&moved), &held, &[]), 1);
+        assert_eq!(deferred(&[], &held, &[]), 1);
     }
 }

@@ -65,14 +65,23 @@ impl Kind {
 
     /// The attributes asked of a held entity of this kind: every one the configuration
     /// renders for it (`qdr_api::router_config`), so that a held one is compared and, when a
-    /// refused write must put it back, created again as it was. At most
-    /// [`super::answer::MAX_ATTRIBUTES`].
+    /// refused write must put it back, created again as it was; and of a connector its
+    /// [`READ_ONLY`] state, so that it is not deleted while a connection attempt is in
+    /// flight ([`Plan::busy`]). At most [`super::answer::MAX_ATTRIBUTES`].
     pub fn attributes(self) -> &'static [&'static str] {
         match self {
             Kind::SslProfile => &["name", "certFile", "privateKeyFile", "caCertFile"],
-            Kind::Connector => {
-                &["name", "role", "host", "port", "cost", "linkCapacity", "sslProfile", "verifyHostname"]
-            }
+            Kind::Connector => &[
+                "name",
+                "role",
+                "host",
+                "port",
+                "cost",
+                "linkCapacity",
+                "sslProfile",
+                "verifyHostname",
+                READ_ONLY[0],
+            ],
             Kind::Listener => &[
                 "name",
                 "role",
@@ -120,6 +129,9 @@ impl Kind {
         }
     }
 }
+
+/// Attributes asked of held entities that a `CREATE` does not take (the router's state).
+pub const READ_ONLY: [&str; 1] = ["connectionStatus"];
 
 /// One entity of the desired configuration, as a `CREATE` sends it.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -246,6 +258,7 @@ impl Held {
     /// back: every attribute it answered but `null`s.
     pub fn attributes(&self) -> Vec<(&'static str, Attribute)> {
         (self.attributes.iter())
+            .filter(|(k, _)| !READ_ONLY.contains(k))
             .filter_map(|(k, v)| {
                 let a = match v {
                     Cell::Text(t) => Attribute::Text(t.clone()),
@@ -320,6 +333,9 @@ pub struct Outcome {
     /// exists`, router text cut to [`MAX_TEXT`] bytes); the visit's other writes stopped
     /// there and what it had deleted was created again.
     pub refused: Option<String>,
+    /// Connectors to delete that had a connection attempt in flight ([`Plan::busy`]): the
+    /// visit wrote nothing, and the router is visited again soon.
+    pub deferred: usize,
 }
 
 /// Whether held entity `h` is left alone by the live apply: a name in `start_up` (the
@@ -361,6 +377,23 @@ impl Plan {
     /// Whether there is nothing to write.
     pub fn is_empty(&self) -> bool {
         self.deletes.is_empty() && self.creates.is_empty()
+    }
+
+    /// How many connectors this plan deletes that have a connection attempt in flight
+    /// ([`super::links::busy`], against the router's open outgoing connections `open`):
+    /// a visit writes nothing while there is one, and comes back soon.
+    pub fn busy(&self, open: &BTreeSet<String>) -> usize {
+        (self.deletes.iter())
+            .filter(|h| h.kind == Kind::Connector)
+            .filter(|h| {
+                let port = match h.get("port") {
+                    Cell::Int(p) => p.to_string(),
+                    other => other.text().unwrap_or_default().to_string(),
+                };
+                let host = h.get("host").text().unwrap_or_default();
+                super::links::busy(h.get("connectionStatus").text(), host, &port, open)
+            })
+            .count()
     }
 }
 
@@ -441,6 +474,25 @@ mod tests {
             p.deletes.iter().map(|h| h.name.as_str()).collect(),
             p.creates.iter().map(|d| d.name.as_str()).collect(),
         )
+    }
+
+    #[test]
+    fn a_connector_to_delete_with_an_attempt_in_flight_holds_the_visit_and_its_state_is_never_written() {
+        let mut broker = held(&network()[0]);
+        broker.attributes.push(("connectionStatus", Cell::Text("SUCCESS".into())));
+        let plan = plan(&[], std::slice::from_ref(&broker), &never);
+        assert_eq!(names(&plan).0, ["broker"]);
+        // No open connection to b:5672: an attempt is in flight.
+        assert_eq!(plan.busy(&BTreeSet::new()), 1);
+        // Its connection is open: a DELETE closes it cleanly.
+        assert_eq!(plan.busy(&["b:5672".to_string()].into()), 0);
+        // Between attempts.
+        let mut waiting = broker.clone();
+        waiting.attributes.last_mut().unwrap().1 = Cell::Text("CONNECTING".into());
+        assert_eq!(super::plan(&[], &[waiting], &never).busy(&BTreeSet::new()), 0);
+        // Put back after a refused write, it is created without its state.
+        assert!(broker.attributes().iter().all(|(k, _)| *k != "connectionStatus"));
+        assert!(Kind::Connector.attributes().contains(&"connectionStatus"));
     }
 
     fn network() -> Vec<Desired> {

@@ -401,7 +401,9 @@ impl Links {
     }
 
     /// Brings the router's live entities to `want` (docs/live-configuration.md, "One visit
-    /// to a router"): reads them, writes the [`live::plan`], reads them back. A refused
+    /// to a router"): reads them, writes the [`live::plan`], reads them back; writes
+    /// nothing while a connector it deletes has a connection attempt in flight
+    /// ([`live::Plan::busy`], `open` the router's open outgoing connections). A refused
     /// write ends the writes and undoes the visit's: what it created is deleted (auto-links
     /// first) and what it deleted is created again as the router read it back (connectors
     /// first), so the router keeps its old entities; the refusal is in the [`Outcome`], not
@@ -411,7 +413,12 @@ impl Links {
     /// # Errors
     /// [`ReadError`] when a query fails or a write gets no answer (the visit's time ran
     /// out, the connection failed).
-    async fn apply(&mut self, want: &Live, missing: &Missing) -> Result<Outcome, ReadError> {
+    async fn apply(
+        &mut self,
+        want: &Live,
+        missing: &Missing,
+        open: &std::collections::BTreeSet<String>,
+    ) -> Result<Outcome, ReadError> {
         let held = self.held().await?;
         let keep = |h: &Held| live::keeps(&want.keep, h);
         let plan = live::plan(&want.desired, &held, &keep);
@@ -421,8 +428,9 @@ impl Links {
             created: 0,
             deleted: 0,
             refused: None,
+            deferred: plan.busy(open),
         };
-        if plan.is_empty() {
+        if plan.is_empty() || outcome.deferred > 0 {
             return Ok(outcome);
         }
         let mut deleted: Vec<&Held> = Vec::new();
@@ -551,17 +559,22 @@ where
             .await?;
         let mut view = RouterView::of_router(&me)?;
         links.pages(ENTITIES[1], &NODE_ATTRIBUTES, MAX_ROUTERS + 1, |t| view.add_nodes(t)).await?;
+        let mut open = std::collections::BTreeSet::new();
         links
-            .pages(ENTITIES[2], &CONNECTION_ATTRIBUTES, MAX_CONNECTION_ROWS, |t| view.add_connections(t))
+            .pages(ENTITIES[2], &CONNECTION_ATTRIBUTES, MAX_CONNECTION_ROWS, |t| {
+                super::open_outgoing(t, &mut open);
+                view.add_connections(t)
+            })
             .await?;
         if let Some(wanted) = linking {
             let mut held = Vec::new();
             links
                 .pages(linking::ENTITY, &linking::ATTRIBUTES, linking::MAX_CONNECTOR_ROWS, |t| {
-                    linking::add_connectors(t, &mut held)
+                    linking::add_connectors(t, &open, &mut held)
                 })
                 .await?;
             let (deletes, creates) = linking::changes(&wanted.connectors, &held, &wanted.keep);
+            view.deferred += linking::deferred(&wanted.connectors, &held, &wanted.keep);
             for name in &deletes {
                 links.delete(Kind::Connector, name).await?;
             }
@@ -574,7 +587,8 @@ where
             }
         }
         if let Some(want) = live {
-            let outcome = links.apply(want, writes.missing).await?;
+            let outcome = links.apply(want, writes.missing, &open).await?;
+            view.deferred += outcome.deferred;
             if outcome.created + outcome.deleted > 0 || outcome.refused.is_some() {
                 tracing::info!(router = %view.id, created = outcome.created, deleted = outcome.deleted,
                     refused = outcome.refused.as_deref().unwrap_or(""), applied = outcome.applied,

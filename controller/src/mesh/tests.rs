@@ -79,6 +79,7 @@ fn linked(id: &str, peers: &[&str]) -> Observation {
         links_blocked: 0,
         deliveries_stuck: 0,
         detailed: vec![],
+        deferred: 0,
         live: None,
     })
 }

@@ -577,7 +577,10 @@ impl Reader {
             Observation::Answered(v) => v.live.as_ref().is_none_or(|l| l.applied),
             _ => true,
         });
-        let connected = report.condition.reason == "Connected" && applied;
+        // A connector deletion left for later (a connection attempt in flight: mesh::links::busy)
+        // is tried again at the first recheck.
+        let deferred = observations.values().any(|o| matches!(o, Observation::Answered(v) if v.deferred > 0));
+        let connected = report.condition.reason == "Connected" && applied && !deferred;
         // A visit that stopped half way left its router without entities it had deleted:
         // the next read comes at the first recheck, however long the mesh has been unsettled.
         let half_applied = observations.values().any(half_applied);
@@ -608,7 +611,8 @@ impl Reader {
                 && memo.done.as_ref().is_some_and(|d| same_mesh(&d.2, &observations));
             memo.tries = tried(memo.tries.take(), live, refused);
             memo.restored.extend(put_back);
-            memo.unsettled = unsettled_after(memo.unsettled, connected, half_applied || waiting, same_pods);
+            memo.unsettled =
+                unsettled_after(memo.unsettled, connected, half_applied || waiting || deferred, same_pods);
             memo.done = Some((pods, Instant::now(), observations.clone()));
             memo.reading = false;
             self.routers.fetch_sub(memo.routers, std::sync::atomic::Ordering::Relaxed);

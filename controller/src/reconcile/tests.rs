@@ -585,6 +585,7 @@ mod mesh {
             links_blocked: 1,
             deliveries_stuck: 0,
             detailed: vec![],
+            deferred: 0,
             live: None,
         })
     }
@@ -648,6 +649,7 @@ mod mesh {
             created: 1,
             deleted: 0,
             refused: refused.map(String::from),
+            deferred: 0,
         });
         Observation::Answered(v)
     }
@@ -784,6 +786,7 @@ mod mesh {
                 created,
                 deleted: 0,
                 refused: None,
+                deferred: 0,
             });
             (pod.to_string(), Observation::Answered(v))
         };

@@ -233,9 +233,11 @@ async fn a_token_links_two_networks_that_carry_messages_both_ways() {
     if (traffic.lost, traffic.sender_reconnects, traffic.receiver_reconnects) != (0, 0, 0) {
         let show = |args: &[&str]| String::from_utf8_lossy(&routers::kubectl(cp, args).stdout).into_owned();
         panic!(
-            "{traffic}\npods:\n{}{}events:\n{}{}routers:\n{}{}controller:\n{}",
+            "{traffic}\npods:\n{}{}{}{}events:\n{}{}routers:\n{}{}controller:\n{}",
             show(&["get", "pods", "-n", &a.name, "-o", "wide"]),
             show(&["get", "pods", "-n", &b.name, "-o", "wide"]),
+            show(&["get", "pods", "-n", &a.name, "-o", LAST_STATE]),
+            show(&["logs", "-n", &a.name, "-l", "application=hub", "--previous", "--tail=40"]),
             show(&["get", "events", "-n", &a.name]),
             show(&["get", "events", "-n", &b.name]),
             show(&["logs", "-n", &a.name, "-l", "application=hub", "--tail=30"]),
@@ -252,6 +254,10 @@ async fn a_token_links_two_networks_that_carry_messages_both_ways() {
     let l = links.get("to-hub").await.unwrap();
     assert_eq!(condition(&l, "Operational").unwrap()["status"], "True", "{}", l.data["status"]);
 }
+
+/// `kubectl get pods -o` this: each pod's containers' last state (why the kubelet restarted one).
+pub const LAST_STATE: &str =
+    "jsonpath={range .items[*]}{.metadata.name}{' '}{.status.containerStatuses[*].lastState}{'\\n'}{end}";
 
 /// A site outside Kubernetes: `kubectl qdr site-config` turns a grant's token into a
 /// qdrouterd configuration and certificate files, run here by a bare pod of the router image
