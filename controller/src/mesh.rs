@@ -245,7 +245,7 @@ pub struct RouterView {
     pub detailed: Vec<Connection>,
     /// Connector deletions the visit left for a later one, a connection attempt being in
     /// flight ([`links::busy`]): the router is visited again soon.
-    pub deferred: usize,
+    pub deferred: u32,
 }
 
 /// An open inter-router or edge connection of a router, with what the statuses of links
@@ -365,13 +365,19 @@ impl RouterView {
     }
 }
 
-/// Adds the `host:port` of each open outgoing connection of a page of a `connection`
-/// answer to `into` (at most [`answer::MAX_ROWS`] a page; the page's rows are bounded by the
-/// read): what [`links::busy`] tells a connector's open connection from an attempt in
-/// flight by. A malformed page adds nothing ([`RouterView::add_connections`] reports it).
+/// Open outgoing connections kept by one visit at most ([`open_outgoing`]): more than the
+/// largest mesh's links and a spec's connectors. A connector whose connection is past it
+/// looks [`links::busy`], and waits (the safe side).
+pub const MAX_OPEN_HOSTS: usize = 1024;
+
+/// Adds the `host:port` (each cut to [`MAX_TEXT`] bytes) of each open outgoing connection
+/// of a page of a `connection` answer to `into`, up to [`MAX_OPEN_HOSTS`]: what
+/// [`links::busy`] tells a connector's open connection from an attempt in flight by. A
+/// malformed page adds nothing ([`RouterView::add_connections`] reports it).
 pub fn open_outgoing(connections: &Table, into: &mut BTreeSet<String>) {
     for c in rows("connection", connections).unwrap_or_default() {
-        if *c.get("opened") == Cell::Bool(true)
+        if into.len() < MAX_OPEN_HOSTS
+            && *c.get("opened") == Cell::Bool(true)
             && c.text("dir") == Some("out")
             && let Some(host) = c.text("host")
         {

@@ -94,8 +94,10 @@ fn path(payload: &[u8]) -> Reached {
         let _ = view.add_nodes(&t);
         let _ = view.add_connections(&t);
     }
+    let mut open = std::collections::BTreeSet::new();
+    qdr_controller::mesh::open_outgoing(&t, &mut open);
     let mut connectors = Vec::new();
-    r.tabled |= links::add_connectors(&t, &mut connectors).is_ok_and(|n| n > 0);
+    r.tabled |= links::add_connectors(&t, &open, &mut connectors).is_ok_and(|n| n > 0);
     let (mut held, mut bytes) = (Vec::new(), 0);
     for kind in Kind::ALL {
         r.tabled |= live::add_held(kind, &t, &mut held, &mut bytes).is_ok_and(|n| n > 0);

@@ -330,6 +330,7 @@ fn the_views_of_256_hostile_routers_are_kept_within_their_budget() {
                     links_blocked: 0,
                     deliveries_stuck: 0,
                     live: None,
+                    deferred: 0,
                     detailed: (0..qdr_controller::mesh::MAX_DETAILED)
                         .map(|k| qdr_controller::mesh::Connection {
                             peer: hostile(i, k).into(),

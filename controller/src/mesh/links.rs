@@ -171,10 +171,12 @@ pub fn changes(
 
 /// How many of the operator's connectors in `existing` [`changes`] leaves for a later
 /// visit because they are [`Connector::busy`] (the visit then asks to be repeated soon).
-pub fn deferred(desired: &[Connector], existing: &[Connector], keep: &[String]) -> usize {
+pub fn deferred(desired: &[Connector], existing: &[Connector], keep: &[String]) -> u32 {
     (existing.iter())
         .filter(|c| c.busy && c.name.starts_with(PREFIX) && !keep.contains(&c.name) && !desired.contains(c))
         .count()
+        .try_into()
+        .unwrap_or(u32::MAX)
 }
 
 /// Adds a page of a connector `QUERY` answer to `into`: the operator's inter-router

@@ -335,7 +335,7 @@ pub struct Outcome {
     pub refused: Option<String>,
     /// Connectors to delete that had a connection attempt in flight ([`Plan::busy`]): the
     /// visit wrote nothing, and the router is visited again soon.
-    pub deferred: usize,
+    pub deferred: u32,
 }
 
 /// Whether held entity `h` is left alone by the live apply: a name in `start_up` (the
@@ -382,7 +382,7 @@ impl Plan {
     /// How many connectors this plan deletes that have a connection attempt in flight
     /// ([`super::links::busy`], against the router's open outgoing connections `open`):
     /// a visit writes nothing while there is one, and comes back soon.
-    pub fn busy(&self, open: &BTreeSet<String>) -> usize {
+    pub fn busy(&self, open: &BTreeSet<String>) -> u32 {
         (self.deletes.iter())
             .filter(|h| h.kind == Kind::Connector)
             .filter(|h| {
@@ -394,6 +394,8 @@ impl Plan {
                 super::links::busy(h.get("connectionStatus").text(), host, &port, open)
             })
             .count()
+            .try_into()
+            .unwrap_or(u32::MAX)
     }
 }
 
