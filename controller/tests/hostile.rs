@@ -895,8 +895,13 @@ async fn the_controller_process_survives_hostile_routers_and_serves_every_other_
     // set unchecked rather than holding it out of service.
     // (The forged CA changed what the routers mount: a new ReplicaSet's pod may be there too.)
     let pods: Api<Pod> = foreign.api();
-    let forged_routers = pods.list(&ListParams::default().labels("interconnect_cr=forged")).await.unwrap();
-    assert!(!forged_routers.items.is_empty());
+    // (Between the old pod's deletion and the new one's creation the list can be empty.)
+    let forged_routers =
+        common::eventually("the forged Interconnect's router pods", Duration::from_secs(60), || async {
+            let list = pods.list(&ListParams::default().labels("interconnect_cr=forged")).await.ok()?;
+            (!list.items.is_empty()).then_some(list)
+        })
+        .await;
     for (i, p) in forged_routers.items.iter().enumerate() {
         common::run_pod(&foreign, &p.name_any(), &format!("127.4.0.{}", i + 2)).await;
     }

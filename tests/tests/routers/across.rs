@@ -255,6 +255,80 @@ async fn a_token_links_two_networks_that_carry_messages_both_ways() {
     assert_eq!(condition(&l, "Operational").unwrap()["status"], "True", "{}", l.data["status"]);
 }
 
+/// An edge grant: the hub's edge listener with mutual TLS, a token of role `edge`, and an
+/// edge Interconnect of the other side that uplinks through its Link alone (no
+/// `edgeConnectors`): the Link turns Operational, the grant lists the site, messages cross
+/// both ways with acknowledgements.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_edge_grant_uplinks_an_edge_interconnect_of_another_site() {
+    let cp = cluster().await;
+    let a = cp.namespace("edge-across-a").await;
+    let b = cp.namespace("edge-across-b").await;
+    apply(
+        cp,
+        &a.name,
+        &routers::interconnect(
+            "hub",
+            json!({"deploymentPlan": {"size": 1},
+                   "sslProfiles": [{"name": "edges", "mutualAuth": true}],
+                   "edgeListeners": [{"port": 45672, "sslProfile": "edges", "authenticatePeer": true,
+                                      "saslMechanisms": "EXTERNAL"}]}),
+        ),
+    );
+    routers::wait_ready(cp, &a.name, "hub", &controllers());
+    let host = format!("hub.{}.svc.cluster.local", a.name);
+    let token = grant_token(cp, &a, "site-e", "e", &host, json!({"role": "edge"})).await;
+    let ann = token.metadata.annotations.clone().unwrap_or_default();
+    assert_eq!(ann[qdr_api::links::token::ROLE_ANNOTATION], "edge");
+    assert_eq!(ann[qdr_api::links::token::ENDPOINTS_ANNOTATION], format!("{host}:45672"));
+    settled(cp, &a, "hub", 1).await;
+
+    apply(cp, &b.name, &portable(&token));
+    let applied = Instant::now();
+    apply(
+        cp,
+        &b.name,
+        &json!({"apiVersion": "interconnectedcloud.github.io/v1alpha1", "kind": "Link",
+            "metadata": {"name": "to-hub"}, "spec": {"interconnect": "leaf", "tokenSecret": "site-e-token"}}),
+    );
+    apply(
+        cp,
+        &b.name,
+        &routers::interconnect("leaf", json!({"deploymentPlan": {"role": "edge", "size": 1}})),
+    );
+    routers::wait_ready(cp, &b.name, "leaf", &controllers());
+    let links = api(&b, "Link", "links");
+    let link = qdr_tests::eventually("the edge Link Operational", Duration::from_secs(120), || async {
+        let l = links.get("to-hub").await.unwrap();
+        condition(&l, "Operational").is_some_and(|c| c["status"] == "True").then_some(l)
+    })
+    .await;
+    say!("edge token applied → Link Operational in {:.1?}: {}", applied.elapsed(), link.data["status"]);
+    let hub = router_pods(&a, "hub").await;
+    assert_eq!(link.data["status"]["remoteRouter"], hub[0].0, "{}", link.data["status"]);
+    assert!(link.data["status"]["tlsProtocol"].as_str().is_some_and(|p| p.starts_with("TLS")));
+    let status = listed(&a, "site-e", &format!("e.site-e.{}", a.name), Duration::from_secs(90)).await;
+    assert_eq!(status["linked"][0]["router"], hub[0].0);
+    say!("edge token applied → the grant lists the site in {:.1?}", applied.elapsed());
+    // Messages both ways, each acknowledged (the receivers count only what they accepted).
+    let leaf = router_pods(&b, "leaf").await;
+    let at_hub = Receiver::attach(&url(&hub[0].1, 5672), "edge/to-a", 5, &[]);
+    let at_leaf = Receiver::attach(&url(&leaf[0].1, 5672), "edge/to-b", 5, &[]);
+    send(&url(&leaf[0].1, 5672), "edge/to-a", 0..5, "up-", Duration::from_secs(60), &[]);
+    send(&url(&hub[0].1, 5672), "edge/to-b", 0..5, "down-", Duration::from_secs(60), &[]);
+    assert_eq!(at_hub.bodies().len(), 5);
+    assert_eq!(at_leaf.bodies().len(), 5);
+    say!("edge token applied → messages both ways in {:.1?}", applied.elapsed());
+    // The edge side's mesh is its uplink: MeshConnected, and the hub counted as remote.
+    let ics = api(&b, "Interconnect", "interconnects");
+    let mesh = qdr_tests::eventually("the leaf uplinked", Duration::from_secs(90), || async {
+        let ic = ics.get("leaf").await.unwrap();
+        (ic.data["status"]["mesh"]["remoteRouters"] == 1).then(|| ic.data["status"]["mesh"].clone())
+    })
+    .await;
+    assert_eq!(mesh["summary"], "1/1 connected", "{mesh}");
+}
+
 /// `kubectl get pods -o` this: each pod's containers' last state (why the kubelet restarted one).
 pub const LAST_STATE: &str =
     "jsonpath={range .items[*]}{.metadata.name}{' '}{.status.containerStatuses[*].lastState}{'\\n'}{end}";
