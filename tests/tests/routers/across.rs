@@ -326,7 +326,7 @@ async fn an_edge_grant_uplinks_an_edge_interconnect_of_another_site() {
         (ic.data["status"]["mesh"]["remoteRouters"] == 1).then(|| ic.data["status"]["mesh"].clone())
     })
     .await;
-    assert_eq!(mesh["summary"], "1/1 connected", "{mesh}");
+    assert_eq!(mesh["summary"], "1/1 uplinked", "{mesh}");
 }
 
 /// `kubectl get pods -o` this: each pod's containers' last state (why the kubelet restarted one).
