@@ -24,6 +24,7 @@ pub mod helm_values;
 pub mod images;
 pub mod install;
 pub mod keys;
+pub mod links;
 pub mod modules;
 mod pki;
 mod process;

@@ -8,95 +8,12 @@
 use std::time::{Duration, Instant};
 
 use k8s_openapi::api::core::v1::Secret;
-use kube::api::{Api, ApiResource, DynamicObject, GroupVersionKind};
+use kube::api::Api;
+use qdr_tests::links::{api, condition, grant_token, link, link_site, listed, portable, settled};
 use qdr_tests::routers::{self, Receiver, apply, router_pods, send, url};
-use serde_json::{Value, json};
+use serde_json::json;
 
 use crate::{cluster, controllers};
-
-pub fn api(ns: &qdr_tests::TestNamespace, kind: &str, plural: &str) -> Api<DynamicObject> {
-    let gvk = GroupVersionKind::gvk("interconnectedcloud.github.io", "v1alpha1", kind);
-    Api::namespaced_with(ns.client.clone(), &ns.name, &ApiResource::from_gvk_with_plural(&gvk, plural))
-}
-
-/// The token Secret as the other cluster's admin applies it: its type, labels, annotations
-/// and data, nothing of where it was made.
-pub fn portable(token: &Secret) -> Value {
-    json!({"apiVersion": "v1", "kind": "Secret",
-        "metadata": {"name": token.metadata.name, "labels": token.metadata.labels,
-                     "annotations": token.metadata.annotations},
-        "type": token.type_, "data": token.data})
-}
-
-/// The condition `type_` of a status.
-pub fn condition<'a>(o: &'a DynamicObject, type_: &str) -> Option<&'a Value> {
-    o.data["status"]["conditions"].as_array()?.iter().find(|c| c["type"] == type_)
-}
-
-/// Applies AccessGrant `grant` for `site` on Interconnect `hub` of `ns`, advertising `host`
-/// (and `extra` spec fields), and returns its token once issued.
-pub async fn grant_token(
-    cp: &'static qdr_tests::ControlPlane,
-    ns: &qdr_tests::TestNamespace,
-    grant: &str,
-    site: &str,
-    host: &str,
-    extra: Value,
-) -> Secret {
-    let mut spec = json!({"interconnect": "hub", "site": site, "externalHosts": [{"host": host}]});
-    spec.as_object_mut().unwrap().extend(extra.as_object().cloned().unwrap_or_default());
-    apply(
-        cp,
-        &ns.name,
-        &json!({"apiVersion": "interconnectedcloud.github.io/v1alpha1", "kind": "AccessGrant",
-            "metadata": {"name": grant}, "spec": spec}),
-    );
-    let secrets: Api<Secret> = ns.api();
-    let deadline = Instant::now() + Duration::from_secs(60);
-    loop {
-        if let Some(t) = secrets.get_opt(&format!("{grant}-token")).await.unwrap() {
-            return t;
-        }
-        let g = api(ns, "AccessGrant", "accessgrants").get(grant).await.unwrap();
-        assert!(Instant::now() < deadline, "no token: {}", g.data["status"]);
-        tokio::time::sleep(Duration::from_millis(300)).await;
-    }
-}
-
-/// Waits until Interconnect `name` of `ns` (of `size` routers) has settled after its first
-/// grant: the grant makes its listener trust the sites' file, which rolls its routers once
-/// (docs/multi-cluster.md, "Restarts"); an admin hands the token over after that.
-pub async fn settled(cp: &qdr_tests::ControlPlane, ns: &qdr_tests::TestNamespace, name: &str, size: usize) {
-    let started = Instant::now();
-    let mut pods = router_pods(ns, name).await;
-    loop {
-        tokio::time::sleep(Duration::from_secs(5)).await;
-        routers::rolled_out(cp, ns, name, size).await;
-        let now = router_pods(ns, name).await;
-        if now == pods {
-            return;
-        }
-        pods = now;
-        assert!(started.elapsed() < Duration::from_secs(400), "{name} does not settle");
-    }
-}
-
-/// Waits until grant `grant` of `ns` lists one connection, of the site certificate of
-/// `identity` (`<site>.<grant>.<namespace>`), and returns its status.
-pub async fn listed(ns: &qdr_tests::TestNamespace, grant: &str, identity: &str, timeout: Duration) -> Value {
-    let grants = api(ns, "AccessGrant", "accessgrants");
-    let deadline = Instant::now() + timeout;
-    loop {
-        let g = grants.get(grant).await.unwrap();
-        if g.data["status"]["connections"] == 1 {
-            let user = g.data["status"]["linked"][0]["user"].as_str().unwrap_or_default();
-            assert_eq!(qdr_api::links::token::site_of_user(user), Some(identity), "{}", g.data["status"]);
-            return g.data["status"].clone();
-        }
-        assert!(Instant::now() < deadline, "the grant lists no site: {}", g.data["status"]);
-        tokio::time::sleep(Duration::from_millis(500)).await;
-    }
-}
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_token_links_two_networks_that_carry_messages_both_ways() {
@@ -118,15 +35,8 @@ async fn a_token_links_two_networks_that_carry_messages_both_ways() {
 
     // The other side: the token applied, then the Link, then the Interconnect (so its
     // routers mount the links Secret from their start, and never roll for it).
-    apply(cp, &b.name, &portable(&token));
     let applied = Instant::now();
-    apply(
-        cp,
-        &b.name,
-        &json!({"apiVersion": "interconnectedcloud.github.io/v1alpha1", "kind": "Link",
-            "metadata": {"name": "to-hub"}, "spec": {"interconnect": "spoke", "tokenSecret": "site-b-token"}}),
-    );
-    apply(cp, &b.name, &routers::interconnect("spoke", json!({"deploymentPlan": {"size": 1}})));
+    link_site(cp, &b.name, &token, "site-b");
     routers::wait_ready(cp, &b.name, "spoke", &controllers());
     let links = api(&b, "Link", "links");
     let deadline = Instant::now() + Duration::from_secs(120);
@@ -285,12 +195,7 @@ async fn an_edge_grant_uplinks_an_edge_interconnect_of_another_site() {
 
     apply(cp, &b.name, &portable(&token));
     let applied = Instant::now();
-    apply(
-        cp,
-        &b.name,
-        &json!({"apiVersion": "interconnectedcloud.github.io/v1alpha1", "kind": "Link",
-            "metadata": {"name": "to-hub"}, "spec": {"interconnect": "leaf", "tokenSecret": "site-e-token"}}),
-    );
+    apply(cp, &b.name, &link("to-hub", "leaf", "site-e-token"));
     apply(
         cp,
         &b.name,

@@ -15,8 +15,8 @@ use qdr_tests::routers::{self, Receiver, apply, router_pods, send, url};
 use qdr_tests::{ControlPlane, Options};
 use serde_json::{Value, json};
 
-use crate::across::{api, condition, grant_token, listed, portable, settled};
 use crate::{cluster, controllers};
+use qdr_tests::links::{api, condition, grant_token, listed, portable, settled};
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn two_api_servers_linked_by_a_token_carry_messages_and_report_both_ends() {
@@ -50,10 +50,7 @@ async fn two_api_servers_linked_by_a_token_carry_messages_and_report_both_ends()
 
     // B refuses at apply what cannot work, through its own webhook: a Link naming a token
     // not applied yet, and the token for an edge Interconnect.
-    let link = |ic: &str| {
-        json!({"apiVersion": "interconnectedcloud.github.io/v1alpha1", "kind": "Link",
-            "metadata": {"name": format!("to-hub-{ic}")}, "spec": {"interconnect": ic, "tokenSecret": "site-b-token"}})
-    };
+    let link = |ic: &str| qdr_tests::links::link(&format!("to-hub-{ic}"), ic, "site-b-token");
     let refused = |manifest: &Value| {
         let out =
             components::kubectl_stdin(cp_b, &["apply", "-n", &b.name, "-f", "-"], &manifest.to_string());

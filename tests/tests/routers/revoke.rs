@@ -15,8 +15,8 @@ use kube::api::{Api, Patch, PatchParams};
 use qdr_tests::routers::{self, apply, qdmanage, router_pods, url};
 use serde_json::{Value, json};
 
-use crate::across::{api, condition, grant_token, portable, settled};
 use crate::{cluster, controllers};
+use qdr_tests::links::{api, condition, grant_token, link_site, settled};
 
 /// Open inter-router connections of router pod `pod` of `ns` (qdmanage in the pod).
 fn inter_router(cp: &qdr_tests::ControlPlane, ns: &str, pod: &str) -> Option<usize> {
@@ -104,15 +104,7 @@ async fn deleting_a_grant_cuts_its_site_off_and_the_other_site_flows_on() {
     apply(cp, &a.name, &pinned_service("hub-c", "site-c"));
 
     for (ns, token, grant) in [(&b, &token_b, "grant-b"), (&c, &token_c, "grant-c")] {
-        apply(cp, &ns.name, &portable(token));
-        apply(
-            cp,
-            &ns.name,
-            &json!({"apiVersion": "interconnectedcloud.github.io/v1alpha1", "kind": "Link",
-                "metadata": {"name": "to-hub"},
-                "spec": {"interconnect": "spoke", "tokenSecret": format!("{grant}-token")}}),
-        );
-        apply(cp, &ns.name, &routers::interconnect("spoke", json!({"deploymentPlan": {"size": 1}})));
+        link_site(cp, &ns.name, token, grant);
     }
     for ns in [&b, &c] {
         routers::wait_ready(cp, &ns.name, "spoke", &controllers());
