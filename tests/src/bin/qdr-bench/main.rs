@@ -7,7 +7,7 @@
 //! [`admission`] (the webhook alone), [`api_server`] (admission through the API server),
 //! [`convergence`] and [`memory`] (the controller), [`day_two`] (real routers with traffic),
 //! [`live`] (changes written into running routers), [`mesh`] and [`mesh_scale`] (reading
-//! the routers); `QDR_BENCH_ONLY` picks one. Beside
+//! the routers), [`links`] (links across clusters); `QDR_BENCH_ONLY` picks one. Beside
 //! them [`table`] (the one printer), [`measure`] (reading figures) and [`fixtures`] (what is
 //! sent).
 
@@ -20,6 +20,7 @@ mod api_server;
 mod convergence;
 mod day_two;
 mod fixtures;
+mod links;
 mod live;
 mod measure;
 mod memory;
@@ -81,6 +82,9 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         }
         if only.is_empty() || only == "mesh" {
             mesh::mesh_rows(&mut rows, runs).await?;
+        }
+        if only.is_empty() || only == "links" {
+            links::links_rows(&mut rows, runs).await?;
         }
         Ok::<_, Box<dyn std::error::Error>>(())
     })?;
