@@ -445,7 +445,13 @@ impl Reader {
             if start {
                 memo.reading = true;
             }
-            let next = if memo.reading { None } else { left };
+            // A read that finds nothing changed wakes no pass: while a grant awaits its site,
+            // the pass comes back by itself for the next read.
+            let next = match (memo.reading, observed.site_awaited) {
+                (false, _) => left,
+                (true, true) => Some(crate::grants::SITE_RECHECK),
+                (true, false) => None,
+            };
             let restored = std::mem::take(&mut memo.restored);
             (memo.done.as_ref().map(|d| d.2.clone()), start, next, restored)
         };

@@ -78,6 +78,13 @@ pub(crate) async fn links_rows(rows: &mut Vec<Row>, runs: usize) -> Result<(), B
         operational.push(applied.elapsed().as_secs_f64());
         listed(a, &grant, &format!("s{i}.{grant}.{}", a.name), Duration::from_secs(120)).await;
         listing.push(applied.elapsed().as_secs_f64());
+        if std::env::var_os("QDR_BENCH_LOG").is_some() {
+            eprintln!(
+                "run {i}: listed after {:.1?}; controller:\n{}",
+                applied.elapsed(),
+                controller.log_tail(60)
+            );
+        }
         // The revocation.
         let deleted = Instant::now();
         api(a, "AccessGrant", "accessgrants").delete(&grant, &Default::default()).await?;
