@@ -467,7 +467,9 @@ impl Links {
         if outcome.refused.is_some() {
             // The visit is undone: what it created goes (auto-links first, so nothing
             // names a connector that is going), then what it deleted comes back
-            // (connectors first), as the router read it.
+            // (connectors first), as the router read it. (A connector created in this visit
+            // may have its first attempt in flight: deleting it is the one delete not guarded
+            // by `Plan::busy`, left because it needs a refusal in the same visit.)
             let replaced = |kind: Kind, name: &str| deleted.iter().any(|h| h.kind == kind && h.name == name);
             for (kind, name) in created.iter().rev() {
                 match self.delete(*kind, name).await {
