@@ -219,7 +219,9 @@ async fn live_changes_keep_every_router_and_every_client_connection() {
         ],
     );
     assert!(out.status.success(), "qdmanage delete: {}", String::from_utf8_lossy(&out.stderr));
-    assert_eq!(closest(&pods[0].0), None, "deleted by hand");
+    // A visit may come between the delete and this query (the mesh is read again 2 s after a
+    // change while it settles) and have put it back already: the Event below says it did.
+    let gone = closest(&pods[0].0).is_none();
     let t = Instant::now();
     // The controller's resync of a connected mesh (`MESH_RESYNC`, controller/src/reconcile/read.rs).
     let resync = Duration::from_secs(60);
@@ -229,7 +231,10 @@ async fn live_changes_keep_every_router_and_every_client_connection() {
         || async { (closest(&pods[0].0).as_deref() == Some(name.as_str())).then_some(()) },
     )
     .await;
-    say!("an address deleted by hand with qdmanage put back {:.1?} later (resync {resync:?})", t.elapsed());
+    say!(
+        "an address deleted by hand with qdmanage put back {:.1?} later (resync {resync:?}; seen missing: {gone})",
+        t.elapsed()
+    );
     qdr_tests::eventually("a ConfigRestored Event", Duration::from_secs(30), || async {
         let all = events(cp, &ns.name);
         all.into_iter().find(|(reason, m)| {

@@ -153,7 +153,9 @@ async fn deleting_a_grant_cuts_its_site_off_and_the_other_site_flows_on() {
     let watch = Instant::now();
     let mut message = String::new();
     while watch.elapsed() < Duration::from_secs(30) {
-        assert_eq!(inter_router(cp, &b.name, &spoke_b.0), Some(0), "site b got back in");
+        // (`None`: the query itself failed, `kubectl exec` on a loaded node; the next one counts.)
+        let linked = inter_router(cp, &b.name, &spoke_b.0);
+        assert!(linked.is_none_or(|n| n == 0), "site b got back in: {linked:?}");
         if let Ok(rows) = qdmanage(cp, &b.name, &spoke_b.0, &["query", "--type=connector"]) {
             message = rows[0]["connectionMsg"].as_str().unwrap_or_default().to_string();
         }
