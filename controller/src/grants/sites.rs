@@ -271,10 +271,10 @@ pub fn plan(
 }
 
 /// Runs the revocation step of one Interconnect's pass: annotates `e.stamp` with `stamp`,
-/// deletes `e.delete` (each logged; a failure is retried by the next pass).
+/// deletes `e.delete` ([`replace_router_pods`]).
 pub async fn enforce(client: &kube::Client, namespace: &str, e: &Enforce, stamp: &str) {
     use k8s_openapi::api::core::v1::Pod;
-    use kube::api::{DeleteParams, Patch, PatchParams};
+    use kube::api::{Patch, PatchParams};
     let pods: Api<Pod> = Api::namespaced(client.clone(), namespace);
     for p in &e.stamp {
         let patch = serde_json::json!({"metadata": {"annotations": {SITES_TRUST: stamp}}});
@@ -282,10 +282,21 @@ pub async fn enforce(client: &kube::Client, namespace: &str, e: &Enforce, stamp:
             tracing::warn!(pod = %p, error = %err, "could not stamp the sites' trust on a router pod");
         }
     }
-    for p in &e.delete {
-        tracing::info!(pod = %p, "restarting a router that holds a connection of a site whose grant is gone");
-        if let Err(err) = pods.delete(p, &DeleteParams::default()).await {
-            tracing::warn!(pod = %p, error = %err, "could not restart a router holding a revoked site's connection");
+    replace_router_pods(client, namespace, &e.delete, "it holds a connection of a site whose grant is gone")
+        .await;
+}
+
+/// Deletes router pods `pods` of `namespace` so their workload makes new ones (a revoked
+/// site's connection held, a router id taken twice: [`crate::mesh::id_clashes`]), each
+/// logged with `why`; a failure is logged and retried by the next pass, which finds the
+/// same reason again.
+pub async fn replace_router_pods(client: &kube::Client, namespace: &str, pods: &[String], why: &str) {
+    use k8s_openapi::api::core::v1::Pod;
+    let api: Api<Pod> = Api::namespaced(client.clone(), namespace);
+    for p in pods {
+        tracing::info!(pod = %p, why, "replacing a router pod");
+        if let Err(err) = api.delete(p, &Default::default()).await {
+            tracing::warn!(pod = %p, why, error = %err, "could not replace a router pod");
         }
     }
 }

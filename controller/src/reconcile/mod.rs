@@ -45,7 +45,7 @@ pub use types::LIVE_TRIES;
 #[cfg(test)]
 mod tests;
 
-use std::collections::{BTreeSet, HashMap};
+use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant, SystemTime};
 
@@ -518,9 +518,14 @@ async fn stages(
     let clashes = match answered {
         Some(answered) if !applied.held => {
             let own = observed.routers.iter().filter(|p| p.owned).map(|p| p.name.as_str()).collect();
-            let clashes = crate::mesh::id_clashes(&own, answered);
-            replace_clashing(&ctx.client, valid.namespace(), &clashes).await;
-            clashes.into_iter().collect()
+            let clashes: Vec<_> = crate::mesh::id_clashes(&own, answered).into_iter().collect();
+            for c in &clashes {
+                tracing::warn!(pod = %c.pod, other = %c.other, "a router of another site has this router's id");
+            }
+            let pods: Vec<String> = clashes.iter().map(|c| c.pod.clone()).collect();
+            let why = "a router of another site has its id";
+            crate::grants::sites::replace_router_pods(&ctx.client, valid.namespace(), &pods, why).await;
+            clashes
         }
         _ => Vec::new(),
     };
@@ -545,19 +550,6 @@ async fn stages(
         .await;
     }
     Ok(Pass::Reconciled(Box::new(Reconciled { ic: valid, observed, report, applied, mesh, relink, clashes })))
-}
-
-/// Deletes each pod of `clashes` (its workload makes a new one, of another name); a failure
-/// is logged and retried by the next pass, which finds the clash again.
-async fn replace_clashing(client: &kube::Client, namespace: &str, clashes: &BTreeSet<crate::mesh::IdClash>) {
-    use k8s_openapi::api::core::v1::Pod;
-    let pods: kube::Api<Pod> = kube::Api::namespaced(client.clone(), namespace);
-    for c in clashes {
-        tracing::warn!(pod = %c.pod, other = %c.other, "a router of another site has this router's id: replacing the pod");
-        if let Err(err) = pods.delete(&c.pod, &Default::default()).await {
-            tracing::warn!(pod = %c.pod, error = %err, "could not replace a router whose id is taken twice");
-        }
-    }
 }
 
 /// What to do after a failed reconcile: retry after [`backoff`] of the object's failures in

@@ -168,7 +168,7 @@ async fn deleting_a_grant_cuts_its_site_off_and_the_other_site_flows_on() {
     let now = router_pods(&a, "hub").await;
     let restarted: Vec<String> = (controllers().iter())
         .flat_map(|c| c.log_tail(400).lines().map(str::to_string).collect::<Vec<_>>())
-        .filter(|l| l.contains("restarting a router"))
+        .filter(|l| l.contains("replacing a router pod"))
         .collect();
     let client = std::fs::read_to_string(log.path()).unwrap_or_default();
     let client: Vec<&str> = client.lines().filter(|l| !l.starts_with('{')).collect();
