@@ -147,21 +147,68 @@ fn random_suffix() -> String {
 }
 
 /// Makes a self-signed ECDSA P-256 CA valid for `lifetime` from `now`, with a unique common
-/// name `<name_prefix>-<random>` so that leaves can be told apart by issuer.
+/// name `<name_prefix>-<random>` so that leaves can be told apart by issuer. It signs
+/// leaves only (path length 0).
 ///
 /// # Errors
 /// [`Error::Certificate`] if rcgen fails.
 pub fn new_ca(name_prefix: &str, now: SystemTime, lifetime: Duration) -> Result<CertKey, Error> {
-    let key = KeyPair::generate()?;
+    self_signed_ca(name_prefix, 0, now, lifetime)
+}
+
+/// Makes a self-signed ECDSA P-256 root CA like [`new_ca`] that may sign one level of CAs
+/// (path length 1): the long-lived anchor that [`cross_sign`]s each generation of a
+/// rotating CA, so that a peer trusting the root keeps verifying certificates of every
+/// generation (each presented with its CA's cross-signed certificate as the chain).
+///
+/// # Errors
+/// [`Error::Certificate`] if rcgen fails.
+pub fn new_root(name_prefix: &str, now: SystemTime, lifetime: Duration) -> Result<CertKey, Error> {
+    self_signed_ca(name_prefix, 1, now, lifetime)
+}
+
+fn ca_params(cn: String, path_len: u8) -> Result<CertificateParams, Error> {
     let mut params = CertificateParams::new(Vec::<String>::new())?;
-    params.distinguished_name.push(DnType::CommonName, format!("{name_prefix}-{}", random_suffix()));
-    params.is_ca = IsCa::Ca(BasicConstraints::Constrained(0));
+    params.distinguished_name.push(DnType::CommonName, cn);
+    params.is_ca = IsCa::Ca(BasicConstraints::Constrained(path_len));
     params.key_usages =
         vec![KeyUsagePurpose::KeyCertSign, KeyUsagePurpose::CrlSign, KeyUsagePurpose::DigitalSignature];
     params.serial_number = Some(random_serial());
+    Ok(params)
+}
+
+fn self_signed_ca(
+    name_prefix: &str,
+    path_len: u8,
+    now: SystemTime,
+    lifetime: Duration,
+) -> Result<CertKey, Error> {
+    let key = KeyPair::generate()?;
+    let mut params = ca_params(format!("{name_prefix}-{}", random_suffix()), path_len)?;
     validity(&mut params, now, lifetime);
     let cert = params.self_signed(&key)?;
     Ok(CertKey { cert_pem: der_to_pem(cert.der()), key_pem: key.serialize_pem() })
+}
+
+/// The certificate of CA `ca` (made by [`new_ca`]) issued again by `root` ([`new_root`]):
+/// the same subject, key (so the same subject key identifier) and validity, signed by the
+/// root, with the root's key identifier as authority key identifier. A server that sends it
+/// after its own certificate is verified by a peer that trusts `ca` (which finds `ca` by
+/// name and key) and by one that trusts only `root` (through this certificate), whatever
+/// generation of `ca` signed it. PEM.
+///
+/// # Errors
+/// [`Error::Certificate`] when either pair cannot be loaded or signing fails.
+pub fn cross_sign(ca: &CertKey, root: &CertKey) -> Result<String, Error> {
+    let info = CertInfo::parse(&ca.cert_pem)?;
+    let key = KeyPair::from_pem(&ca.key_pem)?;
+    let issuer = Issuer::from_ca_cert_pem(&root.cert_pem, KeyPair::from_pem(&root.key_pem)?)?;
+    let mut params = ca_params(info.subject_cn, 0)?;
+    params.not_before = OffsetDateTime::from(info.not_before);
+    params.not_after = OffsetDateTime::from(info.not_after);
+    params.use_authority_key_identifier_extension = true;
+    let cert = params.signed_by(&key, &issuer)?;
+    Ok(der_to_pem(cert.der()))
 }
 
 /// Makes a serving (and client) certificate for `sans` (DNS names or IP literals) signed by
@@ -225,8 +272,9 @@ pub fn new_client_leaf(
     leaf(ca, &[cn.to_string()], Some(organization), usages, now, lifetime)
 }
 
-/// Verifies that `leaf_pem` chains to one of the CAs in `bundle_pem` and is valid for
-/// `server_name` at `now` (rustls' WebPKI verifier: signature, validity, serverAuth, SAN).
+/// Verifies that `leaf_pem` (the leaf, then the chain a server sends after it, if any)
+/// chains to one of the CAs in `bundle_pem` and is valid for `server_name` at `now` (rustls'
+/// WebPKI verifier: signature, validity, serverAuth, SAN).
 ///
 /// # Errors
 /// [`Error::Certificate`] with the verifier's reason.
@@ -249,12 +297,14 @@ pub fn verify_leaf(
     let verifier = rustls::client::WebPkiServerVerifier::builder_with_provider(roots.into(), provider)
         .build()
         .map_err(|e| Error::Certificate(e.to_string()))?;
-    let leaf = CertificateDer::from(first_der(leaf_pem)?);
+    let mut chain = certs_der(leaf_pem)?.into_iter().map(CertificateDer::from);
+    let leaf = chain.next().ok_or_else(|| Error::Certificate("no certificate in PEM".into()))?;
+    let intermediates: Vec<_> = chain.collect();
     let name =
         ServerName::try_from(server_name.to_string()).map_err(|e| Error::Certificate(e.to_string()))?;
     let secs = now.duration_since(SystemTime::UNIX_EPOCH).unwrap_or_default();
     verifier
-        .verify_server_cert(&leaf, &[], &name, &[], UnixTime::since_unix_epoch(secs))
+        .verify_server_cert(&leaf, &intermediates, &name, &[], UnixTime::since_unix_epoch(secs))
         .map(|_| ())
         .map_err(|e| Error::Certificate(e.to_string()))
 }

@@ -44,7 +44,9 @@ pub const SITE_ANNOTATION: &str = "interconnectedcloud.github.io/token-site";
 pub const GRANT_ANNOTATION: &str = "interconnectedcloud.github.io/token-grant";
 /// Annotation: the link cost the grant proposes (1 to 2147483647).
 pub const COST_ANNOTATION: &str = "interconnectedcloud.github.io/token-cost";
-/// Data: the offering routers' CA certificate(s), PEM (a bundle while their CA rotates).
+/// Data: the offering routers' CA certificate(s), PEM (a bundle while their CA rotates),
+/// then the root above that CA, which cross-signs each of its generations, so the site keeps
+/// verifying the routers across a rotation without a new token.
 pub const CA_KEY: &str = "ca.crt";
 /// Data: the site's client certificate, PEM.
 pub const CERT_KEY: &str = "tls.crt";

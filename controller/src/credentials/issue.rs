@@ -1,6 +1,8 @@
 //! One router certificate (a `generateCredentials` profile's leaf) per pass: issued when
 //! missing, re-issued when its signer or key changed, a name it must carry is missing, or its
-//! renew point passed, and given its signer's current trust bundle. It writes only the leaf's Secret, never a CA.
+//! renew point passed, and given its signer's current trust bundle and, when the signer is
+//! rooted for other sites ([`super::root`]), its cross-signed certificate as the chain
+//! after the leaf. It writes only the leaf's Secret, never a CA.
 
 use std::time::SystemTime;
 
@@ -10,6 +12,7 @@ use qdr_certs::pki::{CertInfo, new_leaf};
 use super::change::CredentialChange;
 use super::inspect::{bundle, ca_pair, is_signed_by, key_of, signing_pair};
 use super::lifetimes::{Lifetimes, RENEW_FRACTION};
+use super::root::chain;
 use super::secrets::{NEXT_CRT, NEXT_KEY, data, text};
 use super::work::{CredentialsError, Leaf, Work};
 use crate::validated::ValidatedInterconnect;
@@ -76,9 +79,10 @@ pub(super) fn leaf_step(
     if let (Some(why), Some(signing)) = (reissue, &signing) {
         let new = new_leaf(signing, &sans, now, lifetimes.cert)?;
         w.due(CertInfo::parse(&new.cert_pem)?.point(RENEW_FRACTION));
+        let served = chain(&signer_data, &new.cert_pem);
         w.write(
             &leaf.secret,
-            data(&[("tls.crt", &new.cert_pem), ("tls.key", &new.key_pem), ("ca.crt", &trust)]),
+            data(&[("tls.crt", &served), ("tls.key", &new.key_pem), ("ca.crt", &trust)]),
             None,
         );
         if let Some(why) = why {
@@ -93,11 +97,22 @@ pub(super) fn leaf_step(
     if let Some(i) = &old {
         w.due(i.point(RENEW_FRACTION));
     }
-    if let Some(mut d) = current
-        && text(&d, "ca.crt").as_deref() != Some(trust.as_str())
-    {
-        d.insert("ca.crt".into(), ByteString(trust.into_bytes()));
-        w.write(&leaf.secret, d, None);
+    // The same leaf, with its signer's current trust bundle and chain (a root made for
+    // other sites, [`super::root`]).
+    if let Some(mut d) = current {
+        let served = cert.as_deref().map(|c| chain(&signer_data, c));
+        let mut changed = false;
+        if let Some(served) = served.filter(|s| Some(s) != cert.as_ref()) {
+            d.insert("tls.crt".into(), ByteString(served.into_bytes()));
+            changed = true;
+        }
+        if text(&d, "ca.crt").as_deref() != Some(trust.as_str()) {
+            d.insert("ca.crt".into(), ByteString(trust.into_bytes()));
+            changed = true;
+        }
+        if changed {
+            w.write(&leaf.secret, d, None);
+        }
     }
     Ok(())
 }

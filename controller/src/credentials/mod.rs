@@ -42,6 +42,11 @@
 //! A router never has to accept a peer certificate from a CA it does not trust yet: a new
 //! CA is trusted everywhere before it signs, and the old one is trusted until nothing it
 //! signed is served.
+//!
+//! * **A root for CAs other sites trust** ([`root`]): a CA that an AccessGrant's listener
+//!   offers gets a long-lived root that cross-signs each of its generations; its leaves are
+//!   served with that certificate as their chain, and tokens carry the root, so a linked
+//!   site keeps verifying the routers across every rotation.
 
 #[cfg(test)]
 mod tests;
@@ -51,6 +56,7 @@ mod inspect;
 mod issue;
 mod lifetimes;
 mod plan;
+mod root;
 mod rotate;
 pub mod seal;
 mod secrets;
@@ -61,6 +67,8 @@ pub(crate) use inspect::{bundle, earliest_expiry, is_signed_by, key_of, not_afte
 pub(crate) use lifetimes::EXPIRY_WARNING;
 pub use lifetimes::{CA_LIFETIME, CERT_LIFETIME, Lifetimes, OVERLAP_DIVISOR};
 pub(crate) use plan::{generated, plan};
+pub(crate) use root::root_of;
+pub use root::{ROOT_CRT, ROOT_LIFETIME};
 pub use secrets::STEP_AT;
 pub(crate) use secrets::{Data, Existing, GENERATED_LABEL, as_is, is_generated, is_generated_by};
 pub(crate) use work::{CredentialsError, Routers};

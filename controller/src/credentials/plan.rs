@@ -8,6 +8,7 @@ use std::time::SystemTime;
 
 use super::issue::leaf_step;
 use super::lifetimes::Lifetimes;
+use super::root::{ROOT_CRT, root_step};
 use super::rotate::ca_step;
 use super::secrets::Existing;
 use super::work::{CredentialsError, Leaf, Plan, Routers, Work};
@@ -63,6 +64,7 @@ pub(crate) fn plan(
         existing,
         data: existing.iter().map(|(n, s)| (n.clone(), s.data.clone().unwrap_or_default())).collect(),
         plan: Plan::default(),
+        steps: Default::default(),
     };
     let profiles: Vec<_> = o.spec().ssl_profiles.iter().flatten().collect();
     let ic_ca = o.issuer_secret();
@@ -98,6 +100,18 @@ pub(crate) fn plan(
     for ca in &cas {
         let signed: Vec<&Leaf> = leaves.iter().filter(|l| &l.signer == ca).collect();
         ca_step(&mut w, ca, &signed, now, lifetimes, routers)?;
+    }
+    // CAs other sites trust (a listener an AccessGrant offers: `o.site_trust()`), or that
+    // did once: a root above them, and their current certificate cross-signed by it, in
+    // the same pass as any promotion and before the leaves that carry it.
+    let offered: Vec<&str> = (o.site_trust().iter())
+        .filter_map(|(p, _)| profiles.iter().find(|s| s.name == *p)?.ca_cert.as_deref())
+        .collect();
+    for ca in &cas {
+        let rooted = w.get(ca).is_some_and(|d| d.contains_key(ROOT_CRT));
+        if rooted || offered.contains(&ca.as_str()) {
+            root_step(&mut w, ca, now)?;
+        }
     }
     for leaf in &leaves {
         leaf_step(&mut w, leaf, now, lifetimes)?;

@@ -466,3 +466,124 @@ fn missing_secrets_and_keys_are_reported_with_the_field_that_names_them() {
     };
     assert_eq!(fingerprint(&key, &refs, &ns), fingerprint(&key, &refs, &with_issuer));
 }
+
+/// Whether OpenSSL (what qdrouterd verifies peers with, through proton) verifies `served`
+/// (the leaf, then the chain the router sends) against the CAs of `trust` at `at`.
+fn openssl_verifies(served: &str, trust: &str, at: SystemTime) -> Result<(), String> {
+    use openssl::stack::Stack;
+    use openssl::x509::store::X509StoreBuilder;
+    use openssl::x509::verify::X509VerifyParam;
+    use openssl::x509::{X509, X509StoreContext};
+    let mut certs = X509::stack_from_pem(served.as_bytes()).map_err(|e| e.to_string())?;
+    let leaf = certs.remove(0);
+    let mut chain = Stack::new().unwrap();
+    for c in certs {
+        chain.push(c).unwrap();
+    }
+    let mut store = X509StoreBuilder::new().unwrap();
+    for c in X509::stack_from_pem(trust.as_bytes()).unwrap() {
+        store.add_cert(c).unwrap();
+    }
+    let mut param = X509VerifyParam::new().unwrap();
+    param.set_time(at.duration_since(SystemTime::UNIX_EPOCH).unwrap().as_secs() as _);
+    store.set_param(&param).unwrap();
+    let store = store.build();
+    let mut ctx = X509StoreContext::new().unwrap();
+    ctx.init(&store, &leaf, &chain, |c| {
+        let ok = c.verify_cert()?;
+        Ok(if ok { Ok(()) } else { Err(c.error().to_string()) })
+    })
+    .unwrap()
+}
+
+/// The inter-router listener's profile offered to other sites (an AccessGrant exists).
+fn offered(o: &ValidatedInterconnect) -> ValidatedInterconnect {
+    o.clone().with_site_trust(vec![("inter-router".into(), vec![])])
+}
+
+#[test]
+fn a_site_that_trusts_its_first_token_verifies_the_routers_through_a_ca_rotation() {
+    const LIFE: Lifetimes = Lifetimes {
+        ca: Duration::from_secs(300),
+        cert: Duration::from_secs(600),
+        overlap: Duration::from_secs(20),
+    };
+    let o = offered(&owner(json!({})));
+    let t0 = SystemTime::now();
+    let mut ns = Existing::new();
+    let first = plan(&o, &ns, t0, LIFE, Routers::RolledOut).unwrap();
+    apply(&mut ns, &first);
+    // The offered CA has a root and its certificate cross-signed by it; the leaf it signs is
+    // served with that certificate; the Interconnect's own CA (not offered) has neither.
+    let root = get(&ns, CA, "root.crt");
+    assert_eq!(qdr_certs::pki::split_bundle(&get(&ns, LEAF, "tls.crt")).len(), 2);
+    assert!(get(&ns, LEAF, "tls.crt").ends_with(&get(&ns, CA, "cross.crt")));
+    assert!(!ns["mesh-ca"].data.as_ref().unwrap().contains_key("root.crt"));
+    assert_eq!(qdr_certs::pki::split_bundle(&get(&ns, "mesh-default-credentials", "tls.crt")).len(), 1);
+    // What a token issued now carries: the bundle, then the root.
+    let token = format!("{}{root}", get(&ns, CA, "ca.crt"));
+    let first_ca = get(&ns, CA, "tls.crt");
+    openssl_verifies(&get(&ns, LEAF, "tls.crt"), &token, t0).unwrap();
+
+    let from = CertInfo::parse(&first_ca).unwrap().point(2.0 / 3.0) + Duration::from_secs(1);
+    let (steps, now) = run(&o, &mut ns, from, LIFE, Duration::from_secs(1), 120);
+    assert!(steps.iter().any(|(_, s)| s == "retire mesh-inter-router-ca"), "{steps:?}");
+    assert_ne!(get(&ns, CA, "tls.crt"), first_ca);
+    assert_eq!(get(&ns, CA, "root.crt"), root, "the root stays");
+    // The site still verifies the routers with its first token, by OpenSSL and WebPKI...
+    let served = get(&ns, LEAF, "tls.crt");
+    assert!(served.ends_with(&get(&ns, CA, "cross.crt")));
+    openssl_verifies(&served, &token, now).unwrap();
+    verify_leaf(&served, &token, "mesh.ns.svc", now).unwrap();
+    // ...which it would not without the cross-signed certificate.
+    let leaf_alone = qdr_certs::pki::split_bundle(&served).remove(0);
+    let refused = openssl_verifies(&leaf_alone, &token, now).unwrap_err();
+    assert!(refused.contains("local issuer"), "{refused}");
+    // The routers themselves trust the CA directly, chain or no chain.
+    openssl_verifies(&served, &get(&ns, LEAF, "ca.crt"), now).unwrap();
+}
+
+#[test]
+fn a_ca_offered_to_sites_gets_its_root_in_the_pass_that_offers_it_and_keeps_it() {
+    let o = owner(json!({}));
+    let t0 = SystemTime::now();
+    let mut ns = Existing::new();
+    let first = plan(&o, &ns, t0, LIFE, Routers::RolledOut).unwrap();
+    apply(&mut ns, &first);
+    // Stage a rotation first: the root's write keeps the step's time.
+    let at = CertInfo::parse(&get(&ns, CA, "tls.crt")).unwrap().point(2.0 / 3.0);
+    let staged = plan(&o, &ns, at, LIFE, Routers::RolledOut).unwrap();
+    apply(&mut ns, &staged);
+    let (leaf, key) = (get(&ns, LEAF, "tls.crt"), get(&ns, LEAF, "tls.key"));
+    let staged_at = ns[CA].metadata.annotations.as_ref().unwrap()[STEP_AT].clone();
+    // The first grant: the CA gets its root and cross-signed certificate, and the leaf its
+    // chain (the same key and certificate: one write, in the pass that rolls the routers
+    // onto the sites' trust anyway).
+    let now = at + Duration::from_secs(1);
+    let p = plan(&offered(&o), &ns, now, LIFE, Routers::RolledOut).unwrap();
+    let written: Vec<&str> = p.update.iter().filter_map(|s| s.metadata.name.as_deref()).collect();
+    assert_eq!(written, [CA, LEAF]);
+    assert!(p.changes.iter().all(|c| step(c).is_none()), "{:?}", p.changes);
+    apply(&mut ns, &p);
+    assert_eq!(ns[CA].metadata.annotations.as_ref().unwrap()[STEP_AT], staged_at);
+    assert!(get(&ns, CA, "next.crt").contains("BEGIN CERTIFICATE"), "still staged");
+    assert!(get(&ns, LEAF, "tls.crt").starts_with(&leaf));
+    assert_eq!(get(&ns, LEAF, "tls.key"), key);
+    // Nothing more while nothing changes, and the root stays when no grant is left.
+    for o in [offered(&o), o.clone()] {
+        let quiet = plan(&o, &ns, now, LIFE, Routers::RolledOut).unwrap();
+        assert!(quiet.update.is_empty() && quiet.create.is_empty(), "{quiet:?}");
+    }
+    // A cross-signed certificate of another CA is made again.
+    let other = new_ca("x", now, LIFE.ca).unwrap();
+    let root =
+        qdr_certs::pki::CertKey { cert_pem: get(&ns, CA, "root.crt"), key_pem: get(&ns, CA, "root.key") };
+    let wrong = qdr_certs::pki::cross_sign(&other, &root).unwrap();
+    let mut s = ns[CA].clone();
+    s.data.as_mut().unwrap().insert("cross.crt".into(), ByteString(wrong.clone().into_bytes()));
+    ns.insert(CA.into(), s);
+    let mended = plan(&o, &ns, now, LIFE, Routers::RolledOut).unwrap();
+    apply(&mut ns, &mended);
+    assert_ne!(get(&ns, CA, "cross.crt"), wrong);
+    assert!(crate::keys::signed_by(&get(&ns, CA, "cross.crt"), &root.cert_pem));
+}

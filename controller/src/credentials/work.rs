@@ -9,7 +9,7 @@ use std::time::SystemTime;
 use k8s_openapi::api::core::v1::Secret;
 
 use super::change::CredentialChange;
-use super::secrets::{Data, Existing, is_generated_by, rewritten, secret};
+use super::secrets::{Data, Existing, is_generated_by, rewritten, secret, step_at};
 use crate::validated::ValidatedInterconnect;
 
 /// Why credentials could not be issued.
@@ -45,6 +45,8 @@ pub(super) struct Work<'a> {
     pub(super) data: BTreeMap<String, Data>,
     /// What the pass decided so far.
     pub(super) plan: Plan,
+    /// The rotation step time each Secret written this pass was given.
+    pub(super) steps: BTreeMap<String, Option<SystemTime>>,
 }
 
 impl Work<'_> {
@@ -57,8 +59,17 @@ impl Work<'_> {
         self.existing.get(name).is_none_or(|s| is_generated_by(s, self.o))
     }
 
+    /// The rotation step time of Secret `name`: as written this pass, else as read.
+    pub(super) fn step_of(&self, name: &str) -> Option<SystemTime> {
+        match self.steps.get(name) {
+            Some(step) => *step,
+            None => self.existing.get(name).and_then(step_at),
+        }
+    }
+
     pub(super) fn write(&mut self, name: &str, d: Data, step_at: Option<SystemTime>) {
         self.data.insert(name.to_string(), d.clone());
+        self.steps.insert(name.to_string(), step_at);
         match self.existing.get(name) {
             None => {
                 self.plan.create.retain(|c| c.metadata.name.as_deref() != Some(name));

@@ -6,8 +6,10 @@
 //! * every address of the Interconnect's routers the controller can see, in the order a
 //!   site tries them: the grant's `externalHosts`, then the Service's load-balancer
 //!   ingress (IPs and host names); each with the port of the role's listener;
-//! * the trust bundle of the CA of the role's listener profile (`ca.crt`: two CAs while it
-//!   rotates, so a site keeps trusting the routers across a rotation);
+//! * the trust bundle of the CA of the role's listener profile (two CAs while it rotates),
+//!   then the root above that CA (`ca.crt`; [`crate::credentials`]' `root` module): the
+//!   routers serve their certificate with the CA's certificate cross-signed by the root, so
+//!   a site keeps verifying them across every rotation of the CA without a new token;
 //! * a client certificate and key for that site alone, signed by the grant's own CA
 //!   ([`sites`]: Secret `<grant>-site-ca`, whose key never leaves this cluster): subject
 //!   `CN=<site>.<grant>.<namespace>, O=qdr-operator-site`, `clientAuth` only, valid until
@@ -57,6 +59,9 @@ use crate::validated::{FIELD_MANAGER, ValidatedInterconnect};
 pub const RESYNC: Duration = Duration::from_secs(300);
 /// How long a grant waits before it is looked at again after a failure.
 pub const RETRY: Duration = Duration::from_secs(10);
+/// How long a grant waits for its listener's CA to get its root (`CAPreparing`) before it
+/// looks again: the Interconnect's pass that adds it runs as soon as the grant exists.
+pub const ROOT_WAIT: Duration = Duration::from_secs(2);
 /// How long a site's certificate lives at most when the grant does not end sooner.
 pub const SITE_CERT_LIFETIME: Duration = Duration::from_secs(365 * 24 * 3600);
 /// The share of a site certificate's life after which it is re-issued.
@@ -233,10 +238,18 @@ pub fn plan_token(
     let ca = ca.ok_or_else(|| {
         not_ready("NoCA", "the CA Secret of the role's listener profile does not exist yet")
     })?;
-    let trust =
+    let bundle =
         crate::credentials::bundle(ca).filter(|b| !qdr_certs::pki::split_bundle(b).is_empty()).ok_or_else(
             || not_ready("NoCA", "the CA Secret of the role's listener profile holds no certificate yet"),
         )?;
+    // The bundle, then the root above the CA (`credentials::root`): what keeps the site
+    // verifying the routers after the CA rotates.
+    let root = crate::credentials::root_of(ca).unwrap_or_default();
+    let trust = format!(
+        "{}{}",
+        qdr_certs::pki::split_bundle(&bundle).concat(),
+        qdr_certs::pki::split_bundle(&root).concat()
+    );
     let ends = ends(g);
     let endpoint_text = format_endpoints(eps.iter().map(|e| (e.host.as_str(), e.port as u16)));
     let cost = g.spec.cost.unwrap_or(1).to_string();
@@ -427,7 +440,25 @@ async fn reconcile(g: Arc<AccessGrant>, ctx: Arc<GrantContext>) -> Result<Action
         }
     };
     status.site_ca = Some(site_ca.cert_pem.clone());
-    let ca = secrets.get_opt(&ca_name).await?.and_then(|s| s.data);
+    let ca = secrets.get_opt(&ca_name).await?;
+    // A CA the operator generates gets its root at the Interconnect's pass that follows the
+    // first grant (`credentials::root`): a token without it would cut the site off at the
+    // CA's first rotation.
+    if ca.as_ref().is_some_and(|s| {
+        crate::credentials::is_generated(s)
+            && s.data.as_ref().is_none_or(|d| crate::credentials::root_of(d).is_none())
+    }) {
+        let why = not_ready(
+            "CAPreparing",
+            format!(
+                "the CA Secret {ca_name} of the role's listener profile gets a root for other sites at the \
+                 Interconnect's next pass; the token follows"
+            ),
+        );
+        write_status(&grants, &g, fail(why, status)).await?;
+        return Ok(Action::requeue(ROOT_WAIT));
+    }
+    let ca = ca.and_then(|s| s.data);
     let existing = secrets.get_opt(&token_secret(&name)).await?;
     let planned = plan_token(&g, ca.as_ref(), &site_ca, &eps, existing.as_ref(), now);
     let (written, renew_at) = match planned {

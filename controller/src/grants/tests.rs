@@ -78,6 +78,13 @@ fn a_site_certificate_is_signed_by_the_grants_own_ca_for_client_use_only_and_mar
     // No listener CA yet: NoCA.
     let none = plan_token(&g, None, &site_ca, &eps(), None, at()).unwrap_err();
     assert_eq!(none.reason, "NoCA");
+    // A listener CA with a root above it: the token trusts the bundle, then the root, and
+    // the root's arrival re-issues a token that lacked it.
+    let root = qdr_certs::pki::new_root("root", at(), Duration::from_secs(86400 * 3650)).unwrap();
+    let mut rooted = listener.clone();
+    rooted.insert(crate::credentials::ROOT_CRT.into(), ByteString(root.cert_pem.clone().into_bytes()));
+    let (with_root, _) = plan_token(&g, Some(&rooted), &site_ca, &eps(), Some(&token), at()).unwrap();
+    assert_eq!(text(&with_root.unwrap(), CA_KEY), format!("{listener_pem}{}", root.cert_pem));
 }
 
 #[test]
