@@ -531,3 +531,173 @@ async fn every_console_command_runs_against_a_local_control_plane() {
         failures.join("\n\n")
     );
 }
+
+/// The text of `path`, relative to the workspace root.
+fn read(path: &str) -> String {
+    std::fs::read_to_string(root().join(path)).unwrap_or_else(|e| panic!("{path}: {e}"))
+}
+
+/// The controller page's condition table is `qdr_controller::reasons::CONDITIONS`: every
+/// condition type, in order, with every reason the controller sets on it, in order.
+#[test]
+fn the_controller_page_lists_every_condition_reason_in_the_codes_order() {
+    let text = read("docs/controller.md");
+    let rows: Vec<(String, Vec<String>)> = text
+        .lines()
+        .skip_while(|l| !l.starts_with("| Condition | Reasons |"))
+        .skip(2)
+        .take_while(|l| l.starts_with("| `"))
+        .map(|l| {
+            let cells: Vec<&str> = l.split('|').map(str::trim).collect();
+            let kind = cells[1].split('`').nth(1).unwrap_or_default().to_string();
+            let reasons = cells[2].split(", ").map(|r| r.trim_matches('`').to_string()).collect();
+            (kind, reasons)
+        })
+        .collect();
+    let code: Vec<(String, Vec<String>)> = qdr_controller::reasons::CONDITIONS
+        .iter()
+        .map(|(t, rs)| (t.to_string(), rs.iter().map(|r| r.to_string()).collect()))
+        .collect();
+    assert_eq!(
+        rows, code,
+        "docs/controller.md's condition table and qdr_controller::reasons::CONDITIONS differ"
+    );
+}
+
+/// The stages of a reconcile, as `controller/src/reconcile/mod.rs` numbers them in its doc
+/// comment, are the stages the architecture page names, in the same order and number, and
+/// the controller page's picture shows them in that order.
+#[test]
+fn the_pages_name_the_reconcile_stages_the_code_runs() {
+    let code = read("controller/src/reconcile/mod.rs");
+    let stages: Vec<String> = code
+        .lines()
+        .filter_map(|l| l.strip_prefix("//! ")?.split_once(". [`"))
+        .filter(|(n, _)| n.parse::<u32>().is_ok())
+        .map(|(_, rest)| rest.split('`').next().unwrap().to_string())
+        .collect();
+    assert_eq!(
+        stages,
+        ["observe", "build", "apply", "read", "status", "events"],
+        "the code's stages changed"
+    );
+    let words = ["", "one", "two", "three", "four", "five", "six", "seven", "eight"];
+    let architecture = read("docs/architecture.md");
+    let said = format!("Each reconcile is {} stages", words[stages.len()]);
+    assert!(architecture.contains(&said), "docs/architecture.md does not say \"{said}\"");
+    let mut rest = &architecture[architecture.find(&said).unwrap()..];
+    for s in &stages {
+        let i = rest
+            .find(&format!("`{s}`"))
+            .unwrap_or_else(|| panic!("architecture.md: stage `{s}` missing or out of order"));
+        rest = &rest[i..];
+    }
+    let controller = read("docs/controller.md");
+    let picture =
+        controller.lines().find(|l| l.contains("observe ──► build")).expect("controller.md's stage picture");
+    let shown: Vec<&str> = picture
+        .split("──►")
+        .map(|s| s.split_whitespace().next().unwrap_or_default().trim_end_matches("_or_reuse"))
+        .collect();
+    assert_eq!(shown, stages, "docs/controller.md's picture");
+}
+
+/// Go as the docs and the CI entry point ask for it is the newest `go` directive of the Go
+/// modules the tests build (`tools/testbin/*/go.mod`, built with `GOTOOLCHAIN=local`).
+#[test]
+fn the_go_version_the_docs_ask_for_builds_every_test_tool() {
+    let mut newest = (0, 0, 0);
+    for e in std::fs::read_dir(root().join("tools/testbin")).unwrap() {
+        let m = e.unwrap().path().join("go.mod");
+        let Ok(text) = std::fs::read_to_string(&m) else { continue };
+        let v = text.lines().find_map(|l| l.strip_prefix("go ")).unwrap().trim();
+        let n: Vec<u32> = v.split('.').map(|p| p.parse().unwrap()).collect();
+        newest = newest.max((n[0], n[1], n.get(2).copied().unwrap_or(0)));
+    }
+    let want = format!("Go ≥ {}.{}.{}", newest.0, newest.1, newest.2);
+    for page in ["README.md", "docs/quick-start.md", "docs/development.md"] {
+        let text = read(page);
+        assert!(text.contains(&want), "{page} does not ask for {want}");
+        let asks = text.matches("Go ≥ ").count();
+        assert_eq!(asks, text.matches(&want).count(), "{page} asks for another Go version than {want}");
+    }
+    let ci = read(".ci/run");
+    let plain = want.replace("Go ≥ ", "Go (>= ");
+    assert!(ci.contains(&plain), ".ci/run does not ask for {want}");
+    let workflow = read(".github/workflows/ci.yml");
+    assert!(
+        workflow.contains(&format!("go-version: \"{}.{}.{}\"", newest.0, newest.1, newest.2)),
+        "ci.yml's Go"
+    );
+}
+
+/// No page, manifest or metadata a user reads carries a development log's wording or a
+/// promise of work in progress.
+#[test]
+fn no_page_speaks_of_work_in_progress_or_names_a_placeholder() {
+    let forbidden = [
+        "being built",
+        "in this round",
+        "this round",
+        "not established yet",
+        "used to mean",
+        "TODO",
+        "FIXME",
+    ];
+    let mut files = vec![root().join("README.md"), root().join("SECURITY.md"), root().join("CHANGELOG.md")];
+    for dir in ["docs", "deploy", "bundle"] {
+        files.extend(walk(&root().join(dir)).into_iter().filter(|p| {
+            p.extension().is_some_and(|e| {
+                ["md", "yaml", "yml", "tpl", "txt"].contains(&e.to_str().unwrap_or_default())
+            })
+        }));
+    }
+    let mut found = Vec::new();
+    for f in files {
+        let text = std::fs::read_to_string(&f).unwrap_or_default();
+        for (n, line) in text.lines().enumerate() {
+            for w in forbidden {
+                if line.contains(w) {
+                    found.push(format!("{}:{}: {w}", rel(&root(), &f), n + 1));
+                }
+            }
+        }
+    }
+    assert!(found.is_empty(), "work-in-progress or placeholder wording:\n{}", found.join("\n"));
+}
+
+/// The book's address: where `.github/workflows/book.yml` publishes it (GitHub Pages of the
+/// repository the chart names as `home`), which every alert's `runbook_url` and the CSV's
+/// Documentation link name; each runbook URL's anchor is a section of the runbooks page.
+#[test]
+fn every_link_to_the_published_book_names_where_the_book_workflow_publishes_it() {
+    let chart = read("deploy/helm/qdr-operator/Chart.yaml");
+    let home = chart.lines().find_map(|l| l.strip_prefix("home: ")).expect("Chart.yaml's home").trim();
+    let (owner, repo) = home.trim_start_matches("https://github.com/").split_once('/').unwrap();
+    let book = format!("https://{owner}.github.io/{repo}/");
+    let workflow = read(".github/workflows/book.yml");
+    for needed in
+        ["make docs", "actions/upload-pages-artifact", "actions/deploy-pages", "path: target/book", &book]
+    {
+        assert!(workflow.contains(needed), "book.yml lacks {needed}");
+    }
+    let runbooks = read("docs/runbooks.md");
+    let sections: BTreeSet<String> =
+        runbooks.lines().filter_map(|l| l.strip_prefix("## ")).map(|h| h.trim().to_lowercase()).collect();
+    for rules in [
+        "deploy/components/monitoring/prometheus-rule.yaml",
+        "deploy/helm/qdr-operator/files/prometheus-rule.yaml",
+    ] {
+        let text = read(rules);
+        let urls: Vec<&str> = text.lines().filter_map(|l| l.trim().strip_prefix("runbook_url: ")).collect();
+        assert!(!urls.is_empty(), "{rules}: no runbook_url");
+        for url in urls {
+            let anchor = url
+                .strip_prefix(&format!("{book}runbooks.html#"))
+                .unwrap_or_else(|| panic!("{rules}: {url}"));
+            assert!(sections.contains(anchor), "{rules}: {url} names no section of docs/runbooks.md");
+        }
+    }
+    let csv = read("deploy/olm/csv.yaml");
+    assert!(csv.contains(&format!("url: {}", book.trim_end_matches('/'))), "the CSV's Documentation link");
+}
