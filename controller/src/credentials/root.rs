@@ -4,16 +4,19 @@
 //! A site linked with an AccessGrant's token trusts the bundle the token carried when its
 //! admin applied it. Without more, the first CA rotation after that (stage, promote: the
 //! routers' certificates are then signed by a CA the token never named) would cut the site
-//! off until its admin applies the token again. So a CA that a listener offered to other
-//! sites uses ([`super::plan()`]'s `rooted`) also holds, in its own Secret:
+//! off until its admin applies the token again. So the CA of a listener profile offered to
+//! other sites (a profile of `site_trust()`, or a CA that has a root already: [`super::plan()`])
+//! also holds, in its own Secret:
 //! * `root.crt`/`root.key` ([`ROOT_CRT`], [`ROOT_KEY`]): a root CA made once, for
-//!   [`ROOT_LIFETIME`], which signs nothing but the next key;
+//!   [`ROOT_LIFETIME`], which signs nothing but the cross-signed certificates below;
 //! * `cross.crt` ([`CROSS_CRT`]): the CA's current certificate issued again by the root
 //!   ([`qdr_certs::pki::cross_sign`]), re-made in the same pass as a promotion.
 //!
 //! Each router certificate the CA signs is written as the leaf followed by `cross.crt`
 //! ([`chain`]), the chain qdrouterd sends (proton reads `certFile` with OpenSSL's
 //! `SSL_CTX_use_certificate_chain_file`), and each token carries the root after the bundle.
+//! A leaf that its CA's current cross-signed certificate did not sign (a lost CA's leaves,
+//! until the promotion re-signs them) is served alone.
 //! A peer that trusts the CA itself (the Interconnect's own routers) finds it by name and
 //! key; a site that trusts only an old generation and the root verifies through the
 //! cross-signed certificate. The keys never leave the Secret: routers mount only its
