@@ -671,9 +671,12 @@ async fn the_release_installs_for_real_with_its_own_router_image() {
     let testbin = qdr_tests::Testbin::locate().unwrap();
     let dist = cp.dir().join("dist");
     let version = env!("CARGO_PKG_VERSION");
+    // A registry of the admin's: crane's, on this machine, plain HTTP (the node and skopeo
+    // are told so), which the real node pulls every image of the release from.
+    let registry = Registry::start(cp, &testbin);
     let release = qdr_tests::release::write(&Options {
         version: version.into(),
-        registry: qdr_api::project::image_registry().into(),
+        registry: format!("{}/qdr-operator", registry.host),
         out: dist.clone(),
         kubectl: testbin.require("kubectl").unwrap(),
         helm: testbin.require("helm").unwrap(),
@@ -737,9 +740,10 @@ async fn the_release_installs_for_real_with_its_own_router_image() {
         );
     }
 
-    for image in &release.images {
-        cp.real_node().unwrap().import(&image.archive).unwrap();
-    }
+    // Pushed as docs/releasing.md says, with its own commands.
+    let pushed = Instant::now();
+    registry.push_as_documented(cp, &format!("{}/qdr-operator", registry.host), version);
+    say!("release: the three images pushed as documented in {:.1?}", pushed.elapsed());
     let overlay =
         qdr_tests::install::placement_overlay(&dist.join("install.yaml"), &cp.dir().join("overlay-release"))
             .unwrap()
@@ -1042,6 +1046,77 @@ fn the_images_agree_with_the_dockerfiles() {
         let (uid, gid) = d.user.split_once(':').unwrap();
         assert!(
             deploy.contains(&format!("runAsUser: {uid}")) && deploy.contains(&format!("runAsGroup: {gid}"))
+        );
+    }
+}
+
+/// A registry on this machine (`crane registry serve`, plain HTTP on 127.0.0.1, blobs on
+/// disk) that the real node pulls from and `skopeo` pushes to, both told it is plain HTTP.
+struct Registry {
+    /// `127.0.0.1:<port>`.
+    host: String,
+    /// A home directory for skopeo whose `.config/containers/registries.conf` marks the
+    /// registry insecure (plain HTTP): skopeo 1.9 (Debian's) reads that file, not
+    /// `CONTAINERS_REGISTRIES_CONF`.
+    home: PathBuf,
+    _process: qdr_tests::Process,
+}
+
+impl Registry {
+    fn start(cp: &ControlPlane, testbin: &qdr_tests::Testbin) -> Registry {
+        let crane = testbin.require("crane").unwrap();
+        let host = format!("127.0.0.1:{}", qdr_tests::components::free_port());
+        let blobs = cp.dir().join("registry");
+        std::fs::create_dir_all(&blobs).unwrap();
+        let mut cmd = std::process::Command::new(crane);
+        cmd.args(["registry", "serve", "--address", &host, "--disk"]).arg(&blobs);
+        let process = qdr_tests::Process::spawn("registry", cmd, &cp.dir().join("registry.log")).unwrap();
+        let deadline = Instant::now() + Duration::from_secs(30);
+        while std::net::TcpStream::connect(&host).is_err() {
+            assert!(Instant::now() < deadline, "the registry does not listen: {}", process.log_tail(20));
+            std::thread::sleep(Duration::from_millis(100));
+        }
+        cp.real_node().unwrap().plain_http_registry(&host).unwrap();
+        let home = cp.dir().join("skopeo-home");
+        let conf = home.join(".config/containers");
+        std::fs::create_dir_all(&conf).unwrap();
+        std::fs::write(
+            conf.join("registries.conf"),
+            format!("[[registry]]\nlocation = \"{host}\"\ninsecure = true\n"),
+        )
+        .unwrap();
+        Registry { host, home, _process: process }
+    }
+
+    /// Runs the push loop of docs/releasing.md ("Publishing what it wrote") as the page shows
+    /// it, beside `dist/`, with `REGISTRY` and `VERSION` given the values its first line names.
+    fn push_as_documented(&self, cp: &ControlPlane, registry: &str, version: &str) {
+        let page = std::fs::read_to_string(root().join("docs/releasing.md")).unwrap();
+        let section = &page[page.find("## Publishing what it wrote").expect("the section")..];
+        let block = &section[section.find("```sh\n").unwrap() + 6..];
+        let block = &block[..block.find("```").unwrap()];
+        let first = block.lines().next().unwrap();
+        assert!(first.starts_with("REGISTRY=") && first.contains(" VERSION="), "{first}");
+        let lines: Vec<&str> = block.lines().collect();
+        let start = lines.iter().position(|l| l.starts_with("for ")).expect("the push loop");
+        let end = lines.iter().position(|l| *l == "done").expect("the loop's end");
+        let script = lines[start..=end].join("\n");
+        // The README's first screen shows the same loop.
+        let readme = std::fs::read_to_string(root().join("README.md")).unwrap();
+        assert!(readme.contains(&script), "README.md's push loop is not docs/releasing.md's:\n{script}");
+        let out = std::process::Command::new("bash")
+            .args(["-euo", "pipefail", "-c", &script])
+            .current_dir(cp.dir())
+            .env("REGISTRY", registry)
+            .env("VERSION", version)
+            .env("HOME", &self.home)
+            .output()
+            .unwrap();
+        assert!(
+            out.status.success(),
+            "the documented push:\n{script}\n{}{}",
+            String::from_utf8_lossy(&out.stdout),
+            String::from_utf8_lossy(&out.stderr)
         );
     }
 }

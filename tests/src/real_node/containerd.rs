@@ -1,5 +1,6 @@
 //! containerd, the node's container runtime: its configuration (runc, the CNI bridge
-//! network on [`BRIDGE`]), its start, and image imports into the namespace the kubelet uses.
+//! network on [`BRIDGE`], registry hosts read from a directory), its start, and image
+//! imports into the namespace the kubelet uses.
 
 use std::path::Path;
 use std::process::Command;
@@ -72,6 +73,8 @@ disabled_plugins = ["io.containerd.snapshotter.v1.aufs", "io.containerd.snapshot
     bin_dir = "/usr/lib/cni"
     conf_dir = "{cni}"
     max_conf_num = 1
+  [plugins."io.containerd.grpc.v1.cri".registry]
+    config_path = "{hosts}"
 "#,
         root = d("containerd/root"),
         state = d("containerd/state"),
@@ -80,7 +83,21 @@ disabled_plugins = ["io.containerd.snapshotter.v1.aufs", "io.containerd.snapshot
         pause = crate::images::PAUSE_IMAGE,
         runc = d("containerd/runc"),
         cni = d("cni/net.d"),
+        hosts = d(HOSTS_DIR),
     )
+}
+
+/// containerd's registry hosts directory under the node's directory (`<host>/hosts.toml`
+/// per registry, read at each pull).
+const HOSTS_DIR: &str = "containerd/certs.d";
+
+/// Lets the node pull from registry `host` (`127.0.0.1:5000`) over plain HTTP: a
+/// `hosts.toml` for it in [`HOSTS_DIR`], which containerd reads at the next pull.
+pub(super) fn plain_http_registry(dir: &Path, host: &str) -> Result<(), Error> {
+    let hosts = format!(
+        "server = \"http://{host}\"\n\n[host.\"http://{host}\"]\n  capabilities = [\"pull\", \"resolve\"]\n"
+    );
+    write(&dir.join(HOSTS_DIR).join(host).join("hosts.toml"), &hosts)
 }
 
 /// Starts containerd with its own configuration, root, state and socket under `dir` (the

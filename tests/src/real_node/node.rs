@@ -102,6 +102,15 @@ impl RealNode {
         containerd::import(&self.host.record().socket(), archive)
     }
 
+    /// Lets the node pull images from the registry at `host` (`127.0.0.1:<port>`, a registry
+    /// the test serves on this machine) over plain HTTP, from its next pull on.
+    ///
+    /// # Errors
+    /// [`Error::Io`] when the registry's `hosts.toml` cannot be written.
+    pub fn plain_http_registry(&self, host: &str) -> Result<(), Error> {
+        containerd::plain_http_registry(&self.host.record().dir, host)
+    }
+
     /// The last `lines` lines of containerd's, the kubelet's, kube-proxy's and CoreDNS's logs.
     pub fn logs_tail(&self, lines: usize) -> String {
         [&self.containerd, &self.kubelet, &self.kube_proxy, &self.coredns]

@@ -352,7 +352,12 @@ async fn routers_start_and_link_without_their_pending_peers() {
     let out = routers::kubectl(cp, &["delete", "pod", &first.0, "-n", &ns.name, "--wait=false"]);
     assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
     let replaced = Instant::now();
-    let (now, held) = qdr_tests::eventually("the replacement linked", Duration::from_secs(120), || async {
+    // The old router's connector goes once its attempt in flight to the vanished IP ends
+    // (mesh::links::busy): at worst Linux's TCP connect timeout (tcp_syn_retries 6: 127 s),
+    // then the router's reconnect delay (5 s) and the controller's recheck (2 s); the margin
+    // is for a loaded node.
+    let bound = Duration::from_secs(127 + 5 + 2) + Duration::from_secs(60);
+    let (now, held) = qdr_tests::eventually("the replacement linked", bound, || async {
         let now: Vec<(String, String)> =
             router_pods(&ns, "twins").await.into_iter().filter(|(p, _)| p != "look-alike").collect();
         if now.len() != 2 || now.iter().any(|(p, _)| *p == first.0) {
