@@ -88,8 +88,26 @@ async fn the_router_reads_back_every_live_attribute_as_the_table_says() {
     let mut found = Vec::new();
     let mut compared = 0;
     for d in &desired {
-        let all = qdmanage(cp, &ns.name, &pod, &["query", &format!("--type={}", qdmanage_type(d.kind))])
-            .unwrap_or_else(|e| panic!("qdmanage query {:?}: {e}", d.kind));
+        let args = ["query".to_string(), format!("--type={}", qdmanage_type(d.kind))];
+        let args: Vec<&str> = args.iter().map(String::as_str).collect();
+        let all = match qdmanage(cp, &ns.name, &pod, &args) {
+            Ok(all) => all,
+            // A `kubectl exec` killed on a loaded node (137): asked again once the router is
+            // Ready, unless its container restarted, which would be the router's fault.
+            Err(e) => {
+                let p: k8s_openapi::api::core::v1::Pod = ns.api().get(&pod).await.unwrap();
+                let restarts = (p.status.and_then(|s| s.container_statuses))
+                    .map(|c| (c[0].restart_count, c[0].last_state.clone()));
+                assert!(
+                    restarts.as_ref().is_none_or(|(n, _)| *n == 0),
+                    "qdmanage query {:?}: {e}; the router restarted: {restarts:?}",
+                    d.kind
+                );
+                routers::wait_ready(cp, &ns.name, NAME, &controllers());
+                qdmanage(cp, &ns.name, &pod, &args)
+                    .unwrap_or_else(|e| panic!("qdmanage query {:?}: {e}", d.kind))
+            }
+        };
         let row = (all.as_array().into_iter().flatten())
             .find(|e| e["name"] == d.name.as_str())
             .unwrap_or_else(|| panic!("{} {} not held: {all}", d.kind.entity(), d.name));
