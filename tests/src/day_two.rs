@@ -100,7 +100,7 @@ async fn settled(cp: &ControlPlane, ns: &TestNamespace, size: usize) {
 }
 
 /// A Secret's `key` as text ("" when missing).
-fn text(s: &Secret, key: &str) -> String {
+pub fn text(s: &Secret, key: &str) -> String {
     s.data
         .as_ref()
         .and_then(|d| d.get(key))

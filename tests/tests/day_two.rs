@@ -65,11 +65,11 @@ async fn a_linked_site_keeps_flowing_through_a_rotation_of_the_offering_sides_ca
     routers::wait_ready(cp, &a.name, "hub", &controllers);
     let secrets: Api<Secret> = a.api();
     let ca_name = "hub-inter-router-ca";
-    let first_ca = text(&secrets.get(ca_name).await.unwrap(), "tls.crt");
+    let first_ca = day_two::text(&secrets.get(ca_name).await.unwrap(), "tls.crt");
     let host = format!("hub.{}.svc.cluster.local", a.name);
     let token = grant_token(cp, &a, "site-b", "b", &host, json!({})).await;
     settled(cp, &a, "hub", 1).await;
-    let trusted = text(&token, qdr_api::links::token::CA_KEY);
+    let trusted = day_two::text(&token, qdr_api::links::token::CA_KEY);
     assert!(trusted.contains(first_ca.trim()), "the token trusts the hub's CA");
     link_site(cp, &b.name, &token, "site-b");
     routers::wait_ready(cp, &b.name, "spoke", &controllers);
@@ -90,9 +90,9 @@ async fn a_linked_site_keeps_flowing_through_a_rotation_of_the_offering_sides_ca
         day_two::CA + 4 * day_two::OVERLAP + routers::READY_WAIT,
         || async {
             let s = secrets.get(ca_name).await.ok()?;
-            let now = text(&s, "tls.crt");
-            let bundle = text(&s, "ca.crt").matches("BEGIN CERTIFICATE").count();
-            (now != first_ca && text(&s, "next.crt").is_empty() && bundle == 1).then_some(now)
+            let now = day_two::text(&s, "tls.crt");
+            let bundle = day_two::text(&s, "ca.crt").matches("BEGIN CERTIFICATE").count();
+            (now != first_ca && day_two::text(&s, "next.crt").is_empty() && bundle == 1).then_some(now)
         },
     )
     .await;
@@ -125,11 +125,4 @@ async fn a_linked_site_keeps_flowing_through_a_rotation_of_the_offering_sides_ca
     let at_hub = Receiver::attach(&hub_url, "rotate/after", 3, &[]);
     send(&spoke_url, "rotate/after", 0..3, "after-", Duration::from_secs(60), &[]);
     assert_eq!(at_hub.bodies().len(), 3, "messages across after the rotation");
-}
-
-/// A Secret's `key` as text ("" when missing).
-fn text(s: &Secret, key: &str) -> String {
-    (s.data.as_ref().and_then(|d| d.get(key)))
-        .map(|b| String::from_utf8_lossy(&b.0).into_owned())
-        .unwrap_or_default()
 }
