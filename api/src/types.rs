@@ -357,6 +357,33 @@ pub struct DeploymentPlan {
     /// names it. A change restarts no router.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub disruption_budget: Option<DisruptionBudget>,
+
+    /// The NetworkPolicy (networking.k8s.io/v1) the operator makes for the routers, which
+    /// admits each port only from those who need it: the management port 55670 only from
+    /// the controller's pods; the inter-router and edge ports only from this operator's
+    /// router pods (of any namespace), or from anywhere when something carries the listener
+    /// in from outside the cluster (a `NodePort` or `LoadBalancer` Service, an OpenShift
+    /// Route, an AccessGrant that offers it; not an Ingress, which carries HTTP); the
+    /// health port and the client listeners from anywhere. When absent: made.
+    /// Whatever this says, the operator makes none while another NetworkPolicy of the
+    /// namespace selects the routers and admits something (the cluster admin's, which it
+    /// never widens: policies add up; a default deny, which admits nothing, does not count),
+    /// or takes the name `<name>`; the `NetworkPolicy` condition names it. It takes effect
+    /// only where the cluster's network plugin enforces NetworkPolicies. A change restarts
+    /// no router.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub network_policy: Option<RouterNetworkPolicy>,
+}
+
+/// `deploymentPlan.networkPolicy`: whether the operator makes the routers' NetworkPolicy.
+#[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct RouterNetworkPolicy {
+    /// `false`: the operator makes no NetworkPolicy (and deletes the one it made), as when
+    /// the cluster has no NetworkPolicy implementation or its admin writes the policies.
+    /// Default `true`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub enabled: Option<bool>,
 }
 
 /// `deploymentPlan.disruptionBudget`: whether the operator makes the routers'
@@ -691,7 +718,7 @@ pub const MAX_STATUS_PODS: usize = 1024;
 #[serde(rename_all = "camelCase")]
 pub struct InterconnectStatus {
     /// Latest observations, one entry per type (Kubernetes API conventions): `Ready`,
-    /// `Available`, `Progressing`, `Degraded`, `SpecValid`, `DisruptionBudget` and, while
+    /// `Available`, `Progressing`, `Degraded`, `SpecValid`, `DisruptionBudget`, `NetworkPolicy` and, while
     /// the controller reads the routers, `MeshConnected` and `ConfigApplied`.
     #[serde(default, deserialize_with = "lenient_conditions")]
     #[schemars(schema_with = "conditions_schema")]

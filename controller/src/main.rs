@@ -119,6 +119,18 @@ struct Args {
     #[arg(long, env = "QDR_OBSERVE_MESH", value_enum, default_value = "on")]
     observe_mesh: OnOff,
 
+    /// Labels of the controller's own pods, `key=value` pairs joined by commas: the routers'
+    /// NetworkPolicies admit only pods with these labels in the controller's namespace
+    /// (`POD_NAMESPACE`) to the management port 55670. deploy/ and the chart label the
+    /// pods `app.kubernetes.io/name=qdr-controller`; change both together.
+    #[arg(
+        long,
+        env = "QDR_CONTROLLER_POD_LABELS",
+        default_value = "app.kubernetes.io/name=qdr-controller",
+        value_parser = parse_labels
+    )]
+    controller_pod_labels: Labels,
+
     /// Log format.
     #[arg(long, env = "QDR_LOG_FORMAT", value_enum, default_value = "text")]
     log_format: LogFormat,
@@ -143,6 +155,25 @@ fn parse_run_as_user(s: &str) -> Result<RunAsUser, String> {
             _ => Err(format!("{s:?} is neither a UID above 0 nor \"platform\"")),
         },
     }
+}
+
+/// `--controller-pod-labels`: at least one `key=value`.
+#[derive(Debug, Clone)]
+struct Labels(std::collections::BTreeMap<String, String>);
+
+fn parse_labels(s: &str) -> Result<Labels, String> {
+    let mut labels = std::collections::BTreeMap::new();
+    for pair in s.split(',').map(str::trim).filter(|p| !p.is_empty()) {
+        let (k, v) = pair.split_once('=').ok_or_else(|| format!("{pair:?} is not key=value"))?;
+        if k.is_empty() {
+            return Err(format!("{pair:?} has no key"));
+        }
+        labels.insert(k.to_string(), v.to_string());
+    }
+    if labels.is_empty() {
+        return Err("no label: the NetworkPolicies would admit every pod of the namespace".into());
+    }
+    Ok(Labels(labels))
 }
 
 /// `User-Agent` of every request to the API server (audit logs, request metrics).
@@ -276,6 +307,10 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
         hash_key,
         seal_key,
         observe_mesh: args.observe_mesh == OnOff::On,
+        controller_pods: qdr_controller::builders::ControllerPods {
+            namespace: args.lease_namespace.clone(),
+            labels: args.controller_pod_labels.0.clone(),
+        },
     };
     let recorder = qdr_controller::recorder::Recorder::new(fenced.clone(), "qdr-operator", &identity);
     let ctx =

@@ -10,7 +10,7 @@
 /// Condition types, each with every reason the controller sets on it (any status), in the
 /// order the troubleshooting page gives them. Condition types are the Kubernetes API
 /// conventions' (`Ready`, `Available`, `Progressing`, `Degraded`) and the operator's own
-/// (`SpecValid`, `DisruptionBudget`; with the routers read, `MeshConnected` and
+/// (`SpecValid`, `DisruptionBudget`, `NetworkPolicy`; with the routers read, `MeshConnected` and
 /// `ConfigApplied`).
 pub const CONDITIONS: &[(&str, &[&str])] = &[
     ("SpecValid", &["Valid", "InvalidSpec"]),
@@ -57,6 +57,7 @@ pub const CONDITIONS: &[(&str, &[&str])] = &[
     ),
     ("ConfigApplied", &["Applied", "RollingOut", "Applying", "Refused", "NoRouters"]),
     ("DisruptionBudget", &["Managed", "AdminBudget", "Disabled", "NotNeeded"]),
+    ("NetworkPolicy", &["Managed", "AdminPolicy", "Disabled"]),
 ];
 
 /// Every Event reason, with its type (`Normal` or `Warning`), in the order the

@@ -303,6 +303,7 @@ fn settings() -> Settings {
         lifetimes: Default::default(),
         run_as_user: Some(builders::DEFAULT_RUN_AS_USER),
         observe_mesh: false,
+        controller_pods: builders::ControllerPods::installed_in("qdr-operator"),
     }
 }
 

@@ -26,6 +26,7 @@ pub mod install;
 pub mod keys;
 pub mod links;
 pub mod modules;
+pub mod netpol;
 mod pki;
 mod process;
 pub mod rbac;

@@ -740,6 +740,11 @@ async fn the_release_installs_for_real_with_its_own_router_image() {
         );
     }
 
+    // NetworkPolicies are enforced on the real node from here on (kube-network-policies),
+    // so the routers below start under their operator's policy.
+    let t = Instant::now();
+    cp.real_node().unwrap().enforce_network_policies(&testbin).await.unwrap();
+    say!("release: NetworkPolicies enforced on the real node {:.1?} after asking", t.elapsed());
     // Pushed as docs/releasing.md says, with its own commands.
     let pushed = Instant::now();
     registry.push_as_documented(cp, &format!("{}/qdr-operator", registry.host), version);
@@ -750,10 +755,12 @@ async fn the_release_installs_for_real_with_its_own_router_image() {
             .display()
             .to_string();
     let ns = "release-apps";
+    let elsewhere = "release-elsewhere";
     let _undo = UninstallOnPanic {
         cp,
         kubectl: vec![
             strings(&["delete", "namespace", ns, "--ignore-not-found", "--wait=false"]),
+            strings(&["delete", "namespace", elsewhere, "--ignore-not-found", "--wait=false"]),
             strings(&["delete", "-k", &overlay, "--ignore-not-found", "--timeout=120s"]),
         ],
         helm: vec![],
@@ -856,6 +863,92 @@ async fn the_release_installs_for_real_with_its_own_router_image() {
         runs(r, router);
     }
     say!("release: MeshConnected {:.1?} after the apply", t.elapsed());
+
+    // The routers' NetworkPolicy, enforced: the mesh above linked through it (55671 from the
+    // routers) and the controller read every router through it (55670 from its pods). A pod
+    // of another namespace reaches the client and health ports, and nothing else; one
+    // labelled as a router of this operator reaches the inter-router and edge ports too
+    // (so the drops are the policy's, not ports nobody listens on), never 55670.
+    let policy = ok(kubectl(
+        cp,
+        &[
+            "get",
+            "ic",
+            "router-mesh",
+            "-n",
+            ns,
+            "-o",
+            r#"jsonpath={.status.conditions[?(@.type=="NetworkPolicy")]}"#,
+        ],
+    ));
+    let policy: Value = serde_json::from_str(&policy).unwrap();
+    assert_eq!((&policy["status"], &policy["reason"]), (&json!("True"), &json!("Managed")), "{policy}");
+    say!("release: the NetworkPolicy condition: {}", policy["message"]);
+    let page = std::fs::read_to_string(root().join("docs/network-policies.md")).unwrap();
+    let documented = page
+        .split("jsonpath='{.status.conditions[?(@.type==\"NetworkPolicy\")].message}'\n")
+        .nth(1)
+        .and_then(|rest| rest.lines().next())
+        .unwrap();
+    assert_eq!(policy["message"], documented, "docs/network-policies.md shows the condition's message");
+    app_namespace(cp, elsewhere);
+    let ip = routers[0].status.as_ref().and_then(|s| s.pod_ip.clone()).unwrap();
+    use qdr_tests::netpol::{Seen, reachable};
+    let ports = [5671, 5672, 8080, 8888, 45672, 55670, 55671];
+    let t = Instant::now();
+    let stranger = reachable(
+        cp,
+        elsewhere,
+        "stranger",
+        &[("app".to_string(), "stranger".to_string())].into(),
+        &router.pinned(),
+        &ip,
+        &ports,
+    );
+    let router_like = reachable(
+        cp,
+        elsewhere,
+        "router-like",
+        &[
+            ("app.kubernetes.io/component".to_string(), "router".to_string()),
+            ("app.kubernetes.io/managed-by".to_string(), "qdr-operator".to_string()),
+        ]
+        .into(),
+        &router.pinned(),
+        &ip,
+        &ports,
+    );
+    say!(
+        "release: from namespace {elsewhere} to router {ip} ({:.1?}): a pod {stranger:?}; a router-labelled pod {router_like:?}",
+        t.elapsed()
+    );
+    let (open, dropped) = (Seen::Open, Seen::Dropped);
+    assert_eq!(
+        stranger.into_iter().collect::<Vec<_>>(),
+        [
+            (5671, open),
+            (5672, open),
+            (8080, open),
+            (8888, open),
+            (45672, dropped),
+            (55670, dropped),
+            (55671, dropped)
+        ],
+        "a pod of another namespace"
+    );
+    assert_eq!(
+        router_like.into_iter().collect::<Vec<_>>(),
+        [
+            (5671, open),
+            (5672, open),
+            (8080, open),
+            (8888, open),
+            (45672, open),
+            (55670, dropped),
+            (55671, open)
+        ],
+        "a pod labelled as a router"
+    );
     say!(
         "release: kubectl get ic,pods -o wide\n{}",
         ok(kubectl(cp, &["get", "interconnects,pods", "-n", ns, "-o", "wide"]))
@@ -908,6 +1001,7 @@ async fn the_release_installs_for_real_with_its_own_router_image() {
     // The routers go with their namespace, on their own time: nothing after this test uses it.
     let t = Instant::now();
     let _ = kubectl(cp, &["delete", "namespace", ns, "--wait=false"]);
+    let _ = kubectl(cp, &["delete", "namespace", elsewhere, "--wait=false"]);
     ok(kubectl(cp, &["delete", "-k", &overlay, "--wait=true", "--timeout=180s"]));
     say!("release: uninstalled {:.1?}", t.elapsed());
     wait_gone(cp, "qdr-operator");

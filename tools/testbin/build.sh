@@ -7,7 +7,8 @@
 # tests, tools/testbin/monitoring: prometheus-operator, monitoring-crds/) and Prometheus with
 # promtool (tools/testbin/prometheus), Operator Lifecycle Manager with opm and the bundle
 # validators (tools/testbin/olm), actionlint (tools/testbin/actionlint, in the helm group), crane
-# (tools/testbin/crane, in the node group: a registry and a pusher) and,
+# (tools/testbin/crane, in the node group: a registry and a pusher), netpol (tools/testbin/netpol,
+# in the node group: the real node's NetworkPolicy implementation) and,
 # for `make release` only, syft (tools/testbin/syft, the release group) from the Go module proxy into a
 # cache directory outside the repo, keyed by the pinned versions, the Go version and a hash of
 # the go.mod files and the pause source (so adding a tool rebuilds), and assembles kwok's own stage definitions (node-initialize, node heartbeat with a
@@ -32,7 +33,8 @@ OLM_VERSION="$(modver "$here/olm/go.mod" github.com/operator-framework/operator-
 ACTIONLINT_VERSION="$(modver "$here/actionlint/go.mod" github.com/rhysd/actionlint)"
 SYFT_VERSION="$(modver "$here/syft/go.mod" github.com/anchore/syft)"
 CRANE_VERSION="$(modver "$here/crane/go.mod" github.com/google/go-containerregistry)"
-[[ -n "$K8S_VERSION" && -n "$ETCD_VERSION" && -n "$KWOK_VERSION" && -n "$HELM_VERSION" && -n "$COREDNS_VERSION" && -n "$PROMOP_VERSION" && -n "$PROM_VERSION" && -n "$OLM_VERSION" && -n "$ACTIONLINT_VERSION" && -n "$SYFT_VERSION" && -n "$CRANE_VERSION" ]] || { echo "build.sh: cannot read pinned versions from go.mod" >&2; exit 1; }
+NETPOL_VERSION="$(modver "$here/netpol/go.mod" sigs.k8s.io/kube-network-policies)"
+[[ -n "$K8S_VERSION" && -n "$ETCD_VERSION" && -n "$KWOK_VERSION" && -n "$HELM_VERSION" && -n "$COREDNS_VERSION" && -n "$PROMOP_VERSION" && -n "$PROM_VERSION" && -n "$OLM_VERSION" && -n "$ACTIONLINT_VERSION" && -n "$SYFT_VERSION" && -n "$CRANE_VERSION" && -n "$NETPOL_VERSION" ]] || { echo "build.sh: cannot read pinned versions from go.mod" >&2; exit 1; }
 command -v go >/dev/null || { echo "build.sh: Go is required to build the test control plane (install Go >= 1.26)" >&2; exit 1; }
 GO_VERSION="$(go env GOVERSION)"
 cache_root="${QDR_TESTBIN_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/qdr-operator/testbin}"
@@ -73,6 +75,12 @@ build_actionlint() {
 # (docs/releasing.md), built with the real node.
 build_crane() {
   build_tool crane "$CRANE_VERSION" crane github.com/google/go-containerregistry/cmd/crane
+}
+# netpol, the real node's NetworkPolicy implementation (sigs.k8s.io/kube-network-policies started
+# from a kubeconfig, tools/testbin/netpol/main.go), built with the real node. Its version file
+# also holds a hash of main.go, so an edit rebuilds it.
+build_netpol() {
+  build_tool netpol "$NETPOL_VERSION-$(sha256sum "$here/netpol/main.go" | cut -c1-8)" netpol .
 }
 # syft, which writes the release's SBOMs (`make release`; the release group, which no other
 # group and no test needs).
@@ -157,7 +165,8 @@ build_prometheus() {
 # tests that need them come up):
 #   core        etcd, kube-apiserver, kube-controller-manager, kube-scheduler, kubectl, kwok
 #               and kwok-stages.yaml (every control plane)
-#   node        kubelet, kube-proxy, pause, coredns (the real node), crane (its registry)
+#   node        kubelet, kube-proxy, pause, coredns (the real node), crane (its registry),
+#               netpol (its NetworkPolicy implementation)
 #   helm        helm (the chart tests)
 #   monitoring  prometheus-operator with monitoring-crds/, prometheus, promtool
 #   olm         olm, catalog, cpb, opm, olm-validate with olm-crds/
@@ -231,7 +240,7 @@ build_node() {
 for g in "${groups[@]}"; do
   case "$g" in
     core) build_core ;;
-    node) build_node; build_crane ;;
+    node) build_node; build_crane; build_netpol ;;
     helm) build_helm; build_actionlint ;;
     monitoring) build_monitoring; build_prometheus ;;
     olm) build_olm ;;

@@ -21,7 +21,35 @@ pub struct Settings {
     /// Whether the routers get the operator's management listener and are read
     /// (`--observe-mesh`, docs/mesh-status.md).
     pub observe_mesh: bool,
+    /// The controller's pods, which the routers' NetworkPolicy admits to the management port
+    /// ([`super::network_policy`]).
+    pub controller_pods: ControllerPods,
 }
+
+/// The pods the management port admits: the controller's, by namespace and labels
+/// (`--controller-pod-labels`; the manifests and the chart label them
+/// `app.kubernetes.io/name=qdr-controller`).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ControllerPods {
+    /// The controller's namespace (`POD_NAMESPACE`, the Lease's).
+    pub namespace: String,
+    /// Labels every controller pod carries.
+    pub labels: std::collections::BTreeMap<String, String>,
+}
+
+impl ControllerPods {
+    /// The controller's pods as the manifests and the chart label them
+    /// (`app.kubernetes.io/name=qdr-controller`), in namespace `namespace`.
+    pub fn installed_in(namespace: &str) -> Self {
+        ControllerPods {
+            namespace: namespace.into(),
+            labels: [(crate::labels::NAME.to_string(), CONTROLLER_POD_NAME.to_string())].into(),
+        }
+    }
+}
+
+/// The `app.kubernetes.io/name` of the controller's pods in deploy/ and the chart.
+pub const CONTROLLER_POD_NAME: &str = "qdr-controller";
 
 /// The UID the router pods run as by default. The router image (qdr-image 1.19.0) declares no
 /// `USER` and writes only below `/tmp` (its configuration and SASL database), so any

@@ -30,6 +30,7 @@ fn settings() -> Settings {
         lifetimes: Lifetimes::default(),
         run_as_user: Some(builders::DEFAULT_RUN_AS_USER),
         observe_mesh: false,
+        controller_pods: builders::ControllerPods::installed_in("qdr-operator"),
     }
 }
 
@@ -530,5 +531,158 @@ fn the_operators_pod_annotations_fit_in_their_reserve() {
     assert!(
         bytes <= qdr_api::owned_keys::POD_ANNOTATION_RESERVE / 2,
         "{bytes} bytes of the operator's annotations (half the reserve at most, for fields to come): {annotations:#?}"
+    );
+}
+
+/// The ingress rules of `mesh`'s NetworkPolicy as `(ports, from)`: `from` is `"anywhere"`,
+/// `"routers"` (this operator's router pods of any namespace) or `"controller"` (the
+/// controller's pods in its namespace), and anything else fails the test.
+fn policy_rules(o: &ValidatedInterconnect, admin: &[String]) -> Vec<(Vec<i32>, &'static str)> {
+    let (_, policy) = builders::network_policy(o, &settings(), admin);
+    let policy = serde_json::to_value(policy.expect("a NetworkPolicy")).unwrap();
+    assert_eq!(policy["metadata"]["name"], "mesh");
+    assert_eq!(
+        policy["spec"]["podSelector"],
+        json!({"matchLabels": {"application": "mesh", "interconnect_cr": "mesh"}})
+    );
+    assert_eq!(policy["spec"]["policyTypes"], json!(["Ingress"]));
+    assert!(policy["spec"].get("egress").is_none(), "egress is not restricted: {policy}");
+    let routers = json!([{"namespaceSelector": {}, "podSelector": {"matchLabels": {
+        "app.kubernetes.io/component": "router", "app.kubernetes.io/managed-by": "qdr-operator"}}}]);
+    let controller = json!([{"namespaceSelector": {"matchLabels": {"kubernetes.io/metadata.name": "qdr-operator"}},
+        "podSelector": {"matchLabels": {"app.kubernetes.io/name": "qdr-controller"}}}]);
+    (policy["spec"]["ingress"].as_array().unwrap().iter())
+        .map(|rule| {
+            let ports = (rule["ports"].as_array().unwrap().iter())
+                .map(|p| {
+                    assert_eq!(p["protocol"], "TCP");
+                    p["port"].as_i64().unwrap() as i32
+                })
+                .collect();
+            let from = match rule.get("from") {
+                None => "anywhere",
+                Some(f) if *f == routers => "routers",
+                Some(f) if *f == controller => "controller",
+                Some(f) => panic!("an unexpected peer: {f}"),
+            };
+            (ports, from)
+        })
+        .collect()
+}
+
+/// The list: the management port only from the controller; the inter-router and edge
+/// ports only from router pods unless exposed or offered to sites; the health port and the
+/// client listeners from anywhere; nothing else open.
+#[test]
+fn the_network_policy_admits_each_port_only_from_whom_needs_it() {
+    // Every listener of the defaults, with 55671 not exposed.
+    let o = ic(json!({"interRouterListeners": [{"port": 55671, "sslProfile": "inter-router",
+        "saslMechanisms": "EXTERNAL", "authenticatePeer": true}]}))
+    .with_management()
+    .0;
+    assert_eq!(
+        policy_rules(&o, &[]),
+        [
+            (vec![5671, 5672, 8080, 8888], "anywhere"),
+            (vec![45672, 55671], "routers"),
+            (vec![55670], "controller")
+        ]
+    );
+    let (policy, _) = builders::network_policy(&o, &settings(), &[]);
+    assert_eq!(
+        policy,
+        builders::Policy::Managed {
+            open: vec![5671, 5672, 8080, 8888],
+            routers: vec![45672, 55671],
+            management: Some(55670)
+        }
+    );
+    // The defaults expose 55671 (the Go operator's Ingress or Route). An Ingress carries
+    // HTTP, so it stays closed to all but routers; an OpenShift Route carries TLS through
+    // (passthrough): its connections come from the cluster's router, from anywhere.
+    let exposed = ic(json!({})).with_management().0;
+    assert_eq!(policy_rules(&exposed, &[]), policy_rules(&o, &[]));
+    let mut openshift = settings();
+    openshift.routes = true;
+    let (_, routed) = builders::network_policy(&exposed, &openshift, &[]);
+    let routed = serde_json::to_value(routed.unwrap()).unwrap();
+    assert_eq!(routed["spec"]["ingress"][0]["ports"].as_array().unwrap().len(), 5, "{routed}");
+    assert_eq!(routed["spec"]["ingress"][0]["ports"][4]["port"], 55671, "{routed}");
+    assert_eq!(
+        routed["spec"]["ingress"][1]["ports"],
+        json!([{"port": 45672, "protocol": "TCP"}]),
+        "{routed}"
+    );
+    // A NodePort or LoadBalancer Service opens every router port to outside the cluster.
+    let balanced = ic(json!({"deploymentPlan": {"serviceType": "LoadBalancer"},
+        "interRouterListeners": [{"port": 55671}]}))
+    .with_management()
+    .0;
+    assert_eq!(
+        policy_rules(&balanced, &[]),
+        [(vec![5671, 5672, 8080, 8888, 45672, 55671], "anywhere"), (vec![55670], "controller")]
+    );
+    // An edge router: its client and health ports; no inter-router or edge listener.
+    let edge =
+        ic(json!({"deploymentPlan": {"role": "edge"}, "listeners": [{"port": 5672}]})).with_management().0;
+    assert_eq!(policy_rules(&edge, &[]), [(vec![5672, 8888], "anywhere"), (vec![55670], "controller")]);
+    // Without the management listener (a listener of the spec took its port) the port is
+    // a client listener like any other.
+    let (taken, _) = ic(json!({"listeners": [{"port": 55670}]})).with_management();
+    assert_eq!(policy_rules(&taken, &[]), [(vec![8888, 55670], "anywhere"), (vec![45672, 55671], "routers")]);
+    // A custom health port is the one opened.
+    let health = ic(json!({"deploymentPlan": {"livenessPort": 9999}, "listeners": [{"port": 5672}],
+        "interRouterListeners": [{"port": 55672}], "edgeListeners": [{"port": 45673}]}))
+    .with_management()
+    .0;
+    assert_eq!(
+        policy_rules(&health, &[]),
+        [(vec![5672, 9999], "anywhere"), (vec![45673, 55672], "routers"), (vec![55670], "controller")]
+    );
+}
+
+/// A listener whose profile trusts the sites of AccessGrants is reached by those sites from
+/// outside the cluster: open to anywhere; the other inter-router listeners stay closed.
+#[test]
+fn a_listener_offered_to_sites_is_open_and_the_others_are_not() {
+    let o = ic(json!({"listeners": [{"port": 5672}],
+        "interRouterListeners": [{"port": 55671, "sslProfile": "inter-router"}, {"port": 55672, "sslProfile": "local"}],
+        "sslProfiles": [{"name": "inter-router", "generateCaCert": true, "generateCredentials": true},
+                        {"name": "local", "generateCaCert": true, "generateCredentials": true}]}))
+    .with_management()
+    .0
+    .with_site_trust(vec![("inter-router".into(), vec!["ca".into()])]);
+    assert_eq!(
+        policy_rules(&o, &[]),
+        [(vec![5672, 8888, 55671], "anywhere"), (vec![45672, 55672], "routers"), (vec![55670], "controller")]
+    );
+}
+
+/// `enabled: false` and an admin's policy make none; the controller's labels come from its
+/// settings.
+#[test]
+fn no_network_policy_when_disabled_or_the_admin_has_one() {
+    let off = ic(json!({"deploymentPlan": {"networkPolicy": {"enabled": false}}})).with_management().0;
+    assert_eq!(builders::network_policy(&off, &settings(), &[]), (builders::Policy::Disabled, None));
+    let o = ic(json!({})).with_management().0;
+    let admin = vec!["allow-monitoring".to_string()];
+    assert_eq!(
+        builders::network_policy(&o, &settings(), &admin),
+        (builders::Policy::Admin(admin.clone()), None)
+    );
+    // Disabled wins over an admin's.
+    assert_eq!(builders::network_policy(&off, &settings(), &admin), (builders::Policy::Disabled, None));
+    let mut s = settings();
+    s.controller_pods = builders::ControllerPods {
+        namespace: "operators".into(),
+        labels: [("app".to_string(), "qdr".to_string())].into(),
+    };
+    let (_, policy) = builders::network_policy(&o, &s, &[]);
+    let policy = serde_json::to_value(policy.unwrap()).unwrap();
+    let last = policy["spec"]["ingress"].as_array().unwrap().last().unwrap().clone();
+    assert_eq!(
+        last["from"],
+        json!([{"namespaceSelector": {"matchLabels": {"kubernetes.io/metadata.name": "operators"}},
+            "podSelector": {"matchLabels": {"app": "qdr"}}}])
     );
 }

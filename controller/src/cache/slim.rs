@@ -110,3 +110,20 @@ pub(crate) fn slim_budget(p: &mut k8s_openapi::api::policy::v1::PodDisruptionBud
     p.status = None;
     slim_meta(p);
 }
+
+/// What the store of every NetworkPolicy keeps ([`super::stores::Cache::admin_policies`]):
+/// its metadata as [`slim_meta`] keeps it, its pod selector and policy types, and whether it
+/// admits anything (one empty ingress rule in place of its rules, or none); not its peers,
+/// ports or egress rules.
+pub(crate) fn slim_policy(p: &mut k8s_openapi::api::networking::v1::NetworkPolicy) {
+    use k8s_openapi::api::networking::v1::{NetworkPolicyIngressRule, NetworkPolicySpec};
+    p.spec = p.spec.take().map(|s| NetworkPolicySpec {
+        pod_selector: s.pod_selector,
+        policy_types: s.policy_types,
+        ingress: s
+            .ingress
+            .map(|rules| rules.into_iter().take(1).map(|_| NetworkPolicyIngressRule::default()).collect()),
+        egress: None,
+    });
+    slim_meta(p);
+}

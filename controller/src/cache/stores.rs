@@ -8,7 +8,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use k8s_openapi::NamespaceResourceScope;
 use k8s_openapi::api::apps::v1::{DaemonSet, Deployment};
 use k8s_openapi::api::core::v1::{ConfigMap, Pod, Secret, Service, ServiceAccount};
-use k8s_openapi::api::networking::v1::Ingress;
+use k8s_openapi::api::networking::v1::{Ingress, NetworkPolicy};
 use k8s_openapi::api::policy::v1::PodDisruptionBudget;
 use k8s_openapi::api::rbac::v1::{Role, RoleBinding};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
@@ -45,6 +45,12 @@ pub(crate) struct Cache {
     /// selects an Interconnect's routers makes the controller make none
     /// ([`crate::builders::budget`]).
     pub(super) all_budgets: Store<PodDisruptionBudget>,
+    pub(super) network_policies: MetaStore<NetworkPolicy>,
+    /// Every NetworkPolicy of the watched namespaces, labelled ours or not, with only its
+    /// name, labels, owners, pod selector, policy types and whether it admits anything
+    /// ([`super::slim::slim_policy`]): an admin's that selects an Interconnect's routers and
+    /// admits something makes the controller make none ([`crate::builders::network_policy`]).
+    pub(super) all_policies: Store<NetworkPolicy>,
     /// Every Link of the watched namespaces ([`qdr_api::links::Link`], whole): a Link
     /// renders a connector into its Interconnect's routers.
     pub(super) links: Store<qdr_api::links::Link>,
@@ -118,6 +124,7 @@ cached! {
     ConfigMap => config_maps,
     Ingress => ingresses,
     PodDisruptionBudget => disruption_budgets,
+    NetworkPolicy => network_policies,
 }
 
 /// What the stores know of a Secret.
@@ -156,10 +163,12 @@ impl Cache {
             && self.services.is_ready()
             && self.config_maps.is_ready()
             && self.ingresses.is_ready()
-            && self.disruption_budgets.is_ready();
+            && self.disruption_budgets.is_ready()
+            && self.network_policies.is_ready();
         let ready = compact
             && self.secret_names.is_ready()
             && futures::FutureExt::now_or_never(self.all_budgets.wait_until_ready()).is_some()
+            && futures::FutureExt::now_or_never(self.all_policies.wait_until_ready()).is_some()
             && futures::FutureExt::now_or_never(self.links.wait_until_ready()).is_some()
             && futures::FutureExt::now_or_never(self.tokens.wait_until_ready()).is_some()
             && futures::FutureExt::now_or_never(self.grants.wait_until_ready()).is_some()
@@ -189,6 +198,40 @@ impl Cache {
                     .and_then(|s| Selector::try_from(s).ok())
                     .is_some_and(|s| labels.clone().into_iter().any(|l| s.matches(l)));
                 selects || p.metadata.name.as_deref() == Some(o.name())
+            })
+            .filter_map(|p| p.metadata.name.clone())
+            .collect();
+        names.sort();
+        names
+    }
+
+    /// The NetworkPolicies of `o`'s namespace that `o` does not control and that take the
+    /// name of its own, or that select a pod labelled `labels` (a router's), govern its
+    /// ingress (`policyTypes` absent or naming `Ingress`) and admit something (at least one
+    /// ingress rule), by name: the cluster admin's, which the operator never widens
+    /// ([`crate::builders::network_policy`]). A policy that admits nothing (a default deny)
+    /// is left out: the operator's policy is what opens the routers' ports under it. A
+    /// selector that does not parse (it could not have been stored) selects nothing.
+    pub(crate) fn admin_policies<'a>(
+        &self,
+        o: &crate::validated::ValidatedInterconnect,
+        labels: impl IntoIterator<Item = &'a std::collections::BTreeMap<String, String>> + Clone,
+    ) -> Vec<String> {
+        use kube::core::{Selector, SelectorExt};
+        let mut names: Vec<String> = (self.all_policies.state().iter())
+            .filter(|p| p.metadata.namespace.as_deref() == Some(o.namespace()))
+            .filter(|p| !o.controls(p.metadata.owner_references.as_deref().unwrap_or_default()))
+            .filter(|p| {
+                if p.metadata.name.as_deref() == Some(o.name()) {
+                    return true;
+                }
+                let Some(spec) = p.spec.as_ref() else { return false };
+                let ingress = spec.policy_types.as_ref().is_none_or(|t| t.iter().any(|t| t == "Ingress"));
+                let admits = spec.ingress.as_ref().is_some_and(|rules| !rules.is_empty());
+                let selects = (spec.pod_selector.clone())
+                    .and_then(|s| Selector::try_from(s).ok())
+                    .is_some_and(|s| labels.clone().into_iter().any(|l| s.matches(l)));
+                ingress && admits && selects
             })
             .filter_map(|p| p.metadata.name.clone())
             .collect();

@@ -6,7 +6,7 @@ use std::sync::Arc;
 use futures::{Stream, StreamExt, TryStreamExt};
 use k8s_openapi::api::apps::v1::{DaemonSet, Deployment, ReplicaSet};
 use k8s_openapi::api::core::v1::{ConfigMap, Pod, Secret, Service, ServiceAccount};
-use k8s_openapi::api::networking::v1::Ingress;
+use k8s_openapi::api::networking::v1::{Ingress, NetworkPolicy};
 use k8s_openapi::api::policy::v1::PodDisruptionBudget;
 use k8s_openapi::api::rbac::v1::{Role, RoleBinding};
 use kube::ResourceExt;
@@ -19,7 +19,7 @@ use qdr_api::Interconnect;
 use super::memo::{AppliedMemo, Drift, OwnWrites, SecretReferences};
 use super::meta_store::{Compact, Entry, ReplicaSetStore, SecretStore};
 use super::names::SecretNames;
-use super::slim::{slim, slim_budget, slim_pod, slim_workload};
+use super::slim::{slim, slim_budget, slim_pod, slim_policy, slim_workload};
 use super::stores::Cache;
 use super::wake::{
     Listed, Relist, Versions, interconnect_controller, owned_wake, pod_wake, replica_set_wake, user_secret,
@@ -299,6 +299,7 @@ pub(crate) fn watch(
     let (config_maps, cm_events) = reflect_meta::<ConfigMap>(c, ns, &ours, &own, &drift);
     let (ingresses, ingress_events) = reflect_meta::<Ingress>(c, ns, &ours, &own, &drift);
     let (disruption_budgets, pdb_events) = reflect_meta::<PodDisruptionBudget>(c, ns, &ours, &own, &drift);
+    let (network_policies, policy_events) = reflect_meta::<NetworkPolicy>(c, ns, &ours, &own, &drift);
     let (pods, pod_events) =
         reflect::<Pod>(c, ns, &all.clone().labels(labels::INTERCONNECT), slim_pod, pod_wake());
     // The router ReplicaSets link a Deployment to its pods by uid; one appearing or going
@@ -356,6 +357,33 @@ pub(crate) fn watch(
                 futures::future::ready(!ours)
             })
     };
+    // Every NetworkPolicy, slimmed to what says whether it selects routers and admits
+    // something: one that is not ours appearing, changing or going wakes the Interconnects
+    // of its namespace (`Cache::admin_policies` decides whether they make their own).
+    let (all_policies, policy_writer) = reflector::store();
+    let any_policy = {
+        let (health, namespace) = (health.clone(), ns.to_string());
+        watcher(api::<NetworkPolicy>(client, ns), all.clone())
+            .default_backoff()
+            .inspect(move |event| {
+                health.watch_result(&namespace, "networkpolicies (all)", event.as_ref().map(drop));
+            })
+            .map_ok(|mut event| {
+                match &mut event {
+                    watcher::Event::Apply(p) | watcher::Event::InitApply(p) | watcher::Event::Delete(p) => {
+                        slim_policy(p)
+                    }
+                    watcher::Event::Init | watcher::Event::InitDone => {}
+                }
+                event
+            })
+            .reflect(policy_writer)
+            .touched_objects()
+            .try_filter(|p: &NetworkPolicy| {
+                let ours = p.labels().get(labels::MANAGED_BY_KEY).is_some_and(|v| v == labels::MANAGED_BY);
+                futures::future::ready(!ours)
+            })
+    };
     // Every Link, and every token Secret (by its label): a Link appearing, changing or
     // going wakes the Interconnect it names; a token, the Interconnects of the Links that
     // name it.
@@ -366,6 +394,7 @@ pub(crate) fn watch(
     let (grants, grant_events) =
         store_all::<qdr_api::links::AccessGrant>(c, ns, all.clone(), "accessgrants", links_on);
     let ic_reader = ic_store.clone();
+    let ic_policy_reader = ic_store.clone();
     let link_reader = links.clone();
     let cache = Cache {
         deployments,
@@ -382,6 +411,8 @@ pub(crate) fn watch(
         ingresses,
         disruption_budgets,
         all_budgets,
+        network_policies,
+        all_policies,
         links,
         tokens,
         grants,
@@ -407,6 +438,7 @@ pub(crate) fn watch(
         .owns_stream(cm_events)
         .owns_stream(ingress_events)
         .owns_stream(pdb_events)
+        .owns_stream(policy_events)
         .watches_stream(any_secret, move |secret: PartialObjectMeta<Secret>| {
             let ns = secret.metadata.namespace.clone().unwrap_or_default();
             let name = secret.metadata.name.clone().unwrap_or_default();
@@ -416,6 +448,13 @@ pub(crate) fn watch(
         .watches_stream(any_budget, move |pdb: PodDisruptionBudget| {
             let ns = pdb.metadata.namespace.clone().unwrap_or_default();
             (ic_reader.state().iter())
+                .filter(|ic| ic.metadata.namespace.as_deref() == Some(ns.as_str()))
+                .map(|ic| ObjectRef::from_obj(ic.as_ref()))
+                .collect::<Vec<_>>()
+        })
+        .watches_stream(any_policy, move |policy: NetworkPolicy| {
+            let ns = policy.metadata.namespace.clone().unwrap_or_default();
+            (ic_policy_reader.state().iter())
                 .filter(|ic| ic.metadata.namespace.as_deref() == Some(ns.as_str()))
                 .map(|ic| ObjectRef::from_obj(ic.as_ref()))
                 .collect::<Vec<_>>()

@@ -13,12 +13,13 @@ use std::collections::{BTreeMap, BTreeSet};
 use std::time::SystemTime;
 
 use k8s_openapi::api::core::v1::{ConfigMap, Secret, Service, ServiceAccount};
+use k8s_openapi::api::networking::v1::NetworkPolicy;
 use k8s_openapi::api::policy::v1::PodDisruptionBudget;
 use k8s_openapi::api::rbac::v1::{Role, RoleBinding};
 
 use super::observe::{Observed, named_secrets};
 use super::types::{Conflict, LIVE_TRIES, Ownership};
-use crate::builders::{self, Budget, Exposure, Roll, Settings, Workload};
+use crate::builders::{self, Budget, Exposure, Policy, Roll, Settings, Workload};
 use crate::credentials::{
     self, CredentialChange, CredentialsError, Data, EXPIRY_WARNING, Routers, is_generated, is_generated_by,
 };
@@ -70,6 +71,8 @@ pub struct Children {
     pub workload: WorkloadChange,
     /// PodDisruptionBudget `<name>`, when the operator makes one ([`builders::budget`]).
     pub disruption_budget: Option<PodDisruptionBudget>,
+    /// NetworkPolicy `<name>`, when the operator makes one ([`builders::network_policy`]).
+    pub network_policy: Option<NetworkPolicy>,
     /// Service `<name>`.
     pub service: Service,
     /// Ingresses or Routes of exposed listeners.
@@ -114,6 +117,8 @@ pub struct Report {
     pub roll: Roll,
     /// What the operator does about the routers' PodDisruptionBudget.
     pub budget: Budget,
+    /// What the operator does about the routers' NetworkPolicy.
+    pub policy: Policy,
 }
 
 /// The result of [`build`]: the children to apply and what to report.
@@ -373,6 +378,7 @@ pub fn build(o: &ValidatedInterconnect, settings: &Settings, observed: &Observed
         Workload::DaemonSet(_) => None,
     };
     let (budget, disruption_budget) = builders::budget(o, observed.retiring, &observed.admin_budgets);
+    let (policy, network_policy) = builders::network_policy(o, settings, &observed.admin_policies);
     let (role, role_binding) = builders::router_rbac(o).unzip();
     let children = Children {
         service_account: builders::service_account(o),
@@ -383,13 +389,14 @@ pub fn build(o: &ValidatedInterconnect, settings: &Settings, observed: &Observed
         secrets: Secrets { create, update: plan.update, keep: named_secrets(o), conflicts },
         workload: if hold { WorkloadChange::Hold(workload) } else { WorkloadChange::Apply(workload) },
         disruption_budget,
+        network_policy,
         service: builders::service(o),
         exposure: builders::exposure(o, settings),
         links_secret: builders::links_secret(o, &links_files),
     };
     Ok(Built {
         children,
-        report: Report { config: router_config, replicas, credentials, roll, budget },
+        report: Report { config: router_config, replicas, credentials, roll, budget, policy },
         verify_workload,
     })
 }

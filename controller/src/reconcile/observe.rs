@@ -138,6 +138,9 @@ pub struct Observed {
     /// The PodDisruptionBudgets of someone else's that select the routers (or take the name
     /// of the operator's), by name ([`crate::cache::Cache::admin_budgets`]).
     pub admin_budgets: Vec<String>,
+    /// The NetworkPolicies of someone else's that select the routers and admit something (or
+    /// take the name of the operator's), by name ([`crate::cache::Cache::admin_policies`]).
+    pub admin_policies: Vec<String>,
     /// `spec.replicas` of this Interconnect's Deployment while placement `Every` replaces it
     /// (its routers serve until the DaemonSet's are Ready, so its budget stays).
     pub retiring: Option<i32>,
@@ -483,7 +486,8 @@ pub async fn observe(
     // (with its workload controller's).
     let template = crate::builders::pod_labels(o);
     let labels = std::iter::once(&template).chain(listed.iter().filter_map(|p| p.metadata.labels.as_ref()));
-    let admin_budgets = cache.admin_budgets(o, labels);
+    let admin_budgets = cache.admin_budgets(o, labels.clone());
+    let admin_policies = cache.admin_policies(o, labels);
     let retiring = (o.plan().placement == Some(Placement::Every))
         .then_some(deployment.as_deref())
         .flatten()
@@ -502,6 +506,7 @@ pub async fn observe(
         links: Default::default(),
         site_awaited: false,
         admin_budgets,
+        admin_policies,
         retiring,
     })
 }

@@ -15,6 +15,7 @@
 //! | `MeshConnected` | (routers read) every router reaches every other, edges uplinked ([`with_mesh`]) |
 //! | `ConfigApplied` | (routers read) every router runs the current configuration |
 //! | `DisruptionBudget` | a PodDisruptionBudget guards the routers: the operator's, or the admin's ([`with_budget`]) |
+//! | `NetworkPolicy` | a NetworkPolicy governs who reaches the routers: the operator's, or the admin's ([`with_policy`]) |
 //!
 //! Every reason the controller sets, by condition: [`crate::reasons::CONDITIONS`] (checked by
 //! [`condition_of`] in debug builds).
@@ -36,7 +37,7 @@ use super::types::{
     READY, RECONCILE_FAILED, SPEC_VALID, UNSCHEDULABLE,
 };
 use super::{Error as PassError, Pass};
-use crate::builders::Budget;
+use crate::builders::{Budget, Policy};
 use crate::references::Problem;
 use crate::validated::ValidatedInterconnect;
 use qdr_api::router_config::short_hash as short;
@@ -85,7 +86,7 @@ pub(crate) fn of(ic: &Interconnect, pass: &Result<Pass, PassError>) -> Option<In
         Ok(Pass::Reconciled(r)) => {
             let s = desired(&r.ic, &r.observed, &r.applied, &r.report.credentials);
             let s = match r.applied.conflicts.is_empty() {
-                true => with_budget(s, &r.ic, &r.report.budget),
+                true => with_policy(with_budget(s, &r.ic, &r.report.budget), &r.ic, &r.report.policy),
                 false => s,
             };
             Some(match &r.mesh {
@@ -653,6 +654,58 @@ pub(crate) fn with_mesh(
     conditions.push(condition_of(MESH_CONNECTED, mesh_status, mesh_reason, &mesh_message, generation, prev));
     conditions.push(condition(CONFIG_APPLIED, applied, config_reason, &config_message, generation, prev));
     status.conditions = conditions;
+    status
+}
+
+/// Type of the condition that says which NetworkPolicy governs who reaches the routers.
+pub(crate) const NETWORK_POLICY: &str = "NetworkPolicy";
+
+/// `status` with the `NetworkPolicy` condition of what the build did about the routers'
+/// NetworkPolicy ([`Policy`]): `True` when a policy governs them (`Managed`, with the ports
+/// and who may reach them, or `AdminPolicy` naming the admin's), `False` with `Disabled`.
+pub(crate) fn with_policy(
+    mut status: InterconnectStatus,
+    o: &ValidatedInterconnect,
+    policy: &Policy,
+) -> InterconnectStatus {
+    let prev = o.ic().status.as_ref().map(|s| s.conditions.as_slice()).unwrap_or_default();
+    let list = |ports: &[i32]| ports.iter().map(ToString::to_string).collect::<Vec<_>>().join(", ");
+    let (ok, reason, message) = match policy {
+        Policy::Managed { open, routers, management } => {
+            let mut parts = vec![format!("ports {} from anywhere", list(open))];
+            if !routers.is_empty() {
+                parts.push(format!("{} from router pods", list(routers)));
+            }
+            if let Some(port) = management {
+                parts.push(format!("{port} from the controller's pods"));
+            }
+            (
+                true,
+                "Managed",
+                format!("NetworkPolicy {}: {}; every other port closed", o.name(), parts.join("; ")),
+            )
+        }
+        Policy::Admin(names) => {
+            let (noun, verb) =
+                if names.len() == 1 { ("NetworkPolicy", "selects") } else { ("NetworkPolicies", "select") };
+            (
+                true,
+                "AdminPolicy",
+                format!(
+                    "{noun} {} {verb} the routers and admit{} connections: the operator makes none (policies add \
+                     up, so its own would admit what they keep out)",
+                    names.join(", "),
+                    if names.len() == 1 { "s" } else { "" }
+                ),
+            )
+        }
+        Policy::Disabled => (
+            false,
+            "Disabled",
+            "spec.deploymentPlan.networkPolicy.enabled is false: no NetworkPolicy".to_string(),
+        ),
+    };
+    status.conditions.push(condition(NETWORK_POLICY, ok, reason, &message, o.generation(), prev));
     status
 }
 

@@ -35,6 +35,7 @@ fn observed() -> Observed {
         links: Default::default(),
         site_awaited: false,
         admin_budgets: Vec::new(),
+        admin_policies: Vec::new(),
         retiring: None,
     }
 }
@@ -1391,6 +1392,7 @@ fn roll_events_say_why() {
             gated: false,
         },
         budget: crate::builders::Budget::Disabled,
+        policy: crate::builders::Policy::Disabled,
     };
     let changed = planned(&seen(None), &report("6666", Some("spec.edgeListeners"), None));
     assert_eq!(changed, [Change::ConfigChanged { live: true, by: "spec.edgeListeners".into() }]);

@@ -24,8 +24,9 @@
 //! shared by the whole host); a second start waits for the lock.
 //!
 //! One module per part: `host` (the lock, record, bridge and rule), one per process the node
-//! starts (`containerd`, `kubelet`, `kube_proxy`, `coredns`), `node` (starting them in order
-//! and waiting for Ready), and `cleanup` (undoing it all).
+//! starts (`containerd`, `kubelet`, `kube_proxy`, `coredns`, and `netpol`, the NetworkPolicy
+//! implementation, only when a test asks for it), `node` (starting them in order and waiting
+//! for Ready), and `cleanup` (undoing it all).
 
 mod cleanup;
 mod containerd;
@@ -33,6 +34,7 @@ mod coredns;
 mod host;
 mod kube_proxy;
 mod kubelet;
+mod netpol;
 mod node;
 
 pub use cleanup::{cleanup, current, leftovers};
@@ -42,4 +44,5 @@ pub use host::{
     SYSCTLS, check_host,
 };
 pub use kubelet::{KUBELET_PORT, NODE, TAINT, pause_pod};
+pub use netpol::NFT_TABLE;
 pub use node::RealNode;

@@ -8,7 +8,7 @@ use std::time::{Duration, Instant};
 
 use super::host::{Host, Record, create_cgroup_root};
 use super::kubelet::NODE;
-use super::{containerd, coredns, kube_proxy, kubelet};
+use super::{containerd, coredns, kube_proxy, kubelet, netpol};
 use crate::Error;
 use crate::control_plane::node_ready;
 use crate::process::Process;
@@ -22,6 +22,10 @@ pub struct RealNode {
     kubelet: Process,
     kube_proxy: Process,
     coredns: Process,
+    /// The NetworkPolicy implementation, once [`RealNode::enforce_network_policies`] started it.
+    netpol: std::sync::OnceLock<Process>,
+    /// The admin's kubeconfig (kube-proxy's, CoreDNS's and netpol's identity).
+    kubeconfig: std::path::PathBuf,
     /// From spawning containerd until the Node reported Ready.
     pub startup: Duration,
 }
@@ -61,7 +65,16 @@ impl RealNode {
         let (kube_proxy, proxy_healthz) = kube_proxy::start(&kube_proxy, &dir, kubeconfig)?;
         let (coredns, dns_ready) = coredns::start(&coredns, &dir, kubeconfig)?;
 
-        let node = RealNode { host, containerd, kubelet, kube_proxy, coredns, startup: Duration::ZERO };
+        let node = RealNode {
+            host,
+            containerd,
+            kubelet,
+            kube_proxy,
+            coredns,
+            netpol: std::sync::OnceLock::new(),
+            kubeconfig: kubeconfig.to_path_buf(),
+            startup: Duration::ZERO,
+        };
         let nodes: kube::Api<k8s_openapi::api::core::v1::Node> = kube::Api::all(client);
         let deadline = Instant::now() + crate::READY_TIMEOUT;
         loop {
@@ -93,6 +106,23 @@ impl RealNode {
         Ok(RealNode { startup: began.elapsed(), ..node })
     }
 
+    /// Enforces NetworkPolicies on this node from now on, until it stops: starts `netpol`
+    /// (sigs.k8s.io/kube-network-policies, [`netpol`]) and waits until its rules are in place.
+    /// Connections already open stay open (it judges new ones). A second call does nothing.
+    ///
+    /// # Errors
+    /// [`Error::Startup`] with its log when it exits or writes no rules in time;
+    /// [`Error::MissingBinary`](crate::Error) when the node group was built without it.
+    pub async fn enforce_network_policies(&self, testbin: &Testbin) -> Result<(), Error> {
+        if self.netpol.get().is_some() {
+            return Ok(());
+        }
+        let binary = testbin.require("netpol")?;
+        let process = netpol::start(&binary, &self.host.record().dir, &self.kubeconfig).await?;
+        let _ = self.netpol.set(process);
+        Ok(())
+    }
+
     /// Imports an OCI image archive into the node's containerd (namespace `k8s.io`, which
     /// the kubelet sees); pods then use it with `imagePullPolicy: Never` or `IfNotPresent`.
     ///
@@ -114,7 +144,8 @@ impl RealNode {
     /// The last `lines` lines of containerd's, the kubelet's, kube-proxy's and CoreDNS's logs.
     pub fn logs_tail(&self, lines: usize) -> String {
         [&self.containerd, &self.kubelet, &self.kube_proxy, &self.coredns]
-            .iter()
+            .into_iter()
+            .chain(self.netpol.get())
             .map(|p| {
                 format!("----- {} ({}) -----\n{}\n", p.name(), p.log_path().display(), p.log_tail(lines))
             })
@@ -126,9 +157,12 @@ impl RealNode {
         self.host.record()
     }
 
-    /// Stops CoreDNS, kube-proxy, the kubelet and containerd, then [`super::cleanup()`]: nothing of
+    /// Stops netpol (when started), CoreDNS, kube-proxy, the kubelet and containerd, then [`super::cleanup()`]: nothing of
     /// the node is left on the host afterwards. Later calls do nothing.
     pub fn stop(&self) {
+        if let Some(p) = self.netpol.get() {
+            p.stop(Duration::from_secs(5));
+        }
         self.coredns.stop(Duration::from_secs(5));
         self.kube_proxy.stop(Duration::from_secs(5));
         self.kubelet.stop(Duration::from_secs(5));

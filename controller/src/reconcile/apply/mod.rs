@@ -46,7 +46,7 @@ mod write;
 use std::collections::BTreeSet;
 
 use k8s_openapi::api::core::v1::{ConfigMap, Secret, Service, ServiceAccount};
-use k8s_openapi::api::networking::v1::Ingress;
+use k8s_openapi::api::networking::v1::{Ingress, NetworkPolicy};
 use k8s_openapi::api::policy::v1::PodDisruptionBudget;
 use k8s_openapi::api::rbac::v1::{Role, RoleBinding};
 use kube::ResourceExt;
@@ -93,6 +93,7 @@ fn fingerprint(children: &Children) -> Option<u64> {
         Workload::DaemonSet(d) => add(serde_json::to_vec(d)),
     }
     add(serde_json::to_vec(&children.disruption_budget));
+    add(serde_json::to_vec(&children.network_policy));
     add(serde_json::to_vec(&children.service));
     add(serde_json::to_vec(&children.links_secret));
     match &children.exposure {
@@ -117,6 +118,7 @@ fn unchanged(cache: &Cache, o: &ValidatedInterconnect, children: &Children) -> O
         && (children.links_secret.iter()).all(|s| cache.meta::<Secret>(ns, &s.name_any()).is_some())
         && (children.disruption_budget.iter())
             .all(|p| cache.meta::<PodDisruptionBudget>(ns, &p.name_any()).is_some())
+        && (children.network_policy.iter()).all(|p| cache.meta::<NetworkPolicy>(ns, &p.name_any()).is_some())
         && match &children.exposure {
             Exposure::Ingresses(list) => {
                 list.iter().all(|i| cache.meta::<Ingress>(ns, &i.name_any()).is_some())
@@ -259,6 +261,7 @@ async fn apply(
         secrets: Secrets { create, update, keep: keep_secrets, conflicts: _ },
         workload,
         disruption_budget,
+        network_policy,
         service,
         exposure,
         links_secret,
@@ -280,6 +283,12 @@ async fn apply(
     }
     let ns = o.namespace();
     let mut keep = Keep { secrets: keep_secrets, ..Keep::default() };
+    // First: routers started from this pass's template are never reachable on a port the
+    // policy closes.
+    if let Some(policy) = &network_policy {
+        keep.network_policies.insert(policy.name_any());
+        put!(w.put(policy, false));
+    }
     put!(w.put(&service_account, false));
     if let Some(role) = &role {
         keep.roles.insert(role.name_any());
@@ -339,10 +348,13 @@ async fn apply(
     }
     let pruned = match generation {
         Generation::New => keep.prune(client, cache, o).await?,
-        // The budget depends on more than the spec (an admin's budget appearing or going, a
-        // placement change's Deployment retired): pruned in every pass, from its store.
+        // The budget and the policy depend on more than the spec (an admin's budget or
+        // policy appearing or going, a placement change's Deployment retired): pruned in
+        // every pass, from their stores.
         Generation::Reconciled => {
-            prune::<PodDisruptionBudget>(client, cache, o, &keep.disruption_budgets).await?
+            let mut pruned = prune::<PodDisruptionBudget>(client, cache, o, &keep.disruption_budgets).await?;
+            pruned.extend(prune::<NetworkPolicy>(client, cache, o, &keep.network_policies).await?);
+            pruned
         }
     };
     Ok(Applied {

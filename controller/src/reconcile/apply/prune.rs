@@ -6,7 +6,7 @@ use std::collections::BTreeSet;
 use std::fmt::Debug;
 
 use k8s_openapi::api::core::v1::Secret;
-use k8s_openapi::api::networking::v1::Ingress;
+use k8s_openapi::api::networking::v1::{Ingress, NetworkPolicy};
 use k8s_openapi::api::policy::v1::PodDisruptionBudget;
 use k8s_openapi::api::rbac::v1::{Role, RoleBinding};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
@@ -106,6 +106,7 @@ pub(super) struct Keep {
     pub(super) role_bindings: BTreeSet<String>,
     pub(super) ingresses: BTreeSet<String>,
     pub(super) disruption_budgets: BTreeSet<String>,
+    pub(super) network_policies: BTreeSet<String>,
     pub(super) secrets: BTreeSet<String>,
     /// `None` when Routes are not served (Ingresses are used): nothing to prune.
     pub(super) routes: Option<BTreeSet<String>>,
@@ -128,6 +129,7 @@ impl Keep {
         pruned.extend(prune_with_named::<Role>(client, cache, o, &self.roles).await?);
         pruned.extend(prune_with_named::<RoleBinding>(client, cache, o, &self.role_bindings).await?);
         pruned.extend(prune::<PodDisruptionBudget>(client, cache, o, &self.disruption_budgets).await?);
+        pruned.extend(prune::<NetworkPolicy>(client, cache, o, &self.network_policies).await?);
         // Only what the controller generates: credentials (labelled) and the default users
         // Secret. A users Secret the user named, created and owned by an earlier release, is
         // theirs and never deleted here.

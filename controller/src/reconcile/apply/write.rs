@@ -8,7 +8,7 @@ use std::fmt::Debug;
 
 use k8s_openapi::api::apps::v1::{DaemonSet, Deployment};
 use k8s_openapi::api::core::v1::{ConfigMap, Service, ServiceAccount};
-use k8s_openapi::api::networking::v1::Ingress;
+use k8s_openapi::api::networking::v1::{Ingress, NetworkPolicy};
 use k8s_openapi::api::policy::v1::PodDisruptionBudget;
 use k8s_openapi::api::rbac::v1::{Role, RoleBinding};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
@@ -259,6 +259,9 @@ pub(super) async fn look_up(
     found.look::<Service>(client, cache, o, &children.service.name_any()).await?;
     if let Some(pdb) = &children.disruption_budget {
         found.look::<PodDisruptionBudget>(client, cache, o, &pdb.name_any()).await?;
+    }
+    if let Some(policy) = &children.network_policy {
+        found.look::<NetworkPolicy>(client, cache, o, &policy.name_any()).await?;
     }
     match &children.exposure {
         Exposure::Ingresses(list) => {

@@ -82,6 +82,7 @@ fn settings(routes: bool) -> Settings {
         lifetimes: crate::credentials::Lifetimes::default(),
         run_as_user: Some(builders::DEFAULT_RUN_AS_USER),
         observe_mesh: false,
+        controller_pods: builders::ControllerPods::installed_in("qdr-operator"),
     }
 }
 
@@ -110,6 +111,7 @@ fn observed(o: &ValidatedInterconnect, present: &[String]) -> Observed {
         links: Default::default(),
         site_awaited: false,
         admin_budgets: Vec::new(),
+        admin_policies: Vec::new(),
         retiring: None,
     }
 }
@@ -247,6 +249,7 @@ fn every_child_of_every_example_is_labelled_owned_and_consistent() {
                 secrets,
                 workload,
                 disruption_budget,
+                network_policy,
                 service,
                 exposure,
                 links_secret,
@@ -265,6 +268,8 @@ fn every_child_of_every_example_is_labelled_owned_and_consistent() {
             metas.extend(role_binding.iter().map(|r| serde_json::to_value(&r.metadata).unwrap()));
             metas.extend(sasl_config_map.iter().map(|c| serde_json::to_value(&c.metadata).unwrap()));
             metas.extend(disruption_budget.iter().map(|p| serde_json::to_value(&p.metadata).unwrap()));
+            assert!(network_policy.is_some(), "{name}: a NetworkPolicy by default");
+            metas.extend(network_policy.iter().map(|p| serde_json::to_value(&p.metadata).unwrap()));
             metas.extend(links_secret.iter().map(|s| serde_json::to_value(&s.metadata).unwrap()));
             metas.extend(secrets.create.iter().map(|s| serde_json::to_value(&s.metadata).unwrap()));
             metas.push(match workload {

@@ -75,7 +75,7 @@ deploy/base/rbac.yaml for the reason of each rule; controller/tests/rbac.rs prov
   resources: [roles, rolebindings]
   verbs: [get, list, watch, create, patch, delete]
 - apiGroups: [networking.k8s.io]
-  resources: [ingresses]
+  resources: [ingresses, networkpolicies]
   verbs: [get, list, watch, create, patch, delete]
 - apiGroups: [policy]
   resources: [poddisruptionbudgets]
