@@ -105,6 +105,8 @@ async fn the_controller_uses_every_permission_it_is_granted() {
     converged(&ns, "full", &a).await;
     assert!(ns.api::<Deployment>().get_opt("full").await.unwrap().is_some());
     assert!(ns.api::<Ingress>().get_opt("full-console").await.unwrap().is_some());
+    let policies: Api<k8s_openapi::api::networking::v1::NetworkPolicy> = ns.api();
+    assert!(policies.get_opt("full").await.unwrap().is_some(), "no NetworkPolicy");
     // A renewal replaces a generated certificate (at 2/3 of 24 s).
     uses(cp, &user, "update core/secrets").await;
 
@@ -149,13 +151,14 @@ async fn the_controller_uses_every_permission_it_is_granted() {
     let budgets: Api<PodDisruptionBudget> = ns.api();
     assert!(budgets.get_opt("full").await.unwrap().is_some(), "no PodDisruptionBudget");
 
-    // Everything optional removed: the Deployment, PodDisruptionBudget, Ingresses, generated Secrets, the SASL
-    // ConfigMap and the users Secret are pruned.
-    let fewer = json!({"spec": {"deploymentPlan": {"size": null, "placement": "Every"}, "users": "none",
-        "listeners": [{"port": 5672}], "sslProfiles": null}});
+    // Everything optional removed: the Deployment, PodDisruptionBudget, NetworkPolicy, Ingresses, generated
+    // Secrets, the SASL ConfigMap and the users Secret are pruned.
+    let fewer = json!({"spec": {"deploymentPlan": {"size": null, "placement": "Every",
+        "networkPolicy": {"enabled": false}}, "users": "none", "listeners": [{"port": 5672}], "sslProfiles": null}});
     ics.patch("full", &PatchParams::default(), &Patch::Merge(fewer)).await.unwrap();
     converged(&ns, "full", &a).await;
     assert!(ns.api::<DaemonSet>().get_opt("full").await.unwrap().is_some());
+    assert!(policies.get_opt("full").await.unwrap().is_none(), "NetworkPolicy not pruned");
     // The Deployment goes once the DaemonSet's router is Ready, and back; its
     // PodDisruptionBudget guards its routers until then (issue 72), and goes with it.
     eventually("the Deployment pruned once the new router runs", Duration::from_secs(60), || async {
@@ -213,6 +216,7 @@ async fn the_controller_uses_every_permission_it_is_granted() {
         "get core/services",
         "get networking.k8s.io/ingresses",
         "get policy/poddisruptionbudgets",
+        "get networking.k8s.io/networkpolicies",
     ] {
         uses(cp, &user, read).await;
     }

@@ -891,3 +891,76 @@ async fn a_converged_interconnect_is_left_alone() {
     // ready): passes woken by their own echoes cost about 22 each.
     assert!(converged <= 50, "{converged} requests to converge one Interconnect");
 }
+
+/// The routers' NetworkPolicy (issue 74): made by default with the ports the condition lists;
+/// a default deny of the admin's (it admits nothing) leaves it in place; a policy of the
+/// admin's that selects the routers and admits something makes the operator delete its own and
+/// name the admin's (`AdminPolicy`); deleting that brings the operator's back; `enabled:
+/// false` deletes it (`Disabled`). The routers are not rolled by any of it.
+#[tokio::test]
+async fn the_routers_network_policy_steps_aside_for_an_admins_and_comes_back() {
+    use k8s_openapi::api::networking::v1::NetworkPolicy;
+    let cp = setup().await;
+    let ns = cp.namespace("network-policy").await;
+    let policies: Api<NetworkPolicy> = ns.api();
+    common::create_interconnect(&ns, "guarded", json!({"deploymentPlan": {"size": 1}})).await;
+    let cond = condition_with_reason(&ns, "guarded", "NetworkPolicy", "Managed").await;
+    assert_eq!(cond["status"], "True", "{cond}");
+    assert_eq!(
+        cond["message"],
+        "NetworkPolicy guarded: ports 5671, 5672, 8080, 8888 from anywhere; 45672, 55671 from router pods; 55670 \
+         from the controller's pods; every other port closed",
+        "{cond}"
+    );
+    let ours = policies.get("guarded").await.unwrap();
+    let owner = &ours.metadata.owner_references.as_ref().unwrap()[0];
+    assert_eq!((owner.kind.as_str(), owner.controller), ("Interconnect", Some(true)));
+    let template = deployment(&ns, "guarded").await.spec.unwrap().template;
+
+    let admin = |name: &str, spec: Value| -> NetworkPolicy {
+        serde_json::from_value(json!({"metadata": {"name": name}, "spec": spec})).unwrap()
+    };
+    // A default deny of every pod of the namespace admits nothing: the operator's stays.
+    let deny = admin("default-deny", json!({"podSelector": {}, "policyTypes": ["Ingress"]}));
+    policies.create(&PostParams::default(), &deny).await.unwrap();
+    // An egress-only policy governs no ingress: it does not count either.
+    let egress = admin("egress-only", json!({"podSelector": {}, "policyTypes": ["Egress"], "egress": [{}]}));
+    policies.create(&PostParams::default(), &egress).await.unwrap();
+    // One that admits Prometheus to the routers is the admin's decision: the operator's goes.
+    let allow = admin(
+        "allow-monitoring",
+        json!({"podSelector": {"matchLabels": {"interconnect_cr": "guarded"}},
+               "ingress": [{"from": [{"namespaceSelector": {}}], "ports": [{"port": 8888}]}]}),
+    );
+    policies.create(&PostParams::default(), &allow).await.unwrap();
+    eventually("the operator's NetworkPolicy deleted", Duration::from_secs(30), || async {
+        policies.get_opt("guarded").await.ok()?.is_none().then_some(())
+    })
+    .await;
+    let cond = condition_with_reason(&ns, "guarded", "NetworkPolicy", "AdminPolicy").await;
+    assert_eq!(cond["status"], "True", "{cond}");
+    let message = cond["message"].as_str().unwrap();
+    assert!(message.starts_with("NetworkPolicy allow-monitoring selects the routers"), "{cond}");
+    assert!(!message.contains("default-deny") && !message.contains("egress-only"), "{cond}");
+    assert!(policies.get_opt("default-deny").await.unwrap().is_some(), "the admin's deny was touched");
+
+    policies.delete("allow-monitoring", &DeleteParams::default()).await.unwrap();
+    eventually("the operator's NetworkPolicy made again", Duration::from_secs(30), || async {
+        policies.get_opt("guarded").await.ok()?
+    })
+    .await;
+    condition_with_reason(&ns, "guarded", "NetworkPolicy", "Managed").await;
+
+    let off = json!({"spec": {"deploymentPlan": {"networkPolicy": {"enabled": false}}}});
+    interconnects(&ns.client, &ns.name)
+        .patch("guarded", &PatchParams::default(), &Patch::Merge(off))
+        .await
+        .unwrap();
+    let cond = condition_with_reason(&ns, "guarded", "NetworkPolicy", "Disabled").await;
+    assert_eq!(cond["status"], "False", "{cond}");
+    eventually("the operator's NetworkPolicy deleted when disabled", Duration::from_secs(30), || async {
+        policies.get_opt("guarded").await.ok()?.is_none().then_some(())
+    })
+    .await;
+    assert_eq!(deployment(&ns, "guarded").await.spec.unwrap().template, template, "the routers were rolled");
+}

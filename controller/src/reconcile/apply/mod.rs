@@ -283,12 +283,6 @@ async fn apply(
     }
     let ns = o.namespace();
     let mut keep = Keep { secrets: keep_secrets, ..Keep::default() };
-    // First: routers started from this pass's template are never reachable on a port the
-    // policy closes.
-    if let Some(policy) = &network_policy {
-        keep.network_policies.insert(policy.name_any());
-        put!(w.put(policy, false));
-    }
     put!(w.put(&service_account, false));
     if let Some(role) = &role {
         keep.roles.insert(role.name_any());
@@ -324,6 +318,12 @@ async fn apply(
     if let Some(s) = &links_secret {
         keep.secrets.insert(s.name_any());
         put!(w.put(s, false));
+    }
+    // Before the workload: routers started from this pass's template are never reachable on
+    // a port the policy closes.
+    if let Some(policy) = &network_policy {
+        keep.network_policies.insert(policy.name_any());
+        put!(w.put(policy, false));
     }
     let workload = put!(write_workload(&mut w, workload, held));
     if let Some(pdb) = &disruption_budget {

@@ -380,7 +380,7 @@ impl Writer<'_> {
         Ok(Put::Written(ssa(client, cache, ns, obj).await?))
     }
 
-    /// Deletes the ConfigMaps, Secrets, workload, Ingresses and Routes this pass created
+    /// Deletes the ConfigMaps, Secrets, NetworkPolicy, workload, Ingresses and Routes this pass created
     /// (newest first; each with its uid as precondition, a 404 or 409 means it is gone or is
     /// another object already), and forgets the copies kept of them
     /// ([`crate::cache::Written`]): a pass that ends early leaves nothing it made that
@@ -395,7 +395,7 @@ impl Writer<'_> {
         for (resource, name, uid) in std::mem::take(&mut self.created).into_iter().rev() {
             if !matches!(
                 resource.kind.as_str(),
-                "ConfigMap" | "Secret" | "Deployment" | "DaemonSet" | "Ingress" | "Route"
+                "ConfigMap" | "Secret" | "NetworkPolicy" | "Deployment" | "DaemonSet" | "Ingress" | "Route"
             ) {
                 continue;
             }
