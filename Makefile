@@ -156,9 +156,12 @@ images: ## Build the operator's images as deploy/docker/*.Dockerfile define them
 	deploy/docker/rootfs.sh $(CARGO_TARGET_DIR_OR_DEFAULT)/release/qdr-controller $(CARGO_TARGET_DIR_OR_DEFAULT)/images/controller
 	deploy/docker/rootfs.sh $(CARGO_TARGET_DIR_OR_DEFAULT)/release/qdr-webhook $(CARGO_TARGET_DIR_OR_DEFAULT)/images/webhook
 
-release: ## Write a release into dist/ (VERSION=… REGISTRY=… DIST=…; defaults: the workspace version, the project's registry): OCI archives of the controller, the webhook and the router built from source (this machine's architecture), install.yaml and install-namespaced.yaml with every image by digest, the Helm chart, the OLM bundle, an SBOM per image (syft) and SHA256SUMS (docs/releasing.md)
+release: ## Write a release into dist/ (VERSION=… REGISTRY=… DIST=…; defaults: the workspace version, the project's registry): OCI archives of the controller, the webhook and the router built from source (this machine's architecture), install.yaml and install-namespaced.yaml with every image by digest, the Helm chart, the OLM bundle, the kubectl-qdr and qdr-validate programs, an SBOM per image (syft) and SHA256SUMS (docs/releasing.md)
 	$(CARGO) install --locked --quiet cargo-auditable@$(CARGO_AUDITABLE_VERSION) --root $(abspath $(T))/tools
-	PATH="$(abspath $(T))/tools/bin:$$PATH" $(CARGO) auditable build --locked --release -p qdr-controller -p qdr-webhook --bin qdr-controller --bin qdr-webhook
+	PATH="$(abspath $(T))/tools/bin:$$PATH" $(CARGO) auditable build --locked --release -p qdr-controller -p qdr-webhook \
+	  --bin qdr-controller --bin qdr-webhook --bin kubectl-qdr
+	PATH="$(abspath $(T))/tools/bin:$$PATH" $(CARGO) auditable build --locked --release -p qdr-webhook \
+	  --features validate-command --bin qdr-validate
 	$(CARGO) build --locked -p qdr-tests --bin qdr-release
 	router="$$(tools/router-image/build.sh | tail -1)"; testbin="$$(tools/testbin/build.sh core helm release)"; \
 	  QDR_TESTBIN="$$testbin" $(T)/debug/qdr-release --version "$(VERSION)" --registry "$(REGISTRY)" --out "$(DIST)" \

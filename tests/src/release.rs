@@ -16,6 +16,9 @@
 //!   images by digest;
 //! - `bundle/`: the OLM bundle ([`qdr_api::bundle`]) of the same manifests, `relatedImages`
 //!   by digest;
+//! - `bin/kubectl-qdr-linux-<arch>` and `bin/qdr-validate-linux-<arch>`: the kubectl plugin
+//!   and the offline manifest checker from [`Options::binaries`] ([`TOOLS`]), for the
+//!   machine's architecture (`amd64`, `arm64`);
 //! - `sbom/<name>.spdx.json`: an SPDX SBOM per image, by syft, when [`Options::syft`] is set;
 //! - `SHA256SUMS`: the SHA-256 of every other file (`sha256sum -c` format).
 //!
@@ -57,7 +60,8 @@ pub struct Options {
 pub enum Images {
     /// Written by [`write`] into `<out>/images/` (the directory is emptied first).
     Build {
-        /// The directory holding `qdr-controller` and `qdr-webhook` (`target/release`).
+        /// The directory holding `qdr-controller`, `qdr-webhook` and the [`TOOLS`]
+        /// (`target/release`).
         binaries: PathBuf,
         /// The router image's archive (`tools/router-image/build.sh` prints its path).
         router_archive: PathBuf,
@@ -196,6 +200,7 @@ pub fn write(o: &Options) -> Result<Release, Error> {
             if let Some(syft) = syft {
                 sboms(o, syft, &images)?;
             }
+            tools(o, binaries)?;
             images
         }
         Images::Published(digests) => ["controller", "webhook", "router"]
@@ -243,6 +248,38 @@ pub fn write(o: &Options) -> Result<Release, Error> {
         .collect::<Result<_, Error>>()?;
     put(&out.join("SHA256SUMS"), &sums)?;
     Ok(Release { images, files })
+}
+
+/// The programs a release carries beside its images, for users' machines: the kubectl
+/// plugin (`kubectl qdr`: status, topology, diagnostics) and the offline checker of
+/// manifests (`qdr-validate`, for CI pipelines).
+pub const TOOLS: [&str; 2] = ["kubectl-qdr", "qdr-validate"];
+
+/// The name a release gives tool `name` built for this machine:
+/// `<name>-linux-<amd64|arm64>`.
+pub fn tool_file(name: &str) -> String {
+    let arch = match std::env::consts::ARCH {
+        "x86_64" => "amd64",
+        "aarch64" => "arm64",
+        other => other,
+    };
+    format!("{name}-linux-{arch}")
+}
+
+/// Copies the [`TOOLS`] from `binaries` into `<out>/bin/` as [`tool_file`] names them,
+/// executable.
+fn tools(o: &Options, binaries: &Path) -> Result<(), Error> {
+    use std::os::unix::fs::PermissionsExt;
+    let dir = o.out.join("bin");
+    std::fs::create_dir_all(&dir).map_err(|e| Error::io("creating bin/", e))?;
+    for name in TOOLS {
+        let (from, to) = (binaries.join(name), dir.join(tool_file(name)));
+        std::fs::copy(&from, &to)
+            .map_err(|e| Error::io(format!("copying {} (build it first)", from.display()), e))?;
+        std::fs::set_permissions(&to, std::fs::Permissions::from_mode(0o755))
+            .map_err(|e| Error::io(format!("making {} executable", to.display()), e))?;
+    }
+    Ok(())
 }
 
 /// An SPDX SBOM per image, by syft, into `<out>/sbom/<name>.spdx.json`.

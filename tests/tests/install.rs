@@ -696,6 +696,18 @@ async fn the_release_installs_for_real_with_its_own_router_image() {
     assert!(sums.status.success(), "{}", String::from_utf8_lossy(&sums.stdout));
     let summed = std::fs::read_to_string(dist.join("SHA256SUMS")).unwrap();
     assert_eq!(summed.lines().count(), release.files.len(), "every other file is summed");
+    // The kubectl plugin and the offline checker, summed with the rest, run and say their
+    // version.
+    for tool in qdr_tests::release::TOOLS {
+        let file = format!("bin/{}", qdr_tests::release::tool_file(tool));
+        assert!(summed.lines().any(|l| l.ends_with(&format!("  {file}"))), "{file} is not in SHA256SUMS");
+        let out = std::process::Command::new(dist.join(&file)).arg("--version").output().unwrap();
+        assert_eq!(
+            String::from_utf8_lossy(&out.stdout).trim(),
+            format!("{tool} {version}"),
+            "{file} --version"
+        );
+    }
 
     // Every image anywhere in the release is pinned by digest, and the router default is the
     // released router image.

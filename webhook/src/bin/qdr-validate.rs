@@ -11,7 +11,7 @@ use clap::Parser;
 /// rules, then the webhook's defaults, validation and warnings. Documents of other kinds
 /// are skipped.
 #[derive(Debug, Parser)]
-#[command(version, about)]
+#[command(name = "qdr-validate", version, about)]
 struct Args {
     /// YAML files (several documents each allowed); `-` reads standard input.
     #[arg(required = true)]
