@@ -13,6 +13,10 @@ Each command prints JSON lines on stdout and exits 0 when it did what it was ask
   steady   URL ADDRESS --rate R --seconds S             a sender with acknowledgements and a
                                                         receiver, both reconnecting, until S
                                                         or SIGINT: one summary line
+  idle     URL - --count N                              opens N connections (one process, one
+                                                        reactor) and holds them, idle:
+                                                        {"open": N} once all are open, then
+                                                        {"closed": N} at SIGINT or SIGTERM
 Options for every command: --user U --password P (SASL PLAIN), --mech M (allowed
 mechanisms), --ca FILE --cert FILE --key FILE (TLS; amqps:// URLs), --timeout S (per
 operation, default 10). A refused connection exits 2 with {"error": ...}.
@@ -202,6 +206,46 @@ def cmd_steady(args):
          "receiver_reconnects": reconnects[1], "not_accepted": modified[0], "longest_gap_s": round(gap, 3)})
 
 
+def cmd_idle(args):
+    import resource
+    import signal
+
+    from proton.handlers import MessagingHandler
+    from proton.reactor import Container
+
+    # One descriptor per connection: raise the soft limit to the hard one.
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    resource.setrlimit(resource.RLIMIT_NOFILE, (hard, hard))
+
+    class Idle(MessagingHandler):
+        def __init__(self):
+            super().__init__()
+            self.opened = 0
+            self.connections = []
+
+        def on_start(self, event):
+            for _ in range(args.count):
+                self.connections.append(event.container.connect(args.url, reconnect=False))
+
+        def on_connection_opened(self, event):
+            self.opened += 1
+            if self.opened == args.count:
+                out({"open": self.opened})
+
+        def on_transport_error(self, event):
+            out({"error": f"transport: {event.transport.condition}", "open": self.opened})
+            sys.exit(2)
+
+    def stop(signum, frame):
+        out({"closed": len(idle.connections)})
+        sys.exit(0)
+
+    signal.signal(signal.SIGINT, stop)
+    signal.signal(signal.SIGTERM, stop)
+    idle = Idle()
+    Container(idle).run()
+
+
 def close(conn):
     if conn is not None:
         try:
@@ -212,7 +256,7 @@ def close(conn):
 
 def main():
     p = argparse.ArgumentParser()
-    p.add_argument("command", choices=["send", "receive", "query", "steady"])
+    p.add_argument("command", choices=["send", "receive", "query", "steady", "idle"])
     p.add_argument("url")
     p.add_argument("target")
     p.add_argument("--count", type=int, default=1)
@@ -235,7 +279,9 @@ def main():
     args.address = args.target
     args.type = args.target
     try:
-        {"send": cmd_send, "receive": cmd_receive, "query": cmd_query, "steady": cmd_steady}[args.command](args)
+        {"send": cmd_send, "receive": cmd_receive, "query": cmd_query, "steady": cmd_steady, "idle": cmd_idle}[
+            args.command
+        ](args)
     except Exception as e:
         out({"error": f"{type(e).__name__}: {e}"})
         sys.exit(2)

@@ -7,7 +7,8 @@
 //! [`admission`] (the webhook alone), [`api_server`] (admission through the API server),
 //! [`convergence`] and [`memory`] (the controller), [`day_two`] (real routers with traffic),
 //! [`live`] (changes written into running routers), [`mesh`] and [`mesh_scale`] (reading
-//! the routers), [`links`] (links across clusters); `QDR_BENCH_ONLY` picks one. Beside
+//! the routers), [`links`] (links across clusters), [`sizing`] (what one router costs);
+//! `QDR_BENCH_ONLY` picks one. Beside
 //! them [`table`] (the one printer), [`measure`] (reading figures) and [`fixtures`] (what is
 //! sent).
 
@@ -27,6 +28,7 @@ mod memory;
 mod mesh;
 mod mesh_scale;
 mod pure;
+mod sizing;
 mod table;
 
 fn main() -> Result<(), Box<dyn std::error::Error>> {
@@ -85,6 +87,9 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         }
         if only.is_empty() || only == "links" {
             links::links_rows(&mut rows, runs).await?;
+        }
+        if only.is_empty() || only == "sizing" {
+            sizing::sizing_rows(&mut rows).await?;
         }
         Ok::<_, Box<dyn std::error::Error>>(())
     })?;
