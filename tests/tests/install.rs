@@ -900,6 +900,7 @@ async fn the_release_installs_for_real_with_its_own_router_image() {
     let documented = page
         .split("jsonpath='{.status.conditions[?(@.type==\"NetworkPolicy\")].message}'\n")
         .nth(1)
+        .and_then(|rest| rest.split("```text\n").nth(1))
         .and_then(|rest| rest.lines().next())
         .unwrap();
     assert_eq!(policy["message"], documented, "docs/network-policies.md shows the condition's message");
