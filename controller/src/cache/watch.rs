@@ -198,6 +198,39 @@ fn store_all<K: Watchable>(
     (store, events.boxed())
 }
 
+/// A store of every object of kind `K` in namespace `ns` (empty: all), each cut by `slim` as
+/// it arrives, and the stream of those that are not ours (no managed-by label of ours)
+/// appearing, changing or going; `what` names the watch in the health report.
+fn store_others<K: Watchable>(
+    (client, health): (&kube::Client, &Arc<Health>),
+    ns: &str,
+    config: watcher::Config,
+    what: &'static str,
+    slim: fn(&mut K),
+) -> (Store<K>, impl Stream<Item = Result<K, watcher::Error>> + Send + 'static) {
+    let (store, writer) = reflector::store();
+    let (health, namespace) = (health.clone(), ns.to_string());
+    let events = watcher(api::<K>(client, ns), config)
+        .default_backoff()
+        .inspect(move |event| health.watch_result(&namespace, what, event.as_ref().map(drop)))
+        .map_ok(move |mut event| {
+            match &mut event {
+                watcher::Event::Apply(o) | watcher::Event::InitApply(o) | watcher::Event::Delete(o) => {
+                    slim(o)
+                }
+                watcher::Event::Init | watcher::Event::InitDone => {}
+            }
+            event
+        })
+        .reflect(writer)
+        .touched_objects()
+        .try_filter(|o: &K| {
+            let ours = o.labels().get(labels::MANAGED_BY_KEY).is_some_and(|v| v == labels::MANAGED_BY);
+            futures::future::ready(!ours)
+        });
+    (store, events)
+}
+
 /// Starts nothing yet: builds the watches of namespace `ns` (empty: all namespaces), the
 /// [`Cache`] their stores fill, and the [`Controller`] over Interconnects that they wake
 /// (owned kinds, user-provided Secrets by the specs that name them, router pods by their
@@ -330,60 +363,15 @@ pub(crate) fn watch(
             })
             .flatten()
     };
-    // Every PodDisruptionBudget, by its selector: one that is not ours appearing, changing
-    // or going wakes the Interconnects of its namespace (whether it selects their routers
-    // decides whether they make their own, `Cache::admin_budgets`).
-    let (all_budgets, budget_writer) = reflector::store();
-    let any_budget = {
-        let (health, namespace) = (health.clone(), ns.to_string());
-        watcher(api::<PodDisruptionBudget>(client, ns), all.clone())
-            .default_backoff()
-            .inspect(move |event| {
-                health.watch_result(&namespace, "poddisruptionbudgets (all)", event.as_ref().map(drop));
-            })
-            .map_ok(|mut event| {
-                match &mut event {
-                    watcher::Event::Apply(p) | watcher::Event::InitApply(p) | watcher::Event::Delete(p) => {
-                        slim_budget(p)
-                    }
-                    watcher::Event::Init | watcher::Event::InitDone => {}
-                }
-                event
-            })
-            .reflect(budget_writer)
-            .touched_objects()
-            .try_filter(|p: &PodDisruptionBudget| {
-                let ours = p.labels().get(labels::MANAGED_BY_KEY).is_some_and(|v| v == labels::MANAGED_BY);
-                futures::future::ready(!ours)
-            })
-    };
-    // Every NetworkPolicy, slimmed to what says whether it selects routers and admits
-    // something: one that is not ours appearing, changing or going wakes the Interconnects
-    // of its namespace (`Cache::admin_policies` decides whether they make their own).
-    let (all_policies, policy_writer) = reflector::store();
-    let any_policy = {
-        let (health, namespace) = (health.clone(), ns.to_string());
-        watcher(api::<NetworkPolicy>(client, ns), all.clone())
-            .default_backoff()
-            .inspect(move |event| {
-                health.watch_result(&namespace, "networkpolicies (all)", event.as_ref().map(drop));
-            })
-            .map_ok(|mut event| {
-                match &mut event {
-                    watcher::Event::Apply(p) | watcher::Event::InitApply(p) | watcher::Event::Delete(p) => {
-                        slim_policy(p)
-                    }
-                    watcher::Event::Init | watcher::Event::InitDone => {}
-                }
-                event
-            })
-            .reflect(policy_writer)
-            .touched_objects()
-            .try_filter(|p: &NetworkPolicy| {
-                let ours = p.labels().get(labels::MANAGED_BY_KEY).is_some_and(|v| v == labels::MANAGED_BY);
-                futures::future::ready(!ours)
-            })
-    };
+    // Every PodDisruptionBudget, by its selector, and every NetworkPolicy, by what says
+    // whether it selects routers and admits something: one that is not ours appearing,
+    // changing or going wakes the Interconnects of its namespace (whether it selects their
+    // routers decides whether they make their own: `Cache::admin_budgets`,
+    // `Cache::admin_policies`).
+    let (all_budgets, any_budget) =
+        store_others::<PodDisruptionBudget>(c, ns, all.clone(), "poddisruptionbudgets (all)", slim_budget);
+    let (all_policies, any_policy) =
+        store_others::<NetworkPolicy>(c, ns, all.clone(), "networkpolicies (all)", slim_policy);
     // Every Link, and every token Secret (by its label): a Link appearing, changing or
     // going wakes the Interconnect it names; a token, the Interconnects of the Links that
     // name it.
