@@ -935,6 +935,12 @@ async fn the_release_installs_for_real_with_its_own_router_image() {
         "release: from namespace {elsewhere} to router {ip} ({:.1?}): a pod {stranger:?}; a router-labelled pod {router_like:?}",
         t.elapsed()
     );
+    // Its judge still runs (were it gone, the queue would let every packet by).
+    assert!(
+        cp.real_node().unwrap().enforcing_network_policies(),
+        "{}",
+        cp.real_node().unwrap().logs_tail(40)
+    );
     let (open, dropped) = (Seen::Open, Seen::Dropped);
     assert_eq!(
         stranger.into_iter().collect::<Vec<_>>(),

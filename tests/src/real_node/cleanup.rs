@@ -19,8 +19,8 @@ use super::host::{BRIDGE, CGROUP_ROOT, CNI_NETWORK, FORWARD_DROP, RECORD, Record
 ///    volumes, network namespaces, shm), deepest first;
 /// 3. removes the cgroups under [`CGROUP_ROOT`] in every hierarchy;
 /// 4. removes the rules that jump to `KUBE-*`/`CNI-*` chains and those chains (iptables and
-///    ip6tables, tables filter, nat, mangle, raw), the `FORWARD` rule, and netpol's nftables
-///    table ([`super::NFT_TABLE`]);
+///    ip6tables, tables filter, nat, mangle, raw), the `FORWARD` rule, and netpol's queueing
+///    chain ([`super::NETPOL_CHAIN`]);
 /// 5. deletes [`BRIDGE`], writes the saved sysctls back, removes the kubelet's links in
 ///    `/var/log/containers`, the network's cached CNI results, the shims' sockets, and
 ///    [`RECORD`].
@@ -51,7 +51,7 @@ pub fn cleanup(record: &Record) {
         iptables_cleanup(bin);
     }
     let _ = Command::new("iptables").args(["-D", "FORWARD"]).args(FORWARD_DROP).arg("DROP").output();
-    super::netpol::delete_table();
+    super::netpol::remove_rules();
     let _ = Command::new("ip").args(["link", "del", BRIDGE]).output();
     for (name, value) in &record.sysctls {
         let _ = std::fs::write(Path::new("/proc/sys").join(name), value);
@@ -108,6 +108,9 @@ pub fn leftovers(record: &Record) -> Vec<String> {
     }
     if super::netpol::table_exists() {
         left.push(format!("nftables table inet {}", super::NFT_TABLE));
+    }
+    if super::netpol::chain_exists() {
+        left.push(format!("iptables -t mangle chain {}", super::NETPOL_CHAIN));
     }
     for (name, value) in &record.sysctls {
         let now = std::fs::read_to_string(Path::new("/proc/sys").join(name)).unwrap_or_default();

@@ -44,5 +44,5 @@ pub use host::{
     SYSCTLS, check_host,
 };
 pub use kubelet::{KUBELET_PORT, NODE, TAINT, pause_pod};
-pub use netpol::NFT_TABLE;
+pub use netpol::{CHAIN as NETPOL_CHAIN, NFT_TABLE};
 pub use node::RealNode;

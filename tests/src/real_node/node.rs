@@ -123,6 +123,11 @@ impl RealNode {
         Ok(())
     }
 
+    /// Whether [`RealNode::enforce_network_policies`] started the policy judge and it still runs.
+    pub fn enforcing_network_policies(&self) -> bool {
+        self.netpol.get().is_some_and(|p| p.exited().is_none())
+    }
+
     /// Imports an OCI image archive into the node's containerd (namespace `k8s.io`, which
     /// the kubelet sees); pods then use it with `imagePullPolicy: Never` or `IfNotPresent`.
     ///

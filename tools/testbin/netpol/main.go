@@ -48,8 +48,11 @@ func main() {
 		networkpolicy.Config{
 			NodeName:    *node,
 			NFTableName: *table,
-			// The pods' IPs from the API server: the real node's containerd runs no NRI plugins.
-			NRIdisabled:         true,
+			// NRI stays enabled though the real node's containerd offers no NRI socket (its
+			// plugin fails to connect, and the pods' IPs come from the API server alone):
+			// v0.8.0 with NRIdisabled dereferences its absent NRI plugin for every packet
+			// whose address is no known pod's, and dies.
+			NRIdisabled:         false,
 			NetfilterBug1766Fix: true,
 		},
 	)
