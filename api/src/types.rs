@@ -260,7 +260,10 @@ pub struct DeploymentPlan {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub placement: Option<Placement>,
 
-    /// Compute resources of the router container, copied to the pod unchanged.
+    /// Compute resources of the router container, copied to the pod unchanged. When absent
+    /// the router requests `cpu: 50m` and `memory: 64Mi`, with no limits (measured: a router
+    /// of the defaults' listeners is 31 MiB resident and 1 millicore idle, 61 MiB with 1,000
+    /// idle client connections; docs/sizing.md). Setting it replaces both requests.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub resources: Option<ResourceRequirements>,
 
