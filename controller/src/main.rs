@@ -131,6 +131,19 @@ struct Args {
     )]
     controller_pod_labels: Labels,
 
+    /// What a router container requests when its Interconnect sets no
+    /// `spec.deploymentPlan.resources`: `resource=quantity` pairs joined by commas, of `cpu`,
+    /// `memory` and `ephemeral-storage` (docs/sizing.md: measured, one router of the
+    /// defaults' listeners is 31 MiB resident idle and 61 MiB with 1,000 client connections).
+    /// A change rolls the routers that use it.
+    #[arg(
+        long,
+        env = "QDR_ROUTER_DEFAULT_REQUESTS",
+        default_value = "cpu=50m,memory=64Mi",
+        value_parser = parse_requests
+    )]
+    router_default_requests: Requests,
+
     /// Log format.
     #[arg(long, env = "QDR_LOG_FORMAT", value_enum, default_value = "text")]
     log_format: LogFormat,
@@ -174,6 +187,40 @@ fn parse_labels(s: &str) -> Result<Labels, String> {
         return Err("no label: the NetworkPolicies would admit every pod of the namespace".into());
     }
     Ok(Labels(labels))
+}
+
+/// `--router-default-requests`: at least one `resource=quantity`.
+#[derive(Debug, Clone)]
+struct Requests(std::collections::BTreeMap<String, String>);
+
+fn parse_requests(s: &str) -> Result<Requests, String> {
+    // A decimal number with an optional SI or binary suffix (the Kubernetes quantity forms
+    // a request is written in; no exponents).
+    let is_quantity = |v: &str| {
+        let number = ["Ki", "Mi", "Gi", "Ti", "m", "k", "M", "G", "T"]
+            .iter()
+            .find_map(|suffix| v.strip_suffix(suffix))
+            .unwrap_or(v);
+        let (whole, fraction) = number.split_once('.').unwrap_or((number, "0"));
+        !whole.is_empty()
+            && !fraction.is_empty()
+            && whole.bytes().chain(fraction.bytes()).all(|b| b.is_ascii_digit())
+    };
+    let mut requests = std::collections::BTreeMap::new();
+    for pair in s.split(',').map(str::trim).filter(|p| !p.is_empty()) {
+        let (k, v) = pair.split_once('=').ok_or_else(|| format!("{pair:?} is not resource=quantity"))?;
+        if !["cpu", "memory", "ephemeral-storage"].contains(&k) {
+            return Err(format!("{k:?} is none of cpu, memory, ephemeral-storage"));
+        }
+        if !is_quantity(v) {
+            return Err(format!("{v:?} is not a quantity (50m, 64Mi, 1.5)"));
+        }
+        requests.insert(k.to_string(), v.to_string());
+    }
+    if requests.is_empty() {
+        return Err("no request".into());
+    }
+    Ok(Requests(requests))
 }
 
 /// `User-Agent` of every request to the API server (audit logs, request metrics).
@@ -311,6 +358,7 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
             namespace: args.lease_namespace.clone(),
             labels: args.controller_pod_labels.0.clone(),
         },
+        router_requests: args.router_default_requests.0.clone(),
     };
     let recorder = qdr_controller::recorder::Recorder::new(fenced.clone(), "qdr-operator", &identity);
     let ctx =
@@ -336,7 +384,26 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
 
 #[cfg(test)]
 mod tests {
-    use super::parse_run_as_user;
+    use super::{parse_labels, parse_requests, parse_run_as_user};
+
+    #[test]
+    fn default_requests_are_resources_with_quantities() {
+        let r = parse_requests("cpu=50m,memory=64Mi").unwrap().0;
+        assert_eq!((r["cpu"].as_str(), r["memory"].as_str()), ("50m", "64Mi"));
+        assert_eq!(parse_requests("cpu=0.5, ephemeral-storage=1Gi").unwrap().0.len(), 2);
+        for bad in ["", "cpu", "cpu=", "cpu=fast", "cpu=1.", "cpu=.5", "gpu=1", "memory=64MB", "memory=1e3"] {
+            assert!(parse_requests(bad).is_err(), "{bad:?}");
+        }
+    }
+
+    #[test]
+    fn controller_pod_labels_are_key_value_pairs() {
+        let l = parse_labels("app.kubernetes.io/name=qdr-controller,tier=ops").unwrap().0;
+        assert_eq!(l.len(), 2);
+        for bad in ["", "name", "=x", " , "] {
+            assert!(parse_labels(bad).is_err(), "{bad:?}");
+        }
+    }
 
     #[test]
     fn run_as_user_is_a_uid_or_the_platforms_choice() {

@@ -304,6 +304,7 @@ fn settings() -> Settings {
         run_as_user: Some(builders::DEFAULT_RUN_AS_USER),
         observe_mesh: false,
         controller_pods: builders::ControllerPods::installed_in("qdr-operator"),
+        router_requests: builders::default_requests(),
     }
 }
 

@@ -92,6 +92,11 @@ pub fn routers_on_real_node(cp: &ControlPlane) -> Result<(), Error> {
     }
 }
 
+/// The CPU a router of the tests requests when its spec sets no `resources`: 5 millicores, a
+/// tenth of the default, so that the real node (this 2-core machine, 2,000 millicores to
+/// give) can run the routers of several tests at once.
+pub const TEST_ROUTER_CPU: &str = "5m";
+
 /// Starts `qdr-controller` (built with the tests, [`crate::images::operator_binary`]) on this machine as ServiceAccount
 /// `qdr-operator/qdr-controller` (deploy/'s RBAC), with [`ROUTER_IMAGE`] as the default
 /// router image and `extra` arguments; its log is `<control plane dir>/<name>.log`.
@@ -121,6 +126,9 @@ pub fn start_controller_on(
         &format!("--identity={name}"),
         &format!("--health-listen=127.0.0.1:{health}"),
         &format!("--default-image={ROUTER_IMAGE}"),
+        // The real node is this 2-core machine, which runs dozens of routers at once in the
+        // tests: they request a tenth of the default CPU (docs/sizing.md).
+        &format!("--router-default-requests=cpu={TEST_ROUTER_CPU},memory=64Mi"),
     ]);
     cmd.args(extra);
     Process::spawn(name, cmd, &cp.dir().join(format!("{name}.log")))

@@ -251,7 +251,7 @@ pub fn pod_template(
             ..Default::default()
         }),
         volume_mounts: Some(mounts),
-        resources: Some(plan.resources.clone().unwrap_or_else(default_resources)),
+        resources: Some(plan.resources.clone().unwrap_or_else(|| default_resources(&s.router_requests))),
         // A stopping router keeps serving for a moment while the endpoints controller and
         // kube-proxy take it out of the Service: new connections go to the other routers
         // before this one closes the ones it has.
@@ -385,18 +385,25 @@ pub const DEFAULT_CPU_REQUEST: &str = "50m";
 /// connections (docs/sizing.md).
 pub const DEFAULT_MEMORY_REQUEST: &str = "64Mi";
 
-/// The router container's resources when `deploymentPlan.resources` is absent: requests
-/// only ([`DEFAULT_CPU_REQUEST`], [`DEFAULT_MEMORY_REQUEST`]), so routers are Burstable
-/// rather than BestEffort (the first evicted when a node runs short) and pass a namespace's
-/// ResourceQuota on requests; no limits: a memory limit a router outgrows kills it (every
-/// client connection dropped), and a CPU limit delays every message it forwards.
-pub fn default_resources() -> ResourceRequirements {
+/// The requests of a router whose spec sets no `resources`, unless the controller is told
+/// others (`--router-default-requests`): [`DEFAULT_CPU_REQUEST`] and
+/// [`DEFAULT_MEMORY_REQUEST`].
+pub fn default_requests() -> BTreeMap<String, String> {
+    BTreeMap::from([
+        ("cpu".to_string(), DEFAULT_CPU_REQUEST.to_string()),
+        ("memory".to_string(), DEFAULT_MEMORY_REQUEST.to_string()),
+    ])
+}
+
+/// The router container's resources when `deploymentPlan.resources` is absent: `requests`
+/// only ([`default_requests`] unless the controller was told others), so routers are
+/// Burstable rather than BestEffort (the first evicted when a node runs short) and pass a
+/// namespace's ResourceQuota on requests; no limits: a memory limit a router outgrows kills
+/// it (every client connection dropped), and a CPU limit delays every message it forwards.
+pub fn default_resources(requests: &BTreeMap<String, String>) -> ResourceRequirements {
     use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
     ResourceRequirements {
-        requests: Some(BTreeMap::from([
-            ("cpu".to_string(), Quantity(DEFAULT_CPU_REQUEST.into())),
-            ("memory".to_string(), Quantity(DEFAULT_MEMORY_REQUEST.into())),
-        ])),
+        requests: Some(requests.iter().map(|(k, v)| (k.clone(), Quantity(v.clone()))).collect()),
         ..Default::default()
     }
 }

@@ -24,6 +24,9 @@ pub struct Settings {
     /// The controller's pods, which the routers' NetworkPolicy admits to the management port
     /// ([`super::network_policy`]).
     pub controller_pods: ControllerPods,
+    /// What a router container requests when its spec sets no `resources`
+    /// (`--router-default-requests`; [`super::default_resources`]).
+    pub router_requests: std::collections::BTreeMap<String, String>,
 }
 
 /// The pods the management port admits: the controller's, by namespace and labels
