@@ -59,7 +59,7 @@ impl Validator {
         for (i, t) in plan.tolerations.iter().flatten().enumerate() {
             self.toleration(&format!("{base}.tolerations[{i}]"), t);
         }
-        self.metadata_map(&format!("{base}.nodeSelector"), &plan.node_selector, Map::NodeSelector);
+        self.metadata_map("nodeSelector", &plan.node_selector, Map::NodeSelector);
         if plan.topology_spread_constraints.as_ref().is_some_and(|c| !c.is_empty())
             && plan.placement == Some(Placement::Every)
         {
@@ -105,13 +105,9 @@ impl Validator {
                  ending with a letter or digit",
             );
         }
-        self.metadata_map(&format!("{base}.podLabels"), &plan.pod_labels, Map::PodLabels);
-        self.metadata_map(&format!("{base}.podAnnotations"), &plan.pod_annotations, Map::PodAnnotations);
-        self.metadata_map(
-            &format!("{base}.serviceAnnotations"),
-            &plan.service_annotations,
-            Map::ServiceAnnotations,
-        );
+        self.metadata_map("podLabels", &plan.pod_labels, Map::PodLabels);
+        self.metadata_map("podAnnotations", &plan.pod_annotations, Map::PodAnnotations);
+        self.metadata_map("serviceAnnotations", &plan.service_annotations, Map::ServiceAnnotations);
     }
 
     /// One toleration, as `validateTolerations` judges a pod's.
@@ -323,8 +319,9 @@ impl Validator {
 
     /// A map of labels or annotations: its size, each key, each label value, the keys the
     /// operator owns, and the annotations' total size.
-    fn metadata_map(&mut self, path: &str, map: &Option<BTreeMap<String, String>>, kind: Map) {
+    fn metadata_map(&mut self, field: &str, map: &Option<BTreeMap<String, String>>, kind: Map) {
         let Some(map) = map else { return };
+        let path = &format!("spec.deploymentPlan.{field}");
         if map.len() > MAX_METADATA_ENTRIES {
             self.push(
                 path,

@@ -109,14 +109,19 @@ impl Validator {
     pub(super) fn port_name_collisions(&mut self, spec: &InterconnectSpec) {
         // Only normal and inter-router listeners become container ports.
         let in_pod = |r: &LinkRole| *r != LinkRole::Edge;
-        let generated: Vec<String> = spec
-            .every_listener()
-            .filter(|(r, _, l)| in_pod(r) && l.name.is_none() && l.port != 0)
-            .map(|(_, _, l)| format!("port-{}", l.port))
-            .collect();
+        // `port-<N>` as the pod builder writes it: N in decimal, no sign, no leading zero.
+        let generated_port = |name: &str| {
+            let digits = name.strip_prefix("port-")?;
+            let plain = digits.bytes().all(|b| b.is_ascii_digit()) && !digits.starts_with('0');
+            plain.then(|| digits.parse::<i32>().ok()).flatten()
+        };
+        let generated = |port: i32| {
+            spec.every_listener()
+                .any(|(r, _, l)| in_pod(&r) && l.name.is_none() && l.port != 0 && l.port == port)
+        };
         for (role, i, l) in spec.every_listener().filter(|(r, _, _)| in_pod(r)) {
             if let Some(n) = &l.name
-                && generated.contains(n)
+                && generated_port(n).is_some_and(generated)
             {
                 self.push(
                     format!("spec.{}[{i}].name", role.listeners_field()),
@@ -126,5 +131,33 @@ impl Validator {
                 );
             }
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use crate::{Interconnect, validate};
+
+    /// The fields `validate` reports for listeners `(name, port)` on the defaults' pod.
+    fn duplicates(listeners: &[(Option<&str>, i32)]) -> Vec<String> {
+        let listeners: Vec<_> =
+            listeners.iter().map(|(n, p)| serde_json::json!({"name": n, "port": p})).collect();
+        let ic: Interconnect = serde_json::from_value(serde_json::json!({
+            "metadata": {"name": "m"}, "spec": {"listeners": listeners}}))
+        .unwrap();
+        (validate(&ic).into_iter())
+            .filter(|e| e.detail == crate::messages::GENERATED_PORT_NAME_TAKEN)
+            .map(|e| e.field)
+            .collect()
+    }
+
+    #[test]
+    fn a_name_is_taken_only_as_the_pod_builder_writes_it() {
+        assert_eq!(duplicates(&[(None, 5), (Some("port-5"), 6)]), ["spec.listeners[1].name"]);
+        for other in ["port-05", "port-+5", "port-5x", "port-", "Port-5", "port-6"] {
+            assert!(duplicates(&[(None, 5), (Some(other), 6)]).is_empty(), "{other}");
+        }
+        // A named listener's own port names no container port `port-N`.
+        assert!(duplicates(&[(Some("a"), 5), (Some("port-5"), 6)]).is_empty());
     }
 }

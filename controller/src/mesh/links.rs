@@ -147,11 +147,13 @@ pub fn desired(pod: &str, peers: &[(String, String)], template: &Template) -> Ve
 /// the configuration's own, nor one [`Connector::busy`]: it waits for a later visit, and
 /// so does its replacement), then the connectors to `CREATE`. At most [`MAX_WRITES`] in
 /// all, deletes first (a changed connector is deleted, then created again on a later visit
-/// when the bound cut it).
+/// when the bound cut it). A desired connector named in `unready` (its peer does not listen
+/// yet) is not created, and is not deleted when held.
 pub fn changes(
     desired: &[Connector],
     existing: &[Connector],
     keep: &[String],
+    unready: &[String],
 ) -> (Vec<String>, Vec<Connector>) {
     let ours = |c: &&Connector| c.name.starts_with(PREFIX) && !keep.contains(&c.name) && !c.busy;
     let deletes: Vec<String> = (existing.iter().filter(ours))
@@ -163,6 +165,7 @@ pub fn changes(
     let creates: Vec<Connector> = (desired.iter())
         .filter(|d| !held(d))
         .filter(|d| !existing.iter().any(|e| e.name == d.name) || deletes.contains(&d.name))
+        .filter(|d| !unready.contains(&d.name))
         .take(MAX_WRITES - deletes.len())
         .cloned()
         .collect();
@@ -259,10 +262,24 @@ mod tests {
         let kept = Connector { name: format!("{PREFIX}spec"), ..want[0].clone() };
         let gone = Connector { name: format!("{PREFIX}r-0"), ..want[0].clone() };
         let existing = vec![want[0].clone(), moved, user, kept.clone(), gone.clone()];
-        let (deletes, creates) = changes(&want, &existing, std::slice::from_ref(&kept.name));
+        let (deletes, creates) = changes(&want, &existing, std::slice::from_ref(&kept.name), &[]);
         assert_eq!(deletes, [want[1].name.clone(), gone.name]);
         assert_eq!(creates, [want[1].clone()]);
-        assert_eq!(changes(&want, &want, &[]), (vec![], vec![]), "nothing to do when all are held");
+        assert_eq!(changes(&want, &want, &[], &[]), (vec![], vec![]), "nothing to do when all are held");
+    }
+
+    /// A peer whose containers are not ready does not listen yet: qdrouterd would try a
+    /// connector to it again only 5 s after the refusal, so none is created until it is;
+    /// one already held stays (a peer's probe failing for a moment cuts no link).
+    #[test]
+    fn no_connector_is_created_to_a_peer_not_listening_yet_and_none_held_is_deleted() {
+        let want = desired("r-c", &peers(&["r-a", "r-b"]), &template());
+        let unready = [want[1].name.clone()];
+        let (deletes, creates) = changes(&want, &[], &[], &unready);
+        assert!(deletes.is_empty());
+        assert_eq!(creates, [want[0].clone()]);
+        let (deletes, creates) = changes(&want, &want[1..], &[], &unready);
+        assert_eq!((deletes, creates), (vec![], vec![want[0].clone()]), "the held one kept");
     }
 
     #[test]
@@ -277,7 +294,7 @@ mod tests {
             })
             .collect();
         let want = desired("r-z", &peers(&["r-a"]), &template());
-        let (deletes, creates) = changes(&want, &existing, &[]);
+        let (deletes, creates) = changes(&want, &existing, &[], &[]);
         assert_eq!((deletes.len(), creates.len()), (MAX_WRITES, 0));
     }
 
@@ -339,7 +356,7 @@ mod tests {
         let busy: Vec<bool> = held.iter().map(|c| c.busy).collect();
         assert_eq!(busy, [false, true, false, false]);
         // Every one of them is gone from the peers: all but the busy one are deleted.
-        let (deletes, creates) = changes(&[], &held, &[]);
+        let (deletes, creates) = changes(&[], &held, &[], &[]);
         let names: Vec<String> = ["r-a", "r-c", "r-d"].iter().map(|n| format!("{PREFIX}{n}")).collect();
         assert_eq!(deletes, names);
         assert!(creates.is_empty());
@@ -351,7 +368,7 @@ mod tests {
             busy: false,
             name: format!("{PREFIX}r-b"),
         };
-        let (deletes, creates) = changes(std::slice::from_ref(&moved), &held, &[]);
+        let (deletes, creates) = changes(std::slice::from_ref(&moved), &held, &[], &[]);
         assert!(!deletes.contains(&moved.name) && creates.is_empty(), "{deletes:?} {creates:?}");
         assert_eq!(deferred(std::slice::from_ref(&moved), &held, &[]), 1);
         assert_eq!(deferred(&[], &held, &[]), 1);

@@ -575,7 +575,7 @@ where
                     linking::add_connectors(t, &open, &mut held)
                 })
                 .await?;
-            let (deletes, creates) = linking::changes(&wanted.connectors, &held, &wanted.keep);
+            let (deletes, creates) = linking::changes(&wanted.connectors, &held, &wanted.keep, &wanted.unready);
             view.deferred += linking::deferred(&wanted.connectors, &held, &wanted.keep);
             for name in &deletes {
                 links.delete(Kind::Connector, name).await?;
@@ -657,6 +657,11 @@ pub struct Linking {
     pub connectors: Vec<Connector>,
     /// Connector names of the configuration itself, never deleted whatever their name.
     pub keep: Vec<String>,
+    /// Connector names whose peer does not listen yet (its containers are not ready): not
+    /// created on this visit, as qdrouterd 1.19 tries a refused connector again only after
+    /// 5 s (`server.c`, `try_open_lh`); the read that its readiness wakes creates them. One
+    /// it holds already is kept.
+    pub unready: Vec<String>,
 }
 
 /// How to read the routers of one Interconnect.

@@ -55,6 +55,15 @@ pub const MESH_READ_RATE: u32 = 20;
 /// First wait before reading again a mesh that was not connected; doubles with each read
 /// that finds it still so, up to [`MESH_RESYNC`].
 pub const MESH_RECHECK: Duration = Duration::from_secs(2);
+/// Wait before reading again a mesh with a running router that waits for its readiness
+/// gate (`qdr-operator.io/linked`), for at most [`GATE_RECHECKS`] reads in a row: the read
+/// that finds a new router writes the connectors it and its peers lack, and their links open
+/// within a few hundred milliseconds (a TLS connection on the cluster network); reading again
+/// at [`MESH_RECHECK`] would leave the router out of its Service for seconds more.
+pub const GATE_RECHECK: Duration = Duration::from_millis(250);
+/// Reads in a row at [`GATE_RECHECK`] at most (3 s of them), after which a mesh whose router
+/// still waits is read on the [`MESH_RECHECK`] schedule.
+pub const GATE_RECHECKS: u32 = 12;
 /// Router connections open at once across the controller.
 pub const MAX_CONNECTIONS: usize = 8;
 /// Router connections of one namespace open at once: half, so routers of one namespace
@@ -145,6 +154,20 @@ struct Memo {
     /// Routers whose live entities the last read put back, for the next pass to report
     /// once ([`MeshRead::restored`]).
     restored: Vec<String>,
+    /// Reads in a row that ended with a running router waiting for its readiness gate and
+    /// the mesh not connected: the next is due at [`GATE_RECHECK`] while at most
+    /// [`GATE_RECHECKS`] ([`due`]).
+    gated: u32,
+}
+
+/// When the next read of a mesh is due after its last: [`GATE_RECHECK`] while a router
+/// waits for its readiness gate (`gated` reads in a row, at most [`GATE_RECHECKS`]), else
+/// [`recheck`] of the unsettled reads.
+pub fn due(unsettled: u32, gated: u32, resync: Duration) -> Duration {
+    if (1..=GATE_RECHECKS).contains(&gated) {
+        return GATE_RECHECK;
+    }
+    recheck(unsettled, resync)
 }
 
 type Wake = futures::channel::mpsc::UnboundedSender<ObjectRef<Interconnect>>;
@@ -433,7 +456,7 @@ impl Reader {
             let memo = memos.entry(key.clone()).or_default();
             memo.seen = pods;
             // A requeue for the due time may wake a moment early.
-            let due = recheck(memo.unsettled, resync);
+            let due = due(memo.unsettled, memo.gated, resync);
             let due = if observed.site_awaited { due.min(crate::grants::SITE_RECHECK) } else { due };
             let left = match &memo.done {
                 Some((fp, at, _)) if *fp == pods => {
@@ -460,6 +483,10 @@ impl Reader {
             let peers: Vec<(String, String)> =
                 (routers.iter()).filter_map(|p| Some((p.name.clone(), p.ip.clone()?))).collect();
             let keep = kept_connectors(o, observed);
+            let unready: Vec<String> = (routers.iter())
+                .filter(|p| p.ip.is_some() && !p.ready)
+                .map(|p| format!("{}{}", crate::mesh::links::PREFIX, p.name))
+                .collect();
             let live = config.and_then(|c| live_of(o, c));
             // Only routers of the current template take live writes: the others are being
             // replaced, and their configuration (their own ConfigMap) is another.
@@ -472,6 +499,7 @@ impl Reader {
                     linking: template.as_ref().map(|t| Linking {
                         connectors: crate::mesh::links::desired(&p.name, &peers, t),
                         keep: keep.clone(),
+                        unready: unready.clone(),
                     }),
                     live: live.clone().filter(|_| current.is_some() && p.config_map == current),
                 })
@@ -619,6 +647,7 @@ impl Reader {
             memo.restored.extend(put_back);
             memo.unsettled =
                 unsettled_after(memo.unsettled, connected, half_applied || waiting || deferred, same_pods);
+            memo.gated = if waiting && !connected { memo.gated.saturating_add(1) } else { 0 };
             memo.done = Some((pods, Instant::now(), observations.clone()));
             memo.reading = false;
             self.routers.fetch_sub(memo.routers, std::sync::atomic::Ordering::Relaxed);

@@ -226,6 +226,17 @@ fn a_half_applied_visit_is_followed_by_a_read_at_the_first_recheck() {
 }
 
 #[test]
+fn a_router_waiting_for_its_gate_is_read_again_quickly_for_a_while() {
+    use crate::reconcile::read::{GATE_RECHECK, GATE_RECHECKS, MESH_RECHECK, MESH_RESYNC, due};
+    assert_eq!(due(0, 0, MESH_RESYNC), MESH_RESYNC, "a connected mesh, no router waiting");
+    assert_eq!(due(1, 0, MESH_RESYNC), MESH_RECHECK, "not connected, no router waiting");
+    assert_eq!(due(1, 1, MESH_RESYNC), GATE_RECHECK, "the first read after a router started");
+    assert_eq!(due(5, GATE_RECHECKS, MESH_RESYNC), GATE_RECHECK);
+    assert_eq!(due(5, GATE_RECHECKS + 1, MESH_RESYNC), MESH_RECHECK * 16, "then the usual schedule");
+    assert!(GATE_RECHECK * GATE_RECHECKS <= MESH_RECHECK * 2, "bounded: a few seconds of quick reads");
+}
+
+#[test]
 fn retries_back_off_exponentially_up_to_a_cap() {
     let delays: Vec<Duration> = (1..=12).map(backoff).collect();
     assert_eq!(delays[0], Duration::from_secs(1));
@@ -1481,10 +1492,10 @@ fn a_router_shutting_down_keeps_its_links_until_it_is_gone() {
     let leaving = Observed { shutting_down: vec!["mesh-a".into()], ..observed() };
     let keep = super::read::kept_connectors(&o, &leaving);
     assert_eq!(keep, ["to-broker", "qdr-operator-mesh-mesh-a"]);
-    assert_eq!(changes(&now, &existing, &keep), (vec![], vec![]), "nothing deleted while it shuts down");
+    assert_eq!(changes(&now, &existing, &keep, &[]), (vec![], vec![]), "nothing deleted while it shuts down");
     // Gone: its link goes.
     let keep = super::read::kept_connectors(&o, &observed());
-    assert_eq!(changes(&now, &existing, &keep).0, ["qdr-operator-mesh-mesh-a"]);
+    assert_eq!(changes(&now, &existing, &keep, &[]).0, ["qdr-operator-mesh-mesh-a"]);
 }
 
 /// Issue 72: the `DisruptionBudget` condition says which budget guards the routers, and an

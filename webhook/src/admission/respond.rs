@@ -141,7 +141,26 @@ impl Reply {
     /// written in one pass) or the text.
     pub fn to_bytes(&self) -> Vec<u8> {
         match &self.body {
-            Body::Review(r) => serde_json::to_vec(&ReviewOut::of(r)).expect("a review serializes"),
+            Body::Review(r) => {
+                // The patch's base64 text needs no JSON escaping: written straight after the
+                // rest, into the same buffer, rather than scanned by the serializer.
+                let base64_len = r.patch.as_ref().map_or(0, |p| p.len().div_ceil(3) * 4);
+                let mut out = Vec::with_capacity(256 + base64_len);
+                serde_json::to_writer(&mut out, &ReviewOut::of(r)).expect("a review serializes");
+                if let Some(patch) = &r.patch {
+                    // `...}}` becomes `...,"patch":"<base64>","patchType":"JSONPatch"}}`.
+                    out.truncate(out.len() - 2);
+                    out.extend_from_slice(br#","patch":""#);
+                    let start = out.len();
+                    out.resize(start + base64_len, 0);
+                    let n = base64::engine::general_purpose::STANDARD
+                        .encode_slice(patch, &mut out[start..])
+                        .expect("the buffer holds the base64 text");
+                    out.truncate(start + n);
+                    out.extend_from_slice(br#"","patchType":"JSONPatch"}}"#);
+                }
+                out
+            }
             Body::Text(t) => t.clone().into_bytes(),
         }
     }
@@ -200,9 +219,9 @@ impl Reply {
 }
 
 /// The AdmissionReview [`Reply::to_bytes`] writes: `response`'s fields as kube-core
-/// serializes them, borrowed (no copy of the response, no intermediate JSON value), with
-/// `patch` as base64 and `patchType: JSONPatch` beside it (a patch is always a JSON Patch:
-/// this crate sets `patch` to [`super::add_operations`]' text).
+/// serializes them, borrowed (no copy of the response, no intermediate JSON value), except
+/// `patch` and `patchType`, which [`Reply::to_bytes`] appends (a patch is always a JSON
+/// Patch: this crate sets `patch` to [`super::add_operations`]' text).
 #[derive(serde::Serialize)]
 #[serde(rename_all = "camelCase")]
 struct ReviewOut<'a> {
@@ -217,10 +236,6 @@ struct ResponseOut<'a> {
     uid: &'a str,
     allowed: bool,
     status: &'a Status,
-    #[serde(skip_serializing_if = "Option::is_none")]
-    patch: Option<String>,
-    #[serde(skip_serializing_if = "Option::is_none")]
-    patch_type: Option<&'static str>,
     #[serde(skip_serializing_if = "std::collections::HashMap::is_empty")]
     audit_annotations: &'a std::collections::HashMap<String, String>,
     #[serde(skip_serializing_if = "Option::is_none")]
@@ -236,8 +251,6 @@ impl<'a> ReviewOut<'a> {
                 uid: &r.uid,
                 allowed: r.allowed,
                 status: &r.result,
-                patch: r.patch.as_ref().map(|p| base64::engine::general_purpose::STANDARD.encode(p)),
-                patch_type: r.patch.as_ref().map(|_| "JSONPatch"),
                 audit_annotations: &r.audit_annotations,
                 warnings: r.warnings.as_ref(),
             },

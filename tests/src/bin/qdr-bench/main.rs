@@ -27,6 +27,7 @@ mod measure;
 mod memory;
 mod mesh;
 mod mesh_scale;
+mod phases;
 mod pure;
 mod sizing;
 mod table;
