@@ -48,11 +48,15 @@ fn reached(pod: &Pod) -> [bool; 6] {
 pub(crate) struct Phases(Arc<Mutex<BTreeMap<String, [Option<Instant>; 6]>>>);
 
 impl Phases {
-    /// Starts watching the pods of `pods` (labelled `selector`) in the background.
+    /// Starts watching the pods of `pods` (labelled `selector`; empty: all) in the background.
     pub(crate) fn watch(pods: Api<Pod>, selector: &str) -> Phases {
         let phases = Phases::default();
         let seen = phases.0.clone();
-        let config = watcher::Config::default().labels(selector);
+        let config = if selector.is_empty() {
+            watcher::Config::default()
+        } else {
+            watcher::Config::default().labels(selector)
+        };
         tokio::spawn(async move {
             let mut events = std::pin::pin!(watcher::watcher(pods, config));
             while let Some(event) = events.next().await {
