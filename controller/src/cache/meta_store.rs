@@ -173,6 +173,8 @@ impl<E> Default for State<E> {
 #[derive(Debug)]
 pub(crate) struct Compact<K, E> {
     state: Arc<RwLock<State<E>>>,
+    /// The stored objects of each Interconnect, for [`Compact::labelled`].
+    index: Arc<super::index::OwnerIndex>,
     listed: Arc<AtomicBool>,
     kind: PhantomData<fn() -> K>,
 }
@@ -185,13 +187,18 @@ pub(crate) type SecretStore = Compact<Secret, StoredSecret>;
 
 impl<K, E> Clone for Compact<K, E> {
     fn clone(&self) -> Self {
-        Compact { state: self.state.clone(), listed: self.listed.clone(), kind: PhantomData }
+        Compact {
+            state: self.state.clone(),
+            index: self.index.clone(),
+            listed: self.listed.clone(),
+            kind: PhantomData,
+        }
     }
 }
 
 impl<K, E> Default for Compact<K, E> {
     fn default() -> Self {
-        Compact { state: Arc::default(), listed: Arc::default(), kind: PhantomData }
+        Compact { state: Arc::default(), index: Arc::default(), listed: Arc::default(), kind: PhantomData }
     }
 }
 
@@ -202,6 +209,7 @@ impl<K: Resource<DynamicType = ()>, E: Entry<K>> Compact<K, E> {
 
     /// Applies one watch event: an object applied or deleted, or a step of a (re)list.
     pub(crate) fn apply_watcher_event(&self, event: &watcher::Event<K>) {
+        self.index.apply_watcher_event(event);
         let mut st = self.state.write().unwrap_or_else(|e| e.into_inner());
         match event {
             watcher::Event::Apply(o) => {
@@ -250,6 +258,16 @@ impl<K: Resource<DynamicType = ()>, E: Entry<K>> Compact<K, E> {
     /// label (a label the store does not keep never matches). Only the matches are turned
     /// into metadata.
     pub(crate) fn labelled(&self, ns: &str, selector: &[(&str, &str)]) -> Vec<ObjectMeta> {
+        if let Some(owner) = super::index::owner_selected(selector) {
+            let names = self.index.names(ns, owner);
+            let st = self.read();
+            return (names.into_iter())
+                .filter_map(|name| {
+                    let key: Key = (ns.into(), name);
+                    st.objects.get(&key).filter(|e| e.slim().has(selector)).map(|e| e.meta(&key))
+                })
+                .collect();
+        }
         let st = self.read();
         (st.objects.iter())
             .filter(|((namespace, _), e)| &**namespace == ns && e.slim().has(selector))

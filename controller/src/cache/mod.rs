@@ -45,6 +45,7 @@
 //! [`wake`] the wake-up rules; [`slim`] what a store keeps of an object; [`memo`] what a term remembers between passes; [`names`] the
 //! names of every Secret.
 
+mod index;
 mod memo;
 mod meta_store;
 mod names;

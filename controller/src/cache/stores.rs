@@ -27,6 +27,8 @@ pub(crate) struct Cache {
     pub(super) daemon_sets: DaemonSetStore,
     /// Router pods (label `interconnect_cr`), with `spec` dropped.
     pub(super) pods: Store<Pod>,
+    /// The router pods of each Interconnect ([`super::index`]).
+    pub(super) pod_index: Arc<super::index::OwnerIndex>,
     /// Router ReplicaSets (label `interconnect_cr`, metadata only): the link from a
     /// Deployment to its pods, by uid.
     pub(super) replica_sets: ReplicaSetStore,
@@ -306,7 +308,13 @@ impl Cache {
 
     /// The router pods in `ns` carrying every `selector` label.
     pub(crate) fn pods(&self, ns: &str, selector: &[(&str, &str)]) -> Vec<Arc<Pod>> {
-        self.pods.state_filter(|p| selected(&p.metadata, ns, selector))
+        let Some(owner) = super::index::owner_selected(selector) else {
+            return self.pods.state_filter(|p| selected(&p.metadata, ns, selector));
+        };
+        (self.pod_index.names(ns, owner).iter())
+            .filter_map(|name| self.pods.get(&kube::runtime::reflector::ObjectRef::new(name).within(ns)))
+            .filter(|p| selected(&p.metadata, ns, selector))
+            .collect()
     }
 
     /// The ConfigMaps the pods of `selector` in `ns` mount (terminating pods too: they still
