@@ -182,6 +182,11 @@ pub fn decode_spec(spec: Option<&RawValue>) -> Result<InterconnectSpec, FieldErr
             detail: String::new(),
         });
     };
+    // Most specs decode: only a failed decoding is done again to find the path, so the
+    // common case does not pay for the path tracking.
+    if let Ok(decoded) = serde_json::from_str(spec.get()) {
+        return Ok(decoded);
+    }
     let mut de = serde_json::Deserializer::from_str(spec.get());
     serde_path_to_error::deserialize(&mut de).map_err(|e| {
         let path = e.path().to_string();

@@ -41,7 +41,7 @@ mod respond;
 mod validate;
 
 pub use answer::{answer, handle, handle_with};
-pub use default::{add_operations, add_operations_of};
+pub use default::add_operations;
 pub use respond::{
     Body, GROUP, KIND, LinkPending, MAX_CAUSES, Outcome, Pending, Reply, Webhook, review_json,
 };
