@@ -62,10 +62,11 @@ impl RealNode {
 
         create_cgroup_root()?;
         let kubelet = kubelet::start(&kubelet, &dir, ca_file, node_kubeconfig)?;
-        let (kube_proxy, proxy_healthz) = kube_proxy::start(&kube_proxy, &dir, kubeconfig)?;
+        let proxy_binary = kube_proxy;
+        let (kube_proxy, mut proxy_healthz) = kube_proxy::start(&proxy_binary, &dir, kubeconfig)?;
         let (coredns, dns_ready) = coredns::start(&coredns, &dir, kubeconfig)?;
 
-        let node = RealNode {
+        let mut node = RealNode {
             host,
             containerd,
             kubelet,
@@ -91,6 +92,15 @@ impl RealNode {
                 && coredns::ready(dns_ready)
             {
                 break;
+            }
+            // Its health port was taken between `free_port` and kube-proxy's bind (it then
+            // retries that port for ever): start it again on other ports.
+            if !kube_proxy::healthy(proxy_healthz)
+                && node.kube_proxy.log_tail(3).contains("failed to start proxy healthz")
+                && node.kube_proxy.log_tail(3).contains("address already in use")
+            {
+                node.kube_proxy.stop(Duration::from_secs(2));
+                (node.kube_proxy, proxy_healthz) = kube_proxy::start(&proxy_binary, &dir, kubeconfig)?;
             }
             if Instant::now() > deadline {
                 return Err(Error::Startup {
