@@ -44,7 +44,7 @@ pub use types::*;
 pub use validate::{
     ErrorType, FieldError, MAX_ANNOTATION_BYTES, MAX_CONFIG_BYTES, MAX_METADATA_ENTRIES, MAX_SHOWN_VALUE,
     MAX_SPEC_BYTES, MAX_SPREAD_CONSTRAINTS, MAX_TOLERATIONS, RESERVED_NAMES, validate, validate_defaulted,
-    validate_spec,
+    validate_defaulted_sized, validate_spec,
 };
 pub use warnings::warnings;
 

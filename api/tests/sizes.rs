@@ -6,6 +6,7 @@
 
 use qdr_api::{
     ErrorType, Interconnect, MAX_CONFIG_BYTES, MAX_SPEC_BYTES, defaults, validate, validate_defaulted,
+    validate_defaulted_sized,
 };
 use serde_json::{Value, json};
 
@@ -28,8 +29,9 @@ fn interconnect(spec: Value) -> Interconnect {
     serde_json::from_value(json!({"metadata": {"name": "big", "namespace": "ns"}, "spec": spec})).unwrap()
 }
 
-/// The size causes of `ic`, which `validate` and `validate_defaulted` of the defaulted
-/// object (the webhook's and the controller's way) must agree on.
+/// The size causes of `ic`, which `validate`, `validate_defaulted` and
+/// `validate_defaulted_sized` of the defaulted object (the webhook's and the controller's
+/// ways) must agree on.
 fn size_causes(ic: &Interconnect) -> Vec<String> {
     let causes = |errors: Vec<qdr_api::FieldError>| -> Vec<String> {
         errors
@@ -43,6 +45,12 @@ fn size_causes(ic: &Interconnect) -> Vec<String> {
         validate_defaulted(&effective),
         validate(&effective),
         "validate_defaulted of the defaulted object"
+    );
+    let spec_len = serde_json::to_vec(&effective.spec).unwrap().len();
+    assert_eq!(
+        validate_defaulted_sized(&effective, spec_len),
+        validate_defaulted(&effective),
+        "validate_defaulted_sized given the spec's own JSON length"
     );
     causes(validate(ic))
 }

@@ -42,7 +42,7 @@ pub use sizes::{MAX_CONFIG_BYTES, MAX_SPEC_BYTES};
 /// is already what [`crate::defaults`] returns, [`validate_defaulted`] gives the same answer
 /// without defaulting it again.
 pub fn validate(ic: &Interconnect) -> Vec<FieldError> {
-    validate_with(ic, false)
+    validate_with(ic, false, None)
 }
 
 /// [`validate`] of an Interconnect that is already what [`crate::defaults`] returns (as the
@@ -51,10 +51,20 @@ pub fn validate(ic: &Interconnect) -> Vec<FieldError> {
 /// that is not defaulted, every check but that one is the same, and that one measures the
 /// configuration without the defaults' entries.
 pub fn validate_defaulted(ic: &Interconnect) -> Vec<FieldError> {
-    validate_with(ic, true)
+    validate_with(ic, true, None)
 }
 
-fn validate_with(ic: &Interconnect, defaulted: bool) -> Vec<FieldError> {
+/// [`validate_defaulted`] for a caller that has already serialized `ic.spec`: the size check
+/// takes `spec_json_len`, the length in bytes of `ic.spec` as compact JSON (what
+/// `serde_json::to_vec(&ic.spec)` writes), instead of serializing the spec once more. The
+/// mutating webhook serializes the defaulted spec for its patch anyway. Given another length,
+/// only the spec size check ([`MAX_SPEC_BYTES`]) and the bound that spares rendering the
+/// configuration see that length; every other check is the same.
+pub fn validate_defaulted_sized(ic: &Interconnect, spec_json_len: usize) -> Vec<FieldError> {
+    validate_with(ic, true, Some(spec_json_len))
+}
+
+fn validate_with(ic: &Interconnect, defaulted: bool, spec_json_len: Option<usize>) -> Vec<FieldError> {
     let mut v = Validator::default();
     let name = ic.metadata.name.as_deref().unwrap_or_default();
     if !is_dns1035_label(name) {
@@ -77,7 +87,7 @@ fn validate_with(ic: &Interconnect, defaulted: bool) -> Vec<FieldError> {
     }
     v.spec(&ic.spec);
     v.generated_secrets(ic);
-    v.sizes(ic, defaulted);
+    v.sizes(ic, defaulted, spec_json_len);
     v.errors
 }
 

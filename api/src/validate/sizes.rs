@@ -34,9 +34,10 @@ fn grouped(n: usize) -> String {
 impl Validator {
     /// What must fit where it is stored: the spec in etcd ([`MAX_SPEC_BYTES`]) and the
     /// rendered router configuration (of the defaulted spec) in a ConfigMap
-    /// ([`MAX_CONFIG_BYTES`]). `defaulted`: `ic` is already defaulted.
-    pub(super) fn sizes(&mut self, ic: &Interconnect, defaulted: bool) {
-        let spec = crate::router_config::json_len(&ic.spec);
+    /// ([`MAX_CONFIG_BYTES`]). `defaulted`: `ic` is already defaulted. `spec_json_len`: the
+    /// length of `ic.spec` as compact JSON when the caller knows it (measured here when not).
+    pub(super) fn sizes(&mut self, ic: &Interconnect, defaulted: bool, spec_json_len: Option<usize>) {
+        let spec = spec_json_len.unwrap_or_else(|| crate::router_config::json_len(&ic.spec));
         if spec > MAX_SPEC_BYTES {
             self.push(
                 "spec",

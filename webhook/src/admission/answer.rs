@@ -12,7 +12,9 @@ use super::respond::{
     GROUP, KIND, Outcome, Pending, Reply, Webhook, bad_request_for_uid, denied_invalid, deny, reply,
     response_for, text,
 };
-use super::validate::{Checks, carried_warning, checked, new_warnings, references_to_check};
+use super::validate::{
+    Checks, carried_warning, checked, checked_serialized, new_warnings, references_to_check,
+};
 use crate::decode::{Request, Review, UidOnly};
 
 /// Handles one AdmissionReview request body for `webhook` with the default [`Checks`].
@@ -124,7 +126,7 @@ pub fn answer(webhook: Webhook, req: &Request<'_>, checks: &Checks) -> Reply {
             // Deny here already: the mutating webhook runs before the API server's schema
             // and CEL checks, which stop at the first failing layer. Answering now lists every
             // problem at once; the validating webhook still checks the final object.
-            let (effective, errors) = checked(ic, stand_in.as_deref(), checks);
+            let (effective, spec, errors) = checked_serialized(ic, stand_in.as_deref(), checks);
             let (introduced, _) = ratcheted(&effective, errors);
             if !introduced.is_empty() {
                 let mut r = reply(denied_invalid(&req.uid, &name, &introduced, &[]), Outcome::Denied);
@@ -132,7 +134,7 @@ pub fn answer(webhook: Webhook, req: &Request<'_>, checks: &Checks) -> Reply {
                 return r;
             }
             // Defaults under the object's own name: none derived from a name not yet picked.
-            let patch = defaulting_patch(raw_spec, &effective);
+            let patch = defaulting_patch(raw_spec, &spec);
             let mut response = response_for(&req.uid);
             if !patch.is_empty() {
                 // What kube-core's `with_patch` stores, written in one pass;

@@ -14,15 +14,14 @@ pub(super) fn defaulted(mut ic: Interconnect) -> Interconnect {
 }
 
 /// The JSON Patch text from the stored `spec` (its raw JSON; `None`: absent) to the
-/// defaulted one, keeping only `add` operations: defaults never remove or change what the
-/// user wrote, even where the typed round trip would (unknown fields, number formats,
-/// explicit nulls). Empty when there is nothing to add.
-pub(super) fn defaulting_patch(spec: Option<&RawValue>, defaulted: &Interconnect) -> Vec<u8> {
-    let after = serde_json::value::to_raw_value(&defaulted.spec).expect("a spec serializes");
+/// defaulted one (`after`, the defaulted spec as JSON), keeping only `add` operations:
+/// defaults never remove or change what the user wrote, even where the typed round trip
+/// would (unknown fields, number formats, explicit nulls). Empty when there is nothing to add.
+pub(super) fn defaulting_patch(spec: Option<&RawValue>, after: &RawValue) -> Vec<u8> {
     let mut out = Vec::new();
     match spec {
-        Some(before) => adds(before, &after, &mut String::from("/spec"), &mut out),
-        None => add(&mut out, "/spec", &after),
+        Some(before) => adds(before, after, &mut String::from("/spec"), &mut out),
+        None => add(&mut out, "/spec", after),
     }
     finish(out)
 }

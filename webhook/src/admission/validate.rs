@@ -3,7 +3,10 @@
 //! write introduces, carried violations as warnings, and the Secret references the requesting
 //! user must be allowed to read. It shapes no answer: [`super::respond`] does.
 
-use qdr_api::{FieldError, ImagePolicy, Interconnect, validate_defaulted, warnings};
+use qdr_api::{
+    FieldError, ImagePolicy, Interconnect, validate_defaulted, validate_defaulted_sized, warnings,
+};
+use serde_json::value::RawValue;
 
 use super::default::defaulted;
 
@@ -29,7 +32,16 @@ impl Checks {
     /// Every violation of the defaulted `effective`: [`qdr_api::validate`] (as
     /// [`validate_defaulted`]: `effective` is defaulted) plus the image policy.
     pub(super) fn violations(&self, effective: &Interconnect) -> Vec<FieldError> {
-        let mut errors = validate_defaulted(effective);
+        self.violations_sized(effective, None)
+    }
+
+    /// [`Checks::violations`], given the length of `effective.spec` as compact JSON when the
+    /// caller has serialized it ([`qdr_api::validate_defaulted_sized`]).
+    fn violations_sized(&self, effective: &Interconnect, spec_json_len: Option<usize>) -> Vec<FieldError> {
+        let mut errors = match spec_json_len {
+            Some(len) => validate_defaulted_sized(effective, len),
+            None => validate_defaulted(effective),
+        };
         errors.extend(self.images.check(effective));
         errors
     }
@@ -43,14 +55,32 @@ pub(super) fn checked(
     stand_in: Option<&str>,
     checks: &Checks,
 ) -> (Interconnect, Vec<FieldError>) {
-    let under_stand_in = stand_in.map(|n| {
-        let mut named = ic.clone();
-        named.metadata.name = Some(n.into());
-        checks.violations(&defaulted(named))
-    });
+    let under_stand_in = stand_in.map(|n| under(&ic, n, checks));
     let effective = defaulted(ic);
     let errors = under_stand_in.unwrap_or_else(|| checks.violations(&effective));
     (effective, errors)
+}
+
+/// [`checked`], with the defaulted spec as compact JSON besides (what the defaulting patch
+/// is made from): serialized once, and its length given to the size check.
+pub(super) fn checked_serialized(
+    ic: Interconnect,
+    stand_in: Option<&str>,
+    checks: &Checks,
+) -> (Interconnect, Box<RawValue>, Vec<FieldError>) {
+    let under_stand_in = stand_in.map(|n| under(&ic, n, checks));
+    let effective = defaulted(ic);
+    let spec = serde_json::value::to_raw_value(&effective.spec).expect("a spec serializes");
+    let errors =
+        under_stand_in.unwrap_or_else(|| checks.violations_sized(&effective, Some(spec.get().len())));
+    (effective, spec, errors)
+}
+
+/// The violations of `ic` defaulted and validated under the name `stand_in`.
+fn under(ic: &Interconnect, stand_in: &str, checks: &Checks) -> Vec<FieldError> {
+    let mut named = ic.clone();
+    named.metadata.name = Some(stand_in.into());
+    checks.violations(&defaulted(named))
 }
 
 /// The references of `effective` the requesting user must be allowed to read: on CREATE
