@@ -87,7 +87,7 @@ TESTBIN = $$(tools/testbin/build.sh --print)
 # A test program is a file in a crate's tests/, or a folder there with a main.rs.
 IT_ALL := $(sort $(wildcard $(foreach c,api certs controller webhook tests,$(c)/tests/*.rs $(c)/tests/*/main.rs)))
 IT_REAL := tests/tests/real_node.rs tests/tests/routers/main.rs tests/tests/install.rs tests/tests/day_two.rs \
-  tests/tests/local_run.rs tests/tests/monitoring.rs tests/tests/olm.rs
+  tests/tests/local_run.rs tests/tests/monitoring.rs tests/tests/olm.rs tests/tests/bench_smoke.rs
 IT_REAL_FOUND := $(sort $(shell grep -l 'real_node' $(IT_ALL) 2>/dev/null))
 IT_PLAIN := $(filter-out $(IT_REAL),$(IT_ALL))
 # The others, in one lane (A then B: the longest first); the chart tests last (they wait for helm).
@@ -145,6 +145,7 @@ test-run/tests/tests/day_two.rs: test-router-image
 test-run/tests/tests/local_run.rs: test-router-image
 test-run/tests/tests/monitoring.rs: testbin-monitoring test-router-image
 test-run/tests/tests/olm.rs: testbin-olm
+test-run/tests/tests/bench_smoke.rs: testbin-node test-router-image
 # chain(sources): each source's run after the run of the one before it.
 chain = $(if $(word 2,$(1)),$(eval test-run/$(word 2,$(1)): | test-run/$(word 1,$(1)))$(call chain,$(wordlist 2,$(words $(1)),$(1))))
 $(call chain,$(IT_REAL))

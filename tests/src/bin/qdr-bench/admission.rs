@@ -13,6 +13,11 @@ use crate::fixtures::review;
 use crate::measure::{cpu_seconds, free_port, peak_rss_mib, percentile, pin_process, which};
 use crate::table::Row;
 
+/// How long each load runs: 3 s (1 s in the smoke mode).
+fn window() -> Duration {
+    crate::scaled(Duration::from_secs(3), Duration::from_secs(1))
+}
+
 /// Closed loop: `conns` connections sending as fast as answered for `dur`. Returns req/s
 /// and the requests answered per CPU-second the server (process `server`) used meanwhile:
 /// its throughput per core, whether or not this load generator kept it busy.
@@ -180,12 +185,11 @@ pub(crate) async fn webhook_rows(
         let (mut sat, mut per_cpu) = (Vec::new(), Vec::new());
         let mut p50s: Vec<Vec<f64>> = vec![Vec::new(); 6];
         for _ in 0..runs {
-            let (rate, per_core) = saturate(&client, url, 32, Duration::from_secs(3), p.pid()).await;
+            let (rate, per_core) = saturate(&client, url, 32, window(), p.pid()).await;
             sat.push(rate);
             per_cpu.push(per_core);
             for (i, rate) in [1000u64, 2000].into_iter().enumerate() {
-                let (lat, errors) =
-                    fixed_rate_on_own_thread(pki.ca_pem(), url, rate, Duration::from_secs(3))?;
+                let (lat, errors) = fixed_rate_on_own_thread(pki.ca_pem(), url, rate, window())?;
                 if errors > 0 {
                     eprintln!("warning: {errors} failed requests at {rate} req/s on /{name}");
                 }
@@ -251,10 +255,11 @@ pub(crate) async fn webhook_rows(
     }
     let (mut sat, mut per_cpu) = (Vec::new(), Vec::new());
     for _ in 0..runs {
-        let (rate, per_core) = saturate(&client, &null_url, 32, Duration::from_secs(3), null.pid()).await;
+        let (rate, per_core) = saturate(&client, &null_url, 32, window(), null.pid()).await;
         sat.push(rate);
         per_cpu.push(per_core);
     }
+    let null_rate = crate::table::median(&sat);
     rows.push(Row {
         what: "  the null webhook at saturation, same load (the stack's and this generator's ceiling)".into(),
         runs: sat,
@@ -270,6 +275,9 @@ pub(crate) async fn webhook_rows(
         target: String::new(),
     };
     let null_median = null_row.stats().0;
+    crate::table::machine(format!(
+        "a plain HTTPS client (32 connections) gets {null_rate:.0} requests/s from the null webhook, {null_median:.0} per CPU-second of it"
+    ));
     rows.push(null_row);
     for (name, ours) in ours_per_cpu {
         rows.push(Row {

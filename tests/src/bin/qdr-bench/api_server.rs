@@ -216,7 +216,10 @@ pub(crate) async fn api_server_rows(
     }));
     rows.extend(identity_rows);
     rows.push(Row {
-        what: format!("  TLS connections (handshakes) the API server opened for {} reviews", runs * 150 * 2),
+        what: format!(
+            "  TLS connections (handshakes) the API server opened for {} reviews",
+            runs * creates() * 2
+        ),
         runs: vec![connections],
         unit: "",
         target: "≤ 2 (connections reused)".into(),
@@ -233,7 +236,13 @@ pub(crate) const API_SERVER_WEBHOOK_TIME: &str = "apiserver_admission_webhook_ad
 /// Our webhook's histogram of one review as its handler times it, by `operation`.
 pub(crate) const WEBHOOK_HANDLER_TIME: &str = "qdr_webhook_request_duration_seconds";
 
-/// `runs` rounds of 150 creates into each of the four `apis`, interleaved so all see the same
+/// Creates into each API per round: 150 (20 in the smoke mode, where the controllers of later
+/// groups, dev builds, reconcile every Interconnect left here).
+fn creates() -> usize {
+    crate::scaled(150, 20)
+}
+
+/// `runs` rounds of [`creates`] (150) creates into each of the four `apis`, interleaved so all see the same
 /// machine load: object `<prefix>-<run>-<i>` made by `object(name, k)` for `apis[k]`. Per
 /// api, each round's p50 and p99 in ms (`[k][0]`, `[k][1]`).
 pub(crate) async fn create_latencies(
@@ -245,7 +254,7 @@ pub(crate) async fn create_latencies(
     let mut q: [[Vec<f64>; 2]; 4] = Default::default();
     for run in 0..runs {
         let mut lat: [Vec<Duration>; 4] = Default::default();
-        for i in 0..150 {
+        for i in 0..creates() {
             let name = format!("{prefix}-{run}-{i}");
             for (k, api) in apis.into_iter().enumerate() {
                 let obj = object(&name, k);
@@ -286,7 +295,7 @@ pub(crate) async fn identity_rows(
 ) -> Result<Vec<Row>, Box<dyn std::error::Error>> {
     // Names every object of the loop below refers to, derived ones included.
     let names: std::collections::BTreeSet<String> = (0..runs)
-        .flat_map(|run| (0..150).map(move |i| format!("n-{run}-{i}")))
+        .flat_map(|run| (0..creates()).map(move |i| format!("n-{run}-{i}")))
         .chain(["probe".to_string()])
         .flat_map(|n| {
             qdr_api::defaults(&typed_with_users(&n)).secret_uses().into_iter().map(|(_, name, _)| name)
@@ -375,7 +384,7 @@ pub(crate) async fn identity_rows(
             what: format!(
                 "  as {label}: SubjectAccessReviews per create through our webhooks (two calls each)"
             ),
-            runs: vec![reviews as f64 / (runs * 150) as f64],
+            runs: vec![reviews as f64 / (runs * creates()) as f64],
             unit: "",
             target: String::new(),
         });

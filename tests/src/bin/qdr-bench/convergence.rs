@@ -353,18 +353,19 @@ pub(crate) async fn convergence_rows(
     bin_dir: &Path,
     cp: &'static ControlPlane,
 ) -> Result<(), Box<dyn std::error::Error>> {
-    const N: usize = 500;
+    // The smoke mode: 20 Interconnects.
+    let n: usize = crate::scaled(500, 20);
     let (mut all, mut requests, mut p50, mut p99, mut rss, mut cpu, mut server) =
         (Vec::new(), Vec::new(), Vec::new(), Vec::new(), Vec::new(), Vec::new(), Vec::new());
     let (mut throughput, mut closeness, mut as_admin) = (Vec::new(), Vec::new(), Vec::new());
     for run in 0..runs {
-        let c = converge(cp, bin_dir, N, 50, &format!("bench-converge-{run}")).await?;
+        let c = converge(cp, bin_dir, n, 50, &format!("bench-converge-{run}")).await?;
         let plain = plain_throughput(cp, &c.namespace, Some(&c.kubeconfig)).await?;
         throughput.push(plain);
         as_admin.push(plain_throughput(cp, &c.namespace, None).await?);
         closeness.push(c.seconds / (c.requests as f64 / plain));
         eprintln!(
-            "run {run}: {N} converged in {:.1} s, {:.2} requests each; the plain client: {plain:.0} requests/s",
+            "run {run}: {n} converged in {:.1} s, {:.2} requests each; the plain client: {plain:.0} requests/s",
             c.seconds, c.requests_per_ic
         );
         for (what, count, mean) in &c.breakdown {
@@ -378,14 +379,20 @@ pub(crate) async fn convergence_rows(
         cpu.push(c.cpu);
         server.push(c.server_cpu / c.seconds);
     }
+    crate::table::machine(format!(
+        "a plain client writes {:.0} requests/s to the API server (the controller's mix, {} at a time, as the cluster admin; {:.0} as the controller's ServiceAccount)",
+        crate::table::median(&as_admin),
+        qdr_controller::runtime::CONCURRENCY,
+        crate::table::median(&throughput)
+    ));
     rows.push(Row {
-        what: format!("controller: {N} Interconnects created at once, all converged"),
+        what: format!("controller: {n} Interconnects created at once, all converged"),
         runs: all,
         unit: "s",
         target: "≤ 9".into(),
     });
     rows.push(Row {
-        what: format!("controller: API requests per converged Interconnect ({N}, audit log)"),
+        what: format!("controller: API requests per converged Interconnect ({n}, audit log)"),
         runs: requests,
         unit: "",
         target: "≤ 15".into(),
@@ -426,13 +433,13 @@ pub(crate) async fn convergence_rows(
         target: "≤ 300".into(),
     });
     rows.push(Row {
-        what: "controller peak RSS (500)".into(),
+        what: format!("controller peak RSS ({n})"),
         runs: rss,
         unit: "MiB",
         target: "≤ 48".into(),
     });
     rows.push(Row {
-        what: "controller CPU time for the whole run (500)".into(),
+        what: format!("controller CPU time for the whole run ({n})"),
         runs: cpu,
         unit: "s",
         target: String::new(),
@@ -455,35 +462,37 @@ pub(crate) async fn big_convergence_rows(
     bin_dir: &Path,
     cp: &'static ControlPlane,
 ) -> Result<(), Box<dyn std::error::Error>> {
-    let c = converge(cp, bin_dir, BIG, 0, "bench-converge-big").await?;
-    let stores = store_bytes(cp, &c.namespace, BIG).await?;
+    // The smoke mode: 20.
+    let big = crate::scaled(BIG, 20);
+    let c = converge(cp, bin_dir, big, 0, "bench-converge-big").await?;
+    let stores = store_bytes(cp, &c.namespace, big).await?;
     rows.push(Row {
-        what: format!("controller: {BIG} Interconnects created at once, all converged"),
+        what: format!("controller: {big} Interconnects created at once, all converged"),
         runs: vec![c.seconds],
         unit: "s",
         target: "≤ 36".into(),
     });
     rows.push(Row {
-        what: format!("controller: API requests per converged Interconnect ({BIG})"),
+        what: format!("controller: API requests per converged Interconnect ({big})"),
         runs: vec![c.requests_per_ic],
         unit: "",
         target: "≤ 15".into(),
     });
     rows.push(Row {
-        what: format!("  kube-apiserver + etcd CPU while converging {BIG}"),
+        what: format!("  kube-apiserver + etcd CPU while converging {big}"),
         runs: vec![c.server_cpu / c.seconds],
         unit: "cores",
         target: String::new(),
     });
     rows.push(Row {
-        what: format!("controller peak RSS ({BIG})"),
+        what: format!("controller peak RSS ({big})"),
         runs: vec![c.rss],
         unit: "MiB",
         target: "≤ 96".into(),
     });
     for (kind, bytes) in stores {
         rows.push(Row {
-            what: format!("  {kind} store per Interconnect ({BIG}; JSON bytes of what it keeps)"),
+            what: format!("  {kind} store per Interconnect ({big}; JSON bytes of what it keeps)"),
             runs: vec![bytes],
             unit: "B",
             target: String::new(),

@@ -2,7 +2,7 @@
 //! every step of `qdr_tests::day_two` (its `run`, then its `placements`), the longest gap
 //! between acknowledgements, the acknowledged messages lost and the clients' reconnects.
 
-use qdr_tests::{ControlPlane, Options};
+use qdr_tests::ControlPlane;
 
 use crate::table::Row;
 
@@ -12,9 +12,8 @@ use crate::table::Row;
 /// clients' reconnects; then the placement changes. Needs a
 /// real node (root) and the router image (`make router-image`).
 pub(crate) async fn day_two_rows(rows: &mut Vec<Row>) -> Result<(), Box<dyn std::error::Error>> {
-    let cp: &'static ControlPlane = Box::leak(Box::new(
-        ControlPlane::start(Options { audit: true, real_nodes: 1, ..Options::default() }).await?,
-    ));
+    // The real node is the machine's one (a lock): every real-node group shares it.
+    let cp: &'static ControlPlane = qdr_tests::shared_with_real_node().await;
     let controllers = qdr_tests::day_two::start_controllers(cp).await;
     let controllers: Vec<&qdr_tests::Process> = controllers.iter().collect();
     let ns: &'static qdr_tests::TestNamespace = Box::leak(Box::new(cp.namespace("live").await));
@@ -28,6 +27,8 @@ pub(crate) async fn day_two_rows(rows: &mut Vec<Row>) -> Result<(), Box<dyn std:
     let placement = qdr_tests::routers::start_controller(cp, "placements-0", &[])?;
     let moved: &'static qdr_tests::TestNamespace = Box::leak(Box::new(cp.namespace("moves").await));
     steps.extend(qdr_tests::day_two::placements(cp, moved, &[&placement], |_| ()).await);
+    // The real node is shared with the next groups, which run their own controller.
+    placement.stop(std::time::Duration::from_secs(10));
     for step in steps {
         let t = &step.traffic;
         rows.push(Row {

@@ -4,9 +4,9 @@
 
 use std::time::{Duration, Instant};
 
+use qdr_tests::ControlPlane;
 use qdr_tests::links::{api, grant_token, link_site, listed, settled};
 use qdr_tests::routers::{self, Receiver, qdmanage, router_pods, send, url};
-use qdr_tests::{ControlPlane, Options};
 use serde_json::json;
 
 use crate::table::Row;
@@ -24,9 +24,8 @@ fn inter_router(cp: &ControlPlane, ns: &str, pod: &str) -> Option<usize> {
 /// site; and the grant deleted → the site's inter-router connection closed (the revocation:
 /// one pass, the 3 s pause for the trust file, the hub router's 5 s preStop).
 pub(crate) async fn links_rows(rows: &mut Vec<Row>, runs: usize) -> Result<(), Box<dyn std::error::Error>> {
-    let cp: &'static ControlPlane = Box::leak(Box::new(
-        ControlPlane::start(Options { audit: false, real_nodes: 1, ..Options::default() }).await?,
-    ));
+    // The real node is the machine's one (a lock): every real-node group shares it.
+    let cp: &'static ControlPlane = qdr_tests::shared_with_real_node().await;
     routers::routers_on_real_node(cp)?;
     routers::import_router_image(cp)?;
     cp.install_crd().await;
@@ -118,5 +117,7 @@ pub(crate) async fn links_rows(rows: &mut Vec<Row>, runs: usize) -> Result<(), B
         closed,
         "≤ 68 (the tests' bound: 3 s pause + 5 s preStop + 60 s margin)",
     ));
+    // The real node is shared with the next groups, which run their own controller.
+    controller.stop(Duration::from_secs(10));
     Ok(())
 }

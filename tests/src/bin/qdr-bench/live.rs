@@ -6,8 +6,8 @@
 use std::time::{Duration, Instant};
 
 use kube::api::{Api, Patch, PatchParams};
+use qdr_tests::ControlPlane;
 use qdr_tests::routers::{self, Steady, url};
-use qdr_tests::{ControlPlane, Options};
 use serde_json::{Value, json};
 
 use crate::measure::{cpu_seconds, percentile};
@@ -63,13 +63,13 @@ async fn change(
 /// What a change written live costs and what a roll costs, on 3 real routers with a client
 /// sending [`RATE`] acknowledged messages a second through the Service: spec change →
 /// `ConfigApplied` (every router answered it holds the change, read back) p50 and p99 over
-/// [`CHANGES`] address changes; client connections dropped per change; controller CPU per
+/// [`CHANGES`] address changes (3 in the smoke mode); client connections dropped per change; controller CPU per
 /// change (above its CPU at rest over as long); then one edge-listener change (a roll):
 /// reconnects, longest gap, time to applied.
 pub(crate) async fn live_rows(rows: &mut Vec<Row>) -> Result<(), Box<dyn std::error::Error>> {
-    let cp: &'static ControlPlane = Box::leak(Box::new(
-        ControlPlane::start(Options { audit: false, real_nodes: 1, ..Options::default() }).await?,
-    ));
+    let changes = crate::scaled(CHANGES, 3);
+    // The real node is the machine's one (a lock): every real-node group shares it.
+    let cp: &'static ControlPlane = qdr_tests::shared_with_real_node().await;
     routers::routers_on_real_node(cp)?;
     routers::import_router_image(cp)?;
     routers::check_client()?;
@@ -89,7 +89,7 @@ pub(crate) async fn live_rows(rows: &mut Vec<Row>) -> Result<(), Box<dyn std::er
     let mut took = Vec::new();
     let cpu_start = cpu_seconds(controller.pid());
     let started = Instant::now();
-    for i in 0..CHANGES {
+    for i in 0..changes {
         let addresses = json!([{"prefix": "closest", "distribution": "closest"},
                                {"prefix": format!("bench-{i}"), "distribution": "multicast"}]);
         took.push(change(&ics, &spec(addresses, 45680)).await?);
@@ -106,7 +106,7 @@ pub(crate) async fn live_rows(rows: &mut Vec<Row>) -> Result<(), Box<dyn std::er
     let ms = |d: Duration| d.as_secs_f64() * 1000.0;
     rows.push(Row {
         what: format!(
-            "live change (an address) on 3 real routers: spec change → applied on every router, read back, p50 of {CHANGES}"
+            "live change (an address) on 3 real routers: spec change → applied on every router, read back, p50 of {changes}"
         ),
         runs: vec![ms(percentile(&took, 0.5))],
         unit: "ms",
@@ -114,7 +114,7 @@ pub(crate) async fn live_rows(rows: &mut Vec<Row>) -> Result<(), Box<dyn std::er
     });
     rows.push(Row {
         what: format!(
-            "live change on 3 real routers: spec change → applied on every router, p99 of {CHANGES}"
+            "live change on 3 real routers: spec change → applied on every router, p99 of {changes}"
         ),
         runs: vec![ms(percentile(&took, 0.99))],
         unit: "ms",
@@ -122,14 +122,14 @@ pub(crate) async fn live_rows(rows: &mut Vec<Row>) -> Result<(), Box<dyn std::er
     });
     rows.push(Row {
         what: format!(
-            "live change at {RATE} msg/s: client connections dropped per change ({CHANGES} changes: {traffic})"
+            "live change at {RATE} msg/s: client connections dropped per change ({changes} changes: {traffic})"
         ),
-        runs: vec![(traffic.sender_reconnects + traffic.receiver_reconnects) as f64 / CHANGES as f64],
+        runs: vec![(traffic.sender_reconnects + traffic.receiver_reconnects) as f64 / changes as f64],
         unit: "reconnects",
         target: "0".into(),
     });
     rows.push(Row {
-        what: format!("live change: acknowledged messages lost over {CHANGES} changes"),
+        what: format!("live change: acknowledged messages lost over {changes} changes"),
         runs: vec![traffic.lost as f64],
         unit: "messages",
         target: "0".into(),
@@ -141,7 +141,7 @@ pub(crate) async fn live_rows(rows: &mut Vec<Row>) -> Result<(), Box<dyn std::er
             busy.as_secs_f64(),
             cpu_rest * 1000.0
         ),
-        runs: vec![((cpu_busy - cpu_rest) * 1000.0 / CHANGES as f64).max(0.0)],
+        runs: vec![((cpu_busy - cpu_rest) * 1000.0 / changes as f64).max(0.0)],
         unit: "ms CPU",
         target: String::new(),
     });

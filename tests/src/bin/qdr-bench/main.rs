@@ -11,6 +11,11 @@
 //! `QDR_BENCH_ONLY` picks one. Beside
 //! them [`table`] (the one printer), [`measure`] (reading figures) and [`fixtures`] (what is
 //! sent).
+//!
+//! `QDR_BENCH_SMOKE=1` is the smoke mode `make test` runs (`tests/tests/bench_smoke.rs`):
+//! every group once, at a small scale and over short windows ([`scaled`]), so that none of
+//! the benchmark's code rots; its figures are not worth comparing. The day-two group is left
+//! out there: its scenario is `tests/tests/day_two.rs`'s, which `make test` runs anyway.
 
 use std::path::PathBuf;
 
@@ -32,9 +37,20 @@ mod pure;
 mod sizing;
 mod table;
 
+/// Whether this is the smoke mode (`QDR_BENCH_SMOKE` set and not `0`).
+pub(crate) fn smoke() -> bool {
+    std::env::var("QDR_BENCH_SMOKE").is_ok_and(|v| !v.is_empty() && v != "0")
+}
+
+/// `full` in a benchmark, `small` in the smoke mode ([`smoke`]): a scale, a count or a window.
+pub(crate) fn scaled<T>(full: T, small: T) -> T {
+    if smoke() { small } else { full }
+}
+
 fn main() -> Result<(), Box<dyn std::error::Error>> {
     let _ = rustls::crypto::ring::default_provider().install_default();
     let runs: usize = std::env::var("QDR_BENCH_RUNS").ok().and_then(|v| v.parse().ok()).unwrap_or(3).max(1);
+    let runs = scaled(runs, 1);
     // The release binaries `make bench` builds beside this one.
     let bin_dir = std::env::args().nth(1).map(PathBuf::from).unwrap_or_else(qdr_tests::images::bin_dir);
     let mut rows = Vec::new();
@@ -74,7 +90,7 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         if only.is_empty() || only == "unrelated" {
             memory::unrelated_rows(&mut rows, &bin_dir, cp).await?;
         }
-        if only.is_empty() || only == "day-two" {
+        if (only.is_empty() && !smoke()) || only == "day-two" {
             day_two::day_two_rows(&mut rows).await?;
         }
         if only.is_empty() || only == "live" {

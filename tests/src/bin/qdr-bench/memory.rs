@@ -92,19 +92,19 @@ pub(crate) async fn unrelated_rows(
     bin_dir: &Path,
     cp: &'static ControlPlane,
 ) -> Result<(), Box<dyn std::error::Error>> {
-    const N: usize = 50;
-    const EACH: usize = 5000;
+    // The smoke mode: 5 Interconnects, 200 of each.
+    let (n, each) = crate::scaled((50, 5000), (5, 200));
     let client = cp.client().await?;
     let ns = cp.namespace("bench-unrelated").await;
     let system = cp.namespace("bench-ctl").await;
     let api = interconnects(&client, &ns.name);
-    create_interconnects(&api, N).await?;
+    create_interconnects(&api, n).await?;
     let measure = |log: &'static str| {
         let (ns, system, api) = (ns.name.clone(), system.name.clone(), api.clone());
         async move {
             let start = Instant::now();
             let (ctl, _) = start_controller(cp, bin_dir, &ns, &system, log)?;
-            let (first, _) = converged(&api, N, start, Duration::from_secs(120), &ctl).await?;
+            let (first, _) = converged(&api, n, start, Duration::from_secs(120), &ctl).await?;
             tokio::time::sleep(Duration::from_secs(1)).await;
             let rss = peak_rss_mib(ctl.pid());
             ctl.stop(Duration::from_secs(5));
@@ -118,7 +118,7 @@ pub(crate) async fn unrelated_rows(
     let config_maps: Api<k8s_openapi::api::core::v1::ConfigMap> = Api::namespaced(client.clone(), &ns.name);
     let sem = Arc::new(tokio::sync::Semaphore::new(32));
     let mut tasks = Vec::new();
-    for i in 0..EACH {
+    for i in 0..each {
         let (s, c, sem, data) = (secrets.clone(), config_maps.clone(), sem.clone(), data.clone());
         tasks.push(tokio::spawn(async move {
             let _p = sem.acquire().await.unwrap();
@@ -136,15 +136,15 @@ pub(crate) async fn unrelated_rows(
         t.await??;
     }
     // Status cleared, so the second start reconciles all of them again.
-    for i in 0..N {
+    for i in 0..n {
         api.patch_status(&format!("ic-{i}"), &PatchParams::default(), &Patch::Merge(json!({"status": null})))
             .await?;
     }
     let (first_with, rss_with) = measure("controller-unrelated-1.log").await?;
-    rows.push(Row::once(format!("controller peak RSS, {N} Interconnects alone"), rss_without, "MiB"));
+    rows.push(Row::once(format!("controller peak RSS, {n} Interconnects alone"), rss_without, "MiB"));
     rows.push(Row {
         what: format!(
-            "controller peak RSS, {N} Interconnects + {EACH} Secrets + {EACH} ConfigMaps (4 KiB, unrelated)"
+            "controller peak RSS, {n} Interconnects + {each} Secrets + {each} ConfigMaps (4 KiB, unrelated)"
         ),
         runs: vec![rss_with],
         unit: "MiB",

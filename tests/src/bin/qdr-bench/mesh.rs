@@ -4,7 +4,7 @@
 use std::time::{Duration, Instant};
 
 use kube::api::Api;
-use qdr_tests::{ControlPlane, Options};
+use qdr_tests::ControlPlane;
 use serde_json::json;
 
 use crate::measure::{cpu_seconds, metric, rss_mib};
@@ -18,9 +18,8 @@ use crate::table::Row;
 /// times, a router pod deleted: the time until `MeshConnected` names its replacement as
 /// starting (it stays `Connected`: a deleted router is routine), and until it is `3/3` again.
 pub(crate) async fn mesh_rows(rows: &mut Vec<Row>, runs: usize) -> Result<(), Box<dyn std::error::Error>> {
-    let cp: &'static ControlPlane = Box::leak(Box::new(
-        ControlPlane::start(Options { audit: false, real_nodes: 1, ..Options::default() }).await?,
-    ));
+    // The real node is the machine's one (a lock): every real-node group shares it.
+    let cp: &'static ControlPlane = qdr_tests::shared_with_real_node().await;
     qdr_tests::routers::routers_on_real_node(cp)?;
     qdr_tests::routers::import_router_image(cp)?;
     cp.install_crd().await;
@@ -107,7 +106,9 @@ pub(crate) async fn mesh_rows(rows: &mut Vec<Row>, runs: usize) -> Result<(), Bo
     let started = Instant::now();
     let mut last = metric(&before, "qdr_mesh_read_duration_seconds_count").unwrap_or(0.0);
     let mut ends = Vec::new();
-    while started.elapsed() < MESH_REST {
+    // The smoke mode: 15 s, too short for two reads at rest (the period is then infinite).
+    let rest = crate::scaled(MESH_REST, Duration::from_secs(15));
+    while started.elapsed() < rest {
         tokio::time::sleep(Duration::from_millis(250)).await;
         let now = metric(&scrape(), "qdr_mesh_read_duration_seconds_count").unwrap_or(last);
         if now > last {
@@ -116,11 +117,13 @@ pub(crate) async fn mesh_rows(rows: &mut Vec<Row>, runs: usize) -> Result<(), Bo
         }
     }
     let (after, cpu_after) = (scrape(), cpu_seconds(controller.pid()));
-    let minutes = MESH_REST.as_secs_f64() / 60.0;
+    let minutes = rest.as_secs_f64() / 60.0;
     let delta = |name: &str| metric(&after, name).unwrap_or(0.0) - metric(&before, name).unwrap_or(0.0);
-    let periods: Vec<f64> = ends.windows(2).map(|w| w[1] - w[0]).collect();
-    if periods.is_empty() {
-        return Err(format!("{} reads in {MESH_REST:?} at rest: too few to time", ends.len()).into());
+    let mut periods: Vec<f64> = ends.windows(2).map(|w| w[1] - w[0]).collect();
+    if periods.is_empty() && crate::smoke() {
+        periods.push(f64::INFINITY);
+    } else if periods.is_empty() {
+        return Err(format!("{} reads in {rest:?} at rest: too few to time", ends.len()).into());
     }
     let per_read =
         delta("qdr_mesh_router_reads_total") / delta("qdr_mesh_read_duration_seconds_count").max(1.0);
@@ -128,7 +131,7 @@ pub(crate) async fn mesh_rows(rows: &mut Vec<Row>, runs: usize) -> Result<(), Bo
         what: format!(
             "mesh reads at rest, 1 Interconnect of 3 real routers: time between reads ({} reads in {:.0} s)",
             ends.len(),
-            MESH_REST.as_secs_f64()
+            rest.as_secs_f64()
         ),
         runs: periods.clone(),
         unit: "s",
@@ -210,6 +213,8 @@ pub(crate) async fn mesh_rows(rows: &mut Vec<Row>, runs: usize) -> Result<(), Bo
         unit: "s",
         target: "≤ 3".into(),
     });
+    // The real node is shared with the next groups, which run their own controller.
+    controller.stop(Duration::from_secs(10));
     Ok(())
 }
 

@@ -51,13 +51,16 @@ pub(crate) async fn mesh_scale_rows(
     use std::net::IpAddr;
     use std::sync::RwLock;
 
+    // The smoke mode: 20 Interconnects over 2 namespaces, 15 s at rest.
+    let (ics, spread, rest) =
+        crate::scaled((SCALE_ICS, SCALE_NAMESPACES, SCALE_REST), (20, 2, Duration::from_secs(15)));
     let client = cp.client().await?;
     let system = cp.namespace("bench-mesh-ctl").await;
     let mut namespaces = Vec::new();
-    for _ in 0..SCALE_NAMESPACES {
+    for _ in 0..spread {
         namespaces.push(cp.namespace("bench-mesh").await.name.clone());
     }
-    let per_ns = SCALE_ICS / SCALE_NAMESPACES;
+    let per_ns = ics / spread;
     // (namespace, Interconnect) of IC number i.
     let place = |i: usize| (namespaces[i / per_ns].clone(), format!("ic-{}", i % per_ns));
     let ip_of = |i: usize, r: usize| {
@@ -95,7 +98,7 @@ pub(crate) async fn mesh_scale_rows(
     let started = Instant::now();
     let sem = Arc::new(tokio::sync::Semaphore::new(32));
     let mut tasks = Vec::new();
-    for i in 0..SCALE_ICS {
+    for i in 0..ics {
         let (ns, name) = place(i);
         let (client, sem) = (client.clone(), sem.clone());
         let ips: Vec<String> = (0..SCALE_ROUTERS).map(|r| ip_of(i, r)).collect();
@@ -169,7 +172,7 @@ pub(crate) async fn mesh_scale_rows(
             .ok()?;
         Some(Arc::new(config))
     };
-    let mut answered = vec![false; SCALE_ICS];
+    let mut answered = vec![false; ics];
     let deadline = Instant::now() + Duration::from_secs(600);
     while answered.iter().any(|a| !a) {
         if Instant::now() > deadline {
@@ -230,11 +233,11 @@ pub(crate) async fn mesh_scale_rows(
                 .filter(|ic| connected(ic))
                 .count();
         }
-        if n == SCALE_ICS {
+        if n == ics {
             break;
         }
         if Instant::now() > deadline {
-            return Err(format!("{n}/{SCALE_ICS} meshes connected after 900 s").into());
+            return Err(format!("{n}/{ics} meshes connected after 900 s").into());
         }
         tokio::time::sleep(Duration::from_secs(2)).await;
     }
@@ -265,7 +268,7 @@ pub(crate) async fn mesh_scale_rows(
     };
     let scrape = || qdr_tests::components::http_get(health, "/metrics").map(|(_, b)| b).unwrap_or_default();
     let (before, cpu_before, at) = (scrape(), cpu_seconds(pid), Instant::now());
-    tokio::time::sleep(SCALE_REST).await;
+    tokio::time::sleep(rest).await;
     let (after, cpu_after, window) = (scrape(), cpu_seconds(pid), at.elapsed().as_secs_f64());
     let status_writes = writes.load(std::sync::atomic::Ordering::SeqCst);
     watch.abort();
@@ -274,7 +277,7 @@ pub(crate) async fn mesh_scale_rows(
     let (rss, rss_now) = (peak_rss_mib(pid), rss_mib(pid));
     ctl.stop(Duration::from_secs(5));
 
-    let what = format!("{SCALE_ICS} Interconnects × {SCALE_ROUTERS} routers (stand-ins), mesh read");
+    let what = format!("{ics} Interconnects × {SCALE_ROUTERS} routers (stand-ins), mesh read");
     rows.push(Row {
         what: format!("mesh at scale: {what}: created (Interconnects and router pods)"),
         runs: vec![created.as_secs_f64()],
@@ -296,9 +299,9 @@ pub(crate) async fn mesh_scale_rows(
     rows.push(Row {
         what: format!(
             "mesh at scale, at rest: time between two reads of one mesh ({} routers ÷ routers asked per second)",
-            SCALE_ICS * SCALE_ROUTERS
+            ics * SCALE_ROUTERS
         ),
-        runs: vec![(SCALE_ICS * SCALE_ROUTERS) as f64 / asked.max(0.001)],
+        runs: vec![(ics * SCALE_ROUTERS) as f64 / asked.max(0.001)],
         unit: "s",
         target: "≤ 60".into(),
     });
@@ -334,7 +337,7 @@ pub(crate) async fn mesh_scale_rows(
     // What the CPU target allows per router at one read a minute of every router: 0.1
     // core ÷ (6,000 routers ÷ 60 s).
     if let Some(last) = rows.last_mut() {
-        last.target = format!("≤ {:.1}", 0.1 * 60.0 * 1000.0 / (SCALE_ICS * SCALE_ROUTERS) as f64);
+        last.target = format!("≤ {:.1}", 0.1 * 60.0 * 1000.0 / (ics * SCALE_ROUTERS) as f64);
     }
     rows.push(Row::once("mesh at scale, at rest: controller RSS at the end", rss_now, "MiB"));
     rows.push(Row {

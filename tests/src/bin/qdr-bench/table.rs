@@ -33,13 +33,39 @@ impl Row {
     }
 }
 
-/// Prints the table of `rows` (`runs` per figure) as Markdown, with the machine's core count
-/// and the caveats that go with its figures.
+/// The median of `runs` as a row shows it (0 when there are none).
+pub(crate) fn median(runs: &[f64]) -> f64 {
+    if runs.is_empty() {
+        return 0.0;
+    }
+    Row { what: String::new(), runs: runs.to_vec(), unit: "", target: String::new() }.stats().0
+}
+
+/// What this machine's plain clients achieve, one line each ([`machine`]), printed above
+/// the table so that runs on other machines can be compared.
+static MACHINE: std::sync::Mutex<Vec<String>> = std::sync::Mutex::new(Vec::new());
+
+/// Notes a plain client's throughput on this machine (a line of the table's header).
+pub(crate) fn machine(line: String) {
+    MACHINE.lock().unwrap_or_else(|e| e.into_inner()).push(line);
+}
+
+/// Prints the table of `rows` (`runs` per figure) as Markdown, with the machine's core count,
+/// its plain clients' throughput ([`machine`]) and the caveats that go with its figures.
 pub(crate) fn print(rows: &[Row], runs: usize) {
     println!(
         "\nqdr-operator benchmarks: {} cores, {runs} runs per figure (median [min – max]).",
         std::thread::available_parallelism().map(|n| n.get()).unwrap_or(0)
     );
+    let machine = MACHINE.lock().unwrap_or_else(|e| e.into_inner());
+    if machine.is_empty() {
+        println!(
+            "This machine's plain-client throughput: not measured in this run (the webhook and controller groups measure it)."
+        );
+    }
+    for line in machine.iter() {
+        println!("This machine: {line}.");
+    }
     println!(
         "Warning: absolute figures on a shared machine are noisy; here the load generator, the webhook, the API server and etcd share the same cores.\n"
     );
