@@ -349,15 +349,21 @@ async fn certificates_renew_and_the_ca_rotates_with_rolling_routers() {
     })
     .await;
 
-    // The expiry metric names the Interconnect and is within a certificate lifetime.
-    let metrics = common::metrics_text(health).await.unwrap();
-    let line = metrics
-        .lines()
-        .find(|l| {
-            l.starts_with("qdr_router_certificate_expiry_seconds{")
-                && l.contains(&format!("namespace=\"{}\"", ns.name))
-        })
-        .unwrap_or_else(|| panic!("no expiry metric:\n{metrics}"));
-    let secs: f64 = line.rsplit(' ').next().unwrap().parse().unwrap();
-    assert!(secs > 0.0 && secs <= (CERT + CERT / 10).as_secs_f64(), "{line}");
+    // The expiry metric names the Interconnect and comes within a certificate lifetime. It is
+    // set by each pass from the certificates that pass leaves mounted: on a loaded machine a
+    // certificate of this test's 24 s lifetime can run out while its renewal waits for a roll
+    // (seen once: -0.35 s), so it is polled until a pass has renewed it, for at most CA.
+    let ns_label = format!("namespace=\"{}\"", ns.name);
+    eventually("the expiry metric of the Interconnect within a certificate lifetime", CA, || {
+        let ns_label = ns_label.clone();
+        async move {
+            let metrics = common::metrics_text(health).await?;
+            let line = metrics
+                .lines()
+                .find(|l| l.starts_with("qdr_router_certificate_expiry_seconds{") && l.contains(&ns_label))?;
+            let secs: f64 = line.rsplit(' ').next()?.parse().ok()?;
+            (secs > 0.0 && secs <= (CERT + CERT / 10).as_secs_f64()).then_some(())
+        }
+    })
+    .await;
 }
