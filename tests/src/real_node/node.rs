@@ -96,8 +96,9 @@ impl RealNode {
             // Its health port was taken between `free_port` and kube-proxy's bind (it then
             // retries that port for ever): start it again on other ports.
             if !kube_proxy::healthy(proxy_healthz)
-                && node.kube_proxy.log_tail(3).contains("failed to start proxy healthz")
-                && node.kube_proxy.log_tail(3).contains("address already in use")
+                && let tail = node.kube_proxy.log_tail(3)
+                && tail.contains("failed to start proxy healthz")
+                && tail.contains("address already in use")
             {
                 node.kube_proxy.stop(Duration::from_secs(2));
                 (node.kube_proxy, proxy_healthz) = kube_proxy::start(&proxy_binary, &dir, kubeconfig)?;

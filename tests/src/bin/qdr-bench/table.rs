@@ -27,18 +27,20 @@ impl Row {
 
     /// Median, min and max of the runs.
     pub(crate) fn stats(&self) -> (f64, f64, f64) {
-        let mut v = self.runs.clone();
-        v.sort_by(|a, b| a.partial_cmp(b).unwrap());
-        (v[v.len() / 2], v[0], v[v.len() - 1])
+        stats(&self.runs)
     }
+}
+
+/// Median, min and max of `runs` (at least one).
+fn stats(runs: &[f64]) -> (f64, f64, f64) {
+    let mut v = runs.to_vec();
+    v.sort_by(|a, b| a.partial_cmp(b).unwrap());
+    (v[v.len() / 2], v[0], v[v.len() - 1])
 }
 
 /// The median of `runs` as a row shows it (0 when there are none).
 pub(crate) fn median(runs: &[f64]) -> f64 {
-    if runs.is_empty() {
-        return 0.0;
-    }
-    Row { what: String::new(), runs: runs.to_vec(), unit: "", target: String::new() }.stats().0
+    if runs.is_empty() { 0.0 } else { stats(runs).0 }
 }
 
 /// What this machine's plain clients achieve, one line each ([`machine`]), printed above
