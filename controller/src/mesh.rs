@@ -33,7 +33,9 @@ use answer::{Cell, MAX_TEXT, Table, cut};
 pub const READER_CONTAINER_PREFIX: &str = "qdr-operator-mesh-reader";
 
 /// The attributes asked of the `router` entity (`org.apache.qpid.dispatch.router`).
-pub const ROUTER_ATTRIBUTES: [&str; 4] = ["id", "mode", "linksBlocked", "deliveriesStuck"];
+///
+/// `uptimeSeconds` tells one router process from the next ([`live::Checked`]).
+pub const ROUTER_ATTRIBUTES: [&str; 5] = ["id", "mode", "linksBlocked", "deliveriesStuck", "uptimeSeconds"];
 /// Detailed connections kept of one router ([`RouterView::detailed`]): a tenant's router
 /// that reports thousands of connections with long texts costs the controller at most
 /// about 16 × 500 bytes (`controller/tests/hostile.rs` holds a whole read to its budget).
@@ -237,8 +239,9 @@ pub struct RouterView {
     pub links_blocked: u64,
     /// Deliveries stuck for more than 10 s (`router` entity, `deliveriesStuck`).
     pub deliveries_stuck: u64,
-    /// What the visit did to its live entities ([`live`]), when it was given some to hold.
-    pub live: Option<live::Outcome>,
+    /// What the visit did to its live entities ([`live`]), when it was given some to hold
+    /// (boxed: a view without live entities stays small).
+    pub live: Option<Box<live::Outcome>>,
     /// Its open inter-router and edge connections with their details, the first
     /// [`MAX_DETAILED`], each text cut to [`MAX_DETAIL_TEXT`] bytes: what a Link's and an
     /// AccessGrant's status report ([`crate::site_links`]).
@@ -299,6 +302,16 @@ impl RouterView {
             detailed: Vec::new(),
             deferred: 0,
         })
+    }
+
+    /// The `uptimeSeconds` of a `router` answer (one row): how long the router process has
+    /// been up, whole seconds; `None` when it is not a non-negative integer, or the answer
+    /// has not exactly one row.
+    pub fn uptime_of(router: &Table) -> Option<u64> {
+        match rows("router", router).ok()?.as_slice() {
+            [me] => me.get("uptimeSeconds").count(),
+            _ => None,
+        }
     }
 
     /// Adds a page of a `router.node` answer; returns its rows.

@@ -253,6 +253,7 @@ async fn visit_as_the_controller(
         ready: true,
         linking: None,
         live: Some(want),
+        checked: None,
     }];
     let plan = Plan {
         port: addr.port(),
@@ -262,8 +263,90 @@ async fn visit_as_the_controller(
         deadline: tokio::time::Instant::now() + VISIT_TIMEOUT,
         tls: None,
         fence,
+        recheck: qdr_controller::mesh::live::RECHECK,
     };
     observe(&target, &plan).await.remove(pod).unwrap()
+}
+
+/// A visit of router `pod` at `addr` as the controller makes it, given the last whole read
+/// of its live entities (`checked`) and how long that is relied on (`recheck`): what it
+/// did to them.
+async fn visit_checked(
+    addr: std::net::SocketAddr,
+    pod: &str,
+    want: &qdr_controller::mesh::reader::Live,
+    checked: Option<qdr_controller::mesh::live::Checked>,
+    recheck: Duration,
+) -> qdr_controller::mesh::live::Outcome {
+    let pool = Pool::new(2, 2);
+    let target = [Target {
+        pod: pod.into(),
+        ip: Some(addr.ip().to_string()),
+        ready: true,
+        linking: None,
+        live: Some(want.clone()),
+        checked,
+    }];
+    let plan = Plan {
+        port: addr.port(),
+        namespace: pod,
+        pool: &pool,
+        timeout: VISIT_TIMEOUT,
+        deadline: tokio::time::Instant::now() + VISIT_TIMEOUT,
+        tls: None,
+        fence: None,
+        recheck,
+    };
+    match observe(&target, &plan).await.remove(pod) {
+        Some(Observation::Answered(v)) => *v.live.expect("live entities were given"),
+        other => panic!("{other:?}"),
+    }
+}
+
+/// Reading only what changed: a visit to the same router process, for the same
+/// configuration, within the recheck of a whole read of its live entities does not ask for
+/// them again (none of their six queries); once the recheck is over, or when the router
+/// restarted since (its `uptimeSeconds` counts from a later start), they are read whole
+/// again and the new read vouches from then on.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_router_read_whole_recently_is_not_asked_for_its_live_entities_again() {
+    use qdr_controller::mesh::live::RECHECK;
+    let want = live_entities(serde_json::json!({
+        "deploymentPlan": {"role": "interior"},
+        "addresses": [{"prefix": "a", "distribution": "multicast"}],
+    }));
+    let id = "router-recheck";
+    let now = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap().as_secs();
+    let up_since = |ago: u64| {
+        Script::Honest(Arc::new(amqp_peer::started_at(amqp_peer::honest(id, "interior", &[], 0), now - ago)))
+    };
+    let asked = || amqp_peer::queries(id, "router.config.address");
+
+    let (addr, task) = peer(up_since(600)).await;
+    let first = visit_checked(addr, id, &want, None, RECHECK).await;
+    assert!(first.applied && first.created > 0, "{first:?}");
+    let checked = first.checked.expect("a whole read that found the configuration vouches");
+    let read_whole = asked();
+    assert!(read_whole >= 1, "the first visit reads the addresses");
+
+    let again = visit_checked(addr, id, &want, Some(checked), RECHECK).await;
+    assert!(again.applied && (again.created, again.deleted) == (0, 0), "{again:?}");
+    assert_eq!(again.checked, Some(checked), "it still relies on the first read");
+    assert_eq!(asked(), read_whole, "the same process within the recheck: not asked again");
+
+    let over = visit_checked(addr, id, &want, Some(checked), Duration::ZERO).await;
+    assert!(over.applied, "{over:?}");
+    assert!(asked() > read_whole, "the recheck over: asked again");
+    assert_ne!(over.checked, Some(checked), "the new read vouches from now on");
+    task.abort();
+
+    // The same router id, up for 1 s only: a restarted router.
+    let before = asked();
+    let (addr, task) = peer(up_since(1)).await;
+    let restarted = visit_checked(addr, id, &want, Some(checked), RECHECK).await;
+    assert!(restarted.applied, "{restarted:?}");
+    assert!(asked() > before, "a restarted router is read whole at once");
+    task.abort();
 }
 
 /// One writer: a visit whose leadership term is over (its fence closed) sends no `CREATE`
@@ -506,6 +589,7 @@ async fn silent_routers_of_one_namespace_do_not_delay_another_namespace() {
         deadline,
         tls: None,
         fence: None,
+        recheck: qdr_controller::mesh::live::RECHECK,
     };
     let silent_targets: Vec<Target> = (0..40)
         .map(|i| Target {
@@ -514,6 +598,7 @@ async fn silent_routers_of_one_namespace_do_not_delay_another_namespace() {
             ready: true,
             linking: None,
             live: None,
+            checked: None,
         })
         .collect();
     let honest_target = [Target {
@@ -522,6 +607,7 @@ async fn silent_routers_of_one_namespace_do_not_delay_another_namespace() {
         ready: true,
         linking: None,
         live: None,
+        checked: None,
     }];
     let (silent_plan, honest_plan) = (plan("tenant-a", silent.port()), plan("tenant-b", honest.port()));
     let silent_read = observe(&silent_targets, &silent_plan);

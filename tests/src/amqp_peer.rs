@@ -115,6 +115,52 @@ pub struct Write {
 }
 
 static WRITES: std::sync::Mutex<Vec<Write>> = std::sync::Mutex::new(Vec::new());
+/// `QUERY`s the honest peers answered, by (router id, entity type's short name).
+static QUERIES: std::sync::Mutex<std::collections::BTreeMap<(String, String), u64>> =
+    std::sync::Mutex::new(std::collections::BTreeMap::new());
+
+/// How many `QUERY`s of `entity` (its short name: `router`, `router.config.address`, …) the
+/// honest peers of router `router` answered.
+pub fn queries(router: &str, entity: &str) -> u64 {
+    let queries = QUERIES.lock().unwrap_or_else(|e| e.into_inner());
+    queries.get(&(router.to_string(), entity.to_string())).copied().unwrap_or(0)
+}
+
+/// Seconds since the Unix epoch now.
+fn unix_now() -> u64 {
+    std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_secs())
+}
+
+/// `a` ([`honest`]'s answers) of a router process that started at `unix_seconds` (since
+/// the Unix epoch): its `uptimeSeconds` counts from then. [`honest`]'s start when it is
+/// made; a later start stands in for a restarted router.
+pub fn started_at(mut a: Answers, unix_seconds: u64) -> Answers {
+    if let Some(router) = a.get_mut("router") {
+        let at =
+            router["attributeNames"].as_array().and_then(|n| n.iter().position(|n| n == "uptimeSeconds"));
+        if let (Some(at), Some(rows)) = (at, router["results"].as_array_mut()) {
+            for row in rows {
+                row[at] = Json::from(unix_seconds);
+            }
+        }
+    }
+    a
+}
+
+/// `router`'s answer with each row's `uptimeSeconds`, kept as the process's start (Unix
+/// seconds: [`started_at`]), turned into the seconds it has been up now.
+fn with_uptime(mut router: Json) -> Json {
+    let at = router["attributeNames"].as_array().and_then(|n| n.iter().position(|n| n == "uptimeSeconds"));
+    if let (Some(at), Some(rows)) = (at, router["results"].as_array_mut()) {
+        let now = unix_now();
+        for row in rows {
+            if let Some(started) = row[at].as_u64() {
+                row[at] = Json::from(now.saturating_sub(started));
+            }
+        }
+    }
+    router
+}
 static CONNECTIONS: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
 
 /// Every write the honest peers of router `router` received, in order.
@@ -153,13 +199,13 @@ pub fn null_array(count: u32) -> Vec<u8> {
 
 /// One honest router's answers: router `id` (mode `interior` or `edge`), open
 /// inter-router connections to `peers` (opened by the router whose id sorts later), and
-/// `clients` client connections.
+/// `clients` client connections; a process started now ([`started_at`]).
 pub fn honest(id: &str, mode: &str, peers: &[&str], clients: usize) -> Answers {
     let mut a = Answers::new();
     a.insert(
         "router".into(),
-        serde_json::json!({"attributeNames": ["id", "mode", "linksBlocked", "deliveriesStuck", "connectionCount"],
-                           "results": [[id, mode, 0, 0, peers.len() + clients]]}),
+        serde_json::json!({"attributeNames": ["id", "mode", "linksBlocked", "deliveriesStuck", "connectionCount", "uptimeSeconds"],
+                           "results": [[id, mode, 0, 0, peers.len() + clients, unix_now()]]}),
     );
     let mut nodes = vec![serde_json::json!([id, "(self)"])];
     nodes.extend(peers.iter().map(|p| serde_json::json!([p, null])));
@@ -701,6 +747,11 @@ async fn run<S: AsyncRead + AsyncWrite + Unpin>(s: S, script: &Script) -> std::i
                         }
                         _ => {}
                     }
+                    *QUERIES
+                        .lock()
+                        .unwrap_or_else(|e| e.into_inner())
+                        .entry((id.clone(), req.entity.clone()))
+                        .or_default() += 1;
                     let written = ["connector", "listener"].contains(&req.entity.as_str())
                         || req.entity.starts_with("router.config.");
                     let a = if written && !answers.contains_key(&req.entity) {
@@ -716,6 +767,8 @@ async fn run<S: AsyncRead + AsyncWrite + Unpin>(s: S, script: &Script) -> std::i
                             })
                             .collect();
                         serde_json::json!({"attributeNames": req.attributes, "results": rows})
+                    } else if req.entity == "router" {
+                        answers.get(&req.entity).cloned().map_or(Json::Null, with_uptime)
                     } else {
                         answers.get(&req.entity).cloned().unwrap_or(Json::Null)
                     };

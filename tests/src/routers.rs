@@ -97,9 +97,17 @@ pub fn routers_on_real_node(cp: &ControlPlane) -> Result<(), Error> {
 /// give) can run the routers of several tests at once.
 pub const TEST_ROUTER_CPU: &str = "5m";
 
+/// How long the tests' controller relies on a whole read of a router's live entities
+/// (`--live-recheck`; 5 minutes by default): short, so that an entity changed by hand is put
+/// back within a test's patience (`tests/tests/routers/live.rs`), and long enough that the
+/// reads while a mesh settles (every few seconds) rely on it, so real routers' `uptimeSeconds`
+/// is what tells a visit it may.
+pub const LIVE_RECHECK: std::time::Duration = std::time::Duration::from_secs(30);
+
 /// Starts `qdr-controller` (built with the tests, [`crate::images::operator_binary`]) on this machine as ServiceAccount
 /// `qdr-operator/qdr-controller` (deploy/'s RBAC), with [`ROUTER_IMAGE`] as the default
-/// router image and `extra` arguments; its log is `<control plane dir>/<name>.log`.
+/// router image, [`LIVE_RECHECK`] and `extra` arguments; its log is
+/// `<control plane dir>/<name>.log`.
 ///
 /// # Errors
 /// [`Error::MissingBinary`] when the binary is not built; as
@@ -129,6 +137,7 @@ pub fn start_controller_on(
         // The real node is this 2-core machine, which runs dozens of routers at once in the
         // tests: they request a tenth of the default CPU (docs/sizing.md).
         &format!("--router-default-requests=cpu={TEST_ROUTER_CPU},memory=64Mi"),
+        &format!("--live-recheck={}s", LIVE_RECHECK.as_secs()),
     ]);
     cmd.args(extra);
     Process::spawn(name, cmd, &cp.dir().join(format!("{name}.log")))

@@ -336,6 +336,59 @@ pub struct Outcome {
     /// Connectors to delete that had a connection attempt in flight ([`Plan::busy`]): the
     /// visit wrote nothing, and the router is visited again soon.
     pub deferred: u32,
+    /// The whole read of its live entities that found them `hash`'s: this visit's, or, when
+    /// the visit did not read them ([`Checked::vouches`]), the earlier one it relied on.
+    /// `None` when they were not found so, or the router did not say how long it had been up.
+    pub checked: Option<Checked>,
+}
+
+/// Longest a visit relies on an earlier whole read of a router's live entities instead of
+/// reading them again (`--live-recheck`'s default): an entity changed by hand with
+/// `qdmanage` is put back within this, plus the visit that finds it (docs/live-configuration.md,
+/// "Changed by hand"). A restarted router or a changed configuration is read whole at once.
+pub const RECHECK: std::time::Duration = std::time::Duration::from_secs(300);
+
+/// Slack in telling two estimates of when a router process started apart: qdrouterd's
+/// `uptimeSeconds` (`router` entity, 1.19) is whole seconds, and each estimate is taken
+/// when the answer arrived, a few milliseconds after the router wrote it.
+const START_SLACK: std::time::Duration = std::time::Duration::from_secs(2);
+
+/// A whole read of one router's live entities that found them the desired configuration's
+/// (the [`Outcome::hash`] it is kept with), and which router process held them: when the
+/// process started (the read's time less the router's `uptimeSeconds`) and when it was read.
+///
+/// The entities a router holds change only by a write: the controller's own visits, a
+/// restart (which reads the mounted configuration), or someone's `qdmanage`. So a visit to
+/// the same process, for the same configuration, less than the recheck interval after such
+/// a read may take it as still true and skip the six queries of the entities
+/// ([`Checked::vouches`]), a third of a visit's exchanges; a write by hand is then found
+/// at the first visit after the interval.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Checked {
+    /// When the router process started, estimated as above.
+    pub started: std::time::Instant,
+    /// When the entities were read.
+    pub at: std::time::Instant,
+}
+
+impl Checked {
+    /// The check made at `at` of a router that had then been up `uptime` seconds; `None`
+    /// when that would start before this process's clock can say (a router up longer than
+    /// the controller's host, which `Instant` cannot go back to).
+    pub fn of(uptime: u64, at: std::time::Instant) -> Option<Checked> {
+        let started = at.checked_sub(std::time::Duration::from_secs(uptime))?;
+        Some(Checked { started, at })
+    }
+
+    /// Whether this check still stands at `now` for a router that says it has been up
+    /// `uptime` seconds: the same process (started within [`START_SLACK`] of the same
+    /// time: a restarted one started after the check), and the check less than `recheck`
+    /// old.
+    pub fn vouches(&self, uptime: u64, now: std::time::Instant, recheck: std::time::Duration) -> bool {
+        let Some(started) = now.checked_sub(std::time::Duration::from_secs(uptime)) else { return false };
+        let apart = if started > self.started { started - self.started } else { self.started - started };
+        apart <= START_SLACK && now.saturating_duration_since(self.at) < recheck
+    }
 }
 
 /// Whether held entity `h` is left alone by the live apply: a name in `start_up` (the
@@ -441,6 +494,28 @@ pub fn plan(desired: &[Desired], held: &[Held], keep: &dyn Fn(&Held) -> bool) ->
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// A check vouches for the same process (its start estimated within the slack, whole
+    /// seconds either way) while it is younger than the recheck; not for a router that
+    /// restarted since (up for less than the time since the check), nor once it is as old
+    /// as the recheck, nor ever with a recheck of zero.
+    #[test]
+    fn a_check_vouches_for_the_same_process_until_the_recheck() {
+        use std::time::{Duration, Instant};
+        let at = Instant::now();
+        let c = Checked::of(100, at).expect("a start this clock can say");
+        let later = |s: u64| at + Duration::from_secs(s);
+        assert!(c.vouches(100, at, RECHECK));
+        assert!(c.vouches(160, later(60), RECHECK), "the same process, a minute later");
+        assert!(c.vouches(159, later(60), RECHECK), "rounded down");
+        assert!(c.vouches(161, later(60), RECHECK), "rounded up");
+        assert!(!c.vouches(5, later(60), RECHECK), "restarted 55 s ago");
+        assert!(!c.vouches(57, later(60), RECHECK), "restarted 3 s after the check");
+        assert!(!c.vouches(400, later(300), RECHECK), "as old as the recheck");
+        assert!(c.vouches(399, later(299), RECHECK));
+        assert!(!c.vouches(100, at, Duration::ZERO), "a recheck of zero reads every time");
+        assert!(!c.vouches(u64::MAX, later(1), RECHECK), "an uptime no clock can say");
+    }
 
     fn text(s: &str) -> Attribute {
         Attribute::Text(s.into())

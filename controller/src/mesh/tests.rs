@@ -494,15 +494,24 @@ async fn observe_bounds_connections_times_out_and_reports_pods_without_an_ip() {
             ready: true,
             linking: None,
             live: None,
+            checked: None,
         })
         .collect();
-    targets.push(reader::Target { pod: "pending".into(), ip: None, ready: false, linking: None, live: None });
+    targets.push(reader::Target {
+        pod: "pending".into(),
+        ip: None,
+        ready: false,
+        linking: None,
+        live: None,
+        checked: None,
+    });
     targets.push(reader::Target {
         pod: "starting".into(),
         ip: Some("127.0.0.1".into()),
         ready: false,
         linking: None,
         live: None,
+        checked: None,
     });
     let pool = pool::Pool::new(2, 2);
     let timeout = std::time::Duration::from_millis(300);
@@ -515,6 +524,7 @@ async fn observe_bounds_connections_times_out_and_reports_pods_without_an_ip() {
         deadline: tokio::time::Instant::now() + std::time::Duration::from_secs(30),
         tls: None,
         fence: None,
+        recheck: super::live::RECHECK,
     };
     let seen = reader::observe(&targets, &plan).await;
     assert_eq!(seen.len(), 7);
@@ -539,6 +549,7 @@ async fn observe_reports_a_refused_connection_with_the_address() {
         ready: true,
         linking: None,
         live: None,
+        checked: None,
     }];
     let pool = pool::Pool::new(1, 1);
     let plan = reader::Plan {
@@ -549,6 +560,7 @@ async fn observe_reports_a_refused_connection_with_the_address() {
         deadline: tokio::time::Instant::now() + std::time::Duration::from_secs(5),
         tls: None,
         fence: None,
+        recheck: super::live::RECHECK,
     };
     let seen = reader::observe(&targets, &plan).await;
     let Observation::Unreachable(why) = &seen["r0"] else { panic!("{seen:?}") };

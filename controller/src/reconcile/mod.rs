@@ -126,9 +126,15 @@ impl Context {
     }
 
     /// This context with its routers' reader fencing its writes to the routers by `fence`
-    /// (the one the API client's writes pass), so a deposed leader writes to no router.
-    pub fn with_router_fence(mut self, fence: crate::fence::Fence) -> Self {
-        self.mesh = Arc::new(read::Reader::default().with_fence(fence));
+    /// (the one the API client's writes pass), so a deposed leader writes to no router, and
+    /// relying on a whole read of a router's live entities for `live_recheck`
+    /// ([`read::Reader::with_live_recheck`]).
+    pub fn with_router_reader(
+        mut self,
+        fence: crate::fence::Fence,
+        live_recheck: std::time::Duration,
+    ) -> Self {
+        self.mesh = Arc::new(read::Reader::default().with_fence(fence).with_live_recheck(live_recheck));
         self
     }
 

@@ -186,6 +186,8 @@ pub struct Reader {
     /// The leadership term's fence, which every write to a router passes
     /// ([`Plan::fence`]); `None`: not fenced (tests).
     fence: Option<crate::fence::Fence>,
+    /// How long a whole read of a router's live entities is relied on ([`Plan::recheck`]).
+    live_recheck: Duration,
 }
 
 impl Default for Reader {
@@ -332,7 +334,16 @@ impl Reader {
             routers: std::sync::atomic::AtomicUsize::new(0),
             wakes: Mutex::default(),
             fence: None,
+            live_recheck: crate::mesh::live::RECHECK,
         }
+    }
+
+    /// This reader relying on a whole read of a router's live entities for `recheck`
+    /// (`--live-recheck`; [`crate::mesh::live::RECHECK`] by default): an entity changed on
+    /// a router by hand is put back within that, plus the visit that finds it.
+    pub fn with_live_recheck(mut self, recheck: Duration) -> Self {
+        self.live_recheck = recheck;
+        self
     }
 
     /// This reader with its writes to the routers fenced by `fence`, the one the API
@@ -491,6 +502,16 @@ impl Reader {
             // Only routers of the current template take live writes: the others are being
             // replaced, and their configuration (their own ConfigMap) is another.
             let current = config.map(|c| o.router_config_name(&c.startup_hash));
+            // The last visit's whole read of a router's live entities, when it found the
+            // configuration this read gives it.
+            let checked = |pod: &str| match latest.as_ref().and_then(|l| l.get(pod)) {
+                Some(Observation::Answered(v)) => v
+                    .live
+                    .as_ref()
+                    .filter(|l| l.applied && live.as_ref().is_some_and(|w| w.hash == l.hash))
+                    .and_then(|l| l.checked),
+                _ => None,
+            };
             let targets: Vec<Target> = (routers.iter())
                 .map(|p| Target {
                     pod: p.name.clone(),
@@ -502,6 +523,7 @@ impl Reader {
                         unready: unready.clone(),
                     }),
                     live: live.clone().filter(|_| current.is_some() && p.config_map == current),
+                    checked: checked(&p.name),
                 })
                 .collect();
             let server_name = format!("{}.{}.svc", o.name(), o.namespace());
@@ -593,6 +615,7 @@ impl Reader {
             deadline: tokio::time::Instant::now() + self.slot_wait,
             tls: Some(&tls),
             fence: self.fence.as_ref(),
+            recheck: self.live_recheck,
         };
         let observations = observe(&targets, &plan).await;
         // What is kept of the answers: every router id once, a pod's shared with its name,
@@ -713,7 +736,7 @@ pub fn tried(before: Option<(String, u32)>, live: Option<String>, refused: bool)
 pub fn restored(before: &BTreeMap<String, Observation>, now: &BTreeMap<String, Observation>) -> Vec<String> {
     fn held(o: Option<&Observation>) -> Option<&crate::mesh::live::Outcome> {
         match o {
-            Some(Observation::Answered(v)) => v.live.as_ref(),
+            Some(Observation::Answered(v)) => v.live.as_deref(),
             _ => None,
         }
     }

@@ -655,14 +655,15 @@ mod mesh {
     /// A router of [`router`] that answered what the visit did to its live entities.
     fn wrote(id: &str, peers: &[&str], hash: &str, applied: bool, refused: Option<&str>) -> Observation {
         let Observation::Answered(mut v) = router(id, peers) else { unreachable!() };
-        v.live = Some(crate::mesh::live::Outcome {
+        v.live = Some(Box::new(crate::mesh::live::Outcome {
             hash: hash.into(),
             applied,
             created: 1,
             deleted: 0,
             refused: refused.map(String::from),
             deferred: 0,
-        });
+            checked: None,
+        }));
         Observation::Answered(v)
     }
 
@@ -792,14 +793,15 @@ mod mesh {
         use crate::reconcile::read::restored;
         let at = |pod: &str, hash: &str, applied: bool, created: usize| {
             let Observation::Answered(mut v) = router(pod, &[]) else { unreachable!() };
-            v.live = Some(crate::mesh::live::Outcome {
+            v.live = Some(Box::new(crate::mesh::live::Outcome {
                 hash: hash.into(),
                 applied,
                 created,
                 deleted: 0,
                 refused: None,
                 deferred: 0,
-            });
+                checked: None,
+            }));
             (pod.to_string(), Observation::Answered(v))
         };
         let before: BTreeMap<String, Observation> =

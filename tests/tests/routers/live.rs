@@ -192,8 +192,9 @@ async fn live_changes_keep_every_router_and_every_client_connection() {
         .collect();
     assert!(prefixes.iter().all(|p| p == &["closest".to_string()]), "addresses left: {prefixes:?}");
 
-    // By hand: an address deleted with qdmanage is put back at the next visit (at the
-    // latest the resync of a connected mesh).
+    // By hand: an address deleted with qdmanage is put back at the first visit that reads
+    // the router's entities whole (at the latest a resync after the controller's
+    // `--live-recheck`).
     let closest = |pod: &str| {
         let all = qdmanage(cp, &ns.name, pod, &["query", "--type=address"]).unwrap_or_default();
         all.as_array()
@@ -223,11 +224,13 @@ async fn live_changes_keep_every_router_and_every_client_connection() {
     // change while it settles) and have put it back already: the Event below says it did.
     let gone = closest(&pods[0].0).is_none();
     let t = Instant::now();
-    // The controller's resync of a connected mesh (`MESH_RESYNC`, controller/src/reconcile/read.rs).
+    // The controller's resync of a connected mesh (`MESH_RESYNC`, controller/src/reconcile/read.rs):
+    // the first read at least LIVE_RECHECK after the last whole read of the router's
+    // entities reads them again, which comes at most a resync after the recheck is over.
     let resync = Duration::from_secs(60);
     qdr_tests::eventually(
         "the address deleted by hand put back",
-        resync + Duration::from_secs(30),
+        qdr_tests::routers::LIVE_RECHECK + resync + Duration::from_secs(30),
         || async { (closest(&pods[0].0).as_deref() == Some(name.as_str())).then_some(()) },
     )
     .await;

@@ -144,6 +144,7 @@ async fn observe(pods: &[(String, String)]) -> std::collections::BTreeMap<String
             ready: true,
             linking: None,
             live: None,
+            checked: None,
         })
         .collect();
     let pool = mesh::pool::Pool::new(2, 2);
@@ -155,6 +156,7 @@ async fn observe(pods: &[(String, String)]) -> std::collections::BTreeMap<String
         deadline: tokio::time::Instant::now() + Duration::from_secs(60),
         tls: None,
         fence: None,
+        recheck: mesh::live::RECHECK,
     };
     mesh::reader::observe(&targets, &plan).await
 }
