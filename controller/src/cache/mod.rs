@@ -13,8 +13,8 @@
 //! | Pod | label `interconnect_cr` | metadata and status (routers' readiness and scheduling) |
 //! | ReplicaSet | label `interconnect_cr`, metadata only | name, uid, the labels lookups select by, controller owner reference: a pod is a router only through its own workload's uids ([`crate::reconcile::observe::Workloads`]); one appearing or going wakes its Interconnect |
 //! | ServiceAccount, Role, RoleBinding, Service, ConfigMap, Ingress, PodDisruptionBudget, NetworkPolicy | labelled ours, metadata only | name, the labels lookups select by, controller owner reference, `resourceVersion`, `generation`, `deletionTimestamp` ([`meta_store`]) |
-//! | PodDisruptionBudget | all | name, labels, owner references and selector ([`slim::slim_budget`]): an admin's that selects an Interconnect's routers makes the controller make none, and one appearing, changing or going wakes the Interconnects of its namespace |
-//! | NetworkPolicy | all | name, labels, owner references, pod selector, policy types and whether it has an ingress rule ([`slim::slim_policy`]): an admin's that selects an Interconnect's routers and admits something makes the controller make none, and one appearing, changing or going wakes the Interconnects of its namespace |
+//! | PodDisruptionBudget | all but the Interconnects' own (`watch::interconnect_child`) | name, labels, owner references and selector ([`slim::slim_budget`]): an admin's that selects an Interconnect's routers makes the controller make none, and one appearing, changing or going wakes the Interconnects of its namespace |
+//! | NetworkPolicy | all but the Interconnects' own | name, labels, owner references, pod selector, policy types and whether it has an ingress rule ([`slim::slim_policy`]): an admin's that selects an Interconnect's routers and admits something makes the controller make none, and one appearing, changing or going wakes the Interconnects of its namespace |
 //!
 //! No store keeps `managedFields`; only the Interconnects keep annotations (and the Secrets
 //! their CA rotation-step annotation: replacing a generated Secret reads it first, to keep

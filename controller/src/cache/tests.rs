@@ -352,3 +352,30 @@ fn a_slim_pod_keeps_only_the_config_maps_it_mounts() {
     slim_pod(&mut bare);
     assert!(bare.spec.is_none(), "nothing mounted: no spec kept");
 }
+
+/// The stores of every budget and policy leave out an Interconnect's own: labelled ours
+/// and controlled by an Interconnect, both; an object with only one of the two (an admin's
+/// copy of our label, an admin's object another controller owns, an Interconnect's that
+/// is not its controller) is kept.
+#[test]
+fn only_an_interconnects_own_children_are_left_out_of_the_admin_stores() {
+    use super::watch::interconnect_child;
+    let of = |labelled: bool, kind: &str, api_version: &str, controller: bool| -> ObjectMeta {
+        let labels = if labelled {
+            json!({crate::labels::MANAGED_BY_KEY: crate::labels::MANAGED_BY})
+        } else {
+            json!({"team": "ops"})
+        };
+        serde_json::from_value(json!({"name": "mesh", "namespace": "ns", "labels": labels,
+            "ownerReferences": [{"apiVersion": api_version, "kind": kind, "name": "mesh", "uid": "u",
+                                 "controller": controller}]}))
+        .unwrap()
+    };
+    let ic = "interconnectedcloud.github.io/v1alpha1";
+    assert!(interconnect_child(&of(true, "Interconnect", ic, true)));
+    assert!(!interconnect_child(&of(false, "Interconnect", ic, true)), "not labelled ours");
+    assert!(!interconnect_child(&of(true, "Interconnect", ic, false)), "owned, not controlled");
+    assert!(!interconnect_child(&of(true, "Deployment", "apps/v1", true)), "controlled by another kind");
+    assert!(!interconnect_child(&of(true, "Interconnect", "example.com/v1", true)), "another group's kind");
+    assert!(!interconnect_child(&ObjectMeta::default()), "nothing at all");
+}

@@ -46,12 +46,13 @@ use crate::validated::ValidatedInterconnect;
 /// (see [`resync`]).
 pub const MESH_RESYNC: Duration = Duration::from_secs(60);
 /// Routers asked per second at rest across the controller, at most: with more than
-/// `MESH_READ_RATE × MESH_RESYNC` routers (1,200) the resync of a connected mesh stretches
-/// so that all of them are asked once per `routers ÷ MESH_READ_RATE` seconds (5 minutes at
-/// 6,000 routers). One router asked costs the controller about 5 ms of CPU, the pass it
-/// leads to included (measured at 2,000 Interconnects, docs/mesh-status.md), so reads at
-/// rest stay near 0.1 core at any scale.
-pub const MESH_READ_RATE: u32 = 20;
+/// `MESH_READ_RATE × MESH_RESYNC` routers (2,100) the resync of a connected mesh stretches
+/// so that all of them are asked once per `routers ÷ MESH_READ_RATE` seconds (171 s at
+/// 6,000 routers). One router asked costs the controller 2.5–3.1 ms of CPU, the pass it
+/// leads to included: 3.1 when its live entities are read whole, less when an earlier read
+/// vouches for them (`--live-recheck`; measured at 2,000 Interconnects, docs/mesh-status.md),
+/// so reads at rest stay near 0.1 core at any scale.
+pub const MESH_READ_RATE: u32 = 35;
 /// First wait before reading again a mesh that was not connected; doubles with each read
 /// that finds it still so, up to [`MESH_RESYNC`].
 pub const MESH_RECHECK: Duration = Duration::from_secs(2);
@@ -198,10 +199,13 @@ impl Default for Reader {
 
 /// The wait between reads of a connected mesh when the controller reads `routers` routers
 /// in all: [`MESH_RESYNC`], or the time [`MESH_READ_RATE`] takes to ask them all when that
-/// is longer.
+/// is longer (rounded up to the nanosecond, so the rate is never passed).
 pub fn resync(routers: usize) -> Duration {
-    let all = Duration::from_secs(u64::try_from(routers).unwrap_or(u64::MAX)) / MESH_READ_RATE;
-    all.max(MESH_RESYNC)
+    let nanos = u128::try_from(routers)
+        .unwrap_or(u128::MAX)
+        .saturating_mul(1_000_000_000)
+        .div_ceil(u128::from(MESH_READ_RATE));
+    Duration::from_nanos(u64::try_from(nanos).unwrap_or(u64::MAX)).max(MESH_RESYNC)
 }
 
 /// The connector names a visit never deletes from a router of `o`: the configuration's own

@@ -1131,8 +1131,10 @@ mod mesh {
         let knee = usize::try_from(MESH_READ_RATE).unwrap() * usize::try_from(MESH_RESYNC.as_secs()).unwrap();
         assert_eq!(resync(knee), MESH_RESYNC);
         assert!(resync(knee + 100) > MESH_RESYNC);
-        // 2,000 Interconnects of 3 routers: each asked every 5 minutes, 20 a second in all.
-        assert_eq!(resync(6000), Duration::from_secs(300));
+        // 2,000 Interconnects of 3 routers: each asked every 171 s, 35 a second in all; within
+        // the recheck of a whole read of live entities, so every other visit skips them.
+        assert_eq!(resync(6000), Duration::from_nanos(171_428_571_429));
+        assert!(resync(6000) < crate::mesh::live::RECHECK);
         let rate = 6000.0 / resync(6000).as_secs_f64();
         assert!(rate <= f64::from(MESH_READ_RATE), "{rate}");
         assert!(MESH_RECHECK >= Duration::from_secs(1));
