@@ -136,13 +136,7 @@ fn unix_now() -> u64 {
 /// made; a later start stands in for a restarted router.
 pub fn started_at(mut a: Answers, unix_seconds: u64) -> Answers {
     if let Some(router) = a.get_mut("router") {
-        let at =
-            router["attributeNames"].as_array().and_then(|n| n.iter().position(|n| n == "uptimeSeconds"));
-        if let (Some(at), Some(rows)) = (at, router["results"].as_array_mut()) {
-            for row in rows {
-                row[at] = Json::from(unix_seconds);
-            }
-        }
+        each_uptime(router, |_| Some(Json::from(unix_seconds)));
     }
     a
 }
@@ -150,17 +144,24 @@ pub fn started_at(mut a: Answers, unix_seconds: u64) -> Answers {
 /// `router`'s answer with each row's `uptimeSeconds`, kept as the process's start (Unix
 /// seconds: [`started_at`]), turned into the seconds it has been up now.
 fn with_uptime(mut router: Json) -> Json {
+    let now = unix_now();
+    each_uptime(&mut router, |v| v.as_u64().map(|started| Json::from(now.saturating_sub(started))));
+    router
+}
+
+/// Replaces each row's `uptimeSeconds` of a `router` answer with what `f` makes of it,
+/// when it makes something.
+fn each_uptime(router: &mut Json, f: impl Fn(&Json) -> Option<Json>) {
     let at = router["attributeNames"].as_array().and_then(|n| n.iter().position(|n| n == "uptimeSeconds"));
     if let (Some(at), Some(rows)) = (at, router["results"].as_array_mut()) {
-        let now = unix_now();
         for row in rows {
-            if let Some(started) = row[at].as_u64() {
-                row[at] = Json::from(now.saturating_sub(started));
+            if let Some(v) = f(&row[at]) {
+                row[at] = v;
             }
         }
     }
-    router
 }
+
 static CONNECTIONS: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
 
 /// Every write the honest peers of router `router` received, in order.

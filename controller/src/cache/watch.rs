@@ -208,16 +208,18 @@ fn store_all<K: Watchable>(
 /// Interconnect's budget and policy select its own routers only. At 2,000 Interconnects they
 /// were 4,000 of the two stores' entries, each scanned by every pass.
 pub(crate) fn interconnect_child(meta: &k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta) -> bool {
-    let labelled = (meta.labels.as_ref())
-        .and_then(|l| l.get(labels::MANAGED_BY_KEY))
-        .is_some_and(|v| v == labels::MANAGED_BY);
     let group = <qdr_api::Interconnect as kube::Resource>::group(&());
-    labelled
+    labelled_ours(meta.labels.as_ref())
         && meta.owner_references.iter().flatten().any(|r| {
             r.controller == Some(true)
                 && r.kind == <qdr_api::Interconnect as kube::Resource>::kind(&())
                 && r.api_version.split('/').next() == Some(&*group)
         })
+}
+
+/// Whether `labels` carry the operator's managed-by label ([`labels::MANAGED_BY_KEY`]).
+fn labelled_ours(labels: Option<&std::collections::BTreeMap<String, String>>) -> bool {
+    labels.and_then(|l| l.get(labels::MANAGED_BY_KEY)).is_some_and(|v| v == labels::MANAGED_BY)
 }
 
 /// A store of every object of kind `K` in namespace `ns` (empty: all) but the Interconnects'
@@ -254,10 +256,7 @@ fn store_others<K: Watchable>(
         })
         .reflect(writer)
         .touched_objects()
-        .try_filter(|o: &K| {
-            let ours = o.labels().get(labels::MANAGED_BY_KEY).is_some_and(|v| v == labels::MANAGED_BY);
-            futures::future::ready(!ours)
-        });
+        .try_filter(|o: &K| futures::future::ready(!labelled_ours(o.meta().labels.as_ref())));
     (store, events)
 }
 
