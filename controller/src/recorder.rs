@@ -127,15 +127,22 @@ impl Recorder {
 
     /// Publishes `ev` on `regarding`: a new Event, or the next count of the series of an
     /// identical one published less than [`SERIES_TTL`] ago. Its note is cut to
-    /// [`MAX_NOTE`] bytes ([`fitted_note`]). A failed write is retried in
-    /// the background after each of [`RETRY_DELAYS`] (a notice such as a CA rotation step
-    /// must not be lost to one refused request); a failed create never leaves a series
-    /// behind, and a series whose Event is gone (`404` on its patch) starts a new Event.
+    /// [`MAX_NOTE`] bytes ([`fitted_note`]).
+    ///
+    /// A failed write is retried in the background after each of [`RETRY_DELAYS`] (a notice
+    /// such as a CA rotation step must not be lost to one refused request), as the **same**
+    /// write: a create keeps its Event's name, so when the API server stored the first
+    /// attempt and only failed to answer it (a `504` after its request timeout; the write
+    /// completes as "post-timeout activity") the retry meets `409 AlreadyExists` and is
+    /// done, and one occurrence is never two Events. A create that fails every attempt
+    /// leaves no series behind, and a series whose Event is gone (`404` on its patch) starts
+    /// a new Event.
     ///
     /// # Errors
     /// The API server's refusal of the first attempt (later attempts are logged).
     pub async fn publish(&self, ev: &Event, regarding: &ObjectReference) -> Result<(), kube::Error> {
-        let first = self.publish_once(ev, regarding).await;
+        let write = self.plan(ev, regarding, Instant::now());
+        let first = self.send(&write, ev, regarding, false).await;
         if first.is_err() {
             let (this, regarding) = (self.clone(), regarding.clone());
             // kube's Event is not Clone.
@@ -149,10 +156,13 @@ impl Recorder {
             tokio::spawn(async move {
                 for delay in RETRY_DELAYS {
                     tokio::time::sleep(delay).await;
-                    match this.publish_once(&ev, &regarding).await {
+                    match this.send(&write, &ev, &regarding, true).await {
                         Ok(()) => return,
                         Err(e) => tracing::debug!(error = %e, reason = %ev.reason, "retrying an Event"),
                     }
+                }
+                if let Write::Create(name) = &write {
+                    this.drop_series(name);
                 }
                 tracing::warn!(reason = %ev.reason, note = ?ev.note, "an Event could not be published: dropped");
             });
@@ -160,12 +170,19 @@ impl Recorder {
         first
     }
 
-    /// One attempt of [`Recorder::publish`].
-    async fn publish_once(&self, ev: &Event, regarding: &ObjectReference) -> Result<(), kube::Error> {
+    /// One attempt of `write`, planned for `ev` on `regarding`; `again` when an earlier
+    /// attempt of it failed (its create may have been stored all the same).
+    async fn send(
+        &self,
+        write: &Write,
+        ev: &Event,
+        regarding: &ObjectReference,
+        again: bool,
+    ) -> Result<(), kube::Error> {
         let ns = regarding.namespace.clone().unwrap_or_else(|| "default".into());
         let api: Api<K8sEvent> = Api::namespaced(self.client.clone(), &ns);
         let now = MicroTime(k8s_openapi::jiff::Timestamp::now());
-        match self.plan(ev, regarding, Instant::now()) {
+        match write {
             Write::Create(name) => {
                 let event = K8sEvent {
                     metadata: ObjectMeta {
@@ -184,21 +201,24 @@ impl Recorder {
                     reporting_instance: Some(self.instance.clone()),
                     ..Default::default()
                 };
-                let created = api.create(&PostParams::default(), &event).await.map(drop);
-                if created.is_err() {
-                    self.drop_series(&name);
+                match api.create(&PostParams::default(), &event).await {
+                    Ok(_) => Ok(()),
+                    // The name is this recorder's own (object name and a nanosecond stamp):
+                    // taken means the earlier attempt was stored.
+                    Err(kube::Error::Api(e)) if again && e.code == 409 => Ok(()),
+                    Err(e) => Err(e),
                 }
-                created
             }
             Write::Continue { name, count } => {
-                let series = EventSeries { count, last_observed_time: now };
+                let series = EventSeries { count: *count, last_observed_time: now };
                 let patch = serde_json::json!({ "series": series });
-                match api.patch(&name, &PatchParams::default(), &Patch::Merge(patch)).await {
+                match api.patch(name, &PatchParams::default(), &Patch::Merge(patch)).await {
                     Ok(_) => Ok(()),
                     Err(kube::Error::Api(e)) if e.code == 404 => {
                         // Deleted (or expired by its TTL) meanwhile: a new Event.
-                        self.drop_series(&name);
-                        Box::pin(self.publish_once(ev, regarding)).await
+                        self.drop_series(name);
+                        let write = self.plan(ev, regarding, Instant::now());
+                        Box::pin(self.send(&write, ev, regarding, false)).await
                     }
                     Err(e) => Err(e),
                 }
@@ -235,6 +255,81 @@ mod tests {
         // A client that is never called: `plan` is pure.
         let config = kube::Config::new("http://127.0.0.1:9".parse().unwrap());
         Recorder::new(kube::Client::try_from(config).unwrap(), "qdr-operator", "pod-0")
+    }
+
+    /// A stand-in API server for Events: every create is stored, and the first one is
+    /// answered 504 all the same (the API server's own timeout, after which the handler
+    /// finishes the write: "post-timeout activity"); a create of a stored name is answered
+    /// 409. Returns the client and the names of the creates it received, in order.
+    fn timing_out_api() -> (kube::Client, std::sync::Arc<Mutex<Vec<String>>>) {
+        use http_body_util::BodyExt;
+        let creates = std::sync::Arc::new(Mutex::new(Vec::<String>::new()));
+        let seen = creates.clone();
+        let service = tower::service_fn(move |req: http::Request<kube::client::Body>| {
+            let seen = seen.clone();
+            async move {
+                let post = req.method() == http::Method::POST;
+                let body = req.into_body().collect().await.unwrap().to_bytes();
+                let event: serde_json::Value = serde_json::from_slice(&body).unwrap_or_default();
+                let name = event["metadata"]["name"].as_str().unwrap_or_default().to_string();
+                let status = |code: u16, reason: &str| {
+                    let status = serde_json::json!({"kind": "Status", "apiVersion": "v1", "metadata": {},
+                        "status": "Failure", "message": reason, "reason": reason, "code": code});
+                    http::Response::builder()
+                        .status(code)
+                        .header("content-type", "application/json")
+                        .body(kube::client::Body::from(status.to_string().into_bytes()))
+                        .unwrap()
+                };
+                let mut creates = seen.lock().unwrap();
+                let response = if !post {
+                    status(405, "MethodNotAllowed")
+                } else if creates.contains(&name) {
+                    creates.push(name);
+                    status(409, "AlreadyExists")
+                } else {
+                    creates.push(name);
+                    if creates.len() == 1 {
+                        status(504, "Timeout")
+                    } else {
+                        http::Response::builder()
+                            .status(201)
+                            .header("content-type", "application/json")
+                            .body(kube::client::Body::from(body.to_vec()))
+                            .unwrap()
+                    }
+                };
+                Ok::<_, std::convert::Infallible>(response)
+            }
+        });
+        (kube::Client::new(service, "default"), creates)
+    }
+
+    /// A create the API server timed out on but stored is not stored twice: its retry has
+    /// the same name, and the 409 it meets means the first attempt was stored (before, the
+    /// retry made a second Event of another name: two Warnings for one occurrence).
+    #[tokio::test(start_paused = true)]
+    async fn a_create_that_timed_out_but_was_stored_is_not_published_twice() {
+        let (client, creates) = timing_out_api();
+        let r = Recorder::new(client, "qdr-operator", "pod-0");
+        let mesh = ObjectReference {
+            name: Some("mesh".into()),
+            namespace: Some("ns".into()),
+            uid: Some("u1".into()),
+            ..Default::default()
+        };
+        let first = r.publish(&event("MissingSecret", "Secret my-tls does not exist"), &mesh).await;
+        assert!(first.is_err_and(|e| e.to_string().contains("Timeout")));
+        // Past every retry.
+        tokio::time::sleep(RETRY_DELAYS.iter().sum::<Duration>() + Duration::from_secs(1)).await;
+        let creates = creates.lock().unwrap().clone();
+        assert_eq!(creates.len(), 2, "the create and one retry: {creates:?}");
+        assert_eq!(creates[0], creates[1], "the retry creates the same Event: {creates:?}");
+        // The occurrence is remembered: the next identical note continues its series.
+        assert!(matches!(
+            r.plan(&event("MissingSecret", "Secret my-tls does not exist"), &mesh, Instant::now()),
+            Write::Continue { count: 2, .. }
+        ));
     }
 
     #[test]

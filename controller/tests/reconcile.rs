@@ -295,6 +295,13 @@ async fn scaling_image_and_listener_changes_reach_the_children() {
         (events(&ns, "ConfigChanged").await > 0).then_some(())
     })
     .await;
+    // A create the API server failed to answer is retried (`recorder::RETRY_DELAYS`, about
+    // half a minute): wait for both, then count.
+    let retries = qdr_controller::recorder::RETRY_DELAYS.iter().sum::<Duration>();
+    eventually("two Scaled events", retries + Duration::from_secs(15), || async {
+        (events(&ns, "Scaled").await >= 2).then_some(())
+    })
+    .await;
     assert_eq!(events(&ns, "Scaled").await, 2, "one event per scaling, not per pass");
     assert_eq!(events(&ns, "ConfigChanged").await, 1, "one event per config rollout");
     // The console listener is no longer there: its Ingress is pruned.

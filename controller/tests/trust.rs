@@ -217,6 +217,46 @@ async fn a_secret_change_is_announced_when_a_later_write_fails() {
     assert_eq!(notes(&ns, "PasswordsChanged").await.len(), 1, "announced once");
 }
 
+/// A change made to the routers is announced even when a later write of the same pass fails:
+/// the routers' Deployment is scaled while their Service cannot be written (an admission
+/// policy refuses it, as a timed-out request would fail it), and `Scaled` is published
+/// anyway; the next pass, which finds the Deployment already scaled, would never say it.
+#[tokio::test]
+async fn a_scaling_is_announced_when_a_later_write_fails() {
+    use k8s_openapi::api::core::v1::Service;
+    use kube::api::{Patch, PatchParams};
+    let cp = start().await;
+    let ns = cp.namespace("scaled").await;
+    create_interconnect(&ns, "mesh", json!({"deploymentPlan": {"size": 1}})).await;
+    condition_with_reason(&ns, "mesh", "Ready", "RoutersReady").await;
+    let services: Api<Service> = ns.api();
+    let policy = format!("{}-no-services", ns.name);
+    let probe = || async {
+        let patch = json!({"metadata": {"annotations": {"probe": "x"}}});
+        let params = PatchParams { dry_run: true, ..Default::default() };
+        let refused = services.patch("mesh", &params, &Patch::Merge(patch)).await;
+        refused.is_err_and(|e| e.to_string().contains("refused by the test"))
+    };
+    block(cp, &policy, &ns.name, ("", "services", &["UPDATE"]), probe).await;
+    let ics = common::interconnects(&ns.client, &ns.name);
+    let size = json!({"spec": {"deploymentPlan": {"size": 2}}});
+    ics.patch("mesh", &PatchParams::default(), &Patch::Merge(size)).await.unwrap();
+    let failed = condition_with_reason(&ns, "mesh", "Degraded", "ReconcileFailed").await;
+    assert!(failed["message"].as_str().unwrap().contains("refused by the test"), "{failed}");
+    let note = eventually("a Scaled Event", Duration::from_secs(30), || async {
+        notes(&ns, "Scaled").await.into_iter().next()
+    })
+    .await;
+    assert_eq!(note, "routers scaled from 1 to 2");
+    unblock(cp, &policy);
+    eventually("Degraded cleared", Duration::from_secs(60), || async {
+        let c = condition_with_reason(&ns, "mesh", "Degraded", "ReconcileSucceeded").await;
+        (c["status"] == "False").then_some(())
+    })
+    .await;
+    assert_eq!(events(&ns, "Scaled").await, 1, "announced once");
+}
+
 /// The Event recorder loses no notice: a create the API server refuses is retried (here
 /// until an admission policy that refuses Events is removed); an Event deleted under its
 /// series is created again instead of patched; a note of more than 1,024 bytes is cut on a

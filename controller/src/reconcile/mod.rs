@@ -312,7 +312,8 @@ pub(crate) async fn reconcile(ic: Arc<Interconnect>, ctx: Arc<Context>) -> Resul
     // Failures (and stale passes) in a row before this one.
     let in_a_row = ctx.failures.lock().unwrap_or_else(|e| e.into_inner()).get(&key).copied().unwrap_or(0);
     let mut stale = false;
-    // The notices of Secrets this pass changed, should a later write fail.
+    // The notices of what this pass changed (Secrets, the workload), should a later write
+    // fail.
     let mut notices = Vec::new();
     let pass = match stages(&ic, &ctx, &mut notices).await {
         Err(Error::Apply(e)) if e.is_stale() => {
@@ -336,10 +337,11 @@ pub(crate) async fn reconcile(ic: Arc<Interconnect>, ctx: Arc<Context>) -> Resul
         Some(s) => ctx.write_status(&ic, s.clone()).await,
         None => Ok(()),
     };
-    // Secrets that changed are announced whatever happens to the rest of the pass: the next
-    // pass sees them changed already and would never say so (a CA rotation step, new
-    // passwords: the only notice clients outside the Interconnect get).
-    let notices = notices.into_iter().map(events::Change::Credential);
+    // Secrets and a workload that changed are announced whatever happens to the rest of the
+    // pass: the next pass sees them changed already and would never say so (a CA rotation
+    // step, new passwords: the only notice clients outside the Interconnect get; a scaling,
+    // a rollout).
+    let notices = notices.into_iter();
     let result = match (pass, written) {
         (Err(e), Err(w)) => {
             tracing::debug!(error = %w, "could not record Degraded");
@@ -396,12 +398,9 @@ pub(crate) async fn reconcile(ic: Arc<Interconnect>, ctx: Arc<Context>) -> Resul
 /// [`reconcile`]'s, from the [`Pass`] this returns).
 ///
 /// When applying fails, `notices` receives the credential changes whose Secrets were
-/// written before the failure.
-async fn stages(
-    ic: &Interconnect,
-    ctx: &Context,
-    notices: &mut Vec<crate::credentials::CredentialChange>,
-) -> Result<Pass, Error> {
+/// written before the failure, and the workload's changes ([`events::planned`]: a scaling,
+/// a configuration or credentials rollout) when the workload was.
+async fn stages(ic: &Interconnect, ctx: &Context, notices: &mut Vec<events::Change>) -> Result<Pass, Error> {
     if ic.metadata.deletion_timestamp.is_some() {
         return Ok(Pass::Wait(Action::await_change())); // garbage collection removes the children
     }
@@ -467,13 +466,17 @@ async fn stages(
         })
         .flatten();
     let generation = status::generation(ic);
-    let mut written = std::collections::BTreeSet::new();
+    let mut progress = apply::Progress::default();
     let applied =
-        apply::apply_or_reuse(&ctx.client, cache, &valid, &observed, children, generation, &mut written)
+        apply::apply_or_reuse(&ctx.client, cache, &valid, &observed, children, generation, &mut progress)
             .await;
     if applied.is_err() {
-        let changed = report.credentials.changes.iter().filter(|c| written.contains(c.secret()));
-        notices.extend(changed.cloned());
+        let changed = report.credentials.changes.iter().filter(|c| progress.secrets.contains(c.secret()));
+        notices.extend(changed.cloned().map(events::Change::Credential));
+        if progress.workload {
+            let made = events::planned(&observed, &report).into_iter();
+            notices.extend(made.filter(|c| !matches!(c, events::Change::Credential(_))));
+        }
     }
     let applied = applied?;
     // The live entities are written with the links, whether or not the mesh is observed;

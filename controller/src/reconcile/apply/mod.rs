@@ -136,6 +136,17 @@ fn unchanged(cache: &Cache, o: &ValidatedInterconnect, children: &Children) -> O
     })
 }
 
+/// What a pass wrote before it ended, whether or not it ended in an error
+/// ([`apply_or_reuse`]).
+#[derive(Debug, Default)]
+pub(crate) struct Progress {
+    /// The names of the Secrets created or replaced.
+    pub(crate) secrets: BTreeSet<String>,
+    /// The workload was applied (not held): a scaling, a new configuration or new
+    /// credentials reached the routers' Deployment or DaemonSet.
+    pub(crate) workload: bool,
+}
+
 /// [`apply`], or, when every write would be a no-op, only what it would report.
 ///
 /// The applies are skipped when the generation was reconciled before, the workload needs
@@ -148,9 +159,10 @@ fn unchanged(cache: &Cache, o: &ValidatedInterconnect, children: &Children) -> O
 /// # Errors
 /// As [`apply`].
 ///
-/// `secrets_written` collects the names of the Secrets created or replaced, also when a later
-/// write fails: the notices of those changes (a CA rotation step, new passwords) must reach
-/// their users whatever happens to the rest of the pass.
+/// `progress` records what was written (the Secrets created or replaced, the workload), also
+/// when a later write fails: the notices of those changes (a CA rotation step, new
+/// passwords, a scaling, a configuration rollout) must reach their users whatever happens to
+/// the rest of the pass, since the next pass finds them made.
 pub(crate) async fn apply_or_reuse(
     client: &kube::Client,
     cache: &Cache,
@@ -158,7 +170,7 @@ pub(crate) async fn apply_or_reuse(
     observed: &Observed,
     children: Children,
     generation: Generation,
-    secrets_written: &mut BTreeSet<String>,
+    progress: &mut Progress,
 ) -> Result<Applied, Error> {
     let key = o.namespaced_name();
     let fingerprint = fingerprint(&children);
@@ -176,7 +188,7 @@ pub(crate) async fn apply_or_reuse(
         Some(applied) => applied,
         None => {
             let mut applied =
-                apply(client, cache, o, children, &observed.workload, generation, secrets_written).await?;
+                apply(client, cache, o, children, &observed.workload, generation, progress).await?;
             if !applied.conflicts.is_empty() {
                 return Ok(applied);
             }
@@ -241,7 +253,7 @@ async fn apply(
     children: Children,
     workload: &Ownership<WorkloadState>,
     generation: Generation,
-    secrets_written: &mut BTreeSet<String>,
+    progress: &mut Progress,
 ) -> Result<Applied, Error> {
     let Found { mut conflicts, adoptions, unread } = look_up(client, cache, o, &children, workload).await?;
     if !conflicts.is_empty() {
@@ -308,11 +320,11 @@ async fn apply(
         let created = create_if_missing(client, cache, ns, s).await?;
         w.created.push((ApiResource::erase::<Secret>(&()), s.name_any(), created.metadata.uid.clone()));
         cache.written_secrets.record(created);
-        secrets_written.insert(s.name_any());
+        progress.secrets.insert(s.name_any());
     }
     for s in &update {
         cache.written_secrets.record(replace_secret(client, cache, ns, s).await?);
-        secrets_written.insert(s.name_any());
+        progress.secrets.insert(s.name_any());
     }
     // Before the workload: a router that mounts it for the first time finds the files.
     if let Some(s) = &links_secret {
@@ -326,6 +338,7 @@ async fn apply(
         put!(w.put(policy, false));
     }
     let workload = put!(write_workload(&mut w, workload, held));
+    progress.workload = !held;
     if let Some(pdb) = &disruption_budget {
         keep.disruption_budgets.insert(pdb.name_any());
         put!(w.put(pdb, false));
