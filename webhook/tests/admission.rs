@@ -322,6 +322,18 @@ fn add_operations_compare_decoded_names_in_any_order() {
     assert!(add_operations(&after, &after).is_empty(), "equal texts add nothing");
 }
 
+/// Of duplicate names the last one written counts, as in `serde_json::Map` (which the API
+/// server's decoding of the object agrees with: the last wins), on either side.
+#[test]
+fn add_operations_take_the_last_of_duplicate_names() {
+    let before = RawValue::from_string(r#"{"a":{"x":1},"b":1,"a":{"y":1}}"#.into()).unwrap();
+    let after =
+        RawValue::from_string(r#"{"a":{"y":1,"z":2},"c":{"k":1},"c":{"k":2},"a":{"x":1,"y":1}}"#.into())
+            .unwrap();
+    let text = String::from_utf8(add_operations(&before, &after)).unwrap();
+    assert_eq!(text, r#"[{"op":"add","path":"/a/x","value":1},{"op":"add","path":"/c","value":{"k":2}}]"#);
+}
+
 proptest! {
     #![proptest_config(ProptestConfig { cases: 1024, failure_persistence: None, ..ProptestConfig::default() })]
 

@@ -18,7 +18,8 @@ pub(super) fn defaulted(mut ic: Interconnect) -> Interconnect {
 /// defaults never remove or change what the user wrote, even where the typed round trip
 /// would (unknown fields, number formats, explicit nulls). Empty when there is nothing to add.
 pub(super) fn defaulting_patch(spec: Option<&RawValue>, after: &RawValue) -> Vec<u8> {
-    let mut out = Vec::new();
+    // Room for most of `after` added, with the operations' own text: no regrowth.
+    let mut out = Vec::with_capacity(after.get().len() + 512);
     match spec {
         Some(before) => adds(before, after, &mut String::from("/spec"), &mut out),
         None => add(&mut out, "/spec", after),
@@ -51,7 +52,14 @@ fn finish(mut out: Vec<u8>) -> Vec<u8> {
 /// Writes `,{"op":"add","path":pointer,"value":value}`.
 fn add(out: &mut Vec<u8>, pointer: &str, value: &RawValue) {
     out.extend_from_slice(br#",{"op":"add","path":"#);
-    serde_json::to_writer(&mut *out, pointer).expect("a string serializes");
+    if pointer.bytes().any(|b| b == b'"' || b == b'\\' || b < 0x20) {
+        serde_json::to_writer(&mut *out, pointer).expect("a string serializes");
+    } else {
+        // Nothing to escape (the usual field names): written as it is.
+        out.push(b'"');
+        out.extend_from_slice(pointer.as_bytes());
+        out.push(b'"');
+    }
     out.extend_from_slice(br#","value":"#);
     out.extend_from_slice(value.get().as_bytes());
     out.push(b'}');
@@ -61,10 +69,11 @@ fn add(out: &mut Vec<u8>, pointer: &str, value: &RawValue) {
 #[derive(PartialEq, Eq, PartialOrd, Ord, serde::Deserialize)]
 struct Name<'a>(#[serde(borrow)] std::borrow::Cow<'a, str>);
 
-/// One level of a JSON text: an object's members (by name, as `serde_json::Map` orders
-/// them; the last of duplicate names wins, as there), an array's items, or anything else.
+/// One level of a JSON text: an object's members (sorted by name, as `serde_json::Map`
+/// orders them; the last of duplicate names wins, as there), an array's items, or anything
+/// else.
 enum Level<'a> {
-    Object(std::collections::BTreeMap<Name<'a>, &'a RawValue>),
+    Object(Members<'a>),
     Array(Vec<&'a RawValue>),
     Other,
 }
@@ -81,6 +90,48 @@ impl<'a> Level<'a> {
     }
 }
 
+/// An object's members, sorted by name, one per name (the last one written): a sorted
+/// `Vec` rather than a `BTreeMap`, which took a node allocation and a rebalancing per member
+/// on the mutating webhook's every review.
+struct Members<'a>(Vec<(Name<'a>, &'a RawValue)>);
+
+impl<'a> Members<'a> {
+    /// The value of member `name`.
+    fn get(&self, name: &Name<'_>) -> Option<&'a RawValue> {
+        (self.0.binary_search_by(|(n, _)| n.0.as_ref().cmp(name.0.as_ref())).ok()).map(|i| self.0[i].1)
+    }
+}
+
+impl<'de: 'a, 'a> serde::Deserialize<'de> for Members<'a> {
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        struct Visit<'a>(std::marker::PhantomData<&'a ()>);
+        impl<'de: 'a, 'a> serde::de::Visitor<'de> for Visit<'a> {
+            type Value = Members<'a>;
+            fn expecting(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+                f.write_str("a JSON object")
+            }
+            fn visit_map<M: serde::de::MapAccess<'de>>(self, mut map: M) -> Result<Members<'a>, M::Error> {
+                let mut members: Vec<(Name<'a>, &'a RawValue)> =
+                    Vec::with_capacity(map.size_hint().unwrap_or(8));
+                while let Some(member) = map.next_entry()? {
+                    members.push(member);
+                }
+                // Stable: of equal names the last written stays last, and is the one kept.
+                members.sort_by(|a, b| a.0.cmp(&b.0));
+                members.dedup_by(|later, earlier| {
+                    let same = later.0 == earlier.0;
+                    if same {
+                        std::mem::swap(later, earlier);
+                    }
+                    same
+                });
+                Ok(Members(members))
+            }
+        }
+        d.deserialize_map(Visit(std::marker::PhantomData))
+    }
+}
+
 /// Writes `,{"op":"add",...}` for each member of `after` missing from `before` under
 /// `pointer` (a JSON Pointer), the first comma to be replaced by `[`.
 fn adds(before: &RawValue, after: &RawValue, pointer: &mut String, out: &mut Vec<u8>) {
@@ -90,7 +141,7 @@ fn adds(before: &RawValue, after: &RawValue, pointer: &mut String, out: &mut Vec
     let len = pointer.len();
     match (Level::of(before), Level::of(after)) {
         (Level::Object(b), Level::Object(a)) => {
-            for (Name(key), value) in a {
+            for (Name(key), value) in a.0 {
                 pointer.push('/');
                 if key.contains(['~', '/']) {
                     pointer.push_str(&key.replace('~', "~0").replace('/', "~1"));
