@@ -386,6 +386,29 @@ pub fn kubectl(cp: &ControlPlane, args: &[&str]) -> std::process::Output {
     cp.kubectl().args(args).output().expect("kubectl runs")
 }
 
+/// Stops the routers of `namespaces` on a shared real node: their Interconnects, then the
+/// workloads and pods themselves (whatever a stopped controller or a missing garbage
+/// collector leaves), without waiting for the pods to end (`--wait=false`: each ends
+/// within its grace period). A group of `make bench` calls it when it ends, so the next
+/// group measures its own routers only, not the earlier groups' still running.
+///
+/// # Errors
+/// A deletion kubectl refused, with its output.
+pub fn stop_routers(cp: &ControlPlane, namespaces: &[&str]) -> Result<(), String> {
+    for ns in namespaces {
+        for kinds in ["interconnects", "deployments,daemonsets,replicasets,pods"] {
+            let out = kubectl(cp, &["delete", kinds, "--all", "-n", ns, "--wait=false"]);
+            if !out.status.success() {
+                return Err(format!(
+                    "kubectl delete {kinds} -n {ns}: {}",
+                    String::from_utf8_lossy(&out.stderr)
+                ));
+            }
+        }
+    }
+    Ok(())
+}
+
 /// The standard output of a command that must have succeeded.
 ///
 /// # Panics

@@ -43,6 +43,8 @@ fn every_benchmark_group_runs_and_prints_its_rows() {
     ] {
         assert!(stdout.contains(want), "no line with {want:?} in:\n{stdout}");
     }
+    // The table says what it is: a smoke run's figures are not a benchmark's.
+    assert!(stdout.contains("qdr-operator benchmarks (SMOKE MODE"), "no smoke header in:\n{stdout}");
     let links = stdout.lines().filter(|l| l.to_lowercase().contains("token applied")).count();
     assert!(links > 0, "no row of the links group in:\n{stdout}");
 

@@ -27,7 +27,9 @@ pub(crate) async fn day_two_rows(rows: &mut Vec<Row>) -> Result<(), Box<dyn std:
     let placement = qdr_tests::routers::start_controller(cp, "placements-0", &[])?;
     let moved: &'static qdr_tests::TestNamespace = Box::leak(Box::new(cp.namespace("moves").await));
     steps.extend(qdr_tests::day_two::placements(cp, moved, &[&placement], |_| ()).await);
-    // The real node is shared with the next groups, which run their own controller.
+    // The real node is shared with the next groups, which run their own controller and
+    // routers.
+    qdr_tests::routers::stop_routers(cp, &[&ns.name, &moved.name])?;
     placement.stop(std::time::Duration::from_secs(10));
     for step in steps {
         let t = &step.traffic;

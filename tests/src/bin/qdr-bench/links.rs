@@ -94,6 +94,8 @@ pub(crate) async fn links_rows(rows: &mut Vec<Row>, runs: usize) -> Result<(), B
             tokio::time::sleep(Duration::from_millis(200)).await;
         }
         closed.push(deleted.elapsed().as_secs_f64());
+        // Measured: its router goes, so the next site's run meets only the hub's.
+        routers::stop_routers(cp, &[&b.name])?;
     }
     let row = |what: &str, runs: Vec<f64>, target: &str| Row {
         what: what.into(),
@@ -117,7 +119,9 @@ pub(crate) async fn links_rows(rows: &mut Vec<Row>, runs: usize) -> Result<(), B
         closed,
         "≤ 68 (the tests' bound: 3 s pause + 5 s preStop + 60 s margin)",
     ));
-    // The real node is shared with the next groups, which run their own controller.
+    // The real node is shared with the next groups, which run their own controller and
+    // routers.
+    routers::stop_routers(cp, &[&a.name])?;
     controller.stop(Duration::from_secs(10));
     Ok(())
 }

@@ -165,6 +165,8 @@ pub(crate) async fn live_rows(rows: &mut Vec<Row>) -> Result<(), Box<dyn std::er
         rolled.as_secs_f64(),
         "s",
     ));
+    // The real node is shared with the next groups, which run their own routers.
+    qdr_tests::routers::stop_routers(cp, &[&ns.name])?;
     controller.stop(Duration::from_secs(10));
     Ok(())
 }

@@ -213,7 +213,9 @@ pub(crate) async fn mesh_rows(rows: &mut Vec<Row>, runs: usize) -> Result<(), Bo
         unit: "s",
         target: "≤ 3".into(),
     });
-    // The real node is shared with the next groups, which run their own controller.
+    // The real node is shared with the next groups, which run their own controller and
+    // routers.
+    qdr_tests::routers::stop_routers(cp, &[&ns.name])?;
     controller.stop(Duration::from_secs(10));
     Ok(())
 }

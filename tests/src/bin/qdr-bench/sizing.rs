@@ -98,6 +98,8 @@ pub(crate) async fn sizing_rows(rows: &mut Vec<Row>) -> Result<(), Box<dyn std::
     ] {
         rows.push(Row::once(what, value, unit));
     }
+    // The real node is shared with the next groups, which run their own routers.
+    routers::stop_routers(cp, &[&ns.name])?;
     controller.stop(Duration::from_secs(10));
     Ok(())
 }

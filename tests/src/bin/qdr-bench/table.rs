@@ -56,7 +56,12 @@ pub(crate) fn machine(line: String) {
 /// its plain clients' throughput ([`machine`]) and the caveats that go with its figures.
 pub(crate) fn print(rows: &[Row], runs: usize) {
     println!(
-        "\nqdr-operator benchmarks: {} cores, {runs} runs per figure (median [min – max]).",
+        "\nqdr-operator benchmarks{}: {} cores, {runs} runs per figure (median [min – max]).",
+        if crate::smoke() {
+            " (SMOKE MODE: small scales and short windows, figures not comparable with a full run or its targets)"
+        } else {
+            ""
+        },
         std::thread::available_parallelism().map(|n| n.get()).unwrap_or(0)
     );
     let machine = MACHINE.lock().unwrap_or_else(|e| e.into_inner());
