@@ -237,6 +237,19 @@ pub const RETRY_DELAYS: [Duration; 5] = [
     Duration::from_secs(16),
 ];
 
+/// How long a failed Event write may still be retried after its first attempt: the sum of
+/// [`RETRY_DELAYS`] (31 s). A test that waits for an Event on a loaded API server waits at
+/// least this long.
+pub const RETRY_SPAN: Duration = {
+    let mut total = Duration::ZERO;
+    let mut i = 0;
+    while i < RETRY_DELAYS.len() {
+        total = total.saturating_add(RETRY_DELAYS[i]);
+        i += 1;
+    }
+    total
+};
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -321,7 +334,7 @@ mod tests {
         let first = r.publish(&event("MissingSecret", "Secret my-tls does not exist"), &mesh).await;
         assert!(first.is_err_and(|e| e.to_string().contains("Timeout")));
         // Past every retry.
-        tokio::time::sleep(RETRY_DELAYS.iter().sum::<Duration>() + Duration::from_secs(1)).await;
+        tokio::time::sleep(RETRY_SPAN + Duration::from_secs(1)).await;
         let creates = creates.lock().unwrap().clone();
         assert_eq!(creates.len(), 2, "the create and one retry: {creates:?}");
         assert_eq!(creates[0], creates[1], "the retry creates the same Event: {creates:?}");
@@ -330,6 +343,12 @@ mod tests {
             r.plan(&event("MissingSecret", "Secret my-tls does not exist"), &mesh, Instant::now()),
             Write::Continue { count: 2, .. }
         ));
+    }
+
+    #[test]
+    fn the_retry_span_is_every_retry_delay_added_up() {
+        assert_eq!(RETRY_SPAN, RETRY_DELAYS.iter().sum::<Duration>());
+        assert_eq!(RETRY_SPAN, Duration::from_secs(31));
     }
 
     #[test]

@@ -297,7 +297,7 @@ async fn scaling_image_and_listener_changes_reach_the_children() {
     .await;
     // A create the API server failed to answer is retried (`recorder::RETRY_DELAYS`, about
     // half a minute): wait for both, then count.
-    let retries = qdr_controller::recorder::RETRY_DELAYS.iter().sum::<Duration>();
+    let retries = qdr_controller::recorder::RETRY_SPAN;
     eventually("two Scaled events", retries + Duration::from_secs(15), || async {
         (events(&ns, "Scaled").await >= 2).then_some(())
     })

@@ -310,7 +310,7 @@ async fn the_event_recorder_retries_and_never_patches_a_missing_event() {
     let refused = recorder.publish(&event("CA rotation 1/3 (test)"), &regarding).await;
     assert!(refused.is_err(), "the policy let the Event through");
     unblock(cp, &policy);
-    let total: Duration = qdr_controller::recorder::RETRY_DELAYS.iter().sum();
+    let total: Duration = qdr_controller::recorder::RETRY_SPAN;
     let published = eventually("the refused Event, retried", total + Duration::from_secs(5), || {
         with_note("CA rotation 1/3 (test)".into())
     })

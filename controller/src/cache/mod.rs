@@ -8,9 +8,9 @@
 //! |---|---|---|
 //! | Interconnect | all | full object |
 //! | Deployment, DaemonSet | labelled ours | replicas, the pod template's annotations (config and credentials hashes), status counts, metadata as below ([`meta_store`]) |
-//! | Secret | labelled ours | data, type, owner references, the labels lookups select by, the rotation-step annotation ([`meta_store`]; a rewrite reads the rest first) |
+//! | Secret | labelled ours | data (equal values kept once), type, owner references, the labels lookups select by, the rotation-step annotation ([`meta_store`]; a rewrite reads the rest first) |
 //! | Secret | all, metadata only | name only (user-provided Secrets a spec names: existence, and a wake-up when one appears or is renewed) |
-//! | Pod | label `interconnect_cr` | metadata and status (routers' readiness and scheduling) |
+//! | Pod | label `interconnect_cr` | name, the labels lookups select by, controller owner reference, `deletionTimestamp`, the sites' trust annotation, node, mounted ConfigMaps, readiness gates, pod IP and the readiness, scheduling and linked conditions ([`meta_store::StoredPod`]) |
 //! | ReplicaSet | label `interconnect_cr`, metadata only | name, uid, the labels lookups select by, controller owner reference: a pod is a router only through its own workload's uids ([`crate::reconcile::observe::Workloads`]); one appearing or going wakes its Interconnect |
 //! | ServiceAccount, Role, RoleBinding, Service, ConfigMap, Ingress, PodDisruptionBudget, NetworkPolicy | labelled ours, metadata only | name, the labels lookups select by, controller owner reference, `resourceVersion`, `generation`, `deletionTimestamp` ([`meta_store`]) |
 //! | PodDisruptionBudget | all but the Interconnects' own (`watch::interconnect_child`) | name, labels, owner references and selector ([`slim::slim_budget`]): an admin's that selects an Interconnect's routers makes the controller make none, and one appearing, changing or going wakes the Interconnects of its namespace |

@@ -1,10 +1,9 @@
 //! What is dropped before an object is stored, and what a store keeps: `managedFields`
-//! always, and of router pods and workloads everything but what the lookups and rollouts
+//! always, and of workloads everything but what the lookups and rollouts
 //! read. It decides no wake-up ([`super::wake`] does, before an object is slimmed) and
 //! keeps no store ([`super::meta_store`], [`super::written`] call it).
 
 use k8s_openapi::api::apps::v1::{DaemonSet, Deployment};
-use k8s_openapi::api::core::v1::{ConfigMapVolumeSource, Pod, PodSpec, Volume};
 use kube::Resource;
 
 use crate::labels;
@@ -20,8 +19,7 @@ pub(crate) fn slim<K: Resource>(o: &mut K) {
 pub(crate) const SELECTED_LABELS: &[&str] =
     &[labels::INTERCONNECT, labels::MANAGED_BY_KEY, labels::APPLICATION, crate::credentials::GENERATED_LABEL];
 
-/// What is kept of the metadata of a router pod in its store, and of a workload the
-/// controller just wrote (read-your-writes): name, namespace, the [`SELECTED_LABELS`],
+/// What is kept of the metadata of a workload the controller just wrote (read-your-writes): name, namespace, the [`SELECTED_LABELS`],
 /// owner references (whose it is), `resourceVersion` and `generation` (read-your-writes,
 /// rollouts) and `deletionTimestamp`. Annotations, `uid`, `creationTimestamp`, finalizers
 /// and `managedFields` are dropped. The compact stores ([`super::meta_store`]) keep the
@@ -69,37 +67,6 @@ impl PodTemplated for DaemonSet {
             s.template.spec = None;
         }
     }
-}
-
-/// Drops what a cached router pod does not need: the spec but the names of the ConfigMaps
-/// it mounts and its node, and the metadata [`slim_meta`] drops but the annotation
-/// [`crate::grants::sites::SITES_TRUST`].
-pub(crate) fn slim_pod(p: &mut Pod) {
-    // Of the spec, only the ConfigMaps it mounts (by name): an old router configuration is
-    // kept while a router mounts it; and its node (`status.routers[].node`).
-    let config_maps: Vec<Volume> = (p.spec.as_ref().and_then(|s| s.volumes.clone()).into_iter().flatten())
-        .filter_map(|v| {
-            let name = v.config_map?.name;
-            Some(Volume {
-                name: v.name,
-                config_map: Some(ConfigMapVolumeSource { name, ..Default::default() }),
-                ..Default::default()
-            })
-        })
-        .collect();
-    let node_name = p.spec.as_ref().and_then(|s| s.node_name.clone());
-    // And its readiness gates (whether the controller sets `qdr-operator.io/linked` on it).
-    let readiness_gates = p.spec.as_ref().and_then(|s| s.readiness_gates.clone());
-    p.spec = (!config_maps.is_empty() || node_name.is_some() || readiness_gates.is_some()).then(|| PodSpec {
-        volumes: (!config_maps.is_empty()).then_some(config_maps),
-        node_name,
-        readiness_gates,
-        ..Default::default()
-    });
-    // And the sites' trust it was told to read (`crate::grants::sites`).
-    let trust = p.metadata.annotations.as_mut().and_then(|a| a.remove(crate::grants::sites::SITES_TRUST));
-    slim_meta(p);
-    p.metadata.annotations = trust.map(|t| [(crate::grants::sites::SITES_TRUST.to_string(), t)].into());
 }
 
 /// What the store of every PodDisruptionBudget keeps ([`super::stores::Cache::admin_budgets`]):

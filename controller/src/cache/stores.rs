@@ -17,7 +17,7 @@ use kube::runtime::reflector::Store;
 use qdr_api::Interconnect;
 
 use super::memo::{AppliedMemo, Drift, Outside, OwnWrites};
-use super::meta_store::{DaemonSetStore, DeploymentStore, MetaStore, ReplicaSetStore, SecretStore};
+use super::meta_store::{DaemonSetStore, DeploymentStore, MetaStore, PodStore, ReplicaSetStore, SecretStore};
 use super::names::SecretNames;
 use super::written::Written;
 
@@ -25,10 +25,9 @@ use super::written::Written;
 pub(crate) struct Cache {
     pub(super) deployments: DeploymentStore,
     pub(super) daemon_sets: DaemonSetStore,
-    /// Router pods (label `interconnect_cr`), with `spec` dropped.
-    pub(super) pods: Store<Pod>,
-    /// The router pods of each Interconnect ([`super::index`]).
-    pub(super) pod_index: Arc<super::index::OwnerIndex>,
+    /// Router pods (label `interconnect_cr`): what observing them reads
+    /// ([`super::meta_store::StoredPod`]).
+    pub(super) pods: PodStore,
     /// Router ReplicaSets (label `interconnect_cr`, metadata only): the link from a
     /// Deployment to its pods, by uid.
     pub(super) replica_sets: ReplicaSetStore,
@@ -140,12 +139,6 @@ pub(crate) enum SecretLookup {
     Missing,
 }
 
-/// Whether `meta` is in namespace `ns` and carries every `selector` label.
-fn selected(meta: &ObjectMeta, ns: &str, selector: &[(&str, &str)]) -> bool {
-    meta.namespace.as_deref() == Some(ns)
-        && selector.iter().all(|(k, v)| meta.labels.as_ref().and_then(|l| l.get(*k)).is_some_and(|x| x == v))
-}
-
 impl Cache {
     /// Whether every store holds its first complete list (a reconcile before that could
     /// take a missing entry for a missing object). Not awaited by reconciles: the stores
@@ -174,7 +167,7 @@ impl Cache {
             && futures::FutureExt::now_or_never(self.links.wait_until_ready()).is_some()
             && futures::FutureExt::now_or_never(self.tokens.wait_until_ready()).is_some()
             && futures::FutureExt::now_or_never(self.grants.wait_until_ready()).is_some()
-            && futures::FutureExt::now_or_never(self.pods.wait_until_ready()).is_some();
+            && self.pods.is_ready();
         if ready {
             self.listed.store(true, Ordering::Relaxed);
         }
@@ -306,15 +299,10 @@ impl Cache {
         self.replica_sets.labelled(ns, selector)
     }
 
-    /// The router pods in `ns` carrying every `selector` label.
-    pub(crate) fn pods(&self, ns: &str, selector: &[(&str, &str)]) -> Vec<Arc<Pod>> {
-        let Some(owner) = super::index::owner_selected(selector) else {
-            return self.pods.state_filter(|p| selected(&p.metadata, ns, selector));
-        };
-        (self.pod_index.names(ns, owner).iter())
-            .filter_map(|name| self.pods.get(&kube::runtime::reflector::ObjectRef::new(name).within(ns)))
-            .filter(|p| selected(&p.metadata, ns, selector))
-            .collect()
+    /// The router pods in `ns` carrying every `selector` label, as far as the store keeps
+    /// them ([`super::meta_store::StoredPod`]).
+    pub(crate) fn pods(&self, ns: &str, selector: &[(&str, &str)]) -> Vec<Pod> {
+        self.pods.objects(ns, selector)
     }
 
     /// The ConfigMaps the pods of `selector` in `ns` mount (terminating pods too: they still

@@ -4,7 +4,6 @@ use std::sync::Arc;
 
 use super::memo::Seen;
 use super::memo::{Drift, Outside, OwnWrites};
-use super::slim::slim_pod;
 use super::wake::{Listed, Relist, pod_state};
 use super::written::Written;
 use k8s_openapi::api::apps::v1::Deployment;
@@ -320,37 +319,6 @@ fn a_name_outside_the_stores_is_remembered_by_kind_namespace_and_name_until_forg
     assert!(outside.contains("Service", "ns", "broker"), "removing another kind keeps it");
     outside.remove("Service", "ns", "broker");
     assert!(!outside.contains("Service", "ns", "broker"));
-}
-
-/// A cached router pod keeps, of its spec, only the names of the ConfigMaps it mounts: the
-/// router configuration of its revision is kept while it runs.
-#[test]
-fn a_slim_pod_keeps_only_the_config_maps_it_mounts() {
-    let mut p: Pod = serde_json::from_value(json!({
-        "metadata": {"name": "mesh-1", "annotations": {"a": "b"}},
-        "spec": {
-            "containers": [{"name": "mesh", "image": "router", "env": [{"name": "X", "value": "y"}]}],
-            "volumes": [
-                {"name": "router-config", "configMap": {"name": "mesh-router-config-0123456789", "defaultMode": 420}},
-                {"name": "ssl-0-credentials", "secret": {"secretName": "mesh-tls"}},
-                {"name": "sasl-config", "configMap": {"name": "mesh-sasl-config"}},
-            ],
-        },
-    }))
-    .unwrap();
-    slim_pod(&mut p);
-    assert_eq!(
-        serde_json::to_value(&p.spec).unwrap(),
-        json!({"containers": [], "volumes": [
-            {"name": "router-config", "configMap": {"name": "mesh-router-config-0123456789"}},
-            {"name": "sasl-config", "configMap": {"name": "mesh-sasl-config"}},
-        ]})
-    );
-    assert!(p.metadata.annotations.is_none());
-    let mut bare: Pod =
-        serde_json::from_value(json!({"metadata": {"name": "x"}, "spec": {"containers": []}})).unwrap();
-    slim_pod(&mut bare);
-    assert!(bare.spec.is_none(), "nothing mounted: no spec kept");
 }
 
 /// The stores of every budget and policy leave out an Interconnect's own: labelled ours

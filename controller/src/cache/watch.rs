@@ -17,9 +17,9 @@ use kube::runtime::{Controller, PredicateConfig, WatchStreamExt, predicates, wat
 use qdr_api::Interconnect;
 
 use super::memo::{AppliedMemo, Drift, OwnWrites, SecretReferences};
-use super::meta_store::{Compact, Entry, ReplicaSetStore, SecretStore};
+use super::meta_store::{Compact, Entry, PodStore, ReplicaSetStore, SecretStore};
 use super::names::SecretNames;
-use super::slim::{slim, slim_budget, slim_pod, slim_policy, slim_workload};
+use super::slim::{slim, slim_budget, slim_policy, slim_workload};
 use super::stores::Cache;
 use super::wake::{
     Listed, Relist, Versions, interconnect_controller, owned_wake, pod_wake, replica_set_wake, user_secret,
@@ -56,28 +56,6 @@ impl<K> Watchable for K where
         + Sync
         + 'static
 {
-}
-
-/// A watch of the router pods selected by `wc` kept in a kube-runtime store and in `index`
-/// (their names by Interconnect), and the objects that wake their owner ([`watched`]).
-fn reflect<K>(
-    c: (&kube::Client, &Arc<Health>),
-    ns: &str,
-    wc: &watcher::Config,
-    slim: fn(&mut K),
-    wake: impl FnMut(&watcher::Event<K>) -> bool + Send + 'static,
-    index: Arc<super::index::OwnerIndex>,
-) -> (Store<K>, impl Stream<Item = Result<K, watcher::Error>> + Send + 'static)
-where
-    K: Watchable,
-{
-    let (store, mut writer) = reflector::store();
-    let reader = writer.as_reader();
-    let woken = watched(c, ns, wc, slim, wake, reader, move |e| {
-        writer.apply_watcher_event(e);
-        index.apply_watcher_event(e);
-    });
-    (store, woken)
 }
 
 /// A watch of the objects of `K` selected by `wc` kept in a [`Compact`] store of `E`s
@@ -362,15 +340,8 @@ pub(crate) fn watch(
     let (ingresses, ingress_events) = reflect_meta::<Ingress>(c, ns, &ours, &own, &drift);
     let (disruption_budgets, pdb_events) = reflect_meta::<PodDisruptionBudget>(c, ns, &ours, &own, &drift);
     let (network_policies, policy_events) = reflect_meta::<NetworkPolicy>(c, ns, &ours, &own, &drift);
-    let pod_index = Arc::new(super::index::OwnerIndex::default());
-    let (pods, pod_events) = reflect::<Pod>(
-        c,
-        ns,
-        &all.clone().labels(labels::INTERCONNECT),
-        slim_pod,
-        pod_wake(),
-        pod_index.clone(),
-    );
+    let (pods, pod_events): (PodStore, _) =
+        reflect_compact::<Pod, _>(c, ns, &all.clone().labels(labels::INTERCONNECT), pod_wake());
     // The router ReplicaSets link a Deployment to its pods by uid; one appearing or going
     // wakes its Interconnect (its pods may have been seen first).
     let (replica_sets, rs_events): (ReplicaSetStore, _) = reflect_compact::<PartialObjectMeta<ReplicaSet>, _>(
@@ -424,7 +395,6 @@ pub(crate) fn watch(
         deployments,
         daemon_sets,
         pods,
-        pod_index,
         replica_sets,
         secrets,
         secret_names,

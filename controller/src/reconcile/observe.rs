@@ -475,7 +475,7 @@ pub async fn observe(
         listed.iter().filter(|p| p.meta().deletion_timestamp.is_some()).map(|p| p.name_any()).collect();
     shutting_down.sort();
     let terminating = i32::try_from(shutting_down.len()).unwrap_or(i32::MAX);
-    let unschedulable = Unschedulable::of(listed.iter().map(AsRef::as_ref));
+    let unschedulable = Unschedulable::of(listed.iter());
     let mut routers: Vec<RouterPod> = listed
         .iter()
         .filter(|p| p.meta().deletion_timestamp.is_none())

@@ -241,7 +241,7 @@ async fn live_changes_keep_every_router_and_every_client_connection() {
     // Published by the pass after that visit, or by the recorder's retries of a create the
     // API server did not answer (`recorder::RETRY_DELAYS`, about half a minute) on a loaded
     // machine.
-    let retries = qdr_controller::recorder::RETRY_DELAYS.iter().sum::<Duration>();
+    let retries = qdr_controller::recorder::RETRY_SPAN;
     qdr_tests::eventually("a ConfigRestored Event", retries + Duration::from_secs(30), || async {
         let all = events(cp, &ns.name);
         all.into_iter().find(|(reason, m)| {
