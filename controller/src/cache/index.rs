@@ -6,51 +6,50 @@
 //! `QDR_BENCH_ONLY=mesh-2000`, a perf profile).
 //!
 //! It lives beside the objects it indexes, under the same lock
-//! ([`super::meta_store::Compact`]), and is told each object's label before and after a
-//! change, so it keeps no map back from an object to its label. Each Interconnect's names
-//! are a small `Vec` (one to a few names each: a `BTreeSet` took a 200-byte node for one
-//! name). The index of every compact store took 11.5 MB at 2,000 Interconnects in a
-//! heaptrack profile when it kept that map and sets.
+//! ([`super::meta_store::Compact`]), one per namespace, and is told each object's label
+//! before and after a change: it keeps no map back from an object to its label and no
+//! namespace with each name. Each Interconnect's names are a small sorted `Vec` (a
+//! `BTreeSet` took a 200-byte node for one name). With that map and sets, the index of
+//! every compact store took 11.5 MB at 2,000 Interconnects (a heaptrack profile).
 
 use std::collections::HashMap;
 
 use crate::labels;
 
-/// `(namespace, interconnect_cr label value)`.
-type Owner = (Box<str>, Box<str>);
-
-/// The names of the objects of each `(namespace, interconnect_cr label)`.
+/// The names of the objects of one namespace by the value of their `interconnect_cr` label.
 #[derive(Debug, Default)]
 pub(crate) struct ByOwner {
-    names: HashMap<Owner, Vec<Box<str>>>,
+    names: HashMap<Box<str>, Vec<Box<str>>>,
 }
 
 impl ByOwner {
-    /// Records that object `ns/name` is labelled `owner` (nothing when `None`).
-    pub(crate) fn insert(&mut self, ns: &str, name: &str, owner: Option<&str>) {
+    /// Records that object `name` is labelled `owner` (nothing when `None`).
+    pub(crate) fn insert(&mut self, name: &str, owner: Option<&str>) {
         let Some(owner) = owner else { return };
-        let names = self.names.entry((ns.into(), owner.into())).or_default();
+        let names = match self.names.get_mut(owner) {
+            Some(names) => names,
+            None => self.names.entry(owner.into()).or_default(),
+        };
         if let Err(at) = names.binary_search_by(|n| (**n).cmp(name)) {
             names.insert(at, name.into());
         }
     }
 
-    /// Records that object `ns/name`, labelled `owner`, is gone or relabelled.
-    pub(crate) fn remove(&mut self, ns: &str, name: &str, owner: Option<&str>) {
+    /// Records that object `name`, labelled `owner`, is gone or relabelled.
+    pub(crate) fn remove(&mut self, name: &str, owner: Option<&str>) {
         let Some(owner) = owner else { return };
-        let key: Owner = (ns.into(), owner.into());
-        let Some(names) = self.names.get_mut(&key) else { return };
+        let Some(names) = self.names.get_mut(owner) else { return };
         if let Ok(at) = names.binary_search_by(|n| (**n).cmp(name)) {
             names.remove(at);
         }
         if names.is_empty() {
-            self.names.remove(&key);
+            self.names.remove(owner);
         }
     }
 
-    /// The names of the objects in `ns` labelled `interconnect_cr=owner`, by name.
-    pub(crate) fn names(&self, ns: &str, owner: &str) -> &[Box<str>] {
-        self.names.get(&(ns.into(), owner.into())).map_or(&[], Vec::as_slice)
+    /// The names of the objects labelled `interconnect_cr=owner`, by name.
+    pub(crate) fn names(&self, owner: &str) -> &[Box<str>] {
+        self.names.get(owner).map_or(&[], Vec::as_slice)
     }
 
     /// Gives back the room a list's growth left unused.
@@ -72,27 +71,21 @@ mod tests {
     #[test]
     fn the_index_follows_inserts_removes_and_relabels() {
         let mut index = ByOwner::default();
-        index.insert("a", "m-2", Some("m"));
-        index.insert("a", "m-1", Some("m"));
-        index.insert("a", "m-1", Some("m"));
-        index.insert("b", "m-3", Some("m"));
-        index.insert("a", "free", None);
-        assert_eq!(
-            index.names("a", "m"),
-            ["m-1".into(), "m-2".into()] as [Box<str>; 2],
-            "by name, once each"
-        );
-        assert_eq!(index.names("b", "m"), ["m-3".into()] as [Box<str>; 1]);
+        index.insert("m-2", Some("m"));
+        index.insert("m-1", Some("m"));
+        index.insert("m-1", Some("m"));
+        index.insert("free", None);
+        assert_eq!(index.names("m"), ["m-1".into(), "m-2".into()] as [Box<str>; 2], "by name, once each");
         // Relabelled: out of the old, into the new.
-        index.remove("a", "m-2", Some("m"));
-        index.insert("a", "m-2", Some("n"));
-        assert_eq!(index.names("a", "m"), ["m-1".into()] as [Box<str>; 1], "relabelled");
-        assert_eq!(index.names("a", "n"), ["m-2".into()] as [Box<str>; 1]);
-        index.remove("a", "m-1", Some("m"));
-        assert!(index.names("a", "m").is_empty());
-        assert!(!index.names.contains_key(&("a".into(), "m".into())), "an empty entry is dropped");
-        index.remove("a", "free", None);
-        index.remove("c", "x", Some("m"));
-        assert_eq!(index.names("b", "m"), ["m-3".into()] as [Box<str>; 1]);
+        index.remove("m-2", Some("m"));
+        index.insert("m-2", Some("n"));
+        assert_eq!(index.names("m"), ["m-1".into()] as [Box<str>; 1], "relabelled");
+        assert_eq!(index.names("n"), ["m-2".into()] as [Box<str>; 1]);
+        index.remove("m-1", Some("m"));
+        assert!(index.names("m").is_empty());
+        assert!(!index.names.contains_key("m"), "an empty entry is dropped");
+        index.remove("free", None);
+        index.remove("x", Some("o"));
+        assert_eq!(index.names("n"), ["m-2".into()] as [Box<str>; 1]);
     }
 }

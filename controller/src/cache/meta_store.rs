@@ -41,8 +41,8 @@ use super::index::ByOwner;
 use super::slim::SELECTED_LABELS;
 use crate::labels;
 
-/// `(namespace, name)`.
-pub(crate) type Key = (Box<str>, Box<str>);
+/// `(namespace, name)` of a stored object.
+pub(crate) type Key<'a> = (&'a str, &'a str);
 
 /// What [`MetaStore`] keeps of one object: what [`super::slim::slim_meta`] keeps, in
 /// boxed slices and with only the controller's owner reference (the one every lookup
@@ -93,7 +93,7 @@ impl Slim {
     }
 
     /// The metadata this entry stands for (`namespace`, `name` from its key).
-    fn meta(&self, (namespace, name): &Key) -> ObjectMeta {
+    fn meta(&self, (namespace, name): Key<'_>) -> ObjectMeta {
         let labels: BTreeMap<String, String> =
             self.labels.iter().map(|(k, v)| ((*k).to_string(), v.to_string())).collect();
         ObjectMeta {
@@ -148,8 +148,8 @@ fn text(s: &str) -> Text {
     known(s, &KNOWN_TEXT)
 }
 
-fn key_of(meta: &ObjectMeta) -> Key {
-    (meta.namespace.as_deref().unwrap_or_default().into(), meta.name.as_deref().unwrap_or_default().into())
+fn key_of(meta: &ObjectMeta) -> Key<'_> {
+    (meta.namespace.as_deref().unwrap_or_default(), meta.name.as_deref().unwrap_or_default())
 }
 
 /// One stored object of kind `K`: built from the watched object, it answers lookups.
@@ -163,9 +163,9 @@ pub(crate) trait Entry<K>: Sized + Send + Sync + 'static {
         self.slim().resource_version.as_deref()
     }
     /// The metadata it stands for (`key`: its namespace and name).
-    fn meta(&self, key: &Key) -> ObjectMeta;
+    fn meta(&self, key: Key<'_>) -> ObjectMeta;
     /// The object it stands for.
-    fn object(&self, key: &Key) -> K;
+    fn object(&self, key: Key<'_>) -> K;
 }
 
 impl<X> Entry<PartialObjectMeta<X>> for Slim {
@@ -177,49 +177,92 @@ impl<X> Entry<PartialObjectMeta<X>> for Slim {
         self
     }
 
-    fn meta(&self, key: &Key) -> ObjectMeta {
+    fn meta(&self, key: Key<'_>) -> ObjectMeta {
         Slim::meta(self, key)
     }
 
-    fn object(&self, key: &Key) -> PartialObjectMeta<X> {
+    fn object(&self, key: Key<'_>) -> PartialObjectMeta<X> {
         PartialObjectMeta { types: None, metadata: Slim::meta(self, key), _phantom: PhantomData }
     }
 }
 
-/// The objects of a store, or of a (re)list under way, and their index by Interconnect.
+/// The objects of a store, or of a (re)list under way, by namespace: each namespace's name
+/// is kept once, and a lookup by namespace and name borrows both (a key of two boxed
+/// strings per object cost an allocation per lookup and a copy of the namespace per object).
 #[derive(Debug)]
 struct Objects<E> {
-    by_key: HashMap<Key, E>,
+    namespaces: HashMap<Box<str>, Namespace<E>>,
+}
+
+/// The objects of one namespace, and their index by Interconnect.
+#[derive(Debug)]
+struct Namespace<E> {
+    by_name: HashMap<Box<str>, E>,
     /// The names of each Interconnect's objects ([`Compact::labelled`]).
     by_owner: ByOwner,
 }
 
 impl<E> Default for Objects<E> {
     fn default() -> Self {
-        Objects { by_key: HashMap::new(), by_owner: ByOwner::default() }
+        Objects { namespaces: HashMap::new() }
     }
 }
 
 impl<E> Objects<E> {
-    fn insert<K>(&mut self, key: Key, e: E)
-    where
-        E: Entry<K>,
-    {
-        let old = self.by_key.get(&key).map(|o| o.slim().label(labels::INTERCONNECT));
-        let new = e.slim().label(labels::INTERCONNECT);
-        if old != Some(new) {
-            self.by_owner.remove(&key.0, &key.1, old.flatten());
-            self.by_owner.insert(&key.0, &key.1, new);
-        }
-        self.by_key.insert(key, e);
+    fn get(&self, (ns, name): Key<'_>) -> Option<&E> {
+        self.namespaces.get(ns)?.by_name.get(name)
     }
 
-    fn remove<K>(&mut self, key: &Key)
+    fn insert<K>(&mut self, (ns, name): Key<'_>, e: E)
     where
         E: Entry<K>,
     {
-        if let Some(old) = self.by_key.remove(key) {
-            self.by_owner.remove(&key.0, &key.1, old.slim().label(labels::INTERCONNECT));
+        let space = match self.namespaces.get_mut(ns) {
+            Some(space) => space,
+            None => self
+                .namespaces
+                .entry(ns.into())
+                .or_insert_with(|| Namespace { by_name: HashMap::new(), by_owner: ByOwner::default() }),
+        };
+        let old = space.by_name.get(name).map(|o| o.slim().label(labels::INTERCONNECT));
+        let new = e.slim().label(labels::INTERCONNECT);
+        if old != Some(new) {
+            space.by_owner.remove(name, old.flatten());
+            space.by_owner.insert(name, new);
+        }
+        match space.by_name.get_mut(name) {
+            Some(stored) => *stored = e,
+            None => {
+                space.by_name.insert(name.into(), e);
+            }
+        }
+    }
+
+    fn remove<K>(&mut self, (ns, name): Key<'_>)
+    where
+        E: Entry<K>,
+    {
+        let Some(space) = self.namespaces.get_mut(ns) else { return };
+        if let Some(old) = space.by_name.remove(name) {
+            space.by_owner.remove(name, old.slim().label(labels::INTERCONNECT));
+        }
+        if space.by_name.is_empty() {
+            self.namespaces.remove(ns);
+        }
+    }
+
+    /// Every stored object with its key.
+    fn iter(&self) -> impl Iterator<Item = (Key<'_>, &E)> {
+        (self.namespaces.iter())
+            .flat_map(|(ns, space)| space.by_name.iter().map(move |(name, e)| ((&**ns, &**name), e)))
+    }
+
+    /// Gives back the room a list's growth left unused.
+    fn shrink_to_fit(&mut self) {
+        self.namespaces.shrink_to_fit();
+        for space in self.namespaces.values_mut() {
+            space.by_name.shrink_to_fit();
+            space.by_owner.shrink_to_fit();
         }
     }
 }
@@ -275,15 +318,14 @@ impl<K: Resource<DynamicType = ()>, E: Entry<K>> Compact<K, E> {
         let mut st = self.state.write().unwrap_or_else(|e| e.into_inner());
         match event {
             watcher::Event::Apply(o) => st.objects.insert(key_of(o.meta()), E::of(o)),
-            watcher::Event::Delete(o) => st.objects.remove(&key_of(o.meta())),
+            watcher::Event::Delete(o) => st.objects.remove(key_of(o.meta())),
             watcher::Event::Init => st.listing = Some(Objects::default()),
             watcher::Event::InitApply(o) => {
                 st.listing.get_or_insert_with(Objects::default).insert(key_of(o.meta()), E::of(o));
             }
             watcher::Event::InitDone => {
                 let mut listed = st.listing.take().unwrap_or_default();
-                listed.by_key.shrink_to_fit();
-                listed.by_owner.shrink_to_fit();
+                listed.shrink_to_fit();
                 st.objects = listed;
                 self.listed.store(true, Ordering::Release);
             }
@@ -297,20 +339,17 @@ impl<K: Resource<DynamicType = ()>, E: Entry<K>> Compact<K, E> {
 
     /// The metadata of `ns/name`, as far as the store keeps it.
     pub(crate) fn get(&self, ns: &str, name: &str) -> Option<ObjectMeta> {
-        let key: Key = (ns.into(), name.into());
-        self.read().objects.by_key.get(&key).map(|e| e.meta(&key))
+        self.read().objects.get((ns, name)).map(|e| e.meta((ns, name)))
     }
 
     /// The object `ns/name`, as far as the store keeps it.
     pub(crate) fn object(&self, ns: &str, name: &str) -> Option<K> {
-        let key: Key = (ns.into(), name.into());
-        self.read().objects.by_key.get(&key).map(|e| e.object(&key))
+        self.read().objects.get((ns, name)).map(|e| e.object((ns, name)))
     }
 
     /// The `resourceVersion` of `ns/name` (outer `None`: not stored).
     pub(crate) fn version(&self, ns: &str, name: &str) -> Option<Option<String>> {
-        let key: Key = (ns.into(), name.into());
-        self.read().objects.by_key.get(&key).map(|e| e.resource_version().map(Into::into))
+        self.read().objects.get((ns, name)).map(|e| e.resource_version().map(Into::into))
     }
 
     /// The metadata of every stored object in namespace `ns` carrying every `selector`
@@ -322,19 +361,20 @@ impl<K: Resource<DynamicType = ()>, E: Entry<K>> Compact<K, E> {
 
     /// Every stored object in namespace `ns` carrying every `selector` label, as
     /// [`Compact::labelled`] finds them, each made by `make` from its key and entry.
-    fn matching<T>(&self, ns: &str, selector: &[(&str, &str)], make: impl Fn(&Key, &E) -> T) -> Vec<T> {
+    fn matching<T>(&self, ns: &str, selector: &[(&str, &str)], make: impl Fn(Key<'_>, &E) -> T) -> Vec<T> {
         let st = self.read();
+        let Some(space) = st.objects.namespaces.get(ns) else { return Vec::new() };
         if let Some(owner) = super::index::owner_selected(selector) {
-            return (st.objects.by_owner.names(ns, owner).iter())
+            return (space.by_owner.names(owner).iter())
                 .filter_map(|name| {
-                    let key: Key = (ns.into(), name.clone());
-                    st.objects.by_key.get(&key).filter(|e| e.slim().has(selector)).map(|e| make(&key, e))
+                    let e = space.by_name.get(&**name).filter(|e| e.slim().has(selector))?;
+                    Some(make((ns, name), e))
                 })
                 .collect();
         }
-        (st.objects.by_key.iter())
-            .filter(|((namespace, _), e)| &**namespace == ns && e.slim().has(selector))
-            .map(|(k, e)| make(k, e))
+        (space.by_name.iter())
+            .filter(|(_, e)| e.slim().has(selector))
+            .map(|(name, e)| make((ns, name), e))
             .collect()
     }
 
@@ -346,13 +386,13 @@ impl<K: Resource<DynamicType = ()>, E: Entry<K>> Compact<K, E> {
     /// Every stored object (for what a relist finds gone).
     pub(crate) fn all(&self) -> Vec<K> {
         let st = self.read();
-        st.objects.by_key.iter().map(|(k, e)| e.object(k)).collect()
+        st.objects.iter().map(|(k, e)| e.object(k)).collect()
     }
 
     /// How many objects are stored.
     #[cfg(test)]
     pub(crate) fn len(&self) -> usize {
-        self.read().objects.by_key.len()
+        self.read().objects.iter().count()
     }
 }
 
@@ -470,7 +510,7 @@ impl Entry<Secret> for StoredSecret {
         &self.meta
     }
 
-    fn meta(&self, key: &Key) -> ObjectMeta {
+    fn meta(&self, key: Key<'_>) -> ObjectMeta {
         let mut m = self.meta.meta(key);
         match &self.owners {
             Owners::None => m.owner_references = None,
@@ -494,7 +534,7 @@ impl Entry<Secret> for StoredSecret {
         m
     }
 
-    fn object(&self, key: &Key) -> Secret {
+    fn object(&self, key: Key<'_>) -> Secret {
         Secret {
             metadata: self.meta(key),
             type_: self.type_.as_deref().map(Into::into),
@@ -582,14 +622,14 @@ impl Entry<Pod> for StoredPod {
         &self.meta
     }
 
-    fn meta(&self, key: &Key) -> ObjectMeta {
+    fn meta(&self, key: Key<'_>) -> ObjectMeta {
         let mut m = self.meta.meta(key);
         m.annotations = (self.sites_trust.as_ref())
             .map(|t| [(crate::grants::sites::SITES_TRUST.to_string(), t.to_string())].into());
         m
     }
 
-    fn object(&self, key: &Key) -> Pod {
+    fn object(&self, key: Key<'_>) -> Pod {
         use k8s_openapi::api::core::v1::{
             ConfigMapVolumeSource, PodCondition, PodReadinessGate, PodSpec, PodStatus, Volume,
         };
@@ -732,11 +772,11 @@ impl<K: Workload + Send + Sync + 'static> Entry<K> for StoredWorkload<K::Status>
         &self.meta
     }
 
-    fn meta(&self, key: &Key) -> ObjectMeta {
+    fn meta(&self, key: Key<'_>) -> ObjectMeta {
         ObjectMeta { uid: self.uid.as_deref().map(Into::into), ..self.meta.meta(key) }
     }
 
-    fn object(&self, key: &Key) -> K {
+    fn object(&self, key: Key<'_>) -> K {
         let annotations = self
             .template_annotations
             .as_ref()
@@ -767,11 +807,11 @@ impl<X> Entry<PartialObjectMeta<X>> for StoredOwned {
         &self.meta
     }
 
-    fn meta(&self, key: &Key) -> ObjectMeta {
+    fn meta(&self, key: Key<'_>) -> ObjectMeta {
         ObjectMeta { uid: self.uid.as_deref().map(Into::into), ..self.meta.meta(key) }
     }
 
-    fn object(&self, key: &Key) -> PartialObjectMeta<X> {
+    fn object(&self, key: Key<'_>) -> PartialObjectMeta<X> {
         PartialObjectMeta {
             types: None,
             metadata: Entry::<PartialObjectMeta<X>>::meta(self, key),
