@@ -73,7 +73,7 @@ where
 {
     let store = Compact::default();
     let writer = store.clone();
-    let woken = watched(c, ns, wc, |_| {}, wake, store.clone(), move |e| writer.apply_watcher_event(e));
+    let woken = watched(c, ns, wc, wake, store.clone(), move |e| writer.apply_watcher_event(e));
     (store, woken)
 }
 
@@ -96,14 +96,13 @@ where
     reflect_compact(c, ns, ours, owned_wake(own.clone(), drift.clone(), None))
 }
 
-/// The watch of [`reflect`] and [`reflect_compact`]: `wake` judges each event as the API
-/// server sent it (with `managedFields`); `slim` then drops what the store does not need,
-/// and `apply` puts it in the store, which `view` reads (to tell what a relist changed).
+/// The watch of [`reflect_compact`]: `wake` judges each event as the API server sent it
+/// (with `managedFields`), and `apply` puts it in the store (whose entries take only what
+/// they keep), which `view` reads (to tell what a relist changed).
 fn watched<K>(
     (client, health): (&kube::Client, &Arc<Health>),
     ns: &str,
     wc: &watcher::Config,
-    slim: fn(&mut K),
     mut wake: impl FnMut(&watcher::Event<K>) -> bool + Send + 'static,
     view: impl Versions<K> + Send + 'static,
     mut apply: impl FnMut(&watcher::Event<K>) + Send + 'static,
@@ -117,7 +116,7 @@ where
         .default_backoff()
         .map(move |event| {
             health.watch_result(&namespace, K::plural(&()), event.as_ref().map(drop));
-            let mut event = match event {
+            let event = match event {
                 Err(e) => return vec![Err(e)],
                 Ok(event) => event,
             };
@@ -134,12 +133,6 @@ where
                     false
                 }
             };
-            match &mut event {
-                watcher::Event::Apply(o) | watcher::Event::InitApply(o) | watcher::Event::Delete(o) => {
-                    slim(o)
-                }
-                watcher::Event::Init | watcher::Event::InitDone => {}
-            }
             apply(&event);
             match event {
                 watcher::Event::Apply(o) | watcher::Event::InitApply(o) | watcher::Event::Delete(o)
