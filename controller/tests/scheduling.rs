@@ -17,6 +17,9 @@
 //! node ([`setup`]). Only [`placement_follows_the_nodes`] adds a node later; the other tests
 //! do not depend on the count.
 //! [`evictions_take_one_router_at_a_time`] cordons every node for the moment of two requests.
+//!
+//! A router pod the node failed (evicted, refused at admission) is no router
+//! ([`a_router_pod_the_node_failed_is_no_router`]).
 
 #[path = "scheduling/budgets.rs"]
 mod budgets;
@@ -357,6 +360,47 @@ async fn evictions_take_one_router_at_a_time() {
         budgets.get_opt("drain").await.ok()?.is_none().then_some(())
     })
     .await;
+}
+
+/// A router pod the node failed (evicted under pressure, or refused at admission: phase
+/// `Failed`, as kubelets leave them until pod garbage collection) is no router: its
+/// ReplicaSet no longer counts it and makes a replacement, and the status lists only the
+/// pods that run, as the Deployment counts them. (A CI run saw evicted pods
+/// reported as routers "starting" for minutes.)
+#[tokio::test]
+async fn a_router_pod_the_node_failed_is_no_router() {
+    let cp = setup().await;
+    let ns = cp.namespace("sched-failed").await;
+    common::create_interconnect(&ns, "failed", json!({"deploymentPlan": {"size": 2, "placement": "Any"}}))
+        .await;
+    settled(&ns, "failed", 2, true).await;
+    let pods: Api<Pod> = ns.api();
+    let routers =
+        names_of(pods.list(&ListParams::default().labels("application=failed")).await.unwrap().items);
+    let evicted = routers[0].clone();
+    // What a kubelet writes when it evicts a pod under disk pressure (kwok leaves a pod that
+    // is not Pending alone).
+    let status = json!({"status": {"phase": "Failed", "reason": "Evicted",
+        "message": "The node was low on resource: ephemeral-storage.",
+        "conditions": [{"type": "Ready", "status": "False"}, {"type": "ContainersReady", "status": "False"}]}});
+    pods.patch_status(&evicted, &PatchParams::default(), &Patch::Merge(&status)).await.unwrap();
+    let ics = interconnects(&ns.client, &ns.name);
+    let status = eventually("the failed pod replaced and left out of the status", SETTLE, || async {
+        let status = ics.get("failed").await.ok()?.data["status"].clone();
+        let listed: Vec<String> = serde_json::from_value(status["pods"].clone()).unwrap_or_default();
+        let replaced =
+            pods.list(&ListParams::default().labels("application=failed")).await.ok()?.items.len() == 3;
+        (replaced && listed.len() == 2 && !listed.contains(&evicted) && status["readyReplicas"] == 2)
+            .then_some(status)
+    })
+    .await;
+    let ready = status["conditions"].as_array().unwrap().iter().find(|c| c["type"] == "Ready").unwrap();
+    assert_eq!(ready["status"], "True", "{status}");
+    // And it stays so: later passes do not bring the failed pod back.
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    let listed: Vec<String> =
+        serde_json::from_value(ics.get("failed").await.unwrap().data["status"]["pods"].clone()).unwrap();
+    assert!(!listed.contains(&evicted), "{listed:?}");
 }
 
 /// Issue 57: tolerations and a node selector take routers to a tainted node (and without

@@ -178,6 +178,14 @@ async fn simulated_nodes_run_scheduled_pods_to_ready() {
     )
     .await;
 
+    // What a failed test prints first: the disk, the nodes' conditions, the pods' phases.
+    let state = cp.state_of(&ns.name);
+    eprintln!("{state}");
+    assert!(state.contains("Avail"), "df's header: {state}");
+    assert!(state.contains("node-0: Ready") && state.contains("node-1: Ready"), "{state}");
+    let running = state.lines().filter(|l| l.starts_with("sim-") && l.contains(" Running ")).count();
+    assert_eq!(running, 2, "{state}");
+
     // A node added later is Ready with the labels and capacity of the others; removing it
     // deletes the Node.
     cp.add_node("extra").await.expect("add node");

@@ -554,8 +554,8 @@ const KEPT_CONDITIONS: [&str; 4] = ["ContainersReady", "Ready", "PodScheduled", 
 /// What the store of router pods ([`PodStore`]) keeps of a pod: its metadata as [`Slim`]
 /// keeps it (labels it is selected by, its controller, `deletionTimestamp`), the
 /// [`crate::grants::sites::SITES_TRUST`] annotation, of its spec the node, the ConfigMaps
-/// it mounts (volume and ConfigMap names) and its readiness gates, of its status the pod IP
-/// and the conditions of [`KEPT_CONDITIONS`]: what observing the routers reads
+/// it mounts (volume and ConfigMap names) and its readiness gates, of its status the pod IP,
+/// the phase and the conditions of [`KEPT_CONDITIONS`]: what observing the routers reads
 /// ([`crate::reconcile::observe`]) and pruning old router configurations
 /// ([`super::Cache::mounted_config_maps`]). Not the rest of the spec, the container
 /// statuses, the other IPs, conditions, annotations and owner references. A
@@ -571,8 +571,13 @@ pub(crate) struct StoredPod {
     /// The condition types of `spec.readinessGates`; `None`: the spec has none.
     readiness_gates: Option<Box<[Box<str>]>>,
     ip: Option<Box<str>>,
+    /// `status.phase`, one of [`PHASES`]; `None` also for a value the API does not define.
+    phase: Option<&'static str>,
     conditions: Box<[StoredCondition]>,
 }
+
+/// The pod phases of the Kubernetes API (`PodStatus.phase`), as [`StoredPod`] keeps them.
+const PHASES: [&str; 5] = ["Pending", "Running", "Succeeded", "Failed", "Unknown"];
 
 /// One kept pod condition.
 #[derive(Debug, Clone, PartialEq)]
@@ -582,6 +587,17 @@ struct StoredCondition {
     last_transition_time: Option<Time>,
     reason: Option<Box<str>>,
     message: Option<Box<str>>,
+}
+
+/// Whether pod `p` is active: not in a terminal phase (`Failed`: evicted, refused at
+/// admission by its kubelet, or its containers exited with `restartPolicy: Never`;
+/// `Succeeded`). A terminal pod's router has exited for good, and it stays until pod garbage
+/// collection (kube-controller-manager's `--terminated-pod-gc-threshold`, 12,500 by default)
+/// or someone deletes it; its ReplicaSet or DaemonSet no longer counts it and runs a
+/// replacement (the ReplicaSet controller's `FilterActivePods`), so it is no router either.
+pub(crate) fn active(p: &Pod) -> bool {
+    let phase = p.status.as_ref().and_then(|s| s.phase.as_deref());
+    !matches!(phase, Some("Failed" | "Succeeded"))
 }
 
 /// The store of the router pods.
@@ -604,6 +620,7 @@ impl Entry<Pod> for StoredPod {
                 .and_then(|s| s.readiness_gates.as_ref())
                 .map(|g| g.iter().map(|g| g.condition_type.as_str().into()).collect()),
             ip: status.and_then(|s| boxed(&s.pod_ip)),
+            phase: status.and_then(|s| PHASES.iter().find(|p| s.phase.as_deref() == Some(**p)).copied()),
             conditions: (status.and_then(|s| s.conditions.as_ref()).into_iter().flatten())
                 .filter_map(|c| {
                     Some(StoredCondition {
@@ -655,7 +672,7 @@ impl Entry<Pod> for StoredPod {
                 ..Default::default()
             })
             .collect();
-        let has_status = self.ip.is_some() || !conditions.is_empty();
+        let has_status = self.ip.is_some() || self.phase.is_some() || !conditions.is_empty();
         Pod {
             metadata: self.meta(key),
             spec: has_spec.then(|| PodSpec {
@@ -667,6 +684,7 @@ impl Entry<Pod> for StoredPod {
             }),
             status: has_status.then(|| PodStatus {
                 pod_ip: text(&self.ip),
+                phase: self.phase.map(Into::into),
                 conditions: (!conditions.is_empty()).then_some(conditions),
                 ..Default::default()
             }),
@@ -953,8 +971,8 @@ mod tests {
     }
 
     /// A router pod as a kubelet reports it: the stored pod gives back what observing it
-    /// reads (the same [`RouterPod`], unschedulable reasons and mounted ConfigMaps) and
-    /// nothing else of its spec and status.
+    /// reads (the same [`RouterPod`], unschedulable reasons, mounted ConfigMaps and phase)
+    /// and nothing else of its spec and status; a pod the kubelet failed stays failed.
     #[test]
     fn a_stored_pod_gives_back_what_observing_it_reads() {
         use crate::reconcile::observe::{RouterPod, Unschedulable, Workloads};
@@ -1015,14 +1033,25 @@ mod tests {
             assert!(spec.containers.is_empty(), "no containers kept");
             let status = back.status.as_ref().unwrap();
             assert!(
-                status.container_statuses.is_none() && status.pod_ips.is_none() && status.phase.is_none()
+                status.container_statuses.is_none() && status.pod_ips.is_none() && status.host_ip.is_none()
             );
+            assert_eq!(status.phase.as_deref(), Some("Running"));
+            assert!(super::active(back));
             let types: Vec<&str> = status.conditions.iter().flatten().map(|c| c.type_.as_str()).collect();
             assert_eq!(types, ["ContainersReady", crate::builders::LINKED, "Ready", "PodScheduled"]);
             let annotations = back.metadata.annotations.clone().unwrap();
             assert_eq!(annotations.keys().collect::<Vec<_>>(), [crate::grants::sites::SITES_TRUST]);
             assert!(back.metadata.labels.as_ref().unwrap().get("pod-template-hash").is_none());
         }
+        // Evicted: the phase a kubelet leaves it in is kept, so the pod is no router.
+        let mut evicted = pod(json!({"type": "PodScheduled", "status": "True"}));
+        let status = evicted.status.as_mut().unwrap();
+        (status.phase, status.reason) = (Some("Failed".into()), Some("Evicted".into()));
+        let store = PodStore::default();
+        store.apply_watcher_event(&Event::Apply(evicted));
+        let back = store.object("ns", "mesh-5d8f-r0").unwrap();
+        assert_eq!(back.status.as_ref().unwrap().phase.as_deref(), Some("Failed"));
+        assert!(!super::active(&back));
         // A pod with nothing of it kept: no spec, no status.
         let bare: Pod = serde_json::from_value(
             json!({"metadata": {"name": "x", "namespace": "ns"}, "spec": {"containers": []}}),

@@ -306,7 +306,8 @@ impl Cache {
     }
 
     /// The ConfigMaps the pods of `selector` in `ns` mount (terminating pods too: they still
-    /// run), by name.
+    /// run; not pods in a terminal phase, which never run again:
+    /// [`super::active`]), by name.
     pub(crate) fn mounted_config_maps(
         &self,
         ns: &str,
@@ -314,6 +315,7 @@ impl Cache {
     ) -> std::collections::BTreeSet<String> {
         self.pods(ns, selector)
             .iter()
+            .filter(|p| super::active(p))
             .filter_map(|p| p.spec.as_ref()?.volumes.as_ref())
             .flatten()
             .filter_map(|v| Some(v.config_map.as_ref()?.name.clone()))

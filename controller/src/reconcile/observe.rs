@@ -110,7 +110,8 @@ pub struct Observed {
     /// object of that kind and name, nothing, or not known (not in the store: apply creates
     /// it conditionally).
     pub workload: Ownership<WorkloadState>,
-    /// Names of the router pods that are not being deleted, sorted.
+    /// Names of the router pods that are not being deleted, sorted. Here and below, only
+    /// [`crate::cache::active`] pods count: one in a terminal phase (evicted, say) is no router.
     pub pods: Vec<String>,
     /// How many router pods are being deleted (old routers still shutting down).
     pub terminating: i32,
@@ -467,7 +468,7 @@ pub async fn observe(
         &cache.replica_sets(ns, &selector),
     );
     let mut listed = cache.pods(ns, &selector);
-    listed.retain(|p| owned_by_workload(p, &workloads));
+    listed.retain(|p| owned_by_workload(p, &workloads) && crate::cache::active(p));
     let mut pods: Vec<String> =
         listed.iter().filter(|p| p.meta().deletion_timestamp.is_none()).map(|p| p.name_any()).collect();
     pods.sort();

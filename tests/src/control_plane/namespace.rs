@@ -37,12 +37,51 @@ impl Drop for TestNamespace {
         // Terminating forever, and the control plane is thrown away at exit anyway.
         if std::thread::panicking() {
             eprintln!(
+                "\n===== test in namespace {} failed; its pods and the nodes =====\n{}",
+                self.name,
+                self.cp.state_of(&self.name)
+            );
+            eprintln!(
                 "\n===== test in namespace {} failed; control-plane logs ({}) =====\n{}",
                 self.name,
                 self.cp.dir().display(),
                 self.cp.logs_tail(60)
             );
         }
+    }
+}
+
+impl ControlPlane {
+    /// What a failed test's reader needs first, before the logs: the free space of the file
+    /// system under [`Self::dir`] (a kubelet evicts pods when it runs low), each node's
+    /// conditions that are `True` (`Ready`, or a pressure), and the pods of namespace `ns`
+    /// with phase, reason, message, node and IP (a pod its kubelet evicted or refused is
+    /// `Failed` with the kubelet's reason). Each part is kubectl's (or df's) own output, or
+    /// its error; none takes longer than 10 s.
+    pub fn state_of(&self, ns: &str) -> String {
+        let run = |cmd: &mut std::process::Command| match cmd.output() {
+            Ok(out) => {
+                format!("{}{}", String::from_utf8_lossy(&out.stdout), String::from_utf8_lossy(&out.stderr))
+            }
+            Err(e) => format!("({e})\n"),
+        };
+        let mut out = run(std::process::Command::new("df").arg("-h").arg(self.dir()));
+        let nodes = "{range .items[*]}{.metadata.name}{':'}{range .status.conditions[?(@.status=='True')]}\
+                     {' '}{.type}{end}{'\\n'}{end}";
+        out += &run(self.kubectl().args([
+            "get",
+            "nodes",
+            "--request-timeout=10s",
+            "-o",
+            &format!("jsonpath={nodes}"),
+        ]));
+        let columns = "NAME:.metadata.name,PHASE:.status.phase,REASON:.status.reason,NODE:.spec.nodeName,\
+                       IP:.status.podIP,DELETING:.metadata.deletionTimestamp,MESSAGE:.status.message";
+        out += &run(self
+            .kubectl()
+            .args(["get", "pods", "-n", ns, "--request-timeout=10s", "-o"])
+            .arg(format!("custom-columns={columns}")));
+        out
     }
 }
 

@@ -63,7 +63,10 @@ fn kubelet_config(dir: &Path, ca_file: &Path, healthz: u16) -> String {
         "failSwapOn": false,
         "containerRuntimeEndpoint": format!("unix://{}", d("containerd.sock")),
         "registerWithTaints": [{"key": TAINT.0, "value": TAINT.1, "effect": TAINT.2}],
-        "evictionHard": {"memory.available": "50Mi", "nodefs.available": "1%", "imagefs.available": "1%",
+        // Absolute floors, not shares: the node's file system is the host's, shared with the
+        // builds beside it, and a share of a large disk (1 % of 252 GB is 2.5 GB) let a
+        // build filling it make the kubelet evict every router of a running test.
+        "evictionHard": {"memory.available": "50Mi", "nodefs.available": "512Mi", "imagefs.available": "512Mi",
                          "nodefs.inodesFree": "1%"},
         // 100 turns image garbage collection off: the imported images cannot be pulled again.
         "imageGCHighThresholdPercent": 100,
