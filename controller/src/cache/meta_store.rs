@@ -51,16 +51,18 @@ pub(crate) type Key<'a> = (&'a str, &'a str);
 pub(crate) struct Slim {
     resource_version: Option<Box<str>>,
     generation: Option<i64>,
-    /// The labels of [`SELECTED_LABELS`] it carries.
-    labels: Box<[(&'static str, Text)]>,
-    /// Its controller owner reference.
-    controller: Option<Box<Controller>>,
+    /// The labels of [`SELECTED_LABELS`] it carries, shared with every entry that carries
+    /// the same ([`LABELS`]).
+    labels: Arc<[(&'static str, Text)]>,
+    /// Its controller owner reference, shared with every entry that has the same
+    /// ([`CONTROLLERS`]).
+    controller: Option<Arc<Controller>>,
     deletion_timestamp: Option<Time>,
 }
 
 impl Slim {
     fn of(meta: &ObjectMeta) -> Slim {
-        let labels = meta
+        let labels: Vec<(&'static str, Text)> = meta
             .labels
             .iter()
             .flatten()
@@ -69,9 +71,12 @@ impl Slim {
                 Some((*kept, text(v)))
             })
             .collect();
+        let labels = intern(&LABELS, &labels[..], |l| l.into());
         let controller =
             meta.owner_references.iter().flatten().find(|r| r.controller == Some(true)).map(|r| {
-                Box::new((text(&r.api_version), text(&r.kind), r.name.as_str().into(), r.uid.as_str().into()))
+                let c: Controller =
+                    (text(&r.api_version), text(&r.kind), r.name.as_str().into(), r.uid.as_str().into());
+                intern(&CONTROLLERS, &c, |c| Arc::new(c.clone()))
             });
         Slim {
             resource_version: meta.resource_version.as_deref().map(Into::into),
@@ -457,23 +462,28 @@ fn data_key(k: &str) -> DataKey {
     known(k, &KNOWN_KEYS)
 }
 
-/// The values the Secret store holds, each once: a CA's certificate is its own Secret's
-/// `tls.crt` and `ca.crt` and the `ca.crt` of every certificate it signs (6 of the 19 values
-/// of an Interconnect's generated Secrets with management on, 7.4 MB of the Secret store's
-/// 19 MB of data at 2,000 Interconnects in a heaptrack profile). Values no stored Secret
-/// holds any more are dropped once the set has doubled since the last sweep.
-#[derive(Debug, Default)]
-struct Values {
-    set: std::collections::HashSet<Arc<[u8]>>,
+/// Equal values the stores hold, each once: a set of `Arc<T>` a store entry takes its value
+/// from ([`Shared::intern`]). Values no entry holds any more are dropped once the set has
+/// doubled since the last sweep (1,024 at least), so a set is at most about twice what the
+/// entries hold. One set per kind of value, process-wide ([`SECRET_VALUES`], [`LABELS`],
+/// [`CONTROLLERS`]): values are only shared, never changed, so leaders of two terms in one
+/// process may share them.
+#[derive(Debug)]
+struct Shared<T: ?Sized> {
+    set: std::collections::HashSet<Arc<T>>,
     /// Sweep when the set grows past this.
     sweep_at: usize,
 }
 
-static VALUES: std::sync::LazyLock<std::sync::Mutex<Values>> = std::sync::LazyLock::new(Default::default);
+impl<T: ?Sized> Default for Shared<T> {
+    fn default() -> Self {
+        Shared { set: Default::default(), sweep_at: 0 }
+    }
+}
 
-impl Values {
-    /// `v`, shared with an equal value held already.
-    fn intern(&mut self, v: &[u8]) -> Arc<[u8]> {
+impl<T: ?Sized + std::hash::Hash + Eq> Shared<T> {
+    /// `v`, shared with an equal value held already; else made by `make` and kept.
+    fn intern(&mut self, v: &T, make: impl FnOnce(&T) -> Arc<T>) -> Arc<T> {
         if let Some(found) = self.set.get(v) {
             return found.clone();
         }
@@ -481,15 +491,41 @@ impl Values {
             self.set.retain(|v| Arc::strong_count(v) > 1);
             self.sweep_at = (2 * self.set.len()).max(1024);
         }
-        let value: Arc<[u8]> = Arc::from(v);
+        let value = make(v);
         self.set.insert(value.clone());
         value
     }
 }
 
-/// `v`, shared with an equal value a stored Secret holds already ([`Values`]).
+/// A process-wide [`Shared`] set.
+type SharedSet<T> = std::sync::LazyLock<std::sync::Mutex<Shared<T>>>;
+
+/// `v` from `set` ([`Shared::intern`]).
+fn intern<T: ?Sized + std::hash::Hash + Eq>(
+    set: &SharedSet<T>,
+    v: &T,
+    make: impl FnOnce(&T) -> Arc<T>,
+) -> Arc<T> {
+    set.lock().unwrap_or_else(|e| e.into_inner()).intern(v, make)
+}
+
+/// The values of the Secrets' data: a CA's certificate is its own Secret's `tls.crt` and
+/// `ca.crt` and the `ca.crt` of every certificate it signs (6 of the 19 values of an
+/// Interconnect's generated Secrets with management on, 7.4 MB of the Secret store's 19 MB
+/// of data at 2,000 Interconnects in a heaptrack profile).
+static SECRET_VALUES: SharedSet<[u8]> = std::sync::LazyLock::new(Default::default);
+
+/// The selected labels of stored objects ([`Slim`]): every child of an Interconnect carries
+/// the same ones, and the pods of one workload too.
+static LABELS: SharedSet<[(&'static str, Text)]> = std::sync::LazyLock::new(Default::default);
+
+/// The controller owner references of stored objects ([`Slim`]): every child of an
+/// Interconnect names it, the pods of one ReplicaSet name that.
+static CONTROLLERS: SharedSet<Controller> = std::sync::LazyLock::new(Default::default);
+
+/// `v`, shared with an equal value a stored Secret holds already ([`SECRET_VALUES`]).
 fn shared_value(v: &[u8]) -> Arc<[u8]> {
-    VALUES.lock().unwrap_or_else(|e| e.into_inner()).intern(v)
+    intern(&SECRET_VALUES, v, |v| v.into())
 }
 
 impl Entry<Secret> for StoredSecret {
@@ -1100,6 +1136,34 @@ mod tests {
         assert_eq!(names("m"), ["c"]);
     }
 
+    /// The selected labels and the controller reference of stored entries are kept once for
+    /// every entry that has equal ones (the children of one Interconnect), and stand for
+    /// the same metadata.
+    #[test]
+    fn equal_labels_and_controllers_are_kept_once() {
+        let meta = |name: &str, owner: &str, uid: &str| -> ObjectMeta {
+            serde_json::from_value(json!({"name": name, "namespace": "ns",
+                "labels": {"application": owner, "interconnect_cr": owner, "other": name},
+                "ownerReferences": [{"apiVersion": "interconnectedcloud.github.io/v1alpha1",
+                    "kind": "Interconnect", "name": owner, "uid": uid, "controller": true}]}))
+            .unwrap()
+        };
+        let (a, b) = (Slim::of(&meta("mesh-tls", "mesh", "u-1")), Slim::of(&meta("mesh-ca", "mesh", "u-1")));
+        assert!(Arc::ptr_eq(&a.labels, &b.labels), "the same labels, kept once");
+        assert!(Arc::ptr_eq(a.controller.as_ref().unwrap(), b.controller.as_ref().unwrap()));
+        let other = Slim::of(&meta("hub-tls", "hub", "u-2"));
+        assert_eq!(other.label("application"), Some("hub"));
+        assert_ne!(other.controller, a.controller);
+        // Another Interconnect of the same name (recreated: a new uid) has its own reference.
+        let again = Slim::of(&meta("mesh-tls", "mesh", "u-3"));
+        assert!(Arc::ptr_eq(&a.labels, &again.labels));
+        assert!(!Arc::ptr_eq(a.controller.as_ref().unwrap(), again.controller.as_ref().unwrap()));
+        let back = b.meta(("ns", "mesh-ca"));
+        assert_eq!(back.labels.unwrap().len(), 2, "only the selected labels");
+        let r = &back.owner_references.unwrap()[0];
+        assert_eq!((r.name.as_str(), r.uid.as_str(), r.controller), ("mesh", "u-1", Some(true)));
+    }
+
     /// Equal values of stored Secrets are kept once; values nothing holds any more are
     /// swept once the set has doubled.
     #[test]
@@ -1122,11 +1186,11 @@ mod tests {
         assert_eq!(&*value(&leaf, "ca.crt"), b"CA cert");
         assert!(matches!(leaf.data.as_ref().unwrap()[0].0, DataKey::Borrowed("ca.crt")), "a known key");
 
-        let mut values = Values::default();
-        let kept = values.intern(b"kept");
-        assert!(Arc::ptr_eq(&kept, &values.intern(b"kept")));
+        let mut values = Shared::<[u8]>::default();
+        let kept = values.intern(b"kept", |v| v.into());
+        assert!(Arc::ptr_eq(&kept, &values.intern(b"kept", |v| v.into())));
         for i in 0..1100 {
-            drop(values.intern(format!("gone {i}").as_bytes()));
+            drop(values.intern(format!("gone {i}").as_bytes(), |v| v.into()));
         }
         assert!(values.set.len() < 1024, "swept at 1,024: {}", values.set.len());
         assert!(values.set.contains(&b"kept"[..]), "a value still held is kept");
