@@ -132,7 +132,7 @@ type Text = std::borrow::Cow<'static, str>;
 
 /// The values most stored objects share: their owners' API versions and kinds, and the
 /// values of the labels the operator writes on every child.
-const KNOWN_TEXT: [&str; 8] = [
+const KNOWN_TEXT: [&str; 12] = [
     "interconnectedcloud.github.io/v1alpha1",
     "Interconnect",
     "apps/v1",
@@ -141,6 +141,10 @@ const KNOWN_TEXT: [&str; 8] = [
     "Deployment",
     labels::MANAGED_BY,
     "true",
+    "True",
+    "False",
+    "kubernetes.io/tls",
+    "Opaque",
 ];
 
 /// `s` as a [`Text`], borrowed when it is one of `known`.
@@ -417,7 +421,7 @@ pub(crate) struct StoredSecret {
     /// When it was last written ([`crate::credentials::seal::last_written`]), given back as
     /// the time of its one `managedFields` entry.
     written: Option<Time>,
-    type_: Option<Box<str>>,
+    type_: Option<Text>,
     /// `None`: the Secret has no `data`.
     data: Option<Box<[Datum]>>,
 }
@@ -537,7 +541,7 @@ impl Entry<Secret> for StoredSecret {
             step_at: annotations.and_then(|a| a.get(crate::credentials::STEP_AT)).map(|v| v.as_str().into()),
             seal: annotations.and_then(|a| a.get(crate::credentials::seal::SEAL)).map(|v| v.as_str().into()),
             written: crate::credentials::seal::last_written_time(&s.metadata).cloned(),
-            type_: s.type_.as_deref().map(Into::into),
+            type_: s.type_.as_deref().map(text),
             data: s.data.as_ref().map(|d| d.iter().map(|(k, v)| (data_key(k), shared_value(&v.0))).collect()),
         }
     }
@@ -601,11 +605,14 @@ const KEPT_CONDITIONS: [&str; 4] = ["ContainersReady", "Ready", "PodScheduled", 
 pub(crate) struct StoredPod {
     meta: Slim,
     sites_trust: Option<Box<str>>,
-    node: Option<Box<str>>,
-    /// `(volume name, ConfigMap name)` of each ConfigMap volume.
-    config_maps: Box<[(Box<str>, Box<str>)]>,
-    /// The condition types of `spec.readinessGates`; `None`: the spec has none.
-    readiness_gates: Option<Box<[Box<str>]>>,
+    /// Shared with the other pods of the node ([`NODES`]).
+    node: Option<Arc<str>>,
+    /// `(volume name, ConfigMap name)` of each ConfigMap volume, shared with the other pods
+    /// that mount the same ([`CONFIG_MAP_VOLUMES`]).
+    config_maps: Arc<[(Box<str>, Box<str>)]>,
+    /// The condition types of `spec.readinessGates`; `None`: the spec has none. Shared with
+    /// the other pods that have the same ([`READINESS_GATES`]).
+    readiness_gates: Option<Arc<[Box<str>]>>,
     ip: Option<Box<str>>,
     /// `status.phase`, one of [`PHASES`]; `None` also for a value the API does not define.
     phase: Option<&'static str>,
@@ -619,9 +626,9 @@ const PHASES: [&str; 5] = ["Pending", "Running", "Succeeded", "Failed", "Unknown
 #[derive(Debug, Clone, PartialEq)]
 struct StoredCondition {
     type_: &'static str,
-    status: Box<str>,
+    status: Text,
     last_transition_time: Option<Time>,
-    reason: Option<Box<str>>,
+    reason: Option<Text>,
     message: Option<Box<str>>,
 }
 
@@ -636,6 +643,16 @@ pub(crate) fn active(p: &Pod) -> bool {
     !matches!(phase, Some("Failed" | "Succeeded"))
 }
 
+/// The nodes of stored pods ([`StoredPod`]).
+static NODES: SharedSet<str> = std::sync::LazyLock::new(Default::default);
+
+/// The ConfigMap volumes of stored pods ([`StoredPod`]): the pods of one workload mount the
+/// same.
+static CONFIG_MAP_VOLUMES: SharedSet<[(Box<str>, Box<str>)]> = std::sync::LazyLock::new(Default::default);
+
+/// The readiness gates of stored pods ([`StoredPod`]): every router pod has the same.
+static READINESS_GATES: SharedSet<[Box<str>]> = std::sync::LazyLock::new(Default::default);
+
 /// The store of the router pods.
 pub(crate) type PodStore = Compact<Pod, StoredPod>;
 
@@ -643,27 +660,30 @@ impl Entry<Pod> for StoredPod {
     fn of(p: &Pod) -> Self {
         let (spec, status) = (p.spec.as_ref(), p.status.as_ref());
         let boxed = |s: &Option<String>| s.as_deref().map(Into::into);
+        let config_maps: Vec<(Box<str>, Box<str>)> =
+            (spec.and_then(|s| s.volumes.as_ref()).into_iter().flatten())
+                .filter_map(|v| Some((v.name.as_str().into(), v.config_map.as_ref()?.name.as_str().into())))
+                .collect();
         StoredPod {
             meta: Slim::of(&p.metadata),
             sites_trust: (p.metadata.annotations.as_ref())
                 .and_then(|a| a.get(crate::grants::sites::SITES_TRUST))
                 .map(|v| v.as_str().into()),
-            node: spec.and_then(|s| boxed(&s.node_name)),
-            config_maps: (spec.and_then(|s| s.volumes.as_ref()).into_iter().flatten())
-                .filter_map(|v| Some((v.name.as_str().into(), v.config_map.as_ref()?.name.as_str().into())))
-                .collect(),
-            readiness_gates: spec
-                .and_then(|s| s.readiness_gates.as_ref())
-                .map(|g| g.iter().map(|g| g.condition_type.as_str().into()).collect()),
+            node: spec.and_then(|s| s.node_name.as_deref()).map(|n| intern(&NODES, n, |n| n.into())),
+            config_maps: intern(&CONFIG_MAP_VOLUMES, &config_maps[..], |v| v.into()),
+            readiness_gates: spec.and_then(|s| s.readiness_gates.as_ref()).map(|g| {
+                let types: Vec<Box<str>> = g.iter().map(|g| g.condition_type.as_str().into()).collect();
+                intern(&READINESS_GATES, &types[..], |t| t.into())
+            }),
             ip: status.and_then(|s| boxed(&s.pod_ip)),
             phase: status.and_then(|s| PHASES.iter().find(|p| s.phase.as_deref() == Some(**p)).copied()),
             conditions: (status.and_then(|s| s.conditions.as_ref()).into_iter().flatten())
                 .filter_map(|c| {
                     Some(StoredCondition {
                         type_: KEPT_CONDITIONS.iter().find(|t| **t == c.type_)?,
-                        status: c.status.as_str().into(),
+                        status: text(&c.status),
                         last_transition_time: c.last_transition_time.clone(),
-                        reason: boxed(&c.reason),
+                        reason: c.reason.as_deref().map(text),
                         message: boxed(&c.message),
                     })
                 })
@@ -703,7 +723,7 @@ impl Entry<Pod> for StoredPod {
                 type_: c.type_.into(),
                 status: c.status.to_string(),
                 last_transition_time: c.last_transition_time.clone(),
-                reason: text(&c.reason),
+                reason: c.reason.as_deref().map(Into::into),
                 message: text(&c.message),
                 ..Default::default()
             })
@@ -713,7 +733,7 @@ impl Entry<Pod> for StoredPod {
             metadata: self.meta(key),
             spec: has_spec.then(|| PodSpec {
                 volumes: (!volumes.is_empty()).then_some(volumes),
-                node_name: text(&self.node),
+                node_name: self.node.as_deref().map(Into::into),
                 readiness_gates: (self.readiness_gates.as_ref())
                     .map(|g| g.iter().map(|t| PodReadinessGate { condition_type: t.to_string() }).collect()),
                 ..Default::default()
@@ -1079,6 +1099,13 @@ mod tests {
             assert_eq!(annotations.keys().collect::<Vec<_>>(), [crate::grants::sites::SITES_TRUST]);
             assert!(back.metadata.labels.as_ref().unwrap().get("pod-template-hash").is_none());
         }
+        // The pods of one workload on one node share what they have alike.
+        let scheduled = || pod(json!({"type": "PodScheduled", "status": "True"}));
+        let (one, other) = (StoredPod::of(&scheduled()), StoredPod::of(&scheduled()));
+        assert!(Arc::ptr_eq(one.node.as_ref().unwrap(), other.node.as_ref().unwrap()));
+        assert!(Arc::ptr_eq(&one.config_maps, &other.config_maps));
+        assert!(Arc::ptr_eq(one.readiness_gates.as_ref().unwrap(), other.readiness_gates.as_ref().unwrap()));
+        assert!(matches!(one.conditions[0].status, Text::Borrowed("True")), "a known value, not allocated");
         // Evicted: the phase a kubelet leaves it in is kept, so the pod is no router.
         let mut evicted = pod(json!({"type": "PodScheduled", "status": "True"}));
         let status = evicted.status.as_mut().unwrap();
