@@ -470,8 +470,8 @@ fn data_key(k: &str) -> DataKey {
 /// from ([`Shared::intern`]). Values no entry holds any more are dropped once the set has
 /// doubled since the last sweep (1,024 at least), so a set is at most about twice what the
 /// entries hold. One set per kind of value, process-wide ([`SECRET_VALUES`], [`LABELS`],
-/// [`CONTROLLERS`]): values are only shared, never changed, so leaders of two terms in one
-/// process may share them.
+/// [`CONTROLLERS`], [`NODES`], [`CONFIG_MAP_VOLUMES`], [`READINESS_GATES`]): values are
+/// only shared, never changed, so leaders of two terms in one process may share them.
 #[derive(Debug)]
 struct Shared<T: ?Sized> {
     set: std::collections::HashSet<Arc<T>>,
@@ -1107,7 +1107,7 @@ mod tests {
         assert!(Arc::ptr_eq(one.readiness_gates.as_ref().unwrap(), other.readiness_gates.as_ref().unwrap()));
         assert!(matches!(one.conditions[0].status, Text::Borrowed("True")), "a known value, not allocated");
         // Evicted: the phase a kubelet leaves it in is kept, so the pod is no router.
-        let mut evicted = pod(json!({"type": "PodScheduled", "status": "True"}));
+        let mut evicted = scheduled();
         let status = evicted.status.as_mut().unwrap();
         (status.phase, status.reason) = (Some("Failed".into()), Some("Evicted".into()));
         let store = PodStore::default();
