@@ -249,6 +249,10 @@ pub struct RouterView {
     /// Connector deletions the visit left for a later one, a connection attempt being in
     /// flight ([`links::busy`]): the router is visited again soon.
     pub deferred: u32,
+    /// `true` when it was asked through another router's connection (its management node
+    /// addressed over the mesh, `_topo/0/<id>/$management`: [`reader::observe`]), `false`
+    /// when on a connection of its own.
+    pub routed: bool,
 }
 
 /// An open inter-router or edge connection of a router, with what the statuses of links
@@ -301,6 +305,7 @@ impl RouterView {
             live: None,
             detailed: Vec::new(),
             deferred: 0,
+            routed: false,
         })
     }
 

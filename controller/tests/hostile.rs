@@ -414,6 +414,7 @@ fn the_views_of_256_hostile_routers_are_kept_within_their_budget() {
                     deliveries_stuck: 0,
                     live: None,
                     deferred: 0,
+                    routed: false,
                     detailed: (0..qdr_controller::mesh::MAX_DETAILED)
                         .map(|k| qdr_controller::mesh::Connection {
                             peer: hostile(i, k).into(),
@@ -1015,4 +1016,107 @@ async fn the_controller_process_survives_hostile_routers_and_serves_every_other_
     for t in tasks {
         t.abort();
     }
+}
+
+/// Routers of a linked mesh are read through one connection: the first router on its own,
+/// then every router its routing table lists, through it (`_topo/0/<id>/$management`).
+/// What it does not list, and a router the mesh does not reach (its request link refused),
+/// are read each on a connection of its own. Writes reach the router asked, not the one
+/// the connection was made to.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_linked_mesh_is_read_through_one_connection_and_the_rest_directly() {
+    use std::sync::atomic::{AtomicU64, Ordering::SeqCst};
+    let ids = ["through-0", "through-1", "through-2", "through-3"];
+    // 0 lists 1 and 2 (its neighbours); 3 is on its own. 2 is listed, but the mesh does not
+    // carry requests to it (not routable here).
+    let peers: [&[&str]; 4] = [&["through-1", "through-2"], &["through-0"], &["through-0"], &[]];
+    let answers: Vec<Arc<amqp_peer::Answers>> = (ids.iter().zip(peers))
+        .map(|(id, peers)| Arc::new(amqp_peer::honest(id, "interior", peers, 0)))
+        .collect();
+    for i in [0, 1, 3] {
+        amqp_peer::routable(&answers[i]);
+    }
+    // One wildcard listener; each router at its own loopback address; connections counted.
+    let listener = tokio::net::TcpListener::bind("0.0.0.0:0").await.unwrap();
+    let port = listener.local_addr().unwrap().port();
+    let ip = |i: usize| format!("127.4.0.{}", i + 1);
+    let connections: Arc<[AtomicU64; 4]> = Arc::new(Default::default());
+    let (counted, scripts) = (connections.clone(), answers.clone());
+    let task = amqp_peer::serve_by_address(
+        listener,
+        Arc::new(move |addr| {
+            let i = usize::from(match addr {
+                std::net::IpAddr::V4(v4) => v4.octets()[3],
+                std::net::IpAddr::V6(_) => return None,
+            })
+            .checked_sub(1)
+            .filter(|i| *i < 4)?;
+            counted[i].fetch_add(1, SeqCst);
+            Some((None, Script::Honest(scripts[i].clone())))
+        }),
+    );
+    let want = live_entities(serde_json::json!({
+        "deploymentPlan": {"role": "interior"},
+        "addresses": [{"prefix": "through", "distribution": "closest"}],
+    }));
+    let targets: Vec<Target> = (0..4)
+        .map(|i| Target {
+            pod: ids[i].into(),
+            ip: Some(ip(i)),
+            ready: true,
+            linking: None,
+            live: (i == 1).then(|| want.clone()),
+            checked: None,
+        })
+        .collect();
+    let pool = Pool::new(4, 4);
+    let plan = Plan {
+        port,
+        namespace: "through",
+        pool: &pool,
+        timeout: VISIT_TIMEOUT,
+        deadline: tokio::time::Instant::now() + VISIT_TIMEOUT,
+        tls: None,
+        fence: None,
+        recheck: qdr_controller::mesh::live::RECHECK,
+    };
+    let seen = observe(&targets, &plan).await;
+    let views: Vec<&qdr_controller::mesh::RouterView> = ids
+        .iter()
+        .map(|id| match &seen[*id] {
+            Observation::Answered(v) => v,
+            other => panic!("{id}: {other:?}"),
+        })
+        .collect();
+    assert_eq!(
+        views.iter().map(|v| (&*v.id, v.routed)).collect::<Vec<_>>(),
+        [("through-0", false), ("through-1", true), ("through-2", false), ("through-3", false)],
+    );
+    let counts: Vec<u64> = connections.iter().map(|c| c.load(SeqCst)).collect();
+    assert_eq!(counts, [1, 0, 1, 1], "connections per router");
+    // What the routed router answered is its own, and its live entities were written to it.
+    assert_eq!(views[1].reaches.iter().map(|r| &**r).collect::<Vec<_>>(), ["through-0"]);
+    let live = views[1].live.as_ref().expect("live entities were given");
+    assert!(live.applied && live.created == want.desired.len(), "{live:?}");
+    assert_eq!(amqp_peer::held("through-1").len(), want.desired.len());
+    assert!(amqp_peer::held("through-0").is_empty());
+
+    // Every router listed and reachable: one connection in all.
+    amqp_peer::routable(&answers[2]);
+    let before: Vec<u64> = connections.iter().map(|c| c.load(SeqCst)).collect();
+    let seen = observe(&targets[..3], &plan).await;
+    let after: Vec<u64> = connections.iter().map(|c| c.load(SeqCst)).collect();
+    let routed: Vec<bool> = (seen.values())
+        .map(|o| match o {
+            Observation::Answered(v) => v.routed,
+            other => panic!("{other:?}"),
+        })
+        .collect();
+    assert_eq!(routed, [false, true, true]);
+    assert_eq!((0..4).map(|i| after[i] - before[i]).collect::<Vec<_>>(), [1, 0, 0, 0]);
+    // The second visit found router 1's entities held: nothing written again.
+    let Observation::Answered(v) = &seen["through-1"] else { unreachable!() };
+    let live = v.live.as_ref().expect("live entities were given");
+    assert!(live.applied && live.created == 0 && live.deleted == 0, "{live:?}");
+    task.abort();
 }

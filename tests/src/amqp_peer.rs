@@ -164,6 +164,32 @@ fn each_uptime(router: &mut Json, f: impl Fn(&Json) -> Option<Json>) {
 
 static CONNECTIONS: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
 
+/// Connections the peers accepted so far, in all (every script).
+pub fn connections() -> u64 {
+    CONNECTIONS.load(std::sync::atomic::Ordering::SeqCst)
+}
+
+/// The routers a peer answers for when asked through it over the mesh
+/// (`_topo/0/<id>/$management`), by router id.
+static ROUTABLE: std::sync::Mutex<std::collections::BTreeMap<String, Arc<Answers>>> =
+    std::sync::Mutex::new(std::collections::BTreeMap::new());
+
+/// Makes the router of `answers` reachable through every other peer, as a linked mesh's
+/// routers are through each other: a request link attached to `_topo/0/<id>/$management`
+/// on any peer's connection is answered with `answers` (the honest scripts' answers, and
+/// the writes kept under that router id). A link to a router not made reachable is refused
+/// (an `attach` without a target, then a `detach` with `amqp:not-found`).
+pub fn routable(answers: &Arc<Answers>) {
+    let id = answers["router"]["results"][0][0].as_str().unwrap_or_default().to_string();
+    ROUTABLE.lock().unwrap_or_else(|e| e.into_inner()).insert(id, answers.clone());
+}
+
+/// The router id of a `_topo/0/<id>/$management` target address.
+fn routed_to(address: &str) -> Option<&str> {
+    let rest = address.strip_prefix("amqp:/").unwrap_or(address);
+    rest.strip_prefix("_topo/0/")?.strip_suffix("/$management")
+}
+
 /// Every write the honest peers of router `router` received, in order.
 pub fn writes(router: &str) -> Vec<Write> {
     WRITES.lock().unwrap_or_else(|e| e.into_inner()).iter().filter(|w| w.router == router).cloned().collect()
@@ -623,8 +649,11 @@ async fn run<S: AsyncRead + AsyncWrite + Unpin>(s: S, script: &Script) -> std::i
     // Writes answered on this connection (`Script::CutAfterWrites`).
     let mut writes = 0usize;
     let connection = CONNECTIONS.fetch_add(1, std::sync::atomic::Ordering::SeqCst) + 1;
-    // Our handle for the replies link (we send on it) and for the requests link.
-    let (replies, requests) = (0u32, 1u32);
+    // Our handle for the replies link (we send on it); request links take 1, 2, ...
+    let replies = 0u32;
+    // The reader's handle of each request link → the answers of the router it asks through
+    // this one (`None`: this one).
+    let mut requests: std::collections::BTreeMap<u32, Option<Arc<Answers>>> = Default::default();
     loop {
         let (channel, body) = io.frame().await?;
         if body.is_empty() {
@@ -677,17 +706,43 @@ async fn run<S: AsyncRead + AsyncWrite + Unpin>(s: S, script: &Script) -> std::i
                 }
             }
             P::Attach(a) => {
+                let handle = u32::try_from(requests.len()).unwrap_or(u32::MAX) + 1;
+                let target = a.target.as_deref().and_then(|t| {
+                    #[allow(unreachable_patterns)]
+                    match t {
+                        fe2o3_amqp::types::messaging::TargetArchetype::Target(t) => t.address.clone(),
+                        _ => None,
+                    }
+                });
+                let routed = match target.as_deref().and_then(routed_to) {
+                    None => Some(None),
+                    Some(id) => ROUTABLE.lock().unwrap_or_else(|e| e.into_inner()).get(id).cloned().map(Some),
+                };
                 let mut echo: Attach = a.clone();
-                echo.handle = requests.into();
+                echo.handle = handle.into();
                 echo.role = Role::Receiver;
                 echo.initial_delivery_count = None;
+                let Some(routed) = routed else {
+                    // No route to that router: refused as AMQP refuses a link.
+                    echo.target = None;
+                    io.send(&frame(0, &performative(&echo))).await?;
+                    let error = fe2o3_amqp::types::definitions::Error::new(
+                        fe2o3_amqp::types::definitions::AmqpError::NotFound,
+                        Some("no route to the destination".into()),
+                        None,
+                    );
+                    let detach = Detach { handle: handle.into(), closed: true, error: Some(error) };
+                    io.send(&frame(0, &performative(&detach))).await?;
+                    continue;
+                };
+                requests.insert(a.handle.0, routed);
                 io.send(&frame(0, &performative(&echo))).await?;
                 let flow = Flow {
                     next_incoming_id: Some(0),
                     incoming_window: 2048,
                     next_outgoing_id: 0,
                     outgoing_window: 2048,
-                    handle: Some(requests.into()),
+                    handle: Some(handle.into()),
                     delivery_count: Some(0),
                     link_credit: Some(100),
                     available: None,
@@ -713,6 +768,9 @@ async fn run<S: AsyncRead + AsyncWrite + Unpin>(s: S, script: &Script) -> std::i
                     io.send(&frame(0, &performative(&disposition))).await?;
                 }
                 let Some(req) = request(&body[end..]) else { continue };
+                // The answers of the router asked, when it is asked through this one.
+                let routed = requests.get(&t.handle.0).cloned().flatten();
+                let pick = |answers: &Arc<Answers>| routed.clone().unwrap_or_else(|| answers.clone());
                 // When the request came (a slow script answers it later).
                 let received = std::time::Instant::now();
                 let id = next_delivery;
@@ -784,7 +842,7 @@ async fn run<S: AsyncRead + AsyncWrite + Unpin>(s: S, script: &Script) -> std::i
                     Script::CutAfterWrites(_, n) if write && writes == *n => return Ok(()),
                     Script::CutAfterWrites(answers, _) => {
                         writes += usize::from(write);
-                        io.deliver(replies, id, &honest_answer(answers, req.count)).await?
+                        io.deliver(replies, id, &honest_answer(&pick(answers), req.count)).await?
                     }
                     Script::RefuseCreate(_, text)
                         if req.operation == "CREATE"
@@ -798,19 +856,19 @@ async fn run<S: AsyncRead + AsyncWrite + Unpin>(s: S, script: &Script) -> std::i
                         io.deliver(replies, id, &refusal).await?
                     }
                     Script::RefuseCreate(answers, _) => {
-                        io.deliver(replies, id, &honest_answer(answers, req.count)).await?
+                        io.deliver(replies, id, &honest_answer(&pick(answers), req.count)).await?
                     }
                     Script::SlowWrites(answers, delay) => {
                         if write {
                             tokio::time::sleep(*delay).await;
                         }
-                        io.deliver(replies, id, &honest_answer(answers, req.count)).await?
+                        io.deliver(replies, id, &honest_answer(&pick(answers), req.count)).await?
                     }
                     Script::Honest(answers) => {
-                        io.deliver(replies, id, &honest_answer(answers, req.count)).await?
+                        io.deliver(replies, id, &honest_answer(&pick(answers), req.count)).await?
                     }
                     Script::IgnoresCount(answers) => {
-                        io.deliver(replies, id, &honest_answer(answers, None)).await?
+                        io.deliver(replies, id, &honest_answer(&pick(answers), None)).await?
                     }
                     Script::DeepList(depth) => {
                         let body = nested_lists(*depth);
@@ -832,7 +890,7 @@ async fn run<S: AsyncRead + AsyncWrite + Unpin>(s: S, script: &Script) -> std::i
                         }
                     }
                     Script::Trickle(answers) => {
-                        let payload = honest_answer(answers, req.count);
+                        let payload = honest_answer(&pick(answers), req.count);
                         let mut body = performative(&transfer(replies, id, false));
                         body.extend(payload);
                         for b in frame(0, &body) {
@@ -854,17 +912,18 @@ async fn run<S: AsyncRead + AsyncWrite + Unpin>(s: S, script: &Script) -> std::i
                     }
                     Script::AnnotationBomb(answers) => {
                         let mut payload = annotation_bomb(15, 65_535);
-                        payload.extend(honest_answer(answers, req.count));
+                        payload.extend(honest_answer(&pick(answers), req.count));
                         io.deliver(replies, id, &payload).await?;
                     }
                     Script::NullArray(answers, count) => {
                         let mut payload =
                             annotations([("x-opt-bomb".into(), null_array(*count))].into_iter());
-                        payload.extend(honest_answer(answers, req.count));
+                        payload.extend(honest_answer(&pick(answers), req.count));
                         io.deliver(replies, id, &payload).await?;
                     }
                     Script::PropertiesBomb(answers, extra) => {
-                        io.deliver(replies, id, &honest_answer_with(answers, req.count, *extra)).await?
+                        io.deliver(replies, id, &honest_answer_with(&pick(answers), req.count, *extra))
+                            .await?
                     }
                     Script::Silent | Script::Garbage | Script::DeepPerformative(_) => {}
                 }

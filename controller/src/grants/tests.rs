@@ -197,6 +197,7 @@ fn view(pod: &str, connections: &[(&str, bool)]) -> (String, Observation) {
         live: None,
         detailed,
         deferred: 0,
+        routed: false,
     };
     (pod.to_string(), Observation::Answered(v))
 }

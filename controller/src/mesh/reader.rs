@@ -28,7 +28,7 @@ use tokio::time::Instant;
 use super::answer::{Cell, MAX_ROWS, MAX_TEXT, Table, cut};
 use super::links::{self as linking, Attribute, Connector};
 use super::live::{self, Desired, Held, Kind, Outcome};
-use super::wire::{Guarded, MAX_FRAME_SIZE, MAX_MESSAGE_SIZE, Verdict};
+use super::wire::{Guarded, MAX_FRAME_SIZE, MAX_MESSAGE_SIZE, READ_BUDGET, Verdict};
 use super::{
     AnswerError, CONNECTION_ATTRIBUTES, MAX_ROUTERS, NODE_ATTRIBUTES, READER_CONTAINER_PREFIX,
     ROUTER_ATTRIBUTES, RouterView,
@@ -179,11 +179,13 @@ where
     let deadline = Instant::now() + timeout;
     let missing = Missing::default();
     let writes = Writes { linking, live, fence: None, missing: &missing, checked: None };
-    match tokio::time::timeout_at(deadline, read(stream, reader, deadline, timeout, &writes)).await {
-        Ok(Ok(view)) => Ok(view),
-        Ok(Err(e)) => Err(missing.explain(e)),
-        Err(_) => Err(missing.explain(ReadError::Timeout(timeout))),
-    }
+    let visits =
+        tokio::time::timeout_at(deadline, read_through(stream, reader, deadline, timeout, &writes, &[]));
+    let first = match visits.await {
+        Ok(visits) => visits.first,
+        Err(_) => Err(ReadError::Timeout(timeout)),
+    };
+    first.map_err(|e| missing.explain(e))
 }
 
 /// What a visit writes, and the fence its writes pass.
@@ -199,29 +201,69 @@ struct Writes<'a> {
     checked: Option<(live::Checked, Duration)>,
 }
 
-/// [`read_router`] until `deadline` (`timeout` after the start), without the outer timeout.
-async fn read<S>(
+/// A router asked through the connection of another whose routing table lists it: its
+/// management node addressed over the mesh, `_topo/0/<id>/$management`, as `qdstat -r`
+/// asks it (qpid-dispatch 1.19, `management/client.py`).
+struct Routed<'a> {
+    /// Its router id (the pod's name).
+    id: &'a str,
+    writes: Writes<'a>,
+}
+
+/// What one connection read: the router it was made to, then each router asked through
+/// it (`None`: not asked, as the first router's routing table does not list it, or the
+/// connection stopped before it).
+struct Visits {
+    first: Result<RouterView, ReadError>,
+    routed: Vec<Option<Result<RouterView, ReadError>>>,
+}
+
+/// Reads the router at the end of `stream` until `deadline` (`timeout` after the start),
+/// then, on the same connection, each of `routed` that its routing table lists, one after
+/// another, `timeout` each; the first of them that fails ends the connection. Bytes are
+/// guarded for the whole connection ([`Guarded`]), with the budget of one read per router
+/// and a deadline that allows each its `timeout`; a refusal is the error of the visit it
+/// came in.
+async fn read_through<S>(
     stream: S,
     reader: &str,
     deadline: Instant,
     timeout: Duration,
-    writes: &Writes<'_>,
-) -> Result<RouterView, ReadError>
+    first: &Writes<'_>,
+    routed: &[Routed<'_>],
+) -> Visits
 where
     S: AsyncRead + AsyncWrite + std::fmt::Debug + Send + Unpin + 'static,
 {
+    let others = u32::try_from(routed.len()).unwrap_or(u32::MAX);
+    let backstop = deadline + timeout.saturating_mul(others);
     let verdict = Verdict::default();
-    let result = tokio::select! {
-        result = exchange(Guarded::new(stream, deadline, verdict.clone()), reader, writes) => result,
-        // A refusal ends the read at once, whether or not the client notices it.
-        why = verdict.wait() => Err(ReadError::Refused(why)),
+    let guarded = Guarded::new(stream, backstop, verdict.clone())
+        .with_budget(READ_BUDGET.saturating_mul(u64::from(others) + 1));
+    let mut out =
+        Visits { first: Err(ReadError::Timeout(timeout)), routed: routed.iter().map(|_| None).collect() };
+    // The visit in progress (0 the first router's, i + 1 `routed[i]`'s) and its deadline.
+    let mut at = (0, deadline);
+    let refused = tokio::select! {
+        () = exchange(guarded, reader, deadline, timeout, first, routed, &mut out, &mut at) => verdict.refused(),
+        // A refusal ends the connection at once, whether or not the client notices it.
+        why = verdict.wait() => Some(why),
     };
-    match (result, verdict.refused()) {
-        (Err(ReadError::Fenced), _) => Err(ReadError::Fenced),
-        (Err(_), _) if Instant::now() >= deadline => Err(ReadError::Timeout(timeout)),
-        (Err(_), Some(why)) => Err(ReadError::Refused(why)),
-        (result, _) => result,
+    if let Some(why) = refused {
+        // Past its deadline, the visit timed out, whatever the guard said of it.
+        let (visit, deadline) = at;
+        let error = || match Instant::now() >= deadline {
+            true => ReadError::Timeout(timeout),
+            false => ReadError::Refused(why.clone()),
+        };
+        let current = if visit == 0 { Some(&mut out.first) } else { out.routed[visit - 1].as_mut() };
+        match current {
+            Some(Err(ReadError::Fenced) | Ok(_)) => {}
+            Some(r @ Err(_)) => *r = Err(error()),
+            None => out.routed[visit - 1] = Some(Err(error())),
+        }
     }
+    out
 }
 
 /// One `QUERY` of `entity` for `attributes`, rows `offset..offset + count`.
@@ -533,17 +575,45 @@ impl Links {
     }
 }
 
-async fn exchange<S>(stream: S, reader: &str, writes: &Writes<'_>) -> Result<RouterView, ReadError>
-where
+/// `result` of a visit whose time ended at `deadline`: an error after it is the timeout's.
+fn in_time(
+    result: Result<Result<RouterView, ReadError>, tokio::time::error::Elapsed>,
+    deadline: Instant,
+    timeout: Duration,
+) -> Result<RouterView, ReadError> {
+    match result {
+        Ok(Err(ReadError::Fenced)) => Err(ReadError::Fenced),
+        Ok(Err(_)) | Err(_) if Instant::now() >= deadline => Err(ReadError::Timeout(timeout)),
+        Ok(result) => result,
+        Err(_) => Err(ReadError::Timeout(timeout)),
+    }
+}
+
+/// The connection of [`read_through`]: each visit's result goes to `out` as it ends, and
+/// `at` names the visit in progress.
+#[allow(clippy::too_many_arguments)]
+async fn exchange<S>(
+    stream: S,
+    reader: &str,
+    deadline: Instant,
+    timeout: Duration,
+    first: &Writes<'_>,
+    routed: &[Routed<'_>],
+    out: &mut Visits,
+    at: &mut (usize, Instant),
+) where
     S: AsyncRead + AsyncWrite + std::fmt::Debug + Send + Unpin + 'static,
 {
-    let mut connection = Connection::builder()
+    let opened = Connection::builder()
         .container_id(format!("{READER_CONTAINER_PREFIX}-{reader}"))
         .max_frame_size(MAX_FRAME_SIZE)
-        .open_with_stream(stream)
-        .await
-        .map_err(amqp)?;
-    let view = async {
+        .open_with_stream(stream);
+    let mut connection = match tokio::time::timeout_at(deadline, opened).await {
+        Ok(Ok(connection)) => connection,
+        Ok(Err(e)) => return out.first = in_time(Ok(Err(amqp(e))), deadline, timeout),
+        Err(elapsed) => return out.first = in_time(Err(elapsed), deadline, timeout),
+    };
+    let opened = async {
         let mut session = Session::begin(&mut connection).await.map_err(amqp)?;
         let replies = Receiver::builder()
             .name("replies")
@@ -556,79 +626,128 @@ where
         let reply_to = (replies.source().as_ref().and_then(|s| s.address.clone()))
             .ok_or_else(|| ReadError::Amqp("the router gave the reply link no address".into()))?;
         let requests = Sender::attach(&mut session, "requests", "$management").await.map_err(amqp)?;
-        let fence = writes.fence.cloned();
+        let fence = first.fence.cloned();
         let mut links = Links { requests, replies, reply_to: cut(reply_to, MAX_TEXT), next_id: 0, fence };
-        let (linking, live) = (writes.linking, writes.live);
-        // The router entity: one row (two asked, to see a second).
-        let me = links
-            .ask(&Query { entity: ENTITIES[0], attributes: &ROUTER_ATTRIBUTES, offset: 0, count: 2 })
-            .await?;
-        let mut view = RouterView::of_router(&me)?;
-        let uptime = RouterView::uptime_of(&me).map(|u| (u, std::time::Instant::now()));
-        links.pages(ENTITIES[1], &NODE_ATTRIBUTES, MAX_ROUTERS + 1, |t| view.add_nodes(t)).await?;
-        let mut open = std::collections::BTreeSet::new();
-        links
-            .pages(ENTITIES[2], &CONNECTION_ATTRIBUTES, MAX_CONNECTION_ROWS, |t| {
-                super::open_outgoing(t, &mut open);
-                view.add_connections(t)
-            })
-            .await?;
-        if let Some(wanted) = linking {
-            let mut held = Vec::new();
-            links
-                .pages(linking::ENTITY, &linking::ATTRIBUTES, linking::MAX_CONNECTOR_ROWS, |t| {
-                    linking::add_connectors(t, &open, &mut held)
-                })
-                .await?;
-            let (deletes, creates) = linking::changes(&wanted.connectors, &held, &wanted.keep, &wanted.unready);
-            view.deferred += linking::deferred(&wanted.connectors, &held, &wanted.keep);
-            for name in &deletes {
-                links.delete(Kind::Connector, name).await?;
-            }
-            for c in &creates {
-                let attributes = c.attributes();
-                links.create(Kind::Connector, &c.name, attributes.iter().map(|(k, v)| (*k, v))).await?;
-            }
-            if !deletes.is_empty() || !creates.is_empty() {
-                tracing::info!(router = %view.id, created = creates.len(), deleted = deletes.len(), "inter-router connectors written");
-            }
-        }
-        if let Some(want) = live {
-            let outcome = match (writes.checked, uptime) {
-                // The same router process, for the same configuration, recently read whole.
-                (Some((c, recheck)), Some((up, now))) if c.vouches(up, now, recheck) => Outcome {
-                    hash: want.hash.clone(),
-                    applied: true,
-                    created: 0,
-                    deleted: 0,
-                    refused: None,
-                    deferred: 0,
-                    checked: Some(c),
-                },
-                _ => {
-                    let mut outcome = links.apply(want, writes.missing, &open).await?;
-                    if outcome.applied {
-                        outcome.checked = uptime.and_then(|(up, at)| live::Checked::of(up, at));
-                    }
-                    outcome
-                }
-            };
-            view.deferred += outcome.deferred;
-            if outcome.created + outcome.deleted > 0 || outcome.refused.is_some() {
-                tracing::info!(router = %view.id, created = outcome.created, deleted = outcome.deleted,
-                    refused = outcome.refused.as_deref().unwrap_or(""), applied = outcome.applied,
-                    "live entities written");
-            }
-            view.live = Some(Box::new(outcome));
-        }
+        let view = visit(&mut links, first).await?;
         Ok((view, links, session))
+    };
+    let (mut links, mut session) = match tokio::time::timeout_at(deadline, opened).await {
+        Ok(Ok((view, links, session))) => {
+            out.first = Ok(view);
+            (links, session)
+        }
+        Ok(Err(e)) => {
+            out.first = in_time(Ok(Err(e)), deadline, timeout);
+            let _ = tokio::time::timeout(CLOSE_GRACE, connection.close()).await;
+            return;
+        }
+        Err(elapsed) => return out.first = in_time(Err(elapsed), deadline, timeout),
+    };
+    let reaches = match &out.first {
+        Ok(view) => view.reaches.clone(),
+        Err(_) => Default::default(),
+    };
+    // The request links of the routers asked through this one, kept attached until the close.
+    let mut senders = Vec::new();
+    for (i, r) in routed.iter().enumerate() {
+        if !reaches.contains(r.id) {
+            continue;
+        }
+        let deadline = Instant::now() + timeout;
+        *at = (i + 1, deadline);
+        let asked = async {
+            let address = format!("_topo/0/{}/$management", r.id);
+            let sender =
+                Sender::attach(&mut session, format!("requests-{i}"), address).await.map_err(amqp)?;
+            senders.push(std::mem::replace(&mut links.requests, sender));
+            let view = visit(&mut links, &r.writes).await?;
+            if *view.id != *r.id {
+                let what = format!("asked for router {} through the mesh, {} answered", r.id, view.id);
+                return Err(ReadError::Amqp(cut(what, MAX_TEXT)));
+            }
+            Ok(RouterView { routed: true, ..view })
+        };
+        let result = in_time(tokio::time::timeout_at(deadline, asked).await, deadline, timeout);
+        let failed = result.is_err();
+        out.routed[i] = Some(result);
+        if failed {
+            // What comes next on this connection may answer the request that failed.
+            break;
+        }
     }
-    .await;
     // The connection is closed with its session and links still attached: closing it ends
     // them (AMQP 1.0, 2.4.3), and qdrouterd frees them with it. Detaching each link and
     // ending the session first took four more round trips a visit (a sixth of its CPU).
     let _ = tokio::time::timeout(CLOSE_GRACE, connection.close()).await;
-    view.map(|(view, _links, _session)| view)
+    drop((links, session, senders));
+}
+
+/// One visit to the router `links` ask (its queries, then the writes of `writes`): its view.
+async fn visit(links: &mut Links, writes: &Writes<'_>) -> Result<RouterView, ReadError> {
+    let (linking, live) = (writes.linking, writes.live);
+    // The router entity: one row (two asked, to see a second).
+    let me = links
+        .ask(&Query { entity: ENTITIES[0], attributes: &ROUTER_ATTRIBUTES, offset: 0, count: 2 })
+        .await?;
+    let mut view = RouterView::of_router(&me)?;
+    let uptime = RouterView::uptime_of(&me).map(|u| (u, std::time::Instant::now()));
+    links.pages(ENTITIES[1], &NODE_ATTRIBUTES, MAX_ROUTERS + 1, |t| view.add_nodes(t)).await?;
+    let mut open = std::collections::BTreeSet::new();
+    links
+        .pages(ENTITIES[2], &CONNECTION_ATTRIBUTES, MAX_CONNECTION_ROWS, |t| {
+            super::open_outgoing(t, &mut open);
+            view.add_connections(t)
+        })
+        .await?;
+    if let Some(wanted) = linking {
+        let mut held = Vec::new();
+        links
+            .pages(linking::ENTITY, &linking::ATTRIBUTES, linking::MAX_CONNECTOR_ROWS, |t| {
+                linking::add_connectors(t, &open, &mut held)
+            })
+            .await?;
+        let (deletes, creates) = linking::changes(&wanted.connectors, &held, &wanted.keep, &wanted.unready);
+        view.deferred += linking::deferred(&wanted.connectors, &held, &wanted.keep);
+        for name in &deletes {
+            links.delete(Kind::Connector, name).await?;
+        }
+        for c in &creates {
+            let attributes = c.attributes();
+            links.create(Kind::Connector, &c.name, attributes.iter().map(|(k, v)| (*k, v))).await?;
+        }
+        if !deletes.is_empty() || !creates.is_empty() {
+            tracing::info!(router = %view.id, created = creates.len(), deleted = deletes.len(), "inter-router connectors written");
+        }
+    }
+    if let Some(want) = live {
+        let outcome = match (writes.checked, uptime) {
+            // The same router process, for the same configuration, recently read whole.
+            (Some((c, recheck)), Some((up, now))) if c.vouches(up, now, recheck) => Outcome {
+                hash: want.hash.clone(),
+                applied: true,
+                created: 0,
+                deleted: 0,
+                refused: None,
+                deferred: 0,
+                checked: Some(c),
+            },
+            _ => {
+                let mut outcome = links.apply(want, writes.missing, &open).await?;
+                if outcome.applied {
+                    outcome.checked = uptime.and_then(|(up, at)| live::Checked::of(up, at));
+                }
+                outcome
+            }
+        };
+        view.deferred += outcome.deferred;
+        if outcome.created + outcome.deleted > 0 || outcome.refused.is_some() {
+            tracing::info!(router = %view.id, created = outcome.created, deleted = outcome.deleted,
+                refused = outcome.refused.as_deref().unwrap_or(""), applied = outcome.applied,
+                "live entities written");
+        }
+        view.live = Some(Box::new(outcome));
+    }
+    Ok(view)
 }
 
 /// Why a pod without an IP is not asked ([`Observation::Pending`](super::Observation::Pending)).
@@ -715,65 +834,124 @@ pub struct Plan<'a> {
 
 /// Reads every router in `targets` as `plan` says: pod → what it answered. A pod without
 /// an IP or not Ready is [`Observation::Pending`](super::Observation::Pending), without a
-/// connection; a router for which no slot was free by the deadline, a refused or
+/// connection. The first of the others is read on a connection of its own, and through
+/// that connection every other router its routing table lists ([`RouterView::routed`]):
+/// one TLS handshake and one AMQP connection for a linked mesh, as `qdstat -r` asks a
+/// router over the mesh. Those it does not list, and those asked through it that did not
+/// answer in time or whose request link failed, are then read each on a connection of its
+/// own, at once. A router for which no slot was free by the deadline, a refused or
 /// timed-out connection and any [`ReadError`] are `Unreachable` with the error's text (at
-/// most a few hundred bytes). Never retries: the caller reads again at its next trigger.
+/// most a few hundred bytes). Never retries otherwise: the caller reads again at its next
+/// trigger.
 pub async fn observe(
     targets: &[Target],
     plan: &Plan<'_>,
 ) -> std::collections::BTreeMap<String, super::Observation> {
     use super::Observation;
-    let reads = targets.iter().map(|t| async move {
-        let ip = match (&t.ip, t.ready) {
-            (None, _) => return (t.pod.clone(), Observation::Pending(NO_IP.into())),
-            (Some(_), false) => return (t.pod.clone(), Observation::Pending(NOT_READY.into())),
-            (Some(ip), true) => ip,
-        };
-        let Some(_slot) = plan.pool.acquire(plan.namespace, plan.deadline).await else {
-            let why =
-                "not read: no connection slot was free in time (other routers of this namespace are slow)";
-            return (t.pod.clone(), Observation::Unreachable(why.into()));
-        };
-        let deadline = Instant::now() + plan.timeout;
-        let port = plan.port;
-        let missing = Missing::default();
-        let writes = Writes {
-            linking: t.linking.as_ref(),
-            live: t.live.as_ref(),
-            fence: plan.fence,
-            missing: &missing,
-            checked: t.checked.map(|c| (c, plan.recheck)),
-        };
-        let attempt = async {
-            let stream = tokio::net::TcpStream::connect((ip.as_str(), port))
-                .await
-                .map_err(|e| ReadError::Amqp(format!("connecting to {ip}:{port}: {e}")))?;
-            // Requests and answers alternate: no waiting for delayed acknowledgements.
-            let _ = stream.set_nodelay(true);
-            match plan.tls {
-                Some(tls) => {
-                    let connector = tokio_rustls::TlsConnector::from(tls.config.clone());
-                    let stream = connector
-                        .connect(tls.server_name.clone(), stream)
-                        .await
-                        .map_err(|e| ReadError::Amqp(cut(format!("TLS with {ip}:{port}: {e}"), MAX_TEXT)))?;
-                    read(stream, &t.pod, deadline, plan.timeout, &writes).await
-                }
-                None => read(stream, &t.pod, deadline, plan.timeout, &writes).await,
+    let mut seen = std::collections::BTreeMap::new();
+    let mut ready = Vec::new();
+    for t in targets {
+        match (&t.ip, t.ready) {
+            (None, _) => drop(seen.insert(t.pod.clone(), Observation::Pending(NO_IP.into()))),
+            (Some(_), false) => drop(seen.insert(t.pod.clone(), Observation::Pending(NOT_READY.into()))),
+            (Some(ip), true) => ready.push((t, ip.as_str())),
+        }
+    }
+    let missing: Vec<Missing> = ready.iter().map(|_| Missing::default()).collect();
+    let writes = |i: usize| Writes {
+        linking: ready[i].0.linking.as_ref(),
+        live: ready[i].0.live.as_ref(),
+        fence: plan.fence,
+        missing: &missing[i],
+        checked: ready[i].0.checked.map(|c| (c, plan.recheck)),
+    };
+    let seen_as = |i: usize, result: Result<RouterView, ReadError>| match result {
+        Ok(view) => Observation::Answered(view),
+        Err(e) => Observation::Unreachable(cut(missing[i].explain(e).to_string(), 2 * MAX_TEXT)),
+    };
+    let mut alone = Vec::new();
+    if let Some(((first, ip), rest)) = ready.split_first() {
+        let routed: Vec<Routed<'_>> = (rest.iter().enumerate())
+            .map(|(j, (t, _))| Routed { id: &t.pod, writes: writes(j + 1) })
+            .collect();
+        match connect(plan, ip, &first.pod, &writes(0), &routed).await {
+            Err(why) => {
+                seen.insert(first.pod.clone(), Observation::Unreachable(why));
+                alone.extend(1..ready.len());
             }
-        };
-        // Boxed: the exchange's state (TLS, the AMQP connection, its requests) takes a few KB,
-        // and a read waiting for a slot would hold room for it inline. At 2,000
-        // Interconnects read at once that was 23 MB of futures waiting (heaptrack).
-        let o = match tokio::time::timeout_at(deadline, Box::pin(attempt)).await {
-            Ok(Ok(view)) => Observation::Answered(view),
-            Ok(Err(e)) => Observation::Unreachable(cut(missing.explain(e).to_string(), 2 * MAX_TEXT)),
-            Err(_) => Observation::Unreachable(cut(
-                missing.explain(ReadError::Timeout(plan.timeout)).to_string(),
-                2 * MAX_TEXT,
-            )),
-        };
-        (t.pod.clone(), o)
+            Ok(visits) => {
+                seen.insert(first.pod.clone(), seen_as(0, visits.first));
+                for (j, result) in visits.routed.into_iter().enumerate() {
+                    match result {
+                        // Not listed, or the mesh did not carry the request: asked directly.
+                        None | Some(Err(ReadError::Timeout(_) | ReadError::Amqp(_))) => alone.push(j + 1),
+                        Some(result) => drop(seen.insert(rest[j].0.pod.clone(), seen_as(j + 1, result))),
+                    }
+                }
+            }
+        }
+    }
+    let reads = alone.into_iter().map(|i| {
+        let (t, ip) = ready[i];
+        let (writes, seen_as) = (writes(i), &seen_as);
+        async move {
+            let o = match connect(plan, ip, &t.pod, &writes, &[]).await {
+                Err(why) => Observation::Unreachable(why),
+                Ok(visits) => seen_as(i, visits.first),
+            };
+            (t.pod.clone(), o)
+        }
     });
-    futures::future::join_all(reads).await.into_iter().collect()
+    seen.extend(futures::future::join_all(reads).await);
+    seen
+}
+
+/// Reads the router `pod` at `ip` on a connection of its own (a slot of `plan.pool`, TCP,
+/// TLS when `plan.tls`), and `routed` through it ([`read_through`]).
+///
+/// # Errors
+/// Why it was not read when no slot was free by `plan.deadline`.
+async fn connect(
+    plan: &Plan<'_>,
+    ip: &str,
+    pod: &str,
+    first: &Writes<'_>,
+    routed: &[Routed<'_>],
+) -> Result<Visits, String> {
+    let Some(_slot) = plan.pool.acquire(plan.namespace, plan.deadline).await else {
+        return Err(
+            "not read: no connection slot was free in time (other routers of this namespace are slow)".into(),
+        );
+    };
+    let deadline = Instant::now() + plan.timeout;
+    let port = plan.port;
+    let attempt = async {
+        let stream = tokio::net::TcpStream::connect((ip, port))
+            .await
+            .map_err(|e| ReadError::Amqp(format!("connecting to {ip}:{port}: {e}")))?;
+        // Requests and answers alternate: no waiting for delayed acknowledgements.
+        let _ = stream.set_nodelay(true);
+        Ok(match plan.tls {
+            Some(tls) => {
+                let connector = tokio_rustls::TlsConnector::from(tls.config.clone());
+                let stream = connector
+                    .connect(tls.server_name.clone(), stream)
+                    .await
+                    .map_err(|e| ReadError::Amqp(cut(format!("TLS with {ip}:{port}: {e}"), MAX_TEXT)))?;
+                read_through(stream, pod, deadline, plan.timeout, first, routed).await
+            }
+            None => read_through(stream, pod, deadline, plan.timeout, first, routed).await,
+        })
+    };
+    // Boxed: the exchange's state (TLS, the AMQP connection, its requests) takes a few KB,
+    // and a read waiting for a slot would hold room for it inline. At 2,000
+    // Interconnects read at once that was 23 MB of futures waiting (heaptrack).
+    let others = u32::try_from(routed.len()).unwrap_or(u32::MAX);
+    let backstop = deadline + plan.timeout.saturating_mul(others);
+    let unread = || routed.iter().map(|_| None).collect();
+    Ok(match tokio::time::timeout_at(backstop, Box::pin(attempt)).await {
+        Ok(Ok(visits)) => visits,
+        Ok(Err(e)) => Visits { first: in_time(Ok(Err(e)), deadline, plan.timeout), routed: unread() },
+        Err(_) => Visits { first: Err(ReadError::Timeout(plan.timeout)), routed: unread() },
+    })
 }

@@ -80,6 +80,7 @@ fn linked(id: &str, peers: &[&str]) -> Observation {
         deliveries_stuck: 0,
         detailed: vec![],
         deferred: 0,
+        routed: false,
         live: None,
     })
 }

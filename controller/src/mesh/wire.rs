@@ -541,6 +541,8 @@ pub struct Guarded<S> {
     payload: Vec<u8>,
     header_seen: bool,
     total: u64,
+    /// Bytes accepted in all ([`READ_BUDGET`] unless [`Guarded::with_budget`] says more).
+    budget: u64,
     failed: Option<io::ErrorKind>,
 }
 
@@ -564,8 +566,17 @@ impl<S> Guarded<S> {
             payload: Vec::new(),
             header_seen: false,
             total: 0,
+            budget: READ_BUDGET,
             failed: None,
         }
+    }
+
+    /// The same, accepting `bytes` in all instead of [`READ_BUDGET`]: a connection that
+    /// reads several routers (one, then others through it) is given the budget of each.
+    #[must_use]
+    pub fn with_budget(mut self, bytes: u64) -> Self {
+        self.budget = bytes;
+        self
     }
 
     /// Moves whole, checked units from `raw` to `ready`.
@@ -700,11 +711,10 @@ impl<S: AsyncRead + Unpin> AsyncRead for Guarded<S> {
                     .refuse("the router closed the connection mid-frame".into())));
             }
             this.total += got.len() as u64;
-            if this.total > READ_BUDGET {
+            if this.total > this.budget {
                 this.failed = Some(io::ErrorKind::InvalidData);
-                return Poll::Ready(Err(this
-                    .verdict
-                    .refuse(format!("more than {READ_BUDGET} bytes in one read"))));
+                let why = format!("more than {} bytes in one read", this.budget);
+                return Poll::Ready(Err(this.verdict.refuse(why)));
             }
             this.raw.extend_from_slice(got);
             if let Err(why) = this.check() {

@@ -627,6 +627,13 @@ impl Reader {
         let observations = intern(observations, targets.iter().map(|t| t.pod.as_str()));
         metrics.mesh_read(
             observations.values().filter(|o| !matches!(o, Observation::Pending(_))).count(),
+            (observations.values())
+                .filter(|o| match o {
+                    Observation::Answered(v) => !v.routed,
+                    Observation::Unreachable(_) => true,
+                    Observation::Pending(_) => false,
+                })
+                .count(),
             started.elapsed(),
         );
         // A router with no link yet (joining) leaves the mesh unsettled, so it is read

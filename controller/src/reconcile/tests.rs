@@ -598,6 +598,7 @@ mod mesh {
             deliveries_stuck: 0,
             detailed: vec![],
             deferred: 0,
+            routed: false,
             live: None,
         })
     }
@@ -1238,6 +1239,40 @@ mod mesh {
         metrics.routers("ns", "mesh", Some((1, 1)));
         metrics.routers("ns", "mesh", None);
         assert!(!metrics.encode().contains("interconnect=\"mesh\""), "router series removed");
+        // One Interconnect's gauges are kept together and removed each on its own.
+        let in_an_hour = std::time::SystemTime::now() + std::time::Duration::from_secs(3600);
+        metrics.certificate_expiry("ns", "mesh", Some(in_an_hour));
+        metrics.routers("ns", "mesh", Some((2, 2)));
+        metrics.routers("other", "b", Some((1, 0)));
+        metrics.mesh("ns", "mesh", Some(sample));
+        metrics.mesh("ns", "mesh", None);
+        let text = metrics.encode();
+        let expiry = text
+            .lines()
+            .find_map(|l| {
+                l.strip_prefix("qdr_router_certificate_expiry_seconds{namespace=\"ns\",name=\"mesh\"} ")
+            })
+            .and_then(|v| v.parse::<f64>().ok())
+            .unwrap_or_else(|| panic!("the expiry series in\n{text}"));
+        assert!((3590.0..=3600.0).contains(&expiry), "{expiry}");
+        for line in [
+            "qdr_interconnect_routers_ready{namespace=\"ns\",interconnect=\"mesh\"} 2",
+            "qdr_interconnect_routers_ready{namespace=\"other\",interconnect=\"b\"} 0",
+        ] {
+            assert!(text.contains(line), "{line} in\n{text}");
+        }
+        assert!(!text.contains("qdr_mesh_connected{"), "{text}");
+        // Every family once, described before its series, whether or not it has any.
+        for family in [
+            "qdr_router_certificate_expiry_seconds",
+            "qdr_interconnect_routers_desired",
+            "qdr_mesh_connected",
+        ] {
+            assert_eq!(text.matches(&format!("# TYPE {family} gauge")).count(), 1, "{family} in\n{text}");
+        }
+        metrics.certificate_expiry("ns", "mesh", None);
+        metrics.routers("ns", "mesh", None);
+        assert!(!metrics.encode().contains("\"mesh\""), "every series of ns/mesh removed");
     }
 }
 

@@ -106,6 +106,52 @@ async fn the_status_reports_the_mesh_the_routers_see() {
     assert!(refused.is_err(), "a plain connection read the router: {refused:?}");
     say!("management listener, plain: refused ({:.100})", format!("{refused:?}"));
 
+    // The controller reads a linked mesh through one connection. Asked as it asks them, with
+    // a client certificate of the management CA: the first router on a connection of its
+    // own, the other two through it over the mesh (`_topo/0/<id>/$management`), each
+    // answering for itself what a connection of its own gets.
+    let tls = management_tls(cp, &ns.name, "seen");
+    let pool = mesh::pool::Pool::new(4, 4);
+    let plan = |namespace| mesh::reader::Plan {
+        port: 55670,
+        namespace,
+        pool: &pool,
+        timeout: Duration::from_secs(10),
+        deadline: tokio::time::Instant::now() + Duration::from_secs(30),
+        tls: Some(&tls),
+        fence: None,
+        recheck: mesh::live::RECHECK,
+    };
+    let target = |(pod, ip): &(String, String)| mesh::reader::Target {
+        pod: pod.clone(),
+        ip: Some(ip.clone()),
+        ready: true,
+        linking: None,
+        live: None,
+        checked: None,
+    };
+    let answered = |seen: std::collections::BTreeMap<String, mesh::Observation>| {
+        (seen.into_values())
+            .map(|o| match o {
+                mesh::Observation::Answered(v) => v,
+                other => panic!("not answered: {other:?}"),
+            })
+            .collect::<Vec<_>>()
+    };
+    let all: Vec<_> = pods.iter().map(target).collect();
+    let through = answered(mesh::reader::observe(&all, &plan(&ns.name)).await);
+    assert_eq!(through.iter().map(|v| v.routed).collect::<Vec<_>>(), [false, true, true]);
+    for (v, p) in through.iter().zip(&pods) {
+        let own = answered(mesh::reader::observe(&[target(p)], &plan(&ns.name)).await).remove(0);
+        assert_eq!((&*v.id, own.routed), (p.0.as_str(), false), "{own:?}");
+        assert_eq!(
+            (&v.reaches, v.inter_router.len(), v.mode),
+            (&own.reaches, own.inter_router.len(), own.mode),
+            "{v:?} against {own:?}"
+        );
+    }
+    say!("the mesh read through one connection: {} routers, 2 of them through the first", through.len());
+
     // A router deleted, as a rollout or a drain does: routine, so nothing is reported
     // split. The old router is shutting down (not read), its replacement pending (no IP,
     // not Ready) and then joining (Ready, no link yet) until it links.
@@ -369,4 +415,23 @@ async fn a_link_blocked_between_two_routers_is_named_until_it_is_back() {
         mesh_settled(&get_ic(cp, &ns.name, "blocked")).then_some(())
     })
     .await;
+}
+
+/// The TLS client the controller reads Interconnect `name`'s routers with, from its
+/// management CA Secret (a client certificate of that CA, the routers verified for
+/// `<name>.<namespace>.svc`).
+fn management_tls(cp: &qdr_tests::ControlPlane, ns: &str, name: &str) -> mesh::management::Tls {
+    use base64::Engine;
+    let secret = mesh::management::ca_secret(name);
+    let out = routers::kubectl(cp, &["get", "secret", &secret, "-n", ns, "-o", "json"]);
+    let secret: Value = serde_json::from_slice(&out.stdout).expect("the management CA Secret");
+    let data = (secret["data"].as_object().expect("its data").iter())
+        .map(|(k, v)| {
+            let bytes =
+                base64::engine::general_purpose::STANDARD.decode(v.as_str().unwrap_or_default()).unwrap();
+            (k.clone(), k8s_openapi::ByteString(bytes))
+        })
+        .collect();
+    mesh::management::tls(&format!("{name}.{ns}.svc"), &data, std::time::SystemTime::now())
+        .expect("the TLS client")
 }

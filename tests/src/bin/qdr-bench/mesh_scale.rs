@@ -206,7 +206,10 @@ pub(crate) async fn mesh_scale_rows(
                 let mut table = answers.write().unwrap_or_else(|e| e.into_inner());
                 for (r, pod) in pods.iter().enumerate() {
                     let others: Vec<&str> = pods.iter().filter(|p| *p != pod).map(String::as_str).collect();
-                    let script = Script::Honest(Arc::new(amqp_peer::honest(pod, "interior", &others, 0)));
+                    let answers = Arc::new(amqp_peer::honest(pod, "interior", &others, 0));
+                    // Each router answers through the others too, as a linked mesh's do.
+                    amqp_peer::routable(&answers);
+                    let script = Script::Honest(answers);
                     table.insert(ip_of(i, r).parse()?, (Some(tls.clone()), script));
                 }
                 answered[i] = true;
@@ -296,6 +299,11 @@ pub(crate) async fn mesh_scale_rows(
         "routers/s",
     ));
     let asked = delta("qdr_mesh_router_reads_total") / window;
+    rows.push(Row::once(
+        "mesh at scale, at rest: routers asked per connection (a linked mesh is read through one)",
+        delta("qdr_mesh_router_reads_total") / delta("qdr_mesh_router_connections_total").max(1.0),
+        "routers",
+    ));
     rows.push(Row {
         what: format!(
             "mesh at scale, at rest: time between two reads of one mesh ({} routers ÷ routers asked per second)",
