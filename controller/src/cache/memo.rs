@@ -258,11 +258,19 @@ impl OwnWrites {
         }
     }
 
-    /// Forgets the object of `meta` (deleted), unless a write to it is pending.
+    /// Forgets the object of `meta` (deleted), unless a write to it is pending or the write
+    /// remembered is of an object of that name made after the deletion (a later
+    /// `resourceVersion`: the watch delivered an earlier object's deletion late, and the
+    /// echo of the write is still to come).
     pub(crate) fn forget(&self, kind: &str, meta: &ObjectMeta) {
         let mut entries = self.lock();
         let key = child_key(kind, meta);
+        let revision = |v: Option<&str>| v.and_then(|v| v.parse::<u64>().ok());
+        let deleted = revision(meta.resource_version.as_deref());
         match entries.get_mut(&key) {
+            Some(entry)
+                if entry.written.as_ref().and_then(|w| revision(w.resource_version.as_deref())) > deleted
+                    && deleted.is_some() => {}
             Some(entry) if entry.pending > 0 => entry.written = None,
             Some(_) => {
                 entries.remove(&key);

@@ -236,6 +236,40 @@ fn a_written_secret_stands_in_until_the_store_shows_that_version_or_a_later_one(
     assert!(written.pick("ns", "mesh-ca", None).is_none(), "forgotten once caught up");
 }
 
+/// A pass that ends early deletes the Secrets it created ([`crate::reconcile::apply`]'s
+/// undo) and the next pass creates them again, under the same names. The watch delivers the
+/// deletion of the first after the second was written: it must not make the second look
+/// missing (CI, stop 89: the next pass found the management CA "lost", replaced it and rolled
+/// the routers a second time). Only the deletion of the very object written is forgotten.
+#[test]
+fn the_deletion_of_an_earlier_object_of_the_name_keeps_the_one_written_since() {
+    let secret = |uid: &str, rv: &str| -> Secret {
+        serde_json::from_value(json!({"metadata": {"name": "mesh-ca", "namespace": "ns", "uid": uid,
+            "resourceVersion": rv, "labels": {"app.kubernetes.io/managed-by": "qdr-operator"}}}))
+        .unwrap()
+    };
+    let written = Arc::new(Written::<Secret>::default());
+    let (own, drift) = (Arc::new(OwnWrites::default()), Arc::new(Drift::default()));
+    let mut wake = super::wake::owned_wake(own.clone(), drift.clone(), Some(written.clone()));
+    // Created by the pass that ended early, deleted by its undo; created again.
+    written.record(secret("second", "20"));
+    own.begin(&drift, "Secret", "ns", "mesh-ca").record(&secret("second", "20").metadata);
+    assert!(wake(&kube::runtime::watcher::Event::Delete(secret("first", "19"))), "a deletion wakes");
+    let kept = written.pick("ns", "mesh-ca", None).expect("the Secret written since is kept");
+    assert_eq!(kept.metadata.uid.as_deref(), Some("second"));
+    // The echo of the second create is still known as the controller's own.
+    assert_eq!(own.judge("Secret", &secret("second", "20").metadata), Seen::Echo);
+    // Its own deletion forgets it.
+    wake(&kube::runtime::watcher::Event::Delete(secret("second", "21")));
+    assert!(written.pick("ns", "mesh-ca", None).is_none(), "deleted: forgotten");
+    // A relist that finds the name gone gives no deletion revision (`watch.rs`): forgotten.
+    written.record(secret("third", "30"));
+    let mut gone = secret("third", "30");
+    (gone.metadata.uid, gone.metadata.resource_version) = (None, None);
+    wake(&kube::runtime::watcher::Event::Delete(gone));
+    assert!(written.pick("ns", "mesh-ca", None).is_none(), "gone from a relist: forgotten");
+}
+
 fn interconnect(rv: &str, generation: i64, ready: &str) -> Interconnect {
     serde_json::from_value(json!({"metadata": {"name": "mesh", "namespace": "ns",
         "resourceVersion": rv, "generation": generation}, "spec": {},

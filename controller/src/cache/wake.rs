@@ -47,7 +47,7 @@ where
         watcher::Event::Delete(o) => {
             let m = o.meta();
             if let Some(w) = &written {
-                w.forget(m.namespace.as_deref().unwrap_or_default(), m.name.as_deref().unwrap_or_default());
+                w.deleted(m);
             }
             own.forget(&kind, m);
             drift.mark(m);

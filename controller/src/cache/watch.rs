@@ -126,7 +126,12 @@ where
                 Listed::Unchanged => false,
                 Listed::Gone(gone) => {
                     for o in gone {
-                        if wake(&watcher::Event::Delete(o.clone())) {
+                        // The stored copy carries its last version seen, not the revision
+                        // of its deletion: without a version, what the controller wrote of
+                        // that name since is forgotten too (`Written::deleted`).
+                        let mut deleted = o.clone();
+                        deleted.meta_mut().resource_version = None;
+                        if wake(&watcher::Event::Delete(deleted)) {
                             out.push(Ok(o));
                         }
                     }

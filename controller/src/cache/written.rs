@@ -96,6 +96,19 @@ impl<K: Resource> Written<K> {
         self.entries.lock().unwrap_or_else(|e| e.into_inner()).remove(&(ns.to_string(), name.to_string()));
     }
 
+    /// Forgets the written copy of the object whose deletion the watch delivered (`deleted`,
+    /// its last metadata), unless that copy was written after the deletion
+    /// ([`written_since`]): an object of the same name made again (a pass that ended early
+    /// deletes what it created, and the next one creates it again) must not look missing
+    /// because the watch delivers the first one's deletion late.
+    pub(crate) fn deleted(&self, deleted: &ObjectMeta) {
+        let key = (deleted.namespace.clone().unwrap_or_default(), deleted.name.clone().unwrap_or_default());
+        let mut entries = self.entries.lock().unwrap_or_else(|e| e.into_inner());
+        if entries.get(&key).is_some_and(|(_, ours)| !written_since(ours.meta(), deleted)) {
+            entries.remove(&key);
+        }
+    }
+
     /// The fresher of `stored` (the store's copy of `ns/name`) and the written one: the
     /// written one until the store shows the same or a later `resourceVersion` or, for kinds
     /// with a `metadata.generation`, at least the same generation; at most [`WRITTEN_TTL`].
@@ -110,4 +123,15 @@ impl<K: Resource> Written<K> {
         }
         Some(ours.clone())
     }
+}
+
+/// Whether `ours` (the metadata a write of the controller's returned) is of an object
+/// written after `deleted` (the last metadata of an object of that name, as its deletion
+/// event carries it) was deleted: a later `resourceVersion` (etcd revisions, compared as
+/// numbers; the deletion event carries the revision of the deletion, later than every
+/// version of the deleted object), or another `uid`. When neither tells, it is not.
+pub(crate) fn written_since(ours: &ObjectMeta, deleted: &ObjectMeta) -> bool {
+    let revision = |m: &ObjectMeta| m.resource_version.as_deref().and_then(|v| v.parse::<u64>().ok());
+    let other_object = ours.uid.is_some() && deleted.uid.is_some() && ours.uid != deleted.uid;
+    other_object || revision(ours).zip(revision(deleted)).is_some_and(|(o, d)| o > d)
 }
