@@ -5,7 +5,12 @@
 //! A pass never waits on a router. It takes the latest answers the [`Reader`] holds and, when
 //! a new read is due, starts one in the background; when that read ends, the Interconnect
 //! is reconciled again ([`Reader::subscribe`]) and that pass takes the new answers. A read
-//! is due when:
+//! that finds a connected mesh as the read before it did (the same pods, the same answers
+//! but for the counts that change all the time: [`same_mesh`]) wakes no pass: the mesh
+//! *rests*, and the reader reads it again by itself at the next resync, as the latest pass
+//! planned the read ([`Reader::again`]), until a read finds it changed (then a pass is woken
+//! and the passes read again) or a pass finds its pods changed ([`rest_or_read`]). So a
+//! mesh at rest costs reads and no reconcile pass. A read is due when:
 //! * the router pods changed (a pod came or went, got its IP, became Ready or not);
 //! * [`MESH_RESYNC`] passed since the last read of a connected mesh (longer when the
 //!   controller reads more than `MESH_READ_RATE × MESH_RESYNC` routers: [`resync`]);
@@ -48,10 +53,9 @@ pub const MESH_RESYNC: Duration = Duration::from_secs(60);
 /// Routers asked per second at rest across the controller, at most: with more than
 /// `MESH_READ_RATE × MESH_RESYNC` routers (2,100) the resync of a connected mesh stretches
 /// so that all of them are asked once per `routers ÷ MESH_READ_RATE` seconds (171 s at
-/// 6,000 routers). One router asked costs the controller 2.5–3.1 ms of CPU, the pass it
-/// leads to included: 3.1 when its live entities are read whole, less when an earlier read
-/// vouches for them (`--live-recheck`; measured at 2,000 Interconnects, docs/mesh-status.md),
-/// so reads at rest stay near 0.1 core at any scale.
+/// 6,000 routers), so reads at rest stay near 0.1 core at any scale: what one router asked
+/// costs the controller at rest, measured at 2,000 Interconnects, is in docs/mesh-status.md
+/// ("Cost at scale").
 pub const MESH_READ_RATE: u32 = 35;
 /// First wait before reading again a mesh that was not connected; doubles with each read
 /// that finds it still so, up to [`MESH_RESYNC`].
@@ -159,6 +163,99 @@ struct Memo {
     /// the mesh not connected: the next is due at [`GATE_RECHECK`] while at most
     /// [`GATE_RECHECKS`] ([`due`]).
     gated: u32,
+    /// What the latest pass that reads, or would read, gave the routers' read to do: what the
+    /// reader reads again by itself while the mesh rests ([`Reader::again`]).
+    again: Option<Arc<Again>>,
+    /// The token of the reader's own next read while the mesh rests (a connected mesh whose
+    /// last read found it as before): the pass then starts no read, and a scheduled read
+    /// whose token is no longer here does nothing. `None`: the passes start the reads.
+    resting: Option<u64>,
+    /// Tokens given out ([`Memo::resting`]).
+    rests: u64,
+}
+
+/// One read of an Interconnect's routers as a pass plans it: what [`Reader::read_now`] needs,
+/// kept so that the reader can make the same read again without a pass while the mesh rests
+/// ([`Reader::again`]). Replaced by every pass that reads, or would read, the routers.
+struct Again {
+    read: ReadNow,
+    /// The routers to read (their [`Target::checked`] as of the pass; a read again takes it
+    /// from the latest answers).
+    targets: Vec<Target>,
+    /// The name the routers' certificates hold (`<name>.<namespace>.svc`).
+    server_name: String,
+    /// The management CA Secret's data, which signs the client certificate of each read
+    /// ([`management::tls`]).
+    ca: Data,
+}
+
+/// What a pass does about the read of a mesh ([`rest_or_read`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct ReadPlan {
+    /// Start a read now.
+    pub start: bool,
+    /// The reader reads again by itself (the mesh rests): the pass starts none and need not
+    /// come back for it.
+    pub resting: bool,
+    /// When the pass should come back for the next read; `None`: a read under way, or the
+    /// reader's own, wakes it.
+    pub next: Option<Duration>,
+}
+
+/// What a pass does about the read of a mesh: `same_pods` (the pods' fingerprint of the
+/// last read that ended is this pass's), `left` (the time until the next read is due, `None`
+/// when due or the pods changed), `reading` (a read is under way), `resting` (the reader
+/// holds a read of its own for the next resync) and `site_awaited` (a grant awaits its site:
+/// the pass itself comes back every [`crate::grants::SITE_RECHECK`]).
+///
+/// A rest ends when the pods change or a site is awaited: the pass reads as before. While it
+/// lasts the pass starts no read and is not requeued for one, so a connected mesh at rest is
+/// read every resync without a reconcile pass (the cost the resync is sized by,
+/// [`MESH_READ_RATE`]).
+pub fn rest_or_read(
+    same_pods: bool,
+    left: Option<Duration>,
+    reading: bool,
+    resting: bool,
+    site_awaited: bool,
+) -> ReadPlan {
+    let resting = resting && same_pods && !site_awaited;
+    let start = left.is_none() && !reading && !resting;
+    // A read that finds nothing changed wakes no pass: while a grant awaits its site, the
+    // pass comes back by itself for the next read.
+    let next = match (reading || start || resting, site_awaited) {
+        (false, _) => left,
+        (true, true) => Some(crate::grants::SITE_RECHECK),
+        (true, false) => None,
+    };
+    ReadPlan { start, resting, next }
+}
+
+impl Memo {
+    /// A new rest ([`Memo::resting`]): its token.
+    fn rest(&mut self) -> u64 {
+        self.rests = self.rests.wrapping_add(1);
+        self.resting = Some(self.rests);
+        self.rests
+    }
+}
+
+/// The [`Target::checked`] of router `pod` for a read that gives it `live`: the last visit's
+/// whole read of its live entities (in `latest`, the answers of the last read), when that
+/// found them applied and of `live`'s configuration.
+fn checked(
+    latest: Option<&BTreeMap<String, Observation>>,
+    pod: &str,
+    live: Option<&Live>,
+) -> Option<crate::mesh::live::Checked> {
+    match latest.and_then(|l| l.get(pod)) {
+        Some(Observation::Answered(v)) => v
+            .live
+            .as_ref()
+            .filter(|l| l.applied && live.is_some_and(|w| w.hash == l.hash))
+            .and_then(|l| l.checked),
+        _ => None,
+    }
 }
 
 /// When the next read of a mesh is due after its last: [`GATE_RECHECK`] while a router
@@ -189,6 +286,11 @@ pub struct Reader {
     fence: Option<crate::fence::Fence>,
     /// How long a whole read of a router's live entities is relied on ([`Plan::recheck`]).
     live_recheck: Duration,
+    /// The routers' management port ([`MANAGEMENT_PORT`]; another in tests).
+    port: u16,
+    /// The wait between reads of a connected mesh, when not [`resync`] of the routers read
+    /// (tests: [`Reader::with_resync`]).
+    resync: Option<Duration>,
 }
 
 impl Default for Reader {
@@ -221,6 +323,7 @@ pub fn kept_connectors(o: &ValidatedInterconnect, observed: &Observed) -> Vec<St
 }
 
 /// What [`Reader::read_now`] reads, and for which Interconnect.
+#[derive(Clone)]
 struct ReadNow {
     /// The Interconnect's `namespace/name`.
     key: String,
@@ -231,6 +334,9 @@ struct ReadNow {
     mode: Mode,
     /// Whether a running router waits for its readiness gate (read again soon).
     waiting: bool,
+    /// Whether a read that finds the mesh as before may lead to the reader's own next read
+    /// ([`Reader::again`]); not while a grant awaits its site (the pass comes back for it).
+    rest: bool,
 }
 
 /// The wait before reading again a mesh found not connected `unsettled` reads in a row
@@ -339,7 +445,25 @@ impl Reader {
             wakes: Mutex::default(),
             fence: None,
             live_recheck: crate::mesh::live::RECHECK,
+            port: u16::try_from(MANAGEMENT_PORT).expect("a port"),
+            resync: None,
         }
+    }
+
+    /// This reader asking the routers on `port` rather than [`MANAGEMENT_PORT`] (tests: one
+    /// stand-in listener for many routers).
+    #[cfg(test)]
+    pub(crate) fn with_port(mut self, port: u16) -> Self {
+        self.port = port;
+        self
+    }
+
+    /// This reader waiting `resync` between reads of a connected mesh whatever the routers'
+    /// number (tests: a rest of a few hundred milliseconds rather than [`MESH_RESYNC`]).
+    #[cfg(test)]
+    pub(crate) fn with_resync(mut self, resync: Duration) -> Self {
+        self.resync = Some(resync);
+        self
     }
 
     /// This reader relying on a whole read of a router's live entities for `recheck`
@@ -398,7 +522,7 @@ impl Reader {
 
     /// The wait between reads of a connected mesh now ([`resync`] of the routers read).
     pub fn resync(&self) -> Duration {
-        resync(self.routers.load(std::sync::atomic::Ordering::Relaxed))
+        (self.resync).unwrap_or_else(|| resync(self.routers.load(std::sync::atomic::Ordering::Relaxed)))
     }
 
     /// The mesh of `o` for this pass: the latest answers (pods not read yet are
@@ -466,80 +590,80 @@ impl Reader {
         let config = config.filter(|c| c.live);
         let pods = pods_fingerprint(observed, config.map(|c| c.hash.as_str()));
         let resync = self.resync();
-        let (latest, start, next, restored) = {
+        let (latest, plan, restored) = {
             let mut memos = self.memo.lock().unwrap_or_else(|e| e.into_inner());
             let memo = memos.entry(key.clone()).or_default();
             memo.seen = pods;
             // A requeue for the due time may wake a moment early.
             let due = due(memo.unsettled, memo.gated, resync);
             let due = if observed.site_awaited { due.min(crate::grants::SITE_RECHECK) } else { due };
+            let same_pods = matches!(&memo.done, Some((fp, _, _)) if *fp == pods);
             let left = match &memo.done {
-                Some((fp, at, _)) if *fp == pods => {
-                    due.checked_sub(at.elapsed() + Duration::from_millis(200))
-                }
+                Some((_, at, _)) if same_pods => due.checked_sub(at.elapsed() + Duration::from_millis(200)),
                 _ => None,
             };
-            let start = left.is_none() && !memo.reading;
-            if start {
+            let plan =
+                rest_or_read(same_pods, left, memo.reading, memo.resting.is_some(), observed.site_awaited);
+            if !plan.resting {
+                // The reader's own read, if one is scheduled, does nothing: the passes read.
+                memo.resting = None;
+            }
+            if plan.start {
                 memo.reading = true;
             }
-            // A read that finds nothing changed wakes no pass: while a grant awaits its site,
-            // the pass comes back by itself for the next read.
-            let next = match (memo.reading, observed.site_awaited) {
-                (false, _) => left,
-                (true, true) => Some(crate::grants::SITE_RECHECK),
-                (true, false) => None,
-            };
             let restored = std::mem::take(&mut memo.restored);
-            (memo.done.as_ref().map(|d| d.2.clone()), start, next, restored)
+            (memo.done.as_ref().map(|d| d.2.clone()), plan, restored)
         };
-        if start {
-            let template = crate::mesh::links::template(o.spec());
-            let peers: Vec<(String, String)> =
-                (routers.iter()).filter_map(|p| Some((p.name.clone(), p.ip.clone()?))).collect();
-            let keep = kept_connectors(o, observed);
-            let unready: Vec<String> = (routers.iter())
-                .filter(|p| p.ip.is_some() && !p.ready)
-                .map(|p| format!("{}{}", crate::mesh::links::PREFIX, p.name))
-                .collect();
-            let live = config.and_then(|c| live_of(o, c));
-            // Only routers of the current template take live writes: the others are being
-            // replaced, and their configuration (their own ConfigMap) is another.
-            let current = config.map(|c| o.router_config_name(&c.startup_hash));
-            // The last visit's whole read of a router's live entities, when it found the
-            // configuration this read gives it.
-            let checked = |pod: &str| match latest.as_ref().and_then(|l| l.get(pod)) {
-                Some(Observation::Answered(v)) => v
-                    .live
-                    .as_ref()
-                    .filter(|l| l.applied && live.as_ref().is_some_and(|w| w.hash == l.hash))
-                    .and_then(|l| l.checked),
-                _ => None,
-            };
-            let targets: Vec<Target> = (routers.iter())
-                .map(|p| Target {
-                    pod: p.name.clone(),
-                    ip: p.ip.clone(),
-                    ready: p.ready,
-                    linking: template.as_ref().map(|t| Linking {
-                        connectors: crate::mesh::links::desired(&p.name, &peers, t),
-                        keep: keep.clone(),
-                        unready: unready.clone(),
-                    }),
-                    live: live.clone().filter(|_| current.is_some() && p.config_map == current),
-                    checked: checked(&p.name),
-                })
-                .collect();
-            let server_name = format!("{}.{}.svc", o.name(), o.namespace());
-            match management::tls(&server_name, &ca, observed.now) {
+        let next = plan.next;
+        // Every pass plans the read, whether it starts it or not: the reader's own read at
+        // rest is then the one the latest pass would start (the spec's connectors, the CA
+        // after a rotation).
+        let template = crate::mesh::links::template(o.spec());
+        let peers: Vec<(String, String)> =
+            (routers.iter()).filter_map(|p| Some((p.name.clone(), p.ip.clone()?))).collect();
+        let keep = kept_connectors(o, observed);
+        let unready: Vec<String> = (routers.iter())
+            .filter(|p| p.ip.is_some() && !p.ready)
+            .map(|p| format!("{}{}", crate::mesh::links::PREFIX, p.name))
+            .collect();
+        let live = config.and_then(|c| live_of(o, c));
+        // Only routers of the current template take live writes: the others are being
+        // replaced, and their configuration (their own ConfigMap) is another.
+        let current = config.map(|c| o.router_config_name(&c.startup_hash));
+        // The last visit's whole read of a router's live entities, when it found the
+        // configuration this read gives it.
+        let checked = |pod: &str| checked(latest.as_deref(), pod, live.as_ref());
+        let targets: Vec<Target> = (routers.iter())
+            .map(|p| Target {
+                pod: p.name.clone(),
+                ip: p.ip.clone(),
+                ready: p.ready,
+                linking: template.as_ref().map(|t| Linking {
+                    connectors: crate::mesh::links::desired(&p.name, &peers, t),
+                    keep: keep.clone(),
+                    unready: unready.clone(),
+                }),
+                live: live.clone().filter(|_| current.is_some() && p.config_map == current),
+                checked: checked(&p.name),
+            })
+            .collect();
+        let server_name = format!("{}.{}.svc", o.name(), o.namespace());
+        let (namespace, name) = (o.namespace().to_string(), o.name().to_string());
+        // A running router waiting for its readiness gate is read again soon.
+        let waiting = routers.iter().any(|p| p.waits_for_gate());
+        let rest = !observed.site_awaited;
+        let read = ReadNow { key: key.clone(), namespace, name, pods, mode, waiting, rest };
+        let again = Arc::new(Again { read, targets, server_name, ca });
+        if let Some(m) = self.memo.lock().unwrap_or_else(|e| e.into_inner()).get_mut(&key) {
+            m.again = Some(again.clone());
+        }
+        if plan.start {
+            match management::tls(&again.server_name, &again.ca, observed.now) {
                 Ok(tls) => {
                     let (reader, metrics) = (self.clone(), metrics.clone());
-                    let (namespace, name) = (o.namespace().to_string(), o.name().to_string());
-                    // A running router waiting for its readiness gate is read again soon.
-                    let waiting = routers.iter().any(|p| p.waits_for_gate());
                     tokio::spawn(async move {
-                        let read = ReadNow { key, namespace, name, pods, mode, waiting };
-                        reader.read_now(read, targets, tls, metrics).await;
+                        let targets = again.targets.clone();
+                        reader.read_and_rest(again, targets, tls, metrics).await;
                     });
                 }
                 Err(why) => {
@@ -585,18 +709,40 @@ impl Reader {
         MeshRead { blocked: None, report: assess(mode, &observations), observations, next, restored }
     }
 
-    /// Reads `targets` now, keeps the answers for Interconnect `key` (unless it was
-    /// forgotten meanwhile) and wakes it; or, when the mesh is connected and the same as at
-    /// the last read ([`same_mesh`]: a pass would write nothing), only updates its gauges and
-    /// wakes it when the next read is due, so a mesh at rest costs one pass per read, not two.
-    async fn read_now(
+    /// Makes the read `again` plans, then the reader's own reads while the mesh rests
+    /// ([`Reader::read_now`], [`Reader::again`]): a mesh at rest costs no pass at all.
+    async fn read_and_rest(
         self: Arc<Self>,
-        read: ReadNow,
+        again: Arc<Again>,
         targets: Vec<Target>,
         tls: management::Tls,
         metrics: Arc<crate::metrics::Metrics>,
     ) {
-        let ReadNow { key, namespace, name, pods, mode, waiting } = read;
+        let key = again.read.key.clone();
+        let mut rest = self.clone().read_now(again, targets, tls, &metrics).await;
+        while let Some((token, due)) = rest {
+            tokio::time::sleep(due).await;
+            rest = match self.again(&key, token) {
+                Some((again, targets, tls)) => self.clone().read_now(again, targets, tls, &metrics).await,
+                None => None,
+            };
+        }
+    }
+
+    /// Reads `targets` (those of `again`, their [`Target::checked`] as of now) now, keeps the
+    /// answers for Interconnect `key` (unless it was forgotten meanwhile) and wakes it; or,
+    /// when the mesh is connected and the same as at the last read ([`same_mesh`]: a pass
+    /// would write nothing), only updates its gauges and, when the mesh may rest, returns its
+    /// rest: the token ([`Memo::resting`]) and the wait before the reader reads it again.
+    async fn read_now(
+        self: Arc<Self>,
+        again: Arc<Again>,
+        targets: Vec<Target>,
+        tls: management::Tls,
+        metrics: &Arc<crate::metrics::Metrics>,
+    ) -> Option<(u64, Duration)> {
+        let ReadNow { key, namespace, name, pods, mode, waiting, rest } = &again.read;
+        let (pods, mode, waiting) = (*pods, *mode, *waiting);
         /// Clears the read's mark should the task panic (nothing it runs panics on what a
         /// router sends: proptested), so the Interconnect is read again.
         struct Unmark<'a>(&'a Reader, &'a str);
@@ -609,11 +755,11 @@ impl Reader {
                 }
             }
         }
-        let _unmark = Unmark(&self, &key);
+        let _unmark = Unmark(&self, key);
         let started = Instant::now();
         let plan = Plan {
-            port: u16::try_from(MANAGEMENT_PORT).expect("a port"),
-            namespace: &namespace,
+            port: self.port,
+            namespace,
             pool: &self.pool,
             timeout: self.timeout,
             deadline: tokio::time::Instant::now() + self.slot_wait,
@@ -661,7 +807,7 @@ impl Reader {
         let observations = Arc::new(observations);
         let unchanged = {
             let mut memos = self.memo.lock().unwrap_or_else(|e| e.into_inner());
-            let Some(memo) = memos.get_mut(&key) else { return };
+            let memo = memos.get_mut(key)?;
             // Counted since the pods last changed: the reads while routers start (each pod
             // event a read, none connected yet) must not push the next read out to the
             // resync.
@@ -672,6 +818,7 @@ impl Reader {
                 None => Vec::new(),
             };
             let unchanged = connected
+                && !waiting
                 && put_back.is_empty()
                 && memo.unsettled == 0
                 && same_pods
@@ -684,18 +831,21 @@ impl Reader {
             memo.gated = if waiting && !connected { memo.gated.saturating_add(1) } else { 0 };
             memo.done = Some((pods, Instant::now(), observations.clone()));
             memo.reading = false;
+            if !unchanged {
+                memo.resting = None;
+            }
             self.routers.fetch_sub(memo.routers, std::sync::atomic::Ordering::Relaxed);
             memo.routers = targets.len();
             self.routers.fetch_add(memo.routers, std::sync::atomic::Ordering::Relaxed);
             unchanged
         };
         if !unchanged {
-            self.wake(&namespace, &name);
-            return;
+            self.wake(namespace, name);
+            return None;
         }
         // Only while a controller serves the namespace (leads): the gauges go with a term.
-        if !self.listened(&namespace) {
-            return;
+        if !self.listened(namespace) {
+            return None;
         }
         let read = MeshRead {
             blocked: None,
@@ -704,12 +854,61 @@ impl Reader {
             next: None,
             restored: Vec::new(),
         };
-        metrics.mesh(&namespace, &name, Some(read.sample()));
-        let (due, reader) = (self.resync(), self.clone());
+        metrics.mesh(namespace, name, Some(read.sample()));
+        let due = self.resync();
+        if *rest {
+            let token = self.memo.lock().unwrap_or_else(|e| e.into_inner()).get_mut(key).map(Memo::rest);
+            return token.map(|t| (t, due));
+        }
+        // A grant awaits its site: the pass comes back by itself; this wakes it at the latest
+        // when the next read is due.
+        let (reader, namespace, name) = (self.clone(), namespace.clone(), name.clone());
         tokio::spawn(async move {
             tokio::time::sleep(due).await;
             reader.wake(&namespace, &name);
         });
+        None
+    }
+
+    /// The read of Interconnect `key`'s routers again as its latest pass planned
+    /// ([`Memo::again`]), marked under way, when the rest of token `token` still holds (no
+    /// pass read since, the pods are the same) and a controller serves its namespace; `None`
+    /// otherwise. The client certificate is issued afresh from the management CA the pass
+    /// saw; when it cannot be, a pass is woken (it reports why) and there is no read.
+    #[allow(clippy::type_complexity)]
+    fn again(&self, key: &str, token: u64) -> Option<(Arc<Again>, Vec<Target>, management::Tls)> {
+        let (again, latest) = {
+            let mut memos = self.memo.lock().unwrap_or_else(|e| e.into_inner());
+            let memo = memos.get_mut(key)?;
+            if memo.resting != Some(token) || memo.reading {
+                return None;
+            }
+            memo.resting = None;
+            let again = memo.again.clone()?;
+            if !self.listened(&again.read.namespace) {
+                return None;
+            }
+            memo.reading = true;
+            (again, memo.done.as_ref().map(|d| d.2.clone()))
+        };
+        let tls = match management::tls(&again.server_name, &again.ca, std::time::SystemTime::now()) {
+            Ok(tls) => tls,
+            Err(why) => {
+                tracing::debug!(key, %why, "no client certificate for a read at rest; a pass reads");
+                if let Some(m) = self.memo.lock().unwrap_or_else(|e| e.into_inner()).get_mut(key) {
+                    m.reading = false;
+                }
+                self.wake(&again.read.namespace, &again.read.name);
+                return None;
+            }
+        };
+        let targets = (again.targets.iter())
+            .map(|t| {
+                let checked = checked(latest.as_deref(), &t.pod, t.live.as_ref());
+                Target { checked, ..t.clone() }
+            })
+            .collect();
+        Some((again, targets, tls))
     }
 
     /// Whether a controller of `namespace` listens for its wake-ups.

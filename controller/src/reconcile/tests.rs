@@ -237,6 +237,25 @@ fn a_router_waiting_for_its_gate_is_read_again_quickly_for_a_while() {
 }
 
 #[test]
+fn a_mesh_rests_until_its_pods_change_or_a_site_is_awaited() {
+    use crate::grants::SITE_RECHECK;
+    use crate::reconcile::read::{ReadPlan, rest_or_read};
+    let soon = Some(Duration::from_secs(7));
+    // (same pods, left, reading, resting, site awaited)
+    let plan = |same, left, reading, resting, site| rest_or_read(same, left, reading, resting, site);
+    let rests = ReadPlan { start: false, resting: true, next: None };
+    assert_eq!(plan(true, None, false, true, false), rests, "due: the reader reads, not the pass");
+    assert_eq!(plan(true, soon, false, true, false), rests, "not due: the pass need not come back");
+    let starts = ReadPlan { start: true, resting: false, next: None };
+    assert_eq!(plan(false, None, false, true, false), starts, "the pods changed: read now");
+    let site = ReadPlan { start: true, resting: false, next: Some(SITE_RECHECK) };
+    assert_eq!(plan(true, None, false, true, true), site, "a site awaited: the passes read");
+    // No rest: as before.
+    assert_eq!(plan(true, soon, false, false, false), ReadPlan { start: false, resting: false, next: soon });
+    assert_eq!(plan(true, None, true, false, false), ReadPlan { start: false, resting: false, next: None });
+}
+
+#[test]
 fn retries_back_off_exponentially_up_to_a_cap() {
     let delays: Vec<Duration> = (1..=12).map(backoff).collect();
     assert_eq!(delays[0], Duration::from_secs(1));
@@ -564,7 +583,7 @@ mod mesh {
 
     const HASH: &str = "0123456789abcdef";
 
-    fn pods(names: &[&str], config: &str) -> Observed {
+    pub(super) fn pods(names: &[&str], config: &str) -> Observed {
         let routers = names
             .iter()
             .map(|n| RouterPod {
@@ -1579,4 +1598,158 @@ fn the_disruption_budget_condition_names_the_budget_and_an_admins_is_published_o
     let one = with_budget(base(), &owner(), &Budget::Admin(vec!["a".into()]));
     assert!(admin_budget(&stored(&admins), &one).is_some());
     assert_eq!(admin_budget(&stored(&admins), &managed), None, "the operator's own again: no Event");
+}
+
+/// The reader's own reads of a connected mesh at rest ([`crate::reconcile::read::Reader`]),
+/// against stand-in routers that speak the real protocol over TLS.
+mod rest {
+    use std::collections::BTreeMap;
+    use std::net::IpAddr;
+    use std::sync::{Arc, RwLock};
+    use std::time::{Duration, SystemTime};
+
+    use futures::StreamExt;
+    use k8s_openapi::ByteString;
+    use k8s_openapi::api::core::v1::Secret;
+    use qdr_tests::amqp_peer::{self, Answers, Script};
+    use rustls::pki_types::{CertificateDer, PrivateKeyDer, pem::PemObject};
+
+    use super::owner;
+    use crate::reconcile::read::{MeshRead, Reader};
+
+    /// Router pods of the mesh, each at `127.66.0.<i + 1>`.
+    const PODS: [&str; 2] = ["rest-a", "rest-b"];
+    /// The rest between two reads of the connected mesh.
+    const REST: Duration = Duration::from_millis(300);
+    /// Longest wait for what a read leads to (a read on a loaded machine, debug build).
+    const WAIT: Duration = Duration::from_secs(30);
+
+    /// The management CA Secret the controller would have generated for `o` (sealed under
+    /// `seal`), and the routers' server configuration, their certificate signed by it.
+    fn management(
+        o: &crate::validated::ValidatedInterconnect,
+        seal: &crate::hash_key::HashKey,
+    ) -> (Secret, Arc<rustls::ServerConfig>) {
+        let now = SystemTime::now();
+        let ca = qdr_certs::pki::new_ca("mesh", now, Duration::from_secs(3600)).unwrap();
+        let data = BTreeMap::from([
+            ("tls.crt".to_string(), ByteString(ca.cert_pem.clone().into_bytes())),
+            ("tls.key".to_string(), ByteString(ca.key_pem.clone().into_bytes())),
+        ]);
+        let secret: Secret = serde_json::from_value(serde_json::json!({
+            "metadata": {"name": crate::mesh::management::ca_secret("mesh"), "namespace": "ns",
+                "ownerReferences": [{"apiVersion": "interconnectedcloud.github.io/v1alpha1",
+                    "kind": "Interconnect", "name": "mesh", "uid": o.uid(), "controller": true}]}}))
+        .unwrap();
+        let secret = crate::credentials::seal::sealed(
+            seal,
+            o.namespace(),
+            o.uid(),
+            Secret { data: Some(data), ..secret },
+        );
+        let server = format!("{}.{}.svc", o.name(), o.namespace());
+        let leaf = qdr_certs::pki::new_leaf(&ca, &[server], now, Duration::from_secs(3600)).unwrap();
+        let chain = vec![CertificateDer::from_pem_slice(leaf.cert_pem.as_bytes()).unwrap()];
+        let key = PrivateKeyDer::from_pem_slice(leaf.key_pem.as_bytes()).unwrap();
+        let provider = Arc::new(rustls::crypto::ring::default_provider());
+        let config = rustls::ServerConfig::builder_with_provider(provider)
+            .with_safe_default_protocol_versions()
+            .unwrap()
+            .with_no_client_auth()
+            .with_single_cert(chain, key)
+            .unwrap();
+        (secret, Arc::new(config))
+    }
+
+    /// Reads of router `pod` so far (its `router` entity asked).
+    fn reads(pod: &str) -> u64 {
+        amqp_peer::queries(pod, "router")
+    }
+
+    /// A connected mesh whose last read found it as before is read again every rest by the
+    /// reader itself: no pass is woken and a pass meanwhile neither starts a read nor asks to
+    /// come back for one. A read that finds the mesh changed wakes a pass, and the passes read
+    /// again.
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn a_connected_mesh_at_rest_is_read_again_without_a_pass() {
+        let (o, added) = owner().with_management();
+        added.unwrap();
+        let seal = crate::hash_key::HashKey::from_bytes(&[9; 32]).unwrap();
+        let (ca, tls) = management(&o, &seal);
+        // Two routers linked to each other, at their own loopback addresses, one listener.
+        let linked = |i: usize| Arc::new(amqp_peer::honest(PODS[i], "interior", &[PODS[1 - i]], 0));
+        let answers: Arc<RwLock<Vec<Arc<Answers>>>> = Arc::new(RwLock::new(vec![linked(0), linked(1)]));
+        for a in answers.read().unwrap().iter() {
+            amqp_peer::routable(a);
+        }
+        let listener = tokio::net::TcpListener::bind("0.0.0.0:0").await.unwrap();
+        let port = listener.local_addr().unwrap().port();
+        let scripts = answers.clone();
+        let peers = amqp_peer::serve_by_address(
+            listener,
+            Arc::new(move |ip| {
+                let IpAddr::V4(v4) = ip else { return None };
+                let i = usize::from(v4.octets()[3]).checked_sub(1).filter(|i| *i < PODS.len())?;
+                Some((Some(tls.clone()), Script::Honest(scripts.read().unwrap()[i].clone())))
+            }),
+        );
+        let mut observed = super::mesh::pods(&PODS, "0123456789");
+        for (i, p) in observed.routers.iter_mut().enumerate() {
+            p.ip = Some(format!("127.66.0.{}", i + 1));
+            // Ready for an hour: a router with no link is cut off, not joining.
+            p.ready_since = Some(SystemTime::now() - Duration::from_secs(3600));
+        }
+        observed.secrets.insert(crate::mesh::management::ca_secret("mesh"), Some(ca));
+        let reader = Arc::new(Reader::default().with_port(port).with_resync(REST));
+        let mut wakes = reader.subscribe("");
+        let metrics = Arc::new(crate::metrics::Metrics::default());
+        let pass = || reader.read(&o, &observed, Ok(()), None, &metrics, &seal);
+
+        // The first pass starts a read, whose end wakes the next pass with the answers.
+        let r: MeshRead = pass();
+        assert_eq!((r.blocked.as_deref(), r.next), (None, None), "{r:?}");
+        let woken = tokio::time::timeout(WAIT, wakes.next()).await;
+        assert!(woken.is_ok_and(|w| w.is_some()), "the first read ends and wakes a pass");
+        let r = pass();
+        assert_eq!(r.report.condition.reason, "Connected", "{r:?}");
+        // Not due yet: the pass comes back when it is, and starts the read.
+        let due = r.next.expect("comes back for the next read");
+        assert!(due <= REST, "{due:?}");
+        tokio::time::sleep(due + Duration::from_millis(250)).await;
+        let before = reads(PODS[1]);
+        let r = pass();
+        assert_eq!(r.next, None, "a read started: its end wakes the Interconnect");
+
+        // That read finds the mesh as before: from here the reader reads by itself, and no
+        // pass is woken while it does.
+        let rests = 3;
+        let read_alone = tokio::time::timeout(WAIT, async {
+            while reads(PODS[1]) < before + 1 + rests {
+                tokio::time::sleep(REST / 4).await;
+            }
+        });
+        let wake = wakes.next();
+        tokio::pin!(wake);
+        tokio::select! {
+            done = read_alone => assert!(done.is_ok(), "{} reads at rest within {WAIT:?}", reads(PODS[1]) - before),
+            w = &mut wake => panic!("a pass was woken at rest ({w:?}) after {} reads", reads(PODS[1]) - before),
+        }
+        // A pass meanwhile (a resync, an unrelated event) starts no read and asks no requeue.
+        let r = pass();
+        assert_eq!((r.report.condition.reason, r.next), ("Connected", None), "{r:?}");
+
+        // The mesh changes: the link between the routers is lost. The reader's next read
+        // wakes a pass.
+        for (i, pod) in PODS.iter().enumerate() {
+            let alone = Arc::new(amqp_peer::honest(pod, "interior", &[], 0));
+            amqp_peer::routable(&alone);
+            answers.write().unwrap()[i] = alone;
+        }
+        assert!(tokio::time::timeout(WAIT, &mut wake).await.is_ok(), "a changed mesh wakes a pass");
+        let r = pass();
+        assert_ne!(r.report.condition.reason, "Connected", "{r:?}");
+        // Not connected: the passes come back for the reads again.
+        assert!(r.next.is_some(), "{r:?}");
+        peers.abort();
+    }
 }
