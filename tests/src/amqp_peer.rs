@@ -304,6 +304,25 @@ pub fn with_user_connection(mut a: Answers, container: &str, role: &str, user: &
     a
 }
 
+/// The TLS configuration of a peer that stands in for a router: its certificate chain
+/// `cert_pem` and key `key_pem` (PEM, as a generated credentials Secret's `tls.crt` and
+/// `tls.key`), no client certificate asked. `None` when either does not parse or rustls
+/// refuses the pair.
+pub fn server_tls(cert_pem: &[u8], key_pem: &[u8]) -> Option<Arc<rustls::ServerConfig>> {
+    use rustls::pki_types::{CertificateDer, PrivateKeyDer, pem::PemObject};
+    let chain: Vec<CertificateDer<'static>> =
+        CertificateDer::pem_slice_iter(cert_pem).collect::<Result<_, _>>().ok()?;
+    let key = PrivateKeyDer::from_pem_slice(key_pem).ok()?;
+    let provider = Arc::new(rustls::crypto::ring::default_provider());
+    let config = rustls::ServerConfig::builder_with_provider(provider)
+        .with_safe_default_protocol_versions()
+        .ok()?
+        .with_no_client_auth()
+        .with_single_cert(chain, key)
+        .ok()?;
+    Some(Arc::new(config))
+}
+
 /// A peer listening on `listener` (over TLS with `tls`), running `script` for every
 /// connection, until the returned task is aborted.
 pub fn serve(

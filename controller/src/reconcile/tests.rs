@@ -1612,7 +1612,6 @@ mod rest {
     use k8s_openapi::ByteString;
     use k8s_openapi::api::core::v1::Secret;
     use qdr_tests::amqp_peer::{self, Answers, Script};
-    use rustls::pki_types::{CertificateDer, PrivateKeyDer, pem::PemObject};
 
     use super::owner;
     use crate::reconcile::read::{MeshRead, Reader};
@@ -1649,16 +1648,8 @@ mod rest {
         );
         let server = format!("{}.{}.svc", o.name(), o.namespace());
         let leaf = qdr_certs::pki::new_leaf(&ca, &[server], now, Duration::from_secs(3600)).unwrap();
-        let chain = vec![CertificateDer::from_pem_slice(leaf.cert_pem.as_bytes()).unwrap()];
-        let key = PrivateKeyDer::from_pem_slice(leaf.key_pem.as_bytes()).unwrap();
-        let provider = Arc::new(rustls::crypto::ring::default_provider());
-        let config = rustls::ServerConfig::builder_with_provider(provider)
-            .with_safe_default_protocol_versions()
-            .unwrap()
-            .with_no_client_auth()
-            .with_single_cert(chain, key)
-            .unwrap();
-        (secret, Arc::new(config))
+        let tls = amqp_peer::server_tls(leaf.cert_pem.as_bytes(), leaf.key_pem.as_bytes()).unwrap();
+        (secret, tls)
     }
 
     /// Reads of router `pod` so far (its `router` entity asked).

@@ -280,25 +280,16 @@ pub async fn linked_with_reason(ns: &qdr_tests::TestNamespace, name: &str, reaso
 /// A TLS server configuration with Interconnect `name`'s generated management certificate,
 /// once it exists: what its routers present.
 pub async fn router_tls(ns: &qdr_tests::TestNamespace, name: &str) -> std::sync::Arc<rustls::ServerConfig> {
-    use rustls::pki_types::{CertificateDer, PrivateKeyDer, pem::PemObject};
     let secrets: Api<k8s_openapi::api::core::v1::Secret> = ns.api();
     let secret_name = format!("{name}-qdr-operator-management-credentials");
     let s =
         eventually(&secret_name, Duration::from_secs(30), || async { secrets.get(&secret_name).await.ok() })
             .await;
-    let chain: Vec<CertificateDer<'static>> =
-        CertificateDer::pem_slice_iter(secret_text(&s, "tls.crt").as_bytes())
-            .collect::<Result<_, _>>()
-            .unwrap();
-    let key = PrivateKeyDer::from_pem_slice(secret_text(&s, "tls.key").as_bytes()).unwrap();
-    let provider = std::sync::Arc::new(rustls::crypto::ring::default_provider());
-    let config = rustls::ServerConfig::builder_with_provider(provider)
-        .with_safe_default_protocol_versions()
-        .unwrap()
-        .with_no_client_auth()
-        .with_single_cert(chain, key)
-        .unwrap();
-    std::sync::Arc::new(config)
+    qdr_tests::amqp_peer::server_tls(
+        secret_text(&s, "tls.crt").as_bytes(),
+        secret_text(&s, "tls.key").as_bytes(),
+    )
+    .expect("the management certificate makes a TLS server configuration")
 }
 
 /// A peer at `ip`:55670 with `tls`, running `script`.

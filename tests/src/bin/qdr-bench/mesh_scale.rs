@@ -158,19 +158,8 @@ pub(crate) async fn mesh_scale_rows(
 
     // Each Interconnect's routers answer once its management certificate exists.
     let tls_of = |s: &Secret| -> Option<Arc<rustls::ServerConfig>> {
-        use rustls::pki_types::{CertificateDer, PrivateKeyDer, pem::PemObject};
         let data = s.data.as_ref()?;
-        let chain: Vec<CertificateDer<'static>> =
-            CertificateDer::pem_slice_iter(&data.get("tls.crt")?.0).collect::<Result<_, _>>().ok()?;
-        let key = PrivateKeyDer::from_pem_slice(&data.get("tls.key")?.0).ok()?;
-        let provider = Arc::new(rustls::crypto::ring::default_provider());
-        let config = rustls::ServerConfig::builder_with_provider(provider)
-            .with_safe_default_protocol_versions()
-            .ok()?
-            .with_no_client_auth()
-            .with_single_cert(chain, key)
-            .ok()?;
-        Some(Arc::new(config))
+        amqp_peer::server_tls(&data.get("tls.crt")?.0, &data.get("tls.key")?.0)
     };
     let mut answered = vec![false; ics];
     let deadline = Instant::now() + Duration::from_secs(600);
