@@ -323,7 +323,6 @@ pub fn kept_connectors(o: &ValidatedInterconnect, observed: &Observed) -> Vec<St
 }
 
 /// What [`Reader::read_now`] reads, and for which Interconnect.
-#[derive(Clone)]
 struct ReadNow {
     /// The Interconnect's `namespace/name`.
     key: String,
