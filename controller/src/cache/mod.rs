@@ -58,6 +58,6 @@ mod written;
 #[cfg(test)]
 mod tests;
 
-pub(crate) use meta_store::active;
+pub(crate) use meta_store::{SharedData, active};
 pub(crate) use stores::{Cache, Cached, SecretLookup};
 pub(crate) use watch::watch;

@@ -38,6 +38,7 @@ use kube::runtime::reflector::ObjectRef;
 use qdr_api::Interconnect;
 
 use super::observe::Observed;
+use crate::cache::SharedData;
 use crate::credentials::Data;
 use crate::hash_key::HashKey;
 use crate::mesh::management::{self, MANAGEMENT_PORT};
@@ -185,8 +186,8 @@ struct Again {
     /// The name the routers' certificates hold (`<name>.<namespace>.svc`).
     server_name: String,
     /// The management CA Secret's data, which signs the client certificate of each read
-    /// ([`management::tls`]).
-    ca: Data,
+    /// ([`management::tls`]), its values shared with the Secret store's.
+    ca: SharedData,
 }
 
 /// What a pass does about the read of a mesh ([`rest_or_read`]).
@@ -555,7 +556,7 @@ impl Reader {
             return blocked(why);
         }
         let ca_name = management::ca_secret(o.name());
-        let ca: Data = match observed.secrets.get(&ca_name) {
+        let ca = match observed.secrets.get(&ca_name) {
             None | Some(None) => {
                 // This pass generates it, and the controller's own writes wake nothing: the
                 // next pass, soon, reads the routers with it.
@@ -568,7 +569,7 @@ impl Reader {
                     "the Secret {ca_name} is not the management CA this Interconnect generated ({why}): delete it to have one generated"
                 ));
             }
-            Some(Some(s)) => s.data.clone().unwrap_or_default(),
+            Some(Some(s)) => SharedData::of(s.data.as_ref().unwrap_or(&Data::new())),
         };
         let credentials = management::credentials_secret(o.name());
         if let Some(Some(s)) = observed.secrets.get(&credentials)
@@ -657,7 +658,7 @@ impl Reader {
             m.again = Some(again.clone());
         }
         if plan.start {
-            match management::tls(&again.server_name, &again.ca, observed.now) {
+            match management::tls(&again.server_name, &again.ca.data(), observed.now) {
                 Ok(tls) => {
                     let (reader, metrics) = (self.clone(), metrics.clone());
                     tokio::spawn(async move {
@@ -890,7 +891,7 @@ impl Reader {
             memo.reading = true;
             (again, memo.done.as_ref().map(|d| d.2.clone()))
         };
-        let tls = match management::tls(&again.server_name, &again.ca, std::time::SystemTime::now()) {
+        let tls = match management::tls(&again.server_name, &again.ca.data(), std::time::SystemTime::now()) {
             Ok(tls) => tls,
             Err(why) => {
                 tracing::debug!(key, %why, "no client certificate for a read at rest; a pass reads");

@@ -260,9 +260,28 @@ pub(crate) async fn mesh_scale_rows(
     };
     let scrape = || qdr_tests::components::http_get(health, "/metrics").map(|(_, b)| b).unwrap_or_default();
     let (before, cpu_before, at) = (scrape(), cpu_seconds(pid), Instant::now());
+    // A profiler over the window at rest, when asked (docs/development.md, "Profiling the
+    // controller at scale"): the window is what the CPU rows measure, and a fixed delay from
+    // the start lands elsewhere on a loaded machine.
+    let profiler = match std::env::var("QDR_BENCH_PROFILE") {
+        Ok(cmd) if !cmd.is_empty() => {
+            eprintln!("mesh at scale: at rest, running QDR_BENCH_PROFILE with QDR_BENCH_PID={pid}");
+            Some(Command::new("sh").arg("-c").arg(cmd).env("QDR_BENCH_PID", pid.to_string()).spawn()?)
+        }
+        _ => None,
+    };
     tokio::time::sleep(rest).await;
     let (after, cpu_after, window) = (scrape(), cpu_seconds(pid), at.elapsed().as_secs_f64());
     let status_writes = writes.load(std::sync::atomic::Ordering::SeqCst);
+    if let Some(mut p) = profiler {
+        // It ends by itself (a profiler given a duration); one still running is interrupted,
+        // as a profiler writes what it has on SIGINT.
+        if p.try_wait()?.is_none() {
+            eprintln!("mesh at scale: QDR_BENCH_PROFILE still runs after the window; interrupting it");
+            let _ = Command::new("kill").args(["-INT", &p.id().to_string()]).status();
+        }
+        let _ = p.wait();
+    }
     watch.abort();
     peers.abort();
     let delta = |name: &str| metric(&after, name).unwrap_or(0.0) - metric(&before, name).unwrap_or(0.0);
