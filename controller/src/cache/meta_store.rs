@@ -423,7 +423,7 @@ pub(crate) struct StoredSecret {
     written: Option<Time>,
     type_: Option<Text>,
     /// `None`: the Secret has no `data`.
-    data: Option<Box<[Datum]>>,
+    data: Option<SharedData>,
 }
 
 /// The owner references of a stored Secret.
@@ -533,12 +533,12 @@ fn shared_value(v: &[u8]) -> Arc<[u8]> {
 }
 
 /// A Secret's data whose values are shared with the equal values the Secret store holds
-/// ([`SECRET_VALUES`]): what a long-lived holder keeps of a stored Secret's data without a
-/// copy of it (the reader's plan of a mesh at rest keeps its management CA's,
-/// [`crate::reconcile::read`]). About 100 bytes for a CA's three values, where a
+/// ([`SECRET_VALUES`]): how a [`StoredSecret`] keeps its data, and what a long-lived holder
+/// keeps of a stored Secret's data without a copy of it (the reader's plan of a mesh at rest
+/// keeps its management CA's, [`crate::reconcile::read`]). About 100 bytes for a CA's three values, where a
 /// [`crate::credentials::Data`] copy of them took about 2.1 KB (heaptrack: 4.2 MB at 2,000
 /// Interconnects).
-#[derive(Debug)]
+#[derive(Debug, Clone, PartialEq)]
 pub(crate) struct SharedData(Box<[Datum]>);
 
 impl SharedData {
@@ -563,7 +563,7 @@ impl Entry<Secret> for StoredSecret {
             seal: annotations.and_then(|a| a.get(crate::credentials::seal::SEAL)).map(|v| v.as_str().into()),
             written: crate::credentials::seal::last_written_time(&s.metadata).cloned(),
             type_: s.type_.as_deref().map(text),
-            data: s.data.as_ref().map(|d| d.iter().map(|(k, v)| (data_key(k), shared_value(&v.0))).collect()),
+            data: s.data.as_ref().map(SharedData::of),
         }
     }
 
@@ -599,10 +599,7 @@ impl Entry<Secret> for StoredSecret {
         Secret {
             metadata: self.meta(key),
             type_: self.type_.as_deref().map(Into::into),
-            data: self
-                .data
-                .as_ref()
-                .map(|d| d.iter().map(|(k, v)| (k.to_string(), ByteString(v.to_vec()))).collect()),
+            data: self.data.as_ref().map(SharedData::data),
             ..Secret::default()
         }
     }
@@ -1227,12 +1224,12 @@ mod tests {
         ));
         let leaf = StoredSecret::of(&secret("mesh-tls", json!({"ca.crt": "Q0EgY2VydA==", "x": "eA=="})));
         let value = |s: &StoredSecret, k: &str| {
-            s.data.iter().flatten().find(|(key, _)| key == k).map(|(_, v)| v.clone()).unwrap()
+            s.data.iter().flat_map(|d| d.0.iter()).find(|(key, _)| key == k).map(|(_, v)| v.clone()).unwrap()
         };
         assert!(Arc::ptr_eq(&value(&ca, "tls.crt"), &value(&ca, "ca.crt")));
         assert!(Arc::ptr_eq(&value(&ca, "ca.crt"), &value(&leaf, "ca.crt")));
         assert_eq!(&*value(&leaf, "ca.crt"), b"CA cert");
-        assert!(matches!(leaf.data.as_ref().unwrap()[0].0, DataKey::Borrowed("ca.crt")), "a known key");
+        assert!(matches!(leaf.data.as_ref().unwrap().0[0].0, DataKey::Borrowed("ca.crt")), "a known key");
         // A holder's copy of a stored Secret's data shares its values, and gives the data back.
         let data = ca.object(("ns", "mesh-ca")).data.unwrap();
         let held = SharedData::of(&data);
