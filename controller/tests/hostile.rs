@@ -77,7 +77,10 @@ fn read_counted(
             result = rt.block_on(async {
                 let stream = tokio::net::TcpStream::connect(addr).await.unwrap();
                 stream.set_nodelay(true).unwrap();
-                read_router(stream, "heap-test", timeout, None, None).await.map_err(|e| e.to_string())
+                // Its connectors asked for too: the largest round of requests (four queries).
+                let linking = qdr_controller::mesh::reader::Linking::default();
+                (read_router(stream, "heap-test", timeout, Some(&linking), None).await)
+                    .map_err(|e| e.to_string())
             });
         });
         (result, heap.bytes_max, started.elapsed())
@@ -108,6 +111,13 @@ fn no_answer_makes_a_read_take_more_than_its_heap_bound() {
             "application-properties of 100,000 entries",
             Script::PropertiesBomb(honest_mesh_router(0), 100_000),
             Some("application-properties with more than 64 items"),
+        ),
+        (
+            // The most a round of requests lets a router send: an answer just under the
+            // message bound to each of its four queries, all in flight at once.
+            "every answer of a round a status of 1,000,000 bytes",
+            Script::Status(1_000_000),
+            Some("answered 500"),
         ),
         ("an honest router with 10,000 clients", Script::Honest(honest_mesh_router(10_000)), None),
     ];
@@ -1029,6 +1039,21 @@ async fn the_controller_process_survives_hostile_routers_and_serves_every_other_
     }
 }
 
+/// How the tests of a mesh read stand-in routers at loopback addresses on `port`: plain TCP,
+/// unfenced, [`VISIT_TIMEOUT`] a router, slots of `pool`.
+fn plain_plan<'a>(port: u16, namespace: &'a str, pool: &'a Pool) -> Plan<'a> {
+    Plan {
+        port,
+        namespace,
+        pool,
+        timeout: VISIT_TIMEOUT,
+        deadline: tokio::time::Instant::now() + VISIT_TIMEOUT,
+        tls: None,
+        fence: None,
+        recheck: qdr_controller::mesh::live::RECHECK,
+    }
+}
+
 /// Routers of a linked mesh are read through one connection: the first router on its own,
 /// then every router its routing table lists, through it (`_topo/0/<id>/$management`).
 /// What it does not list, and a router the mesh does not reach (its request link refused),
@@ -1081,16 +1106,7 @@ async fn a_linked_mesh_is_read_through_one_connection_and_the_rest_directly() {
         })
         .collect();
     let pool = Pool::new(4, 4);
-    let plan = Plan {
-        port,
-        namespace: "through",
-        pool: &pool,
-        timeout: VISIT_TIMEOUT,
-        deadline: tokio::time::Instant::now() + VISIT_TIMEOUT,
-        tls: None,
-        fence: None,
-        recheck: qdr_controller::mesh::live::RECHECK,
-    };
+    let plan = plain_plan(port, "through", &pool);
     let seen = observe(&targets, &plan).await;
     let views: Vec<&qdr_controller::mesh::RouterView> = ids
         .iter()
@@ -1129,5 +1145,64 @@ async fn a_linked_mesh_is_read_through_one_connection_and_the_rest_directly() {
     let Observation::Answered(v) = &seen["through-1"] else { unreachable!() };
     let live = v.live.as_ref().expect("live entities were given");
     assert!(live.applied && live.created == 0 && live.deleted == 0, "{live:?}");
+    task.abort();
+}
+
+/// A connected mesh at rest costs each router one round of requests: one `flow` giving
+/// credit for its answers, then its four queries (router, routing table, connections,
+/// connectors) at once, sent pre-settled so the router sends no disposition of its own.
+/// Before, each query waited for its answer, each answer was followed by a `flow`, and each
+/// request by the router's `disposition`: 13 flows and 12 settlements more for this mesh of
+/// three, the frames the profile at rest put a fifth of the controller's CPU in
+/// (docs/mesh-status.md, "Cost at scale").
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_mesh_at_rest_is_read_in_one_round_of_requests_a_router() {
+    let ids = ["frames-0", "frames-1", "frames-2"];
+    let answers: Vec<Arc<amqp_peer::Answers>> = (0..3)
+        .map(|i| {
+            let peers: Vec<&str> = (0..3).filter(|j| *j != i).map(|j| ids[j]).collect();
+            Arc::new(amqp_peer::honest(ids[i], "interior", &peers, 0))
+        })
+        .collect();
+    for a in &answers {
+        amqp_peer::routable(a);
+    }
+    let listener = tokio::net::TcpListener::bind("0.0.0.0:0").await.unwrap();
+    let port = listener.local_addr().unwrap().port();
+    let scripts = answers.clone();
+    let task = amqp_peer::serve_by_address(
+        listener,
+        Arc::new(move |addr| match addr {
+            std::net::IpAddr::V4(v4) if (1..=3).contains(&v4.octets()[3]) => {
+                Some((None, Script::Honest(scripts[usize::from(v4.octets()[3]) - 1].clone())))
+            }
+            _ => None,
+        }),
+    );
+    let targets: Vec<Target> = (0..3)
+        .map(|i| Target {
+            pod: ids[i].into(),
+            ip: Some(format!("127.5.0.{}", i + 1)),
+            ready: true,
+            linking: Some(Default::default()),
+            live: None,
+            checked: None,
+        })
+        .collect();
+    let pool = Pool::new(4, 4);
+    let plan = plain_plan(port, "frames", &pool);
+    let seen = observe(&targets, &plan).await;
+    for id in ids {
+        assert!(matches!(&seen[id], Observation::Answered(_)), "{id}: {:?}", seen[id]);
+    }
+    let received = amqp_peer::received(port);
+    let frames: Vec<(&str, u64)> = received.iter().map(|(k, v)| (*k, *v)).collect();
+    // One connection (open, begin, close); a reply link and a request link, and a request
+    // link to each router asked through the first; one flow and four queries a router.
+    assert_eq!(
+        frames,
+        [("attach", 4), ("begin", 1), ("close", 1), ("flow", 3), ("open", 1), ("transfer", 12)],
+        "frames the routers received",
+    );
     task.abort();
 }

@@ -164,6 +164,44 @@ fn each_uptime(router: &mut Json, f: impl Fn(&Json) -> Option<Json>) {
 
 static CONNECTIONS: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
 
+/// Frames the peers received, by the local port they were received on, then by
+/// performative (`open`, `flow`, `transfer`, ...).
+static RECEIVED: std::sync::Mutex<
+    std::collections::BTreeMap<u16, std::collections::BTreeMap<&'static str, u64>>,
+> = std::sync::Mutex::new(std::collections::BTreeMap::new());
+
+/// The frames the peers on local port `port` received so far, by performative (`open`,
+/// `begin`, `attach`, `flow`, `transfer` (pre-settled), `unsettled transfer`, `disposition`,
+/// `detach`, `end`, `close`): what a
+/// reader costs in frames, whatever it reads.
+pub fn received(port: u16) -> std::collections::BTreeMap<&'static str, u64> {
+    RECEIVED.lock().unwrap_or_else(|e| e.into_inner()).get(&port).cloned().unwrap_or_default()
+}
+
+/// Counts a frame of `name` received on local port `port` ([`received`]).
+fn count(port: u16, name: &'static str) {
+    let mut received = RECEIVED.lock().unwrap_or_else(|e| e.into_inner());
+    *received.entry(port).or_default().entry(name).or_default() += 1;
+}
+
+/// The performative's name, as [`received`] counts it.
+fn name_of(p: &fe2o3_amqp::types::performatives::Performative) -> &'static str {
+    use fe2o3_amqp::types::performatives::Performative as P;
+    match p {
+        P::Open(_) => "open",
+        P::Begin(_) => "begin",
+        P::Attach(_) => "attach",
+        P::Flow(_) => "flow",
+        P::Transfer(t) if t.settled == Some(true) => "transfer",
+        // One the peer settles with a disposition of its own, as qdrouterd does.
+        P::Transfer(_) => "unsettled transfer",
+        P::Disposition(_) => "disposition",
+        P::Detach(_) => "detach",
+        P::End(_) => "end",
+        P::Close(_) => "close",
+    }
+}
+
 /// Connections the peers accepted so far, in all (every script).
 pub fn connections() -> u64 {
     CONNECTIONS.load(std::sync::atomic::Ordering::SeqCst)
@@ -347,9 +385,9 @@ pub fn serve_by_address(listener: TcpListener, pick: ByAddress) -> tokio::task::
         loop {
             let Ok((socket, _)) = listener.accept().await else { return };
             let _ = socket.set_nodelay(true);
-            let Some((tls, script)) = socket.local_addr().ok().and_then(|a| pick(a.ip())) else {
-                continue;
-            };
+            let Ok(local) = socket.local_addr() else { continue };
+            let Some((tls, script)) = pick(local.ip()) else { continue };
+            let port = local.port();
             tokio::spawn(async move {
                 if matches!(script, Script::Silent) {
                     let mut socket = socket;
@@ -362,10 +400,10 @@ pub fn serve_by_address(listener: TcpListener, pick: ByAddress) -> tokio::task::
                         let Ok(stream) = tokio_rustls::TlsAcceptor::from(config).accept(socket).await else {
                             return;
                         };
-                        let _ = run(stream, &script).await;
+                        let _ = run(stream, &script, port).await;
                     }
                     None => {
-                        let _ = run(socket, &script).await;
+                        let _ = run(socket, &script, port).await;
                     }
                 }
             });
@@ -655,7 +693,7 @@ fn answer_with(correlation: &Value, status: i32, description: &str, body: &[u8],
     out
 }
 
-async fn run<S: AsyncRead + AsyncWrite + Unpin>(s: S, script: &Script) -> std::io::Result<()> {
+async fn run<S: AsyncRead + AsyncWrite + Unpin>(s: S, script: &Script, port: u16) -> std::io::Result<()> {
     let mut io = Io { s, buf: Vec::new() };
     if matches!(script, Script::Garbage) {
         io.send(b"HTTP/1.1 400 Bad Request\r\nContent-Length: 0\r\n\r\n").await?;
@@ -682,6 +720,7 @@ async fn run<S: AsyncRead + AsyncWrite + Unpin>(s: S, script: &Script) -> std::i
         let p: fe2o3_amqp::types::performatives::Performative =
             serde_amqp::from_slice(&body[..end]).map_err(std::io::Error::other)?;
         use fe2o3_amqp::types::performatives::Performative as P;
+        count(port, name_of(&p));
         match p {
             P::Open(_) => {
                 let open = Open {

@@ -13,12 +13,20 @@
 //! budget, the deadline); each query asks only for the attributes the view uses
 //! ([`super::ROUTER_ATTRIBUTES`], …) and at most [`PAGE_ROWS`] rows at a time (`count`,
 //! `offset`), and answers decode into bounded [`Table`]s, folded page by page into the
-//! [`RouterView`], so one read holds at most one page.
+//! [`RouterView`], so one read holds at most one round of pages (below).
+//!
+//! A visit asks the first page of each of its queries at once, one round of requests
+//! ([`Links::ask_all`]), and the pages after them one at a time: a router at rest answers in
+//! one round trip, and a read holds at most the four pages of that round. Requests go pre-settled and the reply link gets credit only for the
+//! answers awaited (one `flow` a round), so a router at rest costs the controller one
+//! `flow` and one `transfer` a query, where a query cost a `flow` and a settlement more
+//! each; a router can send no more messages than a round asks for (four).
 
 use std::time::Duration;
 
 use fe2o3_amqp::link::delivery::Delivery;
 use fe2o3_amqp::link::receiver::CreditMode;
+use fe2o3_amqp::types::definitions::SenderSettleMode;
 use fe2o3_amqp::types::messaging::{ApplicationProperties, Body, Message, MessageId, Properties, Source};
 use fe2o3_amqp::types::primitives::{OrderedMap, SimpleValue, Value};
 use fe2o3_amqp::{Connection, Receiver, Sender, Session};
@@ -274,6 +282,65 @@ struct Query {
     count: usize,
 }
 
+impl Query {
+    /// The first page of `entity` (`max_rows` rows at most in all: [`Links::pages`]).
+    fn first(entity: &'static str, attributes: &'static [&'static str], max_rows: usize) -> Query {
+        Query { entity, attributes, offset: 0, count: PAGE_ROWS.min(max_rows) }
+    }
+
+    /// The entity type's last name (`connection`), as errors name it.
+    fn short(&self) -> &'static str {
+        self.entity.rsplit('.').next().unwrap_or(self.entity)
+    }
+
+    /// The request (its properties are set when it is sent: [`Links::request`]).
+    fn message(&self) -> Message<fe2o3_amqp::types::messaging::AmqpValue<Value>> {
+        let count = i64::try_from(self.count).unwrap_or(i64::MAX);
+        let offset = i64::try_from(self.offset).unwrap_or(i64::MAX);
+        Message::builder()
+            .application_properties(
+                ApplicationProperties::builder()
+                    .insert("operation", "QUERY")
+                    .insert("type", "org.amqp.management")
+                    .insert("entityType", self.entity)
+                    .insert("name", "self")
+                    .insert("count", count)
+                    .insert("offset", offset)
+                    .build(),
+            )
+            .value(Value::Map(OrderedMap::from_iter([(
+                Value::from("attributeNames"),
+                Value::List(self.attributes.iter().map(|a| Value::from(*a)).collect()),
+            )])))
+            .build()
+    }
+
+    /// The table of `answer`, an answer to this query.
+    ///
+    /// # Errors
+    /// [`ReadError::Status`] for a status other than 200; an [`AnswerError`] for a body
+    /// that is not an `amqp-value`.
+    fn table(&self, answer: Delivery<Body<Table>>) -> Result<Table, ReadError> {
+        let (status, description) = status_of(&answer);
+        if status != 200 {
+            return Err(ReadError::Status { entity: self.entity, status, description });
+        }
+        match answer.into_body() {
+            Body::Value(v) => Ok(v.0),
+            _ => Err(AnswerError::new(self.short(), "the answer is not an amqp-value").into()),
+        }
+    }
+}
+
+/// The request id an answer carries back (its correlation id `q<N>`); `None`: none, or
+/// not one of ours.
+fn answered<T>(answer: &Delivery<T>) -> Option<u64> {
+    match answer.message().properties.as_ref()?.correlation_id.as_ref()? {
+        MessageId::String(s) => s.strip_prefix('q')?.parse().ok(),
+        _ => None,
+    }
+}
+
 struct Links {
     requests: Sender,
     replies: Receiver,
@@ -312,9 +379,22 @@ impl Links {
     where
         T: for<'de> fe2o3_amqp::types::messaging::FromBody<'de> + Send,
     {
+        self.replies.set_credit(1).await.map_err(amqp)?;
+        let id = self.request(request).await?;
+        let answer: Delivery<T> = self.answer().await?;
+        if answered(&answer) != Some(id) {
+            return Err(AnswerError::new(what, "an answer to another request").into());
+        }
+        Ok(answer)
+    }
+
+    /// Sends `request`, pre-settled, with its properties set here: its id.
+    async fn request(
+        &mut self,
+        mut request: Message<fe2o3_amqp::types::messaging::AmqpValue<Value>>,
+    ) -> Result<u64, ReadError> {
         let id = self.next_id;
         self.next_id += 1;
-        let mut request = request;
         request.properties = Some(
             Properties::builder()
                 .reply_to(self.reply_to.clone())
@@ -326,44 +406,51 @@ impl Links {
                 .build(),
         );
         self.requests.send(request).await.map_err(amqp)?;
+        Ok(id)
+    }
+
+    /// The next answer, settled (qdrouterd sends a management answer pre-settled, so this
+    /// sends nothing then).
+    async fn answer<T>(&mut self) -> Result<Delivery<T>, ReadError>
+    where
+        T: for<'de> fe2o3_amqp::types::messaging::FromBody<'de> + Send,
+    {
         let answer: Delivery<T> = self.replies.recv().await.map_err(amqp)?;
         self.replies.accept(&answer).await.map_err(amqp)?;
-        let correlation = answer.message().properties.as_ref().and_then(|p| p.correlation_id.as_ref());
-        if correlation != Some(&MessageId::String(format!("q{id}"))) {
-            return Err(AnswerError::new(what, "an answer to another request").into());
-        }
         Ok(answer)
     }
 
+    /// Asks every query of `queries` at once (one credit each, then the requests, then the
+    /// answers in whatever order the router gives them: qdrouterd answers `router.node`
+    /// from its Python agent and the rest from its C agent): their tables, in the order of
+    /// `queries`. One round trip instead of one a query.
+    ///
+    /// # Errors
+    /// As [`Links::ask`], for the first answer to arrive that is refused (each is decoded as
+    /// it arrives, so a read holds the tables of the round and at most one answer more), or
+    /// an answer that answers none of them or one twice.
+    async fn ask_all(&mut self, queries: &[Query]) -> Result<Vec<Table>, ReadError> {
+        let credit = u32::try_from(queries.len()).unwrap_or(u32::MAX);
+        self.replies.set_credit(credit).await.map_err(amqp)?;
+        let first = self.next_id;
+        for q in queries {
+            self.request(q.message()).await?;
+        }
+        let mut tables: Vec<Option<Table>> = queries.iter().map(|_| None).collect();
+        for _ in queries {
+            let answer: Delivery<Body<Table>> = self.answer().await?;
+            let i = (answered(&answer).and_then(|id| id.checked_sub(first)))
+                .and_then(|i| usize::try_from(i).ok())
+                .filter(|i| tables.get(*i).is_some_and(Option::is_none))
+                .ok_or_else(|| AnswerError::new("query", "an answer to another request"))?;
+            tables[i] = Some(queries[i].table(answer)?);
+        }
+        Ok(tables.into_iter().map(Option::unwrap_or_default).collect())
+    }
+
     async fn ask(&mut self, q: &Query) -> Result<Table, ReadError> {
-        let count = i64::try_from(q.count).unwrap_or(i64::MAX);
-        let offset = i64::try_from(q.offset).unwrap_or(i64::MAX);
-        let request = Message::builder()
-            .application_properties(
-                ApplicationProperties::builder()
-                    .insert("operation", "QUERY")
-                    .insert("type", "org.amqp.management")
-                    .insert("entityType", q.entity)
-                    .insert("name", "self")
-                    .insert("count", count)
-                    .insert("offset", offset)
-                    .build(),
-            )
-            .value(Value::Map(OrderedMap::from_iter([(
-                Value::from("attributeNames"),
-                Value::List(q.attributes.iter().map(|a| Value::from(*a)).collect()),
-            )])))
-            .build();
-        let entity = q.entity.rsplit('.').next().unwrap_or(q.entity);
-        let answer: Delivery<Body<Table>> = self.send(request, entity).await?;
-        let (status, description) = status_of(&answer);
-        if status != 200 {
-            return Err(ReadError::Status { entity: q.entity, status, description });
-        }
-        match answer.into_body() {
-            Body::Value(v) => Ok(v.0),
-            _ => Err(AnswerError::new(entity, "the answer is not an amqp-value").into()),
-        }
+        let answer: Delivery<Body<Table>> = self.send(q.message(), q.short()).await?;
+        q.table(answer)
     }
 
     /// `CREATE`s entity `name` of `kind` with `attributes` (answered 201) on the router.
@@ -555,12 +642,28 @@ impl Links {
         entity: &'static str,
         attributes: &'static [&'static str],
         max_rows: usize,
+        add: impl FnMut(&Table) -> Result<usize, AnswerError>,
+    ) -> Result<(), ReadError> {
+        self.pages_after(None, entity, attributes, max_rows, add).await
+    }
+
+    /// [`Links::pages`], the first page already asked for ([`Query::first`]) when `first`
+    /// holds its answer.
+    async fn pages_after(
+        &mut self,
+        mut first: Option<Table>,
+        entity: &'static str,
+        attributes: &'static [&'static str],
+        max_rows: usize,
         mut add: impl FnMut(&Table) -> Result<usize, AnswerError>,
     ) -> Result<(), ReadError> {
         let mut offset = 0;
         while offset < max_rows {
             let count = PAGE_ROWS.min(max_rows - offset);
-            let page = self.ask(&Query { entity, attributes, offset, count }).await?;
+            let page = match first.take() {
+                Some(page) => page,
+                None => self.ask(&Query { entity, attributes, offset, count }).await?,
+            };
             let rows = add(&page)?;
             if rows > count {
                 let entity = entity.rsplit('.').next().unwrap_or(entity);
@@ -619,13 +722,15 @@ async fn exchange<S>(
             .name("replies")
             .source(Source::builder().dynamic(true).build())
             .max_message_size(MAX_MESSAGE_SIZE as u64)
-            .credit_mode(CreditMode::Auto(2))
+            // Credit is given for the answers awaited, and no more ([`Links::ask_all`]): one
+            // flow a batch of requests, and a router cannot send more than it was asked.
+            .credit_mode(CreditMode::Manual)
             .attach(&mut session)
             .await
             .map_err(amqp)?;
         let reply_to = (replies.source().as_ref().and_then(|s| s.address.clone()))
             .ok_or_else(|| ReadError::Amqp("the router gave the reply link no address".into()))?;
-        let requests = Sender::attach(&mut session, "requests", "$management").await.map_err(amqp)?;
+        let requests = request_link(&mut session, "requests".into(), "$management".into()).await?;
         let fence = first.fence.cloned();
         let mut links = Links { requests, replies, reply_to: cut(reply_to, MAX_TEXT), next_id: 0, fence };
         let view = visit(&mut links, first).await?;
@@ -657,8 +762,7 @@ async fn exchange<S>(
         *at = (i + 1, deadline);
         let asked = async {
             let address = format!("_topo/0/{}/$management", r.id);
-            let sender =
-                Sender::attach(&mut session, format!("requests-{i}"), address).await.map_err(amqp)?;
+            let sender = request_link(&mut session, format!("requests-{i}"), address).await?;
             senders.push(std::mem::replace(&mut links.requests, sender));
             let view = visit(&mut links, &r.writes).await?;
             if *view.id != *r.id {
@@ -682,27 +786,50 @@ async fn exchange<S>(
     drop((links, session, senders));
 }
 
+/// The link requests go on, to `address`: pre-settled, so the router sends no disposition
+/// of its own for a request (its answer is the outcome that counts, and a request that gets
+/// none times out as before).
+async fn request_link(
+    session: &mut fe2o3_amqp::session::SessionHandle<()>,
+    name: String,
+    address: String,
+) -> Result<Sender, ReadError> {
+    let builder = Sender::builder().name(name).target(address);
+    builder.sender_settle_mode(SenderSettleMode::Settled).attach(session).await.map_err(amqp)
+}
+
 /// One visit to the router `links` ask (its queries, then the writes of `writes`): its view.
 async fn visit(links: &mut Links, writes: &Writes<'_>) -> Result<RouterView, ReadError> {
     let (linking, live) = (writes.linking, writes.live);
-    // The router entity: one row (two asked, to see a second).
-    let me = links
-        .ask(&Query { entity: ENTITIES[0], attributes: &ROUTER_ATTRIBUTES, offset: 0, count: 2 })
-        .await?;
+    // The first page of each query at once (a router at rest needs no other): the router
+    // entity (one row, two asked, to see a second), its routing table, its connections,
+    // and its connectors when they are written.
+    let mut first = vec![
+        Query { entity: ENTITIES[0], attributes: &ROUTER_ATTRIBUTES, offset: 0, count: 2 },
+        Query::first(ENTITIES[1], &NODE_ATTRIBUTES, MAX_ROUTERS + 1),
+        Query::first(ENTITIES[2], &CONNECTION_ATTRIBUTES, MAX_CONNECTION_ROWS),
+    ];
+    if linking.is_some() {
+        first.push(Query::first(linking::ENTITY, &linking::ATTRIBUTES, linking::MAX_CONNECTOR_ROWS));
+    }
+    let mut pages = links.ask_all(&first).await?.into_iter();
+    let me = pages.next().unwrap_or_default();
     let mut view = RouterView::of_router(&me)?;
     let uptime = RouterView::uptime_of(&me).map(|u| (u, std::time::Instant::now()));
-    links.pages(ENTITIES[1], &NODE_ATTRIBUTES, MAX_ROUTERS + 1, |t| view.add_nodes(t)).await?;
+    (links.pages_after(pages.next(), ENTITIES[1], &NODE_ATTRIBUTES, MAX_ROUTERS + 1, |t| view.add_nodes(t)))
+        .await?;
     let mut open = std::collections::BTreeSet::new();
     links
-        .pages(ENTITIES[2], &CONNECTION_ATTRIBUTES, MAX_CONNECTION_ROWS, |t| {
+        .pages_after(pages.next(), ENTITIES[2], &CONNECTION_ATTRIBUTES, MAX_CONNECTION_ROWS, |t| {
             super::open_outgoing(t, &mut open);
             view.add_connections(t)
         })
         .await?;
     if let Some(wanted) = linking {
         let mut held = Vec::new();
+        let connectors = (linking::ENTITY, &linking::ATTRIBUTES, linking::MAX_CONNECTOR_ROWS);
         links
-            .pages(linking::ENTITY, &linking::ATTRIBUTES, linking::MAX_CONNECTOR_ROWS, |t| {
+            .pages_after(pages.next(), connectors.0, connectors.1, connectors.2, |t| {
                 linking::add_connectors(t, &open, &mut held)
             })
             .await?;
