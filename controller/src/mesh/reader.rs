@@ -17,10 +17,11 @@
 //!
 //! A visit asks the first page of each of its queries at once, one round of requests
 //! ([`Links::ask_all`]), and the pages after them one at a time: a router at rest answers in
-//! one round trip, and a read holds at most the four pages of that round. Requests go pre-settled and the reply link gets credit only for the
-//! answers awaited (one `flow` a round), so a router at rest costs the controller one
-//! `flow` and one `transfer` a query, where a query cost a `flow` and a settlement more
-//! each; a router can send no more messages than a round asks for (four).
+//! one round trip, and a read holds at most the four pages of that round. Requests go
+//! pre-settled and the reply link gets credit only for the answers awaited (one `flow` a
+//! round), so a router at rest costs the controller one `flow` and one `transfer` a query,
+//! where a query cost a `flow` and a settlement more each; a router can send no more
+//! messages than a round asks for (four).
 
 use std::time::Duration;
 
@@ -282,12 +283,38 @@ struct Query {
     count: usize,
 }
 
-impl Query {
-    /// The first page of `entity` (`max_rows` rows at most in all: [`Links::pages`]).
-    fn first(entity: &'static str, attributes: &'static [&'static str], max_rows: usize) -> Query {
-        Query { entity, attributes, offset: 0, count: PAGE_ROWS.min(max_rows) }
-    }
+/// Every row of `entity` for `attributes`, up to `max_rows`, asked a page at a time
+/// ([`Links::pages`]).
+struct Listing {
+    entity: &'static str,
+    attributes: &'static [&'static str],
+    max_rows: usize,
+}
 
+/// The routing table's listing: every router the mesh reaches, and one more to see a mesh
+/// over [`MAX_ROUTERS`].
+const NODES: Listing =
+    Listing { entity: ENTITIES[1], attributes: &NODE_ATTRIBUTES, max_rows: MAX_ROUTERS + 1 };
+/// The connections' listing.
+const CONNECTIONS: Listing =
+    Listing { entity: ENTITIES[2], attributes: &CONNECTION_ATTRIBUTES, max_rows: MAX_CONNECTION_ROWS };
+/// The connectors' listing (the operator's inter-router connectors among them).
+const CONNECTORS: Listing = Listing {
+    entity: linking::ENTITY,
+    attributes: &linking::ATTRIBUTES,
+    max_rows: linking::MAX_CONNECTOR_ROWS,
+};
+
+impl Listing {
+    /// The page of the listing from row `offset` (at most [`PAGE_ROWS`] rows, none past
+    /// `max_rows`).
+    fn page(&self, offset: usize) -> Query {
+        let count = PAGE_ROWS.min(self.max_rows.saturating_sub(offset));
+        Query { entity: self.entity, attributes: self.attributes, offset, count }
+    }
+}
+
+impl Query {
     /// The entity type's last name (`connection`), as errors name it.
     fn short(&self) -> &'static str {
         self.entity.rsplit('.').next().unwrap_or(self.entity)
@@ -524,10 +551,12 @@ impl Links {
     async fn held(&mut self) -> Result<Vec<Held>, ReadError> {
         let (mut held, mut bytes) = (Vec::new(), 0);
         for kind in Kind::ALL {
-            self.pages(kind.management_type(), kind.attributes(), live::MAX_HELD_ROWS, |t| {
-                live::add_held(kind, t, &mut held, &mut bytes)
-            })
-            .await?;
+            let listing = Listing {
+                entity: kind.management_type(),
+                attributes: kind.attributes(),
+                max_rows: live::MAX_HELD_ROWS,
+            };
+            self.pages(&listing, |t| live::add_held(kind, t, &mut held, &mut bytes)).await?;
         }
         Ok(held)
     }
@@ -639,35 +668,31 @@ impl Links {
     /// the rows it held.
     async fn pages(
         &mut self,
-        entity: &'static str,
-        attributes: &'static [&'static str],
-        max_rows: usize,
+        listing: &Listing,
         add: impl FnMut(&Table) -> Result<usize, AnswerError>,
     ) -> Result<(), ReadError> {
-        self.pages_after(None, entity, attributes, max_rows, add).await
+        self.pages_after(None, listing, add).await
     }
 
-    /// [`Links::pages`], the first page already asked for ([`Query::first`]) when `first`
+    /// [`Links::pages`], the first page (`listing.page(0)`) already asked for when `first`
     /// holds its answer.
     async fn pages_after(
         &mut self,
         mut first: Option<Table>,
-        entity: &'static str,
-        attributes: &'static [&'static str],
-        max_rows: usize,
+        listing: &Listing,
         mut add: impl FnMut(&Table) -> Result<usize, AnswerError>,
     ) -> Result<(), ReadError> {
         let mut offset = 0;
-        while offset < max_rows {
-            let count = PAGE_ROWS.min(max_rows - offset);
+        while offset < listing.max_rows {
+            let query = listing.page(offset);
             let page = match first.take() {
                 Some(page) => page,
-                None => self.ask(&Query { entity, attributes, offset, count }).await?,
+                None => self.ask(&query).await?,
             };
             let rows = add(&page)?;
+            let count = query.count;
             if rows > count {
-                let entity = entity.rsplit('.').next().unwrap_or(entity);
-                return Err(AnswerError::new(entity, format!("{rows} rows, {count} asked for")).into());
+                return Err(AnswerError::new(query.short(), format!("{rows} rows, {count} asked for")).into());
             }
             if rows < count {
                 break;
@@ -806,32 +831,27 @@ async fn visit(links: &mut Links, writes: &Writes<'_>) -> Result<RouterView, Rea
     // and its connectors when they are written.
     let mut first = vec![
         Query { entity: ENTITIES[0], attributes: &ROUTER_ATTRIBUTES, offset: 0, count: 2 },
-        Query::first(ENTITIES[1], &NODE_ATTRIBUTES, MAX_ROUTERS + 1),
-        Query::first(ENTITIES[2], &CONNECTION_ATTRIBUTES, MAX_CONNECTION_ROWS),
+        NODES.page(0),
+        CONNECTIONS.page(0),
     ];
     if linking.is_some() {
-        first.push(Query::first(linking::ENTITY, &linking::ATTRIBUTES, linking::MAX_CONNECTOR_ROWS));
+        first.push(CONNECTORS.page(0));
     }
     let mut pages = links.ask_all(&first).await?.into_iter();
     let me = pages.next().unwrap_or_default();
     let mut view = RouterView::of_router(&me)?;
     let uptime = RouterView::uptime_of(&me).map(|u| (u, std::time::Instant::now()));
-    (links.pages_after(pages.next(), ENTITIES[1], &NODE_ATTRIBUTES, MAX_ROUTERS + 1, |t| view.add_nodes(t)))
-        .await?;
+    links.pages_after(pages.next(), &NODES, |t| view.add_nodes(t)).await?;
     let mut open = std::collections::BTreeSet::new();
     links
-        .pages_after(pages.next(), ENTITIES[2], &CONNECTION_ATTRIBUTES, MAX_CONNECTION_ROWS, |t| {
+        .pages_after(pages.next(), &CONNECTIONS, |t| {
             super::open_outgoing(t, &mut open);
             view.add_connections(t)
         })
         .await?;
     if let Some(wanted) = linking {
         let mut held = Vec::new();
-        let connectors = (linking::ENTITY, &linking::ATTRIBUTES, linking::MAX_CONNECTOR_ROWS);
-        links
-            .pages_after(pages.next(), connectors.0, connectors.1, connectors.2, |t| {
-                linking::add_connectors(t, &open, &mut held)
-            })
+        (links.pages_after(pages.next(), &CONNECTORS, |t| linking::add_connectors(t, &open, &mut held)))
             .await?;
         let (deletes, creates) = linking::changes(&wanted.connectors, &held, &wanted.keep, &wanted.unready);
         view.deferred += linking::deferred(&wanted.connectors, &held, &wanted.keep);
