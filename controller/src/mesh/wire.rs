@@ -544,6 +544,8 @@ pub struct Guarded<S> {
     /// Bytes accepted in all ([`READ_BUDGET`] unless [`Guarded::with_budget`] says more).
     budget: u64,
     failed: Option<io::ErrorKind>,
+    /// The first failed write: its error, and `total` when it failed ([`Guarded::drain`]).
+    write_failed: Option<(io::ErrorKind, String, u64)>,
 }
 
 impl<S> std::fmt::Debug for Guarded<S> {
@@ -568,6 +570,7 @@ impl<S> Guarded<S> {
             total: 0,
             budget: READ_BUDGET,
             failed: None,
+            write_failed: None,
         }
     }
 
@@ -690,48 +693,94 @@ impl<S: AsyncRead + Unpin> AsyncRead for Guarded<S> {
                     .verdict
                     .refuse("no complete answer before the deadline".into())));
             }
-            let mut chunk = [0u8; 8192];
-            let mut read = ReadBuf::new(&mut chunk);
-            if let Err(e) = ready!(Pin::new(&mut this.inner).poll_read(cx, &mut read)) {
-                if this.raw.is_empty() && this.held.is_empty() {
-                    return Poll::Ready(Err(e));
-                }
-                this.failed = Some(e.kind());
-                let why = format!("the connection ended mid-frame: {e}");
-                return Poll::Ready(Err(this.verdict.refuse(why)));
-            }
-            let got = read.filled();
-            if got.is_empty() {
-                if this.raw.is_empty() && this.held.is_empty() {
-                    return Poll::Ready(Ok(())); // a clean end of stream
-                }
-                this.failed = Some(io::ErrorKind::UnexpectedEof);
-                return Poll::Ready(Err(this
-                    .verdict
-                    .refuse("the router closed the connection mid-frame".into())));
-            }
-            this.total += got.len() as u64;
-            if this.total > this.budget {
-                this.failed = Some(io::ErrorKind::InvalidData);
-                let why = format!("more than {} bytes in one read", this.budget);
-                return Poll::Ready(Err(this.verdict.refuse(why)));
-            }
-            this.raw.extend_from_slice(got);
-            if let Err(why) = this.check() {
-                this.failed = Some(io::ErrorKind::InvalidData);
-                return Poll::Ready(Err(this.verdict.refuse(why)));
+            match ready!(this.pull(cx)) {
+                Ok(true) => {}
+                Ok(false) => return Poll::Ready(Ok(())), // a clean end of stream
+                Err(e) => return Poll::Ready(Err(e)),
             }
         }
     }
 }
 
-impl<S: AsyncWrite + Unpin> AsyncWrite for Guarded<S> {
+impl<S: AsyncRead + Unpin> Guarded<S> {
+    /// Reads one chunk from `inner` into `raw` and checks it: `Ok(true)` when bytes came,
+    /// `Ok(false)` at a clean end of stream (between frames); an end or an error mid-frame,
+    /// bytes past the budget or bytes that fail the checks are refused.
+    fn pull(&mut self, cx: &mut Context<'_>) -> Poll<io::Result<bool>> {
+        let mut chunk = [0u8; 8192];
+        let mut read = ReadBuf::new(&mut chunk);
+        if let Err(e) = ready!(Pin::new(&mut self.inner).poll_read(cx, &mut read)) {
+            if self.raw.is_empty() && self.held.is_empty() {
+                return Poll::Ready(Err(e));
+            }
+            self.failed = Some(e.kind());
+            let why = format!("the connection ended mid-frame: {e}");
+            return Poll::Ready(Err(self.verdict.refuse(why)));
+        }
+        let got = read.filled();
+        if got.is_empty() {
+            if self.raw.is_empty() && self.held.is_empty() {
+                return Poll::Ready(Ok(false));
+            }
+            self.failed = Some(io::ErrorKind::UnexpectedEof);
+            return Poll::Ready(Err(self
+                .verdict
+                .refuse("the router closed the connection mid-frame".into())));
+        }
+        self.total += got.len() as u64;
+        if self.total > self.budget {
+            self.failed = Some(io::ErrorKind::InvalidData);
+            let why = format!("more than {} bytes in one read", self.budget);
+            return Poll::Ready(Err(self.verdict.refuse(why)));
+        }
+        self.raw.extend_from_slice(got);
+        if let Err(why) = self.check() {
+            self.failed = Some(io::ErrorKind::InvalidData);
+            return Poll::Ready(Err(self.verdict.refuse(why)));
+        }
+        Poll::Ready(Ok(true))
+    }
+
+    /// After a write failed (`write_failed`, with `total` then), takes in what the router
+    /// had sent, until the stream ends, is refused or [`DRAINED`] bytes came: a router that
+    /// sent half a frame and closed is refused for that, not left as the write's broken
+    /// pipe. The client asks several queries at once, and a router that closes with some
+    /// unread answers them with a reset, which ends the client before it reads what came
+    /// first (CI, stop 93). Frames taken in whole and not refused are still the client's
+    /// to read.
+    fn drain(&mut self, cx: &mut Context<'_>, since: u64) -> Poll<()> {
+        while self.failed.is_none() && self.total - since < DRAINED {
+            if !matches!(ready!(self.pull(cx)), Ok(true)) {
+                break;
+            }
+        }
+        Poll::Ready(())
+    }
+}
+
+/// Most bytes [`Guarded`] takes in after a failed write: a few frames.
+const DRAINED: u64 = 4 * MAX_FRAME_SIZE as u64;
+
+impl<S: AsyncRead + AsyncWrite + Unpin> AsyncWrite for Guarded<S> {
     fn poll_write(self: Pin<&mut Self>, cx: &mut Context<'_>, buf: &[u8]) -> Poll<io::Result<usize>> {
         let this = self.get_mut();
         if this.deadline.as_mut().poll(cx).is_ready() {
             return Poll::Ready(Err(io::Error::new(io::ErrorKind::TimedOut, "past the read's deadline")));
         }
-        Pin::new(&mut this.inner).poll_write(cx, buf)
+        let (kind, text, since) = match this.write_failed.clone() {
+            Some(failed) => failed,
+            None => match Pin::new(&mut this.inner).poll_write(cx, buf) {
+                Poll::Ready(Err(e)) => {
+                    let failed = (e.kind(), e.to_string(), this.total);
+                    this.write_failed = Some(failed.clone());
+                    failed
+                }
+                written => return written,
+            },
+        };
+        // The write's error waits until what the router sent before it is taken in.
+        ready!(this.drain(cx, since));
+        Poll::Ready(Err(io::Error::new(kind, text)))
     }
 
     fn poll_flush(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
@@ -1046,6 +1095,37 @@ mod tests {
             let refused = refused.unwrap();
             assert!(refused.contains(why), "{refused} does not say {why}");
         }
+    }
+
+    /// A router that sends half a frame and closes with requests unread resets the
+    /// connection, so the client's next write fails before it reads anything: the half frame
+    /// is still what the connection is refused for (CI, stop 93: the reason was the client's
+    /// "LinkStateError(SessionStopped(ConnectionStopped(Closed)))").
+    #[tokio::test]
+    async fn a_write_that_fails_takes_in_the_half_frame_the_router_sent_before_it_closed() {
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let addr = listener.local_addr().unwrap();
+        let mut half = AMQP_HEADER.to_vec();
+        half.extend(&transfer(false, &[0x40; 100])[..40]);
+        let ours = tokio::net::TcpStream::connect(addr).await.unwrap();
+        let (mut router, _) = listener.accept().await.unwrap();
+        let verdict = Verdict::default();
+        let deadline = tokio::time::Instant::now() + std::time::Duration::from_secs(5);
+        let mut guarded = Guarded::new(ours, deadline, verdict.clone());
+        guarded.write_all(b"a request the router never reads").await.unwrap();
+        router.write_all(&half).await.unwrap();
+        // Closed with the request unread: the kernel answers the next bytes with a reset.
+        drop(router);
+        let mut writes = 0;
+        while guarded.write_all(b"the next request").await.is_ok() {
+            writes += 1;
+            assert!(writes < 1000, "writes to a closed connection kept succeeding");
+            tokio::time::sleep(std::time::Duration::from_millis(5)).await;
+        }
+        let refused = verdict.refused().expect("the failed write took in what the router sent");
+        assert!(refused.contains("mid-frame"), "{refused}");
+        // And the client's reads end with it.
+        assert!(guarded.read_to_end(&mut Vec::new()).await.is_err());
     }
 
     #[tokio::test(start_paused = true)]
