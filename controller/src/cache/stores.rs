@@ -68,8 +68,11 @@ pub(crate) struct Cache {
     pub(crate) written_daemon_sets: Arc<Written<DaemonSet>>,
     /// Secrets created or replaced in this term, until the store catches up.
     pub(crate) written_secrets: Arc<Written<Secret>>,
-    /// Interconnects whose status was written in this term, until the store catches up.
+    /// Interconnects whose status was written in this term, until the store catches up
+    /// ([`Cache::status_written`]).
     pub(crate) written_interconnects: Arc<Written<Interconnect>>,
+    /// The Interconnects, as the reconcile's own watch keeps them.
+    pub(super) interconnects: Store<Interconnect>,
     /// The `resourceVersion` of the controller's last write of each child (echo detection).
     pub(crate) own: Arc<OwnWrites>,
     /// Interconnects whose children changed under them since their last full apply.
@@ -140,6 +143,15 @@ pub(crate) enum SecretLookup {
 }
 
 impl Cache {
+    /// Keeps `written`, the answer to a status write of this term, for read-your-writes
+    /// until the store shows it ([`Written::record_seen`]: at once when its watch event came
+    /// before the answer).
+    pub(crate) fn status_written(&self, written: Interconnect) {
+        let key = kube::runtime::reflector::ObjectRef::from_obj(&written);
+        let stored = self.interconnects.get(&key);
+        self.written_interconnects.record_seen(written, stored.as_deref());
+    }
+
     /// Whether every store holds its first complete list (a reconcile before that could
     /// take a missing entry for a missing object). Not awaited by reconciles: the stores
     /// fill only while the controller polls its watches, which it stops doing while every

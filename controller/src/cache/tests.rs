@@ -10,7 +10,9 @@ use k8s_openapi::api::apps::v1::Deployment;
 use k8s_openapi::api::core::v1::Service;
 use k8s_openapi::api::core::v1::{Pod, Secret};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
+use kube::ResourceExt;
 use kube::core::PartialObjectMeta;
+use kube::runtime::watcher;
 use qdr_api::Interconnect;
 use serde_json::json;
 
@@ -293,6 +295,37 @@ fn a_written_status_stands_in_until_the_store_shows_that_write_or_a_newer_spec()
     written.record(interconnect("25", 1, "True"));
     let newer = Some(Arc::new(interconnect("26", 2, "False")));
     assert_eq!(written.pick("ns", "mesh", newer).unwrap().metadata.generation, Some(2));
+}
+
+#[test]
+fn a_written_status_is_forgotten_when_the_watch_delivers_it_without_a_pass() {
+    // Interconnects wake passes by generation only, so the echo of a status write wakes no
+    // pass that would `pick` (and forget) the written copy: the watch event itself must.
+    let written = Written::<Interconnect>::status_writes();
+    let refs = super::memo::SecretReferences::default();
+    let mut forgotten = Vec::new();
+    let mut forget = |ic: &Interconnect| forgotten.push(ic.name_any());
+    written.record(interconnect("20", 1, "True"));
+    // An older version (a relist of before the write) leaves it standing in.
+    let older = watcher::Event::Apply(interconnect("18", 1, "False"));
+    super::wake::interconnect_seen(&older, &refs, &written, &mut forget);
+    assert!(written.pick("ns", "mesh", None).is_some(), "kept while the store is behind");
+    // The write's echo: forgotten at once, not at the next pass (up to RESYNC later).
+    let echo = watcher::Event::Apply(interconnect("20", 1, "True"));
+    super::wake::interconnect_seen(&echo, &refs, &written, &mut forget);
+    assert!(written.pick("ns", "mesh", None).is_none(), "forgotten when the watch delivered the write");
+    // The same from a relist.
+    written.record(interconnect("30", 1, "True"));
+    let relisted = watcher::Event::InitApply(interconnect("30", 1, "True"));
+    super::wake::interconnect_seen(&relisted, &refs, &written, &mut forget);
+    assert!(written.pick("ns", "mesh", None).is_none(), "forgotten when a relist showed the write");
+    assert!(forgotten.is_empty(), "nothing deleted");
+    // The echo came before the write's answer: the store shows it when the answer is kept.
+    let echoed = interconnect("40", 1, "True");
+    written.record_seen(interconnect("40", 1, "True"), Some(&echoed));
+    assert!(written.pick("ns", "mesh", None).is_none(), "an answer the store already shows is not kept");
+    written.record_seen(interconnect("41", 1, "True"), Some(&echoed));
+    assert!(written.pick("ns", "mesh", None).is_some(), "one the store does not show yet is kept");
 }
 
 #[test]

@@ -65,6 +65,16 @@ impl<K: Resource> Written<K> {
             .insert(key, (std::time::Instant::now(), Arc::new(obj)));
     }
 
+    /// [`Written::record`], then [`Written::observed`] with `stored`, the store's copy now:
+    /// the watch can deliver a write's echo before the write's answer comes, and nothing
+    /// else would end a copy the store already shows before the next pick.
+    pub(crate) fn record_seen(&self, obj: K, stored: Option<&K>) {
+        self.record(obj);
+        if let Some(stored) = stored {
+            self.observed(stored);
+        }
+    }
+
     /// Forgets the written copy of `stored`'s name once the watch delivered that write or a
     /// later generation (see [`Written::pick`]).
     pub(crate) fn observed(&self, stored: &K) {

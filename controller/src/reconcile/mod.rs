@@ -177,7 +177,7 @@ impl Context {
         if let Some(written) = status::write(&self.client, ic, new).await?
             && let Some(cache) = &self.cache
         {
-            cache.written_interconnects.record(written);
+            cache.status_written(written);
         }
         Ok(())
     }
