@@ -308,16 +308,19 @@ fn a_written_status_is_forgotten_when_the_watch_delivers_it_without_a_pass() {
     written.record(interconnect("20", 1, "True"));
     // An older version (a relist of before the write) leaves it standing in.
     let older = watcher::Event::Apply(interconnect("18", 1, "False"));
-    super::wake::interconnect_seen(&older, &refs, &written, &mut forget);
+    super::wake::interconnect_seen(&older, &refs, &mut forget);
+    super::wake::interconnect_stored(&older, &written);
     assert!(written.pick("ns", "mesh", None).is_some(), "kept while the store is behind");
     // The write's echo: forgotten at once, not at the next pass (up to RESYNC later).
     let echo = watcher::Event::Apply(interconnect("20", 1, "True"));
-    super::wake::interconnect_seen(&echo, &refs, &written, &mut forget);
+    super::wake::interconnect_seen(&echo, &refs, &mut forget);
+    super::wake::interconnect_stored(&echo, &written);
     assert!(written.pick("ns", "mesh", None).is_none(), "forgotten when the watch delivered the write");
     // The same from a relist.
     written.record(interconnect("30", 1, "True"));
     let relisted = watcher::Event::InitApply(interconnect("30", 1, "True"));
-    super::wake::interconnect_seen(&relisted, &refs, &written, &mut forget);
+    super::wake::interconnect_seen(&relisted, &refs, &mut forget);
+    super::wake::interconnect_stored(&relisted, &written);
     assert!(written.pick("ns", "mesh", None).is_none(), "forgotten when a relist showed the write");
     assert!(forgotten.is_empty(), "nothing deleted");
     // The echo came before the write's answer: the store shows it when the answer is kept.

@@ -22,8 +22,8 @@ use super::names::SecretNames;
 use super::slim::{slim, slim_budget, slim_policy, slim_workload};
 use super::stores::Cache;
 use super::wake::{
-    Listed, Relist, Versions, interconnect_controller, interconnect_seen, owned_wake, pod_wake,
-    replica_set_wake, user_secret,
+    Listed, Relist, Versions, interconnect_controller, interconnect_seen, interconnect_stored, owned_wake,
+    pod_wake, replica_set_wake, user_secret,
 };
 use super::written::Written;
 use crate::health::Health;
@@ -265,7 +265,7 @@ pub(crate) fn watch(
         let (reader, mut relist) = (ic_writer.as_reader(), Relist::default());
         let (drift, applied, references, written) =
             (drift.clone(), applied.clone(), references.clone(), written_interconnects.clone());
-        let (index, seen_written) = (references.clone(), written.clone());
+        let (index, stored_written) = (references.clone(), written.clone());
         // What the term remembers of an Interconnect goes with it, and so does what the
         // process remembers (`gone`: metrics, failures, Event series).
         let mut forget = move |ic: &Interconnect| {
@@ -285,7 +285,7 @@ pub(crate) fn watch(
                 if let Listed::Gone(list) = relist.see(&reader, event) {
                     list.iter().for_each(&mut forget);
                 }
-                interconnect_seen(event, &index, &seen_written, &mut forget);
+                interconnect_seen(event, &index, &mut forget);
             })
             // The stored Interconnects keep no `managedFields` (most of their metadata once
             // the controller has written their status).
@@ -299,6 +299,7 @@ pub(crate) fn watch(
                 event
             })
             .reflect(ic_writer)
+            .inspect_ok(move |event| interconnect_stored(event, &stored_written))
             .applied_objects()
             .predicate_filter(predicates::generation, PredicateConfig::default())
     };
