@@ -377,9 +377,9 @@ pub type ByAddress =
     Arc<dyn Fn(std::net::IpAddr) -> Option<(Option<Arc<rustls::ServerConfig>>, Script)> + Send + Sync>;
 
 /// Many peers on one listener: each connection is answered as `pick` says for the local
-/// address it was made to. One wildcard listener (`0.0.0.0:port`) so stands in for a
-/// router at every loopback address (`127.0.0.0/8`), thousands of them, without a socket
-/// each (the mesh benchmark).
+/// address it was made to. One wildcard listener (`0.0.0.0:port`, a port of its own) so
+/// stands in for a router at every loopback address (`127.0.0.0/8`); the mesh benchmark,
+/// which must use the routers' management port, gives it one listener per address.
 pub fn serve_by_address(listener: TcpListener, pick: ByAddress) -> tokio::task::JoinHandle<()> {
     tokio::spawn(async move {
         loop {

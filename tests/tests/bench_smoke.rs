@@ -10,6 +10,11 @@ use std::process::Command;
 #[test]
 fn every_benchmark_group_runs_and_prints_its_rows() {
     let exe = env!("CARGO_BIN_EXE_qdr-bench");
+    // Another test's router stand-in on the routers' management port at its own loopback
+    // address, as lane A's controller tests hold theirs (`controller/tests/common::router_at`)
+    // while this lane runs: the benchmark must not need the port at every address.
+    let _another_test = std::net::TcpListener::bind(("127.9.0.1", 55670))
+        .expect("127.9.0.1:55670 is free (no test but this one listens there)");
     let started = std::time::Instant::now();
     let out = Command::new(exe)
         .env("QDR_BENCH_SMOKE", "1")

@@ -33,8 +33,8 @@ pub(crate) const SCALE_REST: Duration = Duration::from_secs(330);
 /// controller with `--observe-mesh=on`. The routers are stand-ins
 /// ([`qdr_tests::amqp_peer`]) that speak the real protocol over TLS with each
 /// Interconnect's generated management certificate and answer as honest qdrouterd 1.19
-/// routers of a full mesh, one wildcard listener for 6,000 loopback addresses
-/// (`127.10.0.0/16`, never the simulated nodes' addresses). Router pods are created by the
+/// routers of a full mesh, a listener at each of 6,000 loopback addresses
+/// (`127.10.0.0/16`, never the simulated nodes' addresses nor the controller tests'). Router pods are created by the
 /// benchmark as the Deployment controller would (controlled by a ReplicaSet that the
 /// Interconnect's Deployment controls, by uid) and made Ready at their address an hour ago, so no router is
 /// still joining. Rows: time to all `MeshConnected`, then at rest for [`SCALE_REST`]: reads
@@ -72,14 +72,24 @@ pub(crate) async fn mesh_scale_rows(
     // The stand-ins: one listener, answered by address once the Interconnect's certificate exists.
     type Peers = HashMap<IpAddr, (Option<Arc<rustls::ServerConfig>>, Script)>;
     let answers: Arc<RwLock<Peers>> = Arc::default();
-    let listener = tokio::net::TcpListener::bind(("0.0.0.0", 55670)).await?;
-    let peers = {
+    // A listener at each router's own address, not one at every address (`0.0.0.0`): the
+    // controller tests hold the management port at their own loopback addresses
+    // (`127.1.0.0/16` to `127.5.0.0/16`) while the benchmark's smoke run goes on beside them,
+    // and a wildcard listener on a port takes that port at every address.
+    let pick: amqp_peer::ByAddress = {
         let answers = answers.clone();
-        amqp_peer::serve_by_address(
-            listener,
-            Arc::new(move |ip| answers.read().unwrap_or_else(|e| e.into_inner()).get(&ip).cloned()),
-        )
+        Arc::new(move |ip| answers.read().unwrap_or_else(|e| e.into_inner()).get(&ip).cloned())
     };
+    let mut peers = Vec::with_capacity(ics * SCALE_ROUTERS);
+    for i in 0..ics {
+        for r in 0..SCALE_ROUTERS {
+            let ip = ip_of(i, r);
+            let listener = tokio::net::TcpListener::bind((ip.as_str(), 55670))
+                .await
+                .map_err(|e| format!("a stand-in router at {ip}:55670: {e}"))?;
+            peers.push(amqp_peer::serve_by_address(listener, pick.clone()));
+        }
+    }
 
     let install = Install { lease: "bench-mesh".into(), ..Install::new(&system.name) };
     let ids = cp.install_rbac(&install)?;
@@ -283,7 +293,7 @@ pub(crate) async fn mesh_scale_rows(
         let _ = p.wait();
     }
     watch.abort();
-    peers.abort();
+    peers.iter().for_each(tokio::task::JoinHandle::abort);
     let delta = |name: &str| metric(&after, name).unwrap_or(0.0) - metric(&before, name).unwrap_or(0.0);
     let (rss, rss_now) = (peak_rss_mib(pid), rss_mib(pid));
     ctl.stop(Duration::from_secs(5));
