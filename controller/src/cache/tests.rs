@@ -309,18 +309,18 @@ fn a_written_status_is_forgotten_when_the_watch_delivers_it_without_a_pass() {
     // An older version (a relist of before the write) leaves it standing in.
     let older = watcher::Event::Apply(interconnect("18", 1, "False"));
     super::wake::interconnect_seen(&older, &refs, &mut forget);
-    super::wake::interconnect_stored(&older, &written);
+    super::wake::written_stored(&older, &written);
     assert!(written.pick("ns", "mesh", None).is_some(), "kept while the store is behind");
     // The write's echo: forgotten at once, not at the next pass (up to RESYNC later).
     let echo = watcher::Event::Apply(interconnect("20", 1, "True"));
     super::wake::interconnect_seen(&echo, &refs, &mut forget);
-    super::wake::interconnect_stored(&echo, &written);
+    super::wake::written_stored(&echo, &written);
     assert!(written.pick("ns", "mesh", None).is_none(), "forgotten when the watch delivered the write");
     // The same from a relist.
     written.record(interconnect("30", 1, "True"));
     let relisted = watcher::Event::InitApply(interconnect("30", 1, "True"));
     super::wake::interconnect_seen(&relisted, &refs, &mut forget);
-    super::wake::interconnect_stored(&relisted, &written);
+    super::wake::written_stored(&relisted, &written);
     assert!(written.pick("ns", "mesh", None).is_none(), "forgotten when a relist showed the write");
     assert!(forgotten.is_empty(), "nothing deleted");
     // The echo came before the write's answer: the store shows it when the answer is kept.
@@ -416,4 +416,40 @@ fn only_an_interconnects_own_children_are_left_out_of_the_admin_stores() {
     assert!(!interconnect_child(&of(true, "Deployment", "apps/v1", true)), "controlled by another kind");
     assert!(!interconnect_child(&of(true, "Interconnect", "example.com/v1", true)), "another group's kind");
     assert!(!interconnect_child(&ObjectMeta::default()), "nothing at all");
+}
+
+/// An owned kind's written copy (a Deployment, a DaemonSet, a generated Secret) ends once
+/// its store keeps the event that shows the write ([`super::wake::written_stored`], run by
+/// `watch::reflect_compact` after the store), not when the event is judged: judged first,
+/// a pass in between found neither the written copy nor the write in the store, and took
+/// the older stored copy for the object as it is (stop 95, noticed).
+#[test]
+fn an_owned_kinds_written_copy_ends_once_the_store_keeps_its_echo_not_when_it_is_judged() {
+    let secret = |rv: &str| -> Secret {
+        serde_json::from_value(json!({"metadata": {"name": "mesh-ca", "namespace": "ns", "uid": "u",
+            "resourceVersion": rv, "labels": {"app.kubernetes.io/managed-by": "qdr-operator"}}}))
+        .unwrap()
+    };
+    let written = Arc::new(Written::<Secret>::default());
+    let (own, drift) = (Arc::new(OwnWrites::default()), Arc::new(Drift::default()));
+    let mut wake = super::wake::owned_wake(own.clone(), drift.clone(), Some(written.clone()));
+    written.record(secret("20"));
+    own.begin(&drift, "Secret", "ns", "mesh-ca").record(&secret("20").metadata);
+    let echo = watcher::Event::Apply(secret("20"));
+    assert!(!wake(&echo), "the echo of the controller's own write wakes nothing");
+    // Judged, not yet stored: a pass now reads the store's older copy, so the written one
+    // must still stand in.
+    let before_store = Some(Arc::new(secret("18")));
+    assert_eq!(
+        written.pick("ns", "mesh-ca", before_store).unwrap().metadata.resource_version.as_deref(),
+        Some("20"),
+        "judging the echo ended the written copy before the store kept it"
+    );
+    // Stored: the written copy ends, with no pass.
+    super::wake::written_stored(&echo, &written);
+    assert!(written.pick("ns", "mesh-ca", None).is_none(), "the store kept the echo: forgotten");
+    // An older version stored (a relist of before the write) ends nothing.
+    written.record(secret("30"));
+    super::wake::written_stored(&watcher::Event::InitApply(secret("25")), &written);
+    assert!(written.pick("ns", "mesh-ca", None).is_some(), "kept while the store is behind");
 }

@@ -1,5 +1,6 @@
-//! Which watch events wake a reconcile. What a store keeps of an object is [`super::slim`]'s;
-//! this module only judges events, before they reach a store.
+//! Which watch events wake a reconcile, judged before they reach a store, and what an
+//! event ends once its store keeps it ([`written_stored`]). What a store keeps of an object
+//! is [`super::slim`]'s.
 
 use std::collections::{HashMap, HashSet};
 use std::hash::{Hash, Hasher};
@@ -31,21 +32,22 @@ pub(crate) fn interconnect_seen(
     }
 }
 
-/// What an Interconnect's watch event does once the store keeps it: an applied one ends
-/// the read-your-writes copy of a status write it shows (`written`, [`Written::observed`]).
-/// After the store, so a pass never finds the copy gone and the store's copy still older.
+/// What a watch event of a kind with read-your-writes (Interconnects' status writes;
+/// Deployments, DaemonSets and generated Secrets) does once its store keeps it: an applied
+/// one ends the copy of the write it shows (`written`, [`Written::observed`]). After the
+/// store, never before it, so a pass never finds the copy gone and the store's copy still
+/// the older one: the pass would take the older one for the object as it is (a Secret
+/// replaced again and refused with 409, a workload's rollout misread).
 ///
-/// The echo of a status write keeps the generation, so it wakes no pass, and a pass is what
-/// else would drop the copy ([`Written::pick`]): without this, the copy of every
-/// Interconnect's last status write was kept until its next pass, up to the resync period
-/// (`reconcile::RESYNC`, 5 minutes) later. At 2,000 Interconnects that was 11 MB of heap at
-/// the peak (heaptrack: the decoded answers and their map).
-pub(crate) fn interconnect_stored(
-    event: &watcher::Event<qdr_api::Interconnect>,
-    written: &Written<qdr_api::Interconnect>,
-) {
-    if let watcher::Event::Apply(ic) | watcher::Event::InitApply(ic) = event {
-        written.observed(ic);
+/// For Interconnects it is also what ends the copy at all: the echo of a status write
+/// keeps the generation, so it wakes no pass, and a pass is what else would drop the copy
+/// ([`Written::pick`]). Without it, the copy of every Interconnect's last status write was
+/// kept until its next pass, up to the resync period (`reconcile::RESYNC`, 5 minutes)
+/// later: at 2,000 Interconnects, 11 MB of heap at the peak (heaptrack: the decoded answers
+/// and their map).
+pub(crate) fn written_stored<K: Resource>(event: &watcher::Event<K>, written: &Written<K>) {
+    if let watcher::Event::Apply(o) | watcher::Event::InitApply(o) = event {
+        written.observed(o);
     }
 }
 
@@ -53,7 +55,8 @@ pub(crate) fn interconnect_stored(
 /// echo of the controller's own write (its `resourceVersion` is the one that write
 /// returned, [`OwnWrites`]); a deletion always wakes. Deletions and changes that are not
 /// [`Seen::StatusOnly`] are marked in `drift`; `written` (the kinds with read-your-writes)
-/// forgets what the watch has caught up with. The start and end of a (re)list wake nothing
+/// forgets what a deletion ends (an applied object ends its copy only once stored,
+/// [`written_stored`]). The start and end of a (re)list wake nothing
 /// themselves; [`super::watch`] judges what a relist shows against the store.
 pub(crate) fn owned_wake<K>(
     own: Arc<OwnWrites>,
@@ -65,19 +68,14 @@ where
 {
     let kind = K::kind(&()).into_owned();
     move |event| match event {
-        watcher::Event::Apply(o) | watcher::Event::InitApply(o) => {
-            if let Some(w) = &written {
-                w.observed(o);
+        watcher::Event::Apply(o) | watcher::Event::InitApply(o) => match own.judge(&kind, o.meta()) {
+            Seen::Echo | Seen::Held => false,
+            Seen::StatusOnly => true,
+            Seen::Changed => {
+                drift.mark(o.meta());
+                true
             }
-            match own.judge(&kind, o.meta()) {
-                Seen::Echo | Seen::Held => false,
-                Seen::StatusOnly => true,
-                Seen::Changed => {
-                    drift.mark(o.meta());
-                    true
-                }
-            }
-        }
+        },
         watcher::Event::Delete(o) => {
             let m = o.meta();
             if let Some(w) = &written {
