@@ -69,7 +69,7 @@ pub(crate) async fn mesh_scale_rows(
     };
     let pod_name = |name: &str, r: usize| format!("{name}-5d8f7b9c6d-r{r}xyz");
 
-    // The stand-ins: one listener, answered by address once the Interconnect's certificate exists.
+    // The stand-ins, answered by address once the Interconnect's certificate exists.
     type Peers = HashMap<IpAddr, (Option<Arc<rustls::ServerConfig>>, Script)>;
     let answers: Arc<RwLock<Peers>> = Arc::default();
     // A listener at each router's own address, not one at every address (`0.0.0.0`): the
