@@ -301,7 +301,8 @@ fn a_written_status_stands_in_until_the_store_shows_that_write_or_a_newer_spec()
 fn a_written_status_is_forgotten_when_the_watch_delivers_it_without_a_pass() {
     // Interconnects wake passes by generation only, so the echo of a status write wakes no
     // pass that would `pick` (and forget) the written copy: the watch event itself must.
-    let written = Written::<Interconnect>::status_writes();
+    let written = Arc::new(Written::<Interconnect>::status_writes());
+    let mut stored = super::wake::written_stored(written.clone());
     let refs = super::memo::SecretReferences::default();
     let mut forgotten = Vec::new();
     let mut forget = |ic: &Interconnect| forgotten.push(ic.name_any());
@@ -309,18 +310,21 @@ fn a_written_status_is_forgotten_when_the_watch_delivers_it_without_a_pass() {
     // An older version (a relist of before the write) leaves it standing in.
     let older = watcher::Event::Apply(interconnect("18", 1, "False"));
     super::wake::interconnect_seen(&older, &refs, &mut forget);
-    super::wake::written_stored(&older, &written);
+    stored(&older);
     assert!(written.pick("ns", "mesh", None).is_some(), "kept while the store is behind");
     // The write's echo: forgotten at once, not at the next pass (up to RESYNC later).
     let echo = watcher::Event::Apply(interconnect("20", 1, "True"));
     super::wake::interconnect_seen(&echo, &refs, &mut forget);
-    super::wake::written_stored(&echo, &written);
+    stored(&echo);
     assert!(written.pick("ns", "mesh", None).is_none(), "forgotten when the watch delivered the write");
-    // The same from a relist.
+    // The same from a relist, once it is stored (at its end).
     written.record(interconnect("30", 1, "True"));
     let relisted = watcher::Event::InitApply(interconnect("30", 1, "True"));
+    stored(&watcher::Event::Init);
     super::wake::interconnect_seen(&relisted, &refs, &mut forget);
-    super::wake::written_stored(&relisted, &written);
+    stored(&relisted);
+    assert!(written.pick("ns", "mesh", None).is_some(), "kept until the relist is stored");
+    stored(&watcher::Event::InitDone);
     assert!(written.pick("ns", "mesh", None).is_none(), "forgotten when a relist showed the write");
     assert!(forgotten.is_empty(), "nothing deleted");
     // The echo came before the write's answer: the store shows it when the answer is kept.
@@ -433,6 +437,7 @@ fn an_owned_kinds_written_copy_ends_once_the_store_keeps_its_echo_not_when_it_is
     let written = Arc::new(Written::<Secret>::default());
     let (own, drift) = (Arc::new(OwnWrites::default()), Arc::new(Drift::default()));
     let mut wake = super::wake::owned_wake(own.clone(), drift.clone(), Some(written.clone()));
+    let mut stored = super::wake::written_stored(written.clone());
     written.record(secret("20"));
     own.begin(&drift, "Secret", "ns", "mesh-ca").record(&secret("20").metadata);
     let echo = watcher::Event::Apply(secret("20"));
@@ -446,10 +451,47 @@ fn an_owned_kinds_written_copy_ends_once_the_store_keeps_its_echo_not_when_it_is
         "judging the echo ended the written copy before the store kept it"
     );
     // Stored: the written copy ends, with no pass.
-    super::wake::written_stored(&echo, &written);
+    stored(&echo);
     assert!(written.pick("ns", "mesh-ca", None).is_none(), "the store kept the echo: forgotten");
     // An older version stored (a relist of before the write) ends nothing.
     written.record(secret("30"));
-    super::wake::written_stored(&watcher::Event::InitApply(secret("25")), &written);
+    for event in [watcher::Event::Init, watcher::Event::InitApply(secret("25")), watcher::Event::InitDone] {
+        stored(&event);
+    }
     assert!(written.pick("ns", "mesh-ca", None).is_some(), "kept while the store is behind");
+}
+
+/// A relist shows its objects to the store only when it is done (`InitDone`: the compact
+/// store and kube-runtime's both swap the list in whole), so a written copy the relist shows
+/// ends then, not at its `InitApply`: ended there, a pass between the two found neither the
+/// written copy nor the object in the store, and took a generated Secret for lost (a
+/// management CA "lost" 0.8 s after it was written, stop 96's warm run).
+#[test]
+fn a_relisted_written_copy_ends_when_the_relist_is_stored_not_when_it_is_listed() {
+    let secret = |rv: &str| -> Secret {
+        serde_json::from_value(json!({"metadata": {"name": "mesh-ca", "namespace": "ns", "uid": "u",
+            "resourceVersion": rv, "labels": {"app.kubernetes.io/managed-by": "qdr-operator"}}}))
+        .unwrap()
+    };
+    let store = super::meta_store::SecretStore::default();
+    store.apply_watcher_event(&watcher::Event::Init);
+    store.apply_watcher_event(&watcher::Event::InitDone);
+    let written = Arc::new(Written::<Secret>::default());
+    written.record(secret("20"));
+    let stored = |store: &super::meta_store::SecretStore| store.object("ns", "mesh-ca").map(Arc::new);
+    let relist = [watcher::Event::Init, watcher::Event::InitApply(secret("20")), watcher::Event::InitDone];
+    let mut stored_events = super::wake::written_stored(written.clone());
+    for (i, event) in relist.iter().enumerate() {
+        store.apply_watcher_event(event);
+        stored_events(event);
+        let seen = written.pick("ns", "mesh-ca", stored(&store));
+        assert_eq!(
+            seen.and_then(|s| s.metadata.resource_version.clone()).as_deref(),
+            Some("20"),
+            "after {:?} a pass found neither the written copy nor the stored Secret",
+            ["Init", "InitApply", "InitDone"][i]
+        );
+    }
+    assert_eq!(store.object("ns", "mesh-ca").unwrap().metadata.resource_version.as_deref(), Some("20"));
+    assert!(written.pick("ns", "mesh-ca", None).is_none(), "the stored relist ended the written copy");
 }

@@ -77,10 +77,11 @@ where
 {
     let store = Compact::default();
     let writer = store.clone();
+    let mut stored = written.map(written_stored);
     let woken = watched(c, ns, wc, wake, store.clone(), move |e| {
         writer.apply_watcher_event(e);
-        if let Some(w) = &written {
-            written_stored(e, w);
+        if let Some(stored) = &mut stored {
+            stored(e);
         }
     });
     (store, woken)
@@ -307,7 +308,7 @@ pub(crate) fn watch(
                 event
             })
             .reflect(ic_writer)
-            .inspect_ok(move |event| written_stored(event, &stored_written))
+            .inspect_ok(written_stored(stored_written))
             .applied_objects()
             .predicate_filter(predicates::generation, PredicateConfig::default())
     };

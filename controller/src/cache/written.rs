@@ -78,7 +78,12 @@ impl<K: Resource> Written<K> {
     /// Forgets the written copy of `stored`'s name once the watch delivered that write or a
     /// later generation (see [`Written::pick`]).
     pub(crate) fn observed(&self, stored: &K) {
-        let m = stored.meta();
+        self.observed_meta(stored.meta());
+    }
+
+    /// [`Written::observed`] by the stored object's metadata (its namespace, name,
+    /// `resourceVersion` and generation are what is compared).
+    pub(crate) fn observed_meta(&self, m: &ObjectMeta) {
         let key = (m.namespace.clone().unwrap_or_default(), m.name.clone().unwrap_or_default());
         let mut entries = self.entries.lock().unwrap_or_else(|e| e.into_inner());
         if entries.get(&key).is_some_and(|(_, ours)| self.caught_up(m, ours.meta())) {
@@ -99,6 +104,13 @@ impl<K: Resource> Written<K> {
             || s.generation
                 .zip(o.generation)
                 .is_some_and(|(sg, og)| sg > og || (sg == og && self.same_generation_caught_up))
+    }
+
+    /// Whether a written copy of `m`'s name is kept (a relist's object worth remembering
+    /// until the relist is stored: [`super::wake::written_stored`]).
+    pub(crate) fn holds(&self, m: &ObjectMeta) -> bool {
+        let key = (m.namespace.clone().unwrap_or_default(), m.name.clone().unwrap_or_default());
+        self.entries.lock().unwrap_or_else(|e| e.into_inner()).contains_key(&key)
     }
 
     /// Forgets `ns/name` (it was deleted).
