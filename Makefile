@@ -96,7 +96,7 @@ IT_LANE_A := controller/tests/hostile.rs controller/tests/faults.rs controller/t
 IT_LANE_B := $(filter-out $(IT_LANE_A) tests/tests/deploy.rs,$(IT_PLAIN)) tests/tests/deploy.rs
 
 test: ## Everything CI runs: lint, unit tests and integration tests on a real control plane (and a real node with real routers); builds and tests overlap (TEST_JOBS)
-	@rm -f $(T)/test-results.txt
+	@rm -rf $(T)/test-results.txt $(T)/test-logs
 	@mkdir -p $(T)
 	@[[ "$(sort $(IT_REAL))" == "$(IT_REAL_FOUND)" ]] || { echo "Makefile: IT_REAL ($(IT_REAL)) must list exactly the test sources that start a real node ($(IT_REAL_FOUND))" >&2; exit 1; }
 	@if [[ -n "$(DRY_RUN)" ]]; then $(MAKE) --no-print-directory test-graph; exit 0; fi; \
@@ -104,7 +104,8 @@ test: ## Everything CI runs: lint, unit tests and integration tests on a real co
 	  $(MAKE) --no-print-directory -k -j$(TEST_JOBS) --output-sync=target test-graph || rc=$$?; \
 	  echo "== test executables (seconds, result, source):"; sort -k3 $(T)/test-results.txt 2>/dev/null | sed 's/^/   /'; \
 	  for src in unit $(IT_ALL); do \
-	    grep -qx "[0-9]* ok $$src" $(T)/test-results.txt 2>/dev/null || { echo "== did not pass: $$src"; rc=1; }; \
+	    grep -qx "[0-9]* ok $$src" $(T)/test-results.txt 2>/dev/null || { echo "== did not pass: $$src"; rc=1; \
+	      grep -h -A4 -e "panicked at" $(T)/test-logs/$${src//\//_}.log 2>/dev/null | grep -v "^stack backtrace:" | head -30 | sed 's/^/   | /' || true; }; \
 	  done; \
 	  echo "== make test: $$( ((rc)) && echo FAILED || echo passed) in $$(( $$(date +%s) - start ))s"; exit $$rc
 

@@ -911,9 +911,13 @@ async fn the_controller_process_survives_hostile_routers_and_serves_every_other_
     common::condition_with_reason(&fresh, "fresh", "Ready", "RoutersReady").await;
     println!("a new Interconnect Ready {:.1?} after it was created", created.elapsed());
 
-    // Every hostile router ends as not answering, each with a short reason.
+    // Every hostile router ends as not answering, each with a short reason: within two whole
+    // reads of the mesh (its routers read `MAX_PER_NAMESPACE` at a time, each within
+    // `READ_TIMEOUT`; the first read may find pods still starting) and the recheck between.
+    let rounds = scripts.len().div_ceil(qdr_controller::reconcile::MAX_PER_NAMESPACE) as u32;
+    let judged_within = 2 * rounds * READ_TIMEOUT + qdr_controller::reconcile::MESH_RECHECK + READ_TIMEOUT;
     let (status, reason, message) =
-        common::eventually("the hostile routers judged", 4 * READ_TIMEOUT, || async {
+        common::eventually("the hostile routers judged", judged_within, || async {
             let m = common::mesh_connected(&evil, "evil").await?;
             let ic = common::interconnects(&evil.client, &evil.name).get("evil").await.ok()?;
             let errors =
