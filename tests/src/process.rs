@@ -115,6 +115,14 @@ impl Process {
         all[all.len().saturating_sub(lines)..].join("\n")
     }
 
+    /// The last `lines` lines of the log that contain any of `needles` (a failure's own
+    /// lines out of a log several cases share).
+    pub fn log_lines_with(&self, needles: &[&str], lines: usize) -> String {
+        let text = std::fs::read_to_string(&self.log).unwrap_or_default();
+        let all: Vec<&str> = text.lines().filter(|l| needles.iter().any(|n| l.contains(n))).collect();
+        all[all.len().saturating_sub(lines)..].join("\n")
+    }
+
     /// Sends `sig` (e.g. `libc::SIGTERM`, `libc::SIGKILL`) without waiting.
     pub fn signal(&self, sig: i32) {
         signal(self.pid() as i32, sig);

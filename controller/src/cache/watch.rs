@@ -130,6 +130,13 @@ where
                 Err(e) => return vec![Err(e)],
                 Ok(event) => event,
             };
+            match &event {
+                watcher::Event::Init => tracing::debug!(namespace, kind = %K::plural(&()), "relist began"),
+                watcher::Event::InitDone => {
+                    tracing::debug!(namespace, kind = %K::plural(&()), "relist stored")
+                }
+                _ => {}
+            }
             let mut out = Vec::new();
             let woke = match relist.see(&view, &event) {
                 Listed::Judge => wake(&event),

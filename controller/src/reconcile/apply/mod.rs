@@ -318,12 +318,15 @@ async fn apply(
     }
     for s in &create {
         let created = create_if_missing(client, cache, ns, s).await?;
+        tracing::debug!(namespace = ns, secret = %s.name_any(), version = ?created.metadata.resource_version, "created");
         w.created.push((ApiResource::erase::<Secret>(&()), s.name_any(), created.metadata.uid.clone()));
         cache.written_secrets.record(created);
         progress.secrets.insert(s.name_any());
     }
     for s in &update {
-        cache.written_secrets.record(replace_secret(client, cache, ns, s).await?);
+        let replaced = replace_secret(client, cache, ns, s).await?;
+        tracing::debug!(namespace = ns, secret = %s.name_any(), version = ?replaced.metadata.resource_version, "replaced");
+        cache.written_secrets.record(replaced);
         progress.secrets.insert(s.name_any());
     }
     // Before the workload: a router that mounts it for the first time finds the files.
