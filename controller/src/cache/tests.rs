@@ -422,6 +422,14 @@ fn only_an_interconnects_own_children_are_left_out_of_the_admin_stores() {
     assert!(!interconnect_child(&ObjectMeta::default()), "nothing at all");
 }
 
+/// The generated Secret `ns/mesh-ca` at `rv`, labelled as the operator's: what the
+/// read-your-writes tests write and see echoed.
+fn managed_ca_secret(rv: &str) -> Secret {
+    serde_json::from_value(json!({"metadata": {"name": "mesh-ca", "namespace": "ns", "uid": "u",
+        "resourceVersion": rv, "labels": {"app.kubernetes.io/managed-by": "qdr-operator"}}}))
+    .unwrap()
+}
+
 /// An owned kind's written copy (a Deployment, a DaemonSet, a generated Secret) ends once
 /// its store keeps the event that shows the write ([`super::wake::written_stored`], run by
 /// `watch::reflect_compact` after the store), not when the event is judged: judged first,
@@ -429,11 +437,7 @@ fn only_an_interconnects_own_children_are_left_out_of_the_admin_stores() {
 /// the older stored copy for the object as it is (stop 95, noticed).
 #[test]
 fn an_owned_kinds_written_copy_ends_once_the_store_keeps_its_echo_not_when_it_is_judged() {
-    let secret = |rv: &str| -> Secret {
-        serde_json::from_value(json!({"metadata": {"name": "mesh-ca", "namespace": "ns", "uid": "u",
-            "resourceVersion": rv, "labels": {"app.kubernetes.io/managed-by": "qdr-operator"}}}))
-        .unwrap()
-    };
+    let secret = managed_ca_secret;
     let written = Arc::new(Written::<Secret>::default());
     let (own, drift) = (Arc::new(OwnWrites::default()), Arc::new(Drift::default()));
     let mut wake = super::wake::owned_wake(own.clone(), drift.clone(), Some(written.clone()));
@@ -468,11 +472,7 @@ fn an_owned_kinds_written_copy_ends_once_the_store_keeps_its_echo_not_when_it_is
 /// management CA "lost" 0.8 s after it was written, stop 96's warm run).
 #[test]
 fn a_relisted_written_copy_ends_when_the_relist_is_stored_not_when_it_is_listed() {
-    let secret = |rv: &str| -> Secret {
-        serde_json::from_value(json!({"metadata": {"name": "mesh-ca", "namespace": "ns", "uid": "u",
-            "resourceVersion": rv, "labels": {"app.kubernetes.io/managed-by": "qdr-operator"}}}))
-        .unwrap()
-    };
+    let secret = managed_ca_secret;
     let store = super::meta_store::SecretStore::default();
     store.apply_watcher_event(&watcher::Event::Init);
     store.apply_watcher_event(&watcher::Event::InitDone);
