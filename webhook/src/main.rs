@@ -97,7 +97,7 @@ struct Args {
     #[arg(long, env = "QDR_WEBHOOK_CHECK_INTERVAL", value_parser = humantime::parse_duration, default_value = "30s")]
     check_interval: Duration,
 
-    /// On SIGTERM, keep serving (not ready) this long so endpoints drop the pod first.
+    /// On SIGTERM, keep serving (not ready; HTTP/1.1 answers close their connection) this long so endpoints drop the pod first.
     #[arg(long, env = "QDR_WEBHOOK_SHUTDOWN_DELAY", value_parser = humantime::parse_duration, default_value = "10s")]
     shutdown_delay: Duration,
 

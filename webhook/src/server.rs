@@ -326,7 +326,34 @@ pub fn admission_router(state: Arc<AppState>, request_timeout: Duration) -> Rout
         .route("/validate", post(move |s, r| admit(Webhook::Validate, s, r, request_timeout)))
         // No timeout layer: [`admit`] bounds each review by its deadline itself (one timer
         // per request, not two).
+        .layer(axum::middleware::from_fn_with_state(state.clone(), close_while_draining))
         .with_state(state)
+}
+
+/// While this replica drains (after SIGTERM, `AppState::draining`), every HTTP/1.x answer
+/// says `Connection: close`, so the client closes the kept-alive connection once it has
+/// read the answer, and its next review opens a new one, which the Service routes to a
+/// ready replica. The API server calls admission webhooks over HTTP/1.1 only, with a pool of
+/// kept-alive connections (kubernetes/kubernetes#82090), and its client never sends a `POST`
+/// again on another connection. So without this, the connections it kept to a draining
+/// replica were still there when the server shut down at the end of the shutdown delay; a
+/// review the API server had just written on one met the close and failed with `EOF`
+/// (`failurePolicy: Fail`: the write refused; the defaulting webhook's `Ignore`: stored
+/// without its defaults). HTTP/2 answers are left as they are: `Connection` is not an
+/// HTTP/2 header, and the shutdown's `GOAWAY` tells an HTTP/2 client which requests to send
+/// again.
+async fn close_while_draining(
+    State(st): State<Arc<AppState>>,
+    request: Request,
+    next: axum::middleware::Next,
+) -> Response {
+    let http1 = request.version() < axum::http::Version::HTTP_2;
+    let mut response = next.run(request).await;
+    // Read after the answer: a review that began before SIGTERM closes its connection too.
+    if http1 && st.draining.load(Ordering::SeqCst) {
+        response.headers_mut().insert(header::CONNECTION, header::HeaderValue::from_static("close"));
+    }
+    response
 }
 
 /// The health port's routes: `GET /livez` (always `200 ok` while the server answers),

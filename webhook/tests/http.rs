@@ -152,6 +152,70 @@ async fn readiness_follows_the_certificate_and_draining() {
     );
 }
 
+/// The answer to one request on `conn` (its head and body, read by its `content-length`),
+/// and whether the server then closed the connection (read 0 bytes within a second) or
+/// kept it for the next request.
+async fn answer_on(conn: &mut tokio::net::TcpStream) -> (String, bool) {
+    let mut got = Vec::new();
+    let mut buf = [0u8; 4096];
+    let (head_end, length) = loop {
+        let n = conn.read(&mut buf).await.unwrap();
+        assert!(n > 0, "the connection closed before an answer: {}", String::from_utf8_lossy(&got));
+        got.extend_from_slice(&buf[..n]);
+        if let Some(end) = got.windows(4).position(|w| w == b"\r\n\r\n") {
+            let head = String::from_utf8_lossy(&got[..end]).to_lowercase();
+            let length = head
+                .lines()
+                .find_map(|l| l.strip_prefix("content-length: "))
+                .map_or(0, |v| v.trim().parse::<usize>().unwrap());
+            break (end + 4, length);
+        }
+    };
+    while got.len() < head_end + length {
+        let n = conn.read(&mut buf).await.unwrap();
+        assert!(n > 0, "the connection closed mid-answer");
+        got.extend_from_slice(&buf[..n]);
+    }
+    let head = String::from_utf8_lossy(&got[..head_end]).into_owned();
+    let closed = matches!(tokio::time::timeout(Duration::from_secs(1), conn.read(&mut buf)).await, Ok(Ok(0)));
+    (head, closed)
+}
+
+/// A draining replica's HTTP/1.1 answers say `Connection: close` and end their connection,
+/// so the API server (HTTP/1.1 to admission webhooks, kept-alive connections) sends its next
+/// review on a new connection, to a ready replica, instead of on one the shutdown is about
+/// to close (a review written as it closes fails with `EOF`). A replica that is not
+/// draining keeps its connections; an HTTP/2 answer never carries the HTTP/1 header.
+#[tokio::test]
+async fn a_draining_replica_ends_each_http1_connection_after_its_answer() {
+    let (app, state) = app(Arc::new(AtomicBool::new(true)));
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    let served = app.clone();
+    tokio::spawn(async move { axum::serve(listener, served).await });
+    let review = b"POST /validate HTTP/1.1\r\nhost: webhook\r\ncontent-length: 2\r\n\r\n{}";
+
+    let mut conn = tokio::net::TcpStream::connect(addr).await.unwrap();
+    for i in 0..2 {
+        conn.write_all(review).await.unwrap();
+        let (head, closed) = answer_on(&mut conn).await;
+        assert!(!head.to_lowercase().contains("connection: close"), "review {i}, not draining: {head}");
+        assert!(!closed, "review {i}, not draining: the connection was closed");
+    }
+
+    // Draining: the review on the kept connection is answered, then the connection ends.
+    state.draining.store(true, Ordering::SeqCst);
+    conn.write_all(review).await.unwrap();
+    let (head, closed) = answer_on(&mut conn).await;
+    assert!(head.starts_with("HTTP/1.1 400"), "the review is still answered: {head}");
+    assert!(head.to_lowercase().contains("connection: close"), "draining: {head}");
+    assert!(closed, "draining: the connection was kept after the answer");
+
+    let h2 = Request::post("/validate").version(axum::http::Version::HTTP_2).body(Body::from("{}")).unwrap();
+    let response = app.clone().oneshot(h2).await.unwrap();
+    assert!(response.headers().get("connection").is_none(), "an HTTP/2 answer: {:?}", response.headers());
+}
+
 #[tokio::test]
 async fn requests_are_counted_by_operation_and_outcome() {
     let (app, state) = app(Arc::new(AtomicBool::new(true)));
