@@ -14,6 +14,11 @@ pub(crate) const WRITTEN_TTL: std::time::Duration = std::time::Duration::from_se
 /// `(namespace, name)`.
 type NamespacedName = (String, String);
 
+/// The entry key of `m`: its namespace and name (empty when unset).
+fn key(m: &ObjectMeta) -> NamespacedName {
+    (m.namespace.clone().unwrap_or_default(), m.name.clone().unwrap_or_default())
+}
+
 /// Read-your-writes for the kinds a pass decides from (the workloads and the generated
 /// Secrets): the objects the controller wrote, as the API server returned them, until the
 /// store has caught up. A reconcile that runs before the echo of the previous one's write
@@ -57,8 +62,7 @@ impl<K: Resource> Written<K> {
     /// copies (at least without its `managedFields`).
     pub(crate) fn record(&self, mut obj: K) {
         (self.slim)(&mut obj);
-        let key =
-            (obj.meta().namespace.clone().unwrap_or_default(), obj.meta().name.clone().unwrap_or_default());
+        let key = key(obj.meta());
         self.entries
             .lock()
             .unwrap_or_else(|e| e.into_inner())
@@ -84,7 +88,7 @@ impl<K: Resource> Written<K> {
     /// [`Written::observed`] by the stored object's metadata (its namespace, name,
     /// `resourceVersion` and generation are what is compared).
     pub(crate) fn observed_meta(&self, m: &ObjectMeta) {
-        let key = (m.namespace.clone().unwrap_or_default(), m.name.clone().unwrap_or_default());
+        let key = key(m);
         let mut entries = self.entries.lock().unwrap_or_else(|e| e.into_inner());
         if entries.get(&key).is_some_and(|(_, ours)| self.caught_up(m, ours.meta())) {
             entries.remove(&key);
@@ -109,8 +113,7 @@ impl<K: Resource> Written<K> {
     /// Whether a written copy of `m`'s name is kept (a relist's object worth remembering
     /// until the relist is stored: [`super::wake::written_stored`]).
     pub(crate) fn holds(&self, m: &ObjectMeta) -> bool {
-        let key = (m.namespace.clone().unwrap_or_default(), m.name.clone().unwrap_or_default());
-        self.entries.lock().unwrap_or_else(|e| e.into_inner()).contains_key(&key)
+        self.entries.lock().unwrap_or_else(|e| e.into_inner()).contains_key(&key(m))
     }
 
     /// Forgets `ns/name` (it was deleted).
@@ -124,7 +127,7 @@ impl<K: Resource> Written<K> {
     /// deletes what it created, and the next one creates it again) must not look missing
     /// because the watch delivers the first one's deletion late.
     pub(crate) fn deleted(&self, deleted: &ObjectMeta) {
-        let key = (deleted.namespace.clone().unwrap_or_default(), deleted.name.clone().unwrap_or_default());
+        let key = key(deleted);
         let mut entries = self.entries.lock().unwrap_or_else(|e| e.into_inner());
         if entries.get(&key).is_some_and(|(_, ours)| !written_since(ours.meta(), deleted)) {
             entries.remove(&key);
