@@ -106,7 +106,9 @@ impl Elector {
         self.fence.close();
     }
 
-    /// A receiver that is `true` exactly while this replica may act as leader. The value is
+    /// A receiver that is `true` exactly while this replica may act as leader. Each send is
+    /// a change of term: `true` once when a term begins, `false` once when it ends (a
+    /// receiver that sees a change while `true` knows a term ended in between). The value is
     /// stored even while nobody subscribes (`send_replace`), so subscribing late cannot miss
     /// an election won before.
     pub fn subscribe(&self) -> watch::Receiver<bool> {

@@ -109,6 +109,13 @@ pub async fn links_installed(client: &kube::Client, namespace: &str) -> bool {
 /// next election. Returns when `stop` turns true (after dropping `work`), or when the
 /// election ends (its sender is dropped).
 ///
+/// Every value sent on `leading` is a change of term ([`crate::lease::Elector`] sends
+/// `true` when a term begins and `false` when it ends, nothing in between), so any send
+/// seen while working ends the work, even when its value is `true` again: a leader that
+/// missed its renew deadline and took its own Lease back before this task looked would
+/// otherwise go on with the passes of the term it lost. The work of the new term starts
+/// at once.
+///
 /// `work` should not end by itself; if it does while still leading, it is started again
 /// after `restart_delay`.
 pub async fn run_while_leading<F, Fut>(
@@ -134,15 +141,10 @@ pub async fn run_while_leading<F, Fut>(
         if *stop.borrow() {
             return;
         }
-        // Lead until the Lease is lost (false) or the election ends (true: return).
-        let lost = async {
-            while *leading.borrow_and_update() {
-                if leading.changed().await.is_err() {
-                    return true;
-                }
-            }
-            false
-        };
+        // Lead until the term ends: any send (false, or false then true again, which the
+        // channel shows as one change) means this term's work is over; `true` when the
+        // election ended (return).
+        let lost = async { leading.changed().await.is_err() };
         let stopped = async {
             while !*stop.borrow_and_update() {
                 if stop.changed().await.is_err() {

@@ -1,7 +1,7 @@
 //! Faults survived, nothing lost. While 300 Interconnects converge (created through both
 //! admission webhooks, two webhook replicas, two controller replicas, all as their
 //! ServiceAccounts), kube-apiserver is restarted, then etcd, then the leading controller is
-//! SIGKILLed, then the webhook's TLS Secret is deleted while admission requests keep coming.
+//! SIGKILLed, then its successor is paused past its renew deadline, then the webhook's TLS Secret is deleted while admission requests keep coming.
 //! At the end every Interconnect has exactly its children (none missing, none extra), its
 //! status is current, no process panicked, and every admission request made while the
 //! Secret was gone succeeded. The counts are printed.
@@ -18,6 +18,7 @@ use std::time::{Duration, Instant};
 use futures::StreamExt;
 use k8s_openapi::api::coordination::v1::Lease;
 use k8s_openapi::api::core::v1::Secret;
+use kube::ResourceExt;
 use kube::api::{Api, ApiResource, DynamicObject, GroupVersionKind, ListParams, PostParams};
 use qdr_api::Interconnect;
 use qdr_controller::builders;
@@ -29,6 +30,8 @@ use serde_json::json;
 const ICS: usize = 300;
 /// Lease timing of the controller replicas (`--lease-duration`, `--retry-period`).
 const LEASE: Duration = Duration::from_secs(4);
+/// `--renew-deadline` of the controller replicas.
+const RENEW_DEADLINE: Duration = Duration::from_secs(3);
 /// How long every Interconnect may take to converge after the last fault.
 const CONVERGE: Duration = Duration::from_secs(300);
 
@@ -48,7 +51,7 @@ fn start_controller(cp: &ControlPlane, install: &qdr_tests::rbac::Install, id: &
         &format!("--lease-namespace={}", install.namespace),
         &format!("--identity={id}"),
         &format!("--lease-duration={}s", LEASE.as_secs()),
-        "--renew-deadline=3s",
+        &format!("--renew-deadline={}s", RENEW_DEADLINE.as_secs()),
         "--retry-period=500ms",
         &format!("--health-listen=127.0.0.1:{}", common::free_port()),
         "--default-image=quay.io/interconnectedcloud/qdrouterd:1.19.0",
@@ -216,7 +219,30 @@ async fn three_hundred_interconnects_survive_restarts_a_killed_leader_and_a_dele
     .await;
     let takeover = killed_at.elapsed();
 
-    // 4. The webhook's TLS Secret deleted while admission requests keep coming.
+    // 4. The new leader paused (a stalled node) past its renew deadline while the
+    //    Interconnects converge: it demotes itself, its writes in flight are abandoned, and
+    //    it must lead again (no other replica is left) and finish the work.
+    let lead = &controllers.iter().find(|(id, _)| *id == successor).unwrap().1;
+    let count = |needle: &str| lead.log_lines_with(&[needle], usize::MAX).lines().count();
+    let leadership = || lead.log_lines_with(&["leader", "leading", "lease"], 20);
+    let (demotions, terms) = (count("could not renew the lease in time"), count("leading: reconciling"));
+    lead.signal(libc::SIGSTOP);
+    tokio::time::sleep(RENEW_DEADLINE + Duration::from_secs(1)).await;
+    lead.signal(libc::SIGCONT);
+    // It takes its own Lease back at its first attempt the API server answers.
+    let resumed = Instant::now();
+    while count("could not renew the lease in time") == demotions || count("leading: reconciling") == terms {
+        assert!(
+            resumed.elapsed() < LEASE * 8,
+            "the paused leader did not demote itself and lead a new term within {:?}:\n{}",
+            LEASE * 8,
+            leadership()
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    let paused = leadership();
+
+    // 5. The webhook's TLS Secret deleted while admission requests keep coming.
     let secrets: Api<Secret> = system.api();
     let (ok, failed) = (Arc::new(AtomicUsize::new(0)), Arc::new(AtomicUsize::new(0)));
     let errors = Arc::new(std::sync::Mutex::new(Vec::new()));
@@ -277,8 +303,25 @@ async fn three_hundred_interconnects_survive_restarts_a_killed_leader_and_a_dele
         }
         assert!(
             Instant::now() < deadline,
-            "{} stored, {pending} not current after {CONVERGE:?}; leader log:\n{}",
+            "{} stored, {pending} not current after {CONVERGE:?}; the first of them:\n{}\nleadership:\n{}\nleader log:\n{}",
             stored.len(),
+            stored
+                .iter()
+                .filter(|o| !current(o))
+                .take(3)
+                .map(|o| format!(
+                    "{} generation {:?}: {}",
+                    o.name_any(),
+                    o.metadata.generation,
+                    o.data["status"]
+                ))
+                .collect::<Vec<_>>()
+                .join("\n"),
+            controllers
+                .iter()
+                .map(|(_, p)| p.log_lines_with(&["leader", "leading", "lease"], 20))
+                .collect::<Vec<_>>()
+                .join("\n"),
             controllers.iter().map(|(_, p)| p.log_tail(30)).collect::<Vec<_>>().join("\n")
         );
         tokio::time::sleep(Duration::from_millis(500)).await;
@@ -338,7 +381,7 @@ async fn three_hundred_interconnects_survive_restarts_a_killed_leader_and_a_dele
         "faults: {ICS} Interconnects created in {created:?} (kube-apiserver restarted at {apiserver_restarted:?}, etcd at \
          {etcd_restarted:?}); leader {leader} SIGKILLed, {successor} took over after {takeover:?}; webhook Secret \
          deleted and restored after {restored_after:?} with the same CA; admission requests meanwhile: {ok} ok, {failed} \
-         failed; all converged {converged:?} after the start; children: {counts:?}"
+         failed; all converged {converged:?} after the start; children: {counts:?}; the paused leader:\n{paused}"
     );
     assert!(panics.is_empty(), "panicked: {panics:?}");
     assert!(alive, "a process exited");

@@ -120,3 +120,20 @@ async fn a_follower_returns_when_stopped_or_when_the_election_ends() {
         assert_eq!(work.state(), (0, 0));
     }
 }
+
+/// A term that ends and a new one won before the runner looks (a leader that missed its
+/// renew deadline and took its own Lease back at once): the work of the old term is still
+/// dropped and a new one started, so no pass of a deposed term goes on into the next one.
+#[tokio::test]
+async fn a_term_lost_and_won_back_before_the_runner_looks_restarts_the_work() {
+    let work = Arc::new(Work::default());
+    let (lead, leading) = watch::channel(false);
+    let (_stop_tx, stop) = watch::channel(false);
+    let _task = spawn(&work, leading, stop, None);
+    lead.send_replace(true);
+    wait_for("the work to start", || work.state() == (1, 1)).await;
+    // Demoted and elected again with no await in between: the runner sees only `true`.
+    lead.send_replace(false);
+    lead.send_replace(true);
+    wait_for("the work of the new term", || work.state() == (2, 1)).await;
+}
