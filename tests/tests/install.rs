@@ -509,7 +509,17 @@ async fn deploy_installs_for_real_and_survives_losing_pods() {
         "{} creates with webhook pod {victim} deleted during them (gone {gone_after:.1?} after its delete): {created} admitted, {failed} failed, in {flood:.1?}",
         created + failed
     );
-    assert_eq!(failed, 0, "failed admissions:\n{}", errors.lock().unwrap().join("\n"));
+    assert_eq!(
+        failed,
+        0,
+        "failed admissions:\n{}\nthe API server's webhook calls that failed:\n{}",
+        errors.lock().unwrap().join("\n"),
+        {
+            let log = std::fs::read_to_string(cp.dir().join("kube-apiserver.log")).unwrap_or_default();
+            let calls: Vec<&str> = log.lines().filter(|l| l.contains("failed calling webhook")).collect();
+            calls[calls.len().saturating_sub(10)..].join("\n")
+        }
+    );
     assert!(created >= 200, "{created} admitted");
     assert!(
         next_index.load(Ordering::SeqCst) < FLOOD_MAX,
