@@ -1,10 +1,11 @@
 //! Faults survived, nothing lost. While 300 Interconnects converge (created through both
 //! admission webhooks, two webhook replicas, two controller replicas, all as their
 //! ServiceAccounts), kube-apiserver is restarted, then etcd, then the leading controller is
-//! SIGKILLed, then its successor is paused past its renew deadline, then the webhook's TLS Secret is deleted while admission requests keep coming.
-//! At the end every Interconnect has exactly its children (none missing, none extra), its
-//! status is current, no process panicked, and every admission request made while the
-//! Secret was gone succeeded. The counts are printed.
+//! SIGKILLed, then its successor is paused past its renew deadline, then the webhook's TLS
+//! Secret is deleted while admission requests keep coming. At the end every Interconnect has
+//! exactly its children (none missing, none extra), its status is current, no process
+//! panicked, and every admission request made while the Secret was gone succeeded. The
+//! counts are printed.
 
 mod common;
 
@@ -132,6 +133,11 @@ fn current(o: &DynamicObject) -> bool {
         && o.data["status"]["replicas"].as_i64() == Some(1)
 }
 
+/// The last lines of `p`'s log about its leadership (elections, demotions, terms).
+fn leadership(p: &Process) -> String {
+    p.log_lines_with(&["leader", "leading", "lease"], 20)
+}
+
 async fn holder(leases: &Api<Lease>) -> Option<String> {
     leases
         .get_opt("qdr-operator-controller")
@@ -224,7 +230,6 @@ async fn three_hundred_interconnects_survive_restarts_a_killed_leader_and_a_dele
     //    it must lead again (no other replica is left) and finish the work.
     let lead = &controllers.iter().find(|(id, _)| *id == successor).unwrap().1;
     let count = |needle: &str| lead.log_lines_with(&[needle], usize::MAX).lines().count();
-    let leadership = || lead.log_lines_with(&["leader", "leading", "lease"], 20);
     let (demotions, terms) = (count("could not renew the lease in time"), count("leading: reconciling"));
     lead.signal(libc::SIGSTOP);
     tokio::time::sleep(RENEW_DEADLINE + Duration::from_secs(1)).await;
@@ -236,11 +241,11 @@ async fn three_hundred_interconnects_survive_restarts_a_killed_leader_and_a_dele
             resumed.elapsed() < LEASE * 8,
             "the paused leader did not demote itself and lead a new term within {:?}:\n{}",
             LEASE * 8,
-            leadership()
+            leadership(lead)
         );
         tokio::time::sleep(Duration::from_millis(100)).await;
     }
-    let paused = leadership();
+    let paused = leadership(lead);
 
     // 5. The webhook's TLS Secret deleted while admission requests keep coming.
     let secrets: Api<Secret> = system.api();
@@ -317,11 +322,7 @@ async fn three_hundred_interconnects_survive_restarts_a_killed_leader_and_a_dele
                 ))
                 .collect::<Vec<_>>()
                 .join("\n"),
-            controllers
-                .iter()
-                .map(|(_, p)| p.log_lines_with(&["leader", "leading", "lease"], 20))
-                .collect::<Vec<_>>()
-                .join("\n"),
+            controllers.iter().map(|(_, p)| leadership(p)).collect::<Vec<_>>().join("\n"),
             controllers.iter().map(|(_, p)| p.log_tail(30)).collect::<Vec<_>>().join("\n")
         );
         tokio::time::sleep(Duration::from_millis(500)).await;
