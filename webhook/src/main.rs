@@ -105,10 +105,18 @@ struct Args {
     #[arg(long, env = "QDR_WEBHOOK_HANDSHAKE_TIMEOUT", value_parser = humantime::parse_duration, default_value = "10s")]
     handshake_timeout: Duration,
 
-    /// Admission port: longest wait for a request's first bytes after the handshake, and on
-    /// HTTP/1.1 for its headers (also the idle limit of a kept-alive HTTP/1.1 connection).
+    /// Admission port: longest wait for a connection's first bytes after the handshake; on
+    /// HTTP/1.1, a request's answer must begin within this plus --request-timeout of its
+    /// first bytes (a slow-loris client is cut there).
     #[arg(long, env = "QDR_WEBHOOK_HEADER_READ_TIMEOUT", value_parser = humantime::parse_duration, default_value = "10s")]
     header_read_timeout: Duration,
+
+    /// Admission port: longest time a kept-alive HTTP/1.1 connection may stay idle between
+    /// an answer and the next request. Keep it above the API server's own limit (90 s), so
+    /// the API server closes its idle connections first: a review it sends on a connection
+    /// the webhook is closing fails.
+    #[arg(long, env = "QDR_WEBHOOK_IDLE_TIMEOUT", value_parser = humantime::parse_duration, default_value = "2m")]
+    idle_timeout: Duration,
 
     /// Admission port: longest time from a request's headers to its response (408 after);
     /// a review from the API server gets less when the API server waits less (its `timeout`
@@ -274,6 +282,7 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
         handshake: args.handshake_timeout,
         header_read: args.header_read_timeout,
         request: args.request_timeout,
+        idle: args.idle_timeout,
     };
     let app = admission_router(state.clone(), timeouts.request);
     let acceptor = CountingAcceptor::new(tls, timeouts, state.clone());

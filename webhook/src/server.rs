@@ -98,21 +98,24 @@ pub const HTTP2_STREAM_WINDOW: u32 = 16 * 1024;
 pub struct Timeouts {
     /// From accept to the end of the TLS handshake.
     pub handshake: Duration,
-    /// From the handshake to the client's first bytes, and on HTTP/1.1 from then (or from
-    /// the previous response on a kept-alive connection) to the end of a request's headers
-    /// (hyper's `header_read_timeout`).
+    /// From the handshake to the client's first bytes; on HTTP/1.1, from a request's first
+    /// bytes to its answer, together with `request` ([`ReadClock`]).
     pub header_read: Duration,
     /// From a request's headers to its response: reading the body and admitting it. A
     /// request over it gets `408 Request Timeout`.
     pub request: Duration,
+    /// How long a kept-alive HTTP/1.1 connection may stay idle between an answer and the
+    /// next request ([`ReadClock`]): longer than the API server's own limit (90 s), so the
+    /// API server, not the webhook, closes its idle connections.
+    pub idle: Duration,
 }
 
 impl Default for Timeouts {
     /// 10 s for the handshake and the headers (far shorter than a slow-loris client would
-    /// like); [`REQUEST_TIMEOUT`] for a request.
+    /// like); [`REQUEST_TIMEOUT`] for a request; [`IDLE_TIMEOUT`] for an idle connection.
     fn default() -> Self {
         let d = Duration::from_secs(10);
-        Timeouts { handshake: d, header_read: d, request: REQUEST_TIMEOUT }
+        Timeouts { handshake: d, header_read: d, request: REQUEST_TIMEOUT, idle: IDLE_TIMEOUT }
     }
 }
 
@@ -121,6 +124,11 @@ impl Default for Timeouts {
 /// on a review before the API server gives up on the webhook. A review from the API server
 /// has a shorter deadline still when the API server says it waits less ([`deadline`]).
 pub const REQUEST_TIMEOUT: Duration = Duration::from_secs(4);
+
+/// How long a kept-alive HTTP/1.1 connection may stay idle by default: 2 minutes, longer
+/// than the 90 s after which the API server's client (Go's `net/http` transport as
+/// client-go sets it up) closes an idle connection itself.
+pub const IDLE_TIMEOUT: Duration = Duration::from_secs(120);
 
 /// The time a review may take: `limit`, or less when the request's `timeout` query
 /// parameter (which the API server sets to the webhook's `timeoutSeconds`, rounded up to
@@ -139,7 +147,8 @@ pub fn deadline(query: Option<&str>, limit: Duration) -> Duration {
 }
 
 impl Timeouts {
-    /// Sets the HTTP/1.1 header-read limit on `builder`, HTTP/2 keep-alive pings (every
+    /// Turns hyper's HTTP/1.1 header-read timeout off on `builder` (it runs while a
+    /// kept-alive connection is idle too; [`ReadClock`] keeps the limits), HTTP/2 keep-alive pings (every
     /// 30 s, answered within 10 s) so a vanished peer's connection is closed, and the
     /// buffers of [`HTTP1_BUFFER`] and [`HTTP2_STREAM_WINDOW`] so waiting connections hold
     /// little memory.
@@ -150,7 +159,7 @@ impl Timeouts {
         builder
             .http1()
             .timer(hyper_util::rt::TokioTimer::new())
-            .header_read_timeout(self.header_read)
+            .header_read_timeout(None)
             .max_buf_size(HTTP1_BUFFER);
         builder
             .http2()
@@ -163,28 +172,115 @@ impl Timeouts {
     }
 }
 
-/// A stream that fails with `TimedOut` unless its first bytes arrive before a deadline:
-/// between the TLS handshake and the first bytes of a request, hyper's protocol detection
-/// (HTTP/1.1 or HTTP/2) waits without a limit of its own.
-#[derive(Debug)]
-pub struct FirstBytes<S> {
-    inner: S,
-    deadline: Option<Pin<Box<tokio::time::Sleep>>>,
+/// What a connection under a [`ReadClock`] is waiting for, which sets how long its reads
+/// may wait.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Phase {
+    /// Its first bytes: up to the header-read limit.
+    First,
+    /// HTTP/1.1, from a request's first bytes to the first bytes of its answer: up to the
+    /// header-read limit plus the request limit.
+    Request,
+    /// HTTP/1.1, kept alive between an answer and the next request: up to the idle limit.
+    Idle,
+    /// HTTP/2, or a clock of the first bytes only: reads wait freely (HTTP/2 pings find a
+    /// vanished peer).
+    Free,
 }
 
-impl<S> FirstBytes<S> {
-    /// `inner`, whose first read must return data within `limit`.
-    pub fn new(inner: S, limit: Duration) -> Self {
-        FirstBytes { inner, deadline: Some(Box::pin(tokio::time::sleep(limit))) }
+/// The HTTP/1.1 limits of a [`ReadClock`] after the first bytes.
+#[derive(Debug, Clone, Copy)]
+struct KeptAlive {
+    /// From a request's first bytes to the first bytes of its answer.
+    request: Duration,
+    /// From an answer to the next request's first bytes.
+    idle: Duration,
+}
+
+/// A stream whose reads fail with `TimedOut` when what the connection waits for does not
+/// come in time (the admission port's [`Timeouts`] after the handshake):
+///
+/// * its first bytes, within `header_read` (between the TLS handshake and a request's first
+///   bytes, hyper's protocol detection waits without a limit of its own);
+/// * on HTTP/1.1, from a request's first bytes to the first bytes of its answer, within
+///   `header_read + request` (a slow-loris client sending headers without end is cut there;
+///   a review's own deadline answers first);
+/// * on HTTP/1.1, from an answer to the next request's first bytes (a kept-alive
+///   connection at rest), within `idle`.
+///
+/// The idle limit is not the header-read limit because the API server keeps its
+/// connections to a webhook open while idle for up to 90 s (Go's `IdleConnTimeout`, which
+/// client-go keeps) and sends its next review on one of them: a review written as the
+/// webhook closes that connection fails (`EOF`, `broken pipe`), so the webhook must not
+/// close an idle connection before the API server does. hyper's own header-read timeout
+/// is not used: it runs while a kept-alive connection is idle too.
+///
+/// HTTP/2 connections (ALPN `h2`, or the HTTP/2 preface as first bytes) have only the
+/// first-bytes limit.
+#[derive(Debug)]
+pub struct ReadClock<S> {
+    inner: S,
+    phase: Phase,
+    kept_alive: Option<KeptAlive>,
+    deadline: Pin<Box<tokio::time::Sleep>>,
+}
+
+impl<S> ReadClock<S> {
+    /// `inner`, whose first read must return data within `limit`, and which then reads
+    /// freely (an HTTP/2 connection).
+    pub fn first_bytes(inner: S, limit: Duration) -> Self {
+        ReadClock {
+            inner,
+            phase: Phase::First,
+            kept_alive: None,
+            deadline: Box::pin(tokio::time::sleep(limit)),
+        }
+    }
+
+    /// `inner` under every limit of `timeouts` (an HTTP/1.1 connection, or one whose
+    /// protocol its first bytes tell).
+    pub fn new(inner: S, timeouts: &Timeouts) -> Self {
+        ReadClock {
+            kept_alive: Some(KeptAlive {
+                request: timeouts.header_read.saturating_add(timeouts.request),
+                idle: timeouts.idle,
+            }),
+            ..Self::first_bytes(inner, timeouts.header_read)
+        }
     }
 
     /// The wrapped stream.
     pub fn get_ref(&self) -> &S {
         &self.inner
     }
+
+    fn wait(&mut self, phase: Phase, limit: Duration) {
+        self.phase = phase;
+        self.deadline.as_mut().reset(tokio::time::Instant::now() + limit);
+    }
+
+    /// Bytes were read; `got` are the first of them.
+    fn on_read(&mut self, got: &[u8]) {
+        const H2_PREFACE: &[u8] = b"PRI * HTTP/2.0";
+        match (self.phase, self.kept_alive) {
+            (Phase::First, Some(k)) if !got.iter().zip(H2_PREFACE).all(|(a, b)| a == b) => {
+                self.wait(Phase::Request, k.request);
+            }
+            (Phase::First, _) => self.phase = Phase::Free,
+            (Phase::Idle, Some(k)) => self.wait(Phase::Request, k.request),
+            _ => {}
+        }
+    }
+
+    /// Bytes were written: an answer began, and the connection is idle once it is written.
+    fn on_write(&mut self) {
+        if let (Phase::Request | Phase::Idle, Some(k)) = (self.phase, self.kept_alive) {
+            self.wait(Phase::Idle, k.idle);
+        }
+    }
 }
 
-impl<S: tokio::io::AsyncRead + Unpin> tokio::io::AsyncRead for FirstBytes<S> {
+impl<S: tokio::io::AsyncRead + Unpin> tokio::io::AsyncRead for ReadClock<S> {
     fn poll_read(
         mut self: Pin<&mut Self>,
         cx: &mut Context<'_>,
@@ -193,17 +289,19 @@ impl<S: tokio::io::AsyncRead + Unpin> tokio::io::AsyncRead for FirstBytes<S> {
         let this = &mut *self;
         let before = buf.filled().len();
         let read = Pin::new(&mut this.inner).poll_read(cx, buf);
-        if let Some(deadline) = this.deadline.as_mut() {
-            match &read {
-                Poll::Ready(Ok(())) if buf.filled().len() > before => this.deadline = None,
-                Poll::Ready(_) => {}
-                Poll::Pending => {
-                    if deadline.as_mut().poll(cx).is_ready() {
-                        return Poll::Ready(Err(io::Error::new(
-                            io::ErrorKind::TimedOut,
-                            "no request bytes within the header-read timeout",
-                        )));
-                    }
+        match &read {
+            Poll::Ready(Ok(())) if buf.filled().len() > before => this.on_read(&buf.filled()[before..]),
+            Poll::Ready(_) => {}
+            Poll::Pending => {
+                if this.phase != Phase::Free && this.deadline.as_mut().poll(cx).is_ready() {
+                    let what = match this.phase {
+                        Phase::First => "no request bytes within the header-read timeout",
+                        Phase::Request => {
+                            "no answer within the header-read and request timeouts of a request's first bytes"
+                        }
+                        _ => "a kept-alive connection idle past the idle timeout",
+                    };
+                    return Poll::Ready(Err(io::Error::new(io::ErrorKind::TimedOut, what)));
                 }
             }
         }
@@ -211,9 +309,13 @@ impl<S: tokio::io::AsyncRead + Unpin> tokio::io::AsyncRead for FirstBytes<S> {
     }
 }
 
-impl<S: tokio::io::AsyncWrite + Unpin> tokio::io::AsyncWrite for FirstBytes<S> {
+impl<S: tokio::io::AsyncWrite + Unpin> tokio::io::AsyncWrite for ReadClock<S> {
     fn poll_write(mut self: Pin<&mut Self>, cx: &mut Context<'_>, buf: &[u8]) -> Poll<io::Result<usize>> {
-        Pin::new(&mut self.inner).poll_write(cx, buf)
+        let written = Pin::new(&mut self.inner).poll_write(cx, buf);
+        if matches!(written, Poll::Ready(Ok(n)) if n > 0) {
+            self.on_write();
+        }
+        written
     }
     fn poll_flush(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
         Pin::new(&mut self.inner).poll_flush(cx)
@@ -226,7 +328,11 @@ impl<S: tokio::io::AsyncWrite + Unpin> tokio::io::AsyncWrite for FirstBytes<S> {
         cx: &mut Context<'_>,
         bufs: &[io::IoSlice<'_>],
     ) -> Poll<io::Result<usize>> {
-        Pin::new(&mut self.inner).poll_write_vectored(cx, bufs)
+        let written = Pin::new(&mut self.inner).poll_write_vectored(cx, bufs);
+        if matches!(written, Poll::Ready(Ok(n)) if n > 0) {
+            self.on_write();
+        }
+        written
     }
     fn is_write_vectored(&self) -> bool {
         self.inner.is_write_vectored()
@@ -263,13 +369,14 @@ impl std::fmt::Debug for AppState {
 
 /// The admission port's acceptor: TLS (rustls) over TCP with `TCP_NODELAY` (small
 /// AdmissionReview responses leave at once instead of waiting for the peer's delayed ACK
-/// under Nagle's algorithm), the handshake and first-bytes limits of [`Timeouts`], counting
+/// under Nagle's algorithm), the handshake limit of [`Timeouts`] and the others through a
+/// [`ReadClock`] (HTTP/1.1 and HTTP/2 told apart by ALPN), counting
 /// every accepted connection in `qdr_webhook_connections_total` by ALPN protocol and
 /// handshake kind.
 #[derive(Clone)]
 pub struct CountingAcceptor {
     inner: axum_server::tls_rustls::RustlsAcceptor<axum_server::accept::NoDelayAcceptor>,
-    first_bytes: Duration,
+    timeouts: Timeouts,
     state: Arc<AppState>,
 }
 
@@ -280,8 +387,8 @@ impl std::fmt::Debug for CountingAcceptor {
 }
 
 impl CountingAcceptor {
-    /// An acceptor serving `config` within `timeouts` (handshake, then first bytes within
-    /// the header-read limit), counting into `state`'s metrics.
+    /// An acceptor serving `config` within `timeouts` (the handshake, then each
+    /// connection's [`ReadClock`]), counting into `state`'s metrics.
     pub fn new(
         config: axum_server::tls_rustls::RustlsConfig,
         timeouts: Timeouts,
@@ -290,12 +397,12 @@ impl CountingAcceptor {
         let inner = axum_server::tls_rustls::RustlsAcceptor::new(config)
             .handshake_timeout(timeouts.handshake)
             .acceptor(axum_server::accept::NoDelayAcceptor::new());
-        CountingAcceptor { inner, first_bytes: timeouts.header_read, state }
+        CountingAcceptor { inner, timeouts, state }
     }
 }
 
 impl<S: Send + 'static> axum_server::accept::Accept<tokio::net::TcpStream, S> for CountingAcceptor {
-    type Stream = FirstBytes<tokio_rustls::server::TlsStream<tokio::net::TcpStream>>;
+    type Stream = ReadClock<tokio_rustls::server::TlsStream<tokio::net::TcpStream>>;
     type Service = S;
     type Future = std::pin::Pin<
         Box<dyn std::future::Future<Output = std::io::Result<(Self::Stream, S)>> + Send + 'static>,
@@ -303,13 +410,19 @@ impl<S: Send + 'static> axum_server::accept::Accept<tokio::net::TcpStream, S> fo
 
     fn accept(&self, stream: tokio::net::TcpStream, service: S) -> Self::Future {
         let fut = self.inner.accept(stream, service);
-        let (state, first_bytes) = (self.state.clone(), self.first_bytes);
+        let (state, timeouts) = (self.state.clone(), self.timeouts);
         Box::pin(async move {
             let (tls, service) = fut.await?;
             let conn = tls.get_ref().1;
             let resumed = conn.handshake_kind() == Some(rustls::HandshakeKind::Resumed);
             state.metrics.connection(conn.alpn_protocol(), resumed);
-            Ok((FirstBytes::new(tls, first_bytes), service))
+            let h2 = conn.alpn_protocol() == Some(b"h2");
+            let stream = if h2 {
+                ReadClock::first_bytes(tls, timeouts.header_read)
+            } else {
+                ReadClock::new(tls, &timeouts)
+            };
+            Ok((stream, service))
         })
     }
 }

@@ -292,7 +292,8 @@ impl<T: tokio::io::AsyncRead + tokio::io::AsyncWrite + Unpin + Send> AsyncStream
 /// 500 connections that never finish a request (TCP only, silent after TLS, HTTP/1.1 slow
 /// loris) are held open against the admission port while a real admission request goes
 /// through the API server: it succeeds (within the configuration's `timeoutSeconds`), and
-/// the server closes every held connection at its handshake or header-read limit.
+/// the server closes every held connection at its handshake or header-read limit (a slow
+/// loris once its answer is due: the header-read limit plus the request limit).
 ///
 /// The connections are watched on a runtime of two threads, and kubectl runs off it
 /// (`spawn_blocking`): a kubectl slowed by a loaded machine must not freeze the watch, or a

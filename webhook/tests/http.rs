@@ -1,5 +1,6 @@
 //! The HTTP layer in process: status codes for oversized, malformed and slow bodies, which
-//! routes each port serves, readiness and draining, metrics, the first-bytes limit.
+//! routes each port serves, readiness and draining, metrics, the limits of a connection's
+//! read clock (first bytes, a request's answer, a kept-alive connection at rest).
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -10,7 +11,7 @@ use axum::http::{Request, StatusCode};
 use http_body_util::BodyExt;
 use qdr_webhook::metrics::Metrics;
 use qdr_webhook::server::{
-    AppState, FirstBytes, Lanes, MAX_BODY_BYTES, MAX_IN_FLIGHT, OPENMETRICS, SMALL_BODY_BYTES,
+    AppState, Lanes, MAX_BODY_BYTES, MAX_IN_FLIGHT, OPENMETRICS, ReadClock, SMALL_BODY_BYTES, Timeouts,
     admission_router, health_router,
 };
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
@@ -236,14 +237,14 @@ async fn requests_are_counted_by_operation_and_outcome() {
 async fn first_bytes_must_arrive_within_the_limit() {
     let limit = Duration::from_millis(200);
     let (_client, server) = tokio::io::duplex(64);
-    let mut silent = FirstBytes::new(server, limit);
+    let mut silent = ReadClock::first_bytes(server, limit);
     let start = Instant::now();
     let err = silent.read(&mut [0; 8]).await.unwrap_err();
     assert_eq!(err.kind(), std::io::ErrorKind::TimedOut);
     assert!(start.elapsed() >= limit && start.elapsed() < limit * 20, "{:?}", start.elapsed());
 
     let (mut client, server) = tokio::io::duplex(64);
-    let mut talking = FirstBytes::new(server, limit);
+    let mut talking = ReadClock::first_bytes(server, limit);
     client.write_all(b"GET").await.unwrap();
     assert_eq!(talking.read(&mut [0; 8]).await.unwrap(), 3);
     let later = tokio::spawn(async move {
@@ -253,4 +254,66 @@ async fn first_bytes_must_arrive_within_the_limit() {
     });
     assert_eq!(talking.read(&mut [0; 8]).await.unwrap(), 2, "no limit after the first bytes");
     drop(later.await.unwrap());
+}
+
+/// Serves `app` on a local port as the admission port does (HTTP/1.1 and HTTP/2 configured
+/// by `timeouts`, each connection under its read clock), without TLS.
+async fn serve_as_admission_port(app: axum::Router, timeouts: Timeouts) -> std::net::SocketAddr {
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    tokio::spawn(async move {
+        loop {
+            let (tcp, _) = listener.accept().await.unwrap();
+            let app = app.clone();
+            tokio::spawn(async move {
+                let mut builder =
+                    hyper_util::server::conn::auto::Builder::new(hyper_util::rt::TokioExecutor::new());
+                timeouts.configure(&mut builder);
+                let io = hyper_util::rt::TokioIo::new(ReadClock::new(tcp, &timeouts));
+                let service = hyper_util::service::TowerToHyperService::new(app);
+                let _ = builder.serve_connection(io, service).await;
+            });
+        }
+    });
+    addr
+}
+
+/// The API server keeps its connections to a webhook open while idle for up to 90 s (Go's
+/// and client-go's `IdleConnTimeout`) and sends its next review on one of them; a review
+/// it writes as the webhook closes that connection fails (`EOF`, `broken pipe`). So a
+/// kept-alive HTTP/1.1 connection stays open while idle for far longer than the
+/// header-read limit, which bounds only a request that has begun, until the idle limit.
+#[tokio::test]
+async fn a_kept_alive_connection_idle_past_the_header_read_limit_takes_the_next_review() {
+    let header_read = Duration::from_millis(300);
+    let idle = header_read * 10;
+    let timeouts = Timeouts { handshake: header_read, header_read, request: REQUEST_TIMEOUT, idle };
+    let (app, _) = app(Arc::new(AtomicBool::new(true)));
+    let addr = serve_as_admission_port(app, timeouts).await;
+    let review = b"POST /validate HTTP/1.1\r\nhost: webhook\r\ncontent-length: 2\r\n\r\n{}";
+    let mut conn = tokio::net::TcpStream::connect(addr).await.unwrap();
+    conn.write_all(review).await.unwrap();
+    // `answer_on` waits a second for the connection to close: over 3 header-read limits.
+    let (head, closed) = answer_on(&mut conn).await;
+    assert!(head.starts_with("HTTP/1.1 400"), "{head}");
+    assert!(!closed, "the idle connection was closed at the header-read limit");
+    conn.write_all(review).await.unwrap();
+    let answered = Instant::now();
+    let (head, _) = answer_on(&mut conn).await;
+    assert!(head.starts_with("HTTP/1.1 400"), "the review after the idle time: {head}");
+
+    // Idle past the idle limit: the webhook closes it.
+    let mut buf = [0u8; 64];
+    let read = tokio::time::timeout(idle * 4, conn.read(&mut buf)).await;
+    assert!(matches!(read, Ok(Ok(0) | Err(_))), "still open {:?} after the answer", answered.elapsed());
+    assert!(answered.elapsed() >= idle / 2, "closed {:?} after the answer", answered.elapsed());
+
+    // A request begun and never finished (a slow loris) is cut once its answer is due.
+    let due = header_read + REQUEST_TIMEOUT;
+    let mut conn = tokio::net::TcpStream::connect(addr).await.unwrap();
+    conn.write_all(b"POST /validate HTTP/1.1\r\nhost: webhook\r\n").await.unwrap();
+    let begun = Instant::now();
+    let read = tokio::time::timeout(due * 4, conn.read(&mut buf)).await;
+    assert!(matches!(read, Ok(Ok(0) | Err(_))), "a half request still open after {:?}", begun.elapsed());
+    assert!(begun.elapsed() >= due / 2, "a half request cut after {:?}", begun.elapsed());
 }
