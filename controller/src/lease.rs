@@ -14,7 +14,13 @@
 //! * **fencing**: the reconcilers' writes go through a client that refuses them outside
 //!   the term and abandons them at its deadline ([`crate::fence`]);
 //! * **release** on shutdown, after the caller has stopped reconciling, so a follower takes
-//!   over within one `retry_period`.
+//!   over within one `retry_period`;
+//! * **bounded looks**: a follower gives a look at the Lease up after
+//!   `renew_deadline - retry_period` ([`Timing::look`]): a connection to the API server gone
+//!   silent would otherwise hold it for the client's read timeout (kube's is 295 s), and a
+//!   follower stuck in one cannot take over from a leader that went. A look that succeeds
+//!   within it leaves the new leader at least one `retry_period` to renew before its
+//!   deadline, so it never announces a term it must end at once.
 
 use std::time::Duration;
 
@@ -33,6 +39,41 @@ pub struct Timing {
     pub renew_deadline: Duration,
     /// How often the leader renews and followers look.
     pub retry_period: Duration,
+}
+
+impl Timing {
+    /// Checks the order client-go's leader election also requires: `retry_period <
+    /// renew_deadline < lease_duration`, none zero. A renew deadline not shorter than the
+    /// lease duration would let a follower lead while the old leader still does; a retry
+    /// period not shorter than the renew deadline would leave a leader no renew before its
+    /// deadline.
+    ///
+    /// # Errors
+    /// The rule broken, naming the flags (`--lease-duration`, `--renew-deadline`,
+    /// `--retry-period`).
+    pub fn check(&self) -> Result<(), String> {
+        let Timing { lease_duration, renew_deadline, retry_period } = self;
+        if retry_period.is_zero() {
+            return Err("--retry-period must be more than 0".into());
+        }
+        if renew_deadline >= lease_duration {
+            return Err(format!(
+                "--renew-deadline ({renew_deadline:?}) must be shorter than --lease-duration ({lease_duration:?})"
+            ));
+        }
+        if retry_period >= renew_deadline {
+            return Err(format!(
+                "--retry-period ({retry_period:?}) must be shorter than --renew-deadline ({renew_deadline:?})"
+            ));
+        }
+        Ok(())
+    }
+
+    /// How long a follower's look at the Lease may take before it is given up:
+    /// `renew_deadline - retry_period` (8 s by default).
+    pub fn look(&self) -> Duration {
+        self.renew_deadline.saturating_sub(self.retry_period)
+    }
 }
 
 impl Default for Timing {
@@ -73,13 +114,11 @@ impl Elector {
     /// An elector for Lease `name` in the namespace of `api`, as `identity` (the pod name).
     ///
     /// # Panics
-    /// When `renew_deadline` is not shorter than `lease_duration` (that would allow two
-    /// leaders).
+    /// When `timing` breaks [`Timing::check`] (callers with flags check first).
     pub fn new(api: Api<Lease>, name: &str, identity: &str, timing: Timing) -> Self {
-        assert!(
-            timing.renew_deadline < timing.lease_duration,
-            "renew_deadline must be shorter than lease_duration"
-        );
+        if let Err(e) = timing.check() {
+            panic!("{e}");
+        }
         Elector {
             api,
             name: name.into(),
@@ -208,9 +247,15 @@ impl Elector {
                 self.demote();
                 return;
             }
-            // Follower.
+            // Follower: a look given up after `Timing::look` is a look that failed (one whose
+            // write reached the API server leaves the Lease naming this replica, and the
+            // next look renews it).
             let attempt_started = Instant::now();
-            let acquired = matches!(self.attempt(&mut observed).await, Ok(true));
+            let look = tokio::time::timeout(self.timing.look(), self.attempt(&mut observed)).await;
+            let acquired = matches!(look, Ok(Ok(true)));
+            if look.is_err() {
+                tracing::debug!(after = ?self.timing.look(), "a look at the lease was given up");
+            }
             if !acquired {
                 tokio::select! {
                     _ = tokio::time::sleep(self.timing.retry_period) => {},
@@ -272,5 +317,36 @@ impl Elector {
             Ok(_) => tracing::info!(identity = %self.identity, "released the lease"),
             Err(e) => tracing::warn!(error = %e, "could not release the lease"),
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn timing(lease: u64, renew: u64, retry: u64) -> Timing {
+        Timing {
+            lease_duration: Duration::from_secs(lease),
+            renew_deadline: Duration::from_secs(renew),
+            retry_period: Duration::from_secs(retry),
+        }
+    }
+
+    #[test]
+    fn the_defaults_pass_the_check_and_a_look_leaves_a_retry_period() {
+        let t = Timing::default();
+        assert_eq!(t.check(), Ok(()));
+        assert_eq!(t.look(), Duration::from_secs(8));
+        assert!(t.look() + t.retry_period <= t.renew_deadline);
+    }
+
+    #[test]
+    fn timings_out_of_order_are_refused_naming_the_flags() {
+        let e = timing(15, 15, 2).check().unwrap_err();
+        assert!(e.contains("--renew-deadline") && e.contains("--lease-duration"), "{e}");
+        let e = timing(15, 10, 10).check().unwrap_err();
+        assert!(e.contains("--retry-period") && e.contains("--renew-deadline"), "{e}");
+        let e = timing(15, 10, 0).check().unwrap_err();
+        assert!(e.contains("--retry-period"), "{e}");
     }
 }

@@ -73,11 +73,13 @@ struct Args {
     #[arg(long, env = "QDR_LEASE_DURATION", value_parser = humantime::parse_duration, default_value = "15s")]
     lease_duration: Duration,
 
-    /// How long a leader keeps reconciling without a successful renewal.
+    /// How long a leader keeps reconciling without a successful renewal. Must be shorter
+    /// than --lease-duration.
     #[arg(long, env = "QDR_RENEW_DEADLINE", value_parser = humantime::parse_duration, default_value = "10s")]
     renew_deadline: Duration,
 
-    /// How often the leader renews and followers check the Lease.
+    /// How often the leader renews and followers check the Lease. Must be shorter than
+    /// --renew-deadline; a follower gives a check up after --renew-deadline minus this.
     #[arg(long, env = "QDR_RETRY_PERIOD", value_parser = humantime::parse_duration, default_value = "2s")]
     retry_period: Duration,
 
@@ -247,6 +249,14 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
     if let Err(e) = lifetimes.check() {
         clap::Error::raw(clap::error::ErrorKind::ValueValidation, format!("{e}\n")).exit();
     }
+    let timing = Timing {
+        lease_duration: args.lease_duration,
+        renew_deadline: args.renew_deadline,
+        retry_period: args.retry_period,
+    };
+    if let Err(e) = timing.check() {
+        clap::Error::raw(clap::error::ErrorKind::ValueValidation, format!("{e}\n")).exit();
+    }
     qdr_startup::init(args.log_format);
     let config = qdr_startup::config(USER_AGENT).await?;
     // The elector and the watches use `client`; every write of the reconcilers goes through
@@ -261,11 +271,6 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
         format!("{host}-{}", std::process::id())
     });
     let metrics = Arc::new(Metrics::default());
-    let timing = Timing {
-        lease_duration: args.lease_duration,
-        renew_deadline: args.renew_deadline,
-        retry_period: args.retry_period,
-    };
     let elector = Arc::new(
         Elector::new(
             Api::<Lease>::namespaced(client.clone(), &args.lease_namespace),

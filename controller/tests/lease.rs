@@ -324,3 +324,77 @@ async fn followers_honour_the_holders_lease_duration() {
     let _ = stop_tx.send(true);
     run.await.unwrap();
 }
+
+/// A follower whose look at the Lease stalls (a connection to the API server that went
+/// silent, which the client would wait on for its whole read timeout, 295 s by default)
+/// gives that look up within its renew deadline and looks again: when the leader goes, it
+/// takes over in seconds, not minutes. The follower's client has kube's default timeouts,
+/// as the controller's has.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_follower_whose_look_stalls_still_takes_over() {
+    let cp = qdr_tests::shared().await;
+    let ns = cp.namespace("lease-stall").await;
+    let api_port: u16 = cp.server().rsplit(':').next().unwrap().parse().unwrap();
+    let cut = Arc::new(AtomicBool::new(false));
+    let via = proxy(api_port, cut.clone()).await;
+    let a = Arc::new(Elector::new(
+        Api::<Lease>::namespaced(client_via(cp, None).await, &ns.name),
+        "l",
+        "a",
+        timing(),
+    ));
+    let kc = Kubeconfig::read_from(cp.kubeconfig()).unwrap();
+    let mut cfg = kube::Config::from_custom_kubeconfig(kc, &KubeConfigOptions::default()).await.unwrap();
+    cfg.cluster_url = format!("https://127.0.0.1:{via}").parse().unwrap();
+    let b = Arc::new(Elector::new(
+        Api::<Lease>::namespaced(kube::Client::try_from(cfg).unwrap(), &ns.name),
+        "l",
+        "b",
+        timing(),
+    ));
+    let (stop_a_tx, stop_a_rx) = tokio::sync::watch::channel(false);
+    let (stop_b_tx, stop_b_rx) = tokio::sync::watch::channel(false);
+    let (ra, rb) = (a.subscribe(), b.subscribe());
+    let ta = tokio::spawn({
+        let a = a.clone();
+        async move { a.run(stop_a_rx).await }
+    });
+    let start = Instant::now();
+    while !*ra.borrow() {
+        assert!(start.elapsed() < Duration::from_secs(10), "a never led");
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    let tb = tokio::spawn({
+        let b = b.clone();
+        async move { b.run(stop_b_rx).await }
+    });
+    while b.last_contact().is_none() {
+        assert!(start.elapsed() < Duration::from_secs(10), "b never looked at the Lease");
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    // B's connection goes silent: its next look stalls on a connection the proxy holds
+    // without an answer, even once the proxy lets new connections through again.
+    cut.store(true, Ordering::SeqCst);
+    let looked = b.last_contact();
+    tokio::time::sleep(timing().retry_period * 4).await;
+    cut.store(false, Ordering::SeqCst);
+    assert_eq!(b.last_contact(), looked, "b's look did not stall");
+    // The leader goes (stops and releases the Lease).
+    let _ = stop_a_tx.send(true);
+    ta.await.unwrap();
+    a.release().await;
+    let released = Instant::now();
+    // B gives its stalled look up within its renew deadline, then looks again at the
+    // released Lease and leads: well within this bound, and never at the client's 295 s.
+    let bound = timing().renew_deadline + timing().lease_duration * 2;
+    while !*rb.borrow() {
+        assert!(
+            released.elapsed() < bound,
+            "b did not take the released Lease within {bound:?}: its stalled look was not given up"
+        );
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    eprintln!("stalled follower: led {:?} after the release", released.elapsed());
+    let _ = stop_b_tx.send(true);
+    tb.await.unwrap();
+}

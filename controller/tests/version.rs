@@ -1,7 +1,8 @@
 //! The controller refuses an API server older than the oldest it supports
 //! (`qdr_controller::server_version`), at start and saying why, instead of failing every
 //! reconcile: here against a stand-in API server that answers `/version` as Kubernetes
-//! v1.22 would (no control plane of that age can be built here), and nothing else.
+//! v1.22 would (no control plane of that age can be built here), and nothing else. Lease
+//! timings out of order are refused the same way, before any API server is asked.
 
 use std::io::Write;
 use std::process::{Command, Stdio};
@@ -60,4 +61,31 @@ async fn an_api_server_older_than_1_33_stops_the_controller_with_a_clear_message
         text.contains("the API server is Kubernetes v1.22.17 (1.22); qdr-controller needs 1.33 or newer"),
         "{text}"
     );
+}
+
+/// `--retry-period` not shorter than `--renew-deadline`, or `--renew-deadline` not shorter
+/// than `--lease-duration`: the controller exits at once (usage error, code 2) naming the
+/// flags, instead of panicking or leading with no renew before its deadline.
+#[test]
+fn lease_timings_out_of_order_stop_the_controller_naming_the_flags() {
+    for (args, names) in [
+        (
+            ["--lease-duration=15s", "--renew-deadline=15s", "--retry-period=2s"],
+            ["--renew-deadline", "--lease-duration"],
+        ),
+        (
+            ["--lease-duration=15s", "--renew-deadline=3s", "--retry-period=3s"],
+            ["--retry-period", "--renew-deadline"],
+        ),
+    ] {
+        let out = Command::new(env!("CARGO_BIN_EXE_qdr-controller"))
+            .env("KUBECONFIG", "/nonexistent")
+            .args(args)
+            .output()
+            .unwrap();
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(out.status.code(), Some(2), "{args:?}: {stderr}");
+        assert!(names.iter().all(|n| stderr.contains(n)), "{args:?}: {stderr}");
+        assert!(!stderr.contains("panicked"), "{args:?}: {stderr}");
+    }
 }
