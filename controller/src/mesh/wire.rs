@@ -526,13 +526,7 @@ fn transfer_flags(body: &[u8], performative_end: usize) -> Result<Option<(bool, 
 }
 
 /// A stream whose incoming bytes are checked before they are read (see the module docs);
-/// what is written passes unchanged, but is sent in one write when the client next reads
-/// (or when [`OUT_LIMIT`] bytes wait, or at shutdown), not a write each: fe2o3-amqp sends
-/// and flushes each frame by itself, so a round of queries (a `flow` and four `transfer`s)
-/// was five TLS records and five `write` calls. A flush is deferred the same way: the
-/// client reads after each frame it sends (fe2o3-amqp's connection engine waits on its
-/// transport's next frame whenever it waits at all, and closes its transport at the end),
-/// so nothing written waits for longer than the client takes to turn to reading.
+/// what is written passes unchanged.
 pub struct Guarded<S> {
     inner: S,
     verdict: Verdict,
@@ -552,14 +546,7 @@ pub struct Guarded<S> {
     failed: Option<io::ErrorKind>,
     /// The first failed write: its error, and `total` when it failed ([`Guarded::drain`]).
     write_failed: Option<(io::ErrorKind, String, u64)>,
-    /// Bytes written and not yet sent, from `out_at` ([`Guarded::push`]).
-    out: Vec<u8>,
-    out_at: usize,
 }
-
-/// Most bytes [`Guarded`] holds written and not yet sent: a write that would hold more
-/// sends what is held first.
-pub const OUT_LIMIT: usize = 64 * 1024;
 
 impl<S> std::fmt::Debug for Guarded<S> {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
@@ -584,8 +571,6 @@ impl<S> Guarded<S> {
             budget: READ_BUDGET,
             failed: None,
             write_failed: None,
-            out: Vec::new(),
-            out_at: 0,
         }
     }
 
@@ -680,16 +665,9 @@ impl<S> Guarded<S> {
     }
 }
 
-impl<S: AsyncRead + AsyncWrite + Unpin> AsyncRead for Guarded<S> {
+impl<S: AsyncRead + Unpin> AsyncRead for Guarded<S> {
     fn poll_read(self: Pin<&mut Self>, cx: &mut Context<'_>, buf: &mut ReadBuf<'_>) -> Poll<io::Result<()>> {
         let this = self.get_mut();
-        // What was written goes now, in one write. Not sent yet (the socket is full): the
-        // next poll tries again. Failed: the failure is recorded for the next write, flush or
-        // shutdown (`write_failed`), and reading goes on, so what the router sent before
-        // it is still taken in.
-        if this.out_at < this.out.len() && this.write_failed.is_none() {
-            let _ = this.push(cx);
-        }
         loop {
             if let Some(kind) = this.failed {
                 return Poll::Ready(Err(io::Error::new(kind, "refused earlier")));
@@ -783,84 +761,34 @@ impl<S: AsyncRead + Unpin> Guarded<S> {
 /// Most bytes [`Guarded`] takes in after a failed write: a few frames.
 const DRAINED: u64 = 4 * MAX_FRAME_SIZE as u64;
 
-impl<S: AsyncWrite + Unpin> Guarded<S> {
-    /// Sends every byte `out` holds to `inner`, then flushes `inner`. A failed write is
-    /// recorded in `write_failed` (with `total` then) and returned.
-    fn push(&mut self, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
-        while self.out_at < self.out.len() {
-            let written = match ready!(Pin::new(&mut self.inner).poll_write(cx, &self.out[self.out_at..])) {
-                Ok(0) => Err(io::Error::new(io::ErrorKind::WriteZero, "the connection took no bytes")),
-                written => written,
-            };
-            match written {
-                Ok(n) => self.out_at += n,
-                Err(e) => {
-                    self.write_failed = Some((e.kind(), e.to_string(), self.total));
-                    return Poll::Ready(Err(e));
-                }
-            }
-        }
-        if self.out.capacity() > OUT_LIMIT {
-            self.out = Vec::new();
-        } else {
-            self.out.clear();
-        }
-        self.out_at = 0;
-        Pin::new(&mut self.inner).poll_flush(cx)
-    }
-}
-
-impl<S: AsyncRead + AsyncWrite + Unpin> Guarded<S> {
-    /// The error of a failed write, once what the router sent before it is taken in.
-    fn write_error(&mut self, cx: &mut Context<'_>) -> Poll<Option<io::Error>> {
-        let Some((kind, text, since)) = self.write_failed.clone() else { return Poll::Ready(None) };
-        ready!(self.drain(cx, since));
-        Poll::Ready(Some(io::Error::new(kind, text)))
-    }
-}
-
 impl<S: AsyncRead + AsyncWrite + Unpin> AsyncWrite for Guarded<S> {
-    /// Holds `buf` to send with what follows ([`Guarded`]); sends what is held first when
-    /// it would exceed [`OUT_LIMIT`]. Fails past the deadline, with a failed write's error
-    /// once what the router sent before it is taken in, and once the connection was refused.
     fn poll_write(self: Pin<&mut Self>, cx: &mut Context<'_>, buf: &[u8]) -> Poll<io::Result<usize>> {
         let this = self.get_mut();
         if this.deadline.as_mut().poll(cx).is_ready() {
             return Poll::Ready(Err(io::Error::new(io::ErrorKind::TimedOut, "past the read's deadline")));
         }
-        if let Some(e) = ready!(this.write_error(cx)) {
-            return Poll::Ready(Err(e));
-        }
-        if let Some(kind) = this.failed {
-            return Poll::Ready(Err(io::Error::new(kind, "refused earlier")));
-        }
-        let full = this.out.len() + buf.len() > OUT_LIMIT && this.out_at < this.out.len();
-        if full && ready!(this.push(cx)).is_err() {
-            let e = ready!(this.write_error(cx));
-            return Poll::Ready(Err(e.unwrap_or_else(|| io::Error::other("a write failed"))));
-        }
-        this.out.extend_from_slice(buf);
-        Poll::Ready(Ok(buf.len()))
+        let (kind, text, since) = match this.write_failed.clone() {
+            Some(failed) => failed,
+            None => match Pin::new(&mut this.inner).poll_write(cx, buf) {
+                Poll::Ready(Err(e)) => {
+                    let failed = (e.kind(), e.to_string(), this.total);
+                    this.write_failed = Some(failed.clone());
+                    failed
+                }
+                written => return written,
+            },
+        };
+        // The write's error waits until what the router sent before it is taken in.
+        ready!(this.drain(cx, since));
+        Poll::Ready(Err(io::Error::new(kind, text)))
     }
 
-    /// Deferred to the next read ([`Guarded`]); fails with a failed write's error, or once
-    /// the connection was refused.
     fn poll_flush(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
-        let this = self.get_mut();
-        match (ready!(this.write_error(cx)), this.failed) {
-            (Some(e), _) => Poll::Ready(Err(e)),
-            (None, Some(kind)) => Poll::Ready(Err(io::Error::new(kind, "refused earlier"))),
-            (None, None) => Poll::Ready(Ok(())),
-        }
+        Pin::new(&mut self.get_mut().inner).poll_flush(cx)
     }
 
-    /// Sends what is held, then shuts `inner` down.
     fn poll_shutdown(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
-        let this = self.get_mut();
-        if this.write_failed.is_none() {
-            ready!(this.push(cx))?;
-        }
-        Pin::new(&mut this.inner).poll_shutdown(cx)
+        Pin::new(&mut self.get_mut().inner).poll_shutdown(cx)
     }
 }
 
@@ -1170,10 +1098,9 @@ mod tests {
     }
 
     /// A router that sends half a frame and closes with requests unread resets the
-    /// connection, so sending the client's next request fails before the client reads
-    /// anything: the half frame is still what the connection is refused for (CI, stop 93:
-    /// the reason was the client's "LinkStateError(SessionStopped(ConnectionStopped(Closed)))"),
-    /// and the client's writes fail after it.
+    /// connection, so the client's next write fails before it reads anything: the half frame
+    /// is still what the connection is refused for (CI, stop 93: the reason was the client's
+    /// "LinkStateError(SessionStopped(ConnectionStopped(Closed)))").
     #[tokio::test]
     async fn a_write_that_fails_takes_in_the_half_frame_the_router_sent_before_it_closed() {
         let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
@@ -1186,50 +1113,19 @@ mod tests {
         let deadline = tokio::time::Instant::now() + std::time::Duration::from_secs(5);
         let mut guarded = Guarded::new(ours, deadline, verdict.clone());
         guarded.write_all(b"a request the router never reads").await.unwrap();
-        guarded.flush().await.unwrap();
         router.write_all(&half).await.unwrap();
         // Closed with the request unread: the kernel answers the next bytes with a reset.
         drop(router);
-        tokio::time::sleep(std::time::Duration::from_millis(20)).await;
-        guarded.write_all(b"the next request").await.unwrap();
-        // The client turns to reading, which sends what it holds first.
-        assert!(guarded.read_to_end(&mut Vec::new()).await.is_err());
-        let refused = verdict.refused().expect("the read took in what the router sent");
-        assert!(refused.contains("mid-frame"), "{refused}");
-        // And the client's writes end with it.
-        assert!(guarded.write_all(b"one more").await.is_err());
-        assert!(guarded.flush().await.is_err());
-    }
-
-    /// What is written goes out in one write when the client reads, not a write each
-    /// ([`Guarded`]); nothing is sent before, and a shutdown sends what is held.
-    #[tokio::test]
-    async fn writes_go_out_together_when_the_client_reads() {
-        let (mut peer, ours) = tokio::io::duplex(4096);
-        let deadline = tokio::time::Instant::now() + std::time::Duration::from_secs(5);
-        let mut guarded = Guarded::new(ours, deadline, Verdict::default());
-        for frame in [&b"first"[..], b"second", b"third"] {
-            guarded.write_all(frame).await.unwrap();
-            guarded.flush().await.unwrap();
+        let mut writes = 0;
+        while guarded.write_all(b"the next request").await.is_ok() {
+            writes += 1;
+            assert!(writes < 1000, "writes to a closed connection kept succeeding");
+            tokio::time::sleep(std::time::Duration::from_millis(5)).await;
         }
-        let mut got = [0u8; 64];
-        let early = tokio::time::timeout(std::time::Duration::from_millis(50), peer.read(&mut got)).await;
-        assert!(early.is_err(), "bytes were sent before the client read");
-        // The client reads (the router's header comes after): the three go out in one write.
-        let reading = tokio::spawn(async move {
-            let mut header = [0u8; 8];
-            guarded.read_exact(&mut header).await.unwrap();
-            guarded.write_all(b"last").await.unwrap();
-            guarded.shutdown().await.unwrap();
-            header
-        });
-        let n = peer.read(&mut got).await.unwrap();
-        assert_eq!(&got[..n], b"firstsecondthird");
-        peer.write_all(AMQP_HEADER).await.unwrap();
-        assert_eq!(&reading.await.unwrap(), AMQP_HEADER);
-        let mut rest = Vec::new();
-        peer.read_to_end(&mut rest).await.unwrap();
-        assert_eq!(rest, b"last");
+        let refused = verdict.refused().expect("the failed write took in what the router sent");
+        assert!(refused.contains("mid-frame"), "{refused}");
+        // And the client's reads end with it.
+        assert!(guarded.read_to_end(&mut Vec::new()).await.is_err());
     }
 
     #[tokio::test(start_paused = true)]
