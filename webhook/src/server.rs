@@ -176,17 +176,24 @@ impl Timeouts {
 /// may wait.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum Phase {
-    /// Its first bytes: up to the header-read limit.
-    First,
+    /// Its first bytes: up to the header-read limit. On a clock with HTTP/1.1 limits, the
+    /// bytes read so far that began the HTTP/2 preface ([`H2_PREFACE`]): a connection stays
+    /// here until its bytes either part from the preface (HTTP/1.1) or complete it (HTTP/2),
+    /// so a client cannot leave every limit by sending a lone `P` first.
+    First(usize),
     /// HTTP/1.1, from a request's first bytes to the first bytes of its answer: up to the
     /// header-read limit plus the request limit.
     Request,
     /// HTTP/1.1, kept alive between an answer and the next request: up to the idle limit.
     Idle,
-    /// HTTP/2, or a clock of the first bytes only: reads wait freely (HTTP/2 pings find a
+    /// HTTP/2 (the whole preface read), or a clock of the first bytes only: reads wait freely (HTTP/2 pings find a
     /// vanished peer).
     Free,
 }
+
+/// The first bytes of the HTTP/2 connection preface (RFC 9113, section 3.4): a connection
+/// whose first bytes are these speaks HTTP/2 with prior knowledge.
+const H2_PREFACE: &[u8] = b"PRI * HTTP/2.0";
 
 /// The HTTP/1.1 limits of a [`ReadClock`] after the first bytes.
 #[derive(Debug, Clone, Copy)]
@@ -231,7 +238,7 @@ impl<S> ReadClock<S> {
     pub fn first_bytes(inner: S, limit: Duration) -> Self {
         ReadClock {
             inner,
-            phase: Phase::First,
+            phase: Phase::First(0),
             kept_alive: None,
             deadline: Box::pin(tokio::time::sleep(limit)),
         }
@@ -261,12 +268,20 @@ impl<S> ReadClock<S> {
 
     /// Bytes were read; `got` are the first of them.
     fn on_read(&mut self, got: &[u8]) {
-        const H2_PREFACE: &[u8] = b"PRI * HTTP/2.0";
         match (self.phase, self.kept_alive) {
-            (Phase::First, Some(k)) if !got.iter().zip(H2_PREFACE).all(|(a, b)| a == b) => {
-                self.wait(Phase::Request, k.request);
+            (Phase::First(matched), Some(k)) => {
+                let rest = &H2_PREFACE[matched..];
+                let n = got.len().min(rest.len());
+                if got[..n] != rest[..n] {
+                    self.wait(Phase::Request, k.request);
+                } else if n == rest.len() {
+                    self.phase = Phase::Free;
+                } else {
+                    // Still the first-bytes limit, counted from the handshake.
+                    self.phase = Phase::First(matched + n);
+                }
             }
-            (Phase::First, _) => self.phase = Phase::Free,
+            (Phase::First(_), None) => self.phase = Phase::Free,
             (Phase::Idle, Some(k)) => self.wait(Phase::Request, k.request),
             _ => {}
         }
@@ -295,7 +310,7 @@ impl<S: tokio::io::AsyncRead + Unpin> tokio::io::AsyncRead for ReadClock<S> {
             Poll::Pending => {
                 if this.phase != Phase::Free && this.deadline.as_mut().poll(cx).is_ready() {
                     let what = match this.phase {
-                        Phase::First => "no request bytes within the header-read timeout",
+                        Phase::First(_) => "no request bytes within the header-read timeout",
                         Phase::Request => {
                             "no answer within the header-read and request timeouts of a request's first bytes"
                         }

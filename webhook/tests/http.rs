@@ -316,4 +316,13 @@ async fn a_kept_alive_connection_idle_past_the_header_read_limit_takes_the_next_
     let read = tokio::time::timeout(due * 4, conn.read(&mut buf)).await;
     assert!(matches!(read, Ok(Ok(0) | Err(_))), "a half request still open after {:?}", begun.elapsed());
     assert!(begun.elapsed() >= due / 2, "a half request cut after {:?}", begun.elapsed());
+
+    // So is one whose first bytes, read alone, could still begin the HTTP/2 preface
+    // (`PRI * HTTP/2.0`): "P" of "POST", then nothing.
+    let mut conn = tokio::net::TcpStream::connect(addr).await.unwrap();
+    conn.write_all(b"P").await.unwrap();
+    let begun = Instant::now();
+    let read = tokio::time::timeout(due * 4, conn.read(&mut buf)).await;
+    assert!(matches!(read, Ok(Ok(0) | Err(_))), "a lone \"P\" after {:?}: {read:?}", begun.elapsed());
+    assert!(begun.elapsed() >= due / 2, "a lone \"P\" cut after {:?}", begun.elapsed());
 }
