@@ -302,21 +302,52 @@ impl Elector {
         }
     }
 
+    /// Stands down at shutdown: with `stop` already set for `election` (the task running
+    /// [`Self::run`]) and the reconcilers stopped, waits for the election to end, then gives
+    /// the Lease up so a follower takes over at its next look rather than at expiry.
+    ///
+    /// The election ends once its attempt in flight does (bounded by `--renew-deadline`);
+    /// releasing before that let a renew in flight land after the release (naming this
+    /// replica holder again) or between the release's read and write (the release refused
+    /// with a conflict), and followers then waited a whole lease duration. Should the
+    /// election not end within the renew deadline plus a retry period it is aborted, and the
+    /// release still tried.
+    pub async fn stand_down(&self, mut election: tokio::task::JoinHandle<()>) {
+        let bound = self.timing.renew_deadline + self.timing.retry_period;
+        if tokio::time::timeout(bound, &mut election).await.is_err() {
+            tracing::warn!(after = ?bound, "the election did not end in time; aborted");
+            election.abort();
+        }
+        self.release().await;
+    }
+
     /// Gives the Lease up if this replica holds it (holder cleared, so followers take over
-    /// at their next look instead of waiting for expiry).
+    /// at their next look instead of waiting for expiry). A conflict (the Lease written
+    /// between this read and write) is read again, up to three times: the release happens
+    /// whenever the Lease still names this replica.
     pub async fn release(&self) {
-        let Ok(Some(mut lease)) = self.api.get_opt(&self.name).await else { return };
-        let spec = lease.spec.get_or_insert_with(Default::default);
-        if spec.holder_identity.as_deref() != Some(self.identity.as_str()) {
-            return;
+        for _ in 0..3 {
+            let Ok(Some(mut lease)) = self.api.get_opt(&self.name).await else { return };
+            let spec = lease.spec.get_or_insert_with(Default::default);
+            if spec.holder_identity.as_deref() != Some(self.identity.as_str()) {
+                return;
+            }
+            spec.holder_identity = None;
+            spec.lease_duration_seconds = Some(1);
+            spec.renew_time = Some(now_micro());
+            match self.api.replace(&self.name, &PostParams::default(), &lease).await {
+                Ok(_) => {
+                    tracing::info!(identity = %self.identity, "released the lease");
+                    return;
+                }
+                Err(kube::Error::Api(e)) if e.code == 409 => continue,
+                Err(e) => {
+                    tracing::warn!(error = %e, "could not release the lease");
+                    return;
+                }
+            }
         }
-        spec.holder_identity = None;
-        spec.lease_duration_seconds = Some(1);
-        spec.renew_time = Some(now_micro());
-        match self.api.replace(&self.name, &PostParams::default(), &lease).await {
-            Ok(_) => tracing::info!(identity = %self.identity, "released the lease"),
-            Err(e) => tracing::warn!(error = %e, "could not release the lease"),
-        }
+        tracing::warn!("could not release the lease: it kept changing");
     }
 }
 

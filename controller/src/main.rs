@@ -393,8 +393,7 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
     })
     .await;
     tracing::info!(%identity, "not reconciling");
-    elector.release().await;
-    election.abort();
+    elector.stand_down(election).await;
     Ok(())
 }
 

@@ -1012,19 +1012,23 @@ async fn the_controller_process_survives_hostile_routers_and_serves_every_other_
     // set unchecked rather than holding it out of service.
     // (The forged CA changed what the routers mount: a new ReplicaSet's pod may be there too.)
     let pods: Api<Pod> = foreign.api();
-    // (Between the old pod's deletion and the new one's creation the list can be empty.)
-    let forged_routers =
-        common::eventually("the forged Interconnect's router pods", Duration::from_secs(60), || async {
-            let list = pods.list(&ListParams::default().labels("interconnect_cr=forged")).await.ok()?;
-            (!list.items.is_empty()).then_some(list)
-        })
-        .await;
-    for (i, p) in forged_routers.items.iter().enumerate() {
-        common::run_pod(&foreign, &p.name_any(), &format!("127.4.0.{}", i + 2)).await;
-    }
-    // (The old one may be gone meanwhile: the Deployment's rollout goes on once one is Ready.)
+    // Each look runs the router pods listed that are not yet running, as a kubelet would, and
+    // passes once one of them has its gate set. (Between the old pod's deletion and the new
+    // one's creation the list can be empty; once the new pod runs the Deployment deletes the
+    // old one, so a pod listed may be gone by the time it is run.)
+    let running = std::sync::Mutex::new(std::collections::BTreeSet::new());
     common::eventually("a forged router's gate set NotChecked", Duration::from_secs(60), || async {
-        for p in &forged_routers.items {
+        let list = pods.list(&ListParams::default().labels("interconnect_cr=forged")).await.ok()?;
+        for p in &list.items {
+            let name = p.name_any();
+            let count = running.lock().unwrap().len();
+            if !running.lock().unwrap().contains(&name)
+                && common::run_pod_if_present(&foreign, &name, &format!("127.4.0.{}", count + 2)).await
+            {
+                running.lock().unwrap().insert(name);
+            }
+        }
+        for p in &list.items {
             let linked = common::linked_condition(&foreign, &p.name_any()).await;
             if linked == Some(("True".into(), "NotChecked".into())) {
                 return Some(());

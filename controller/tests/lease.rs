@@ -398,3 +398,44 @@ async fn a_follower_whose_look_stalls_still_takes_over() {
     let _ = stop_b_tx.send(true);
     tb.await.unwrap();
 }
+
+/// A leader that stands down at shutdown leaves the Lease released, even when one of its
+/// renews is in flight as it stops: the renew must not land after the release (naming it
+/// holder again, so followers wait for expiry) nor between the release's read and write
+/// (the release refused with a conflict). Renewing every 20 ms keeps a renew in flight at
+/// almost any moment; each of the rounds stops at a different point of it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_leader_standing_down_mid_renew_leaves_the_lease_released() {
+    let cp = qdr_tests::shared().await;
+    let ns = cp.namespace("lease-stand-down").await;
+    let client = cp.client().await.unwrap();
+    let t = Timing {
+        lease_duration: Duration::from_secs(3),
+        renew_deadline: Duration::from_secs(2),
+        retry_period: Duration::from_millis(20),
+    };
+    let leases: Api<Lease> = ns.api();
+    let mut held = Vec::new();
+    for round in 0..20u64 {
+        let name = format!("stand-down-{round}");
+        let e = Arc::new(Elector::new(Api::namespaced(client.clone(), &ns.name), &name, "a", t.clone()));
+        let (stop_tx, stop_rx) = tokio::sync::watch::channel(false);
+        let run = tokio::spawn({
+            let e = e.clone();
+            async move { e.run(stop_rx).await }
+        });
+        let mut leading = e.subscribe();
+        tokio::time::timeout(t.lease_duration, leading.wait_for(|l| *l)).await.unwrap().unwrap();
+        tokio::time::sleep(Duration::from_millis(100 + 7 * round)).await;
+        let _ = stop_tx.send(true);
+        e.stand_down(run).await;
+        // Whatever the stand-down left stays: look again after a few retry periods.
+        tokio::time::sleep(5 * t.retry_period).await;
+        let holder = leases.get(&name).await.unwrap().spec.and_then(|s| s.holder_identity);
+        if holder.is_some() {
+            held.push(round);
+        }
+    }
+    eprintln!("stand-down mid-renew: the Lease still held after {} of 20 rounds", held.len());
+    assert!(held.is_empty(), "the Lease still named the stopped leader after rounds {held:?}");
+}

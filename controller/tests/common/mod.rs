@@ -248,16 +248,26 @@ pub async fn pods_of(ns: &qdr_tests::TestNamespace, name: &str, n: usize) -> Vec
 }
 
 /// Makes pod `name` look running, with address `ip`, as a kubelet would: Ready for an hour.
+/// Panics when the pod is not there.
 pub async fn run_pod(ns: &qdr_tests::TestNamespace, name: &str, ip: &str) {
+    assert!(run_pod_if_present(ns, name, ip).await, "pod {name} not found");
+}
+
+/// [`run_pod`] for a pod that may have been deleted since it was listed (a rollout's old pod):
+/// false when it is not there; panics on any other error.
+pub async fn run_pod_if_present(ns: &qdr_tests::TestNamespace, name: &str, ip: &str) -> bool {
     let pods: Api<k8s_openapi::api::core::v1::Pod> = ns.api();
     let since = k8s_openapi::jiff::Timestamp::now() - k8s_openapi::jiff::SignedDuration::from_hours(1);
     let status = serde_json::json!({"status": {
         "phase": "Running", "podIP": ip, "podIPs": [{"ip": ip}],
         "conditions": [{"type": "Ready", "status": "True", "lastTransitionTime": since.to_string()},
                        {"type": "PodScheduled", "status": "True", "lastTransitionTime": since.to_string()}]}});
-    pods.patch_status(name, &kube::api::PatchParams::default(), &kube::api::Patch::Merge(&status))
-        .await
-        .unwrap();
+    match pods.patch_status(name, &kube::api::PatchParams::default(), &kube::api::Patch::Merge(&status)).await
+    {
+        Ok(_) => true,
+        Err(kube::Error::Api(e)) if e.code == 404 => false,
+        Err(e) => panic!("running pod {name}: {e}"),
+    }
 }
 
 /// Pod `name`'s readiness gate condition `qdr-operator.io/linked`, as (status, reason), when
