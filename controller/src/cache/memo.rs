@@ -265,12 +265,13 @@ impl OwnWrites {
     pub(crate) fn forget(&self, kind: &str, meta: &ObjectMeta) {
         let mut entries = self.lock();
         let key = child_key(kind, meta);
-        let revision = |v: Option<&str>| v.and_then(|v| v.parse::<u64>().ok());
-        let deleted = revision(meta.resource_version.as_deref());
+        let deleted = meta.resource_version.as_deref();
+        let written_since = |w: &Stamp| {
+            super::written::revision_order(w.resource_version.as_deref(), deleted)
+                == Some(std::cmp::Ordering::Greater)
+        };
         match entries.get_mut(&key) {
-            Some(entry)
-                if entry.written.as_ref().and_then(|w| revision(w.resource_version.as_deref())) > deleted
-                    && deleted.is_some() => {}
+            Some(entry) if entry.written.as_ref().is_some_and(written_since) => {}
             Some(entry) if entry.pending > 0 => entry.written = None,
             Some(_) => {
                 entries.remove(&key);

@@ -495,3 +495,36 @@ fn a_relisted_written_copy_ends_when_the_relist_is_stored_not_when_it_is_listed(
     assert_eq!(store.object("ns", "mesh-ca").unwrap().metadata.resource_version.as_deref(), Some("20"));
     assert!(written.pick("ns", "mesh-ca", None).is_none(), "the stored relist ended the written copy");
 }
+
+/// resourceVersions are ordered as Kubernetes defines it since 1.35 (KEP-5504, Comparable
+/// Resource Version): positive decimal integers of any length without leading zeros,
+/// compared as numbers; any other form is only equal or not. Versions past `u64::MAX` are
+/// ordered too (where a `u64` parse left them unordered: the written copy stood in for a
+/// newer stored one, and a late deletion forgot a write made after it), and a version with
+/// a leading zero is not (where the parse ordered it).
+#[test]
+fn resource_versions_are_ordered_as_the_api_defines_them_at_any_length() {
+    const MAX: &str = "18446744073709551615"; // u64::MAX
+    const PAST: &str = "18446744073709551616";
+    const LATER: &str = "18446744073709551617";
+    let secret = |rv: &str| -> Secret {
+        serde_json::from_value(json!({"metadata": {"name": "mesh-ca", "namespace": "ns", "uid": "u",
+            "resourceVersion": rv}}))
+        .unwrap()
+    };
+    // Read-your-writes: a stored copy of a later version has caught up with the written one.
+    let written = Written::<Secret>::default();
+    written.record(secret(PAST));
+    let picked = written.pick("ns", "mesh-ca", Some(Arc::new(secret(LATER)))).unwrap();
+    assert_eq!(picked.metadata.resource_version.as_deref(), Some(LATER), "the later stored copy");
+    // A deletion delivered late (of an earlier version) keeps a write made since.
+    assert!(super::written::written_since(&secret(PAST).metadata, &secret(MAX).metadata));
+    assert!(!super::written::written_since(&secret(MAX).metadata, &secret(PAST).metadata));
+    // Leading zeros are not a version the API gives: not ordered.
+    assert!(!super::written::written_since(&secret("020").metadata, &secret("19").metadata));
+    // The memo of own writes: a late deletion of an earlier version keeps the write's echo known.
+    let (own, drift) = (OwnWrites::default(), Drift::default());
+    own.begin(&drift, "Secret", "ns", "mesh-ca").record(&secret(LATER).metadata);
+    own.forget("Secret", &secret(PAST).metadata);
+    assert_eq!(own.judge("Secret", &secret(LATER).metadata), Seen::Echo, "the write made since is kept");
+}

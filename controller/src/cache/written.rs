@@ -96,15 +96,15 @@ impl<K: Resource> Written<K> {
     }
 
     /// Whether the stored `s` has caught up with the written `o`: the same version, a later
-    /// one (someone changed it after the controller: etcd revisions, compared as numbers
-    /// when both are; without this, a change by another client that the watch delivers
-    /// after the echo of the controller's write was missed would leave the written copy in
-    /// use for [`WRITTEN_TTL`], and every replace of a generated Secret refused with 409), or,
-    /// by generation, as [`Written::pick`] says.
+    /// one (someone changed it after the controller: [`revision_order`]; without this, a
+    /// change by another client that the watch delivers after the echo of the controller's
+    /// write was missed would leave the written copy in use for [`WRITTEN_TTL`], and every
+    /// replace of a generated Secret refused with 409), or, by generation, as
+    /// [`Written::pick`] says.
     fn caught_up(&self, s: &ObjectMeta, o: &ObjectMeta) -> bool {
-        let revision = |m: &ObjectMeta| m.resource_version.as_deref().and_then(|v| v.parse::<u64>().ok());
         s.resource_version == o.resource_version
-            || revision(s).zip(revision(o)).is_some_and(|(stored, ours)| stored > ours)
+            || revision_order(s.resource_version.as_deref(), o.resource_version.as_deref())
+                == Some(std::cmp::Ordering::Greater)
             || s.generation
                 .zip(o.generation)
                 .is_some_and(|(sg, og)| sg > og || (sg == og && self.same_generation_caught_up))
@@ -152,11 +152,26 @@ impl<K: Resource> Written<K> {
 
 /// Whether `ours` (the metadata a write of the controller's returned) is of an object
 /// written after `deleted` (the last metadata of an object of that name, as its deletion
-/// event carries it) was deleted: a later `resourceVersion` (etcd revisions, compared as
-/// numbers; the deletion event carries the revision of the deletion, later than every
-/// version of the deleted object), or another `uid`. When neither tells, it is not.
+/// event carries it) was deleted: a later `resourceVersion` ([`revision_order`]; the
+/// deletion event carries the revision of the deletion, later than every version of the
+/// deleted object), or another `uid`. When neither tells, it is not.
 pub(crate) fn written_since(ours: &ObjectMeta, deleted: &ObjectMeta) -> bool {
-    let revision = |m: &ObjectMeta| m.resource_version.as_deref().and_then(|v| v.parse::<u64>().ok());
     let other_object = ours.uid.is_some() && deleted.uid.is_some() && ours.uid != deleted.uid;
-    other_object || revision(ours).zip(revision(deleted)).is_some_and(|(o, d)| o > d)
+    let later = revision_order(ours.resource_version.as_deref(), deleted.resource_version.as_deref());
+    other_object || later == Some(std::cmp::Ordering::Greater)
+}
+
+/// The order of `resourceVersion`s `a` and `b` (of objects of one resource), as the
+/// Kubernetes API defines it since 1.35 (KEP-5504, Comparable Resource Version; client-go's
+/// `resourceversion.CompareResourceVersion`): each a positive decimal integer of any length
+/// without leading zeros, compared as numbers (by length, then digit by digit). `None` when
+/// either is missing or of another form (before KEP-5504 the API conventions called it
+/// opaque, and a server not backed by etcd may give any string): then only equality tells,
+/// and callers take neither as the later.
+pub(crate) fn revision_order(a: Option<&str>, b: Option<&str>) -> Option<std::cmp::Ordering> {
+    fn version(v: Option<&str>) -> Option<&str> {
+        v.filter(|v| !v.is_empty() && !v.starts_with('0') && v.bytes().all(|c| c.is_ascii_digit()))
+    }
+    let (a, b) = (version(a)?, version(b)?);
+    Some(a.len().cmp(&b.len()).then_with(|| a.cmp(b)))
 }
