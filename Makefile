@@ -107,6 +107,7 @@ test: ## Everything CI runs: lint, unit tests and integration tests on a real co
 	    grep -qx "[0-9]* ok $$src" $(T)/test-results.txt 2>/dev/null || { echo "== did not pass: $$src"; rc=1; \
 	      grep -h -A4 -e "panicked at" $(T)/test-logs/$${src//\//_}.log 2>/dev/null | grep -v "^stack backtrace:" | head -30 | sed 's/^/   | /' || true; }; \
 	  done; \
+	  if ((rc)); then echo "== disk at the end:"; df -h $(T) $${TMPDIR:-/tmp} | sed 's/^/   /'; fi; \
 	  echo "== make test: $$( ((rc)) && echo FAILED || echo passed) in $$(( $$(date +%s) - start ))s"; exit $$rc
 
 .PHONY: test-graph test-build test-lint test-unit test-doc test-router-image
