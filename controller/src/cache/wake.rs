@@ -50,7 +50,7 @@ pub(crate) fn interconnect_seen(
 /// For Interconnects it is also what ends the copy at all: the echo of a status write
 /// keeps the generation, so it wakes no pass, and a pass is what else would drop the copy
 /// ([`Written::pick`]). Without it, the copy of every Interconnect's last status write was
-/// kept until its next pass, up to the resync period (`reconcile::RESYNC`, 5 minutes)
+/// kept until its next pass, up to the resync period (`reconcile::RESYNC`, 5 minutes then)
 /// later: at 2,000 Interconnects, 11 MB of heap at the peak (heaptrack: the decoded answers
 /// and their map).
 pub(crate) fn written_stored<K>(written: Arc<Written<K>>) -> impl FnMut(&watcher::Event<K>) + Send + 'static
