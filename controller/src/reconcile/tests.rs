@@ -1657,6 +1657,64 @@ mod rest {
         amqp_peer::queries(pod, "router")
     }
 
+    /// A connected mesh of two routers named `pods`, each at `127.66.0.<i + 1>`, served by
+    /// stand-in routers on runtime `peers` (one listener), and a reader of it resting `REST`.
+    struct Mesh {
+        o: crate::validated::ValidatedInterconnect,
+        seal: crate::hash_key::HashKey,
+        observed: crate::reconcile::observe::Observed,
+        reader: Arc<Reader>,
+        metrics: Arc<crate::metrics::Metrics>,
+        /// What each router answers (replace one to change the mesh).
+        answers: Arc<RwLock<Vec<Arc<Answers>>>>,
+        peers: tokio::task::JoinHandle<()>,
+    }
+
+    impl Mesh {
+        fn new(pods: [&'static str; 2], peers: &tokio::runtime::Handle) -> Mesh {
+            let (o, added) = owner().with_management();
+            added.unwrap();
+            let seal = crate::hash_key::HashKey::from_bytes(&[9; 32]).unwrap();
+            let (ca, tls) = management(&o, &seal);
+            // Two routers linked to each other, at their own loopback addresses.
+            let linked = |i: usize| Arc::new(amqp_peer::honest(pods[i], "interior", &[pods[1 - i]], 0));
+            let answers: Arc<RwLock<Vec<Arc<Answers>>>> = Arc::new(RwLock::new(vec![linked(0), linked(1)]));
+            for a in answers.read().unwrap().iter() {
+                amqp_peer::routable(a);
+            }
+            let listener = std::net::TcpListener::bind("0.0.0.0:0").unwrap();
+            listener.set_nonblocking(true).unwrap();
+            let port = listener.local_addr().unwrap().port();
+            let scripts = answers.clone();
+            let peers = {
+                let _on = peers.enter();
+                amqp_peer::serve_by_address(
+                    tokio::net::TcpListener::from_std(listener).unwrap(),
+                    Arc::new(move |ip| {
+                        let IpAddr::V4(v4) = ip else { return None };
+                        let i = usize::from(v4.octets()[3]).checked_sub(1).filter(|i| *i < pods.len())?;
+                        Some((Some(tls.clone()), Script::Honest(scripts.read().unwrap()[i].clone())))
+                    }),
+                )
+            };
+            let mut observed = super::mesh::pods(&pods, "0123456789");
+            for (i, p) in observed.routers.iter_mut().enumerate() {
+                p.ip = Some(format!("127.66.0.{}", i + 1));
+                // Ready for an hour: a router with no link is cut off, not joining.
+                p.ready_since = Some(SystemTime::now() - Duration::from_secs(3600));
+            }
+            observed.secrets.insert(crate::mesh::management::ca_secret("mesh"), Some(ca));
+            let reader = Arc::new(Reader::default().with_port(port).with_resync(REST));
+            let metrics = Arc::new(crate::metrics::Metrics::default());
+            Mesh { o, seal, observed, reader, metrics, answers, peers }
+        }
+
+        /// A reconcile pass's read stage.
+        fn pass(&self) -> MeshRead {
+            self.reader.read(&self.o, &self.observed, Ok(()), None, &self.metrics, &self.seal)
+        }
+    }
+
     /// A connected mesh is read again every rest by the reader itself from the pass that
     /// first finds it connected: that pass asks no requeue, no pass is woken while the reads
     /// find the mesh as before, and a pass meanwhile neither starts a read nor asks to come
@@ -1664,38 +1722,10 @@ mod rest {
     /// again.
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
     async fn a_connected_mesh_at_rest_is_read_again_without_a_pass() {
-        let (o, added) = owner().with_management();
-        added.unwrap();
-        let seal = crate::hash_key::HashKey::from_bytes(&[9; 32]).unwrap();
-        let (ca, tls) = management(&o, &seal);
-        // Two routers linked to each other, at their own loopback addresses, one listener.
-        let linked = |i: usize| Arc::new(amqp_peer::honest(PODS[i], "interior", &[PODS[1 - i]], 0));
-        let answers: Arc<RwLock<Vec<Arc<Answers>>>> = Arc::new(RwLock::new(vec![linked(0), linked(1)]));
-        for a in answers.read().unwrap().iter() {
-            amqp_peer::routable(a);
-        }
-        let listener = tokio::net::TcpListener::bind("0.0.0.0:0").await.unwrap();
-        let port = listener.local_addr().unwrap().port();
-        let scripts = answers.clone();
-        let peers = amqp_peer::serve_by_address(
-            listener,
-            Arc::new(move |ip| {
-                let IpAddr::V4(v4) = ip else { return None };
-                let i = usize::from(v4.octets()[3]).checked_sub(1).filter(|i| *i < PODS.len())?;
-                Some((Some(tls.clone()), Script::Honest(scripts.read().unwrap()[i].clone())))
-            }),
-        );
-        let mut observed = super::mesh::pods(&PODS, "0123456789");
-        for (i, p) in observed.routers.iter_mut().enumerate() {
-            p.ip = Some(format!("127.66.0.{}", i + 1));
-            // Ready for an hour: a router with no link is cut off, not joining.
-            p.ready_since = Some(SystemTime::now() - Duration::from_secs(3600));
-        }
-        observed.secrets.insert(crate::mesh::management::ca_secret("mesh"), Some(ca));
-        let reader = Arc::new(Reader::default().with_port(port).with_resync(REST));
-        let mut wakes = reader.subscribe("");
-        let metrics = Arc::new(crate::metrics::Metrics::default());
-        let pass = || reader.read(&o, &observed, Ok(()), None, &metrics, &seal);
+        let mesh = Mesh::new(PODS, &tokio::runtime::Handle::current());
+        let (answers, peers) = (mesh.answers.clone(), &mesh.peers);
+        let mut wakes = mesh.reader.subscribe("");
+        let pass = || mesh.pass();
 
         // The first pass starts a read, whose end wakes the next pass with the answers.
         let r: MeshRead = pass();
@@ -1740,5 +1770,37 @@ mod rest {
         // Not connected: the passes come back for the reads again.
         assert!(r.next.is_some(), "{r:?}");
         peers.abort();
+    }
+
+    /// A read runs on the reads' own thread (`read::reads`), not on the runtime of the pass
+    /// that starts it: it reads the routers and wakes the next pass while that runtime is
+    /// held by other work (here its only thread, blocked), and a pass never waits on a read.
+    #[test]
+    fn a_read_goes_on_while_the_runtime_of_its_pass_is_busy() {
+        let peers = tokio::runtime::Runtime::new().unwrap();
+        let passes = tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap();
+        let mesh = Mesh::new(["busy-a", "busy-b"], peers.handle());
+        let mut wakes = mesh.reader.subscribe("");
+        let before = reads("busy-b");
+        passes.block_on(async {
+            let r = mesh.pass();
+            assert_eq!((r.blocked.as_deref(), r.next), (None, None), "{r:?}");
+            // This runtime's only thread is held until the read is done: nothing it runs
+            // moves meanwhile.
+            let deadline = std::time::Instant::now() + WAIT;
+            while reads("busy-b") == before && std::time::Instant::now() < deadline {
+                std::thread::sleep(Duration::from_millis(20));
+            }
+            assert!(
+                reads("busy-b") > before,
+                "no read within {WAIT:?} while the runtime of its pass was busy"
+            );
+        });
+        passes.block_on(async {
+            let woken = tokio::time::timeout(WAIT, wakes.next()).await;
+            assert!(woken.is_ok_and(|w| w.is_some()), "the read ends and wakes a pass");
+            assert_eq!(mesh.pass().report.condition.reason, "Connected");
+        });
+        mesh.peers.abort();
     }
 }
