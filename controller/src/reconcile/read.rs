@@ -715,7 +715,7 @@ impl Reader {
         // when due, and the pass need not come back to start that read.
         let next = match next {
             Some(left) if settled && !joins && !plan.start && !observed.site_awaited => {
-                self.rest_until(&key, left, metrics).map_or(Some(left), |_| None)
+                (!self.rest_until(&key, left, metrics)).then_some(left)
             }
             next => next,
         };
@@ -723,8 +723,8 @@ impl Reader {
     }
 
     /// Puts Interconnect `key`'s mesh at rest now, its next read the reader's own in `left`
-    /// ([`Reader::again`], as the latest pass planned it): the token of the rest, or `None`
-    /// when a read is under way, the mesh rests already or no pass planned a read yet.
+    /// ([`Reader::rests`], as the latest pass planned it): `false` when a read is under way,
+    /// the mesh rests already or no pass planned a read yet.
     ///
     /// The pass a read wakes (the mesh changed, then is found connected) would otherwise come
     /// back when the next read is due only to start it: one pass per Interconnect after each
@@ -734,27 +734,21 @@ impl Reader {
         key: &str,
         left: Duration,
         metrics: &Arc<crate::metrics::Metrics>,
-    ) -> Option<u64> {
+    ) -> bool {
         let token = {
             let mut memos = self.memo.lock().unwrap_or_else(|e| e.into_inner());
-            let memo = memos.get_mut(key)?;
+            let Some(memo) = memos.get_mut(key) else { return false };
             if memo.reading || memo.resting.is_some() || memo.again.is_none() {
-                return None;
+                return false;
             }
             memo.rest()
         };
-        let (reader, key, metrics) = (self.clone(), key.to_string(), metrics.clone());
-        reads().spawn(async move {
-            tokio::time::sleep(left).await;
-            if let Some((again, targets, tls)) = reader.again(&key, token) {
-                reader.read_and_rest(again, targets, tls, metrics).await;
-            }
-        });
-        Some(token)
+        reads().spawn(self.clone().rests(key.to_string(), Some((token, left)), metrics.clone()));
+        true
     }
 
     /// Makes the read `again` plans, then the reader's own reads while the mesh rests
-    /// ([`Reader::read_now`], [`Reader::again`]): a mesh at rest costs no pass at all.
+    /// ([`Reader::read_now`], [`Reader::rests`]): a mesh at rest costs no pass at all.
     async fn read_and_rest(
         self: Arc<Self>,
         again: Arc<Again>,
@@ -763,7 +757,19 @@ impl Reader {
         metrics: Arc<crate::metrics::Metrics>,
     ) {
         let key = again.read.key.clone();
-        let mut rest = self.clone().read_now(again, targets, tls, &metrics).await;
+        let rest = self.clone().read_now(again, targets, tls, &metrics).await;
+        self.rests(key, rest, metrics).await;
+    }
+
+    /// The reader's own reads of Interconnect `key` while its mesh rests: after each rest
+    /// (`rest`: its token and length), the read the latest pass planned ([`Reader::again`]),
+    /// for as long as the reads find the mesh as before and the rest holds.
+    async fn rests(
+        self: Arc<Self>,
+        key: String,
+        mut rest: Option<(u64, Duration)>,
+        metrics: Arc<crate::metrics::Metrics>,
+    ) {
         while let Some((token, due)) = rest {
             tokio::time::sleep(due).await;
             rest = match self.again(&key, token) {
