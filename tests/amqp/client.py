@@ -126,7 +126,11 @@ def cmd_steady(args):
     up to --timeout for the acknowledged messages to arrive) it prints one line: sent
     (attempts), acknowledged (outcome ACCEPTED), received (distinct), lost (acknowledged,
     never received), duplicates, reconnects, sends answered otherwise (MODIFIED, RELEASED:
-    sent again) and the longest gap between two acknowledgements in seconds."""
+    sent again), the longest gap between two acknowledgements in seconds, the failed tries of
+    each client's first connection and attach ("first_attach_retries": not reconnects, no
+    connection of it had been closed yet) and why each reconnect or retry came
+    ("reconnect_reasons": who, seconds since the start, before or after its first attach,
+    the error; the first 10)."""
     import signal
     import threading
 
@@ -137,14 +141,29 @@ def cmd_steady(args):
     duplicates = [0]
     done = threading.Event()
     reconnects = [0, 0]
+    retries = [0, 0]
     modified = [0]
+    began = time.monotonic()
+    reasons = []
+
+    def failed(who, attached, e):
+        """Counts a failure of client `who` (0 sender, 1 receiver): a reconnect once it had
+        been attached, a retry of its first attach before."""
+        (reconnects if attached else retries)[who] += 1
+        why = (f"{('sender', 'receiver')[who]} at {time.monotonic() - began:.1f} s"
+               f" ({'after' if attached else 'before'} its first attach): {type(e).__name__}: {e}")
+        print(why, file=sys.stderr, flush=True)
+        if len(reasons) < 10:
+            reasons.append(why)
 
     def receive_loop():
+        attached = False
         while not done.is_set():
             conn = None
             try:
                 conn = connect(args, args.receive_url)
                 r = conn.create_receiver(args.address, credit=100)
+                attached = True
                 while not done.is_set():
                     try:
                         m = r.receive(timeout=0.5)
@@ -155,8 +174,8 @@ def cmd_steady(args):
                     if seq in received:
                         duplicates[0] += 1
                     received.add(seq)
-            except Exception:
-                reconnects[1] += 1
+            except Exception as e:
+                failed(1, attached, e)
                 time.sleep(0.2)
             finally:
                 close(conn)
@@ -170,6 +189,7 @@ def cmd_steady(args):
     interval = 1.0 / args.rate
     end = time.monotonic() + args.seconds
     conn = sender = None
+    sender_attached = False
     last_ack = time.monotonic()
     while not stop.is_set() and time.monotonic() < end:
         seq = len(acked)
@@ -177,6 +197,7 @@ def cmd_steady(args):
             if sender is None:
                 conn = connect(args)
                 sender = conn.create_sender(args.address)
+                sender_attached = True
             sent += 1
             delivery = sender.send(Message(body=f"{args.body_prefix}-{seq}"), timeout=args.timeout)
             if delivery.remote_state != Delivery.ACCEPTED:
@@ -190,8 +211,8 @@ def cmd_steady(args):
             last_ack = now
             acked.append(seq)
             stop.wait(interval)
-        except Exception:
-            reconnects[0] += 1
+        except Exception as e:
+            failed(0, sender_attached, e)
             close(conn)
             conn = sender = None
             stop.wait(0.2)
@@ -203,7 +224,8 @@ def cmd_steady(args):
     lost = sorted(set(acked) - received)
     out({"sent": sent, "acknowledged": len(acked), "received": len(received), "lost": len(lost),
          "lost_first": lost[:10], "duplicates": duplicates[0], "sender_reconnects": reconnects[0],
-         "receiver_reconnects": reconnects[1], "not_accepted": modified[0], "longest_gap_s": round(gap, 3)})
+         "receiver_reconnects": reconnects[1], "not_accepted": modified[0], "longest_gap_s": round(gap, 3),
+         "first_attach_retries": retries[0] + retries[1], "reconnect_reasons": reasons})
 
 
 def cmd_idle(args):

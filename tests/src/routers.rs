@@ -298,15 +298,25 @@ pub struct Traffic {
     pub lost_first: Vec<u64>,
     /// Messages received more than once (a resend after a lost acknowledgement).
     pub duplicates: u64,
-    /// Times the sender reconnected.
+    /// Times the sender reconnected after a connection of it that had been attached failed.
     pub sender_reconnects: u64,
-    /// Times the receiver reconnected.
+    /// Times the receiver reconnected after a connection of it that had been attached failed.
     pub receiver_reconnects: u64,
     /// Sends answered with an outcome other than ACCEPTED (MODIFIED when the receiver's link
     /// went away with the message in flight): not acknowledged, sent again.
     pub not_accepted: u64,
     /// The longest time between two acknowledgements, in seconds.
     pub longest_gap_s: f64,
+    /// Failed tries of the sender's and the receiver's first connection and attach (say,
+    /// through a Service the node's kube-proxy does not route yet): not reconnects, as no
+    /// connection of theirs had been closed yet.
+    #[serde(default)]
+    pub first_attach_retries: u64,
+    /// Why each reconnect or retry came, the first 10: `"<sender|receiver> at <s> s
+    /// (<before|after> its first attach): <error type>: <error>"`, seconds counted from the
+    /// client's start.
+    #[serde(default)]
+    pub reconnect_reasons: Vec<String>,
 }
 
 impl std::fmt::Display for Traffic {
@@ -323,7 +333,14 @@ impl std::fmt::Display for Traffic {
             self.receiver_reconnects,
             self.not_accepted,
             self.longest_gap_s
-        )
+        )?;
+        if self.first_attach_retries > 0 {
+            write!(f, ", first attach retried {}", self.first_attach_retries)?;
+        }
+        for why in &self.reconnect_reasons {
+            write!(f, "; reconnected: {why}")?;
+        }
+        Ok(())
     }
 }
 
