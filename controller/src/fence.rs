@@ -19,7 +19,14 @@
 //!   it (the connection is closed), so no write of this replica waits for an answer past
 //!   the point where another replica may lead.
 //!
-//! Reads and watches are never fenced. What a fence cannot do is recall a request the API
+//! The same fence guards the controller's connections to the routers ([`FencedIo`]): the
+//! router management writes (`CREATE`, `DELETE`) are checked against it before they are
+//! handed to the AMQP client, and every byte of a fenced connection is checked against it
+//! again when it is written to the socket, so a write checked in one term and still queued
+//! in the client's tasks when the process was stopped (SIGSTOP, a frozen VM, a long GC-like
+//! pause of the node) is not sent after the term has ended.
+//!
+//! Reads and watches of the API server are never fenced. What a fence cannot do is recall a request the API
 //! server has already received: a write whose bytes left before the deadline may still be
 //! applied by the server after it. Kubernetes offers no fencing token across objects; the
 //! bound is the network delay of one request, and the next leader's first full apply
@@ -116,6 +123,87 @@ where
     }
 }
 
+/// A connection guarded by a [`Fence`]: every write and flush is checked against it at the
+/// moment it would reach the stream under it (for a router connection, the TCP socket under
+/// TLS), and refused once the fence is closed or its deadline passed, with an
+/// [`std::io::ErrorKind::PermissionDenied`] error carrying [`Fenced`]. Reads and the shutdown
+/// pass, so the peer still sees the connection end. `fence` `None`: no guard (tests, tools).
+///
+/// What it closes: the AMQP client hands a frame through its link, session and connection
+/// tasks before the socket write; a replica stopped between the check of a write against the
+/// fence and that socket write resumes with the frame queued there, and without this guard
+/// sends it once it runs again, after another replica may have started writing the same
+/// router. What is left is the time between this check and the `write` system call, within
+/// one poll and without an await, as for the API client's fence.
+#[derive(Debug)]
+pub struct FencedIo<S> {
+    inner: S,
+    fence: Option<Fence>,
+}
+
+impl<S> FencedIo<S> {
+    /// `inner` guarded by `fence` (`None`: not guarded).
+    pub fn new(inner: S, fence: Option<&Fence>) -> Self {
+        FencedIo { inner, fence: fence.cloned() }
+    }
+
+    fn refused(&self) -> Option<std::io::Error> {
+        let closed = self.fence.as_ref().is_some_and(|f| f.open_until().is_none());
+        closed.then(|| {
+            std::io::Error::new(std::io::ErrorKind::PermissionDenied, Fenced("refused at the socket"))
+        })
+    }
+}
+
+impl<S: tokio::io::AsyncRead + Unpin> tokio::io::AsyncRead for FencedIo<S> {
+    fn poll_read(
+        mut self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        buf: &mut tokio::io::ReadBuf<'_>,
+    ) -> Poll<std::io::Result<()>> {
+        Pin::new(&mut self.inner).poll_read(cx, buf)
+    }
+}
+
+impl<S: tokio::io::AsyncWrite + Unpin> tokio::io::AsyncWrite for FencedIo<S> {
+    fn poll_write(
+        mut self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        buf: &[u8],
+    ) -> Poll<std::io::Result<usize>> {
+        if let Some(e) = self.refused() {
+            return Poll::Ready(Err(e));
+        }
+        Pin::new(&mut self.inner).poll_write(cx, buf)
+    }
+
+    fn poll_write_vectored(
+        mut self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        bufs: &[std::io::IoSlice<'_>],
+    ) -> Poll<std::io::Result<usize>> {
+        if let Some(e) = self.refused() {
+            return Poll::Ready(Err(e));
+        }
+        Pin::new(&mut self.inner).poll_write_vectored(cx, bufs)
+    }
+
+    fn is_write_vectored(&self) -> bool {
+        self.inner.is_write_vectored()
+    }
+
+    fn poll_flush(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<std::io::Result<()>> {
+        if let Some(e) = self.refused() {
+            return Poll::Ready(Err(e));
+        }
+        Pin::new(&mut self.inner).poll_flush(cx)
+    }
+
+    fn poll_shutdown(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<std::io::Result<()>> {
+        Pin::new(&mut self.inner).poll_shutdown(cx)
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -179,5 +267,47 @@ mod tests {
         fence.close();
         assert!(svc.ready().await.unwrap().call(req(Method::DELETE)).await.is_err());
         assert_eq!(slow.reached.load(Ordering::SeqCst), 3, "refused writes never reached the server");
+    }
+
+    /// The guard of a router connection: bytes pass while the fence is open; a write still
+    /// waiting for room in the stream when the fence closes (a process stopped with a frame
+    /// queued) is refused when it is polled again, its bytes never written; reads pass.
+    #[tokio::test]
+    async fn a_write_queued_when_the_fence_closes_is_refused_at_the_socket() {
+        use tokio::io::{AsyncReadExt, AsyncWriteExt};
+        let fence = Fence::default();
+        fence.hold_until(Instant::now() + Duration::from_secs(60));
+        let (ours, mut theirs) = tokio::io::duplex(8);
+        let mut guarded = FencedIo::new(ours, Some(&fence));
+        // 8 bytes fit; the other 8 wait for room.
+        let writer = tokio::spawn(async move {
+            let written = guarded.write_all(&[7u8; 16]).await;
+            (written, guarded)
+        });
+        let mut first = [0u8; 8];
+        tokio::time::sleep(Duration::from_millis(50)).await;
+        assert!(!writer.is_finished(), "the second 8 bytes wait for room");
+        fence.close();
+        theirs.read_exact(&mut first).await.unwrap();
+        let (written, mut guarded) = writer.await.unwrap();
+        let e = written.unwrap_err();
+        assert_eq!(e.kind(), std::io::ErrorKind::PermissionDenied);
+        assert!(e.to_string().contains("not leading"), "{e}");
+        assert!(guarded.flush().await.is_err());
+        // Nothing of the refused write came through; the other side's bytes still do.
+        theirs.write_all(b"answer").await.unwrap();
+        let mut answer = [0u8; 6];
+        guarded.read_exact(&mut answer).await.unwrap();
+        assert_eq!(&answer, b"answer");
+        guarded.shutdown().await.unwrap();
+        let mut rest = Vec::new();
+        theirs.read_to_end(&mut rest).await.unwrap();
+        assert!(rest.is_empty(), "refused bytes were written: {rest:?}");
+        // Unguarded: the same stream type passes everything.
+        let (ours, mut theirs) = tokio::io::duplex(64);
+        let mut plain = FencedIo::new(ours, None);
+        plain.write_all(b"free").await.unwrap();
+        let mut four = [0u8; 4];
+        theirs.read_exact(&mut four).await.unwrap();
     }
 }

@@ -972,7 +972,10 @@ pub struct Plan<'a> {
     /// The leadership term's fence: every `CREATE` and `DELETE` is sent only while it is
     /// open, and its answer awaited no longer ([`ReadError::Fenced`] otherwise), so a
     /// deposed leader stops writing to the routers when it stops writing to the API
-    /// server. `None`: not fenced (tests, tools).
+    /// server; and every byte of the connections is checked against it again where it
+    /// reaches the socket ([`crate::fence::FencedIo`]), so a write queued in the AMQP
+    /// client when the process was stopped is not sent after the term. `None`: not
+    /// fenced (tests, tools).
     pub fence: Option<&'a Fence>,
     /// How long a whole read of a router's live entities is relied on
     /// ([`Target::checked`]; `--live-recheck`, [`live::RECHECK`] by default).
@@ -1078,6 +1081,9 @@ async fn connect(
             .map_err(|e| ReadError::Amqp(format!("connecting to {ip}:{port}: {e}")))?;
         // Requests and answers alternate: no waiting for delayed acknowledgements.
         let _ = stream.set_nodelay(true);
+        // Under TLS, next to the socket: no byte leaves once the term is over, however long
+        // it waited in the AMQP client's tasks or in TLS's buffer (`crate::fence::FencedIo`).
+        let stream = crate::fence::FencedIo::new(stream, plan.fence);
         Ok(match plan.tls {
             Some(tls) => {
                 let connector = tokio_rustls::TlsConnector::from(tls.config.clone());
@@ -1096,9 +1102,23 @@ async fn connect(
     let others = u32::try_from(routed.len()).unwrap_or(u32::MAX);
     let backstop = deadline + plan.timeout.saturating_mul(others);
     let unread = || routed.iter().map(|_| None).collect();
-    Ok(match tokio::time::timeout_at(backstop, Box::pin(attempt)).await {
+    let visits = match tokio::time::timeout_at(backstop, Box::pin(attempt)).await {
         Ok(Ok(visits)) => visits,
         Ok(Err(e)) => Visits { first: in_time(Ok(Err(e)), deadline, plan.timeout), routed: unread() },
         Err(_) => Visits { first: Err(ReadError::Timeout(plan.timeout)), routed: unread() },
-    })
+    };
+    Ok(fenced(visits, plan.fence))
+}
+
+/// `visits` with every failed visit [`ReadError::Fenced`] once `fence` is closed: what
+/// failed then is the guard's refusal of the connection's bytes (or came after the term),
+/// not the router.
+fn fenced(mut visits: Visits, fence: Option<&Fence>) -> Visits {
+    if fence.is_some_and(|f| f.open_until().is_none()) {
+        let results = std::iter::once(&mut visits.first).chain(visits.routed.iter_mut().flatten());
+        for r in results.filter(|r| r.is_err()) {
+            *r = Err(ReadError::Fenced);
+        }
+    }
+    visits
 }
