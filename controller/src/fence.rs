@@ -26,7 +26,11 @@
 //! in the client's tasks when the process was stopped (SIGSTOP, a frozen VM, a long GC-like
 //! pause of the node) is not sent after the term has ended.
 //!
-//! Reads and watches of the API server are never fenced. What a fence cannot do is recall a request the API
+//! The API client's connections are fenced in the same way ([`client`]): the tasks that
+//! write its requests to the sockets run only while the fence is open, so the rest of a
+//! request the process was writing when it stopped is not sent after the term.
+//!
+//! Reads and watches of the API server are never refused before sending. What a fence cannot do is recall a request the API
 //! server has already received: a write whose bytes left before the deadline may still be
 //! applied by the server after it. Kubernetes offers no fencing token across objects; the
 //! bound is the network delay of one request, and the next leader's first full apply
@@ -121,6 +125,51 @@ where
             }
         })
     }
+}
+
+/// The executor of a fenced client's connections (hyper's): every task hyper spawns for
+/// the client (a connection's reads and writes, a connection being made) is polled only
+/// while `fence` is open, and dropped at its first poll after it closed, which closes the
+/// connection with whatever it had not sent.
+///
+/// What it closes: the [`FencedService`] checks a write before hyper takes it; the request's
+/// bytes are written by the connection's task, later. A replica stopped in between (or in
+/// the middle of a large request) resumed after its term and, without this, sent the rest:
+/// the API server applied a write of a term that had ended
+/// (`controller/tests/lease.rs`, `a_write_held_in_the_client_when_the_term_ends_never_reaches_the_api_server`).
+#[derive(Debug, Clone)]
+pub struct FencedExecutor {
+    fence: Fence,
+}
+
+impl<F> hyper::rt::Executor<F> for FencedExecutor
+where
+    F: Future<Output = ()> + Send + 'static,
+{
+    fn execute(&self, task: F) {
+        let fence = self.fence.clone();
+        let mut task = Box::pin(task);
+        tokio::spawn(std::future::poll_fn(move |cx| {
+            if fence.open_until().is_none() {
+                return Poll::Ready(());
+            }
+            task.as_mut().poll(cx)
+        }));
+    }
+}
+
+/// The API client of the reconcilers, fenced by `fence`: writes refused before sending
+/// outside the term and abandoned at its deadline ([`FencedService`]), and its connections'
+/// tasks stopped once the term is over ([`FencedExecutor`]), so nothing of any request
+/// leaves after it. Reads and watches pass while the term is open; the client is meant for
+/// what runs only while leading (the elector keeps a client of its own).
+///
+/// # Errors
+/// As [`kube::client::ClientBuilder`]'s `try_from` (TLS or proxy settings of `config` it
+/// cannot use).
+pub fn client(config: kube::Config, fence: &Fence) -> Result<kube::Client, kube::Error> {
+    let executor = FencedExecutor { fence: fence.clone() };
+    Ok(kube::client::ClientBuilder::try_from((config, executor))?.with_layer(fence).build())
 }
 
 /// A connection guarded by a [`Fence`]: every write and flush is checked against it at the
@@ -309,5 +358,38 @@ mod tests {
         plain.write_all(b"free").await.unwrap();
         let mut four = [0u8; 4];
         theirs.read_exact(&mut four).await.unwrap();
+    }
+
+    /// The executor of a fenced client: a task runs while the fence is open and is dropped
+    /// (never polled again) at its first wake-up after the fence closed.
+    #[tokio::test]
+    async fn a_fenced_clients_tasks_stop_when_the_term_ends() {
+        use hyper::rt::Executor;
+        let fence = Fence::default();
+        fence.hold_until(Instant::now() + Duration::from_secs(60));
+        let (polls, dropped) = (Arc::new(AtomicUsize::new(0)), Arc::new(AtomicUsize::new(0)));
+        struct OnDrop(Arc<AtomicUsize>);
+        impl Drop for OnDrop {
+            fn drop(&mut self) {
+                self.0.fetch_add(1, Ordering::SeqCst);
+            }
+        }
+        let (tx, mut rx) = tokio::sync::mpsc::unbounded_channel::<()>();
+        let (p, d) = (polls.clone(), OnDrop(dropped.clone()));
+        FencedExecutor { fence: fence.clone() }.execute(async move {
+            let _d = d;
+            while rx.recv().await.is_some() {
+                p.fetch_add(1, Ordering::SeqCst);
+            }
+        });
+        tx.send(()).unwrap();
+        tokio::time::sleep(Duration::from_millis(20)).await;
+        assert_eq!(polls.load(Ordering::SeqCst), 1, "runs while the term is open");
+        fence.close();
+        tx.send(()).unwrap();
+        tokio::time::sleep(Duration::from_millis(20)).await;
+        assert_eq!(polls.load(Ordering::SeqCst), 1, "not polled once the term is over");
+        assert_eq!(dropped.load(Ordering::SeqCst), 1, "dropped, closing what it held");
+        assert!(tx.send(()).is_err(), "its end of the channel is gone");
     }
 }

@@ -265,7 +265,7 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
     let fence = qdr_controller::fence::Fence::default();
     // The ServiceAccount the controller runs as, from its token: the hash key's owner.
     let owner = qdr_controller::hash_key::service_account_owner(&config, &args.lease_namespace);
-    let fenced = kube::client::ClientBuilder::try_from(config)?.with_layer(&fence).build();
+    let fenced = qdr_controller::fence::client(config, &fence)?;
     let identity = args.identity.clone().unwrap_or_else(|| {
         let host = std::fs::read_to_string("/etc/hostname").unwrap_or_default().trim().to_string();
         format!("{host}-{}", std::process::id())

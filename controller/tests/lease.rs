@@ -223,7 +223,7 @@ async fn a_demoted_leaders_writes_are_fenced() {
     let mut cfg = kube::Config::from_custom_kubeconfig(kc, &KubeConfigOptions::default()).await.unwrap();
     cfg.cluster_url = format!("https://127.0.0.1:{via}").parse().unwrap();
     cfg.read_timeout = Some(Duration::from_secs(60));
-    let fenced = kube::client::ClientBuilder::try_from(cfg).unwrap().with_layer(&fence).build();
+    let fenced = qdr_controller::fence::client(cfg, &fence).unwrap();
     let cms: Api<ConfigMap> = Api::namespaced(fenced, &ns.name);
     let cm = |name: &str| ConfigMap {
         metadata: kube::api::ObjectMeta { name: Some(name.into()), ..Default::default() },
@@ -438,4 +438,57 @@ async fn a_leader_standing_down_mid_renew_leaves_the_lease_released() {
     }
     eprintln!("stand-down mid-renew: the Lease still held after {} of 20 rounds", held.len());
     assert!(held.is_empty(), "the Lease still named the stopped leader after rounds {held:?}");
+}
+
+/// A write the client took while the term was open and had not sent when it ended (the
+/// process stopped between the fence's check and the socket, a SIGSTOP or a frozen node,
+/// and resumed past its renew deadline) never reaches the API server: the connection's task
+/// that would write it does not run once the fence is closed. On one thread, the fence is
+/// closed right after the request passed its check and was handed to the connection, before
+/// that connection's task runs: where a stopped process resumes.
+#[tokio::test(flavor = "current_thread")]
+async fn a_write_taken_before_the_term_ended_is_not_sent_after_it() {
+    use k8s_openapi::api::core::v1::ConfigMap;
+    use kube::api::PostParams;
+    let cp = qdr_tests::shared().await;
+    let ns = cp.namespace("taken").await;
+    let fence = qdr_controller::fence::Fence::default();
+    fence.hold_until(Instant::now() + Duration::from_secs(120));
+    let kc = Kubeconfig::read_from(cp.kubeconfig()).unwrap();
+    let cfg = kube::Config::from_custom_kubeconfig(kc, &KubeConfigOptions::default()).await.unwrap();
+    let cms: Api<ConfigMap> = Api::namespaced(qdr_controller::fence::client(cfg, &fence).unwrap(), &ns.name);
+    let cm = |name: &str| ConfigMap {
+        metadata: kube::api::ObjectMeta { name: Some(name.into()), ..Default::default() },
+        ..Default::default()
+    };
+    // A write on an open term goes through, and leaves an idle connection in the pool.
+    cms.create(&PostParams::default(), &cm("open")).await.unwrap();
+    // The request is checked (the client's buffer task calls the fenced service) on its
+    // first poll's wake-up, and handed to the pooled connection on the second poll; the
+    // connection's task runs only once this task yields. The fence closes in between.
+    let (pp, object) = (PostParams::default(), cm("taken"));
+    let mut taken = Box::pin(cms.create(&pp, &object));
+    let mut polls = 0;
+    let answer = std::future::poll_fn(|cx| {
+        let p = taken.as_mut().poll(cx);
+        if p.is_pending() {
+            polls += 1;
+            if polls == 2 {
+                fence.close();
+            }
+        }
+        p
+    })
+    .await;
+    let server: Api<ConfigMap> = ns.api();
+    assert!(server.get_opt("open").await.unwrap().is_some());
+    let e = match answer {
+        Ok(created) => {
+            panic!("a write taken before the term ended was sent after it: {:?}", created.metadata)
+        }
+        Err(e) => e.to_string(),
+    };
+    assert!(!e.contains("refused before sending"), "closed before the check, the test proves nothing: {e}");
+    assert!(server.get_opt("taken").await.unwrap().is_none(), "{e}");
+    eprintln!("fence: a write taken before the term ended was not sent after it: {e}");
 }
