@@ -30,9 +30,10 @@
 //! write its requests to the sockets run only while the fence is open, so the rest of a
 //! request the process was writing when it stopped is not sent after the term.
 //!
-//! Reads and watches of the API server are never refused before sending. What a fence cannot do is recall a request the API
-//! server has already received: a write whose bytes left before the deadline may still be
-//! applied by the server after it. Kubernetes offers no fencing token across objects; the
+//! Reads and watches of the API server are never refused before sending. What a fence
+//! cannot do is recall a request the API server has already received: a write whose bytes
+//! left before the deadline (or were in the kernel's socket buffer when the process
+//! stopped) may still be applied by the server after it. Kubernetes offers no fencing token across objects; the
 //! bound is the network delay of one request, and the next leader's first full apply
 //! (server-side apply of the whole desired state) overwrites anything such a write did.
 
@@ -136,7 +137,7 @@ where
 /// bytes are written by the connection's task, later. A replica stopped in between (or in
 /// the middle of a large request) resumed after its term and, without this, sent the rest:
 /// the API server applied a write of a term that had ended
-/// (`controller/tests/lease.rs`, `a_write_held_in_the_client_when_the_term_ends_never_reaches_the_api_server`).
+/// (`controller/tests/lease.rs`, `a_write_taken_before_the_term_ended_is_not_sent_after_it`).
 #[derive(Debug, Clone)]
 pub struct FencedExecutor {
     fence: Fence,

@@ -104,7 +104,7 @@ async fn a_leader_stopped_mid_visit_writes_nothing_once_another_leads() {
     // loaded the machine; one it sent after it resumed, after writer-b's visit).
     let late: Vec<&&amqp_peer::Write> = of_a.iter().filter(|w| b_first.is_some_and(|b| w.at > b)).collect();
     eprintln!(
-        "one writer: writer-a sent {} writes before SIGSTOP ({written_by_a} answered), writer-b took the Lease {took:?} \
+        "one writer: writer-a sent {} writes, {written_by_a} of them received by the SIGSTOP; writer-b took the Lease {took:?} \
          after it and wrote {} more; writer-a resumed {:?} later and sent nothing",
         of_a.len(),
         writes.len() - before - of_a.len(),
