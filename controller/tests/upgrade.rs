@@ -207,10 +207,10 @@ async fn setup() -> &'static Setup {
             assert!(controller_bin.is_file(), "build qdr-controller next to qdr-webhook: cargo build --bins");
             let ids = cp.install_rbac(&common::install(&webhook_ns, &reg)).unwrap();
             let mut cmd = std::process::Command::new(controller_bin);
-            // The writes of Secrets and the watches' relists at debug: what a takeover that
-            // rolled twice needs to be understood.
-            let log =
-                "info,kube=warn,qdr_controller::cache::watch=debug,qdr_controller::reconcile::apply=debug";
+            // The writes of Secrets, the passes that ended on a stale observation and the
+            // watches' relists at debug: what a takeover that rolled twice needs to be
+            // understood.
+            let log = "info,kube=warn,qdr_controller::cache::watch=debug,qdr_controller::reconcile=debug";
             cmd.env("KUBECONFIG", ids.controller).env("RUST_LOG", log).args([
                 &format!("--lease-namespace={webhook_ns}"),
                 "--identity=upgrade-0",

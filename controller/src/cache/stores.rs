@@ -277,7 +277,13 @@ impl Cache {
 
     /// Secret `ns/name` as far as the stores know it.
     pub(crate) fn secret(&self, ns: &str, name: &str) -> SecretLookup {
-        if let Some(s) = self.written_secrets.pick(ns, name, self.secrets.object(ns, name).map(Arc::new)) {
+        let stored = self.secrets.object(ns, name);
+        // Deleted by a pass that ended early, and the watch has not delivered it yet: the
+        // names' index still lists it too.
+        if self.written_secrets.gone(ns, name, stored.as_ref()) {
+            return SecretLookup::Missing;
+        }
+        if let Some(s) = self.written_secrets.pick(ns, name, stored.map(Arc::new)) {
             return SecretLookup::Ours(s);
         }
         if self.secret_names.contains(ns, name) { SecretLookup::Other } else { SecretLookup::Missing }

@@ -30,6 +30,8 @@ fn key(m: &ObjectMeta) -> NamespacedName {
 #[derive(Debug)]
 pub(crate) struct Written<K> {
     entries: Mutex<HashMap<NamespacedName, (std::time::Instant, Arc<K>)>>,
+    /// The objects the controller deleted again ([`Written::undone`]): when, and the uid.
+    undone: Mutex<HashMap<NamespacedName, (std::time::Instant, Option<String>)>>,
     /// Whether a stored copy of the same `metadata.generation` has caught up (workloads:
     /// what a pass reads of them, spec and rollout, is per generation), or only a greater
     /// one (Interconnects: the controller's status writes keep the generation).
@@ -48,14 +50,19 @@ impl<K: Resource> Written<K> {
     /// Like [`Written::default`], keeping of each answer what `slim` leaves (the same as the
     /// kind's store: a written Deployment without its pod spec).
     pub(crate) fn slimmed(slim: fn(&mut K)) -> Self {
-        Written { entries: Mutex::default(), same_generation_caught_up: true, slim }
+        Written { entries: Mutex::default(), undone: Mutex::default(), same_generation_caught_up: true, slim }
     }
 
     /// For objects whose writes by the controller keep their generation (status writes):
     /// only a stored copy with the same `resourceVersion`, or a greater generation, has
     /// caught up.
     pub(crate) fn status_writes() -> Self {
-        Written { entries: Mutex::default(), same_generation_caught_up: false, slim: super::slim::slim }
+        Written {
+            entries: Mutex::default(),
+            undone: Mutex::default(),
+            same_generation_caught_up: false,
+            slim: super::slim::slim,
+        }
     }
 
     /// Records `obj`, just written (the API server's answer), slimmed like its store's
@@ -63,6 +70,7 @@ impl<K: Resource> Written<K> {
     pub(crate) fn record(&self, mut obj: K) {
         (self.slim)(&mut obj);
         let key = key(obj.meta());
+        self.undone.lock().unwrap_or_else(|e| e.into_inner()).remove(&key);
         self.entries
             .lock()
             .unwrap_or_else(|e| e.into_inner())
@@ -121,13 +129,50 @@ impl<K: Resource> Written<K> {
         self.entries.lock().unwrap_or_else(|e| e.into_inner()).remove(&(ns.to_string(), name.to_string()));
     }
 
+    /// Records that the controller deleted `ns/name` (the object of `uid`) again, after it
+    /// created it in the same pass (a pass that ended early undoes what it made): the written
+    /// copy is forgotten, and until the store no longer shows that object, or for at most
+    /// [`WRITTEN_TTL`], [`Written::gone`] says it is gone and [`Written::pick`] finds nothing.
+    /// A next pass that ran before the watch delivered the deletion would otherwise plan with
+    /// the deleted object (a management CA that no longer exists).
+    pub(crate) fn undone(&self, ns: &str, name: &str, uid: Option<String>) {
+        let key = (ns.to_string(), name.to_string());
+        self.entries.lock().unwrap_or_else(|e| e.into_inner()).remove(&key);
+        self.undone.lock().unwrap_or_else(|e| e.into_inner()).insert(key, (std::time::Instant::now(), uid));
+    }
+
+    /// Whether `stored` (the store's copy of `ns/name`) is an object the controller deleted
+    /// ([`Written::undone`]) and the store has not caught up: the same uid (any object of the
+    /// name when the deletion's uid is not known), within [`WRITTEN_TTL`]. Settled (forgotten)
+    /// once the store shows nothing or another object.
+    pub(crate) fn gone(&self, ns: &str, name: &str, stored: Option<&K>) -> bool {
+        let mut undone = self.undone.lock().unwrap_or_else(|e| e.into_inner());
+        if undone.is_empty() {
+            return false;
+        }
+        let key = (ns.to_string(), name.to_string());
+        let Some((at, uid)) = undone.get(&key) else { return false };
+        let same = stored.is_some_and(|s| uid.is_none() || s.meta().uid == *uid);
+        if same && at.elapsed() <= WRITTEN_TTL {
+            return true;
+        }
+        undone.remove(&key);
+        false
+    }
+
     /// Forgets the written copy of the object whose deletion the watch delivered (`deleted`,
     /// its last metadata), unless that copy was written after the deletion
     /// ([`written_since`]): an object of the same name made again (a pass that ended early
     /// deletes what it created, and the next one creates it again) must not look missing
-    /// because the watch delivers the first one's deletion late.
+    /// because the watch delivers the first one's deletion late. The deletion of an object
+    /// the controller deleted again ([`Written::undone`]) settles that record.
     pub(crate) fn deleted(&self, deleted: &ObjectMeta) {
         let key = key(deleted);
+        let mut undone = self.undone.lock().unwrap_or_else(|e| e.into_inner());
+        if undone.get(&key).is_some_and(|(_, uid)| uid.is_none() || *uid == deleted.uid) {
+            undone.remove(&key);
+        }
+        drop(undone);
         let mut entries = self.entries.lock().unwrap_or_else(|e| e.into_inner());
         if entries.get(&key).is_some_and(|(_, ours)| !written_since(ours.meta(), deleted)) {
             entries.remove(&key);
@@ -137,10 +182,15 @@ impl<K: Resource> Written<K> {
     /// The fresher of `stored` (the store's copy of `ns/name`) and the written one: the
     /// written one until the store shows the same or a later `resourceVersion` or, for kinds
     /// with a `metadata.generation`, at least the same generation; at most [`WRITTEN_TTL`].
+    /// Without a written copy, nothing when `stored` is an object the controller deleted
+    /// again and the store still shows ([`Written::gone`]).
     pub(crate) fn pick(&self, ns: &str, name: &str, stored: Option<Arc<K>>) -> Option<Arc<K>> {
         let mut entries = self.entries.lock().unwrap_or_else(|e| e.into_inner());
         let key = (ns.to_string(), name.to_string());
-        let Some((at, ours)) = entries.get(&key) else { return stored };
+        let Some((at, ours)) = entries.get(&key) else {
+            drop(entries);
+            return if self.gone(ns, name, stored.as_deref()) { None } else { stored };
+        };
         let caught_up = stored.as_ref().is_some_and(|s| self.caught_up(s.meta(), ours.meta()));
         if caught_up || at.elapsed() > WRITTEN_TTL {
             entries.remove(&key);

@@ -386,7 +386,9 @@ impl Writer<'_> {
     /// ([`crate::cache::Written`]): a pass that ends early leaves nothing it made that
     /// routers would run with, so no configuration, credentials or routers exist for an
     /// Interconnect whose name is taken, and a users Secret created by a pass that ran
-    /// without its routers is made again, and reported, by the next one. A ServiceAccount,
+    /// without its routers is made again, and reported, by the next one. The next pass sees
+    /// them gone even before the watch delivers their deletions
+    /// ([`crate::cache::Written::undone`]). A ServiceAccount,
     /// Role, RoleBinding or Service it created stays: they run nothing, the controller holds
     /// no permission to delete them (`deploy/`), and they are collected with the
     /// Interconnect.
@@ -400,7 +402,7 @@ impl Writer<'_> {
                 continue;
             }
             let dp = DeleteParams {
-                preconditions: Some(Preconditions { uid, resource_version: None }),
+                preconditions: Some(Preconditions { uid: uid.clone(), resource_version: None }),
                 ..DeleteParams::background()
             };
             match Api::<DynamicObject>::namespaced_with(self.client.clone(), ns, &resource)
@@ -411,10 +413,11 @@ impl Writer<'_> {
                 Err(kube::Error::Api(s)) if s.code == 404 || s.code == 409 => {}
                 Err(source) => return Err(Error::Delete { kind: resource.kind, name, source }),
             }
+            // Gone for the next pass too, even before the watch delivers the deletion.
             match resource.kind.as_str() {
-                "Deployment" => self.cache.written_deployments.forget(ns, &name),
-                "DaemonSet" => self.cache.written_daemon_sets.forget(ns, &name),
-                "Secret" => self.cache.written_secrets.forget(ns, &name),
+                "Deployment" => self.cache.written_deployments.undone(ns, &name, uid),
+                "DaemonSet" => self.cache.written_daemon_sets.undone(ns, &name, uid),
+                "Secret" => self.cache.written_secrets.undone(ns, &name, uid),
                 _ => {}
             }
         }
