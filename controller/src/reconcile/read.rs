@@ -54,12 +54,12 @@ use crate::validated::ValidatedInterconnect;
 /// (see [`resync`]).
 pub const MESH_RESYNC: Duration = Duration::from_secs(60);
 /// Routers asked per second at rest across the controller, at most: with more than
-/// `MESH_READ_RATE × MESH_RESYNC` routers (2,100) the resync of a connected mesh stretches
-/// so that all of them are asked once per `routers ÷ MESH_READ_RATE` seconds (171 s at
-/// 6,000 routers), so reads at rest stay near 0.1 core at any scale: what one router asked
-/// costs the controller at rest, measured at 2,000 Interconnects, is in docs/mesh-status.md
-/// ("Cost at scale").
-pub const MESH_READ_RATE: u32 = 35;
+/// `MESH_READ_RATE × MESH_RESYNC` routers (6,000: 2,000 Interconnects of 3) the resync of a
+/// connected mesh stretches so that all of them are asked once per
+/// `routers ÷ MESH_READ_RATE` seconds (120 s at 12,000 routers), so reads at rest stay near
+/// 0.1 core at any scale: what one router asked costs the controller at rest, measured at
+/// 2,000 Interconnects, is in docs/mesh-status.md ("Cost at scale").
+pub const MESH_READ_RATE: u32 = 100;
 /// First wait before reading again a mesh that was not connected; doubles with each read
 /// that finds it still so, up to [`MESH_RESYNC`].
 pub const MESH_RECHECK: Duration = Duration::from_secs(2);

@@ -1151,9 +1151,12 @@ mod mesh {
         let knee = usize::try_from(MESH_READ_RATE).unwrap() * usize::try_from(MESH_RESYNC.as_secs()).unwrap();
         assert_eq!(resync(knee), MESH_RESYNC);
         assert!(resync(knee + 100) > MESH_RESYNC);
-        // 2,000 Interconnects of 3 routers: each asked every 171 s, 35 a second in all; within
-        // the recheck of a whole read of live entities, so every other visit skips them.
-        assert_eq!(resync(6000), Duration::from_nanos(171_428_571_429));
+        // 2,000 Interconnects of 3 routers: each asked once a minute, 100 a second in all;
+        // twice as many, every 2 minutes. Within the recheck of a whole read of live
+        // entities, so most visits skip them.
+        assert_eq!(resync(6000), MESH_RESYNC);
+        assert_eq!(resync(12_000), Duration::from_secs(120));
+        assert!(resync(12_000) < crate::mesh::live::RECHECK);
         assert!(resync(6000) < crate::mesh::live::RECHECK);
         let rate = 6000.0 / resync(6000).as_secs_f64();
         assert!(rate <= f64::from(MESH_READ_RATE), "{rate}");

@@ -23,9 +23,9 @@ pub(crate) const SCALE_ROUTERS: usize = 3;
 /// Namespaces they are spread over (reads are shared fairly across namespaces).
 pub(crate) const SCALE_NAMESPACES: usize = 20;
 
-/// How long the connected meshes are left at rest while the controller is measured: one
-/// resync period at this scale (`resync(6000)`, 5 minutes) and a half minute, so every
-/// mesh is read at least once.
+/// How long the connected meshes are left at rest while the controller is measured: 5 minutes
+/// and a half, so every mesh is read several times (`resync(6000)`: once a minute) and the
+/// reads of a whole resync period of the earlier, slower rates would fit too.
 pub(crate) const SCALE_REST: Duration = Duration::from_secs(330);
 
 /// The cost of reading the routers at scale (`QDR_BENCH_ONLY=mesh-2000`): 2,000
