@@ -278,15 +278,15 @@ impl Cache {
     /// Secret `ns/name` as far as the stores know it.
     pub(crate) fn secret(&self, ns: &str, name: &str) -> SecretLookup {
         let stored = self.secrets.object(ns, name);
-        // Deleted by a pass that ended early, and the watch has not delivered it yet: the
-        // names' index still lists it too.
-        if self.written_secrets.gone(ns, name, stored.as_ref()) {
-            return SecretLookup::Missing;
+        let in_store = stored.is_some();
+        match self.written_secrets.pick(ns, name, stored.map(Arc::new)) {
+            Some(s) => SecretLookup::Ours(s),
+            // The store shows it and `pick` hid it: deleted by a pass that ended early, and
+            // the watch has not delivered that yet (the names' index still lists it too).
+            None if in_store => SecretLookup::Missing,
+            None if self.secret_names.contains(ns, name) => SecretLookup::Other,
+            None => SecretLookup::Missing,
         }
-        if let Some(s) = self.written_secrets.pick(ns, name, stored.map(Arc::new)) {
-            return SecretLookup::Ours(s);
-        }
-        if self.secret_names.contains(ns, name) { SecretLookup::Other } else { SecretLookup::Missing }
     }
 
     /// The metadata of the labelled child `ns/name` of kind `K`, or `None` when it is not
