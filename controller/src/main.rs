@@ -237,10 +237,16 @@ fn parse_requests(s: &str) -> Result<Requests, String> {
 /// `User-Agent` of every request to the API server (audit logs, request metrics).
 const USER_AGENT: &str = concat!("qdr-controller/", env!("CARGO_PKG_VERSION"));
 
-#[tokio::main]
-async fn main() -> Result<(), Box<dyn std::error::Error>> {
+fn main() -> Result<(), Box<dyn std::error::Error>> {
     qdr_startup::print_flags_reference_if_asked(<Args as clap::CommandFactory>::command());
-    qdr_startup::bound_allocator();
+    // Before the runtime's threads start: a thread that allocates first takes an arena of its
+    // own when the bound is not set yet.
+    qdr_startup::bound_allocator(1);
+    tokio::runtime::Builder::new_multi_thread().enable_all().build()?.block_on(run())
+}
+
+/// The controller, on the runtime [`main`] starts (what `#[tokio::main]` would make).
+async fn run() -> Result<(), Box<dyn std::error::Error>> {
     let args = Args::parse();
     let mut lifetimes = Lifetimes::new(args.router_ca_lifetime, args.router_cert_lifetime);
     if let Some(overlap) = args.router_ca_overlap {

@@ -445,7 +445,7 @@ fn the_views_of_256_hostile_routers_are_kept_within_their_budget() {
                         .map(|k| qdr_controller::mesh::Connection {
                             peer: hostile(i, k).into(),
                             outgoing: true,
-                            role: "inter-router".into(),
+                            role: "inter-router",
                             host: "h".repeat(qdr_controller::mesh::MAX_DETAIL_TEXT),
                             tls: Some("t".repeat(qdr_controller::mesh::MAX_DETAIL_TEXT)),
                             uptime: Some(1),

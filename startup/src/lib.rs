@@ -60,9 +60,13 @@ pub async fn shutdown_signal() {
     }
 }
 
-/// With glibc's allocator: at most two arenas, and every allocation of 128 KiB or more
+/// With glibc's allocator: at most `arenas` arenas, and every allocation of 128 KiB or more
 /// (bodies, decoded specs, watch lists) mapped on its own and given back when freed. Call
-/// first thing in `main`, before any thread starts.
+/// first thing in `main`, before any thread starts. The webhook takes 2 (its handlers run
+/// on both cores at once under a flood); the controller 1, as what it keeps for long is
+/// made on several threads (watches, reconcile workers, the reads' thread) and each arena
+/// holds free room of its own between those allocations (at 2,000 read Interconnects its
+/// one arena held 64.2 MiB at rest where two held 68.0, at the same CPU; docs/mesh-status.md).
 ///
 /// By default glibc gives each thread that allocates its own arena (up to eight per core)
 /// and raises that threshold as large blocks are freed, so a peak on any runtime thread
@@ -71,12 +75,12 @@ pub async fn shutdown_signal() {
 /// Interconnects (`make bench`) peaks at about 175 MiB with them. The published images run
 /// these glibc binaries (deploy/docker), so the figures hold for them.
 #[allow(unsafe_code)]
-pub fn bound_allocator() {
+pub fn bound_allocator(arenas: i32) {
     #[cfg(all(target_os = "linux", target_env = "gnu"))]
     // SAFETY: mallopt only sets allocator parameters and is thread-safe (glibc documents it
     // MT-Safe); it takes no pointers.
     unsafe {
-        libc::mallopt(libc::M_ARENA_MAX, 2);
+        libc::mallopt(libc::M_ARENA_MAX, arenas.max(1));
         libc::mallopt(libc::M_MMAP_THRESHOLD, 128 * 1024);
     }
 }

@@ -177,7 +177,7 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
     qdr_startup::print_flags_reference_if_asked(<Args as clap::CommandFactory>::command());
     let args = Args::parse();
     qdr_startup::init(args.log_format);
-    qdr_startup::bound_allocator();
+    qdr_startup::bound_allocator(2);
 
     let resolver = CertResolver::new();
     let client_cas = match &args.client_ca {

@@ -178,7 +178,7 @@ fn view(pod: &str, connections: &[(&str, bool)]) -> (String, Observation) {
         .map(|(user, outgoing)| Connection {
             peer: Arc::from("peer"),
             outgoing: *outgoing,
-            role: "inter-router".into(),
+            role: "inter-router",
             host: String::new(),
             tls: None,
             uptime: None,

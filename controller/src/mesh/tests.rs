@@ -608,6 +608,19 @@ fn router_chosen_ids_are_kept_short_and_plain() {
 }
 
 #[test]
+fn a_kept_view_holds_no_spare_room_in_its_lists() {
+    // Read from a router's answers, one connection pushed at a time (a list grown by one
+    // push holds 4), then kept.
+    let v = view("connected", "mesh-0");
+    let (links, detailed) = (v.inter_router.len(), v.detailed.len());
+    assert!(links > 0 && detailed > 0, "{v:?}");
+    let before = v.clone();
+    let kept = v.interned(&mut crate::mesh::Ids::new(["mesh-0", "mesh-1", "mesh-2"]));
+    assert_eq!((kept.inter_router.capacity(), kept.detailed.capacity()), (links, detailed));
+    assert_eq!(kept, before, "the same view");
+}
+
+#[test]
 fn a_reads_router_ids_are_kept_once_and_foreign_ones_within_a_budget() {
     use crate::mesh::{Ids, MAX_FOREIGN_IDS, OVER_BUDGET};
     let pods = ["mesh-0", "mesh-1", "mesh-2"];
@@ -720,7 +733,7 @@ fn with_connections(id: &str, connections: &[(&str, Option<&str>, bool)]) -> Obs
         .map(|(peer, user, outgoing)| crate::mesh::Connection {
             peer: (*peer).into(),
             outgoing: *outgoing,
-            role: "inter-router".into(),
+            role: "inter-router",
             host: "10.0.0.9:41234".into(),
             tls: Some("TLSv1.3".into()),
             uptime: Some(3),
