@@ -547,24 +547,25 @@ const PEM_BLOCKS: u8 = 1;
 /// [`unpacked`] gives back byte for byte is packed, so a value reads back exactly as the API
 /// server holds it.
 fn packed(v: &[u8]) -> Vec<u8> {
-    let blocks = match pem::parse_many(v) {
-        Ok(blocks) if !blocks.is_empty() && blocks.iter().all(|b| b.headers().iter().next().is_none()) => {
-            blocks
-        }
-        _ => return [&[RAW][..], v].concat(),
-    };
+    blocks_packed(v).filter(|p| unpacked(p) == v).unwrap_or_else(|| [&[RAW][..], v].concat())
+}
+
+/// `v`'s PEM blocks as [`packed`] keeps them, when `v` is PEM without headers whose labels
+/// and DER fit the lengths kept (`None` otherwise); not yet checked to read back as `v`.
+fn blocks_packed(v: &[u8]) -> Option<Vec<u8>> {
+    let blocks = pem::parse_many(v).ok().filter(|b| !b.is_empty())?;
     let mut out = vec![PEM_BLOCKS];
     for b in &blocks {
-        let (Ok(tag_len), Ok(der_len)) = (u8::try_from(b.tag().len()), u32::try_from(b.contents().len()))
-        else {
-            return [&[RAW][..], v].concat();
-        };
+        if b.headers().iter().next().is_some() {
+            return None;
+        }
+        let (tag_len, der_len) = (u8::try_from(b.tag().len()).ok()?, u32::try_from(b.contents().len()).ok()?);
         out.push(tag_len);
         out.extend_from_slice(b.tag().as_bytes());
         out.extend_from_slice(&der_len.to_le_bytes());
         out.extend_from_slice(b.contents());
     }
-    if unpacked(&out) == v { out } else { [&[RAW][..], v].concat() }
+    Some(out)
 }
 
 /// The value [`packed`] kept as `p`.
